@@ -1,0 +1,170 @@
+"""A Hugging Face causal LM as a CoMLRL agent (batched sampling with behaviour log-probs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from comlrl.core import Completion, SamplingParams
+from comlrl.kernels import token_logprobs
+
+__all__ = ["HFAgent", "GenerationBatch"]
+
+
+@dataclass
+class GenerationBatch:
+    """The tensors behind one agent's ``P x G`` completions, ready for the update.
+
+    Rows are prompt-major: row ``p * G + g`` is completion ``g`` of prompt ``p``.
+    ``B = P * G`` sequences; ``S`` prompt tokens (left-padded); ``L`` completion tokens
+    (right-padded).
+
+    Attributes:
+        input_ids: ``[B, S + L]`` int64, prompt (left-padded) followed by the completion.
+        attention_mask: ``[B, S + L]`` int64, 1 on real prompt tokens and on completion
+            tokens up to and including the first EOS, 0 elsewhere.
+        completion_mask: ``[B, L]`` bool, the completion part of ``attention_mask``.
+        behaviour_logprobs: ``[B, L]`` float32, log-probs of the sampled tokens under the
+            tempered sampling policy (0 on masked positions).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+
+    @property
+    def prompt_length(self) -> int:
+        """``S``, the padded prompt length."""
+        return self.input_ids.shape[1] - self.completion_mask.shape[1]
+
+
+class HFAgent:
+    """One agent backed by a ``transformers`` causal LM and its tokenizer.
+
+    :meth:`generate` samples all ``P x G`` completions with one ``model.generate`` call
+    (prompts repeated ``G`` times via ``num_return_sequences``) and records behaviour
+    log-probs through :func:`comlrl.kernels.token_logprobs` from the step logits that
+    ``generate`` returns (temperature applied, full softmax: top-p/top-k filters are not
+    renormalised into these log-probs, matching what the training forward recomputes).
+
+    Args:
+        model: a ``PreTrainedModel`` with a causal LM head.
+        tokenizer: its tokenizer; padding side is forced to ``"left"``.
+        name: agent name used in logs and checkpoint folders.
+        eos_token_ids: token ids that end a completion; defaults to the model's
+            generation config EOS ids, else the tokenizer's EOS id.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str = "agent",
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError(
+                    f"agent {name!r}: the tokenizer has neither a pad nor an EOS token; set "
+                    "tokenizer.pad_token before building the agent."
+                )
+            tokenizer.pad_token = tokenizer.eos_token
+        if eos_token_ids is None:
+            gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+            if gen_eos is None:
+                gen_eos = tokenizer.eos_token_id
+            eos_token_ids = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+        if not eos_token_ids:
+            raise ValueError(f"agent {name!r}: no EOS token id; pass eos_token_ids explicitly.")
+        self.eos_token_ids = [int(i) for i in eos_token_ids]
+        self.last_batch: GenerationBatch | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``G`` completions for each of ``P`` prompts in one batched call.
+
+        Returns:
+            ``P`` lists of ``G`` completions. The padded tensors behind them are kept in
+            :attr:`last_batch` (a :class:`GenerationBatch`) for the trainer's update.
+        """
+        g = params.num_generations
+        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
+        input_ids = enc["input_ids"].to(self.device)
+        attention_mask = enc["attention_mask"].to(self.device)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else None,
+                max_new_tokens=params.max_new_tokens,
+                num_return_sequences=g,
+                eos_token_id=self.eos_token_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+        finally:
+            self.model.train(was_training)
+        sequences = out.sequences  # [B, S + L]
+        s = input_ids.shape[1]
+        completion_ids = sequences[:, s:]
+        b, length = completion_ids.shape
+        completion_mask = _mask_after_eos(completion_ids, self.eos_token_ids)
+        logits = torch.stack(out.logits, dim=1)  # [B, L, V], raw (pre-temperature)
+        logp = token_logprobs(
+            logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature
+        ).view(b, length)
+        logp = logp.masked_fill(~completion_mask, 0.0)
+        prompt_mask = attention_mask.repeat_interleave(g, dim=0)
+        self.last_batch = GenerationBatch(
+            input_ids=sequences,
+            attention_mask=torch.cat([prompt_mask, completion_mask.long()], dim=1),
+            completion_mask=completion_mask,
+            behaviour_logprobs=logp.float(),
+        )
+        lengths = completion_mask.sum(dim=1).tolist()
+        ids_cpu = completion_ids.cpu()
+        logp_cpu = logp.cpu()
+        texts = self.tokenizer.batch_decode(
+            [ids_cpu[i, : lengths[i]] for i in range(b)], skip_special_tokens=True
+        )
+        eos = torch.tensor(self.eos_token_ids)
+        finished = [
+            lengths[i] > 0 and bool(torch.isin(ids_cpu[i, lengths[i] - 1], eos)) for i in range(b)
+        ]
+        flat = [
+            Completion(
+                text=texts[i],
+                token_ids=ids_cpu[i, : lengths[i]],
+                logprobs=logp_cpu[i, : lengths[i]],
+                finished=finished[i],
+            )
+            for i in range(b)
+        ]
+        return [flat[p * g : (p + 1) * g] for p in range(len(prompts))]
+
+
+def _mask_after_eos(ids: torch.Tensor, eos_token_ids: Sequence[int]) -> torch.Tensor:
+    """``[B, L]`` bool: True up to and including the first EOS token of each row."""
+    is_eos = torch.isin(ids, torch.tensor(list(eos_token_ids), device=ids.device))
+    # number of EOS tokens strictly before each position
+    before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return before == 0

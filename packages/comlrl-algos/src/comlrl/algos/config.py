@@ -1,0 +1,206 @@
+"""Validated training configuration (pydantic), YAML loading and ``key=value`` overrides.
+
+Every field is checked before any model is loaded, so a bad config fails in a second with
+an error naming the field, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from comlrl.algos.models import DEFAULT_MODEL
+
+__all__ = ["TrainConfig", "TaskConfig", "ConfigError", "load_config", "apply_overrides"]
+
+
+class ConfigError(ValueError):
+    """The training configuration is invalid; the message lists every bad field."""
+
+
+class TaskConfig(BaseModel):
+    """Which task suite to train on.
+
+    Attributes:
+        name: registered task name (entry point group ``comlrl.tasks``), e.g.
+            ``coop_humaneval``.
+        split: dataset split passed to ``Task.load``.
+        kwargs: keyword arguments for the task's constructor (e.g. ``path`` for a local
+            data file, ``limit``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "coop_humaneval"
+    split: str = "train"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainConfig(BaseModel):
+    """Hyper-parameters of a multi-agent RL run (MAGRPO and its sibling estimators).
+
+    Units: ``learning_rate`` per optimizer step; token limits in tokens; ``num_steps`` in
+    optimizer steps (one step = one batch of ``batch_size`` prompts, ``G`` completions
+    each, for every agent).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # --- agents -------------------------------------------------------------------
+    models: list[str] = Field(
+        default_factory=lambda: [DEFAULT_MODEL],
+        description="One model per agent, or one model for all agents "
+        f"(HF id, local path, or {DEFAULT_MODEL!r}).",
+    )
+    num_agents: int = Field(2, ge=1, le=16)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    # --- task ---------------------------------------------------------------------
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    # --- sampling -----------------------------------------------------------------
+    num_generations: int = Field(4, ge=1, description="G, completions per prompt per agent.")
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    joint_mode: Literal["align", "cross"] = "align"
+    # --- estimator and loss ------------------------------------------------------
+    estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
+    advantage_scale: Literal["none", "group", "batch"] = "none"
+    advantage_eps: float = Field(1e-6, gt=0)
+    loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
+    clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
+    num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
+    kl_coef: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    # --- optimisation -------------------------------------------------------------
+    learning_rate: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    batch_size: int = Field(2, ge=1, description="Prompts per step.")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Sequences per forward/backward; None = all at once."
+    )
+    num_steps: int = Field(10, ge=1)
+    seed: int = 0
+    # --- outputs ------------------------------------------------------------------
+    output_dir: str = "runs/default"
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
+    log_samples: int = Field(4, ge=0, description="Joint actions per step written to samples.jsonl.")
+    progress: bool = True
+
+    @field_validator("models")
+    @classmethod
+    def _models_not_empty(cls, v: list[str]) -> list[str]:
+        if not v or any(not isinstance(m, str) or not m for m in v):
+            raise ValueError(f"models must be a non-empty list of model names/paths, got {v!r}")
+        return v
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, v: str) -> str:
+        from comlrl.algos.advantages import ESTIMATORS
+
+        if v.lower() not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")
+        return v.lower()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if len(self.models) not in (1, self.num_agents):
+            raise ValueError(
+                f"models lists {len(self.models)} models for num_agents={self.num_agents}; "
+                "give one model for all agents or exactly one per agent."
+            )
+        if self.joint_mode == "cross" and self.num_generations**self.num_agents > 4096:
+            raise ValueError(
+                f"joint_mode='cross' with G={self.num_generations} and {self.num_agents} agents "
+                f"makes {self.num_generations ** self.num_agents} joint actions per prompt; "
+                "use joint_mode='align' or a smaller G."
+            )
+        if self.num_iterations > 1 and self.clip_ratio is None:
+            raise ValueError(
+                f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
+                "clip: set clip_ratio (e.g. 0.2)."
+            )
+        return self
+
+    def model_for(self, agent: int) -> str:
+        """Model name or path of agent ``agent`` (0-based)."""
+        return self.models[0] if len(self.models) == 1 else self.models[agent]
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        lines.append(f"  - {loc}: {err['msg']} (got {shown})")
+    return "\n".join(lines)
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = data
+    for part in parts[:-1]:
+        nxt = cur.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides (dotted keys for sections, YAML-parsed values).
+
+    Example: ``["num_generations=8", "task.kwargs.limit=16", "models=[a,b]"]``.
+
+    Raises:
+        ConfigError: for an override without ``=``.
+    """
+    out = dict(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"override {item!r} is not of the form key=value (e.g. num_generations=8)"
+            )
+        key, raw = item.split("=", 1)
+        _set_dotted(out, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+    return out
+
+
+def build_config(data: dict[str, Any]) -> TrainConfig:
+    """Validate a config mapping into a :class:`TrainConfig`.
+
+    Raises:
+        ConfigError: listing every invalid or unknown field with its value.
+    """
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("invalid training config:\n" + _format_errors(exc)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides.
+
+    Raises:
+        ConfigError: when the file is missing, is not a YAML mapping, or fails validation.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        loaded = yaml.safe_load(p.read_text())
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a YAML mapping, got {type(loaded).__name__}")
+        data = loaded
+    return build_config(apply_overrides(data, overrides or []))

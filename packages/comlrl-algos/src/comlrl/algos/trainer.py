@@ -1,0 +1,442 @@
+"""Multi-agent policy-gradient trainer (MAGRPO, MARLOO, MAReMax, MAREINFORCE).
+
+One training step (``DESIGN.md`` §3), for ``A`` agents, ``P = batch_size`` prompts and
+``G = num_generations``:
+
+1. each agent formats its prompt for every example and samples ``G`` completions per
+   prompt with one batched ``generate`` (behaviour log-probs recorded);
+2. completions form ``K`` joint actions per prompt (``align``: ``K = G``; ``cross``:
+   ``K = G**A``), which the joint reward scores in one batched call;
+3. joint returns are credited to each completion (:func:`credit_completions`) and turned
+   into advantages by the configured estimator over the ``G`` siblings of each group;
+4. every agent takes one optimizer step on its own policy-gradient loss, with log-probs
+   computed through :func:`comlrl.kernels.token_logprobs` on completion positions only.
+
+The loop reads top to bottom in :meth:`MultiAgentTrainer.train`; each stage is a method
+that researchers can override.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from comlrl.algos.advantages import compute_advantages
+from comlrl.algos.agent import HFAgent
+from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.joint import credit_completions, joint_action_indices
+from comlrl.algos.losses import policy_loss
+from comlrl.core import Completion, RewardBatch, SamplingParams, Task, as_joint_reward, check_rewards
+from comlrl.kernels import token_logprobs
+
+__all__ = ["MultiAgentTrainer", "MAGRPOTrainer", "StepResult", "save_agent_checkpoint"]
+
+
+class StepResult(dict):
+    """Metrics of one training step (a ``dict`` of floats, written as one JSONL row)."""
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def save_agent_checkpoint(agent: HFAgent, path: str | Path) -> Path:
+    """Write ``agent``'s model and tokenizer to ``path`` atomically (Hugging Face format).
+
+    The files are written into a temporary sibling folder that is then renamed into place,
+    so an interrupted save never leaves a half-written checkpoint at ``path``; an existing
+    checkpoint at ``path`` is replaced only after the new one is complete.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`; load it with
+        ``AutoModelForCausalLM.from_pretrained(path)``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    agent.model.save_pretrained(tmp)
+    agent.tokenizer.save_pretrained(tmp)
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+class MultiAgentTrainer:
+    """Train ``A`` cooperating causal-LM agents with a group-baseline policy gradient.
+
+    Give either a ``task`` (a :class:`comlrl.core.Task`: examples, per-agent prompts,
+    batched joint reward) or ``dataset`` + ``formatters`` + ``reward_func`` (CoMLRL's form:
+    ``reward_func(completions_agent1, ..., completions_agentA) -> list[float]``, optionally
+    with an ``example=`` or ``batch_items=`` keyword).
+
+    Args:
+        agents: ``A`` :class:`HFAgent` objects (or ``(model, tokenizer)`` pairs).
+        config: a validated :class:`TrainConfig`; ``config.estimator`` picks the baseline.
+        task: the task suite; its ``load(config.task.split)`` gives the dataset unless
+            ``dataset`` is passed.
+        dataset: a sequence of examples (mappings); a ``datasets.Dataset`` works.
+        formatters: ``A`` callables ``example -> prompt`` (without ``task``).
+        reward_func: joint reward (without ``task``).
+
+    Raises:
+        ConfigError: when the agents, formatters and config disagree (checked before any
+            training work starts).
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[HFAgent | tuple[Any, Any]],
+        config: TrainConfig,
+        *,
+        task: Task | None = None,
+        dataset: Sequence[Mapping[str, Any]] | None = None,
+        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
+        reward_func: Callable[..., Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.agents = [
+            a if isinstance(a, HFAgent) else HFAgent(a[0], a[1], name=f"agent_{i}")
+            for i, a in enumerate(agents)
+        ]
+        n = len(self.agents)
+        if n != config.num_agents:
+            raise ConfigError(
+                f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
+            )
+        self.task = task
+        if task is not None:
+            if task.num_agents != n:
+                raise ConfigError(
+                    f"task {task.name!r} is for {task.num_agents} agents but {n} agents were given."
+                )
+            self.reward_fn = as_joint_reward(task)
+            self.format_prompts: Callable[[Mapping[str, Any]], list[str]] = task.prompts
+            self.dataset = list(dataset) if dataset is not None else list(task.load(config.task.split))
+        else:
+            if formatters is None or reward_func is None or dataset is None:
+                raise ConfigError(
+                    "without a task, pass dataset=, formatters= (one per agent) and reward_func=."
+                )
+            if len(formatters) != n:
+                raise ConfigError(f"{len(formatters)} formatters for {n} agents; give one per agent.")
+            fmts = list(formatters)
+            self.format_prompts = lambda ex: [f(ex) for f in fmts]
+            self.reward_fn = as_joint_reward(reward_func)
+            self.dataset = dataset if isinstance(dataset, Sequence) else list(dataset)
+        if len(self.dataset) == 0:
+            raise ConfigError("the dataset is empty; nothing to train on.")
+        self.device = _resolve_device(config.device)
+        self.params = SamplingParams(
+            num_generations=config.num_generations,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+        )
+        for agent in self.agents:
+            agent.model.to(self.device)
+            agent.model.train()
+        self.optimizers = [
+            torch.optim.AdamW(
+                [p for p in a.model.parameters() if p.requires_grad],
+                lr=config.learning_rate,
+                weight_decay=config.weight_decay,
+            )
+            for a in self.agents
+        ]
+        self.ref_models = (
+            [copy.deepcopy(a.model).eval().requires_grad_(False) for a in self.agents]
+            if config.kl_coef > 0
+            else None
+        )
+        self.joint_index = joint_action_indices(n, config.num_generations, config.joint_mode)
+        self.output_dir = Path(config.output_dir)
+        self.step = 0
+        self._order: list[int] = []
+        self._rng = random.Random(config.seed)
+
+    # ------------------------------------------------------------------ data
+    def next_batch(self) -> list[Mapping[str, Any]]:
+        """The next ``batch_size`` examples (seeded shuffle, reshuffled every epoch)."""
+        out = []
+        while len(out) < self.config.batch_size:
+            if not self._order:
+                self._order = list(range(len(self.dataset)))
+                self._rng.shuffle(self._order)
+            out.append(self.dataset[self._order.pop()])
+        return out
+
+    # ------------------------------------------------------------------ rollout
+    def rollout(
+        self, examples: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[list[list[Completion]]], RewardBatch, dict[str, float]]:
+        """Sample every agent's completions and score all joint actions.
+
+        Returns:
+            ``(completions, rewards, timings)``: ``completions[a][p][g]``; ``rewards`` has
+            ``P * K`` entries, prompt-major (joint action ``k`` of prompt ``p`` at
+            ``p * K + k``); ``timings`` in seconds.
+        """
+        t0 = time.perf_counter()
+        prompts = [self.format_prompts(ex) for ex in examples]  # [P][A]
+        completions = [
+            agent.generate([pr[a] for pr in prompts], self.params)
+            for a, agent in enumerate(self.agents)
+        ]
+        t1 = time.perf_counter()
+        idx = self.joint_index.tolist()  # [K][A]
+        texts = [
+            [completions[a][p][row[a]].text for p in range(len(examples)) for row in idx]
+            for a in range(len(self.agents))
+        ]
+        flat_examples = [ex for ex in examples for _ in idx]
+        batch = self.reward_fn(texts, flat_examples)
+        batch.rewards = check_rewards(batch.rewards, texts, flat_examples)
+        t2 = time.perf_counter()
+        self._last_prompts = prompts
+        return completions, batch, {"time/generate_s": t1 - t0, "time/reward_s": t2 - t1}
+
+    # ------------------------------------------------------------------ advantages
+    def advantages(self, rewards: Sequence[float], num_prompts: int) -> torch.Tensor:
+        """Per-completion advantages ``[A, P, G]`` from ``P * K`` joint rewards."""
+        g = self.config.num_generations
+        joint = torch.tensor(rewards, dtype=torch.float32).view(num_prompts, -1)  # [P, K]
+        credited = credit_completions(joint, self.joint_index, g)  # [A, P, G]
+        return torch.stack(
+            [
+                compute_advantages(
+                    credited[a],
+                    estimator=self.config.estimator,
+                    scale=self.config.advantage_scale,
+                    eps=self.config.advantage_eps,
+                )
+                for a in range(credited.shape[0])
+            ]
+        )
+
+    # ------------------------------------------------------------------ update
+    def _completion_logprobs(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+    ) -> torch.Tensor:
+        """Log-probs ``[b, L]`` (fp32) of the last ``L`` tokens; logits only for those."""
+        s = input_ids.shape[1] - length
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        keep = torch.arange(s - 1, s - 1 + length, device=input_ids.device)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=keep,
+            use_cache=False,
+        )
+        logits = out.logits  # [b, L, V]
+        b = logits.shape[0]
+        return token_logprobs(
+            logits.reshape(b * length, -1),
+            input_ids[:, s:].reshape(-1),
+            temperature=self.config.temperature,
+        ).view(b, length)
+
+    def update_agent(self, a: int, advantages: torch.Tensor) -> dict[str, float]:
+        """One optimizer step (``num_iterations`` passes) for agent ``a``.
+
+        Args:
+            a: agent index.
+            advantages: ``[P * G]`` float32 advantages of its completions, prompt-major.
+        """
+        cfg = self.config
+        agent, opt = self.agents[a], self.optimizers[a]
+        gb = agent.last_batch
+        assert gb is not None, "update_agent called before generate"
+        b, length = gb.completion_mask.shape
+        mb = cfg.micro_batch_size or b
+        adv = advantages.to(self.device)
+        ref_logp: list[torch.Tensor] = []
+        if self.ref_models is not None:
+            with torch.no_grad():
+                for i in range(0, b, mb):
+                    sl = slice(i, i + mb)
+                    ref_logp.append(
+                        self._completion_logprobs(
+                            self.ref_models[a], gb.input_ids[sl], gb.attention_mask[sl], length
+                        )
+                    )
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.num_iterations):
+            opt.zero_grad(set_to_none=True)
+            for j, i in enumerate(range(0, b, mb)):
+                sl = slice(i, i + mb)
+                logp = self._completion_logprobs(
+                    agent.model, gb.input_ids[sl], gb.attention_mask[sl], length
+                )
+                loss, metrics = policy_loss(
+                    logp,
+                    adv[sl],
+                    gb.completion_mask[sl],
+                    old_logprobs=gb.behaviour_logprobs[sl] if cfg.clip_ratio is not None else None,
+                    clip_ratio=cfg.clip_ratio,
+                    ref_logprobs=ref_logp[j] if ref_logp else None,
+                    kl_coef=cfg.kl_coef,
+                    kl_estimator=cfg.kl_estimator,
+                    reduction=cfg.loss_reduction,
+                    max_completion_length=cfg.max_new_tokens,
+                )
+                (loss * (logp.shape[0] / b)).backward()
+                sums["loss"] = sums.get("loss", 0.0) + float(loss) * logp.shape[0] / b
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * logp.shape[0] / b
+            if cfg.max_grad_norm is not None:
+                norm = torch.nn.utils.clip_grad_norm_(agent.model.parameters(), cfg.max_grad_norm)
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(norm)
+            opt.step()
+            count += 1
+        return {k: v / count for k, v in sums.items()}
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self) -> StepResult:
+        """Run one full step (rollout, advantages, every agent's update); return metrics."""
+        t0 = time.perf_counter()
+        examples = self.next_batch()
+        completions, rewards, timings = self.rollout(examples)
+        adv = self.advantages(rewards.rewards, len(examples))  # [A, P, G]
+        t1 = time.perf_counter()
+        metrics: dict[str, float] = {}
+        for a in range(len(self.agents)):
+            for k, v in self.update_agent(a, adv[a].reshape(-1)).items():
+                metrics[f"{k}/agent_{a}"] = v
+        t2 = time.perf_counter()
+        self.step += 1
+        r = torch.tensor(rewards.rewards)
+        num_tokens = 0
+        for a, agent_comps in enumerate(completions):
+            lengths = torch.tensor([c.num_tokens for group in agent_comps for c in group], dtype=torch.float32)
+            num_tokens += int(lengths.sum())
+            metrics[f"completion_len_mean/agent_{a}"] = float(lengths.mean())
+            metrics[f"completion_len_max/agent_{a}"] = float(lengths.max())
+            metrics[f"advantage_mean/agent_{a}"] = float(adv[a].mean())
+            metrics[f"advantage_std/agent_{a}"] = float(adv[a].std(unbiased=False))
+        elapsed = t2 - t0
+        result = StepResult(
+            step=self.step,
+            reward_mean=float(r.mean()),
+            reward_std=float(r.std(unbiased=False)),
+            reward_max=float(r.max()),
+            reward_min=float(r.min()),
+            num_joint_actions=len(rewards.rewards),
+            **metrics,
+            **timings,
+            **{"time/update_s": t2 - t1, "time/step_s": elapsed},
+            tokens_per_s=num_tokens / elapsed,
+            prompts_per_s=len(examples) / elapsed,
+        )
+        self._last = (examples, completions, rewards)
+        return result
+
+    def _write_samples(self, fh: Any) -> None:
+        examples, completions, rewards = self._last
+        k = len(self.joint_index)
+        for p, ex in enumerate(examples[: max(1, self.config.log_samples)]):
+            for kk in range(k)[: self.config.log_samples]:
+                row = self.joint_index[kk].tolist()
+                i = p * k + kk
+                fh.write(
+                    json.dumps(
+                        {
+                            "step": self.step,
+                            "example_id": ex.get("task_id", ex.get("id")),
+                            "prompts": self._last_prompts[p],
+                            "joint_action": row,
+                            "completions": [completions[a][p][g].text for a, g in enumerate(row)],
+                            "reward": rewards.rewards[i],
+                            "info": rewards.infos[i],
+                        },
+                        default=str,
+                    )
+                    + "\n"
+                )
+
+    def save(self, tag: str) -> list[Path]:
+        """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
+        return [
+            save_agent_checkpoint(agent, self.output_dir / tag / f"agent_{i}")
+            for i, agent in enumerate(self.agents)
+        ]
+
+    def train(self) -> list[StepResult]:
+        """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
+
+        Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
+        rewards and reward-function infos such as sandbox verdicts), ``config.yaml`` and the
+        per-agent checkpoints in ``output_dir``.
+        """
+        import yaml
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        history: list[StepResult] = []
+        bar = tqdm(total=cfg.num_steps, disable=not cfg.progress, desc="train", unit="step")
+        try:
+            with open(self.output_dir / "metrics.jsonl", "a") as mfh, open(
+                self.output_dir / "samples.jsonl", "a"
+            ) as sfh:
+                for _ in range(cfg.num_steps):
+                    result = self.train_step()
+                    history.append(result)
+                    mfh.write(json.dumps(result) + "\n")
+                    mfh.flush()
+                    if cfg.log_samples:
+                        self._write_samples(sfh)
+                        sfh.flush()
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{result['reward_mean']:.3f}",
+                        tok_s=f"{result['tokens_per_s']:.0f}",
+                    )
+                    if cfg.save_every and self.step % cfg.save_every == 0:
+                        self.save(f"checkpoints/step-{self.step:06d}")
+            self.save("final")
+        finally:
+            bar.close()
+            if self.task is not None:
+                self.task.close()
+        return history
+
+
+class MAGRPOTrainer(MultiAgentTrainer):
+    """:class:`MultiAgentTrainer` with the group-mean baseline (MAGRPO).
+
+    Multi-agent GRPO: every agent's completion is credited with its joint actions' returns
+    and compared with the mean of its ``G`` siblings (Shao et al. 2024, eq. for the
+    outcome-supervised GRPO advantage; without std scaling by default, following Liu et al.
+    2025). Raises :class:`ConfigError` if ``config.estimator`` names another estimator.
+    """
+
+    def __init__(self, agents: Sequence[HFAgent | tuple[Any, Any]], config: TrainConfig, **kwargs: Any) -> None:
+        if config.estimator not in ("grpo", "magrpo"):
+            raise ConfigError(
+                f"MAGRPOTrainer uses estimator='grpo' but config.estimator={config.estimator!r}; "
+                "use MultiAgentTrainer for other estimators."
+            )
+        super().__init__(agents, config, **kwargs)

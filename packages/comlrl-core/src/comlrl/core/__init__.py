@@ -1,0 +1,39 @@
+"""comlrl.core: interfaces and records shared by every CoMLRL package."""
+
+from __future__ import annotations
+
+from comlrl.core.agent import Agent, SamplingParams
+from comlrl.core.records import Completion, Feedback, JointAction, TurnRecord
+from comlrl.core.reward import (
+    JointReward,
+    RewardBatch,
+    RewardFunctionError,
+    as_joint_reward,
+    check_rewards,
+)
+from comlrl.core.task import (
+    ENTRY_POINT_GROUP,
+    Task,
+    TaskNotFoundError,
+    available_tasks,
+    get_task,
+)
+
+__all__ = [
+    "Agent",
+    "SamplingParams",
+    "Completion",
+    "Feedback",
+    "JointAction",
+    "TurnRecord",
+    "JointReward",
+    "RewardBatch",
+    "RewardFunctionError",
+    "as_joint_reward",
+    "check_rewards",
+    "ENTRY_POINT_GROUP",
+    "Task",
+    "TaskNotFoundError",
+    "available_tasks",
+    "get_task",
+]

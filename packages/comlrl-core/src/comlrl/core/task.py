@@ -1,0 +1,115 @@
+"""The task (environment) interface and the task registry.
+
+A task suite bundles what a training run needs besides the models: a loader of examples,
+one prompt formatter per agent, the joint reward, and (for multi-turn tasks) a transition
+that turns a joint action into feedback for the next turn. Suites register under the
+entry-point group ``comlrl.tasks`` so that :func:`get_task` finds them by name without the
+trainer importing any suite.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from comlrl.core.records import Feedback, JointAction
+from comlrl.core.reward import RewardBatch
+
+__all__ = ["Task", "TaskNotFoundError", "get_task", "available_tasks", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "comlrl.tasks"
+
+
+class Task(abc.ABC):
+    """A cooperative task for ``num_agents`` agents.
+
+    Subclasses set :attr:`name` and :attr:`num_agents` and implement :meth:`load`,
+    :meth:`prompts` and :meth:`reward`. Multi-turn tasks set :attr:`max_turns` above 1 and
+    implement :meth:`feedback`. The reward marks itself batched (``is_joint_reward``), so
+    the trainer passes it all ``K`` joint actions of a step at once.
+    """
+
+    name: str = ""
+    num_agents: int = 2
+    max_turns: int = 1
+    is_joint_reward: bool = True
+
+    @abc.abstractmethod
+    def load(self, split: str = "train") -> Sequence[Mapping[str, Any]]:
+        """Return the examples (dataset rows as mappings) of ``split``."""
+
+    @abc.abstractmethod
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[str]:
+        """Return the ``A`` agents' prompts for ``example``.
+
+        Args:
+            example: one task example.
+            history: feedback of earlier turns, oldest first (empty on turn 0).
+        """
+
+    @abc.abstractmethod
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions (``A`` x ``K`` completions, ``K`` examples)."""
+
+    def __call__(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        return self.reward(completions, examples)
+
+    def feedback(
+        self,
+        example: Mapping[str, Any],
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> Feedback:
+        """Turn a scored joint action into feedback for the next turn (multi-turn tasks).
+
+        Raises:
+            NotImplementedError: for single-turn tasks.
+        """
+        raise NotImplementedError(
+            f"task {self.name!r} is single-turn (max_turns={self.max_turns}); it has no feedback."
+        )
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (sandbox pools, files). Safe to call twice."""
+
+
+class TaskNotFoundError(LookupError):
+    """No task suite is registered under the requested name."""
+
+
+def available_tasks() -> dict[str, str]:
+    """Return ``{name: "module:attr"}`` for every registered task suite."""
+    return {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def get_task(name: str, **kwargs: Any) -> Task:
+    """Instantiate the task suite registered as ``name`` with ``kwargs``.
+
+    Raises:
+        TaskNotFoundError: when no installed package registers ``name``; the message lists
+            the names that are registered and suggests installing ``comlrl-envs``.
+    """
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            factory = ep.load()
+            task = factory(**kwargs)
+            if not isinstance(task, Task):
+                raise TypeError(
+                    f"entry point {ep.value!r} for task {name!r} built a "
+                    f"{type(task).__name__}, not a comlrl.core.Task."
+                )
+            return task
+    known = sorted(available_tasks())
+    raise TaskNotFoundError(
+        f"no task named {name!r} is registered (registered: {known or 'none'}). "
+        "Install the suite that provides it, e.g. `pip install comlrl-envs`, or pass a Task object."
+    )

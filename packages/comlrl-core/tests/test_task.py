@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import pytest
+
+from comlrl.core import JointAction, RewardBatch, Task, TaskNotFoundError, get_task
+
+
+class EchoTask(Task):
+    name = "echo"
+    num_agents = 2
+
+    def load(self, split: str = "train"):  # type: ignore[no-untyped-def]
+        return [{"q": "hi"}]
+
+    def prompts(self, example, history=()):  # type: ignore[no-untyped-def]
+        return [example["q"], example["q"] + "!"]
+
+    def reward(self, completions, examples):  # type: ignore[no-untyped-def]
+        return RewardBatch([float(a == b) for a, b in zip(*completions)])
+
+
+def test_a_task_is_its_own_batched_reward() -> None:
+    task = EchoTask()
+    assert task([["a", "b"], ["a", "c"]], [{}, {}]).rewards == [1.0, 0.0]
+    assert task.is_joint_reward
+
+
+def test_single_turn_task_has_no_feedback() -> None:
+    with pytest.raises(NotImplementedError, match="single-turn"):
+        EchoTask().feedback({}, JointAction((0, 0), ("a", "b")), {}, 0)
+
+
+def test_unknown_task_names_what_is_registered_and_what_to_install() -> None:
+    with pytest.raises(TaskNotFoundError, match="no task named 'no-such-task'.*pip install comlrl-envs"):
+        get_task("no-such-task")
