@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from comlrl.algos.losses import completion_mask as _completion_mask
 from comlrl.core import Completion, SamplingParams
 from comlrl.kernels import token_logprobs
 
@@ -127,7 +128,7 @@ class HFAgent:
         s = input_ids.shape[1]
         completion_ids = sequences[:, s:]
         b, length = completion_ids.shape
-        completion_mask = _mask_after_eos(completion_ids, self.eos_token_ids)
+        completion_mask = _completion_mask(completion_ids, self.eos_token_ids)
         logits = torch.stack(out.logits, dim=1)  # [B, L, V], raw (pre-temperature)
         logp = token_logprobs(
             logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature
@@ -161,10 +162,3 @@ class HFAgent:
         ]
         return [flat[p * g : (p + 1) * g] for p in range(len(prompts))]
 
-
-def _mask_after_eos(ids: torch.Tensor, eos_token_ids: Sequence[int]) -> torch.Tensor:
-    """``[B, L]`` bool: True up to and including the first EOS token of each row."""
-    is_eos = torch.isin(ids, torch.tensor(list(eos_token_ids), device=ids.device))
-    # number of EOS tokens strictly before each position
-    before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
-    return before == 0

@@ -281,6 +281,7 @@ class MultiAgentTrainer:
                     )
         sums: dict[str, float] = {}
         count = 0
+        total_tokens = float(gb.completion_mask.sum())
         for _ in range(cfg.num_iterations):
             opt.zero_grad(set_to_none=True)
             for j, i in enumerate(range(0, b, mb)):
@@ -300,8 +301,14 @@ class MultiAgentTrainer:
                     reduction=cfg.loss_reduction,
                     max_completion_length=cfg.max_new_tokens,
                 )
-                (loss * (logp.shape[0] / b)).backward()
-                sums["loss"] = sums.get("loss", 0.0) + float(loss) * logp.shape[0] / b
+                # Weight each micro-batch by its share of the reduction's denominator so
+                # the accumulated gradient equals the full-batch loss's gradient.
+                if cfg.loss_reduction == "token_mean":
+                    weight = float(gb.completion_mask[sl].sum()) / max(1.0, total_tokens)
+                else:
+                    weight = logp.shape[0] / b
+                (loss * weight).backward()
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * weight
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + float(v) * logp.shape[0] / b
             if cfg.max_grad_norm is not None:

@@ -1,0 +1,401 @@
+"""Group-relative advantage estimators: a registry by name and one entry point.
+
+Every completion is scored by a return ``r``. Completions that share a prompt form a
+*group* (the G siblings an agent sampled for one prompt). An estimator subtracts a
+per-group *baseline* ``b`` from each return, ``A = r - b``; an optional, separate
+*scaling* step then divides ``A`` by a standard deviation of the returns.
+
+Named axes used in the shapes below:
+
+- ``P``: prompts (groups of fixed size), ``G``: group size,
+- ``M``: flat samples (all completions of a batch, groups of any size).
+
+Conventions (shared with ``comlrl.kernels.group_advantages``):
+
+- Standard deviations are population standard deviations (``ddof=0``, divide by the
+  number of samples ``n``, not ``n - 1``).
+- Scaling is ``A / (std + eps)``; ``eps`` is added to the standard deviation, not to
+  the variance.
+- Scaling divides by the std of the **returns**, never re-centres, and never looks at the
+  advantages. The divisor therefore does not depend on the estimator, so the four
+  estimators stay distinct under every scale. (Z-scoring after the baseline, i.e.
+  ``(A - mean(A)) / std(A)``, would turn REINFORCE, leave-one-out and max into the same
+  update as the group mean; that is the trap this module avoids.)
+
+The per-group work (baseline and ``scale="group"``) is delegated to
+``comlrl.kernels.group_advantages`` when the optional ``comlrl-kernels`` package is
+installed, and otherwise done by the pure-torch code in this module, so the estimators
+can be installed and used without the kernels package. Both follow the same contract.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BASELINES",
+    "ESTIMATORS",
+    "SCALES",
+    "BaselineFn",
+    "Estimator",
+    "compute_advantages",
+    "register_estimator",
+]
+
+#: Built-in baselines understood by ``comlrl.kernels.group_advantages``.
+BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max")
+
+#: Accepted values of ``compute_advantages(scale=...)``.
+SCALES: tuple[str, ...] = ("none", "group", "batch")
+
+#: A user baseline: ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]``.
+#: ``returns`` is floating point, ``group_ids`` is int64 with values in
+#: ``[0, num_groups)`` (every value occurs at least once), and the result must be a
+#: tensor of the same shape and dtype as ``returns`` holding each sample's baseline.
+BaselineFn = Callable[[Tensor, Tensor, int], Tensor]
+
+Scale = Literal["none", "group", "batch"]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator: ``A = r - baseline`` within each group.
+
+    Attributes:
+        name: canonical registry name (aliases map to the same object).
+        baseline: one of :data:`BASELINES` (computed by the kernels package or its
+            torch fallback) or a :data:`BaselineFn` callable.
+        reference: the paper the estimator comes from, for docs and logs.
+    """
+
+    name: str
+    baseline: str | BaselineFn
+    reference: str = ""
+
+
+#: Registry of estimators by name. The multi-agent names (``ma*``) are aliases of the
+#: single-agent ones: in CoMLRL each agent's completions are grouped per prompt and the
+#: joint return is credited to them, so the per-group maths is the same.
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(
+    name: str,
+    baseline: str | BaselineFn,
+    *,
+    reference: str = "",
+    aliases: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> Estimator:
+    """Add an estimator to :data:`ESTIMATORS` and return it.
+
+    Args:
+        name: registry key, e.g. ``"my_baseline"``.
+        baseline: one of ``"none"``, ``"mean"``, ``"loo"``, ``"max"``, or a callable
+            ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]`` (see
+            :data:`BaselineFn`). A callable runs in pure torch, outside the kernels.
+        reference: citation shown in docs and logs.
+        aliases: further names that map to the same estimator.
+        overwrite: replace an existing entry of the same name instead of raising.
+
+    Raises:
+        ValueError: empty name, unknown baseline string, or a name already registered
+            while ``overwrite`` is False.
+        TypeError: ``baseline`` is neither a string nor callable.
+    """
+    if isinstance(baseline, str):
+        if baseline not in BASELINES:
+            raise ValueError(
+                f"unknown baseline {baseline!r}; use one of {list(BASELINES)} "
+                "or pass a callable fn(returns, group_ids, num_groups) -> baseline"
+            )
+    elif not callable(baseline):
+        raise TypeError(
+            f"baseline must be a string in {list(BASELINES)} or a callable, "
+            f"got {type(baseline).__name__}"
+        )
+    estimator = Estimator(name=name, baseline=baseline, reference=reference)
+    for key in (name, *aliases):
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"estimator names must be non-empty strings, got {key!r}")
+        if key in ESTIMATORS and not overwrite:
+            raise ValueError(
+                f"estimator {key!r} is already registered; pass overwrite=True to replace it"
+            )
+    for key in (name, *aliases):
+        ESTIMATORS[key] = estimator
+    return estimator
+
+
+register_estimator(
+    "reinforce",
+    "none",
+    aliases=("mareinforce",),
+    reference="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE), "
+    "baseline b = 0",
+)
+register_estimator(
+    "grpo",
+    "mean",
+    aliases=("magrpo",),
+    reference="Shao et al. 2024, DeepSeekMath (GRPO), sec. 4.1.2, with b = group mean; "
+    "no std scaling by default per Liu et al. 2025, Understanding R1-Zero-Like Training "
+    "(Dr. GRPO)",
+)
+register_estimator(
+    "rloo",
+    "loo",
+    aliases=("marloo",),
+    reference="Kool et al. 2019, Buy 4 REINFORCE samples, get a baseline for free!; "
+    "Ahmadian et al. 2024, Back to Basics (RLOO), b_i = mean of the other G-1 returns",
+)
+register_estimator(
+    "remax",
+    "max",
+    aliases=("maremax",),
+    reference="Li et al. 2023, ReMax; there b is the return of a greedy rollout, "
+    "here b is the max return of the sampled group (no extra greedy generation)",
+)
+
+
+@functools.cache
+def _kernel_group_advantages() -> Callable[..., Tensor] | None:
+    """``comlrl.kernels.group_advantages`` if the optional package is installed."""
+    try:
+        from comlrl.kernels import group_advantages
+    except ImportError:
+        return None
+    return group_advantages
+
+
+def _check_finite(returns: Tensor) -> None:
+    bad = ~torch.isfinite(returns)
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        shown = index[0] if len(index) == 1 else index
+        raise ValueError(
+            f"returns must be finite; returns[{shown}] = {returns[index].item()!r}. "
+            "Fix the reward function (or map failures to a finite reward) before "
+            "computing advantages"
+        )
+
+
+def _dense_group_ids(group_ids: Tensor, num_samples: int) -> tuple[Tensor, int]:
+    """Validate ``group_ids [M]`` and relabel them to ``0..num_groups-1``."""
+    if (
+        group_ids.dtype.is_floating_point
+        or group_ids.dtype.is_complex
+        or (group_ids.dtype == torch.bool)
+    ):
+        raise ValueError(f"group_ids must be an integer tensor, got dtype {group_ids.dtype}")
+    if group_ids.shape != (num_samples,):
+        raise ValueError(
+            f"group_ids must have shape [M] = [{num_samples}] like the flat returns, "
+            f"got {list(group_ids.shape)}"
+        )
+    uniques, dense = torch.unique(group_ids, return_inverse=True)
+    return dense.to(torch.int64), int(uniques.numel())
+
+
+def _group_mean_std(
+    returns: Tensor, group_ids: Tensor, num_groups: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-group count, mean and population std (two-pass) as ``[num_groups]``."""
+    zeros = returns.new_zeros(num_groups)
+    counts = zeros.index_add(0, group_ids, torch.ones_like(returns))
+    mean = zeros.index_add(0, group_ids, returns) / counts
+    centred = returns - mean[group_ids]
+    var = zeros.index_add(0, group_ids, centred * centred) / counts
+    return counts, mean, var.sqrt()
+
+
+def _group_advantages_torch(
+    returns: Tensor,
+    group_ids: Tensor,
+    num_groups: int,
+    *,
+    baseline: str | BaselineFn,
+    scale: Literal["none", "group"],
+    eps: float,
+) -> Tensor:
+    """Pure-torch baseline and group scaling over flat ``returns [M]``.
+
+    ``group_ids [M]`` must be dense (values ``0..num_groups-1``). This is the fallback
+    used when ``comlrl-kernels`` is absent and the only path for callable baselines.
+    """
+    counts, mean, std = _group_mean_std(returns, group_ids, num_groups)
+    if callable(baseline):
+        b = baseline(returns, group_ids, num_groups)
+        if not isinstance(b, Tensor) or b.shape != returns.shape:
+            got = list(b.shape) if isinstance(b, Tensor) else type(b).__name__
+            raise ValueError(
+                f"a custom baseline must return a tensor of shape {list(returns.shape)}, "
+                f"got {got}"
+            )
+        adv = returns - b.to(returns.dtype)
+    elif baseline == "none":
+        adv = returns.clone()
+    elif baseline == "mean":
+        adv = returns - mean[group_ids]
+    elif baseline == "loo":
+        # r_i - (S - r_i) / (n - 1) == n / (n - 1) * (r_i - mean); 0 for singletons.
+        n = counts[group_ids]
+        factor = n / (n - 1).clamp(min=1)
+        adv = torch.where(n > 1, factor * (returns - mean[group_ids]), 0.0)
+    elif baseline == "max":
+        gmax = returns.new_full((num_groups,), -math.inf).scatter_reduce(
+            0, group_ids, returns, reduce="amax", include_self=True
+        )
+        adv = returns - gmax[group_ids]
+    else:  # pragma: no cover - guarded by register_estimator
+        raise ValueError(f"unknown baseline {baseline!r}; use one of {list(BASELINES)}")
+    if scale == "group":
+        adv = adv / (std[group_ids] + eps)
+    return adv
+
+
+def compute_advantages(
+    returns: Tensor,
+    *,
+    estimator: str | Estimator = "grpo",
+    group_ids: Tensor | None = None,
+    scale: Scale = "none",
+    eps: float = 1e-6,
+) -> Tensor:
+    """Advantages ``A = (r - b) / s`` of each completion relative to its group.
+
+    ``b`` is the estimator's per-group baseline and ``s`` the optional scale:
+
+    ============  ==============================  =========================================
+    estimator     baseline ``b_i``                source
+    ============  ==============================  =========================================
+    reinforce     0                               Williams 1992
+    grpo          mean of the group               Shao et al. 2024 (DeepSeekMath, 4.1.2);
+                                                  unscaled by default, per Liu et al. 2025
+                                                  (Dr. GRPO)
+    rloo          mean of the other ``n - 1``     Kool et al. 2019; Ahmadian et al. 2024
+    remax         max of the group                Li et al. 2023 (ReMax uses the return of
+                                                  a greedy rollout; here the group max, so
+                                                  no extra generation is needed)
+    ============  ==============================  =========================================
+
+    ``mareinforce``, ``magrpo``, ``marloo`` and ``maremax`` are aliases. For a group of
+    fixed size ``G``: ``A_rloo = G / (G - 1) * A_grpo``, and ``A_remax <= 0``.
+
+    ``scale`` (applied after the baseline, never re-centring):
+
+    - ``"none"``: ``s = 1``.
+    - ``"group"``: ``s = std(returns of the group) + eps``.
+    - ``"batch"``: ``s = std(all returns passed in) + eps`` (one scalar).
+
+    Standard deviations are population ones (``ddof=0``). Because ``s`` depends only on
+    the returns, every estimator is divided by the same number and the estimators stay
+    distinct under every scale. (Dividing by the std of the advantages instead would, for
+    fixed G, make ``grpo`` and ``rloo`` identical, since ``A_rloo = G / (G - 1) * A_grpo``;
+    z-scoring them would make all four identical.)
+
+    Defined edge cases:
+
+    - A singleton group has advantage 0 under ``grpo``, ``rloo`` (no other sample: the
+      baseline is the sample itself) and ``remax``; ``r`` under ``reinforce``.
+    - A group of equal returns has advantage 0 under ``grpo``, ``rloo`` and ``remax``,
+      under every scale (``0 / (0 + eps) = 0``).
+    - ``reinforce`` has no baseline: with ``scale="group"`` a zero-variance group
+      (singleton or all-equal) gets ``r / eps``, which is huge unless ``r == 0``. Use
+      ``scale="none"`` (or ``"batch"`` on batches whose returns vary) with ``reinforce``.
+    - Empty input returns an empty tensor.
+
+    Args:
+        returns: ``[P, G]`` (P groups of G completions each, groups along the last
+            axis) or flat ``[M]`` together with ``group_ids``. Any real dtype; treated as
+            constants (detached).
+        estimator: a name in :data:`ESTIMATORS` or an :class:`Estimator`.
+        group_ids: ``[M]`` integer group label per sample when ``returns`` is flat.
+            Labels may be any integers in any order; groups may have different sizes.
+            Must be None for ``[P, G]`` input.
+        scale: ``"none"``, ``"group"`` or ``"batch"`` (see above).
+        eps: added to the standard deviation when scaling; must be > 0.
+
+    Returns:
+        Advantages with the shape of ``returns``: float64 for float64 input, else
+        float32.
+
+    Raises:
+        ValueError: unknown estimator or scale; ``eps <= 0``; ``returns`` not 1-D or
+            2-D; flat returns without ``group_ids`` or ``[P, G]`` returns with them;
+            ``group_ids`` of the wrong shape or dtype; a NaN or infinite return (the
+            message names its index).
+    """
+    est = _resolve_estimator(estimator)
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; use one of {list(SCALES)}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps!r}")
+    if not isinstance(returns, Tensor):
+        raise TypeError(f"returns must be a torch.Tensor, got {type(returns).__name__}")
+    dtype = torch.float64 if returns.dtype == torch.float64 else torch.float32
+    values = returns.detach().to(dtype)
+
+    if values.dim() == 2:
+        if group_ids is not None:
+            raise ValueError(
+                "returns of shape [P, G] already define the groups (the last axis); "
+                "pass group_ids only with flat [M] returns"
+            )
+        num_prompts, group_size = values.shape
+        flat = values.reshape(-1)
+        ids: Tensor | None = None
+        num_groups = num_prompts
+    elif values.dim() == 1:
+        if group_ids is None:
+            raise ValueError(
+                "flat returns of shape [M] need group_ids [M]; or pass returns as [P, G] "
+                "with the group along the last axis"
+            )
+        flat = values
+        group_size = 0
+        ids, num_groups = _dense_group_ids(group_ids.to(values.device), flat.numel())
+    else:
+        raise ValueError(f"returns must be [P, G] or flat [M], got shape {list(returns.shape)}")
+    _check_finite(values)
+    if flat.numel() == 0:
+        return values.clone()
+
+    group_scale: Literal["none", "group"] = "group" if scale == "group" else "none"
+    kernel = _kernel_group_advantages()
+    if kernel is not None and isinstance(est.baseline, str):
+        if ids is None:
+            adv = kernel(
+                flat, group_size=group_size, baseline=est.baseline, scale=group_scale, eps=eps
+            )
+        else:
+            adv = kernel(flat, group_ids=ids, baseline=est.baseline, scale=group_scale, eps=eps)
+        adv = adv.to(dtype)
+    else:
+        if ids is None:
+            ids = torch.arange(num_groups, device=flat.device).repeat_interleave(group_size)
+        adv = _group_advantages_torch(
+            flat, ids, num_groups, baseline=est.baseline, scale=group_scale, eps=eps
+        )
+    if scale == "batch":
+        adv = adv / (flat.std(correction=0) + eps)
+    return adv.reshape(values.shape)
+
+
+def _resolve_estimator(estimator: str | Estimator) -> Estimator:
+    if isinstance(estimator, Estimator):
+        return estimator
+    try:
+        return ESTIMATORS[estimator]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown estimator {estimator!r}; use one of {sorted(ESTIMATORS)} "
+            "or add one with register_estimator(name, baseline)"
+        ) from None

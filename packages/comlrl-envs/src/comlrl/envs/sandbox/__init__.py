@@ -1,0 +1,27 @@
+"""Sandboxed execution of model-written Python (see ``executor`` for what is enforced)."""
+
+from __future__ import annotations
+
+from comlrl.envs.sandbox.executor import (
+    ExecutionResult,
+    ExecutionStatus,
+    SandboxLimits,
+    run_python,
+)
+from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
+from comlrl.envs.sandbox.pool import CheckJob, SandboxPool, run_many
+
+__all__ = [
+    "ExecutionResult",
+    "ExecutionStatus",
+    "SandboxLimits",
+    "run_python",
+    "TestPlan",
+    "Verdict",
+    "VerdictStatus",
+    "check_solution",
+    "split_test",
+    "CheckJob",
+    "SandboxPool",
+    "run_many",
+]

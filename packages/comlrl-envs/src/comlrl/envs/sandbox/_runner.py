@@ -1,0 +1,415 @@
+"""Child-side runner of the sandbox (executed as ``python -I -S -B _runner.py``).
+
+This file is never imported by the trainer. The parent starts it in a fresh session, in a
+throwaway working directory, with a scrubbed environment, and writes one JSON document to
+its stdin. The runner, *before any model-written code runs*:
+
+1. reads the whole document from stdin and replaces fd 0 with ``/dev/null``;
+2. keeps the nonce and the result-pipe fd number (the "honest channel") in locals;
+3. moves into new network and PID namespaces when the OS allows it (``unshare(2)`` via
+   ``ctypes``; first without, then with a user namespace), and applies the rlimits;
+4. when a PID namespace was entered, forks a minimal init (PID 1 of that namespace) that
+   forks the worker (PID 2) which runs the program: when the worker ends, the init exits
+   and the kernel kills every process left in the namespace, including ones that called
+   ``setsid()`` to leave the process group.
+
+Then it runs the program (``mode="exec"``) or the program followed by a test plan
+(``mode="check"``) and writes nonce-tagged JSON lines to the result pipe. Only the lines
+the runner writes are trusted by the parent; stdout/stderr are just captured text.
+
+Only the standard library is used (``-S`` hides site-packages).
+"""
+
+import _signal as signal  # the C module: ``signal`` would import ``enum`` (~5 ms)
+import builtins
+import marshal
+import os
+import resource
+import sys
+
+# Everything the harness needs is captured here, before model code can rebind anything.
+_write = os.write
+_exit = os._exit
+_setitimer = signal.setitimer
+_signal = signal.signal
+_exec = builtins.exec
+_compile = builtins.compile
+_BaseException = builtins.BaseException
+_Exception = builtins.Exception
+_SystemExit = builtins.SystemExit
+_SyntaxError = builtins.SyntaxError
+_callable = builtins.callable
+_len = builtins.len
+_str = builtins.str
+_type = builtins.type
+_dict = builtins.dict
+_repr = builtins.repr
+_isinstance = builtins.isinstance
+_bool = builtins.bool
+_int = builtins.int
+_float = builtins.float
+_ord = builtins.ord
+_list = builtins.list
+_tuple = builtins.tuple
+_PRISTINE_BUILTINS = None  # filled by main() once exit/quit are installed
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+
+
+class _UnitTimeout(BaseException):
+    """Raised by the SIGALRM handler when one test unit runs past its time budget."""
+
+
+def _on_alarm(signum, frame):
+    raise _UnitTimeout()
+
+
+def _json(obj):
+    """Minimal JSON encoder (``json`` imports ``re``: ~9 ms of start-up we skip)."""
+    if obj is None:
+        return "null"
+    if _isinstance(obj, _bool):
+        return "true" if obj else "false"
+    if _isinstance(obj, (_int, _float)):
+        return _repr(obj) if _isinstance(obj, _int) else _repr(_float(obj))
+    if _isinstance(obj, _str):
+        out = []
+        for ch in obj:
+            code = _ord(ch)
+            if ch == '"' or ch == "\\":
+                out.append("\\" + ch)
+            elif code < 0x20 or code > 0x7E:
+                if code > 0xFFFF:
+                    code -= 0x10000
+                    out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+                else:
+                    out.append(f"\\u{code:04x}")
+            else:
+                out.append(ch)
+        return '"' + "".join(out) + '"'
+    if _isinstance(obj, (_list, _tuple)):
+        return "[" + ",".join(_json(x) for x in obj) + "]"
+    if _isinstance(obj, _dict):
+        return "{" + ",".join(_json(_str(k)) + ":" + _json(v) for k, v in obj.items()) + "}"
+    return _json(_repr(obj))
+
+
+def _format_exc():
+    try:
+        import traceback
+
+        return traceback.format_exc()
+    except _BaseException:
+        return "(traceback unavailable)\n"
+
+
+def _emit(fd, nonce, record):
+    record = _dict(record)
+    record["nonce"] = nonce
+    data = (_json(record) + "\n").encode("utf-8")
+    while data:
+        n = _write(fd, data)
+        data = data[n:]
+
+
+def _short(exc, limit=300):
+    try:
+        text = _type(exc).__name__ + ": " + _str(exc)
+    except _BaseException:
+        text = _type(exc).__name__
+    return text if _len(text) <= limit else text[:limit] + "..."
+
+
+def _unshare(flags):
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.unshare(ctypes.c_int(flags)) == 0
+    except Exception:
+        return False
+
+
+def _isolate(cfg):
+    info = {"kind": "isolation", "netns": False, "pidns": False, "userns": False}
+    want_net = not cfg.get("allow_network", False)
+    want_pid = cfg.get("pid_namespace", True)
+    flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
+    if flags and hasattr(os, "fork"):
+        if _unshare(flags):
+            info["netns"], info["pidns"] = want_net, want_pid
+        elif _unshare(flags | CLONE_NEWUSER):
+            info["netns"], info["pidns"], info["userns"] = want_net, want_pid, True
+    lim = cfg["limits"]
+
+    def setl(res, value):
+        if value is None:
+            return
+        try:
+            resource.setrlimit(res, (int(value), int(value)))
+        except (ValueError, OSError):
+            pass
+
+    setl(resource.RLIMIT_CORE, 0)
+    # soft == hard: at the limit the kernel sends SIGKILL (a PID-namespace init ignores
+    # SIGXCPU, the soft-limit signal, unless it installs a handler).
+    setl(resource.RLIMIT_CPU, lim.get("cpu_s"))
+    if lim.get("memory_mb") is not None:
+        setl(resource.RLIMIT_AS, lim["memory_mb"] * 1024 * 1024)
+    if lim.get("file_size_mb") is not None:
+        setl(resource.RLIMIT_FSIZE, lim["file_size_mb"] * 1024 * 1024)
+    setl(resource.RLIMIT_NPROC, lim.get("max_processes"))
+    info["uid"] = os.geteuid()
+    # RLIMIT_NPROC is per real user and is not checked for root / CAP_SYS_RESOURCE.
+    info["nproc_enforced"] = lim.get("max_processes") is not None and os.geteuid() != 0
+    return info
+
+
+def _wait_for(pid):
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def _mirror(status):
+    """Exit the way a child with wait ``status`` did (same code, or same signal)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        try:
+            os.kill(os.getpid(), sig)
+        except OSError:
+            pass
+        _exit(128 + sig)
+    _exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _enter_pid_namespace():
+    """Run the rest of this script as PID 2 of the new PID namespace.
+
+    Process tree: this process (outside the namespace) -> a minimal init (PID 1, runs no
+    model code) -> the worker (PID 2, returns from this function). The init reaps orphans,
+    reports the worker's raw wait status through a private pipe and exits; the kernel then
+    kills everything left in the namespace. The init dies with this process
+    (``PR_SET_PDEATHSIG``), so killing the process group reaches all of it. The program is
+    not PID 1 itself because PID 1 ignores signals it has no handler for (even its own
+    ``SIGKILL``), which would change how programs behave.
+    """
+    status_r, status_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_r)
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, _int(signal.SIGKILL), 0, 0, 0)
+        except Exception:
+            pass
+        worker = os.fork()
+        if worker == 0:
+            os.close(status_w)
+            return
+        while True:  # PID 1: reap everything until the worker is done
+            try:
+                pid, status = os.wait()
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                _exit(1)
+            if pid == worker:
+                break
+        try:
+            _write(status_w, _str(status).encode())
+        finally:
+            _exit(0)
+    os.close(status_w)
+    data = b""
+    while True:
+        chunk = os.read(status_r, 64)
+        if not chunk:
+            break
+        data += chunk
+    init_status = _wait_for(init)
+    if data:
+        _mirror(_int(data))
+    _mirror(init_status)
+
+
+def _run_exec(cfg, fd, nonce):
+    try:
+        code = _compile(cfg["code"], "<program>", "exec")
+    except (_SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        sys.stderr.write(_format_exc())
+        _emit(fd, nonce, {"kind": "syntax_error", "error": _short(exc)})
+        sys.stderr.flush()
+        _exit(1)
+    g = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        _exec(code, g)
+    except _SystemExit:
+        raise  # the program's own exit status, handled by the interpreter
+    except _BaseException as exc:
+        try:
+            sys.stderr.write(_format_exc())
+        except _BaseException:
+            pass
+        _emit(
+            fd,
+            nonce,
+            {"kind": "exception", "error_type": _type(exc).__name__, "error": _short(exc)},
+        )
+        raise _SystemExit(1) from None
+
+
+def _counting(fn, counter, name):
+    def wrapper(*args, **kwargs):
+        counter[name] = counter.get(name, 0) + 1
+        return fn(*args, **kwargs)
+
+    try:
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        wrapper.__wrapped__ = fn
+    except _BaseException:
+        pass
+    return wrapper
+
+
+def _run_check(cfg, fd, nonce):
+    plan = cfg["plan"]  # list of [source, is_unit] in order
+    entry_point = cfg["entry_point"]
+    arg_name = cfg["arg_name"]
+    unit_timeout = cfg.get("assert_timeout_s")
+    track = cfg.get("track_calls", [])
+    total = _len([1 for _, is_unit in plan if is_unit])
+    base = {
+        "kind": "verdict",
+        "passed": 0,
+        "total": total,
+        "program_loaded": False,
+        "calls": {},
+        "errors": [],
+    }
+    try:
+        code = _compile(cfg["code"], "<program>", "exec")
+    except (_SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        base["syntax_error"] = _short(exc)
+        _emit(fd, nonce, base)
+        _exit(0)
+    ns = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        _exec(code, ns)
+    except _SystemExit:
+        # A program that exits while loading gets no verdict at all.
+        raise
+    except _BaseException as exc:
+        base["program_error"] = _short(exc)
+        _emit(fd, nonce, base)
+        _exit(0)
+    base["program_loaded"] = True
+    candidate = ns.get(entry_point)
+    if not _callable(candidate):
+        base["program_error"] = f"entry point {entry_point!r} is not defined as a function"
+        _emit(fd, nonce, base)
+        _exit(0)
+    counter = {}
+    for name in track:
+        fn = ns.get(name)
+        if _callable(fn):
+            ns[name] = _counting(fn, counter, name)
+    # Tests run against a snapshot of the builtins taken before the program ran, so a
+    # program that rebinds e.g. builtins.abs or builtins.isinstance cannot bend them.
+    tns = {k: v for k, v in ns.items() if k != "__builtins__"}
+    tns["__builtins__"] = _dict(_PRISTINE_BUILTINS)
+    tns["__name__"] = "__check__"
+    tns[arg_name] = ns[entry_point]
+    passed = 0
+    results = []
+    errors = []
+    for source, is_unit in plan:
+        try:
+            unit = _compile(source, "<test>", "exec")
+        except _BaseException as exc:
+            if is_unit:
+                results.append(False)
+            errors.append("test statement does not compile: " + _short(exc))
+            continue
+        ok = True
+        try:
+            _signal(signal.SIGALRM, _on_alarm)
+            if unit_timeout:
+                _setitimer(signal.ITIMER_REAL, unit_timeout)
+            _exec(unit, tns)
+        except _UnitTimeout:
+            ok = False
+            err = f"timed out after {unit_timeout}s"
+        except _BaseException as exc:
+            ok = False
+            err = _short(exc)
+        finally:
+            try:
+                _setitimer(signal.ITIMER_REAL, 0)
+            except _BaseException:
+                pass
+        if is_unit:
+            results.append(ok)
+            if ok:
+                passed += 1
+        if not ok and _len(errors) < 5:
+            errors.append((f"assert #{_len(results)}: " if is_unit else "setup: ") + err)
+    base["passed"] = passed
+    base["units"] = results
+    base["errors"] = errors
+    base["calls"] = {k: _int(v) for k, v in counter.items()}
+    _emit(fd, nonce, base)
+    try:
+        sys.__stdout__.flush()
+    except _BaseException:
+        pass
+    _exit(0)
+
+
+def _install_exit_builtins():
+    """Provide ``exit``/``quit`` as ``site`` would (the child runs with ``-S``)."""
+
+    def _quit(code=None):
+        raise _SystemExit(code)
+
+    builtins.exit = _quit
+    builtins.quit = _quit
+
+
+def main():
+    global _PRISTINE_BUILTINS
+    _install_exit_builtins()
+    _PRISTINE_BUILTINS = dict(builtins.__dict__)
+    raw = sys.stdin.buffer.read()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - reads /dev/null now
+    cfg = marshal.loads(raw)  # written by the trusted parent
+    del raw
+    nonce = cfg.pop("nonce")
+    fd = cfg.pop("result_fd")
+    info = _isolate(cfg)
+    if info["pidns"]:
+        _enter_pid_namespace()
+    _emit(fd, nonce, info)
+    if cfg["mode"] == "check":
+        _run_check(cfg, fd, nonce)
+    else:
+        _run_exec(cfg, fd, nonce)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Run many sandboxed programs at once.
+
+Each worker is a thread that drives one child process at a time (start, feed stdin, read
+capped output, enforce the deadline), so the parallelism is in the children; the threads
+mostly wait on pipes. Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, execute, run_python
+from comlrl.envs.sandbox.harness import Verdict, check_payload, split_test, verdict_from_execution
+
+__all__ = ["CheckJob", "SandboxPool", "run_many"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckJob:
+    """One program to score: see :func:`comlrl.envs.sandbox.check_solution`."""
+
+    program: str
+    test: str
+    entry_point: str
+    track_calls: tuple[str, ...] = ()
+
+
+def default_workers() -> int:
+    """Default worker count: the CPUs this process may use (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class SandboxPool:
+    """A pool of ``max_workers`` threads, each driving one sandboxed child at a time.
+
+    Use as a context manager or call :meth:`close`. Thread-safe: several callers may
+    submit batches at once.
+
+    Args:
+        max_workers: concurrent children; ``None`` means the number of usable CPUs.
+
+    Raises:
+        ValueError: when ``max_workers`` is below 1.
+    """
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        if max_workers is not None and max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1 or None, got {max_workers!r}")
+        self.max_workers = max_workers or default_workers()
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=self.max_workers, thread_name_prefix="comlrl-sandbox"
+        )
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            raise RuntimeError("SandboxPool is closed; create a new one.")
+        return self._executor
+
+    def run_many(
+        self, codes: Sequence[str], limits: SandboxLimits | None = None
+    ) -> list[ExecutionResult]:
+        """Run every program in ``codes`` (``[M]`` sources) and return ``M`` results."""
+        lim = limits or SandboxLimits()
+        return list(self._pool().map(lambda c: run_python(c, lim), codes))
+
+    def check_many(
+        self,
+        jobs: Sequence[CheckJob],
+        limits: SandboxLimits | None = None,
+        *,
+        assert_timeout_s: float | None = 2.0,
+    ) -> list[Verdict]:
+        """Score ``M`` :class:`CheckJob` s; returns ``M`` verdicts in order.
+
+        Raises:
+            ValueError: when a job's test source is malformed (checked before anything runs).
+        """
+        lim = limits or SandboxLimits()
+        plans = [split_test(job.test) for job in jobs]
+
+        def one(i: int) -> Verdict:
+            job, plan = jobs[i], plans[i]
+            payload = check_payload(
+                job.program,
+                plan,
+                job.entry_point,
+                track_calls=job.track_calls,
+                assert_timeout_s=assert_timeout_s,
+            )
+            return verdict_from_execution(execute(payload, lim), plan.num_units)
+
+        return list(self._pool().map(one, range(len(jobs))))
+
+    def close(self) -> None:
+        """Wait for running programs and stop the workers. Safe to call twice."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_many(
+    codes: Sequence[str],
+    limits: SandboxLimits | None = None,
+    max_workers: int | None = None,
+) -> list[ExecutionResult]:
+    """Run ``M`` programs with a temporary :class:`SandboxPool`; results in input order."""
+    with SandboxPool(max_workers) as pool:
+        return pool.run_many(codes, limits)

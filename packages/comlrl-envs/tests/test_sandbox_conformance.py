@@ -1,0 +1,320 @@
+"""Conformance suite for sandbox executors, adversarial programs included.
+
+Every executor entry point with the ``(code, limits) -> ExecutionResult`` interface runs
+the same checks: the direct call, a one-off ``run_many`` and a shared ``SandboxPool``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from comlrl.envs.sandbox import ExecutionResult, SandboxLimits, SandboxPool, run_many, run_python
+
+Executor = Callable[[str, SandboxLimits], ExecutionResult]
+
+
+@pytest.fixture(scope="module")
+def shared_pool() -> Iterator[SandboxPool]:
+    with SandboxPool(max_workers=2) as pool:
+        yield pool
+
+
+@pytest.fixture(params=["run_python", "run_many", "pool"])
+def run(request: pytest.FixtureRequest, shared_pool: SandboxPool) -> Executor:
+    if request.param == "run_python":
+        return run_python
+    if request.param == "run_many":
+        return lambda code, limits: run_many([code], limits, max_workers=1)[0]
+    return lambda code, limits: shared_pool.run_many([code], limits)[0]
+
+
+FAST = SandboxLimits(timeout_s=5.0)
+
+
+def _probe() -> ExecutionResult:
+    return run_python("pass", FAST)
+
+
+def _wait_quiet(path: Path, settle_s: float = 0.6) -> tuple[int, int]:
+    """Size of a heartbeat file now and after ``settle_s``: equal once the writer died."""
+    before = path.stat().st_size if path.exists() else 0
+    time.sleep(settle_s)
+    after = path.stat().st_size if path.exists() else 0
+    return before, after
+
+
+# ---------------------------------------------------------------- plain behaviour
+def test_ok_program_returns_stdout_and_status_ok(run: Executor) -> None:
+    res = run("print(6 * 7)", FAST)
+    assert res.status == "ok" and res.returncode == 0
+    assert res.stdout == "42\n"
+    assert res.duration_s < 5
+
+
+def test_uncaught_exception_is_an_error_with_its_type(run: Executor) -> None:
+    res = run("raise KeyError('nope')", FAST)
+    assert res.status == "error" and res.returncode == 1
+    assert res.error_type == "KeyError"
+    assert "KeyError" in res.stderr
+
+
+def test_syntax_error_is_reported_as_such(run: Executor) -> None:
+    res = run("def f(:\n    pass", FAST)
+    assert res.status == "syntax_error"
+    assert res.error_type == "SyntaxError"
+
+
+def test_stdin_is_empty_not_the_runner_instructions(run: Executor) -> None:
+    res = run("import sys; data = sys.stdin.read(); print(repr(data))", FAST)
+    assert res.status == "ok"
+    assert res.stdout.strip() == "''"
+
+
+def test_runs_in_a_fresh_empty_workdir_that_is_deleted(run: Executor) -> None:
+    res = run("import os; print(os.getcwd()); print(os.listdir('.'))", FAST)
+    cwd, listing = res.stdout.splitlines()
+    assert listing == "[]"
+    assert cwd != os.getcwd()
+    assert not Path(cwd).exists(), "the sandbox work dir was not removed"
+
+
+def test_environment_is_scrubbed(run: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMLRL_TEST_SECRET", "hunter2-api-key")
+    res = run(
+        "import os; print(sorted(os.environ)); print(os.environ.get('COMLRL_TEST_SECRET'))", FAST
+    )
+    assert res.status == "ok"
+    assert "hunter2" not in res.stdout
+    assert "COMLRL_TEST_SECRET" not in res.stdout
+    assert set(eval(res.stdout.splitlines()[0])) <= {"PATH", "LANG", "HOME", "TMPDIR", "LC_CTYPE"}
+
+
+def test_parent_sys_path_is_not_visible(run: Executor) -> None:
+    # -I -S: no site-packages, no cwd on sys.path, so the trainer's packages are not importable.
+    res = run("import comlrl.envs", FAST)
+    assert res.status == "error" and res.error_type == "ModuleNotFoundError"
+
+
+# ------------------------------------------------------------------------ exits
+@pytest.mark.parametrize(
+    ("code", "status", "rc"),
+    [
+        ("import os; os._exit(0)", "ok", 0),
+        ("import os; os._exit(3)", "error", 3),
+        ("import sys; sys.exit(0)", "ok", 0),
+        ("import sys; sys.exit(5)", "error", 5),
+        ("raise SystemExit(0)", "ok", 0),
+    ],
+)
+def test_exit_paths_report_the_exit_code(run: Executor, code: str, status: str, rc: int) -> None:
+    res = run(code, FAST)
+    assert (res.status, res.returncode) == (status, rc)
+
+
+def test_system_exit_raised_in_atexit_does_not_hang(run: Executor) -> None:
+    code = "import atexit\ndef bye():\n    raise SystemExit(7)\natexit.register(bye)\nprint('x')"
+    res = run(code, FAST)
+    assert res.status in ("ok", "error")
+    assert res.stdout == "x\n"
+    assert res.duration_s < 3
+
+
+# ------------------------------------------------------------------ adversarial
+def test_infinite_loop_times_out_and_is_killed(run: Executor) -> None:
+    limits = SandboxLimits(timeout_s=1.0, cpu_s=30)
+    start = time.perf_counter()
+    res = run("while True:\n    pass", limits)
+    elapsed = time.perf_counter() - start
+    assert res.status == "timeout"
+    assert elapsed < 3.0
+
+
+def test_cpu_limit_kills_a_busy_loop_before_the_wall_clock(run: Executor) -> None:
+    res = run("while True:\n    pass", SandboxLimits(timeout_s=20.0, cpu_s=1))
+    assert res.status == "killed", res
+    assert res.duration_s < 15
+
+
+def test_sleeping_program_times_out(run: Executor) -> None:
+    res = run("import time; time.sleep(30)", SandboxLimits(timeout_s=0.5))
+    assert res.status == "timeout"
+    assert res.duration_s < 2.5
+
+
+def _heartbeat(path: Path, *, setsid: bool) -> str:
+    return textwrap.dedent(
+        f"""
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            if {setsid!r}:
+                os.setsid()
+            while True:
+                with open({str(path)!r}, "a") as fh:
+                    fh.write("x")
+                time.sleep(0.05)
+        time.sleep(0.3)
+        print("parent done")
+        """
+    )
+
+
+@pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid-escape"])
+def test_child_that_outlives_the_program_is_killed(
+    run: Executor, tmp_path: Path, setsid: bool
+) -> None:
+    if setsid and not _probe().isolation.get("pidns"):
+        pytest.skip("no PID namespace here: a setsid() grandchild escapes the group kill")
+    beat = tmp_path / "beat"
+    res = run(_heartbeat(beat, setsid=setsid), FAST)
+    assert res.stdout == "parent done\n"
+    assert res.duration_s < 3, "the parent waited for the lingering child"
+    assert beat.exists(), "the child never ran; the test would pass vacuously"
+    before, after = _wait_quiet(beat)
+    assert before == after, "a child of the sandboxed program is still running"
+
+
+def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, tmp_path: Path) -> None:
+    if not _probe().isolation.get("pidns"):
+        pytest.skip("no PID namespace here: start_new_session children escape the group kill")
+    beat = tmp_path / "beat"
+    child = f"import time\nwhile True:\n    open({str(beat)!r}, 'a').write('x'); time.sleep(0.05)"
+    code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-I', '-S', '-c', {child!r}], start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
+    res = run(code, SandboxLimits(timeout_s=1.0))
+    assert res.status == "timeout"
+    assert beat.exists()
+    before, after = _wait_quiet(beat)
+    assert before == after
+
+
+def test_bounded_fork_swarm_is_killed_with_the_program(run: Executor, tmp_path: Path) -> None:
+    beat = tmp_path / "beat"
+    code = textwrap.dedent(
+        f"""
+        import os, time
+        for i in range(40):
+            if os.fork() == 0:
+                while True:
+                    with open({str(beat)!r}, "a") as fh:
+                        fh.write("x")
+                    time.sleep(0.1)
+        time.sleep(0.3)
+        """
+    )
+    res = run(code, FAST)
+    assert res.status == "ok"
+    assert beat.exists()
+    before, after = _wait_quiet(beat)
+    assert before == after
+
+
+def test_unbounded_fork_bomb_is_contained(run: Executor) -> None:
+    if os.geteuid() == 0:
+        pytest.skip(
+            "running as root: RLIMIT_NPROC is not enforced, an unbounded fork bomb "
+            "would only be stopped by the wall clock (see the bounded swarm test)"
+        )
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    res = run(code, SandboxLimits(timeout_s=2.0, max_processes=32))
+    assert res.status in ("timeout", "killed", "error")
+
+
+def test_memory_hog_hits_the_address_space_limit(run: Executor) -> None:
+    res = run("x = bytearray(4 * 1024 ** 3)", SandboxLimits(timeout_s=5.0, memory_mb=256))
+    assert res.status == "error" and res.error_type == "MemoryError"
+
+
+def test_growing_memory_hog_is_stopped(run: Executor) -> None:
+    code = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
+    res = run(code, SandboxLimits(timeout_s=10.0, memory_mb=256))
+    assert res.status in ("error", "killed")
+    assert res.status != "timeout"
+    if res.status == "error":
+        assert res.error_type == "MemoryError"
+
+
+def test_huge_output_is_capped(run: Executor) -> None:
+    limits = SandboxLimits(timeout_s=10.0, max_output_bytes=4096)
+    res = run("import sys\nfor _ in range(2000):\n    sys.stdout.write('y' * 10000)", limits)
+    assert res.status == "ok"
+    assert len(res.stdout) == 4096 and res.stdout_truncated
+    assert not res.stderr_truncated
+
+
+def test_huge_stderr_is_capped(run: Executor) -> None:
+    limits = SandboxLimits(timeout_s=10.0, max_output_bytes=1000)
+    res = run("import sys\nsys.stderr.write('e' * 5_000_000)", limits)
+    assert len(res.stderr) == 1000 and res.stderr_truncated
+
+
+def test_big_file_write_is_stopped_by_the_file_size_limit(run: Executor) -> None:
+    code = "with open('big.bin', 'wb') as fh:\n    fh.write(b'0' * (8 * 1024 * 1024))"
+    res = run(code, SandboxLimits(timeout_s=5.0, file_size_mb=1))
+    assert res.status in ("error", "killed")
+    if res.status == "error":
+        assert res.error_type == "OSError"
+    ok = run(code, SandboxLimits(timeout_s=5.0, file_size_mb=16))
+    assert ok.status == "ok", "an 8 MiB file under a 16 MiB limit must be allowed"
+
+
+def test_network_is_unreachable_when_isolated(run: Executor) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    code = (
+        "import socket\n"
+        "s = socket.socket()\n"
+        "s.settimeout(2)\n"
+        f"s.connect(('127.0.0.1', {port}))\n"
+        "print('connected')\n"
+    )
+    try:
+        res = run(code, FAST)
+        if not res.isolation.get("netns"):
+            pytest.skip("this OS did not allow a network namespace; network is not isolated")
+        assert res.status == "error"
+        assert "connected" not in res.stdout
+        opened = run(code, SandboxLimits(timeout_s=5.0, allow_network=True))
+        assert opened.stdout == "connected\n", "control: with network allowed it connects"
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------------------- pool
+def test_run_many_keeps_order_and_runs_in_parallel() -> None:
+    codes = [f"import time; time.sleep(0.4); print({i})" for i in range(8)]
+    start = time.perf_counter()
+    results = run_many(codes, FAST, max_workers=8)
+    elapsed = time.perf_counter() - start
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(8)]
+    assert elapsed < 0.4 * 8 / 2, f"8 sleeping programs on 8 workers took {elapsed:.2f}s"
+
+
+def test_closed_pool_refuses_work() -> None:
+    pool = SandboxPool(1)
+    pool.close()
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run_many(["pass"])
+
+
+@pytest.mark.parametrize("bad", [{"timeout_s": 0}, {"memory_mb": -1}, {"max_output_bytes": -5}])
+def test_invalid_limits_are_rejected(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        SandboxLimits(**bad)  # type: ignore[arg-type]
+
+
+def test_non_string_code_is_rejected() -> None:
+    with pytest.raises(TypeError):
+        run_python(b"print(1)")  # type: ignore[arg-type]
