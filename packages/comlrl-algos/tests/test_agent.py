@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from comlrl.algos.agent import HFAgent
@@ -12,7 +13,7 @@ from comlrl.core import SamplingParams
 PROMPTS = ["def add(a, b):\n    return", "x = [1, 2, 3]\nprint(sum(x"]  # different lengths
 
 
-def test_generate_returns_p_groups_of_g_completions_with_one_generate_call(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_hf_backend_samples_all_groups_with_one_generate_call(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
     calls = []
     original = tiny_model.generate
 
@@ -21,10 +22,29 @@ def test_generate_returns_p_groups_of_g_completions_with_one_generate_call(tiny_
         return original(*args, **kwargs)
 
     tiny_model.generate = counting_generate
-    agent = HFAgent(tiny_model, tiny_tokenizer)
+    agent = HFAgent(tiny_model, tiny_tokenizer, backend="hf")
     torch.manual_seed(0)
     groups = agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
     assert len(calls) == 1 and calls[0][0] == 2
+    _check_groups(agent, groups)
+
+
+def test_native_backend_prefills_each_prompt_once_then_one_call_per_token(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    shapes = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    torch.manual_seed(0)
+    groups = agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
+    hook.remove()
+    assert shapes[0][0] == 2, "the prefill should see each prompt once, not G times"
+    assert all(shape == (6, 1) for shape in shapes[1:])
+    assert len(shapes) <= 12
+    _check_groups(agent, groups)
+
+
+def _check_groups(agent, groups) -> None:  # type: ignore[no-untyped-def]
     assert [len(g) for g in groups] == [3, 3]
     for group in groups:
         for c in group:
@@ -37,18 +57,76 @@ def test_generate_returns_p_groups_of_g_completions_with_one_generate_call(tiny_
     assert batch.completion_mask.sum(dim=1).tolist() == [c.num_tokens for g in groups for c in g]
 
 
-def test_behaviour_logprobs_match_the_training_forward_under_left_padding(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("backend", ["native", "hf"])
+def test_behaviour_logprobs_match_the_training_forward_under_left_padding(tiny_model, tiny_tokenizer, backend: str) -> None:  # type: ignore[no-untyped-def]
     """Generation-time log-probs (KV cache, left padding) equal the recomputed ones (tol 1e-4)."""
-    agent = HFAgent(tiny_model, tiny_tokenizer)
+    agent = HFAgent(tiny_model, tiny_tokenizer, backend=backend)
     torch.manual_seed(1)
     agent.generate(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=10, temperature=0.7))
     gb = agent.last_batch
     assert gb is not None
     trainer = MultiAgentTrainer.__new__(MultiAgentTrainer)
     trainer.config = TrainConfig(temperature=0.7)
-    with torch.no_grad():
-        logp = trainer._completion_logprobs(
-            tiny_model, gb.input_ids, gb.attention_mask, gb.completion_mask.shape[1]
-        )
     m = gb.completion_mask
-    torch.testing.assert_close(logp[m], gb.behaviour_logprobs[m], atol=1e-4, rtol=1e-4)
+    for shared in (True, False):
+        with torch.no_grad():
+            logp = trainer._completion_logprobs(tiny_model, gb, slice(0, 2), shared_prefix=shared)
+        torch.testing.assert_close(logp[m], gb.behaviour_logprobs[m], atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prefix_forward_gives_the_plain_forwards_log_probs_and_gradient(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    torch.manual_seed(2)
+    agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=9))
+    gb = agent.last_batch
+    trainer = MultiAgentTrainer.__new__(MultiAgentTrainer)
+    trainer.config = TrainConfig()
+    weights = torch.randn(gb.completion_mask.shape) * gb.completion_mask
+    results = []
+    for shared in (True, False):
+        tiny_model.zero_grad()
+        logp = trainer._completion_logprobs(tiny_model, gb, slice(0, 2), shared_prefix=shared)
+        (logp * weights).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in tiny_model.parameters()]))
+    (lp_shared, g_shared), (lp_plain, g_plain) = results
+    m = gb.completion_mask
+    torch.testing.assert_close(lp_shared[m], lp_plain[m], atol=1e-5, rtol=1e-5)
+    assert max(float(g.abs().max()) for g in g_plain) > 1e-4
+    for a, b in zip(g_shared, g_plain):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_native_top_k_one_is_greedy(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    torch.manual_seed(0)
+    groups = agent.generate(PROMPTS[:1], SamplingParams(num_generations=3, max_new_tokens=8, top_k=1))
+    assert len({tuple(c.token_ids.tolist()) for c in groups[0]}) == 1
+    enc = tiny_tokenizer(PROMPTS[:1], return_tensors="pt")
+    greedy = tiny_model.generate(**enc, do_sample=False, max_new_tokens=8, pad_token_id=0)
+    n = groups[0][0].num_tokens
+    assert groups[0][0].token_ids.tolist() == greedy[0, enc["input_ids"].shape[1]:][:n].tolist()
+
+
+def test_unknown_backend_is_rejected(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="unknown generation backend 'vllm'"):
+        HFAgent(tiny_model, tiny_tokenizer, backend="vllm")
+
+
+def test_inverse_cdf_sampling_matches_the_tempered_filtered_distribution() -> None:
+    from comlrl.algos.agent import _sample_next
+
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.0625, 0.0625]])).repeat(40000, 1)
+    draws = _sample_next(logits, SamplingParams(temperature=1.0))
+    freq = torch.bincount(draws, minlength=5).float() / draws.numel()
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625]), atol=0.01, rtol=0)
+    # top_p=0.7 keeps the smallest prefix with mass >= 0.7: tokens 0 and 1 (0.75)
+    draws = _sample_next(logits, SamplingParams(top_p=0.7))
+    freq = torch.bincount(draws, minlength=5).float() / draws.numel()
+    torch.testing.assert_close(freq, torch.tensor([2 / 3, 1 / 3, 0, 0, 0]), atol=0.01, rtol=0)
+    draws = _sample_next(logits, SamplingParams(top_k=2))
+    freq = torch.bincount(draws, minlength=5).float() / draws.numel()
+    torch.testing.assert_close(freq, torch.tensor([2 / 3, 1 / 3, 0, 0, 0]), atol=0.01, rtol=0)
+    draws = _sample_next(logits, SamplingParams(temperature=0.5))
+    p = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625]) ** 2
+    torch.testing.assert_close(torch.bincount(draws, minlength=5).float() / draws.numel(), p / p.sum(), atol=0.01, rtol=0)

@@ -30,12 +30,15 @@ class GenerationBatch:
         completion_mask: ``[B, L]`` bool, the completion part of ``attention_mask``.
         behaviour_logprobs: ``[B, L]`` float32, log-probs of the sampled tokens under the
             tempered sampling policy (0 on masked positions).
+        group_size: ``G``, completions per prompt (rows ``p * G`` to ``p * G + G - 1``
+            share prompt ``p``).
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     completion_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
+    group_size: int = 1
 
     @property
     def prompt_length(self) -> int:
@@ -58,6 +61,15 @@ class HFAgent:
         name: agent name used in logs and checkpoint folders.
         eos_token_ids: token ids that end a completion; defaults to the model's
             generation config EOS ids, else the tokenizer's EOS id.
+        backend: ``"native"`` (default) runs CoMLRL's own sampling loop: each prompt is
+            prefilled once and its KV cache shared by its ``G`` completions, one model call
+            per new token, behaviour log-probs taken at each step; it needs a model whose
+            cache supports ``batch_repeat_interleave`` (all ``transformers`` decoder-only
+            LMs with ``DynamicCache``). ``"hf"`` calls ``model.generate`` instead (prompts
+            repeated ``G`` times), for models with exotic caches or generation code.
+
+    Raises:
+        ValueError: no pad/EOS token, or an unknown ``backend``.
     """
 
     def __init__(
@@ -66,7 +78,11 @@ class HFAgent:
         tokenizer: Any,
         name: str = "agent",
         eos_token_ids: Sequence[int] | None = None,
+        backend: str = "native",
     ) -> None:
+        if backend not in ("native", "hf"):
+            raise ValueError(f"agent {name!r}: unknown generation backend {backend!r}; use 'native' or 'hf'.")
+        self.backend = backend
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -108,31 +124,15 @@ class HFAgent:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                do_sample=True,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k if params.top_k > 0 else None,
-                max_new_tokens=params.max_new_tokens,
-                num_return_sequences=g,
-                eos_token_id=self.eos_token_ids,
-                pad_token_id=self.tokenizer.pad_token_id,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
+            if self.backend == "native":
+                completion_ids, logp = self._sample(input_ids, attention_mask, params)
+            else:
+                completion_ids, logp = self._hf_generate(input_ids, attention_mask, params)
         finally:
             self.model.train(was_training)
-        sequences = out.sequences  # [B, S + L]
-        s = input_ids.shape[1]
-        completion_ids = sequences[:, s:]
+        sequences = torch.cat([input_ids.repeat_interleave(g, dim=0), completion_ids], dim=1)
         b, length = completion_ids.shape
         completion_mask = _completion_mask(completion_ids, self.eos_token_ids)
-        logits = torch.stack(out.logits, dim=1)  # [B, L, V], raw (pre-temperature)
-        logp = token_logprobs(
-            logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature
-        ).view(b, length)
         logp = logp.masked_fill(~completion_mask, 0.0)
         prompt_mask = attention_mask.repeat_interleave(g, dim=0)
         self.last_batch = GenerationBatch(
@@ -140,6 +140,7 @@ class HFAgent:
             attention_mask=torch.cat([prompt_mask, completion_mask.long()], dim=1),
             completion_mask=completion_mask,
             behaviour_logprobs=logp.float(),
+            group_size=g,
         )
         lengths = completion_mask.sum(dim=1).tolist()
         ids_cpu = completion_ids.cpu()
@@ -162,3 +163,101 @@ class HFAgent:
         ]
         return [flat[p * g : (p + 1) * g] for p in range(len(prompts))]
 
+    def _hf_generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``model.generate`` path: completion ids ``[B, L]`` and behaviour log-probs ``[B, L]``."""
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else None,
+            max_new_tokens=params.max_new_tokens,
+            num_return_sequences=params.num_generations,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        completion_ids = out.sequences[:, input_ids.shape[1] :]
+        b, length = completion_ids.shape
+        logits = torch.stack(out.logits, dim=1)  # [B, L, V], raw (pre-temperature)
+        logp = token_logprobs(
+            logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature
+        ).view(b, length)
+        return completion_ids, logp
+
+    def _sample(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Native sampling loop with a shared-prefix KV cache.
+
+        The ``P`` prompts are prefilled once; the cache is then repeated ``G`` times so the
+        ``B = P * G`` completions decode together, one model call per token. Rows that
+        emitted EOS keep decoding padding (masked later) until all rows are done.
+
+        Returns:
+            completion ids ``[B, L]`` (int64, padded with the pad id after EOS) and
+            behaviour log-probs ``[B, L]`` (fp32) of the tempered full softmax.
+        """
+        g = params.num_generations
+        pad = int(self.tokenizer.pad_token_id)
+        eos = torch.tensor(self.eos_token_ids, device=input_ids.device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(g)
+        logits = out.logits[:, -1].repeat_interleave(g, dim=0)
+        attn = attention_mask.repeat_interleave(g, dim=0)
+        next_pos = attn.sum(-1, keepdim=True)
+        b = attn.shape[0]
+        done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+        tokens: list[torch.Tensor] = []
+        logps: list[torch.Tensor] = []
+        ones = attn.new_ones(b, 1)
+        for step in range(params.max_new_tokens):
+            token = _sample_next(logits, params)
+            logps.append(token_logprobs(logits, token, temperature=params.temperature))
+            token = token.masked_fill(done, pad)
+            tokens.append(token)
+            done = done | torch.isin(token, eos)
+            if step + 1 == params.max_new_tokens or bool(done.all()):
+                break
+            attn = torch.cat([attn, ones], dim=1)
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=attn,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+            logits = out.logits[:, -1]
+        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1).float()
+
+
+def _sample_next(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Sample one token per row from ``logits [B, V]`` with temperature, top-k and top-p."""
+    scores = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        cum = sorted_scores.softmax(-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (keeps at least one)
+        drop = (cum - sorted_scores.softmax(-1)) >= params.top_p
+        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+    # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
+    # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
+    cdf = scores.softmax(-1).cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)

@@ -81,9 +81,14 @@ class TrainConfig(BaseModel):
     learning_rate: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
-    batch_size: int = Field(2, ge=1, description="Prompts per step.")
+    batch_size: int = Field(8, ge=1, description="Prompts per step.")
     micro_batch_size: int | None = Field(
-        None, ge=1, description="Sequences per forward/backward; None = all at once."
+        None, ge=1, description="Sequences per forward/backward (rounded down to whole "
+        "groups of G); None = all at once."
+    )
+    shared_prefix: bool = Field(
+        True, description="Run each prompt through the model once per update and share its "
+        "KV cache among its G completions (same gradient, less work)."
     )
     num_steps: int = Field(10, ge=1)
     seed: int = 0

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from comlrl.algos.advantages import compute_advantages
-from comlrl.algos.agent import HFAgent
+from comlrl.algos.agent import GenerationBatch, HFAgent
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.joint import credit_completions, joint_action_indices
 from comlrl.algos.losses import policy_loss
@@ -234,24 +234,57 @@ class MultiAgentTrainer:
 
     # ------------------------------------------------------------------ update
     def _completion_logprobs(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+        self, model: Any, gb: GenerationBatch, prompts: slice, *, shared_prefix: bool
     ) -> torch.Tensor:
-        """Log-probs ``[b, L]`` (fp32) of the last ``L`` tokens; logits only for those."""
-        s = input_ids.shape[1] - length
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        keep = torch.arange(s - 1, s - 1 + length, device=input_ids.device)
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=keep,
-            use_cache=False,
-        )
-        logits = out.logits  # [b, L, V]
+        """Log-probs ``[b, L]`` (fp32) of the completions of prompts ``prompts`` in ``gb``.
+
+        Logits are computed only at the ``L`` positions that predict completion tokens
+        (never over the prompt), and reduced to log-probs by
+        :func:`comlrl.kernels.token_logprobs`. With ``shared_prefix`` each prompt runs
+        through the model once and its KV cache (with its autograd graph) is repeated for
+        its ``G`` completions, so prompt work is not repeated ``G`` times; the result and
+        its gradient equal the plain per-sequence forward (tested to 1e-5).
+        """
+        g = gb.group_size
+        rows = slice(prompts.start * g, prompts.stop * g)
+        ids, mask = gb.input_ids[rows], gb.attention_mask[rows]
+        length = gb.completion_mask.shape[1]
+        s = ids.shape[1] - length
+        if not shared_prefix:
+            position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+            keep = torch.arange(s - 1, s - 1 + length, device=ids.device)
+            logits = model(
+                input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                logits_to_keep=keep, use_cache=False,
+            ).logits  # [b, L, V]
+        else:
+            prompt_ids, prompt_mask = ids[::g, :s], mask[::g, :s]
+            out = model(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            first = out.logits[:, -1:].repeat_interleave(g, dim=0)  # [b, 1, V]
+            if length == 1:
+                logits = first
+            else:
+                cache = out.past_key_values
+                cache.batch_repeat_interleave(g)
+                start = prompt_mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
+                rest = model(
+                    input_ids=ids[:, s : s + length - 1],
+                    attention_mask=mask[:, : s + length - 1],
+                    position_ids=start + torch.arange(length - 1, device=ids.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits  # [b, L - 1, V]
+                logits = torch.cat([first, rest], dim=1)
         b = logits.shape[0]
         return token_logprobs(
             logits.reshape(b * length, -1),
-            input_ids[:, s:].reshape(-1),
+            ids[:, s:].reshape(-1),
             temperature=self.config.temperature,
         ).view(b, length)
 
@@ -265,30 +298,30 @@ class MultiAgentTrainer:
         cfg = self.config
         agent, opt = self.agents[a], self.optimizers[a]
         gb = agent.last_batch
-        assert gb is not None, "update_agent called before generate"
-        b, length = gb.completion_mask.shape
-        mb = cfg.micro_batch_size or b
+        if gb is None:
+            raise RuntimeError(f"agent {a} has no sampled batch; call rollout() before update_agent().")
+        b = gb.completion_mask.shape[0]
+        g = gb.group_size
+        num_prompts = b // g
+        # micro-batches hold whole groups so the shared prompt prefix is computed once
+        per_micro = max(1, (cfg.micro_batch_size or b) // g)
+        chunks = [slice(i, min(i + per_micro, num_prompts)) for i in range(0, num_prompts, per_micro)]
         adv = advantages.to(self.device)
         ref_logp: list[torch.Tensor] = []
         if self.ref_models is not None:
             with torch.no_grad():
-                for i in range(0, b, mb):
-                    sl = slice(i, i + mb)
-                    ref_logp.append(
-                        self._completion_logprobs(
-                            self.ref_models[a], gb.input_ids[sl], gb.attention_mask[sl], length
-                        )
-                    )
+                ref_logp = [
+                    self._completion_logprobs(self.ref_models[a], gb, c, shared_prefix=cfg.shared_prefix)
+                    for c in chunks
+                ]
         sums: dict[str, float] = {}
         count = 0
         total_tokens = float(gb.completion_mask.sum())
         for _ in range(cfg.num_iterations):
             opt.zero_grad(set_to_none=True)
-            for j, i in enumerate(range(0, b, mb)):
-                sl = slice(i, i + mb)
-                logp = self._completion_logprobs(
-                    agent.model, gb.input_ids[sl], gb.attention_mask[sl], length
-                )
+            for j, chunk in enumerate(chunks):
+                sl = slice(chunk.start * g, chunk.stop * g)
+                logp = self._completion_logprobs(agent.model, gb, chunk, shared_prefix=cfg.shared_prefix)
                 loss, metrics = policy_loss(
                     logp,
                     adv[sl],
