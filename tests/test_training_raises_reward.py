@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from comlrl.algos import HFAgent, MAGRPOTrainer, TrainConfig, load_model_and_tokenizer
 
 OPENINGS = ["Once upon a time", "One day", "The little dog", "Tim had a", "There was a big", "In the park"]

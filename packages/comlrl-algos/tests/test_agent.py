@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from comlrl.algos.agent import HFAgent
 from comlrl.algos.config import TrainConfig
 from comlrl.algos.trainer import MultiAgentTrainer

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from comlrl.algos.config import ConfigError, TrainConfig, apply_overrides, load_config
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from comlrl.algos.agent import HFAgent
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.models import build_default_model

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import importlib
 
-import pytest
-
 import comlrl.core
+import pytest
 
 
 @pytest.mark.parametrize("name", comlrl.core.__all__)

@@ -3,10 +3,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from comlrl.core import RewardBatch, RewardFunctionError, as_joint_reward, check_rewards
 from hypothesis import given
 from hypothesis import strategies as st
-
-from comlrl.core import RewardBatch, RewardFunctionError, as_joint_reward, check_rewards
 
 
 def _length_reward(c1: list[str], c2: list[str]) -> list[float]:

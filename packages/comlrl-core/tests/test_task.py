@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from comlrl.core import JointAction, RewardBatch, Task, TaskNotFoundError, get_task
 
 

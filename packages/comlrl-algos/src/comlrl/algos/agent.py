@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from comlrl.algos.losses import completion_mask as _completion_mask
 from comlrl.core import Completion, SamplingParams
 from comlrl.kernels import token_logprobs

@@ -71,7 +71,6 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
 
     import torch
-
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.models import load_model_and_tokenizer
     from comlrl.algos.trainer import MultiAgentTrainer

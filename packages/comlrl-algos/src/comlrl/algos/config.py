@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from comlrl.algos.models import DEFAULT_MODEL
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 __all__ = ["TrainConfig", "TaskConfig", "ConfigError", "load_config", "apply_overrides"]
 

@@ -29,13 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.agent import GenerationBatch, HFAgent
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.joint import credit_completions, joint_action_indices
 from comlrl.algos.losses import policy_loss
-from comlrl.core import Completion, RewardBatch, SamplingParams, Task, as_joint_reward, check_rewards
+from comlrl.core import (
+    Completion,
+    RewardBatch,
+    SamplingParams,
+    Task,
+    as_joint_reward,
+    check_rewards,
+)
 from comlrl.kernels import token_logprobs
 
 __all__ = ["MultiAgentTrainer", "MAGRPOTrainer", "StepResult", "save_agent_checkpoint"]
@@ -129,7 +135,9 @@ class MultiAgentTrainer:
                 )
             self.reward_fn = as_joint_reward(task)
             self.format_prompts: Callable[[Mapping[str, Any]], list[str]] = task.prompts
-            self.dataset = list(dataset) if dataset is not None else list(task.load(config.task.split))
+            self.dataset: Sequence[Mapping[str, Any]] = (
+                list(dataset) if dataset is not None else list(task.load(config.task.split))
+            )
         else:
             if formatters is None or reward_func is None or dataset is None:
                 raise ConfigError(
@@ -176,7 +184,7 @@ class MultiAgentTrainer:
     # ------------------------------------------------------------------ data
     def next_batch(self) -> list[Mapping[str, Any]]:
         """The next ``batch_size`` examples (seeded shuffle, reshuffled every epoch)."""
-        out = []
+        out: list[Mapping[str, Any]] = []
         while len(out) < self.config.batch_size:
             if not self._order:
                 self._order = list(range(len(self.dataset)))
