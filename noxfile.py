@@ -51,8 +51,13 @@ def _local(session: nox.Session, name: str) -> str:
     return _kernels_wheel(session) if name == "kernels" else str(PACKAGES / f"comlrl-{name}")
 
 
+NEEDS_TORCH = {"kernels", "algos"}
+
+
 def _install(session: nox.Session, names: list[str]) -> None:
-    session.install(TORCH_SPEC, *TEST_TOOLS)
+    """Install the test tools, torch (pinned) only where a package needs it, then ``names``."""
+    pinned = [TORCH_SPEC] if NEEDS_TORCH.intersection(names) else []
+    session.install(*pinned, *TEST_TOOLS)
     session.install(*[_local(session, n) for n in names])
 
 

@@ -1,0 +1,74 @@
+// pybind11 module comlrl.kernels._cpu: thin bindings over cpu_kernels.h.
+// Arguments are plain integers (addresses from Tensor.data_ptr(), sizes, strides, dtype
+// codes); a null pointer (0) marks an optional buffer as absent. The GIL is released
+// while kernels run.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+#include "cpu_kernels.h"
+
+namespace py = pybind11;
+using std::int64_t;
+using std::uintptr_t;
+
+namespace {
+template <typename T>
+T* ptr(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+}  // namespace
+
+PYBIND11_MODULE(_cpu, m) {
+  m.doc() = "comlrl-kernels CPU backend (C++17, std::thread); raw-pointer API, no libtorch.";
+
+  m.def(
+      "token_logprobs_forward",
+      [](uintptr_t logits, int dtype, int64_t n_rows, int64_t vocab, int64_t row_stride,
+         uintptr_t targets, int64_t ignore_index, float temperature, uintptr_t logp,
+         uintptr_t lse, uintptr_t entropy, int num_threads) {
+        py::gil_scoped_release release;
+        comlrl::cpu::token_logprobs_forward(ptr<const void>(logits), dtype, n_rows, vocab,
+                                            row_stride, ptr<const int64_t>(targets), ignore_index,
+                                            temperature, ptr<float>(logp), ptr<float>(lse),
+                                            ptr<float>(entropy), num_threads);
+      },
+      py::arg("logits"), py::arg("dtype"), py::arg("n_rows"), py::arg("vocab"),
+      py::arg("row_stride"), py::arg("targets"), py::arg("ignore_index"), py::arg("temperature"),
+      py::arg("logp"), py::arg("lse"), py::arg("entropy"), py::arg("num_threads"));
+
+  m.def(
+      "token_logprobs_backward",
+      [](uintptr_t logits, int dtype, int64_t n_rows, int64_t vocab, int64_t row_stride,
+         uintptr_t targets, int64_t ignore_index, float temperature, uintptr_t lse,
+         uintptr_t g_logp, uintptr_t g_entropy, uintptr_t entropy, uintptr_t grad,
+         int64_t grad_row_stride, int num_threads) {
+        py::gil_scoped_release release;
+        comlrl::cpu::token_logprobs_backward(
+            ptr<const void>(logits), dtype, n_rows, vocab, row_stride,
+            ptr<const int64_t>(targets), ignore_index, temperature, ptr<const float>(lse),
+            ptr<const float>(g_logp), ptr<const float>(g_entropy), ptr<const float>(entropy),
+            ptr<void>(grad), grad_row_stride, num_threads);
+      },
+      py::arg("logits"), py::arg("dtype"), py::arg("n_rows"), py::arg("vocab"),
+      py::arg("row_stride"), py::arg("targets"), py::arg("ignore_index"), py::arg("temperature"),
+      py::arg("lse"), py::arg("g_logp"), py::arg("g_entropy"), py::arg("entropy"),
+      py::arg("grad"), py::arg("grad_row_stride"), py::arg("num_threads"));
+
+  m.def(
+      "group_advantages",
+      [](uintptr_t rewards, int dtype, int64_t m_, uintptr_t group_index, int64_t num_groups,
+         int64_t group_size, int baseline, int scale, double eps, uintptr_t out) {
+        py::gil_scoped_release release;
+        return comlrl::cpu::group_advantages(ptr<const void>(rewards), dtype, m_,
+                                             ptr<const int64_t>(group_index), num_groups,
+                                             group_size, baseline, scale, eps, ptr<void>(out));
+      },
+      py::arg("rewards"), py::arg("dtype"), py::arg("m"), py::arg("group_index"),
+      py::arg("num_groups"), py::arg("group_size"), py::arg("baseline"), py::arg("scale"),
+      py::arg("eps"), py::arg("out"));
+
+  m.def("isa", &comlrl::cpu::active_isa,
+        "Instruction set of the row kernels now: 'avx2' or 'base' "
+        "(COMLRL_KERNELS_CPU_ISA=base forces the baseline).");
+}

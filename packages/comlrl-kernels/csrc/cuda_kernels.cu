@@ -1,0 +1,426 @@
+// CUDA kernels for comlrl-kernels (see cuda_kernels.h for the contracts).
+//
+// token_logprobs: one block per row. Each thread streams its share of the row once,
+// 128-bit loads when the row is 16-byte aligned, keeping an online (max, sum, entropy)
+// triple in fp32; the triples are merged across the block with warp shuffles. Backward
+// recomputes softmax from the saved log-sum-exp. All offsets are 64-bit.
+// group_advantages: one block per group, one launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "common.h"
+#include "cuda_kernels.h"
+
+namespace comlrl::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr std::int64_t kMaxGrid = 1 << 30;
+
+template <int D> struct CElem;
+template <> struct CElem<kFloat32> {
+  using T = float;
+  __device__ static float load(T v) { return v; }
+  __device__ static T store(float v) { return v; }
+};
+template <> struct CElem<kFloat16> {
+  using T = __half;
+  __device__ static float load(T v) { return __half2float(v); }
+  __device__ static T store(float v) { return __float2half_rn(v); }
+};
+template <> struct CElem<kBFloat16> {
+  using T = __nv_bfloat16;
+  __device__ static float load(T v) { return __bfloat162float(v); }
+  __device__ static T store(float v) { return __float2bfloat16_rn(v); }
+};
+
+// Running log-sum-exp state: m = max, s = sum exp(z - m), t = sum exp(z - m) * (z - m).
+struct Online {
+  float m, s, t;
+};
+
+__device__ __forceinline__ Online merge(Online a, Online b) {
+  if (a.m == -INFINITY) return b;
+  if (b.m == -INFINITY) return a;
+  const float nm = fmaxf(a.m, b.m);
+  const float da = a.m - nm, db = b.m - nm;
+  const float ea = expf(da), eb = expf(db);
+  return {nm, a.s * ea + b.s * eb, ea * (a.t + da * a.s) + eb * (b.t + db * b.s)};
+}
+
+template <int N>
+__device__ __forceinline__ void accumulate(Online& st, const float (&z)[N]) {
+  float lm = z[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k) lm = fmaxf(lm, z[k]);
+  if (lm == -INFINITY) return;
+  Online b{lm, 0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float d = z[k] - lm;
+    const float p = expf(d);
+    b.s += p;
+    b.t += p > 0.0f ? p * d : 0.0f;
+  }
+  st = merge(st, b);
+}
+
+__device__ Online block_merge(Online st, Online* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    Online o{__shfl_xor_sync(0xffffffffu, st.m, off), __shfl_xor_sync(0xffffffffu, st.s, off),
+             __shfl_xor_sync(0xffffffffu, st.t, off)};
+    st = merge(st, o);
+  }
+  if (lane == 0) smem[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    st = lane < kWarps ? smem[lane] : Online{-INFINITY, 0.0f, 0.0f};
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      Online o{__shfl_xor_sync(0xffffffffu, st.m, off), __shfl_xor_sync(0xffffffffu, st.s, off),
+               __shfl_xor_sync(0xffffffffu, st.t, off)};
+      st = merge(st, o);
+    }
+  }
+  __syncthreads();  // smem reusable by the next row
+  return st;        // valid in thread 0
+}
+
+template <int D, bool kEntropy>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const typename CElem<D>::T* __restrict__ logits, std::int64_t n_rows,
+                   std::int64_t vocab, std::int64_t row_stride,
+                   const std::int64_t* __restrict__ targets, std::int64_t ignore_index,
+                   float inv_t, float* __restrict__ logp, float* __restrict__ lse,
+                   float* __restrict__ entropy) {
+  using T = typename CElem<D>::T;
+  constexpr int kVec = 16 / sizeof(T);
+  __shared__ Online smem[kWarps];
+  for (std::int64_t row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    const std::int64_t tgt = targets[row];
+    if (tgt == ignore_index) {
+      if (threadIdx.x == 0) {
+        logp[row] = 0.0f;
+        lse[row] = 0.0f;
+        if (kEntropy) entropy[row] = 0.0f;
+      }
+      continue;
+    }
+    const T* x = logits + row * row_stride;
+    Online st{-INFINITY, 0.0f, 0.0f};
+    std::int64_t tail = 0;
+    if ((reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
+      const std::int64_t nvec = vocab / kVec;
+      const uint4* xv = reinterpret_cast<const uint4*>(x);
+      for (std::int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+        uint4 raw = __ldg(xv + v);
+        const T* e = reinterpret_cast<const T*>(&raw);
+        float z[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) z[k] = CElem<D>::load(e[k]) * inv_t;
+        accumulate(st, z);
+      }
+      tail = nvec * kVec;
+    }
+    for (std::int64_t j = tail + threadIdx.x; j < vocab; j += blockDim.x) {
+      float z[1] = {CElem<D>::load(x[j]) * inv_t};
+      accumulate(st, z);
+    }
+    st = block_merge(st, smem);
+    if (threadIdx.x == 0) {
+      const float log_s = logf(st.s);
+      const float l = st.m + log_s;
+      lse[row] = l;
+      logp[row] = (tgt >= 0 && tgt < vocab) ? CElem<D>::load(x[tgt]) * inv_t - l : NAN;
+      if (kEntropy) entropy[row] = log_s - st.t / st.s;
+    }
+  }
+}
+
+template <int D>
+__device__ __forceinline__ float grad_at(float xv, std::int64_t j, std::int64_t tgt, float inv_t,
+                                         float l, float g, float c, float h) {
+  const float d = xv * inv_t - l;
+  const float p = expf(d);
+  float out = (j == tgt ? g * inv_t * (1.0f - p) : -g * inv_t * p);
+  if (c != 0.0f && p > 0.0f) out += c * p * (d + h);
+  return out;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_kernel(const typename CElem<D>::T* logits, std::int64_t n_rows, std::int64_t vocab,
+                    std::int64_t row_stride, const std::int64_t* __restrict__ targets,
+                    std::int64_t ignore_index, float inv_t, const float* __restrict__ lse,
+                    const float* __restrict__ g_logp, const float* __restrict__ g_entropy,
+                    const float* __restrict__ entropy, typename CElem<D>::T* grad,
+                    std::int64_t grad_row_stride) {
+  // logits and grad may alias (in-place backward): every element is read and then
+  // written by the same thread, so no synchronisation is needed.
+  using T = typename CElem<D>::T;
+  constexpr int kVec = 16 / sizeof(T);
+  for (std::int64_t row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    const T* x = logits + row * row_stride;
+    T* gr = grad + row * grad_row_stride;
+    const std::int64_t tgt = targets[row];
+    const bool ignored = tgt == ignore_index;
+    const float l = lse[row];
+    const float g = (ignored || !g_logp) ? 0.0f : g_logp[row];
+    const float c = (ignored || !g_entropy) ? 0.0f : -g_entropy[row] * inv_t;
+    const float h = (entropy && g_entropy) ? entropy[row] : 0.0f;
+    std::int64_t tail = 0;
+    if (((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(gr)) & 15u) == 0) {
+      const std::int64_t nvec = vocab / kVec;
+      for (std::int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+        uint4 raw = reinterpret_cast<const uint4*>(x)[v];
+        const T* e = reinterpret_cast<const T*>(&raw);
+        uint4 outraw;
+        T* o = reinterpret_cast<T*>(&outraw);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          o[k] = ignored ? CElem<D>::store(0.0f)
+                         : CElem<D>::store(grad_at<D>(CElem<D>::load(e[k]), v * kVec + k, tgt,
+                                                      inv_t, l, g, c, h));
+        }
+        reinterpret_cast<uint4*>(gr)[v] = outraw;
+      }
+      tail = nvec * kVec;
+    }
+    for (std::int64_t j = tail + threadIdx.x; j < vocab; j += blockDim.x) {
+      gr[j] = ignored ? CElem<D>::store(0.0f)
+                      : CElem<D>::store(grad_at<D>(CElem<D>::load(x[j]), j, tgt, inv_t, l, g, c, h));
+    }
+  }
+}
+
+// ---- group advantages ----
+template <typename F>
+__device__ double block_reduce(double v, double* smem, F op, double identity) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < kWarps ? smem[threadIdx.x] : identity;
+  if (warp == 0) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    if (lane == 0) smem[0] = v;
+  }
+  __syncthreads();
+  const double result = smem[0];
+  __syncthreads();
+  return result;
+}
+
+struct Add {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct Max {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+
+template <typename R>
+__global__ void __launch_bounds__(kThreads)
+    advantages_kernel(const R* __restrict__ r, const std::int64_t* __restrict__ perm,
+                      const std::int64_t* __restrict__ offsets, std::int64_t num_groups,
+                      std::int64_t group_size, int baseline, int scale, double eps,
+                      R* __restrict__ out, unsigned long long* bad_index) {
+  __shared__ double smem[kWarps];
+  for (std::int64_t grp = blockIdx.x; grp < num_groups; grp += gridDim.x) {
+    const std::int64_t begin = perm ? offsets[grp] : grp * group_size;
+    const std::int64_t end = perm ? offsets[grp + 1] : begin + group_size;
+    double sum = 0.0, mx = -INFINITY;
+    for (std::int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+      const std::int64_t i = perm ? perm[k] : k;
+      const double v = static_cast<double>(r[i]);
+      if (!isfinite(v)) atomicMin(bad_index, static_cast<unsigned long long>(i));
+      sum += v;
+      mx = fmax(mx, v);
+    }
+    const double n = static_cast<double>(end - begin);
+    const double mean = block_reduce(sum, smem, Add{}, 0.0) / n;
+    const double gmax = block_reduce(mx, smem, Max{}, -INFINITY);
+    double stdev = 0.0;
+    if (scale == 1) {
+      double sq = 0.0;
+      for (std::int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+        const double d = static_cast<double>(r[perm ? perm[k] : k]) - mean;
+        sq += d * d;
+      }
+      stdev = sqrt(block_reduce(sq, smem, Add{}, 0.0) / n);  // population std
+    }
+    for (std::int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+      const std::int64_t i = perm ? perm[k] : k;
+      const double v = static_cast<double>(r[i]);
+      double a;
+      switch (baseline) {
+        case 0: a = v; break;
+        case 1: a = v - mean; break;
+        case 2: a = n > 1.0 ? (v - mean) * (n / (n - 1.0)) : 0.0; break;
+        default: a = v - gmax; break;
+      }
+      if (scale == 1) a /= (stdev + eps);
+      out[i] = static_cast<R>(a);
+    }
+  }
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("comlrl.kernels CUDA error in ") + what + ": " +
+                             cudaGetErrorString(err));
+}
+
+void set_device(int device) {
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+unsigned grid_for(std::int64_t n) { return static_cast<unsigned>(n < kMaxGrid ? n : kMaxGrid); }
+
+std::string dtype_error(int dtype) {
+  return "unsupported logits dtype code " + std::to_string(dtype) +
+         " (expected 0=float32, 1=float16, 2=bfloat16)";
+}
+
+template <int D>
+void launch_forward(std::uintptr_t logits, std::int64_t n_rows, std::int64_t vocab,
+                    std::int64_t row_stride, std::uintptr_t targets, std::int64_t ignore_index,
+                    float inv_t, std::uintptr_t logp, std::uintptr_t lse, std::uintptr_t entropy,
+                    cudaStream_t stream) {
+  using T = typename CElem<D>::T;
+  auto x = reinterpret_cast<const T*>(logits);
+  auto tg = reinterpret_cast<const std::int64_t*>(targets);
+  if (entropy)
+    forward_kernel<D, true><<<grid_for(n_rows), kThreads, 0, stream>>>(
+        x, n_rows, vocab, row_stride, tg, ignore_index, inv_t, reinterpret_cast<float*>(logp),
+        reinterpret_cast<float*>(lse), reinterpret_cast<float*>(entropy));
+  else
+    forward_kernel<D, false><<<grid_for(n_rows), kThreads, 0, stream>>>(
+        x, n_rows, vocab, row_stride, tg, ignore_index, inv_t, reinterpret_cast<float*>(logp),
+        reinterpret_cast<float*>(lse), nullptr);
+}
+
+template <int D>
+void launch_backward(std::uintptr_t logits, std::int64_t n_rows, std::int64_t vocab,
+                     std::int64_t row_stride, std::uintptr_t targets, std::int64_t ignore_index,
+                     float inv_t, std::uintptr_t lse, std::uintptr_t g_logp,
+                     std::uintptr_t g_entropy, std::uintptr_t entropy, std::uintptr_t grad,
+                     std::int64_t grad_row_stride, cudaStream_t stream) {
+  using T = typename CElem<D>::T;
+  backward_kernel<D><<<grid_for(n_rows), kThreads, 0, stream>>>(
+      reinterpret_cast<const T*>(logits), n_rows, vocab, row_stride,
+      reinterpret_cast<const std::int64_t*>(targets), ignore_index, inv_t,
+      reinterpret_cast<const float*>(lse), reinterpret_cast<const float*>(g_logp),
+      reinterpret_cast<const float*>(g_entropy), reinterpret_cast<const float*>(entropy),
+      reinterpret_cast<T*>(grad), grad_row_stride);
+}
+
+}  // namespace
+
+void token_logprobs_forward(std::uintptr_t logits, int dtype, std::int64_t n_rows,
+                            std::int64_t vocab, std::int64_t row_stride, std::uintptr_t targets,
+                            std::int64_t ignore_index, float temperature, std::uintptr_t logp,
+                            std::uintptr_t lse, std::uintptr_t entropy, int device,
+                            std::uintptr_t stream) {
+  if (n_rows <= 0) return;
+  set_device(device);
+  const float inv_t = 1.0f / temperature;
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case kFloat32:
+      launch_forward<kFloat32>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                               logp, lse, entropy, s);
+      break;
+    case kFloat16:
+      launch_forward<kFloat16>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                               logp, lse, entropy, s);
+      break;
+    case kBFloat16:
+      launch_forward<kBFloat16>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                                logp, lse, entropy, s);
+      break;
+    default:
+      throw std::runtime_error(dtype_error(dtype));
+  }
+  check(cudaGetLastError(), "token_logprobs forward launch");
+}
+
+void token_logprobs_backward(std::uintptr_t logits, int dtype, std::int64_t n_rows,
+                             std::int64_t vocab, std::int64_t row_stride, std::uintptr_t targets,
+                             std::int64_t ignore_index, float temperature, std::uintptr_t lse,
+                             std::uintptr_t g_logp, std::uintptr_t g_entropy,
+                             std::uintptr_t entropy, std::uintptr_t grad,
+                             std::int64_t grad_row_stride, int device, std::uintptr_t stream) {
+  if (n_rows <= 0) return;
+  set_device(device);
+  const float inv_t = 1.0f / temperature;
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case kFloat32:
+      launch_backward<kFloat32>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                                lse, g_logp, g_entropy, entropy, grad, grad_row_stride, s);
+      break;
+    case kFloat16:
+      launch_backward<kFloat16>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                                lse, g_logp, g_entropy, entropy, grad, grad_row_stride, s);
+      break;
+    case kBFloat16:
+      launch_backward<kBFloat16>(logits, n_rows, vocab, row_stride, targets, ignore_index, inv_t,
+                                 lse, g_logp, g_entropy, entropy, grad, grad_row_stride, s);
+      break;
+    default:
+      throw std::runtime_error(dtype_error(dtype));
+  }
+  check(cudaGetLastError(), "token_logprobs backward launch");
+}
+
+void group_advantages(std::uintptr_t rewards, int dtype, std::int64_t m, std::uintptr_t perm,
+                      std::uintptr_t offsets, std::int64_t num_groups, std::int64_t group_size,
+                      int baseline, int scale, double eps, std::uintptr_t out,
+                      std::uintptr_t bad_index, int device, std::uintptr_t stream) {
+  set_device(device);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  auto bad = reinterpret_cast<unsigned long long*>(bad_index);
+  // 0xFF.. bytes: ULLONG_MAX for atomicMin, reads back as -1 (kNoBadIndex) as int64.
+  check(cudaMemsetAsync(bad, 0xFF, sizeof(unsigned long long), s), "cudaMemsetAsync");
+  if (m <= 0 || num_groups <= 0) return;
+  auto p = reinterpret_cast<const std::int64_t*>(perm);
+  auto o = reinterpret_cast<const std::int64_t*>(offsets);
+  if (dtype == kFloat32)
+    advantages_kernel<float><<<grid_for(num_groups), kThreads, 0, s>>>(
+        reinterpret_cast<const float*>(rewards), p, o, num_groups, group_size, baseline, scale,
+        eps, reinterpret_cast<float*>(out), bad);
+  else if (dtype == kFloat64)
+    advantages_kernel<double><<<grid_for(num_groups), kThreads, 0, s>>>(
+        reinterpret_cast<const double*>(rewards), p, o, num_groups, group_size, baseline, scale,
+        eps, reinterpret_cast<double*>(out), bad);
+  else
+    throw std::runtime_error("unsupported rewards dtype code " + std::to_string(dtype) +
+                             " (expected 0=float32 or 3=float64)");
+  check(cudaGetLastError(), "group_advantages launch");
+}
+
+int device_count(std::string* error) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(err);
+    cudaGetLastError();  // clear the sticky-free error state
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace comlrl::cuda

@@ -1,0 +1,29 @@
+"""comlrl.kernels: fused kernels for CoMLRL training.
+
+- :func:`token_logprobs`: per-token log-probs (and entropy) from logits, with a backward
+  that recomputes softmax from the saved log-sum-exp (no float32 [N, V] tensor).
+- :func:`linear_token_logprobs`: the same fused with the lm_head matmul, chunked over
+  tokens so the full logits never exist.
+- :func:`group_advantages`: per-group baselines (none/mean/loo/max) and std scaling.
+
+Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
+spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
+they were compiled, else to the reference; see :func:`backend_info` and
+:func:`use_backend` (or the ``COMLRL_KERNELS_BACKEND`` environment variable).
+"""
+
+from __future__ import annotations
+
+from ._dispatch import BackendUnavailableError, backend_info, use_backend
+from ._group_advantages import group_advantages
+from ._linear_token_logprobs import linear_token_logprobs
+from ._token_logprobs import token_logprobs
+
+__all__ = [
+    "BackendUnavailableError",
+    "backend_info",
+    "group_advantages",
+    "linear_token_logprobs",
+    "token_logprobs",
+    "use_backend",
+]

@@ -1,0 +1,2 @@
+CUDA_STATUS: str
+WITH_CUDA: str
