@@ -60,7 +60,15 @@ __device__ __forceinline__ void accumulate(Online& st, const float (&z)[N]) {
   float lm = z[0];
 #pragma unroll
   for (int k = 1; k < N; ++k) lm = fmaxf(lm, z[k]);
-  if (lm == -INFINITY) return;
+  if (lm == -INFINITY) {
+    // All -inf contributes nothing, but fmaxf drops NaN: a NaN among -inf must still
+    // poison the row (as logsumexp does). A NaN max propagates through merge().
+    bool nan = false;
+#pragma unroll
+    for (int k = 0; k < N; ++k) nan |= z[k] != z[k];
+    if (nan) st = Online{NAN, NAN, NAN};
+    return;
+  }
   Online b{lm, 0.0f, 0.0f};
 #pragma unroll
   for (int k = 0; k < N; ++k) {

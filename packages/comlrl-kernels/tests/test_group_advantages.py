@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from comlrl.kernels import group_advantages, use_backend
+from comlrl.kernels._reference import group_advantages_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +303,30 @@ def test_sparse_huge_labels_match_the_loop_reference(
     torch.testing.assert_close(
         got, torch.tensor(expected, dtype=torch.float64), atol=1e-9, rtol=1e-9
     )
+
+
+@pytest.mark.parametrize("baseline", BASELINES)
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_groups_larger_than_a_warp_and_a_block(
+    backend: str, device: torch.device, baseline: str, scale: str, dtype: torch.dtype
+) -> None:
+    """Group sizes around 32 and 256 (the CUDA kernel reduces across warps and loops over a
+    block of 256 threads), mixed with singletons, shuffled; and fixed groups of 1024."""
+    gen = torch.Generator().manual_seed(5)
+    sizes = [1, 2, 31, 32, 33, 255, 256, 257, 1000, 3001]
+    labels = torch.cat([torch.full((s,), g, dtype=torch.int64) for g, s in enumerate(sizes)])
+    labels = labels[torch.randperm(labels.numel(), generator=gen)]
+    rewards = (torch.randn(labels.numel(), generator=gen, dtype=torch.float64) * 3 + 1).to(dtype)
+    atol, rtol = TOL[dtype]["atol"], TOL[dtype]["rtol"]
+    expected = group_advantages_reference(
+        rewards.double(), group_ids=labels, baseline=baseline, scale=scale
+    )
+    got = run(backend, device, rewards, group_ids=labels, baseline=baseline, scale=scale)
+    torch.testing.assert_close(got.double(), expected, atol=atol, rtol=rtol)
+    fixed = rewards[:4096]
+    expected = group_advantages_reference(
+        fixed.double(), group_size=1024, baseline=baseline, scale=scale
+    )
+    got = run(backend, device, fixed, group_size=1024, baseline=baseline, scale=scale)
+    torch.testing.assert_close(got.double(), expected, atol=atol, rtol=rtol)

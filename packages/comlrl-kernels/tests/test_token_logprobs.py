@@ -32,26 +32,28 @@ def check_against_reference(
     entropy: bool = True,
     ignore_rows: tuple[int, ...] = (),
     row_pad: int = 0,
+    col_offset: int = 0,
     scale: float = 3.0,
     seed: int = 0,
     inplace: bool = False,
 ) -> None:
     gen = torch.Generator().manual_seed(seed)
-    wide = (torch.randn(n, v + row_pad, generator=gen) * scale).to(dtype)
+    wide = (torch.randn(n, col_offset + v + row_pad, generator=gen) * scale).to(dtype)
     targets = torch.randint(0, v, (n,), generator=gen)
     for i in ignore_rows:
         targets[i] = IGNORE
     g_logp = torch.randn(n, generator=gen)
     g_ent = torch.randn(n, generator=gen)
 
-    ref_in = wide[:, :v].double().requires_grad_()
+    ref_in = wide[:, col_offset : col_offset + v].double().requires_grad_()
     ref_lp, ref_ent = token_logprobs_reference(
         ref_in, targets, temperature=temperature, return_entropy=True, ignore_index=IGNORE
     )
     ref_loss = (ref_lp * g_logp).sum() + ((ref_ent * g_ent).sum() if entropy else 0.0)
     (ref_grad,) = torch.autograd.grad(ref_loss, ref_in)
 
-    x = wide.to(device)[:, :v].detach().requires_grad_()  # rows strided if row_pad > 0
+    # rows strided if row_pad or col_offset > 0; col_offset also misaligns the first row
+    x = wide.to(device)[:, col_offset : col_offset + v].detach().requires_grad_()
     base = x.detach().clone()
     with use_backend(backend):
         out = token_logprobs(
@@ -120,6 +122,28 @@ def test_strided_rows_from_a_wider_tensor(
     backend: str, device: torch.device, dtype: torch.dtype, row_pad: int
 ) -> None:
     check_against_reference(backend, device, dtype, 5, 300, row_pad=row_pad, temperature=1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("col_offset", [1, 3])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_misaligned_row_starts(
+    backend: str, device: torch.device, dtype: torch.dtype, col_offset: int, inplace: bool
+) -> None:
+    """Rows starting off a 16-byte boundary (base pointer and row stride both odd):
+    the vectorized CUDA path must fall back (or peel) without reading out of the row."""
+    check_against_reference(
+        backend,
+        device,
+        dtype,
+        9,
+        1031,
+        col_offset=col_offset,
+        row_pad=2,
+        temperature=0.8,
+        ignore_rows=(4,),
+        inplace=inplace,
+    )
 
 
 @pytest.mark.parametrize("temperature", [0.25, 1.0, 3.0])
