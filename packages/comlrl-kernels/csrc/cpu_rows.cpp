@@ -149,7 +149,15 @@ RowStats row_forward(const typename Elem<D>::T* row, std::int64_t vocab,
     float bm = kNegInf;
 #pragma omp simd reduction(max : bm)
     for (std::int64_t j = 0; j < len; ++j) bm = buf[j] > bm ? buf[j] : bm;
-    if (bm == kNegInf) continue;  // block entirely -inf: contributes nothing
+    if (bm == kNegInf) {  // block entirely -inf (or NaN): contributes nothing, unless NaN
+      bool has_nan = false;
+      for (std::int64_t j = 0; j < len; ++j) has_nan |= (buf[j] != buf[j]);
+      if (has_nan) {
+        const float nan = __builtin_nanf("");
+        return {nan, nan};
+      }
+      continue;
+    }
     float bs = 0.0f, bt = 0.0f;
 #pragma omp simd reduction(+ : bs, bt)
     for (std::int64_t j = 0; j < len; ++j) {

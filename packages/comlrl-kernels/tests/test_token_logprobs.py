@@ -221,6 +221,19 @@ def test_masked_vocab_entries_at_minus_infinity(backend: str, device: torch.devi
     torch.testing.assert_close(x.grad.cpu().double(), ref.grad, atol=1e-5, rtol=1e-4)
 
 
+def test_nan_in_an_otherwise_masked_block_poisons_only_its_row(backend: str, device: torch.device) -> None:
+    """A NaN hidden among -inf entries (a whole block/vector otherwise masked) is not dropped."""
+    logits = torch.randn(2, 4100, dtype=torch.float32)
+    logits[0, :2100] = float("-inf")  # covers at least one full block of every backend
+    logits[0, 7] = float("nan")
+    targets = torch.tensor([3000, 3])
+    with use_backend(backend):
+        lp = token_logprobs(logits.to(device), targets.to(device))
+    ref = token_logprobs_reference(logits.double(), targets)
+    assert torch.isnan(ref[0]) and torch.isnan(lp[0].cpu())
+    torch.testing.assert_close(lp[1].cpu().double(), ref[1], atol=2e-5, rtol=1e-5)
+
+
 def test_extreme_logit_magnitudes_stay_finite(backend: str, device: torch.device) -> None:
     logits = torch.tensor([[1e4, -1e4, 0.0, 3e4], [-5e4, -5e4 + 1.0, -5e4 + 2.0, -5e4]])
     targets = torch.tensor([1, 2])
