@@ -1,12 +1,25 @@
-"""Sandbox overhead and HumanEval throughput; prints a JSON report (``--out`` saves it).
+"""Sandbox overhead and HumanEval throughput, exec vs fork executor; prints a JSON report.
 
 Usage::
 
-    python packages/comlrl-envs/benchmarks/bench_sandbox.py [--humaneval PATH] [--out FILE]
+    python packages/comlrl-envs/benchmarks/bench_sandbox.py [--humaneval PATH]
+        [--repeats 5] [--out FILE]
 
-Measures, per isolation setting: sequential wall time of a trivial program (the fixed cost
-of one sandboxed run), and the per-program time of ``run_many`` over 64 trivial programs
-with 1, 2 and 4 workers; then the time to check all canonical HumanEval solutions.
+For each executor kind (``"exec"``: a new interpreter per program; ``"fork"``: children of
+a pre-started zygote) and each isolation setting (full: network + PID namespaces; none),
+measures:
+
+- ``sequential_ms``: wall time of one trivial program, called back to back (the fixed
+  cost of one sandboxed run);
+- ``run_many_ms_per_program``: wall time per program of ``run_many`` over 64 trivial
+  programs with 1, 2 and 4 workers;
+- ``humaneval_canonical``: seconds to check all 164 canonical HumanEval solutions
+  (every test unit) with a pool of 2 workers, full isolation.
+
+Every measurement is repeated ``--repeats`` times, exec and fork interleaved (so both see
+the same background load), and reported as the median over repeats (with the min and
+max). Zygotes are started before timing (their one-time start-up is reported separately
+as ``zygote_cold_start_ms``: the first fork-executor call of a process).
 """
 
 from __future__ import annotations
@@ -19,68 +32,153 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
-from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, run_many, run_python
+from comlrl.envs.sandbox import (
+    CheckJob,
+    SandboxLimits,
+    SandboxPool,
+    run_many,
+    run_python,
+    shutdown_zygotes,
+)
+
+KINDS = ("exec", "fork")
+ISOLATION = {
+    "full_isolation": {},
+    "no_namespaces": {"allow_network": True, "pid_namespace": False},
+}
+WORKERS = (1, 2, 4)
 
 
-def sequential(limits: SandboxLimits, n: int = 30) -> dict[str, float]:
+def sequential_ms(limits: SandboxLimits, n: int = 30) -> float:
+    """Median wall ms of one trivial program over ``n`` back-to-back calls."""
     times = []
     for _ in range(n):
         start = time.perf_counter()
         run_python("x = 1", limits)
         times.append(time.perf_counter() - start)
-    return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times)}
+    return 1e3 * statistics.median(times)
 
 
-def pooled(limits: SandboxLimits, workers: int, n: int = 64) -> float:
+def pooled_ms(limits: SandboxLimits, workers: int, n: int = 64) -> float:
     start = time.perf_counter()
     run_many(["x = 1"] * n, limits, max_workers=workers)
     return 1e3 * (time.perf_counter() - start) / n
 
 
-def humaneval(path: Path, workers: int) -> dict[str, float]:
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    jobs = [
-        CheckJob(r["prompt"] + r["canonical_solution"], r["test"], r["entry_point"]) for r in rows
-    ]
-    start = time.perf_counter()
+def humaneval_s(jobs: list[CheckJob], limits: SandboxLimits, workers: int) -> tuple[float, bool]:
     with SandboxPool(workers) as pool:
-        verdicts = pool.check_many(jobs, SandboxLimits(timeout_s=10.0))
-    elapsed = time.perf_counter() - start
+        pool.check_many(jobs[:workers], limits)  # warm the pool's zygotes (fork)
+        start = time.perf_counter()
+        verdicts = pool.check_many(jobs, limits)
+        elapsed = time.perf_counter() - start
+    return elapsed, all(v.status == "passed" for v in verdicts)
+
+
+def cold_start_ms() -> float:
+    shutdown_zygotes()
+    start = time.perf_counter()
+    run_python("x = 1", SandboxLimits(executor="fork"))
+    return 1e3 * (time.perf_counter() - start)
+
+
+def summary(values: list[float]) -> dict[str, float]:
     return {
-        "problems": len(rows),
-        "workers": workers,
-        "seconds": elapsed,
-        "all_passed": all(v.status == "passed" for v in verdicts),
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--humaneval", type=Path, default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2, help="pool size for HumanEval")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    report: dict[str, object] = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "loadavg": os.getloadavg(),
-    }
-    for label, limits in {
-        "full_isolation": SandboxLimits(),
-        "no_namespaces": SandboxLimits(allow_network=True, pid_namespace=False),
-    }.items():
-        report[label] = {
-            "isolation": run_python("pass", limits).isolation,
-            "sequential": sequential(limits),
-            "run_many_ms_per_program": {w: pooled(limits, w) for w in (1, 2, 4)},
-        }
     path = args.humaneval
     if path is None:
         from comlrl.envs.code import default_humaneval_path
 
         path = default_humaneval_path()
-    report["humaneval_canonical"] = humaneval(path, os.cpu_count() or 1)
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    jobs = [
+        CheckJob(r["prompt"] + r["canonical_solution"], r["test"], r["entry_point"]) for r in rows
+    ]
+    load_before = os.getloadavg()
+    cold = [cold_start_ms() for _ in range(3)]
+    raw: dict[str, Any] = {
+        kind: {
+            label: {"sequential_ms": [], "run_many_ms_per_program": {w: [] for w in WORKERS}}
+            for label in ISOLATION
+        }
+        for kind in KINDS
+    }
+    he: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    all_passed = {kind: True for kind in KINDS}
+    isolation: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+    for kind in KINDS:  # warm-up (zygotes, page cache)
+        for label, extra in ISOLATION.items():
+            limits = SandboxLimits(executor=kind, **extra)  # type: ignore[arg-type]
+            isolation[kind][label] = run_python("pass", limits).isolation
+            run_many(["pass"] * 8, limits, max_workers=max(WORKERS))
+    for _ in range(args.repeats):
+        for kind in KINDS:
+            for label, extra in ISOLATION.items():
+                limits = SandboxLimits(executor=kind, **extra)  # type: ignore[arg-type]
+                raw[kind][label]["sequential_ms"].append(sequential_ms(limits))
+                for w in WORKERS:
+                    raw[kind][label]["run_many_ms_per_program"][w].append(pooled_ms(limits, w))
+            seconds, ok = humaneval_s(
+                jobs, SandboxLimits(timeout_s=10.0, executor=kind), args.workers
+            )
+            he[kind].append(seconds)
+            all_passed[kind] &= ok
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "repeats": args.repeats,
+        "zygote_cold_start_ms": summary(cold),
+    }
+    for kind in KINDS:
+        report[kind] = {
+            label: {
+                "isolation": isolation[kind][label],
+                "sequential_ms": summary(raw[kind][label]["sequential_ms"]),
+                "run_many_ms_per_program": {
+                    str(w): summary(v)
+                    for w, v in raw[kind][label]["run_many_ms_per_program"].items()
+                },
+            }
+            for label in ISOLATION
+        }
+        report[kind]["humaneval_canonical"] = {
+            "problems": len(jobs),
+            "workers": args.workers,
+            "seconds": summary(he[kind]),
+            "ms_per_program": round(1e3 * statistics.median(he[kind]) / len(jobs), 2),
+            "all_passed": all_passed[kind],
+        }
+    report["speedup_exec_over_fork"] = {
+        **{
+            f"sequential_{label}": round(
+                report["exec"][label]["sequential_ms"]["median"]
+                / report["fork"][label]["sequential_ms"]["median"],
+                2,
+            )
+            for label in ISOLATION
+        },
+        "humaneval_canonical": round(
+            report["exec"]["humaneval_canonical"]["seconds"]["median"]
+            / report["fork"]["humaneval_canonical"]["seconds"]["median"],
+            2,
+        ),
+    }
     text = json.dumps(report, indent=2, default=str)
     print(text)
     if args.out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from comlrl.core import RewardBatch, Task, get_task
 from comlrl.envs import CoopHumanEvalTask
+from comlrl.envs.sandbox import CheckJob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +90,24 @@ def test_syntax_error_in_main_scores_low(task: CoopHumanEvalTask, he0: dict) -> 
     reward, info = score(task, he0, HELPER_OK, "    return (((numbers\n")
     assert not info["main_defined"]
     assert reward <= 0.05 + 1e-9
+
+
+def test_compile_time_errors_skip_the_sandbox_with_the_sandbox_verdict(
+    task: CoopHumanEvalTask, he0: dict
+) -> None:
+    # Parses, but compile() rejects it (no binding for nonlocal): the sandbox would say
+    # "syntax_error" before running anything, so the reward does not start it.
+    main = "    nonlocal numbers\n    return aux(numbers) < threshold\n"
+    program, _ = task.build_program(HELPER_OK, main, he0)
+    ast.parse(program)  # the old parse-only filter let this through
+    reward, info = score(task, he0, HELPER_OK, main)
+    assert info["status"] == "syntax_error" and info["duration_s"] == 0
+    assert "compile" in info["error"] and info["passed"] == 0
+    in_sandbox = task._get_pool().check_many(
+        [CheckJob(program, he0["test"], he0["entry_point"])], task.limits
+    )[0]
+    assert in_sandbox.status == "syntax_error" and in_sandbox.passed == 0
+    assert reward == pytest.approx(0.1)  # both functions written, nothing ran
 
 
 def test_partial_credit_is_proportional(task: CoopHumanEvalTask, he0: dict) -> None:

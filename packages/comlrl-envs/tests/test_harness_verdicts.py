@@ -1,12 +1,31 @@
-"""Honest verdicts: partial credit per assert, and no credit for the usual tricks."""
+"""Honest verdicts: partial credit per assert, and no credit for the usual tricks.
+
+Every test that runs the sandbox runs with both executor kinds (``"fork"``, ``"exec"``).
+"""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from comlrl.envs.sandbox import SandboxLimits, check_solution, split_test
+
+_KIND = {"executor": "fork"}
+
+
+@pytest.fixture(autouse=True, params=["fork", "exec"])
+def executor_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    _KIND["executor"] = request.param
+    yield request.param
+    _KIND["executor"] = "fork"
+
+
+def lim(**kw: Any) -> SandboxLimits:
+    """Sandbox limits for the executor kind under test."""
+    return SandboxLimits(executor=_KIND["executor"], **kw)  # type: ignore[arg-type]
+
 
 TEST = textwrap.dedent(
     """
@@ -20,11 +39,13 @@ TEST = textwrap.dedent(
     """
 )
 GOOD = "def inc(x):\n    return x + 1\n"
-LIMITS = SandboxLimits(timeout_s=5.0)
 
 
 def verdict(program: str, test: str = TEST, **kw: Any):  # type: ignore[no-untyped-def]
-    return check_solution(program, test, "inc", LIMITS, **kw)
+    v = check_solution(program, test, "inc", lim(timeout_s=5.0), **kw)
+    if v.execution is not None and v.execution.isolation:
+        assert v.execution.isolation.get("executor") == _KIND["executor"]
+    return v
 
 
 def test_correct_program_passes_every_assert() -> None:
@@ -48,7 +69,7 @@ def test_hanging_assert_fails_alone_with_a_unit_timeout() -> None:
 
 def test_hang_without_unit_timeout_costs_everything() -> None:
     program = "def inc(x):\n    while x == 2:\n        pass\n    return x + 1\n"
-    v = check_solution(program, TEST, "inc", SandboxLimits(timeout_s=1.0), assert_timeout_s=None)
+    v = check_solution(program, TEST, "inc", lim(timeout_s=1.0), assert_timeout_s=None)
     assert (v.status, v.passed) == ("timeout", 0)
 
 
@@ -166,7 +187,7 @@ def test_syntax_error_verdict() -> None:
 
 
 def test_infinite_loop_at_load_times_out_without_credit() -> None:
-    v = check_solution(GOOD + "while True:\n    pass\n", TEST, "inc", SandboxLimits(timeout_s=1))
+    v = check_solution(GOOD + "while True:\n    pass\n", TEST, "inc", lim(timeout_s=1))
     assert (v.status, v.passed) == ("timeout", 0)
 
 

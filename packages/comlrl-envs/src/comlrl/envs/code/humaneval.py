@@ -30,6 +30,7 @@ import functools
 import gzip
 import json
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -181,10 +182,12 @@ class CoopHumanEvalTask(Task):
         cooperation_bonus: weight of the cooperation term (in ``[0, 0.8]``).
         memory_mb: address-space limit per program (MiB).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
+        executor: sandbox executor kind, ``"fork"`` (zygote, default) or ``"exec"``; see
+            :class:`comlrl.envs.sandbox.SandboxLimits`.
 
     Raises:
-        ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range or
-            ``limit``.
+        ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range,
+            ``limit`` or ``executor``.
     """
 
     name = "coop_humaneval"
@@ -204,6 +207,7 @@ class CoopHumanEvalTask(Task):
         memory_mb: int | None = 1024,
         train_range: tuple[int, int] | None = None,
         test_range: tuple[int, int] | None = None,
+        executor: str = "fork",
     ) -> None:
         if not helper_name.isidentifier():
             raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
@@ -216,7 +220,11 @@ class CoopHumanEvalTask(Task):
                 raise ValueError(f"{label} must be (start, stop) with start <= stop, got {rng}")
         self.path = path
         self.limit = limit
-        self.limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.limits = SandboxLimits(
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            executor=executor,  # type: ignore[arg-type]  # validated by SandboxLimits
+        )
         self.assert_timeout_s = assert_timeout_s
         self.max_workers = max_workers
         self.helper_name = helper_name
@@ -336,14 +344,13 @@ class CoopHumanEvalTask(Task):
         for i in range(k):
             program, flag = self.build_program(completions[0][i], completions[1][i], examples[i])
             flags.append(flag)
-            try:
-                ast.parse(program)
-            except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+            error = _compile_error(program)
+            if error is not None:
                 verdicts[i] = Verdict(
                     "syntax_error",
                     0,
                     split_test(examples[i]["test"]).num_units,
-                    error=f"combined program does not parse: {exc}",
+                    error=f"combined program does not compile: {error}",
                 )
                 continue
             jobs.append(
@@ -399,6 +406,26 @@ class CoopHumanEvalTask(Task):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def _compile_error(program: str) -> str | None:
+    """Why ``program`` would fail the sandbox's own ``compile()``, or ``None``.
+
+    Compiling is not running: it is safe in the trainer and catches everything the
+    sandbox would report as a syntax error before running anything (including the
+    compile-time errors ``ast.parse`` lets through: ``return`` outside a function,
+    ``nonlocal`` at module level, ...), so those programs skip the sandbox with the
+    same verdict. ``dont_inherit`` keeps this module's ``__future__`` flags out, as in
+    the sandbox; compile warnings are not shown (the sandbox would show them in the
+    program's stderr, which the reward does not use).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(program, "<program>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        return str(exc)
+    return None
 
 
 def _defines(text: str, name: str) -> bool:

@@ -10,6 +10,7 @@ from comlrl.envs.sandbox.executor import (
 )
 from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
 from comlrl.envs.sandbox.pool import CheckJob, SandboxPool, run_many
+from comlrl.envs.sandbox.zygote import shutdown as shutdown_zygotes
 
 __all__ = [
     "ExecutionResult",
@@ -24,4 +25,5 @@ __all__ = [
     "CheckJob",
     "SandboxPool",
     "run_many",
+    "shutdown_zygotes",
 ]

@@ -17,6 +17,16 @@ Then it runs the program (``mode="exec"``) or the program followed by a test pla
 (``mode="check"``) and writes nonce-tagged JSON lines to the result pipe. Only the lines
 the runner writes are trusted by the parent; stdout/stderr are just captured text.
 
+Fork-server mode (``_runner.py --zygote FD``, see :mod:`comlrl.envs.sandbox.zygote`): the
+same script, started the same way (``-I -S -B``, scrubbed environment, own session),
+loads ``_runner_zygote.py`` and becomes a zygote: it takes the builtins snapshot, imports
+what the runner needs, and then only forks on request. Each forked child leaves the
+zygote's code for good, starts its own session, keeps only its four descriptors (the
+instructions pipe as stdin, stdout, stderr, the result pipe as fd 3), and then runs
+:func:`main` exactly as an exec-started runner does (steps 1-4 above). The zygote never
+sees the program or the nonce (they travel through the instructions pipe, straight to
+the child), never runs model code, and is not changed by its children: they are copies.
+
 Only the standard library is used (``-S`` hides site-packages).
 """
 
@@ -123,18 +133,32 @@ def _short(exc, limit=300):
     return text if _len(text) <= limit else text[:limit] + "..."
 
 
+_LIBC = None  # ctypes handle of libc, made on first use (the zygote makes it up front)
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
 def _unshare(flags):
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.unshare(ctypes.c_int(flags)) == 0
+        return _libc().unshare(ctypes.c_int(flags)) == 0
     except Exception:
         return False
 
 
 def _isolate(cfg):
     info = {"kind": "isolation", "netns": False, "pidns": False, "userns": False}
+    info["executor"] = "fork" if _FORKED else "exec"
+    if _FORKED:
+        info["zygote_pid"] = os.getppid()
     want_net = not cfg.get("allow_network", False)
     want_pid = cfg.get("pid_namespace", True)
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
@@ -209,9 +233,7 @@ def _enter_pid_namespace():
     if init == 0:
         os.close(status_r)
         try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, _int(signal.SIGKILL), 0, 0, 0)
+            _libc().prctl(PR_SET_PDEATHSIG, _int(signal.SIGKILL), 0, 0, 0)
         except Exception:
             pass
         worker = os.fork()
@@ -388,10 +410,16 @@ def _install_exit_builtins():
     builtins.quit = _quit
 
 
-def main():
+def _prepare():
+    """Install ``exit``/``quit`` and take the builtins snapshot (before any model code)."""
     global _PRISTINE_BUILTINS
-    _install_exit_builtins()
-    _PRISTINE_BUILTINS = dict(builtins.__dict__)
+    if _PRISTINE_BUILTINS is None:
+        _install_exit_builtins()
+        _PRISTINE_BUILTINS = dict(builtins.__dict__)
+
+
+def main():
+    _prepare()
     raw = sys.stdin.buffer.read()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -401,6 +429,16 @@ def main():
     del raw
     nonce = cfg.pop("nonce")
     fd = cfg.pop("result_fd")
+    if _FORKED:
+        # What Popen(cwd=..., env=...) does for an exec-started runner.
+        os.chdir(cfg.pop("workdir"))
+        env = cfg.pop("env")
+        for key in _list(os.environ):  # (only what differs: fewer pages to copy)
+            if key not in env:
+                del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
     info = _isolate(cfg)
     if info["pidns"]:
         _enter_pid_namespace()
@@ -411,5 +449,23 @@ def main():
         _run_exec(cfg, fd, nonce)
 
 
+# ------------------------------------------------------------------ fork server
+_FORKED = False  # True in a child forked by the zygote (set by _runner_zygote.py)
+
+
+def _zygote_module():
+    """Load ``_runner_zygote.py``, the fork server (only zygotes pay for compiling it)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runner_zygote.py")
+    spec = importlib.util.spec_from_file_location("_runner_zygote", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 if __name__ == "__main__":
-    main()
+    if _len(sys.argv) == 3 and sys.argv[1] == "--zygote":
+        _zygote_module().run(_int(sys.argv[2]))
+    else:
+        main()

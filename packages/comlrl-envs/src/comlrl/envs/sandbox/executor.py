@@ -1,10 +1,20 @@
 """Run untrusted Python in a resource-limited child process.
 
-Model-written code never runs in the trainer's process. :func:`run_python` starts
-``sys.executable -I -S -B`` on the child-side runner (``_runner.py``) with:
+Model-written code never runs in the trainer's process. Each program gets a child
+process of its own, made one of two ways (``SandboxLimits.executor``):
 
-- its own session and process group (``start_new_session=True``); on timeout, and after
-  the program exits, ``SIGKILL`` goes to the whole group;
+- ``"fork"`` (default): a long-lived *zygote* (``sys.executable -I -S -B _runner.py
+  --zygote``, scrubbed environment, its own session, started once per concurrent
+  caller and reused) forks a fresh child per program; see
+  :mod:`comlrl.envs.sandbox.zygote`. Saves the interpreter start-up per program. Falls
+  back to ``"exec"`` when a zygote cannot be used on this platform.
+- ``"exec"``: :func:`run_python` starts ``sys.executable -I -S -B`` on the child-side
+  runner (``_runner.py``) per program.
+
+Either way the child applies the same per-program isolation before the program runs:
+
+- its own session and process group (``setsid``); on timeout, and after the program
+  exits, ``SIGKILL`` goes to the whole group;
 - new network and PID namespaces where the kernel permits ``unshare(2)`` (root or
   unprivileged user namespaces); in a PID namespace the program runs under a minimal
   init, so every process it started dies with it, even ones that left the process group
@@ -19,6 +29,13 @@ Model-written code never runs in the trainer's process. :func:`run_python` start
 
 The runner reports through a separate pipe with a per-run random nonce; see
 :mod:`comlrl.envs.sandbox.harness` for how test verdicts use that channel.
+``ExecutionResult.isolation["executor"]`` says which executor ran the program.
+
+Known differences of ``"fork"`` (none weakens the limits above): the children of one
+zygote share its string-hash seed and address-space layout (``"exec"`` gets fresh ones
+per program), see the zygote's extra stdlib modules already in ``sys.modules``, and end
+without the interpreter's final teardown of inherited modules (so ``__del__`` of objects
+that outlive the program's globals, e.g. stored in a module, is not called).
 """
 
 from __future__ import annotations
@@ -42,6 +59,8 @@ from typing import Any, Literal
 __all__ = ["SandboxLimits", "ExecutionResult", "ExecutionStatus", "run_python"]
 
 ExecutionStatus = Literal["ok", "error", "syntax_error", "timeout", "killed", "failed_to_start"]
+ExecutorKind = Literal["fork", "exec"]
+_EXECUTORS = ("fork", "exec")
 
 _RUNNER = str(Path(__file__).with_name("_runner.py"))
 _RESULT_CAP = 1 << 20  # bytes accepted on the result channel
@@ -65,6 +84,9 @@ class SandboxLimits:
             OS allows it (see :attr:`ExecutionResult.isolation` for what was achieved).
         pid_namespace: run the program in a new PID namespace (under a minimal init) when
             the OS allows it.
+        executor: ``"fork"`` forks each program from a pre-started zygote process (falls
+            back to ``"exec"`` where that is not possible); ``"exec"`` starts a new
+            interpreter per program. Same isolation per program, see the module docs.
     """
 
     timeout_s: float = 10.0
@@ -75,8 +97,11 @@ class SandboxLimits:
     max_output_bytes: int = 64 * 1024
     allow_network: bool = False
     pid_namespace: bool = True
+    executor: ExecutorKind = "fork"
 
     def __post_init__(self) -> None:
+        if self.executor not in _EXECUTORS:
+            raise ValueError(f"executor must be one of {_EXECUTORS}, got {self.executor!r}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
         if self.max_output_bytes < 0:
@@ -112,7 +137,8 @@ class ExecutionResult:
         error_type: exception class name reported by the runner (e.g. ``"MemoryError"``).
         error: short error message reported by the runner.
         isolation: what the runner achieved: ``netns``, ``pidns``, ``userns`` (bools),
-            ``uid``, ``nproc_enforced``; empty if the runner did not get that far.
+            ``uid``, ``nproc_enforced``, ``executor`` (``"fork"``/``"exec"``) and, for
+            ``"fork"``, ``zygote_pid``; empty if the runner did not get that far.
         records: the validated records of the result channel (internal use).
         tampered: ``True`` if the result channel carried lines not written by the runner.
     """
@@ -183,28 +209,61 @@ def _parse_records(raw: bytes, nonce: str) -> tuple[list[dict[str, Any]], bool]:
     return records, tampered
 
 
-def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult:
-    """Start the runner with ``payload`` under ``limits``; low-level, used by the harness.
-
-    ``payload`` holds ``mode`` (``"exec"`` or ``"check"``) and the mode's fields; this
-    function adds the nonce, the result fd and the limits.
-    """
-    nonce = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="comlrl-sandbox-")
-    read_fd, write_fd = os.pipe()
-    cfg = dict(payload)
-    cfg.update(
-        nonce=nonce,
-        result_fd=write_fd,
-        allow_network=limits.allow_network,
-        pid_namespace=limits.pid_namespace,
-        limits={
+def _limits_cfg(limits: SandboxLimits) -> dict[str, Any]:
+    return {
+        "allow_network": limits.allow_network,
+        "pid_namespace": limits.pid_namespace,
+        "limits": {
             "cpu_s": limits.effective_cpu_s(),
             "memory_mb": limits.memory_mb,
             "file_size_mb": limits.file_size_mb,
             "max_processes": limits.max_processes,
         },
-    )
+    }
+
+
+def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult:
+    """Run the runner with ``payload`` under ``limits``; low-level, used by the harness.
+
+    ``payload`` holds ``mode`` (``"exec"`` or ``"check"``) and the mode's fields; the
+    executor adds the nonce, the result fd and the limits.
+    """
+    if limits.executor == "fork":
+        from comlrl.envs.sandbox import zygote
+
+        result = zygote.execute_forked(payload, limits)
+        if result is not None:
+            return result
+    return execute_exec(payload, limits)
+
+
+class _ExecChild:
+    """The process handle :func:`drive` needs, for a runner started with ``Popen``."""
+
+    exit_fd: int | None = None  # exit is polled with waitid
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.lost_reason: str | None = None
+
+    def poll_exited(self) -> bool:
+        return _has_exited(self.proc.pid)
+
+    def kill_group(self) -> None:
+        _kill_group(self.proc.pid)
+
+    def wait(self) -> int | None:
+        self.proc.wait()
+        return self.proc.returncode
+
+
+def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult:
+    """The ``"exec"`` executor: a new ``python -I -S -B _runner.py`` for this program."""
+    nonce = secrets.token_hex(16)
+    workdir = tempfile.mkdtemp(prefix="comlrl-sandbox-")
+    read_fd, write_fd = os.pipe()
+    cfg = dict(payload)
+    cfg.update(nonce=nonce, result_fd=write_fd, **_limits_cfg(limits))
     data = marshal.dumps(cfg)
     start = time.perf_counter()
     proc: subprocess.Popen[bytes] | None = None
@@ -227,71 +286,100 @@ def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResul
             )
         finally:
             os.close(write_fd)
-        return _drive(proc, data, read_fd, nonce, limits, start)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write(data)
+        except (BrokenPipeError, OSError):
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        return drive(
+            _ExecChild(proc),
+            proc.stdout.fileno(),
+            proc.stderr.fileno(),
+            read_fd,
+            nonce,
+            limits,
+            start,
+        )
     finally:
         if proc is not None and proc.returncode is None:
             _kill_group(proc.pid)
             proc.wait()
+        if proc is not None:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
         os.close(read_fd)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _drive(
-    proc: subprocess.Popen[bytes],
-    data: bytes,
+def drive(
+    child: Any,
+    out_fd: int,
+    err_fd: int,
     read_fd: int,
     nonce: str,
     limits: SandboxLimits,
     start: float,
 ) -> ExecutionResult:
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    """Collect a started child's output and result channel until it ends or times out.
+
+    ``child`` provides ``exit_fd`` (a descriptor readable when there may be news of the
+    child's exit, or ``None`` to poll), ``poll_exited()``, ``kill_group()``, ``wait()``
+    (the return code, ``None`` when it is unknown) and ``lost_reason`` (why the exit
+    status is unknown). Used by both executors.
+    """
     deadline = start + limits.timeout_s
-    try:
-        proc.stdin.write(data)
-    except (BrokenPipeError, OSError):
-        pass
-    finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     caps = {out_fd: limits.max_output_bytes, err_fd: limits.max_output_bytes, read_fd: _RESULT_CAP}
     bufs: dict[int, bytearray] = {fd: bytearray() for fd in caps}
     truncated = {fd: False for fd in caps}
     timed_out = False
     group_killed = False
     exited_early = False
+    open_fds = set(caps)
     with selectors.DefaultSelector() as sel:
         for fd in caps:
             sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
+        exit_fd = child.exit_fd
+        if exit_fd is not None:
+            sel.register(exit_fd, selectors.EVENT_READ, "exit")
+        while open_fds:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 timed_out = not exited_early
                 break
             for key, _ in sel.select(timeout=min(remaining, 0.05)):
                 fd = key.fd
+                if key.data == "exit":
+                    continue  # handled by poll_exited() below
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     sel.unregister(fd)
+                    open_fds.discard(fd)
                     continue
                 room = caps[fd] - len(bufs[fd])
                 if room > 0:
                     bufs[fd] += chunk[:room]
                 if len(chunk) > room:
                     truncated[fd] = True
-            if not group_killed and _has_exited(proc.pid):
+            if not group_killed and child.poll_exited():
                 # The program is done; whatever it left in its group must not hold our
                 # pipes open (or keep running). Pipe contents already written survive.
-                _kill_group(proc.pid)
+                child.kill_group()
                 group_killed = True
                 # Without a PID namespace a setsid() escapee may still hold the pipes;
                 # read for a short grace period, then stop waiting for it.
                 deadline = min(deadline, time.perf_counter() + _EXIT_GRACE_S)
                 exited_early = True
-    _kill_group(proc.pid)
-    proc.wait()
+            if exit_fd is not None and child.exit_fd is None:
+                sel.unregister(exit_fd)  # exit reported (or the channel is gone)
+                exit_fd = None
+    child.kill_group()
+    rc = child.wait()
     duration = time.perf_counter() - start
     if timed_out or exited_early:
         # Drain what the (now dead) group left in the pipes, without blocking.
@@ -320,15 +408,19 @@ def _drive(
             error_type, error = rec.get("error_type"), rec.get("error")
         if kind is not None:
             rec["kind"] = kind
-    rc = proc.returncode
     status: ExecutionStatus
     if timed_out:
         status = "timeout"
     elif syntax and not tampered:
         status = "syntax_error"
+    elif rc is None:
+        # The exit status was lost (fork executor: the zygote died during the run).
+        status = "killed"
+        error_type = error_type or "SandboxError"
+        error = error or child.lost_reason or "exit status unknown"
     elif rc == 0:
         status = "ok"
-    elif rc is not None and rc < 0:
+    elif rc < 0:
         status = "killed"
         error_type = error_type or "Signal"
         try:

@@ -1,8 +1,10 @@
 """Run many sandboxed programs at once.
 
-Each worker is a thread that drives one child process at a time (start, feed stdin, read
-capped output, enforce the deadline), so the parallelism is in the children; the threads
-mostly wait on pipes. Results come back in input order.
+Each worker is a thread that drives one child process at a time (start it, feed its
+instructions, read capped output, enforce the deadline), so the parallelism is in the
+children; the threads mostly wait on pipes. With the ``"fork"`` executor each busy thread
+uses its own zygote (process-wide, reused across pools; see
+:mod:`comlrl.envs.sandbox.zygote`). Results come back in input order.
 """
 
 from __future__ import annotations
