@@ -121,3 +121,17 @@ def test_agents_task_and_config_must_agree(tiny_tokenizer, tmp_path: Path) -> No
         MultiAgentTrainer(agents, TrainConfig(output_dir=str(tmp_path)), task=ThreeAgents())
     with pytest.raises(ConfigError, match="num_agents=3"):
         MultiAgentTrainer(agents, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents())
+
+
+def test_overlapping_the_reward_with_the_forward_gives_the_same_update(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    params = []
+    for overlap in (True, False):
+        trainer = _trainer(tiny_tokenizer, tmp_path / str(overlap), overlap_reward=overlap, micro_batch_size=3)
+        torch.manual_seed(3)
+        result = trainer.train_step()
+        assert math.isfinite(result["loss/agent_0"])
+        params.append([p.detach().clone() for a in trainer.agents for p in a.model.parameters()])
+    moved = _trainer(tiny_tokenizer, tmp_path / "init").agents
+    assert any(not torch.equal(p, q) for p, q in zip(params[0], [p for a in moved for p in a.model.parameters()]))
+    for p, q in zip(*params):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)

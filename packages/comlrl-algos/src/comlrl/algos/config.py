@@ -85,6 +85,10 @@ class TrainConfig(BaseModel):
         None, ge=1, description="Sequences per forward/backward (rounded down to whole "
         "groups of G); None = all at once."
     )
+    overlap_reward: bool = Field(
+        True, description="Run the reward function in a worker thread while each agent's "
+        "first micro-batch forward runs (holds one micro-batch of activations per agent)."
+    )
     shared_prefix: bool = Field(
         True, description="Run each prompt through the model once per update and share its "
         "KV cache among its G completions (same gradient, less work)."

@@ -25,6 +25,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,7 @@ class MultiAgentTrainer:
         self.output_dir = Path(config.output_dir)
         self.step = 0
         self._order: list[int] = []
+        self._reward_thread: ThreadPoolExecutor | None = None
         self._rng = random.Random(config.seed)
 
     # ------------------------------------------------------------------ data
@@ -193,23 +195,34 @@ class MultiAgentTrainer:
         return out
 
     # ------------------------------------------------------------------ rollout
-    def rollout(
+    def sample(
         self, examples: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[list[list[Completion]]], RewardBatch, dict[str, float]]:
-        """Sample every agent's completions and score all joint actions.
+    ) -> tuple[list[list[str]], list[list[list[Completion]]]]:
+        """Format every agent's prompts and sample ``G`` completions per prompt.
 
         Returns:
-            ``(completions, rewards, timings)``: ``completions[a][p][g]``; ``rewards`` has
-            ``P * K`` entries, prompt-major (joint action ``k`` of prompt ``p`` at
-            ``p * K + k``); ``timings`` in seconds.
+            ``(prompts, completions)``: ``prompts[p][a]`` and ``completions[a][p][g]``.
         """
-        t0 = time.perf_counter()
         prompts = [self.format_prompts(ex) for ex in examples]  # [P][A]
         completions = [
             agent.generate([pr[a] for pr in prompts], self.params)
             for a, agent in enumerate(self.agents)
         ]
-        t1 = time.perf_counter()
+        return prompts, completions
+
+    def score(
+        self, completions: Sequence[Sequence[Sequence[Completion]]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Form the ``K`` joint actions of every prompt and score them in one batched call.
+
+        Returns:
+            ``P * K`` rewards, prompt-major (joint action ``k`` of prompt ``p`` at
+            ``p * K + k``), checked finite.
+
+        Raises:
+            RewardFunctionError: the reward function raised or returned NaN/inf; the error
+                names the joint action and its example.
+        """
         idx = self.joint_index.tolist()  # [K][A]
         texts = [
             [completions[a][p][row[a]].text for p in range(len(examples)) for row in idx]
@@ -218,8 +231,22 @@ class MultiAgentTrainer:
         flat_examples = [ex for ex in examples for _ in idx]
         batch = self.reward_fn(texts, flat_examples)
         batch.rewards = check_rewards(batch.rewards, texts, flat_examples)
+        return batch
+
+    def rollout(
+        self, examples: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[list[list[Completion]]], RewardBatch, dict[str, float]]:
+        """Sample every agent's completions and score all joint actions (no overlap).
+
+        Returns:
+            ``(completions, rewards, timings)``: ``completions[a][p][g]``; ``rewards`` as
+            in :meth:`score`; ``timings`` in seconds.
+        """
+        t0 = time.perf_counter()
+        self._last_prompts, completions = self.sample(examples)
+        t1 = time.perf_counter()
+        batch = self.score(completions, examples)
         t2 = time.perf_counter()
-        self._last_prompts = prompts
         return completions, batch, {"time/generate_s": t1 - t0, "time/reward_s": t2 - t1}
 
     # ------------------------------------------------------------------ advantages
@@ -296,12 +323,38 @@ class MultiAgentTrainer:
             temperature=self.config.temperature,
         ).view(b, length)
 
-    def update_agent(self, a: int, advantages: torch.Tensor) -> dict[str, float]:
+    def _chunks(self, gb: GenerationBatch) -> list[slice]:
+        """Micro-batches as slices of prompts: whole groups, so each prefix is computed once."""
+        b = gb.completion_mask.shape[0]
+        num_prompts = b // gb.group_size
+        per_micro = max(1, (self.config.micro_batch_size or b) // gb.group_size)
+        return [slice(i, min(i + per_micro, num_prompts)) for i in range(0, num_prompts, per_micro)]
+
+    def first_chunk_logprobs(self, a: int) -> torch.Tensor:
+        """Agent ``a``'s log-probs (with autograd graph) for its first micro-batch.
+
+        The train step computes these while the reward function runs (see
+        ``TrainConfig.overlap_reward``) and hands them to :meth:`update_agent`.
+        """
+        gb = self.agents[a].last_batch
+        if gb is None:
+            raise RuntimeError(f"agent {a} has no sampled batch; call sample() first.")
+        chunk = self._chunks(gb)[0]
+        return self._completion_logprobs(
+            self.agents[a].model, gb, chunk, shared_prefix=self.config.shared_prefix
+        )
+
+    def update_agent(
+        self, a: int, advantages: torch.Tensor, first_logprobs: torch.Tensor | None = None
+    ) -> dict[str, float]:
         """One optimizer step (``num_iterations`` passes) for agent ``a``.
 
         Args:
             a: agent index.
             advantages: ``[P * G]`` float32 advantages of its completions, prompt-major.
+            first_logprobs: the first micro-batch's log-probs from
+                :meth:`first_chunk_logprobs`, computed under the current weights (used by
+                the first pass instead of recomputing them).
         """
         cfg = self.config
         agent, opt = self.agents[a], self.optimizers[a]
@@ -310,10 +363,7 @@ class MultiAgentTrainer:
             raise RuntimeError(f"agent {a} has no sampled batch; call rollout() before update_agent().")
         b = gb.completion_mask.shape[0]
         g = gb.group_size
-        num_prompts = b // g
-        # micro-batches hold whole groups so the shared prompt prefix is computed once
-        per_micro = max(1, (cfg.micro_batch_size or b) // g)
-        chunks = [slice(i, min(i + per_micro, num_prompts)) for i in range(0, num_prompts, per_micro)]
+        chunks = self._chunks(gb)
         adv = advantages.to(self.device)
         ref_logp: list[torch.Tensor] = []
         if self.ref_models is not None:
@@ -329,7 +379,12 @@ class MultiAgentTrainer:
             opt.zero_grad(set_to_none=True)
             for j, chunk in enumerate(chunks):
                 sl = slice(chunk.start * g, chunk.stop * g)
-                logp = self._completion_logprobs(agent.model, gb, chunk, shared_prefix=cfg.shared_prefix)
+                if j == 0 and first_logprobs is not None:
+                    logp, first_logprobs = first_logprobs, None
+                else:
+                    logp = self._completion_logprobs(
+                        agent.model, gb, chunk, shared_prefix=cfg.shared_prefix
+                    )
                 loss, metrics = policy_loss(
                     logp,
                     adv[sl],
@@ -364,13 +419,31 @@ class MultiAgentTrainer:
         """Run one full step (rollout, advantages, every agent's update); return metrics."""
         t0 = time.perf_counter()
         examples = self.next_batch()
-        completions, rewards, timings = self.rollout(examples)
+        self._last_prompts, completions = self.sample(examples)
+        t_gen = time.perf_counter()
+        first: list[torch.Tensor | None] = [None] * len(self.agents)
+        if self.config.overlap_reward:
+            # The reward (e.g. sandboxed test runs in child processes) does not need the
+            # policy's log-probs, nor they the reward: compute each agent's first
+            # micro-batch forward while the reward function runs in a worker thread.
+            if self._reward_thread is None:
+                self._reward_thread = ThreadPoolExecutor(1, thread_name_prefix="comlrl-reward")
+            future = self._reward_thread.submit(self.score, completions, examples)
+            try:
+                first = [self.first_chunk_logprobs(a) for a in range(len(self.agents))]
+            finally:
+                rewards = future.result()
+        else:
+            rewards = self.score(completions, examples)
+        t_rew = time.perf_counter()
+        timings = {"time/generate_s": t_gen - t0, "time/reward_s": t_rew - t_gen}
         adv = self.advantages(rewards.rewards, len(examples))  # [A, P, G]
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
         for a in range(len(self.agents)):
-            for k, v in self.update_agent(a, adv[a].reshape(-1)).items():
+            for k, v in self.update_agent(a, adv[a].reshape(-1), first[a]).items():
                 metrics[f"{k}/agent_{a}"] = v
+            first[a] = None
         t2 = time.perf_counter()
         self.step += 1
         r = torch.tensor(rewards.rewards)
@@ -467,6 +540,9 @@ class MultiAgentTrainer:
             self.save("final")
         finally:
             bar.close()
+            if self._reward_thread is not None:
+                self._reward_thread.shutdown()
+                self._reward_thread = None
             if self.task is not None:
                 self.task.close()
         return history
