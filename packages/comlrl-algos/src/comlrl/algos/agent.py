@@ -10,6 +10,7 @@ import torch
 from comlrl.algos.losses import completion_mask as _completion_mask
 from comlrl.core import Completion, SamplingParams
 from comlrl.kernels import token_logprobs
+from transformers.cache_utils import DynamicLayer
 
 __all__ = ["HFAgent", "GenerationBatch"]
 
@@ -214,14 +215,18 @@ class HFAgent:
         )
         cache = out.past_key_values
         cache.batch_repeat_interleave(g)
+        s = input_ids.shape[1]
+        _preallocate_cache(cache, s + params.max_new_tokens)
         logits = out.logits[:, -1].repeat_interleave(g, dim=0)
-        attn = attention_mask.repeat_interleave(g, dim=0)
-        next_pos = attn.sum(-1, keepdim=True)
-        b = attn.shape[0]
+        b = logits.shape[0]
+        # Decode-step attention mask, prepared once as the 4D boolean mask the model would
+        # build from the 2D one (one query per row: every real past token is visible).
+        mask4d = torch.zeros(b, 1, 1, s + params.max_new_tokens, dtype=torch.bool, device=input_ids.device)
+        mask4d[:, 0, 0, :s] = attention_mask.bool().repeat_interleave(g, dim=0)
+        next_pos = attention_mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
         done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
-        ones = attn.new_ones(b, 1)
         for step in range(params.max_new_tokens):
             token = _sample_next(logits, params)
             logps.append(token_logprobs(logits, token, temperature=params.temperature))
@@ -230,10 +235,10 @@ class HFAgent:
             done = done | torch.isin(token, eos)
             if step + 1 == params.max_new_tokens or bool(done.all()):
                 break
-            attn = torch.cat([attn, ones], dim=1)
+            mask4d[:, 0, 0, s + step] = True
             out = self.model(
                 input_ids=token[:, None],
-                attention_mask=attn,
+                attention_mask=mask4d[..., : s + step + 1],
                 position_ids=next_pos,
                 past_key_values=cache,
                 use_cache=True,
@@ -241,6 +246,49 @@ class HFAgent:
             next_pos = next_pos + 1
             logits = out.logits[:, -1]
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1).float()
+
+
+class _PreallocatedLayer(DynamicLayer):  # type: ignore[misc]
+    """A ``DynamicLayer`` that appends into a preallocated buffer instead of ``torch.cat``.
+
+    ``keys``/``values`` are views ``[B, H, length, D]`` of ``[B, H, capacity, D]`` buffers,
+    so a decode step copies only the new token's keys and values (``torch.cat`` copies the
+    whole cache every step). Past the capacity it falls back to concatenation.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+        super().__init__()
+        b, h, n, d = keys.shape
+        self._kbuf = keys.new_empty(b, h, max(capacity, n), d)
+        self._vbuf = values.new_empty(b, values.shape[1], max(capacity, n), values.shape[3])
+        self._kbuf[:, :, :n] = keys
+        self._vbuf[:, :, :n] = values
+        self._n = n
+        self.dtype, self.device = keys.dtype, keys.device
+        self.keys, self.values = self._kbuf[:, :, :n], self._vbuf[:, :, :n]
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, m = self._n, key_states.shape[-2]
+        if n + m > self._kbuf.shape[-2]:
+            return super().update(key_states, value_states, *args, **kwargs)  # type: ignore[no-any-return]
+        self._kbuf[:, :, n : n + m] = key_states
+        self._vbuf[:, :, n : n + m] = value_states
+        self._n = n + m
+        self.keys, self.values = self._kbuf[:, :, : n + m], self._vbuf[:, :, : n + m]
+        return self.keys, self.values
+
+
+def _preallocate_cache(cache: Any, capacity: int) -> None:
+    """Swap the plain full-attention layers of a ``DynamicCache`` for preallocated ones."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return
+    for i, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel() > 0:
+            layers[i] = _PreallocatedLayer(layer.keys, layer.values, capacity)
 
 
 def _sample_next(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
