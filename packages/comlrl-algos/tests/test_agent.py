@@ -129,3 +129,17 @@ def test_inverse_cdf_sampling_matches_the_tempered_filtered_distribution() -> No
     draws = _sample_next(logits, SamplingParams(temperature=0.5))
     p = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625]) ** 2
     torch.testing.assert_close(torch.bincount(draws, minlength=5).float() / draws.numel(), p / p.sum(), atol=0.01, rtol=0)
+
+
+def test_small_models_decode_on_one_thread_and_the_setting_is_restored(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seen = []
+    hook = tiny_model.register_forward_pre_hook(lambda *args: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        HFAgent(tiny_model, tiny_tokenizer).generate(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=4))
+        assert set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        hook.remove()
+        torch.set_num_threads(before)
