@@ -128,7 +128,6 @@ def prepare_models(work: Path, num_agents: int, seed: int) -> list[str]:
 def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dict], task: Any,
              work: Path) -> dict[str, Any]:
     import torch
-
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.config import TrainConfig
     from comlrl.algos.models import load_model_and_tokenizer
