@@ -329,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--learning-rate", type=float, default=1e-5)
     p.add_argument("--num-agents", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads on both sides")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="torch.set_num_threads on both sides (default: all cores, torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--task-kwargs", default="{}", help="JSON kwargs for CoopHumanEvalTask")
     p.add_argument("--split", default="train")

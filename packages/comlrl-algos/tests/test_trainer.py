@@ -135,3 +135,21 @@ def test_overlapping_the_reward_with_the_forward_gives_the_same_update(tiny_toke
     assert any(not torch.equal(p, q) for p, q in zip(params[0], [p for a in moved for p in a.model.parameters()]))
     for p, q in zip(*params):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
+
+
+def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        results = []
+        for run in range(2):
+            trainer = _trainer(tiny_tokenizer, tmp_path / str(run), seed=7)
+            assert trainer._parallel_sampling
+            trainer.train_step()
+            results.append(([c.token_ids.tolist() for g in trainer._last[1][1] for c in g],
+                            [p.detach().clone() for p in trainer.agents[1].model.parameters()]))
+        assert results[0][0] == results[1][0]
+        for p, q in zip(results[0][1], results[1][1]):
+            assert torch.equal(p, q)
+    finally:
+        torch.set_num_threads(before)

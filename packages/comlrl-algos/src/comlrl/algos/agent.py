@@ -104,6 +104,15 @@ class HFAgent:
             raise ValueError(f"agent {name!r}: no EOS token id; pass eos_token_ids explicitly.")
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.last_batch: GenerationBatch | None = None
+        self.generator: torch.Generator | None = None
+
+    def seed(self, seed: int) -> None:
+        """Give this agent its own random stream for sampling (native backend).
+
+        With a per-agent generator an agent's samples do not depend on what other agents
+        drew before it, so agents can sample concurrently and runs stay reproducible.
+        """
+        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
 
     @property
     def device(self) -> torch.device:
@@ -230,7 +239,7 @@ class HFAgent:
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
         for step in range(params.max_new_tokens):
-            token = _sample_next(logits, params)
+            token = _sample_next(logits, params, self.generator)
             logps.append(token_logprobs(logits, token, temperature=params.temperature))
             token = token.masked_fill(done, pad)
             tokens.append(token)
@@ -315,7 +324,9 @@ def _preallocate_cache(cache: Any, capacity: int) -> None:
             layers[i] = _PreallocatedLayer(keys, values, capacity)
 
 
-def _sample_next(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def _sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Sample one token per row from ``logits [B, V]`` with temperature, top-k and top-p."""
     scores = logits.float() / params.temperature
     if params.top_k > 0 and params.top_k < scores.shape[-1]:
@@ -330,5 +341,6 @@ def _sample_next(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
     # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
     cdf = scores.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype, generator=generator)
+    u = u * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)

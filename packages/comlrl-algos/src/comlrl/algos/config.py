@@ -85,6 +85,10 @@ class TrainConfig(BaseModel):
         None, ge=1, description="Sequences per forward/backward (rounded down to whole "
         "groups of G); None = all at once."
     )
+    parallel_agents: bool = Field(
+        True, description="Sample the agents concurrently (one thread each) when that can "
+        "help: CPU with at least one intra-op thread per agent, or one GPU per agent."
+    )
     overlap_reward: bool = Field(
         True, description="Run the reward function in a worker thread while each agent's "
         "first micro-batch forward runs (holds one micro-batch of activations per agent)."

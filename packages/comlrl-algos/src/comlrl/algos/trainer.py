@@ -181,6 +181,18 @@ class MultiAgentTrainer:
         self.step = 0
         self._order: list[int] = []
         self._reward_thread: ThreadPoolExecutor | None = None
+        self._sample_threads: ThreadPoolExecutor | None = None
+        for i, agent in enumerate(self.agents):
+            agent.seed(config.seed * 1_000_003 + i)
+        # Concurrent sampling needs per-agent random streams (native backend) and pays off
+        # only with more than one CPU thread, or with agents on different GPUs.
+        devices = {str(a.device) for a in self.agents}
+        self._parallel_sampling = (
+            config.parallel_agents
+            and n > 1
+            and all(a.backend == "native" for a in self.agents)
+            and (torch.get_num_threads() >= n if self.device.type == "cpu" else len(devices) == n)
+        )
         self._rng = random.Random(config.seed)
 
     # ------------------------------------------------------------------ data
@@ -204,10 +216,24 @@ class MultiAgentTrainer:
             ``(prompts, completions)``: ``prompts[p][a]`` and ``completions[a][p][g]``.
         """
         prompts = [self.format_prompts(ex) for ex in examples]  # [P][A]
-        completions = [
-            agent.generate([pr[a] for pr in prompts], self.params)
-            for a, agent in enumerate(self.agents)
-        ]
+
+        def run(a: int) -> list[list[Completion]]:
+            return self.agents[a].generate([pr[a] for pr in prompts], self.params)
+
+        n = len(self.agents)
+        if not self._parallel_sampling:
+            return prompts, [run(a) for a in range(n)]
+        # Agents are independent models: sample them concurrently, one thread each, and
+        # share the intra-op threads among them on CPU.
+        if self._sample_threads is None:
+            self._sample_threads = ThreadPoolExecutor(n, thread_name_prefix="comlrl-agent")
+        before = torch.get_num_threads()
+        if self.device.type == "cpu":
+            torch.set_num_threads(max(1, before // n))
+        try:
+            completions = list(self._sample_threads.map(run, range(n)))
+        finally:
+            torch.set_num_threads(before)
         return prompts, completions
 
     def score(
@@ -540,9 +566,10 @@ class MultiAgentTrainer:
             self.save("final")
         finally:
             bar.close()
-            if self._reward_thread is not None:
-                self._reward_thread.shutdown()
-                self._reward_thread = None
+            for pool in (self._reward_thread, self._sample_threads):
+                if pool is not None:
+                    pool.shutdown()
+            self._reward_thread = self._sample_threads = None
             if self.task is not None:
                 self.task.close()
         return history
