@@ -56,6 +56,8 @@ def test_default_experiment_writes_metrics_verdicts_and_loadable_checkpoints(tmp
         ("estimator=ppo2", "unknown estimator 'ppo2'"),
         ("no_such_field=1", "no_such_field"),
         ("joint_mode=diagonal", "joint_mode"),
+        ("task.kwargs.bogus=1", "rejected task.kwargs"),
+        ("models=[/no/such/model/dir]", "could not load model '/no/such/model/dir'"),
     ],
 )
 def test_a_bad_config_fails_before_training_and_names_the_field(

@@ -81,16 +81,27 @@ def run_train(args: argparse.Namespace) -> int:
     except TaskNotFoundError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
+    except (TypeError, ValueError, OSError) as exc:
+        print(
+            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     torch.manual_seed(config.seed)
     agents = []
-    for i in range(config.num_agents):
-        model, tok = load_model_and_tokenizer(
-            config.model_for(i),
-            seed=config.seed + i,
-            dtype=config.dtype,
-            trust_remote_code=config.trust_remote_code,
-        )
-        agents.append(HFAgent(model, tok, name=f"agent_{i}"))
+    try:
+        for i in range(config.num_agents):
+            model, tok = load_model_and_tokenizer(
+                config.model_for(i),
+                seed=config.seed + i,
+                dtype=config.dtype,
+                trust_remote_code=config.trust_remote_code,
+            )
+            agents.append(HFAgent(model, tok, name=f"agent_{i}"))
+    except (OSError, ValueError) as exc:
+        task.close()
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
     trainer = MultiAgentTrainer(agents, config, task=task)
     history = trainer.train()
     first, last = history[0], history[-1]
