@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 import pytest
 import torch
-from comlrl.algos import advantages as adv_mod
 from comlrl.algos.advantages import (
     ESTIMATORS,
     Estimator,
@@ -138,8 +137,8 @@ def test_fixed_groups_equal_flat_groups_with_ids(
 def test_torch_fallback_without_kernels_matches_loop_reference(
     name: str, scale: Scale, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Users may install comlrl-algos without comlrl-kernels: the fallback must agree.
-    monkeypatch.setattr(adv_mod, "_kernel_group_advantages", lambda: None)
+    # Without the compiled extension, comlrl.kernels' torch reference serves: it must agree.
+    monkeypatch.setenv("COMLRL_KERNELS_BACKEND", "torch")
     gen = torch.Generator().manual_seed(11)
     returns = torch.randint(-3, 4, (5, 4), generator=gen).double()
     returns[0] = 1.0  # an all-equal group
@@ -154,9 +153,8 @@ def test_torch_fallback_without_kernels_matches_loop_reference(
 
 
 def test_torch_fallback_matches_kernels_package_when_installed() -> None:
-    kernel = adv_mod._kernel_group_advantages()
-    if kernel is None:
-        pytest.skip("comlrl-kernels is not importable; only the torch fallback is in use")
+    from comlrl.kernels import group_advantages, use_backend
+
     gen = torch.Generator().manual_seed(0)
     returns = torch.randint(-4, 5, (6, 5), generator=gen).double() / 2
     ids = torch.tensor([3, 3, 0, 7, 7, 7, 1, 1, 1, 1])
@@ -164,21 +162,17 @@ def test_torch_fallback_matches_kernels_package_when_installed() -> None:
     dense = torch.unique(ids, return_inverse=True)[1]
     group_scales: tuple[Literal["none", "group"], ...] = ("none", "group")
     for baseline, scale in itertools.product(("none", "mean", "loo", "max"), group_scales):
-        got = kernel(returns.flatten(), group_size=5, baseline=baseline, scale=scale, eps=EPS)
-        want = adv_mod._group_advantages_torch(
-            returns.flatten(),
-            torch.arange(6).repeat_interleave(5),
-            6,
-            baseline=baseline,
-            scale=scale,
-            eps=EPS,
-        )
-        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-        got = kernel(flat, group_ids=dense, baseline=baseline, scale=scale, eps=EPS)
-        want = adv_mod._group_advantages_torch(
-            flat, dense, 4, baseline=baseline, scale=scale, eps=EPS
-        )
-        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        got = group_advantages(returns.flatten(), group_size=5, baseline=baseline, scale=scale, eps=EPS)
+        with use_backend("torch"):
+            want = group_advantages(
+                returns.flatten(), group_ids=torch.arange(6).repeat_interleave(5),
+                baseline=baseline, scale=scale, eps=EPS,
+            )
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-5)
+        got = group_advantages(flat, group_ids=dense, baseline=baseline, scale=scale, eps=EPS)
+        with use_backend("torch"):
+            want = group_advantages(flat, group_ids=dense, baseline=baseline, scale=scale, eps=EPS)
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-5)
 
 
 # --- properties ----------------------------------------------------------------------

@@ -22,21 +22,20 @@ Conventions (shared with ``comlrl.kernels.group_advantages``):
   ``(A - mean(A)) / std(A)``, would turn REINFORCE, leave-one-out and max into the same
   update as the group mean; that is the trap this module avoids.)
 
-The per-group work (baseline and ``scale="group"``) is delegated to
-``comlrl.kernels.group_advantages`` when the optional ``comlrl-kernels`` package is
-installed, and otherwise done by the pure-torch code in this module, so the estimators
-can be installed and used without the kernels package. Both follow the same contract.
+The per-group work (baseline and ``scale="group"``) for the built-in baselines is done by
+``comlrl.kernels.group_advantages`` (a dependency of this package: C++/CUDA when compiled,
+its pure-torch reference otherwise). Only user-defined callable baselines run in the small
+torch path of this module.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from comlrl.kernels import group_advantages
 from torch import Tensor
 
 __all__ = [
@@ -165,16 +164,6 @@ register_estimator(
 )
 
 
-@functools.cache
-def _kernel_group_advantages() -> Callable[..., Tensor] | None:
-    """``comlrl.kernels.group_advantages`` if the optional package is installed."""
-    try:
-        from comlrl.kernels import group_advantages
-    except ImportError:
-        return None
-    return group_advantages
-
-
 def _check_finite(returns: Tensor) -> None:
     bad = ~torch.isfinite(returns)
     if bool(bad.any()):
@@ -204,59 +193,30 @@ def _dense_group_ids(group_ids: Tensor, num_samples: int) -> tuple[Tensor, int]:
     return dense.to(torch.int64), int(uniques.numel())
 
 
-def _group_mean_std(
-    returns: Tensor, group_ids: Tensor, num_groups: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-group count, mean and population std (two-pass) as ``[num_groups]``."""
-    zeros = returns.new_zeros(num_groups)
-    counts = zeros.index_add(0, group_ids, torch.ones_like(returns))
-    mean = zeros.index_add(0, group_ids, returns) / counts
-    centred = returns - mean[group_ids]
-    var = zeros.index_add(0, group_ids, centred * centred) / counts
-    return counts, mean, var.sqrt()
-
-
-def _group_advantages_torch(
+def _custom_baseline_advantages(
     returns: Tensor,
     group_ids: Tensor,
     num_groups: int,
     *,
-    baseline: str | BaselineFn,
+    baseline: BaselineFn,
     scale: Literal["none", "group"],
     eps: float,
 ) -> Tensor:
-    """Pure-torch baseline and group scaling over flat ``returns [M]``.
-
-    ``group_ids [M]`` must be dense (values ``0..num_groups-1``). This is the fallback
-    used when ``comlrl-kernels`` is absent and the only path for callable baselines.
-    """
-    counts, mean, std = _group_mean_std(returns, group_ids, num_groups)
-    if callable(baseline):
-        b = baseline(returns, group_ids, num_groups)
-        if not isinstance(b, Tensor) or b.shape != returns.shape:
-            got = list(b.shape) if isinstance(b, Tensor) else type(b).__name__
-            raise ValueError(
-                f"a custom baseline must return a tensor of shape {list(returns.shape)}, "
-                f"got {got}"
-            )
-        adv = returns - b.to(returns.dtype)
-    elif baseline == "none":
-        adv = returns.clone()
-    elif baseline == "mean":
-        adv = returns - mean[group_ids]
-    elif baseline == "loo":
-        # r_i - (S - r_i) / (n - 1) == n / (n - 1) * (r_i - mean); 0 for singletons.
-        n = counts[group_ids]
-        factor = n / (n - 1).clamp(min=1)
-        adv = torch.where(n > 1, factor * (returns - mean[group_ids]), 0.0)
-    elif baseline == "max":
-        gmax = returns.new_full((num_groups,), -math.inf).scatter_reduce(
-            0, group_ids, returns, reduce="amax", include_self=True
+    """``r - b`` for a user baseline over flat ``returns [M]`` (dense ``group_ids [M]``),
+    divided by the group's population std of the returns plus ``eps`` when
+    ``scale="group"``, the same convention as ``comlrl.kernels.group_advantages``."""
+    b = baseline(returns, group_ids, num_groups)
+    if not isinstance(b, Tensor) or b.shape != returns.shape:
+        got = list(b.shape) if isinstance(b, Tensor) else type(b).__name__
+        raise ValueError(
+            f"a custom baseline must return a tensor of shape {list(returns.shape)}, got {got}"
         )
-        adv = returns - gmax[group_ids]
-    else:  # pragma: no cover - guarded by register_estimator
-        raise ValueError(f"unknown baseline {baseline!r}; use one of {list(BASELINES)}")
+    adv = returns - b.to(returns.dtype)
     if scale == "group":
+        zeros = returns.new_zeros(num_groups)
+        counts = zeros.index_add(0, group_ids, torch.ones_like(returns))
+        centred = returns - (zeros.index_add(0, group_ids, returns) / counts)[group_ids]
+        std = (zeros.index_add(0, group_ids, centred * centred) / counts).sqrt()
         adv = adv / (std[group_ids] + eps)
     return adv
 
@@ -369,19 +329,20 @@ def compute_advantages(
         return values.clone()
 
     group_scale: Literal["none", "group"] = "group" if scale == "group" else "none"
-    kernel = _kernel_group_advantages()
-    if kernel is not None and isinstance(est.baseline, str):
+    if isinstance(est.baseline, str):
         if ids is None:
-            adv = kernel(
+            adv = group_advantages(
                 flat, group_size=group_size, baseline=est.baseline, scale=group_scale, eps=eps
             )
         else:
-            adv = kernel(flat, group_ids=ids, baseline=est.baseline, scale=group_scale, eps=eps)
+            adv = group_advantages(
+                flat, group_ids=ids, baseline=est.baseline, scale=group_scale, eps=eps
+            )
         adv = adv.to(dtype)
     else:
         if ids is None:
             ids = torch.arange(num_groups, device=flat.device).repeat_interleave(group_size)
-        adv = _group_advantages_torch(
+        adv = _custom_baseline_advantages(
             flat, ids, num_groups, baseline=est.baseline, scale=group_scale, eps=eps
         )
     if scale == "batch":
