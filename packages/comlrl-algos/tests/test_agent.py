@@ -143,3 +143,12 @@ def test_small_models_decode_on_one_thread_and_the_setting_is_restored(tiny_mode
     finally:
         hook.remove()
         torch.set_num_threads(before)
+
+
+def test_finished_marks_completions_that_ended_with_eos(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    every_token = HFAgent(tiny_model, tiny_tokenizer, eos_token_ids=list(range(len(tiny_tokenizer))))
+    groups = every_token.generate(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=5))
+    assert all(c.finished and c.num_tokens == 1 for g in groups for c in g)
+    never = HFAgent(tiny_model, tiny_tokenizer, eos_token_ids=[len(tiny_tokenizer) + 7])
+    groups = never.generate(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=5))
+    assert all(not c.finished and c.num_tokens == 5 for g in groups for c in g)

@@ -159,10 +159,9 @@ class HFAgent:
         texts = self.tokenizer.batch_decode(
             [ids_cpu[i, : lengths[i]] for i in range(b)], skip_special_tokens=True
         )
-        eos = torch.tensor(self.eos_token_ids)
-        finished = [
-            lengths[i] > 0 and bool(torch.isin(ids_cpu[i, lengths[i] - 1], eos)) for i in range(b)
-        ]
+        last = ids_cpu.gather(1, (torch.tensor(lengths) - 1).clamp(min=0)[:, None]).squeeze(1)
+        ended = torch.isin(last, torch.tensor(self.eos_token_ids)) & (torch.tensor(lengths) > 0)
+        finished = ended.tolist()
         flat = [
             Completion(
                 text=texts[i],
