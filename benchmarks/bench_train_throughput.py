@@ -178,7 +178,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         # Joint actions that reached the sandbox (did not fail the task's ast pre-check),
         # and those of them whose reward could not depend on the sandbox (no entry point).
         for info in trainer._last[2].infos:
-            if info.get("status") != "syntax_error":
+            if info.get("status") not in ("syntax_error", "not_run"):
                 sandbox_jobs += 1
                 sandbox_jobs_no_main += not info.get("main_defined", True)
     wall = time.perf_counter() - t0

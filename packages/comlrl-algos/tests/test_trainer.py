@@ -153,3 +153,33 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer
             assert torch.equal(p, q)
     finally:
         torch.set_num_threads(before)
+
+
+def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        params, samples = [], []
+        for parallel in (True, False):
+            trainer = _trainer(tiny_tokenizer, tmp_path / str(parallel), seed=5, parallel_agents=parallel)
+            assert trainer._parallel_updates is parallel and trainer._parallel_sampling is parallel
+            for _ in range(2):
+                trainer.train_step()
+            samples.append([c.token_ids.tolist() for a in trainer._last[1] for g in a for c in g])
+            params.append([p.detach().clone() for a in trainer.agents for p in a.model.parameters()])
+        assert samples[0] == samples[1]  # per-agent random streams: same samples either way
+        for p, q in zip(*params):
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
+        assert torch.get_num_threads() == 2  # the caller's thread setting is untouched
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_agents_sharing_one_model_are_never_updated_concurrently(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    model = build_default_model(len(tiny_tokenizer), seed=0)
+    agents = [HFAgent(model, tiny_tokenizer, name=f"agent_{i}") for i in range(2)]
+    cfg = TrainConfig(num_steps=1, batch_size=2, num_generations=2, max_new_tokens=4, output_dir=str(tmp_path), progress=False)
+    trainer = MultiAgentTrainer(
+        agents, cfg, dataset=DATA, reward_func=_length_reward, formatters=[lambda ex: ex["text"]] * 2
+    )
+    assert not trainer._parallel_updates

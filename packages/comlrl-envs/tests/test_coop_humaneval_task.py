@@ -303,11 +303,67 @@ def test_close_is_idempotent_and_task_stays_usable(humaneval_file: Path, he0: di
 
 
 def test_stub_main_gets_no_test_credit_even_where_none_is_right(
-    task: CoopHumanEvalTask, rows_by_id: dict
+    sandbox_all_task: CoopHumanEvalTask, rows_by_id: dict
 ) -> None:
     # HumanEval/12 expects longest([]) == None, so a docstring-only stub passes one assert;
     # that must not count, because agent 2 wrote nothing.
-    reward, info = score(task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", "")
+    reward, info = score(sandbox_all_task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", "")
     assert info["passed"] >= 1, "control: the stub does pass an assert in the sandbox"
     assert not info["main_defined"]
     assert reward == pytest.approx(0.05)
+
+
+@pytest.fixture(scope="module")
+def sandbox_all_task(humaneval_file: Path) -> Iterator[CoopHumanEvalTask]:
+    t = CoopHumanEvalTask(path=humaneval_file, timeout_s=5.0, max_workers=2, sandbox_all=True)
+    yield t
+    t.close()
+
+
+# Joint actions without a non-trivial entry point (and one with), as a batch.
+_NO_MAIN_BATCH = [
+    (HELPER_OK, ""),  # no main at all
+    ("", "    pass\n"),  # stub main
+    (HELPER_OK, "    ...\n"),  # ellipsis-only main
+    ("strings):\n    return 0\n", '    """doc only"""\n'),  # docstring-only main
+    ("import os\nos._exit(0)\n", "garbage text ((("),  # unparsable main
+    (HELPER_OK, MAIN_CALLS_AUX),  # control: a real main
+]
+
+
+def test_programs_without_an_entry_point_are_not_run_and_score_the_same(
+    task: CoopHumanEvalTask, sandbox_all_task: CoopHumanEvalTask, he0: dict
+) -> None:
+    helpers = [h for h, _ in _NO_MAIN_BATCH]
+    mains = [m for _, m in _NO_MAIN_BATCH]
+    skipped = task.reward([helpers, mains], [he0] * len(helpers))
+    ran = sandbox_all_task.reward([helpers, mains], [he0] * len(helpers))
+    assert skipped.rewards == ran.rewards  # identical rewards, bit for bit
+    assert ran.rewards[-1] == pytest.approx(1.0) and ran.rewards[0] == pytest.approx(0.05)
+    statuses = [i["status"] for i in skipped.infos]
+    assert statuses[-1] == "passed"
+    for info, ran_info in zip(skipped.infos[:-1], ran.infos[:-1]):
+        assert not info["main_defined"]
+        if ran_info["status"] == "syntax_error":  # compile errors are caught before either
+            assert info["status"] == "syntax_error"
+            continue
+        assert info["status"] == "not_run" and info["duration_s"] == 0
+        assert info["passed"] == 0 and info["total"] == ran_info["total"]
+        assert "sandbox_all" in info["error"]
+        assert ran_info["status"] != "not_run"
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    helper=st.sampled_from(["", HELPER_OK, "x):\n    return x\n", "((("]),
+    main=st.sampled_from(["", "    pass\n", MAIN_SOLO, "    return None\n", "    return aux(numbers)\n"])
+    | st.text(max_size=40),
+)
+def test_sandbox_all_never_changes_the_reward(
+    task: CoopHumanEvalTask, sandbox_all_task: CoopHumanEvalTask, he0: dict, helper: str, main: str
+) -> None:
+    assert task.reward([[helper], [main]], [he0]).rewards == sandbox_all_task.reward(
+        [[helper], [main]], [he0]
+    ).rewards

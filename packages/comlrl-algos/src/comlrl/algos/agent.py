@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from comlrl.algos.decode import FastDecoder
 from comlrl.algos.losses import completion_mask as _completion_mask
 from comlrl.core import Completion, SamplingParams
 from comlrl.kernels import token_logprobs
@@ -68,6 +70,13 @@ class HFAgent:
             cache supports ``batch_repeat_interleave`` (all ``transformers`` decoder-only
             LMs with ``DynamicCache``). ``"hf"`` calls ``model.generate`` instead (prompts
             repeated ``G`` times), for models with exotic caches or generation code.
+        fast_decode: with the native backend, run the one-token decode steps of
+            Llama-family models (Llama, Qwen2, Mistral) through
+            :class:`comlrl.algos.decode.FastDecoder` instead of ``model(...)`` (same maths,
+            a fraction of the per-call overhead). Unsupported models, and any model whose
+            first fast step disagrees with its own forward (checked once per agent, see
+            :data:`FAST_DECODE_RTOL`), use ``model(...)``; the reason is in
+            :attr:`fast_decode_status`.
 
     Raises:
         ValueError: no pad/EOS token, or an unknown ``backend``.
@@ -80,6 +89,7 @@ class HFAgent:
         name: str = "agent",
         eos_token_ids: Sequence[int] | None = None,
         backend: str = "native",
+        fast_decode: bool = True,
     ) -> None:
         if backend not in ("native", "hf"):
             raise ValueError(f"agent {name!r}: unknown generation backend {backend!r}; use 'native' or 'hf'.")
@@ -105,6 +115,9 @@ class HFAgent:
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.last_batch: GenerationBatch | None = None
         self.generator: torch.Generator | None = None
+        self.fast_decode = bool(fast_decode)
+        #: ``"unchecked"``, ``"on"`` (checked against the model's forward), or why it is off.
+        self.fast_decode_status = "unchecked" if self.fast_decode else "off: fast_decode=False"
 
     def seed(self, seed: int) -> None:
         """Give this agent its own random stream for sampling (native backend).
@@ -173,6 +186,41 @@ class HFAgent:
         ]
         return [flat[p * g : (p + 1) * g] for p in range(len(prompts))]
 
+    def _fast_decoder(self, max_length: int) -> FastDecoder | None:
+        """The lean decode step for this batch, or ``None`` to use ``model(...)``."""
+        if not self.fast_decode or self.fast_decode_status.startswith("off"):
+            return None
+        reason = FastDecoder.unsupported_reason(self.model, max_length)
+        if reason is not None:
+            self.fast_decode_status = f"off: {reason}"
+            return None
+        return FastDecoder(self.model)
+
+    def _check_fast_step(
+        self, fast_logits: torch.Tensor, hf: _HFStepper, token: torch.Tensor
+    ) -> torch.Tensor:
+        """Compare the first fast decode step with the model's own forward (once per agent).
+
+        Returns the logits to continue with: the fast ones when they agree, else the
+        model's (and fast decoding is switched off for this agent, with a warning).
+        """
+        ref = hf.step(token)
+        tol = FAST_DECODE_RTOL.get(ref.dtype, 3e-2) * (float(ref.abs().max()) + 1e-6)
+        err = float((fast_logits.float() - ref.float()).abs().max())
+        if err <= tol:
+            self.fast_decode_status = "on"
+            return fast_logits
+        self.fast_decode_status = (
+            f"off: first decode step differs from the model's forward by {err:.3g} (tolerance {tol:.3g})"
+        )
+        warnings.warn(
+            f"agent {self.name!r}: fast decoding disagrees with {type(self.model).__name__}.forward "
+            f"(max |logit difference| {err:.3g} > {tol:.3g}); using the model's own forward from now on.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return ref
+
     def _hf_generate(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,38 +272,86 @@ class HFAgent:
             logits_to_keep=1,
         )
         cache = out.past_key_values
-        cache.batch_repeat_interleave(g)
         s = input_ids.shape[1]
-        _preallocate_cache(cache, s + params.max_new_tokens)
+        total = s + params.max_new_tokens
         logits = out.logits[:, -1].repeat_interleave(g, dim=0)
         b = logits.shape[0]
-        # Decode-step attention mask, prepared once as the 4D boolean mask the model would
-        # build from the 2D one (one query per row: every real past token is visible).
-        mask4d = torch.zeros(b, 1, 1, s + params.max_new_tokens, dtype=torch.bool, device=input_ids.device)
-        mask4d[:, 0, 0, :s] = attention_mask.bool().repeat_interleave(g, dim=0)
         next_pos = attention_mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
+        fast = self._fast_decoder(total)
+        check = fast is not None and self.fast_decode_status == "unchecked"
+        if fast is not None:
+            steps = torch.arange(max(params.max_new_tokens - 1, 1), device=input_ids.device)
+            fast.start(cache, attention_mask, g, next_pos + steps, total)
+            step_fn = fast.step
+            if not check:
+                cache = None  # the fast decoder holds its own copy
+        else:
+            step_fn = _HFStepper(self.model, cache, attention_mask, g, total, next_pos).step
         done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
-        for step in range(params.max_new_tokens):
-            token = _sample_next(logits, params, self.generator)
-            logps.append(token_logprobs(logits, token, temperature=params.temperature))
-            token = token.masked_fill(done, pad)
-            tokens.append(token)
-            done = done | torch.isin(token, eos)
-            if step + 1 == params.max_new_tokens or bool(done.all()):
-                break
-            mask4d[:, 0, 0, s + step] = True
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=mask4d[..., : s + step + 1],
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            next_pos = next_pos + 1
-            logits = out.logits[:, -1]
+        try:
+            for step in range(params.max_new_tokens):
+                token = _sample_next(logits, params, self.generator)
+                logps.append(token_logprobs(logits, token, temperature=params.temperature))
+                token = token.masked_fill(done, pad)
+                tokens.append(token)
+                done = done | torch.isin(token, eos)
+                if step + 1 == params.max_new_tokens or bool(done.all()):
+                    break
+                logits = step_fn(token)
+                if check:
+                    check = False
+                    hf = _HFStepper(self.model, cache, attention_mask, g, total, next_pos)
+                    cache = None
+                    logits = self._check_fast_step(logits, hf, token)
+                    if self.fast_decode_status != "on":  # continue on the model's own forward
+                        step_fn = hf.step
+                    del hf
+        finally:
+            if fast is not None:
+                fast.release()
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1).float()
+
+
+#: Relative tolerance (of the largest |logit|) for the once-per-agent check that the fast
+#: decode step matches the model's own forward, per dtype. Float rounding differences are
+#: ~1e-6 relative in float32; a real mismatch (wrong rotary or attention maths) is ~1e-1.
+FAST_DECODE_RTOL = {torch.float32: 1e-3, torch.float64: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
+
+
+class _HFStepper:
+    """One-token decode steps through ``model(...)`` with a preallocated KV cache.
+
+    Takes the prefill cache over ``P`` prompts, repeats it for the ``G`` rows of each
+    prompt, and keeps the 4D boolean decode mask (one query per row: every real past
+    token is visible) so the model does not rebuild it from a 2D mask every step.
+    """
+
+    def __init__(
+        self, model: Any, cache: Any, prompt_mask: torch.Tensor, g: int, capacity: int, next_pos: torch.Tensor
+    ) -> None:
+        cache.batch_repeat_interleave(g)
+        _preallocate_cache(cache, capacity)
+        p, s = prompt_mask.shape
+        self.model, self.cache = model, cache
+        self.mask4d = torch.zeros(p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device)
+        self.mask4d[:, 0, 0, :s] = prompt_mask.bool().repeat_interleave(g, dim=0)
+        self.pos, self.n = next_pos, s
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed ``tokens [B]``; return the next logits ``[B, V]``."""
+        self.mask4d[:, 0, 0, self.n] = True
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask4d[..., : self.n + 1],
+            position_ids=self.pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.pos = self.pos + 1
+        self.n += 1
+        return out.logits[:, -1]
 
 
 #: Below this many parameters a CPU decode step is a few hundred microseconds of small

@@ -86,8 +86,10 @@ class TrainConfig(BaseModel):
         "groups of G); None = all at once."
     )
     parallel_agents: bool = Field(
-        True, description="Sample the agents concurrently (one thread each) when that can "
-        "help: CPU with at least one intra-op thread per agent, or one GPU per agent."
+        True, description="Sample, forward and update the agents concurrently (one thread "
+        "each, intra-op threads shared out) when that can help: CPU with at least one "
+        "intra-op thread per agent, or one GPU per agent. Agents that share one model object "
+        "are never updated concurrently."
     )
     overlap_reward: bool = Field(
         True, description="Run the reward function in a worker thread while each agent's "

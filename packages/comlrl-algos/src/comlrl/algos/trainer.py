@@ -193,6 +193,14 @@ class MultiAgentTrainer:
             and all(a.backend == "native" for a in self.agents)
             and (torch.get_num_threads() >= n if self.device.type == "cpu" else len(devices) == n)
         )
+        # Forwards and updates of distinct models are independent too (no random stream
+        # needed); agents that share one model object must not update concurrently.
+        self._parallel_updates = (
+            config.parallel_agents
+            and n > 1
+            and len({id(a.model) for a in self.agents}) == n
+            and (torch.get_num_threads() >= n if self.device.type == "cpu" else len(devices) == n)
+        )
         self._rng = random.Random(config.seed)
 
     # ------------------------------------------------------------------ data
@@ -220,21 +228,28 @@ class MultiAgentTrainer:
         def run(a: int) -> list[list[Completion]]:
             return self.agents[a].generate([pr[a] for pr in prompts], self.params)
 
+        return prompts, self._map_agents(run, self._parallel_sampling)
+
+    def _map_agents(self, fn: Callable[[int], Any], parallel: bool) -> list[Any]:
+        """``[fn(0), ..., fn(A - 1)]``, concurrently (one thread per agent) when ``parallel``.
+
+        On CPU the intra-op threads are shared out among the agents (each worker thread
+        sets its own count: torch's OpenMP thread count is per thread). Exceptions
+        propagate; results are in agent order.
+        """
         n = len(self.agents)
-        if not self._parallel_sampling:
-            return prompts, [run(a) for a in range(n)]
-        # Agents are independent models: sample them concurrently, one thread each, and
-        # share the intra-op threads among them on CPU.
+        if not parallel:
+            return [fn(a) for a in range(n)]
         if self._sample_threads is None:
             self._sample_threads = ThreadPoolExecutor(n, thread_name_prefix="comlrl-agent")
-        before = torch.get_num_threads()
-        if self.device.type == "cpu":
-            torch.set_num_threads(max(1, before // n))
-        try:
-            completions = list(self._sample_threads.map(run, range(n)))
-        finally:
-            torch.set_num_threads(before)
-        return prompts, completions
+        per_agent = max(1, torch.get_num_threads() // n) if self.device.type == "cpu" else None
+
+        def run(a: int) -> Any:
+            if per_agent is not None:
+                torch.set_num_threads(per_agent)
+            return fn(a)
+
+        return list(self._sample_threads.map(run, range(n)))
 
     def score(
         self, completions: Sequence[Sequence[Sequence[Completion]]], examples: Sequence[Mapping[str, Any]]
@@ -456,7 +471,7 @@ class MultiAgentTrainer:
                 self._reward_thread = ThreadPoolExecutor(1, thread_name_prefix="comlrl-reward")
             future = self._reward_thread.submit(self.score, completions, examples)
             try:
-                first = [self.first_chunk_logprobs(a) for a in range(len(self.agents))]
+                first = self._map_agents(self.first_chunk_logprobs, self._parallel_updates)
             finally:
                 rewards = future.result()
         else:
@@ -466,10 +481,14 @@ class MultiAgentTrainer:
         adv = self.advantages(rewards.rewards, len(examples))  # [A, P, G]
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
-        for a in range(len(self.agents)):
-            for k, v in self.update_agent(a, adv[a].reshape(-1), first[a]).items():
+
+        def update(a: int) -> dict[str, float]:
+            logp, first[a] = first[a], None
+            return self.update_agent(a, adv[a].reshape(-1), logp)
+
+        for a, agent_metrics in enumerate(self._map_agents(update, self._parallel_updates)):
+            for k, v in agent_metrics.items():
                 metrics[f"{k}/agent_{a}"] = v
-            first[a] = None
         t2 = time.perf_counter()
         self.step += 1
         r = torch.tensor(rewards.rewards)

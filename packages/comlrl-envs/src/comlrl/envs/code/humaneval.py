@@ -184,6 +184,11 @@ class CoopHumanEvalTask(Task):
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         executor: sandbox executor kind, ``"fork"`` (zygote, default) or ``"exec"``; see
             :class:`comlrl.envs.sandbox.SandboxLimits`.
+        sandbox_all: also run programs whose reward cannot depend on the sandbox. Every
+            sandbox-derived part of the reward requires a non-trivial entry point, so by
+            default a joint action without one is not run: it gets the same reward
+            (0.05 if ``aux`` is defined, else 0) and the verdict ``"not_run"``. Set
+            ``True`` to run them anyway (e.g. to log their errors); rewards are the same.
 
     Raises:
         ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range,
@@ -208,6 +213,7 @@ class CoopHumanEvalTask(Task):
         train_range: tuple[int, int] | None = None,
         test_range: tuple[int, int] | None = None,
         executor: str = "fork",
+        sandbox_all: bool = False,
     ) -> None:
         if not helper_name.isidentifier():
             raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
@@ -220,6 +226,7 @@ class CoopHumanEvalTask(Task):
                 raise ValueError(f"{label} must be (start, stop) with start <= stop, got {rng}")
         self.path = path
         self.limit = limit
+        self.sandbox_all = bool(sandbox_all)
         self.limits = SandboxLimits(
             timeout_s=timeout_s,
             memory_mb=memory_mb,
@@ -351,6 +358,17 @@ class CoopHumanEvalTask(Task):
                     0,
                     split_test(examples[i]["test"]).num_units,
                     error=f"combined program does not compile: {error}",
+                )
+                continue
+            if not flag["main_defined"] and not self.sandbox_all:
+                # No sandbox-derived reward part can be earned without the entry point
+                # (see _reward_parts), so running the program would not change the reward.
+                verdicts[i] = Verdict(
+                    "not_run",
+                    0,
+                    split_test(examples[i]["test"]).num_units,
+                    error=f"not run: agent 2 did not define a non-trivial `{examples[i]['entry_point']}`, "
+                    "so the tests cannot earn reward (sandbox_all=True runs it anyway)",
                 )
                 continue
             jobs.append(

@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 VerdictStatus = Literal[
-    "passed", "failed", "error", "syntax_error", "timeout", "killed", "no_result", "tampered"
+    "passed", "failed", "error", "syntax_error", "timeout", "killed", "no_result", "tampered",
+    "not_run",
 ]
 
 
@@ -137,7 +138,9 @@ class Verdict:
             ``"killed"`` the process hit the wall-clock limit / was killed before a
             verdict; ``"no_result"`` the process ended without writing a verdict (e.g.
             ``sys.exit(0)`` while loading); ``"tampered"`` the result channel held lines
-            the runner did not write.
+            the runner did not write; ``"not_run"`` the caller decided not to run the
+            program (e.g. a task whose reward cannot depend on the result, see
+            ``CoopHumanEvalTask(sandbox_all=...)``).
         passed: units passed (0 unless a verdict arrived through the channel).
         total: units in the test.
         program_loaded: the program's top level ran without raising.

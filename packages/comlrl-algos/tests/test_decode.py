@@ -1,0 +1,190 @@
+"""FastDecoder: the lean decode step equals the model's own forward, and HFAgent uses it safely."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from comlrl.algos.agent import HFAgent
+from comlrl.algos.decode import FastDecoder
+from comlrl.core import SamplingParams
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+PROMPTS = ["def add(a, b):\n    return", "x = [1, 2, 3]\nprint(sum(x", "import os"]
+
+
+def _tiny(kind: str, seed: int = 0, **overrides):  # type: ignore[no-untyped-def]
+    """A small random Llama / Qwen2 / Mistral with GQA (4 query heads, 2 KV heads)."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    common = dict(
+        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=0, eos_token_id=1, bos_token_id=None,
+    )
+    common.update(overrides)
+    cfg_cls, model_cls = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),  # q/k/v projections with biases
+        "mistral": (MistralConfig, MistralForCausalLM),
+    }[kind]
+    if kind == "mistral":
+        common.setdefault("sliding_window", None)
+    torch.manual_seed(seed)
+    model = model_cls(cfg_cls(**common)).eval()
+    with torch.no_grad():  # non-trivial norms and biases, so every term is exercised
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: int) -> float:  # type: ignore[no-untyped-def]
+    """Max |logit| difference between FastDecoder steps and full forwards of the same sequences."""
+    gen = torch.Generator().manual_seed(seed)
+    v = model.config.vocab_size
+    p, s = len(prompt_lens), max(prompt_lens)
+    ids = torch.randint(2, v, (p, s), generator=gen)
+    mask = torch.zeros(p, s, dtype=torch.long)
+    for i, n in enumerate(prompt_lens):  # left padding
+        mask[i, s - n :] = 1
+    ids = ids.masked_fill(mask == 0, 0)
+    new = torch.randint(2, v, (p * g, steps), generator=gen)  # teacher-forced tokens
+    with torch.no_grad():
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True, logits_to_keep=1,
+        )
+        fast = FastDecoder(model)
+        start = mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
+        fast.start(out.past_key_values, mask, g, start + torch.arange(steps), s + steps)
+        got = torch.stack([fast.step(new[:, t]) for t in range(steps)], dim=1)  # [B, T, V]
+        full_ids = torch.cat([ids.repeat_interleave(g, 0), new], dim=1)
+        full_mask = torch.cat([mask.repeat_interleave(g, 0), torch.ones_like(new)], dim=1)
+        ref = model(
+            input_ids=full_ids, attention_mask=full_mask,
+            position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
+        ).logits[:, s:]
+    return float((got - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+def test_fast_decode_steps_equal_the_models_forward(kind: str) -> None:
+    model = _tiny(kind)
+    assert FastDecoder.unsupported_reason(model) is None
+    # relative to the largest |logit|; float32 rounding is ~1e-7
+    assert _fast_vs_forward(model, [5, 9, 1], g=3, steps=6, seed=0) < 1e-5
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    kind=st.sampled_from(["llama", "qwen2"]),
+    prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    g=st.integers(1, 4),
+    steps=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_fast_decode_matches_for_any_padding_and_group_size(kind: str, prompt_lens: list[int], g: int, steps: int, seed: int) -> None:
+    model = _tiny(kind, seed=seed % 7)
+    assert _fast_vs_forward(model, prompt_lens, g, steps, seed) < 1e-5
+
+
+def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import comlrl.algos.decode as decode
+
+    model = _tiny("qwen2")
+    fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1)
+    monkeypatch.setattr(decode, "_FUSE_MAX_ELEMENTS", 0)  # the large-model path
+    assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5 and fused < 1e-5
+
+
+def test_bfloat16_models_stay_close() -> None:
+    model = _tiny("llama").to(torch.bfloat16)
+    assert _fast_vs_forward(model, [6, 3], g=2, steps=4, seed=2) < 5e-2  # bf16 eps is 7.8e-3
+
+
+class _LoraLikeLinear(nn.Linear):
+    """Stands in for an adapter or quantized linear (a subclass, not a plain nn.Linear)."""
+
+
+def test_models_it_cannot_reproduce_are_refused_with_a_reason() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    assert "model_type 'gpt2'" in (FastDecoder.unsupported_reason(gpt2) or "")
+    assert FastDecoder.for_model(gpt2) is None
+
+    adapted = _tiny("llama")
+    old = adapted.model.layers[1].self_attn.q_proj
+    adapted.model.layers[1].self_attn.q_proj = _LoraLikeLinear(old.in_features, old.out_features, bias=False)
+    assert "layer 1" in (FastDecoder.unsupported_reason(adapted) or "")
+
+    hooked = _tiny("llama")
+    hooked.model.layers[0].mlp.register_forward_hook(lambda *a: None)
+    assert "hooks" in (FastDecoder.unsupported_reason(hooked) or "")
+
+    windowed = _tiny("mistral", sliding_window=16)
+    assert "sliding window" in (FastDecoder.unsupported_reason(windowed, max_length=40) or "")
+    assert FastDecoder.unsupported_reason(windowed, max_length=16) is None  # never reached
+
+
+def test_agent_samples_the_same_tokens_with_and_without_fast_decode(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    params = SamplingParams(num_generations=3, max_new_tokens=16)
+    batches = []
+    for fast in (False, True):
+        agent = HFAgent(tiny_model, tiny_tokenizer, fast_decode=fast)
+        for _ in range(2):  # the second call runs without the forward check
+            agent.seed(11)
+            agent.generate(PROMPTS, params)
+            batches.append(agent.last_batch)
+        assert agent.fast_decode_status == ("on" if fast else "off: fast_decode=False")
+    for other in batches[1:]:
+        assert torch.equal(other.input_ids, batches[0].input_ids)
+        torch.testing.assert_close(other.behaviour_logprobs, batches[0].behaviour_logprobs, rtol=0, atol=1e-5)
+
+
+def test_fast_decode_makes_one_model_call_per_generate_after_the_check(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    calls = []
+    original = tiny_model.forward
+
+    def counting_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    tiny_model.forward = counting_forward  # not a hook: hooks would disable fast decoding
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    params = SamplingParams(num_generations=2, max_new_tokens=10)
+    agent.generate(PROMPTS, params)
+    assert calls[0][0] == 3 and calls[1] == (6, 1) and len(calls) == 2  # prefill + the check
+    calls.clear()
+    agent.generate(PROMPTS, params)
+    assert len(calls) == 1 and calls[0][0] == 3  # prefill only
+
+
+def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(tiny_model, tiny_tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    params = SamplingParams(num_generations=2, max_new_tokens=12)
+    reference = HFAgent(tiny_model, tiny_tokenizer, fast_decode=False)
+    reference.seed(5)
+    reference.generate(PROMPTS, params)
+
+    real_step = FastDecoder.step
+    monkeypatch.setattr(FastDecoder, "step", lambda self, tokens: real_step(self, tokens) * 1.5)
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    agent.seed(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.generate(PROMPTS, params)
+    assert any("fast decoding disagrees" in str(w.message) for w in caught)
+    assert agent.fast_decode_status.startswith("off: first decode step differs")
+    # The run continued on the model's own forward: same samples as never using it.
+    assert torch.equal(agent.last_batch.input_ids, reference.last_batch.input_ids)
