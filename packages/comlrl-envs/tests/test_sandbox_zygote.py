@@ -316,3 +316,43 @@ def test_exec_kind_never_uses_a_zygote() -> None:
         res = run_python("pass", SandboxLimits(timeout_s=5.0, executor="exec"))
     assert res.isolation["executor"] == "exec" and "zygote_pid" not in res.isolation
     assert zygote._get_pool().pids() == []
+
+
+_NETNS = "import os\nprint(os.readlink('/proc/self/ns/net'))\n"
+
+
+def test_network_namespace_is_made_once_per_zygote_and_never_the_hosts() -> None:
+    host = os.readlink("/proc/self/ns/net")
+    first = run_python(_NETNS, FORK)
+    if not first.isolation.get("netns"):
+        pytest.skip("this OS did not allow a network namespace")
+    second = run_python(_NETNS, FORK)
+    assert first.status == second.status == "ok"
+    assert first.isolation.get("netns_shared_with") == "zygote"
+    assert first.isolation["zygote_pid"] == second.isolation["zygote_pid"]
+    # one namespace for that zygote's programs, made when it started; not the host's
+    assert first.stdout == second.stdout != host + "\n"
+    opened = run_python(_NETNS, SandboxLimits(timeout_s=5.0, executor="fork", allow_network=True))
+    assert opened.status == "ok" and opened.stdout == host + "\n", "network allowed: the host's"
+    assert opened.isolation["zygote_pid"] != first.isolation["zygote_pid"]
+    assert not opened.isolation.get("netns")
+    # and a zygote never hands a namespaced program to the network-allowed one or back
+    assert run_python(_NETNS, FORK).stdout == first.stdout
+
+
+def test_without_a_zygote_namespace_each_child_makes_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A zygote that could not unshare answers plain "ready": its children must then make
+    # their own namespace (the previous behaviour), not run on the host's network.
+    real = zygote._Zygote.__init__
+
+    def no_netns(self, netns: bool = False) -> None:  # type: ignore[no-untyped-def]
+        real(self, False)
+        self.wants_netns = netns
+
+    monkeypatch.setattr(zygote._Zygote, "__init__", no_netns)
+    host = os.readlink("/proc/self/ns/net")
+    res = run_python(_NETNS, FORK)
+    if not res.isolation.get("netns"):
+        pytest.skip("this OS did not allow a network namespace")
+    assert "netns_shared_with" not in res.isolation
+    assert res.status == "ok" and res.stdout != host + "\n"

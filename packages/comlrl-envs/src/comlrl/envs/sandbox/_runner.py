@@ -161,12 +161,19 @@ def _isolate(cfg):
         info["zygote_pid"] = os.getppid()
     want_net = not cfg.get("allow_network", False)
     want_pid = cfg.get("pid_namespace", True)
+    inherited = want_net and _FORKED and cfg.get("netns_inherited", False)
+    if inherited:
+        # The zygote already lives in an empty network namespace of its own (made once,
+        # at its start): this child is in it, so it needs no new one.
+        want_net = False
+        info["netns"] = True
+        info["netns_shared_with"] = "zygote"
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
     if flags and hasattr(os, "fork"):
         if _unshare(flags):
-            info["netns"], info["pidns"] = want_net, want_pid
+            info["netns"], info["pidns"] = want_net or inherited, want_pid
         elif _unshare(flags | CLONE_NEWUSER):
-            info["netns"], info["pidns"], info["userns"] = want_net, want_pid, True
+            info["netns"], info["pidns"], info["userns"] = want_net or inherited, want_pid, True
     lim = cfg["limits"]
 
     def setl(res, value):
@@ -465,7 +472,7 @@ def _zygote_module():
 
 
 if __name__ == "__main__":
-    if _len(sys.argv) == 3 and sys.argv[1] == "--zygote":
-        _zygote_module().run(_int(sys.argv[2]))
+    if _len(sys.argv) in (3, 4) and sys.argv[1] == "--zygote":
+        _zygote_module().run(_int(sys.argv[2]), _len(sys.argv) == 4 and sys.argv[3] == "--netns")
     else:
         main()

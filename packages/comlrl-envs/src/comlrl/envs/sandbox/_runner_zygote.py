@@ -35,9 +35,14 @@ _libc = _runner._libc
 PR_SET_PDEATHSIG = _runner.PR_SET_PDEATHSIG
 
 
-def run(ctl_fd):
-    """Serve fork requests on ``ctl_fd``; in each forked child, run the runner's ``main``."""
-    _zygote_child(_zygote_serve(ctl_fd))
+def run(ctl_fd, netns=False):
+    """Serve fork requests on ``ctl_fd``; in each forked child, run the runner's ``main``.
+
+    With ``netns`` the zygote first moves into a new, empty network namespace (if the OS
+    allows it without a user namespace), which every child it forks inherits; it then
+    answers ``b"ready netns"`` instead of ``b"ready"``.
+    """
+    _zygote_child(_zygote_serve(ctl_fd, netns))
 
 
 _ZYGOTE_PRELOAD = (
@@ -158,7 +163,7 @@ def _zygote_warm_up():
         pass
 
 
-def _zygote_serve(ctl_fd):
+def _zygote_serve(ctl_fd, netns=False):
     """Serve fork requests until the parent goes away; returns only in a forked child.
 
     Protocol on the ``SOCK_SEQPACKET`` socket ``ctl_fd``: the parent sends ``b"run"``
@@ -198,7 +203,8 @@ def _zygote_serve(ctl_fd):
     me = os.getpid()
     running = None  # the child being run
     zombie = None  # the last child: exited, reported, not reaped yet
-    ctl.send(b"ready")
+    in_netns = bool(netns) and _runner._unshare(_runner.CLONE_NEWNET)
+    ctl.send(b"ready netns" if in_netns else b"ready")
     while True:
         if running is not None:
             info = os.waitid(os.P_PID, running, os.WEXITED | os.WNOHANG | os.WNOWAIT)

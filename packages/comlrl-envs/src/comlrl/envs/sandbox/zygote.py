@@ -32,6 +32,16 @@ Per program (:func:`execute_forked`):
    parent enforces the wall clock and output caps exactly as for ``"exec"``
    (:func:`comlrl.envs.sandbox.executor.drive`).
 
+Network namespace: a program with ``allow_network=False`` runs on a zygote that moved
+into a new, empty network namespace once, when it started (``--netns``); its children
+inherit it instead of each creating one (creating a network namespace costs more than
+the rest of a short program's start). Such a zygote's programs run one after another in
+that namespace, so a program can see network state an earlier one set up there (say, a
+loopback interface it brought up); it can never see the host's network, and with the
+PID namespace (the default) nothing an earlier program started is still running. Where
+the OS refuses the zygote's ``unshare``, each child makes its own namespace as before.
+Programs that may use the network run on zygotes without one.
+
 A zygote serves one program at a time. :class:`ZygotePool` hands zygotes out
 exclusively and starts another when all are busy, so a pool of ``N`` threads ends up
 with ``N`` zygotes (about 14 MB resident each, mostly shared); a program can only ever
@@ -99,14 +109,22 @@ def fork_available() -> bool:
 
 
 class _Zygote:
-    """One zygote process and the parent's end of its control socket."""
+    """One zygote process and the parent's end of its control socket.
 
-    def __init__(self) -> None:
+    Args:
+        netns: ask the zygote to move into a new, empty network namespace at start-up;
+            :attr:`netns` says whether it did (the OS may refuse), and only then do its
+            children skip making their own.
+    """
+
+    def __init__(self, netns: bool = False) -> None:
         self.broken = False
+        self.wants_netns = netns
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", _RUNNER, "--zygote", str(child.fileno())],
+                [sys.executable, "-I", "-S", "-B", _RUNNER, "--zygote", str(child.fileno())]
+                + (["--netns"] if netns else []),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -123,9 +141,10 @@ class _Zygote:
             child.close()
         self.sock = parent
         reply = self.recv(_READY_TIMEOUT_S)
-        if reply != b"ready":
+        if reply not in (b"ready", b"ready netns"):
             self.kill()
             raise ZygoteError(f"zygote did not start (answered {reply!r})")
+        self.netns = reply == b"ready netns"
 
     @property
     def pid(self) -> int:
@@ -192,8 +211,9 @@ class ZygotePool:
         self._busy: set[_Zygote] = set()
         self._closed = False
 
-    def acquire(self) -> _Zygote:
-        """An idle live zygote, or a new one.
+    def acquire(self, netns: bool = False) -> _Zygote:
+        """An idle live zygote (one that was asked for a network namespace iff ``netns``),
+        or a new one.
 
         Raises:
             ZygoteError: when a new zygote cannot be started.
@@ -203,8 +223,10 @@ class ZygotePool:
             if self._closed:
                 raise ZygoteError("the zygote pool is shut down")
             zygote = None
-            while self._idle:
-                candidate = self._idle.pop()
+            for candidate in reversed(list(self._idle)):
+                if candidate.wants_netns != netns:
+                    continue
+                self._idle.remove(candidate)
                 if candidate.alive():
                     zygote = candidate
                     break
@@ -214,7 +236,7 @@ class ZygotePool:
         for z in dead:
             z.kill()
         if zygote is None:
-            zygote = _Zygote()
+            zygote = _Zygote(netns)
             with self._lock:
                 self._busy.add(zygote)
         return zygote
@@ -366,6 +388,7 @@ def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) 
         result_fd=_CHILD_RESULT_FD,
         workdir=workdir,
         env=_scrubbed_env(workdir),
+        netns_inherited=zygote.netns and not limits.allow_network,
         **_limits_cfg(limits),
     )
     view = memoryview(marshal.dumps(cfg))
@@ -439,7 +462,7 @@ def execute_forked(payload: Mapping[str, Any], limits: SandboxLimits) -> Executi
     for _ in range(2):
         pool = _get_pool()
         try:
-            zygote = pool.acquire()
+            zygote = pool.acquire(netns=not limits.allow_network)
         except ZygoteError as exc:
             _warn_fallback(str(exc))
             return None
