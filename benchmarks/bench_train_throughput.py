@@ -443,35 +443,37 @@ def main(argv: list[str] | None = None) -> int:
             "one optimizer step.",
             "Reward: ours calls CoopHumanEvalTask.reward once per step with all batch_size*G joint "
             "actions; CoMLRL 1.4.3 calls reward_func once per joint action (batch_size*G calls).",
-            "Update: ours one padded batched forward/backward per agent over completion logits "
-            "only (logits_to_keep); CoMLRL 1.4.3 one unbatched forward per completion over the "
-            "full padded completion (max_new_tokens tokens, past EOS) and a Python loop of "
-            "per-token log_softmax.",
+            "Update: ours runs each prompt through the model once and shares its KV cache with "
+            "its G completions (shared_prefix), computes logits only at completion positions, "
+            "and runs the agents' forwards and backward passes concurrently (one thread each); "
+            "CoMLRL 1.4.3 runs one unbatched forward per completion over the full padded "
+            "completion (max_new_tokens tokens, past EOS) and a Python loop of per-token "
+            "log_softmax.",
+            "Generate: ours prefills each prompt once, then decodes all P*G rows per agent with "
+            "comlrl.algos.decode.FastDecoder (the model's own weights, no per-call Hugging Face "
+            "overhead; checked once per agent against model.forward), the two agents "
+            "concurrently; CoMLRL 1.4.3 calls model.generate once per prompt per agent "
+            "(num_return_sequences=G).",
             "Loss/advantage details differ (throughput-neutral): ours seq-mean-token-mean loss, "
             "grad clipping at 1.0; CoMLRL 1.4.3 sequence-sum log-prob loss, no clipping; both "
             "use the group-mean baseline without std scaling (their advantage_normalization=False).",
-            "Ours records behaviour log-probs during generation (output_logits); CoMLRL 1.4.3 "
-            "does not.",
+            "Ours records behaviour log-probs during generation; CoMLRL 1.4.3 does not.",
+            "Reward: both sides call the same CoopHumanEvalTask (same task_kwargs). By default it "
+            "does not run programs whose reward cannot depend on the sandbox (no non-trivial "
+            "entry point: status 'not_run', same reward); with --task-kwargs "
+            "'{\"sandbox_all\": true}' every program that compiles runs in the sandbox.",
         ],
         "analysis": [
-            "All three stages are overhead- or duplicate-work-bound for the tiny model, so "
-            "batching alone gives ~1.5-2x, not 5x.",
-            "generate: Hugging Face generate costs a few ms per decode step almost regardless "
-            "of batch (Python/dispatch overhead of a 0.4M-parameter model); ours makes "
-            "agents x max_new_tokens decode steps per step (batch P*G), 1.4.3 makes "
-            "agents x P x max_new_tokens (batch G), so the win is capped near P=batch_size. "
-            "Larger wins need a leaner decode loop (own KV cache, no logits-processor/"
-            "stopping-criteria machinery, torch.compile or CUDA graphs on GPU) and a shared "
-            "prompt prefill (num_return_sequences repeats the prompt G times before prefill).",
-            "reward: see sandbox_jobs_per_step / sandbox_jobs_without_entry_point_per_step; "
-            "joint actions without a non-trivial entry point still run in the sandbox although "
-            "every sandbox-derived reward part is multiplied by main_defined, so "
-            "CoopHumanEvalTask.reward could skip them (random models: nearly all).",
-            "update: both sides process P*G sequences of prompt+completion tokens; the prompt "
-            "(~200-330 tokens) dominates the 64 completion tokens and is recomputed G times and "
-            "padded to the longest prompt of the batch. Sharing the prompt forward across the "
-            "G siblings (or packing without padding) would cut update FLOPs ~2-3x; 1.4.3 in "
-            "addition computes the LM head on every position and loops over tokens in Python.",
+            "generate: per decode step ours costs ~2 ms for both agents' 32 rows together "
+            "(FastDecoder: a few dozen tensor ops per step); the two agents run on one core "
+            "each, their Python halves contend for the GIL.",
+            "reward: see sandbox_jobs_per_step (programs that ran) and "
+            "sandbox_jobs_without_entry_point_per_step (of those, ones that could not earn "
+            "test credit); random models produce almost no entry points, so with the default "
+            "task settings almost nothing runs in the sandbox on either side.",
+            "update: the LM head over completion positions and the prompt-prefix forward/"
+            "backward (prompts are left-padded to the longest in the batch) dominate; both are "
+            "real FLOPs at this size.",
         ],
         "commands": {
             "benchmark": shlex.join([sys.executable] + sys.argv),
