@@ -78,6 +78,14 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * xf.to(x.dtype)
 
 
+def _fused(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One ``(weight, bias)`` computing the given linears' outputs side by side."""
+    bias = None
+    if any(m.bias is not None for m in mods):
+        bias = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
+    return torch.cat([m.weight for m in mods]), bias
+
+
 def _linears(x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor:
     if len(parts) == 1:
         return F.linear(x, *parts[0])
@@ -209,25 +217,10 @@ class FastDecoder:
         for layer, cl in zip(layers, cache_layers):
             attn, mlp = layer.self_attn, layer.mlp
             projs = [attn.q_proj, attn.k_proj, attn.v_proj]
-            fuse = sum(m.weight.numel() for m in projs) + 2 * mlp.gate_proj.weight.numel() <= _FUSE_MAX_ELEMENTS
-            qkv: list[tuple[torch.Tensor, torch.Tensor | None]]
-            gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]
-            if fuse:
-                biases = [m.bias for m in projs]
-                bias = None
-                if any(x is not None for x in biases):
-                    bias = torch.cat(
-                        [x if x is not None else m.weight.new_zeros(m.out_features) for x, m in zip(biases, projs)]
-                    )
-                qkv = [(torch.cat([m.weight for m in projs]), bias)]
-                gu = [mlp.gate_proj, mlp.up_proj]
-                gb = None
-                if any(m.bias is not None for m in gu):
-                    gb = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in gu])
-                gate_up = [(torch.cat([m.weight for m in gu]), gb)]
-            else:
-                qkv = [(m.weight, m.bias) for m in projs]
-                gate_up = [(m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj)]
+            gu = [mlp.gate_proj, mlp.up_proj]
+            fuse = sum(m.weight.numel() for m in projs + gu) <= _FUSE_MAX_ELEMENTS
+            qkv = [_fused(projs)] if fuse else [(m.weight, m.bias) for m in projs]
+            gate_up = [_fused(gu)] if fuse else [(m.weight, m.bias) for m in gu]
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s
             self.layers.append(

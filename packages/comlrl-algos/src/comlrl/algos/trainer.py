@@ -187,20 +187,15 @@ class MultiAgentTrainer:
         # Concurrent sampling needs per-agent random streams (native backend) and pays off
         # only with more than one CPU thread, or with agents on different GPUs.
         devices = {str(a.device) for a in self.agents}
-        self._parallel_sampling = (
+        concurrent = (
             config.parallel_agents
             and n > 1
-            and all(a.backend == "native" for a in self.agents)
             and (torch.get_num_threads() >= n if self.device.type == "cpu" else len(devices) == n)
         )
+        self._parallel_sampling = concurrent and all(a.backend == "native" for a in self.agents)
         # Forwards and updates of distinct models are independent too (no random stream
         # needed); agents that share one model object must not update concurrently.
-        self._parallel_updates = (
-            config.parallel_agents
-            and n > 1
-            and len({id(a.model) for a in self.agents}) == n
-            and (torch.get_num_threads() >= n if self.device.type == "cpu" else len(devices) == n)
-        )
+        self._parallel_updates = concurrent and len({id(a.model) for a in self.agents}) == n
         self._rng = random.Random(config.seed)
 
     # ------------------------------------------------------------------ data

@@ -356,7 +356,7 @@ class CoopHumanEvalTask(Task):
                 verdicts[i] = Verdict(
                     "syntax_error",
                     0,
-                    split_test(examples[i]["test"]).num_units,
+                    _num_units(examples[i]["test"]),
                     error=f"combined program does not compile: {error}",
                 )
                 continue
@@ -366,7 +366,7 @@ class CoopHumanEvalTask(Task):
                 verdicts[i] = Verdict(
                     "not_run",
                     0,
-                    split_test(examples[i]["test"]).num_units,
+                    _num_units(examples[i]["test"]),
                     error=f"not run: agent 2 did not define a non-trivial `{examples[i]['entry_point']}`, "
                     "so the tests cannot earn reward (sandbox_all=True runs it anyway)",
                 )
@@ -424,6 +424,12 @@ class CoopHumanEvalTask(Task):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+@functools.lru_cache(maxsize=1024)
+def _num_units(test: str) -> int:
+    """Test units in a HumanEval ``test`` source (parsed once per distinct source)."""
+    return split_test(test).num_units
 
 
 def _compile_error(program: str) -> str | None:
