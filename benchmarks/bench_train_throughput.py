@@ -133,17 +133,6 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
     from comlrl.algos.models import load_model_and_tokenizer
     from comlrl.algos.trainer import MAGRPOTrainer
 
-    class InOrderMAGRPOTrainer(MAGRPOTrainer):
-        """Takes the dataset in order (no shuffle) so both sides see the same prompts."""
-
-        _cursor = 0
-
-        def next_batch(self):
-            b = self.config.batch_size
-            out = [self.dataset[(self._cursor + i) % len(self.dataset)] for i in range(b)]
-            self._cursor += b
-            return out
-
     cfg = TrainConfig(
         models=model_dirs,
         num_agents=len(model_dirs),
@@ -153,6 +142,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         seed=args.seed,
+        shuffle=False,  # the dataset in order, so both sides see the same prompts
         output_dir=str(work / "ours_run"),
         log_samples=0,
         progress=False,
@@ -162,7 +152,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
     for i in range(cfg.num_agents):
         model, tok = load_model_and_tokenizer(cfg.model_for(i), seed=cfg.seed + i, dtype=cfg.dtype)
         agents.append(HFAgent(model, tok, name=f"agent_{i}"))
-    trainer = InOrderMAGRPOTrainer(agents, cfg, task=task, dataset=examples)
+    trainer = MAGRPOTrainer(agents, cfg, task=task, dataset=examples)
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):
@@ -177,7 +167,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         history.append(trainer.train_step())
         # Joint actions that reached the sandbox (did not fail the task's ast pre-check),
         # and those of them whose reward could not depend on the sandbox (no entry point).
-        for info in trainer._last[2].infos:
+        for info in trainer.run.last_rollout.turns[0].infos:
             if info.get("status") not in ("syntax_error", "not_run"):
                 sandbox_jobs += 1
                 sandbox_jobs_no_main += not info.get("main_defined", True)
@@ -477,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "commands": {
             "benchmark": shlex.join([sys.executable] + sys.argv),
-            "ours": f"in-process: {sys.executable} (InOrderMAGRPOTrainer.train_step x "
+            "ours": f"in-process: {sys.executable} (MAGRPOTrainer.train_step, shuffle=False, x "
                     f"{args.warmup}+{args.steps})",
             "comlrl_1_4_3": shlex.join(their_cmd) if their_cmd else None,
             "comlrl_1_4_3_venv": "python3.11 -m venv /work/venv-comlrl143 && "

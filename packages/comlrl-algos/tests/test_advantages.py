@@ -412,3 +412,23 @@ def test_estimator_objects_can_be_passed_directly() -> None:
     torch.testing.assert_close(
         compute_advantages(returns, estimator=est), torch.tensor([[-2.0, 0.0]])
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(-10, 10, allow_nan=False), min_size=3, max_size=6), min_size=1, max_size=4).filter(
+    # a varying group whose max is non-zero (else ReMax coincides with REINFORCE on it)
+    lambda rows: len({len(r) for r in rows}) == 1 and all(max(r) - min(r) > 1e-2 and abs(max(r)) > 1e-2 for r in rows)))
+def test_default_scales_follow_each_estimators_definition_and_keep_them_distinct(rows) -> None:  # type: ignore[no-untyped-def]
+    """Under defaults GRPO is (r - mean) / (std + eps) (DeepSeekMath eq. 3); RLOO, ReMax and
+    REINFORCE are unscaled; all four give different advantages on a non-constant group."""
+    returns = torch.tensor(rows, dtype=torch.float64)
+    mean, std = returns.mean(dim=1, keepdim=True), returns.std(dim=1, keepdim=True, correction=0)
+    torch.testing.assert_close(compute_advantages(returns), (returns - mean) / (std + 1e-6))
+    g = returns.shape[1]
+    torch.testing.assert_close(compute_advantages(returns, estimator="rloo"), g / (g - 1) * (returns - mean))
+    torch.testing.assert_close(compute_advantages(returns, estimator="remax"), returns - returns.max(dim=1, keepdim=True).values)
+    torch.testing.assert_close(compute_advantages(returns, estimator="reinforce"), returns)
+    outs = [compute_advantages(returns, estimator=n) for n in ("grpo", "rloo", "remax", "reinforce")]
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert not torch.allclose(outs[i], outs[j]), (i, j)

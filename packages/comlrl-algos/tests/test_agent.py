@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import TrainConfig
-from comlrl.algos.trainer import MultiAgentTrainer
+from comlrl.algos.logprobs import completion_logprobs
 from comlrl.core import SamplingParams
 
 PROMPTS = ["def add(a, b):\n    return", "x = [1, 2, 3]\nprint(sum(x"]  # different lengths
@@ -23,9 +22,9 @@ def test_hf_backend_samples_all_groups_with_one_generate_call(tiny_model, tiny_t
     tiny_model.generate = counting_generate
     agent = HFAgent(tiny_model, tiny_tokenizer, backend="hf")
     torch.manual_seed(0)
-    groups = agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
+    samples = agent.sample(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
     assert len(calls) == 1 and calls[0][0] == 2
-    _check_groups(agent, groups)
+    _check_groups(samples)
 
 
 def test_native_backend_prefills_each_prompt_once_then_one_call_per_token(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -35,23 +34,25 @@ def test_native_backend_prefills_each_prompt_once_then_one_call_per_token(tiny_m
     )
     agent = HFAgent(tiny_model, tiny_tokenizer)
     torch.manual_seed(0)
-    groups = agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
+    samples = agent.sample(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=12))
     hook.remove()
     assert shapes[0][0] == 2, "the prefill should see each prompt once, not G times"
     assert all(shape == (6, 1) for shape in shapes[1:])
     assert len(shapes) <= 12
-    _check_groups(agent, groups)
+    _check_groups(samples)
 
 
-def _check_groups(agent, groups) -> None:  # type: ignore[no-untyped-def]
+def _check_groups(samples) -> None:  # type: ignore[no-untyped-def]
+    groups = samples.completions
+    assert samples.prompts == tuple(PROMPTS)
     assert [len(g) for g in groups] == [3, 3]
     for group in groups:
         for c in group:
             assert 1 <= c.num_tokens <= 12
             assert c.logprobs.shape == (c.num_tokens,) and c.logprobs.dtype == torch.float32
             assert bool((c.logprobs <= 0).all())
-    batch = agent.last_batch
-    assert batch is not None and batch.input_ids.shape[0] == 6
+    batch = samples.batch
+    assert batch.input_ids.shape[0] == 6
     # the mask covers exactly each completion's tokens
     assert batch.completion_mask.sum(dim=1).tolist() == [c.num_tokens for g in groups for c in g]
 
@@ -61,30 +62,23 @@ def test_behaviour_logprobs_match_the_training_forward_under_left_padding(tiny_m
     """Generation-time log-probs (KV cache, left padding) equal the recomputed ones (tol 1e-4)."""
     agent = HFAgent(tiny_model, tiny_tokenizer, backend=backend)
     torch.manual_seed(1)
-    agent.generate(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=10, temperature=0.7))
-    gb = agent.last_batch
-    assert gb is not None
-    trainer = MultiAgentTrainer.__new__(MultiAgentTrainer)
-    trainer.config = TrainConfig(temperature=0.7)
+    gb = agent.sample(PROMPTS, SamplingParams(num_generations=2, max_new_tokens=10, temperature=0.7)).batch
     m = gb.completion_mask
     for shared in (True, False):
         with torch.no_grad():
-            logp = trainer._completion_logprobs(tiny_model, gb, slice(0, 2), shared_prefix=shared)
+            logp = completion_logprobs(tiny_model, gb, slice(0, 2), temperature=0.7, shared_prefix=shared)
         torch.testing.assert_close(logp[m], gb.behaviour_logprobs[m], atol=1e-4, rtol=1e-4)
 
 
 def test_shared_prefix_forward_gives_the_plain_forwards_log_probs_and_gradient(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
     agent = HFAgent(tiny_model, tiny_tokenizer)
     torch.manual_seed(2)
-    agent.generate(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=9))
-    gb = agent.last_batch
-    trainer = MultiAgentTrainer.__new__(MultiAgentTrainer)
-    trainer.config = TrainConfig()
+    gb = agent.sample(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=9)).batch
     weights = torch.randn(gb.completion_mask.shape) * gb.completion_mask
     results = []
     for shared in (True, False):
         tiny_model.zero_grad()
-        logp = trainer._completion_logprobs(tiny_model, gb, slice(0, 2), shared_prefix=shared)
+        logp = completion_logprobs(tiny_model, gb, slice(0, 2), shared_prefix=shared)
         (logp * weights).sum().backward()
         results.append((logp.detach(), [p.grad.clone() for p in tiny_model.parameters()]))
     (lp_shared, g_shared), (lp_plain, g_plain) = results
@@ -112,7 +106,7 @@ def test_unknown_backend_is_rejected(tiny_model, tiny_tokenizer) -> None:  # typ
 
 
 def test_inverse_cdf_sampling_matches_the_tempered_filtered_distribution() -> None:
-    from comlrl.algos.agent import _sample_next
+    from comlrl.algos.sampling.native import sample_next as _sample_next
 
     torch.manual_seed(0)
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.0625, 0.0625]])).repeat(40000, 1)

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 from comlrl.algos.agent import HFAgent
-from comlrl.algos.decode import FastDecoder
+from comlrl.algos.sampling.decode import FastDecoder
 from comlrl.core import SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,7 +100,7 @@ def test_fast_decode_matches_for_any_padding_and_group_size(kind: str, prompt_le
 
 
 def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:
-    import comlrl.algos.decode as decode
+    import comlrl.algos.sampling.decode as decode
 
     model = _tiny("qwen2")
     fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1)
@@ -145,8 +145,7 @@ def test_agent_samples_the_same_tokens_with_and_without_fast_decode(tiny_model, 
         agent = HFAgent(tiny_model, tiny_tokenizer, fast_decode=fast)
         for _ in range(2):  # the second call runs without the forward check
             agent.seed(11)
-            agent.generate(PROMPTS, params)
-            batches.append(agent.last_batch)
+            batches.append(agent.sample(PROMPTS, params).batch)
         assert agent.fast_decode_status == ("on" if fast else "off: fast_decode=False")
     for other in batches[1:]:
         assert torch.equal(other.input_ids, batches[0].input_ids)
@@ -175,7 +174,7 @@ def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(tiny_model, ti
     params = SamplingParams(num_generations=2, max_new_tokens=12)
     reference = HFAgent(tiny_model, tiny_tokenizer, fast_decode=False)
     reference.seed(5)
-    reference.generate(PROMPTS, params)
+    expected = reference.sample(PROMPTS, params).batch
 
     real_step = FastDecoder.step
     monkeypatch.setattr(FastDecoder, "step", lambda self, tokens: real_step(self, tokens) * 1.5)
@@ -183,8 +182,8 @@ def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(tiny_model, ti
     agent.seed(5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        agent.generate(PROMPTS, params)
+        got = agent.sample(PROMPTS, params).batch
     assert any("fast decoding disagrees" in str(w.message) for w in caught)
     assert agent.fast_decode_status.startswith("off: first decode step differs")
     # The run continued on the model's own forward: same samples as never using it.
-    assert torch.equal(agent.last_batch.input_ids, reference.last_batch.input_ids)
+    assert torch.equal(got.input_ids, expected.input_ids)

@@ -128,8 +128,10 @@ def test_two_agent_cross_credit_by_hand() -> None:
     out = credit_completions(joint_returns, joint_action_indices(2, 2, "cross"), 2)
     torch.testing.assert_close(out[0, 0], torch.tensor([0.5, 1.5]))
     torch.testing.assert_close(out[1, 0], torch.tensor([0.5, 1.5]))
-    adv = compute_advantages(out[0], estimator="grpo")
+    adv = compute_advantages(out[0], estimator="grpo", scale="none")
     torch.testing.assert_close(adv, torch.tensor([[-0.5, 0.5]]))
+    # GRPO's own convention divides by the group std (0.5 here)
+    torch.testing.assert_close(compute_advantages(out[0], estimator="grpo"), torch.tensor([[-1.0, 1.0]]), atol=1e-5, rtol=0)
 
 
 def test_credit_rejects_bad_inputs_with_the_reason() -> None:

@@ -10,9 +10,12 @@ import pytest
 import torch
 from comlrl.algos.agent import HFAgent
 from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.logprobs import completion_logprobs
+from comlrl.algos.losses import policy_loss
 from comlrl.algos.models import build_default_model
 from comlrl.algos.trainer import MultiAgentTrainer, save_agent_checkpoint
-from comlrl.core import RewardBatch, RewardFunctionError, Task
+from comlrl.algos.update import UpdateSettings, update_policy
+from comlrl.core import RewardBatch, RewardFunctionError, SamplingParams, Task
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(6)]
 
@@ -34,20 +37,38 @@ def _trainer(tok, tmp_path: Path, **overrides) -> MultiAgentTrainer:  # type: ig
 
 
 @pytest.mark.parametrize("reduction", ["seq_mean_token_mean", "token_mean", "seq_sum"])
-def test_micro_batches_give_the_full_batch_update(tiny_tokenizer, tmp_path: Path, reduction: str) -> None:  # type: ignore[no-untyped-def]
-    full = _trainer(tiny_tokenizer, tmp_path, loss_reduction=reduction)
-    micro = _trainer(tiny_tokenizer, tmp_path, loss_reduction=reduction, micro_batch_size=2)
+def test_micro_batches_over_several_turns_give_the_all_turns_gradient(tiny_tokenizer, reduction: str) -> None:  # type: ignore[no-untyped-def]
+    """Two turns of different prompt lengths, micro-batched or not: the same accumulated gradient
+    as one loss over all completions (tolerance: float32 sums in a different order)."""
+    model = build_default_model(len(tiny_tokenizer), seed=0)
+    agent = HFAgent(model, tiny_tokenizer)
+    params = SamplingParams(num_generations=3, max_new_tokens=8)
     torch.manual_seed(0)
-    full.rollout(full.next_batch())
-    micro.agents[0].last_batch = full.agents[0].last_batch
-    adv = torch.linspace(-1, 1, 6)
-    for t in (full, micro):  # keep the accumulated gradients for comparison
-        t.optimizers[0].step = lambda *a, **k: None  # type: ignore[method-assign]
-        t.update_agent(0, adv)
-    grads = [(p.grad, q.grad) for p, q in zip(full.agents[0].model.parameters(), micro.agents[0].model.parameters())]
-    assert any(float(g.abs().max()) > 1e-4 for g, _ in grads), "the update produced no gradient"
-    for g, h in grads:
-        torch.testing.assert_close(g, h, atol=1e-6, rtol=1e-4)
+    batches = [agent.sample([d["text"] for d in DATA[:2]], params).batch,
+               agent.sample([d["text"] + "\n# more" for d in DATA[2:5]], params).batch]
+    advs = [torch.linspace(-1, 1, 6), torch.linspace(1, -0.5, 9)]
+    grads = []
+    for micro in (None, 3):
+        model.zero_grad()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # keep the weights: compare gradients
+        settings = UpdateSettings(loss_reduction=reduction, micro_batch_size=micro, max_grad_norm=None, max_completion_length=8)
+        update_policy(model, opt, batches, advs, settings)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    # the same loss written out over the concatenation of both turns
+    model.zero_grad()
+    logps = [completion_logprobs(model, b, slice(0, b.num_prompts)) for b in batches]
+    length = max(lp.shape[1] for lp in logps)
+    pad = lambda x, v: torch.nn.functional.pad(x, (0, length - x.shape[1]), value=v)  # noqa: E731
+    loss, _ = policy_loss(
+        torch.cat([pad(lp, 0.0) for lp in logps]), torch.cat(advs),
+        torch.cat([pad(b.completion_mask, False) for b in batches]), reduction=reduction, max_completion_length=8,
+    )
+    loss.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    assert max(float(g.abs().max()) for g in expected) > 1e-4, "the update produced no gradient"
+    for full, micro, want in zip(grads[0], grads[1], expected):
+        torch.testing.assert_close(full, want, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(micro, want, atol=1e-6, rtol=1e-4)
 
 
 def test_training_writes_metrics_samples_and_loadable_checkpoints(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -78,9 +99,11 @@ def test_parameters_change_only_through_the_update(tiny_tokenizer, tmp_path: Pat
 
 
 def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    trainer = _trainer(tiny_tokenizer, tmp_path)
-    trainer.reward_fn = __import__("comlrl.core", fromlist=["as_joint_reward"]).as_joint_reward(
-        lambda c1, c2, example=None: [float("nan") if example["id"] >= 0 else 0.0] * len(c1)
+    cfg = TrainConfig(num_steps=1, batch_size=2, num_generations=2, max_new_tokens=4, output_dir=str(tmp_path), progress=False)
+    agents = [HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer) for i in range(2)]
+    trainer = MultiAgentTrainer(
+        agents, cfg, dataset=DATA, formatters=[lambda ex: ex["text"]] * 2,
+        reward_func=lambda c1, c2, example=None: [float("nan") if example["id"] >= 0 else 0.0] * len(c1),
     )
     before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
     with pytest.raises(RewardFunctionError, match="not finite") as info:
@@ -121,20 +144,11 @@ def test_agents_task_and_config_must_agree(tiny_tokenizer, tmp_path: Path) -> No
         MultiAgentTrainer(agents, TrainConfig(output_dir=str(tmp_path)), task=ThreeAgents())
     with pytest.raises(ConfigError, match="num_agents=3"):
         MultiAgentTrainer(agents, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents())
-
-
-def test_overlapping_the_reward_with_the_forward_gives_the_same_update(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    params = []
-    for overlap in (True, False):
-        trainer = _trainer(tiny_tokenizer, tmp_path / str(overlap), overlap_reward=overlap, micro_batch_size=3)
-        torch.manual_seed(3)
-        result = trainer.train_step()
-        assert math.isfinite(result["loss/agent_0"])
-        params.append([p.detach().clone() for a in trainer.agents for p in a.model.parameters()])
-    moved = _trainer(tiny_tokenizer, tmp_path / "init").agents
-    assert any(not torch.equal(p, q) for p, q in zip(params[0], [p for a in moved for p in a.model.parameters()]))
-    for p, q in zip(*params):
-        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
+    three = agents + [HFAgent(build_default_model(len(tiny_tokenizer)), tiny_tokenizer)]
+    with pytest.raises(ConfigError, match="at most 1 turn"):
+        MultiAgentTrainer(three, TrainConfig(num_agents=3, num_turns=2, output_dir=str(tmp_path)), task=ThreeAgents())
+    with pytest.raises(ConfigError, match="dataset is empty"):
+        MultiAgentTrainer(three, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents(), dataset=[])
 
 
 def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -144,9 +158,10 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer
         results = []
         for run in range(2):
             trainer = _trainer(tiny_tokenizer, tmp_path / str(run), seed=7)
-            assert trainer._parallel_sampling
+            assert trainer.run.sample_pool.parallel
             trainer.train_step()
-            results.append(([c.token_ids.tolist() for g in trainer._last[1][1] for c in g],
+            ro = trainer.run.last_rollout
+            results.append(([c.token_ids.tolist() for g in ro.turns[0].agents[1].completions for c in g],
                             [p.detach().clone() for p in trainer.agents[1].model.parameters()]))
         assert results[0][0] == results[1][0]
         for p, q in zip(results[0][1], results[1][1]):
@@ -156,20 +171,36 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer
 
 
 def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Concurrent agents draw the same samples and take the same update as sequential ones.
+
+    What is guaranteed: identical samples (per-agent random streams) and gradients equal up to
+    float32 reduction order (each agent's matmuls run on 1 intra-op thread when concurrent,
+    on 2 when sequential). So the comparison uses SGD, whose step is linear in the gradient:
+    |dtheta| <= lr * |dgrad|. Gradients here are O(1) and round-off differences O(1e-6) at
+    most, so atol = 1e-6 >= lr * 1e-4 leaves two orders of margin (measured on the build
+    machine: 0.0), while a wrong update (another agent's advantages, a skipped agent) moves
+    parameters by ~lr * |grad| ~ 1e-3. Adam would divide each gradient element by its own magnitude, turning round-off
+    in near-zero elements into steps of size lr (the cause of an earlier flaky version of
+    this test: 9 of 131072 elements off by 1.06e-5 after two Adam steps).
+    """
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         params, samples = [], []
         for parallel in (True, False):
             trainer = _trainer(tiny_tokenizer, tmp_path / str(parallel), seed=5, parallel_agents=parallel)
-            assert trainer._parallel_updates is parallel and trainer._parallel_sampling is parallel
-            for _ in range(2):
-                trainer.train_step()
-            samples.append([c.token_ids.tolist() for a in trainer._last[1] for g in a for c in g])
+            assert trainer.run.update_pool.parallel is parallel and trainer.run.sample_pool.parallel is parallel
+            for i, agent in enumerate(trainer.agents):
+                trainer.run.optimizers[i] = torch.optim.SGD(agent.model.parameters(), lr=1e-2)
+            trainer.train_step()
+            ro = trainer.run.last_rollout
+            samples.append([c.token_ids.tolist() for s in ro.turns[0].agents for g in s.completions for c in g])
             params.append([p.detach().clone() for a in trainer.agents for p in a.model.parameters()])
         assert samples[0] == samples[1]  # per-agent random streams: same samples either way
+        moved = [p for a in _trainer(tiny_tokenizer, tmp_path / "init", seed=5).agents for p in a.model.parameters()]
+        assert any(not torch.equal(p, q) for p, q in zip(params[0], moved))
         for p, q in zip(*params):
-            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=0)
         assert torch.get_num_threads() == 2  # the caller's thread setting is untouched
     finally:
         torch.set_num_threads(before)
@@ -182,4 +213,4 @@ def test_agents_sharing_one_model_are_never_updated_concurrently(tiny_tokenizer,
     trainer = MultiAgentTrainer(
         agents, cfg, dataset=DATA, reward_func=_length_reward, formatters=[lambda ex: ex["text"]] * 2
     )
-    assert not trainer._parallel_updates
+    assert not trainer.run.update_pool.parallel

@@ -2,8 +2,11 @@
 
 Every completion is scored by a return ``r``. Completions that share a prompt form a
 *group* (the G siblings an agent sampled for one prompt). An estimator subtracts a
-per-group *baseline* ``b`` from each return, ``A = r - b``; an optional, separate
-*scaling* step then divides ``A`` by a standard deviation of the returns.
+per-group *baseline* ``b`` from each return, ``A = r - b``; a separate *scaling* step then
+divides ``A`` by a standard deviation of the returns. Each estimator has its own scaling
+convention, used unless the caller overrides it: GRPO divides by the group std by
+definition (Shao et al. 2024, DeepSeekMath, eq. 3 and sec. 4.1.2); REINFORCE, RLOO and
+ReMax do not.
 
 Named axes used in the shapes below:
 
@@ -51,8 +54,8 @@ __all__ = [
 #: Built-in baselines understood by ``comlrl.kernels.group_advantages``.
 BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max")
 
-#: Accepted values of ``compute_advantages(scale=...)``.
-SCALES: tuple[str, ...] = ("none", "group", "batch")
+#: Accepted values of ``compute_advantages(scale=...)``; ``"auto"`` is each estimator's own.
+SCALES: tuple[str, ...] = ("auto", "none", "group", "batch")
 
 #: A user baseline: ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]``.
 #: ``returns`` is floating point, ``group_ids`` is int64 with values in
@@ -60,7 +63,7 @@ SCALES: tuple[str, ...] = ("none", "group", "batch")
 #: tensor of the same shape and dtype as ``returns`` holding each sample's baseline.
 BaselineFn = Callable[[Tensor, Tensor, int], Tensor]
 
-Scale = Literal["none", "group", "batch"]
+Scale = Literal["auto", "none", "group", "batch"]
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,14 @@ class Estimator:
         baseline: one of :data:`BASELINES` (computed by the kernels package or its
             torch fallback) or a :data:`BaselineFn` callable.
         reference: the paper the estimator comes from, for docs and logs.
+        scale: the scaling the estimator's definition uses (``"none"``, ``"group"`` or
+            ``"batch"``), applied by ``compute_advantages(scale="auto")``.
     """
 
     name: str
     baseline: str | BaselineFn
     reference: str = ""
+    scale: Literal["none", "group", "batch"] = "none"
 
 
 #: Registry of estimators by name. The multi-agent names (``ma*``) are aliases of the
@@ -92,6 +98,7 @@ def register_estimator(
     reference: str = "",
     aliases: tuple[str, ...] = (),
     overwrite: bool = False,
+    scale: Literal["none", "group", "batch"] = "none",
 ) -> Estimator:
     """Add an estimator to :data:`ESTIMATORS` and return it.
 
@@ -101,6 +108,7 @@ def register_estimator(
             ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]`` (see
             :data:`BaselineFn`). A callable runs in pure torch, outside the kernels.
         reference: citation shown in docs and logs.
+        scale: the estimator's own scaling convention (what ``scale="auto"`` applies).
         aliases: further names that map to the same estimator.
         overwrite: replace an existing entry of the same name instead of raising.
 
@@ -115,12 +123,14 @@ def register_estimator(
                 f"unknown baseline {baseline!r}; use one of {list(BASELINES)} "
                 "or pass a callable fn(returns, group_ids, num_groups) -> baseline"
             )
-    elif not callable(baseline):
+    if scale not in ("none", "group", "batch"):
+        raise ValueError(f"unknown scale {scale!r}; use 'none', 'group' or 'batch'")
+    if not isinstance(baseline, str) and not callable(baseline):
         raise TypeError(
             f"baseline must be a string in {list(BASELINES)} or a callable, "
             f"got {type(baseline).__name__}"
         )
-    estimator = Estimator(name=name, baseline=baseline, reference=reference)
+    estimator = Estimator(name=name, baseline=baseline, reference=reference, scale=scale)
     for key in (name, *aliases):
         if not isinstance(key, str) or not key:
             raise ValueError(f"estimator names must be non-empty strings, got {key!r}")
@@ -144,9 +154,10 @@ register_estimator(
     "grpo",
     "mean",
     aliases=("magrpo",),
-    reference="Shao et al. 2024, DeepSeekMath (GRPO), sec. 4.1.2, with b = group mean; "
-    "no std scaling by default per Liu et al. 2025, Understanding R1-Zero-Like Training "
-    "(Dr. GRPO)",
+    scale="group",
+    reference="Shao et al. 2024, DeepSeekMath (GRPO), eq. 3 and sec. 4.1.2: "
+    "A = (r - mean(group)) / std(group); pass scale='none' for Liu et al. 2025 "
+    "(Dr. GRPO), which drops the std",
 )
 register_estimator(
     "rloo",
@@ -226,7 +237,7 @@ def compute_advantages(
     *,
     estimator: str | Estimator = "grpo",
     group_ids: Tensor | None = None,
-    scale: Scale = "none",
+    scale: Scale = "auto",
     eps: float = 1e-6,
 ) -> Tensor:
     """Advantages ``A = (r - b) / s`` of each completion relative to its group.
@@ -237,9 +248,10 @@ def compute_advantages(
     estimator     baseline ``b_i``                source
     ============  ==============================  =========================================
     reinforce     0                               Williams 1992
-    grpo          mean of the group               Shao et al. 2024 (DeepSeekMath, 4.1.2);
-                                                  unscaled by default, per Liu et al. 2025
-                                                  (Dr. GRPO)
+    grpo          mean of the group               Shao et al. 2024 (DeepSeekMath, eq. 3,
+                                                  4.1.2), divided by the group std by
+                                                  default; ``scale="none"`` gives Dr. GRPO
+                                                  (Liu et al. 2025)
     rloo          mean of the other ``n - 1``     Kool et al. 2019; Ahmadian et al. 2024
     remax         max of the group                Li et al. 2023 (ReMax uses the return of
                                                   a greedy rollout; here the group max, so
@@ -247,10 +259,14 @@ def compute_advantages(
     ============  ==============================  =========================================
 
     ``mareinforce``, ``magrpo``, ``marloo`` and ``maremax`` are aliases. For a group of
-    fixed size ``G``: ``A_rloo = G / (G - 1) * A_grpo``, and ``A_remax <= 0``.
+    fixed size ``G`` and the same ``scale``: ``A_rloo = G / (G - 1) * A_grpo``, and
+    ``A_remax <= 0``.
 
     ``scale`` (applied after the baseline, never re-centring):
 
+    - ``"auto"`` (default): the estimator's own convention, :attr:`Estimator.scale`:
+      ``"group"`` for ``grpo`` (GRPO's definition, DeepSeekMath eq. 3), ``"none"`` for
+      ``reinforce``, ``rloo`` and ``remax``, whose definitions have no std.
     - ``"none"``: ``s = 1``.
     - ``"group"``: ``s = std(returns of the group) + eps``.
     - ``"batch"``: ``s = std(all returns passed in) + eps`` (one scalar).
@@ -296,6 +312,8 @@ def compute_advantages(
     est = _resolve_estimator(estimator)
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; use one of {list(SCALES)}")
+    if scale == "auto":
+        scale = est.scale
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps!r}")
     if not isinstance(returns, Tensor):

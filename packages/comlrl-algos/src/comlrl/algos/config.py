@@ -67,9 +67,31 @@ class TrainConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     joint_mode: Literal["align", "cross"] = "align"
+    # --- multi-turn ---------------------------------------------------------------
+    num_turns: int = Field(
+        1, ge=1, description="T, the most turns per episode; turns after the first see the "
+        "task's feedback (Task.feedback) or the prompts of a transition callback."
+    )
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount of later turns in the returns.")
+    early_termination_threshold: float | None = Field(
+        None, description="End a joint action's episode when its reward is above this "
+        "(termination_scope=joint_action), or stop expanding a node whose mean reward is above "
+        "it (node, CoMLRL 1.4.3's rule). None: only Feedback.done and num_turns end episodes."
+    )
+    termination_scope: Literal["joint_action", "node"] = "joint_action"
+    max_branches: int | None = Field(
+        None, ge=1, description="Expand at most this many joint actions per node (None: all, "
+        "K**(T-1) leaves per example)."
+    )
+    branch_select: Literal["top", "random"] = Field(
+        "top", description="Which joint actions max_branches keeps: highest reward, or random."
+    )
     # --- estimator and loss ------------------------------------------------------
     estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
-    advantage_scale: Literal["none", "group", "batch"] = "none"
+    advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
+        "auto", description="Divide advantages by a std of the returns: auto = the "
+        "estimator's own convention (grpo: group; rloo, remax, reinforce: none)."
+    )
     advantage_eps: float = Field(1e-6, gt=0)
     loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
@@ -78,6 +100,11 @@ class TrainConfig(BaseModel):
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     # --- optimisation -------------------------------------------------------------
     learning_rate: float = Field(1e-5, gt=0)
+    optimizer: Literal["radam", "adamw", "sgd"] = Field(
+        "radam", description="radam (default): Adam with the variance of its adaptive step "
+        "rectified in early steps (Liu et al. 2020), which needs no warm-up and keeps small "
+        "batches at high learning rates from collapsing; adamw: plain AdamW; sgd: no momentum."
+    )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     batch_size: int = Field(8, ge=1, description="Prompts per step.")
@@ -101,6 +128,7 @@ class TrainConfig(BaseModel):
     )
     num_steps: int = Field(10, ge=1)
     seed: int = 0
+    shuffle: bool = Field(True, description="Shuffle the dataset every epoch; False = dataset order.")
     # --- outputs ------------------------------------------------------------------
     output_dir: str = "runs/default"
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
@@ -135,6 +163,11 @@ class TrainConfig(BaseModel):
                 f"joint_mode='cross' with G={self.num_generations} and {self.num_agents} agents "
                 f"makes {self.num_generations ** self.num_agents} joint actions per prompt; "
                 "use joint_mode='align' or a smaller G."
+            )
+        if self.max_branches is not None and self.num_turns == 1:
+            raise ValueError(
+                f"max_branches={self.max_branches} limits multi-turn branching but num_turns=1; "
+                "set num_turns > 1 or leave max_branches unset."
             )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(

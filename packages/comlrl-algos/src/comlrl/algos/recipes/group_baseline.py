@@ -1,0 +1,315 @@
+"""The group-baseline recipe: MAGRPO, MARLOO, MAReMax and MAREINFORCE.
+
+One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
+
+1. the next ``batch_size`` examples;
+2. :func:`~comlrl.algos.rollout.rollout`: every agent samples ``G`` completions per node,
+   joint actions are scored, and (multi-turn) the environment's feedback opens the next
+   turn's nodes; returns are discounted down the tree;
+3. :func:`group_advantages`: per turn and agent, each completion is credited with the
+   mean return of the joint actions it took part in and compared with its ``G`` siblings
+   by the estimator (``mean``: MAGRPO, leave-one-out: MARLOO, ``max``: MAReMax, none:
+   MAREINFORCE);
+4. :func:`~comlrl.algos.update.update_policy` per agent (concurrently where it helps);
+5. metrics.
+
+The four methods differ only in ``config.estimator``. :func:`setup` builds the run state
+once; :func:`train` loops, logs and checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from comlrl.algos.advantages import compute_advantages
+from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.env import Environment
+from comlrl.algos.joint import credit_completions
+from comlrl.algos.records import Rollout
+from comlrl.algos.rollout import TreeSettings, rollout
+from comlrl.algos.run import (
+    AgentPool,
+    DataStream,
+    JsonlWriter,
+    build_optimizer,
+    resolve_device,
+    rollout_metrics,
+    save_agent_checkpoint,
+)
+from comlrl.algos.update import UpdateSettings, update_policy
+from comlrl.core import SamplingParams
+
+__all__ = ["GroupBaselineRun", "setup", "group_advantages", "train_step", "train", "save", "sample_rows"]
+
+
+@dataclass
+class GroupBaselineRun:
+    """What a group-baseline run holds between steps (built by :func:`setup`)."""
+
+    config: TrainConfig
+    agents: list[Any]
+    env: Environment
+    data: DataStream
+    optimizers: list[torch.optim.Optimizer]
+    ref_models: list[Any] | None
+    sampling: SamplingParams
+    tree: TreeSettings
+    update: UpdateSettings
+    sample_pool: AgentPool
+    update_pool: AgentPool
+    rng: random.Random
+    output_dir: Path
+    step: int = 0
+    last_rollout: Rollout | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """Stop worker threads (safe to call twice)."""
+        self.sample_pool.close()
+        self.update_pool.close()
+
+
+def setup(
+    agents: Sequence[Any], config: TrainConfig, env: Environment, dataset: Sequence[Mapping[str, Any]]
+) -> GroupBaselineRun:
+    """Check that agents, environment and config agree, then build optimizers and pools.
+
+    Raises:
+        ConfigError: agent count, turn count or dataset do not fit (before any training).
+    """
+    n = len(agents)
+    if n != config.num_agents:
+        raise ConfigError(f"{n} agents were given but config.num_agents={config.num_agents}; make them agree.")
+    if env.num_agents != n:
+        raise ConfigError(f"the task is for {env.num_agents} agents but {n} agents were given.")
+    if env.max_turns is not None and config.num_turns > env.max_turns:
+        raise ConfigError(
+            f"num_turns={config.num_turns} but the task supports at most {env.max_turns} turn(s); "
+            "lower num_turns, use a multi-turn task, or pass a transition callback."
+        )
+    try:
+        data = DataStream(dataset, seed=config.seed, shuffle=config.shuffle)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    device = resolve_device(config.device)
+    for i, agent in enumerate(agents):
+        agent.model.to(device)
+        agent.model.train()
+        if hasattr(agent, "seed"):
+            agent.seed(config.seed * 1_000_003 + i)
+    optimizers = [
+        build_optimizer(
+            [p for p in a.model.parameters() if p.requires_grad],
+            config.optimizer,
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
+        )
+        for a in agents
+    ]
+    ref_models = (
+        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
+        if config.kl_coef > 0
+        else None
+    )
+    # Agents run concurrently when that can help: CPU with an intra-op thread per agent, or
+    # one device per agent. Concurrent sampling needs per-agent random streams; agents that
+    # share one model object are never updated concurrently.
+    cpu = device.type == "cpu"
+    concurrent = (
+        config.parallel_agents
+        and n > 1
+        and (
+            torch.get_num_threads() >= n
+            if cpu
+            else len({str(next(a.model.parameters()).device) for a in agents}) == n
+        )
+    )
+    own_streams = all(getattr(a, "generator", None) is not None for a in agents)
+    distinct = len({id(a.model) for a in agents}) == n
+    return GroupBaselineRun(
+        config=config,
+        agents=list(agents),
+        env=env,
+        data=data,
+        optimizers=optimizers,
+        ref_models=ref_models,
+        sampling=SamplingParams(
+            num_generations=config.num_generations,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+        ),
+        tree=TreeSettings(
+            num_turns=config.num_turns,
+            gamma=config.gamma,
+            joint_mode=config.joint_mode,
+            early_termination_threshold=config.early_termination_threshold,
+            termination_scope=config.termination_scope,
+            max_branches=config.max_branches,
+            branch_select=config.branch_select,
+        ),
+        update=UpdateSettings(
+            temperature=config.temperature,
+            loss_reduction=config.loss_reduction,
+            max_completion_length=config.max_new_tokens,
+            clip_ratio=config.clip_ratio,
+            kl_coef=config.kl_coef,
+            kl_estimator=config.kl_estimator,
+            num_iterations=config.num_iterations,
+            max_grad_norm=config.max_grad_norm,
+            micro_batch_size=config.micro_batch_size,
+            shared_prefix=config.shared_prefix,
+        ),
+        sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
+        update_pool=AgentPool(n, concurrent and distinct, cpu=cpu),
+        rng=random.Random(config.seed),
+        output_dir=Path(config.output_dir),
+    )
+
+
+def group_advantages(
+    ro: Rollout, *, estimator: str, scale: str = "auto", eps: float = 1e-6
+) -> list[list[torch.Tensor]]:
+    """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
+
+    Each completion's return is the mean return of the joint actions it took part in
+    (:func:`~comlrl.algos.joint.credit_completions`); its group is the ``G`` completions
+    its agent sampled at the same node (:func:`~comlrl.algos.advantages.compute_advantages`).
+    """
+    out = []
+    for turn in ro.turns:
+        g = turn.agents[0].batch.group_size
+        credited = credit_completions(turn.returns, turn.joint_index, g)  # [A, N_t, G]
+        out.append(
+            [
+                compute_advantages(credited[a], estimator=estimator, scale=scale, eps=eps).reshape(-1)  # type: ignore[arg-type]
+                for a in range(credited.shape[0])
+            ]
+        )
+    return out
+
+
+def train_step(run: GroupBaselineRun) -> dict[str, float]:
+    """One step: rollout, advantages, every agent's update; returns the metrics row."""
+    cfg = run.config
+    t0 = time.perf_counter()
+    examples = run.data.next_batch(cfg.batch_size)
+    ro = rollout(
+        run.agents, examples, run.env, run.sampling, run.tree,
+        map_agents=run.sample_pool.map, rng=run.rng,
+    )
+    adv = group_advantages(ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps)
+    t1 = time.perf_counter()
+
+    def update(a: int) -> dict[str, float]:
+        return update_policy(
+            run.agents[a].model,
+            run.optimizers[a],
+            ro.agent_batches(a),
+            [per_agent[a] for per_agent in adv],
+            run.update,
+            ref_model=run.ref_models[a] if run.ref_models is not None else None,
+        )
+
+    stats = run.update_pool.map(update)
+    t2 = time.perf_counter()
+    run.step += 1
+    run.last_rollout = ro
+    metrics = rollout_metrics(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    for a, agent_stats in enumerate(stats):
+        metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
+    elapsed = t2 - t0
+    return {
+        "step": run.step,
+        **metrics,
+        **{f"time/{k}": v for k, v in ro.timings.items()},
+        "time/update_s": t2 - t1,
+        "time/step_s": elapsed,
+        "tokens_per_s": metrics["num_tokens"] / elapsed,
+        "prompts_per_s": len(examples) / elapsed,
+    }
+
+
+def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` joint actions per turn of the first nodes, as JSON-ready rows."""
+    rows = []
+    for turn in ro.turns:
+        k = turn.joint_index.shape[0]
+        for i in range(min(limit, turn.num_nodes * k)):
+            n, j = divmod(i, k)
+            idx = turn.joint_index[j].tolist()
+            ex = ro.examples[int(turn.example_index[n])]
+            fb = turn.feedback[i] if turn.feedback else None
+            rows.append(
+                {
+                    "step": step,
+                    "turn": turn.turn,
+                    "example_id": ex.get("task_id", ex.get("id")),
+                    "node": n,
+                    "parent": int(turn.parent[n]),
+                    "prompts": [s.prompts[n] for s in turn.agents],
+                    "joint_action": idx,
+                    "completions": [s.completions[n][g].text for s, g in zip(turn.agents, idx, strict=True)],
+                    "reward": float(turn.rewards[n, j]),
+                    "return": float(turn.returns[n, j]),
+                    "terminal": bool(turn.terminal[n, j]),
+                    "feedback": list(fb.texts) if fb is not None else None,
+                    "info": turn.infos[i] if turn.infos else {},
+                }
+            )
+    return rows
+
+
+def save(run: GroupBaselineRun, tag: str) -> list[Path]:
+    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
+    return [
+        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}")
+        for i, agent in enumerate(run.agents)
+    ]
+
+
+def train(run: GroupBaselineRun) -> list[dict[str, float]]:
+    """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
+
+    Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
+    rewards, returns, feedback and reward-function infos), ``config.yaml`` and per-agent
+    checkpoints in ``output_dir``.
+    """
+    import yaml
+    from tqdm.auto import tqdm
+
+    cfg = run.config
+    torch.manual_seed(cfg.seed)
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    history: list[dict[str, float]] = []
+    metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
+    samples = JsonlWriter(run.output_dir / "samples.jsonl")
+    bar = tqdm(total=cfg.num_steps, disable=not cfg.progress, desc="train", unit="step")
+    try:
+        for _ in range(cfg.num_steps):
+            row = train_step(run)
+            history.append(row)
+            metrics.write(row)
+            if cfg.log_samples and run.last_rollout is not None:
+                for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
+                    samples.write(sample)
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            if cfg.save_every and run.step % cfg.save_every == 0:
+                save(run, f"checkpoints/step-{run.step:06d}")
+        save(run, "final")
+    finally:
+        bar.close()
+        metrics.close()
+        samples.close()
+        run.close()
+    return history
+

@@ -1,0 +1,251 @@
+"""Shared step helpers for the recipes: agents in parallel, data order, metrics, checkpoints.
+
+Nothing here knows a training method. A recipe wires these to its own loop:
+:class:`AgentPool` maps a function over the agents (concurrently where that helps),
+:class:`DataStream` hands out batches in a seeded order, :func:`rollout_metrics` turns a
+:class:`~comlrl.algos.records.Rollout` into the per-turn numbers people plot, and
+:func:`save_agent_checkpoint` writes an agent atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import torch
+from comlrl.algos.records import Rollout
+
+__all__ = [
+    "build_optimizer",
+    "AgentPool",
+    "DataStream",
+    "JsonlWriter",
+    "rollout_metrics",
+    "save_agent_checkpoint",
+    "resolve_device",
+]
+
+T = TypeVar("T")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else as ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_optimizer(
+    params: Any, name: str, *, lr: float, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
+    """An optimizer over ``params`` by name.
+
+    - ``"radam"``: :class:`torch.optim.RAdam` with decoupled weight decay (Liu et al. 2020,
+      "On the Variance of the Adaptive Learning Rate and Beyond", Algorithm 2). Its first
+      steps are momentum SGD and its adaptive step is scaled by a rectification term that
+      grows from about 0 to 1 over the first thousands of steps, a warm-up derived from
+      the variance of the second-moment estimate. Measured on the 2-core build machine
+      (``tests/test_defaults_learn.py``): two stories260k agents, one prompt per step,
+      G = 4, lr 1e-3 on a cooperative story reward: AdamW collapsed to degenerate text
+      (mean reward 0.48 -> 0.21 over 80 steps with clipping, 0.61 -> 0.11 without),
+      RAdam learned (0.58 -> 0.97 over 128 steps with clipping, 0.64 -> 0.92 without).
+    - ``"adamw"``: :class:`torch.optim.AdamW` (Loshchilov and Hutter 2019).
+    - ``"sgd"``: plain :class:`torch.optim.SGD`.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name == "radam":
+        return torch.optim.RAdam(params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; use 'radam', 'adamw' or 'sgd'")
+
+
+class AgentPool:
+    """Run one function per agent, one thread per agent when ``parallel``.
+
+    On CPU the intra-op threads are shared out among the agents (each worker sets its own
+    count: torch's OpenMP thread count is per thread). Exceptions propagate; results come
+    back in agent order. Use as a context manager, or call :meth:`close`.
+
+    Args:
+        num_agents: ``A``.
+        parallel: run concurrently; otherwise :meth:`map` is a plain loop.
+        cpu: share the CPU's intra-op threads among the workers.
+    """
+
+    def __init__(self, num_agents: int, parallel: bool, *, cpu: bool = True) -> None:
+        self.num_agents = num_agents
+        self.parallel = parallel and num_agents > 1
+        self.cpu = cpu
+        self._pool: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable[[int], T], n: int | None = None) -> list[T]:
+        """``[fn(0), ..., fn(n - 1)]`` (``n`` defaults to the number of agents)."""
+        n = self.num_agents if n is None else n
+        if not self.parallel or n < 2:
+            return [fn(a) for a in range(n)]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.num_agents, thread_name_prefix="comlrl-agent")
+        per_agent = max(1, torch.get_num_threads() // n) if self.cpu else None
+
+        def run(a: int) -> T:
+            if per_agent is not None:
+                torch.set_num_threads(per_agent)
+            return fn(a)
+
+        return list(self._pool.map(run, range(n)))
+
+    __call__ = map
+
+    def close(self) -> None:
+        """Stop the worker threads (safe to call twice)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> AgentPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DataStream:
+    """Examples in a seeded order, reshuffled every epoch (or in dataset order).
+
+    Args:
+        dataset: a sequence of examples (mappings); a ``datasets.Dataset`` works.
+        seed: seed of the shuffle.
+        shuffle: ``False`` hands out the examples in dataset order, epoch after epoch.
+
+    Raises:
+        ValueError: on an empty dataset.
+    """
+
+    def __init__(self, dataset: Sequence[Mapping[str, Any]], seed: int = 0, shuffle: bool = True) -> None:
+        if len(dataset) == 0:
+            raise ValueError("the dataset is empty; nothing to train on.")
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.rng = random.Random(seed)
+        self.order: list[int] = []
+        self.epoch = 0
+
+    def next_batch(self, size: int) -> list[Mapping[str, Any]]:
+        """The next ``size`` examples."""
+        out: list[Mapping[str, Any]] = []
+        while len(out) < size:
+            if not self.order:
+                self.order = list(range(len(self.dataset)))
+                if self.shuffle:
+                    self.rng.shuffle(self.order)
+                self.order.reverse()  # pop() from the end hands out order[0] first
+                self.epoch += 1
+            out.append(self.dataset[self.order.pop()])
+        return out
+
+
+class JsonlWriter:
+    """Append JSON rows to a file, one per line, flushed after each write."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fh: IO[str] = open(self.path, "a")  # noqa: SIM115 - closed in close()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._fh.write(json.dumps(row, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def rollout_metrics(
+    rollout: Rollout, advantages: Sequence[Sequence[torch.Tensor]] | None = None
+) -> dict[str, float]:
+    """Per-step and per-turn numbers of a rollout.
+
+    Keys: ``reward_mean/std/min/max`` and ``return_mean`` over turn-0 joint actions (the
+    team's reward on the task as posed), ``num_joint_actions``, ``num_tokens``; per turn
+    ``t``: ``turn_<t>/reward_mean``, ``/reward_std``, ``/return_mean``, ``/num_nodes``,
+    ``/terminal_fraction``; per turn and agent ``a``: ``turn_<t>/completion_len_mean/agent_<a>``
+    and, with ``advantages`` (per turn, per agent ``[B_t]``),
+    ``turn_<t>/advantage_mean/agent_<a>`` and ``/advantage_std/agent_<a>``; all-turn
+    ``completion_len_mean/agent_<a>``, ``completion_len_max/agent_<a>``,
+    ``advantage_mean/agent_<a>``, ``advantage_std/agent_<a>``.
+    """
+    out: dict[str, float] = {}
+    first = rollout.turns[0].rewards.reshape(-1)
+    out["reward_mean"] = float(first.mean())
+    out["reward_std"] = float(first.std(unbiased=False))
+    out["reward_min"] = float(first.min())
+    out["reward_max"] = float(first.max())
+    out["return_mean"] = float(rollout.turns[0].returns.mean())
+    out["num_joint_actions"] = float(sum(t.rewards.numel() for t in rollout.turns))
+    lengths: dict[int, list[torch.Tensor]] = {}
+    advs: dict[int, list[torch.Tensor]] = {}
+    for t, turn in enumerate(rollout.turns):
+        key = f"turn_{t}"
+        r = turn.rewards.reshape(-1)
+        out[f"{key}/reward_mean"] = float(r.mean())
+        out[f"{key}/reward_std"] = float(r.std(unbiased=False))
+        out[f"{key}/return_mean"] = float(turn.returns.mean())
+        out[f"{key}/num_nodes"] = float(turn.num_nodes)
+        out[f"{key}/terminal_fraction"] = float(turn.terminal.float().mean())
+        for a, samples in enumerate(turn.agents):
+            n = samples.batch.completion_mask.sum(dim=1).float().cpu()
+            lengths.setdefault(a, []).append(n)
+            out[f"{key}/completion_len_mean/agent_{a}"] = float(n.mean())
+            if advantages is not None:
+                adv = advantages[t][a].float().cpu()
+                advs.setdefault(a, []).append(adv)
+                out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
+                out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
+    out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
+    for a, xs in lengths.items():
+        n = torch.cat(xs)
+        out[f"completion_len_mean/agent_{a}"] = float(n.mean())
+        out[f"completion_len_max/agent_{a}"] = float(n.max())
+    for a, xs in advs.items():
+        adv = torch.cat(xs)
+        out[f"advantage_mean/agent_{a}"] = float(adv.mean())
+        out[f"advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
+    return out
+
+
+def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
+    """Write ``agent``'s model and tokenizer to ``path`` atomically (Hugging Face format).
+
+    The files are written into a temporary sibling folder that is then renamed into place,
+    so an interrupted save never leaves a half-written checkpoint at ``path``; an existing
+    checkpoint at ``path`` is replaced only after the new one is complete.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`; load it with
+        ``AutoModelForCausalLM.from_pretrained(path)``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    agent.model.save_pretrained(tmp)
+    agent.tokenizer.save_pretrained(tmp)
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path

@@ -1,0 +1,167 @@
+"""One agent's policy-gradient update over the completions of every turn of a rollout.
+
+:func:`update_policy` takes the agent's :class:`~comlrl.algos.records.PolicyBatch` of each
+turn and the matching advantages, accumulates the gradient of
+:func:`comlrl.algos.losses.policy_loss` over micro-batches (whole groups, so each prompt
+prefix is computed once) and takes one optimizer step per pass. Micro-batches are weighted
+by their share of the loss reduction's denominator, so the accumulated gradient equals
+the gradient of the loss over all turns' completions at once (tested).
+
+Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
+from comlrl.algos.losses import KLEstimator, Reduction, policy_loss
+from comlrl.algos.records import PolicyBatch
+
+__all__ = ["UpdateSettings", "update_policy"]
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How :func:`update_policy` turns advantages into an optimizer step.
+
+    Attributes:
+        temperature: sampling temperature (log-probs of the tempered policy).
+        loss_reduction: see :func:`comlrl.algos.losses.policy_loss`.
+        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
+        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE.
+        kl_coef: weight of the reference KL (needs a reference model when > 0).
+        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
+        max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
+        micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
+            whole turn at once.
+        shared_prefix: compute each prompt once per micro-batch (same gradient).
+    """
+
+    temperature: float = 1.0
+    loss_reduction: Reduction = "seq_mean_token_mean"
+    max_completion_length: int | None = None
+    clip_ratio: float | tuple[float, float] | None = None
+    kl_coef: float = 0.0
+    kl_estimator: KLEstimator = "k3"
+    num_iterations: int = 1
+    max_grad_norm: float | None = 1.0
+    micro_batch_size: int | None = None
+    shared_prefix: bool = True
+
+
+def update_policy(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    *,
+    ref_model: Any | None = None,
+) -> dict[str, float]:
+    """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
+
+    Args:
+        model: the agent's causal LM (parameters being optimised).
+        optimizer: its optimizer.
+        batches: per turn ``t``, the agent's :class:`PolicyBatch` (``B_t`` rows).
+        advantages: per turn, ``[B_t]`` float advantages, row-aligned with the batch.
+        settings: loss and step settings.
+        ref_model: the frozen reference model for the KL term (``kl_coef > 0``).
+
+    Returns:
+        Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
+        clipping is on), and per turn ``t`` the token-weighted ``turn_<t>/kl``,
+        ``turn_<t>/clip_fraction``, ``turn_<t>/ratio_mean`` of
+        :func:`~comlrl.algos.losses.policy_loss`, plus their all-turn values.
+
+    Raises:
+        ValueError: mismatched batch/advantage counts or shapes, or ``kl_coef > 0``
+            without a reference model.
+    """
+    if len(batches) != len(advantages):
+        raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
+    for t, (batch, adv) in enumerate(zip(batches, advantages, strict=True)):
+        if adv.shape != (batch.completion_mask.shape[0],):
+            raise ValueError(
+                f"turn {t}: advantages {list(adv.shape)} do not match the "
+                f"{batch.completion_mask.shape[0]} rows of the batch"
+            )
+    if settings.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
+    device = next(model.parameters()).device
+    batches = [b.to(device) for b in batches]
+    chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
+    total_rows = sum(b.completion_mask.shape[0] for b in batches)
+    total_tokens = max(1.0, float(sum(b.completion_mask.sum() for b in batches)))
+    ref_logp: list[list[torch.Tensor]] = []
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp = [
+                [_logp(ref_model, b, c, settings) for c in cs]
+                for b, cs in zip(batches, chunks, strict=True)
+            ]
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    passes = 0
+    for _ in range(settings.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        for t, (batch, cs) in enumerate(zip(batches, chunks, strict=True)):
+            g = batch.group_size
+            adv = advantages[t].to(device)
+            for j, chunk in enumerate(cs):
+                rows = slice(chunk.start * g, chunk.stop * g)
+                logp = _logp(model, batch, chunk, settings)
+                mask = batch.completion_mask[rows]
+                loss, metrics = policy_loss(
+                    logp,
+                    adv[rows],
+                    mask,
+                    old_logprobs=batch.behaviour_logprobs[rows] if settings.clip_ratio is not None else None,
+                    clip_ratio=settings.clip_ratio,
+                    ref_logprobs=ref_logp[t][j] if ref_logp else None,
+                    kl_coef=settings.kl_coef,
+                    kl_estimator=settings.kl_estimator,
+                    reduction=settings.loss_reduction,
+                    max_completion_length=settings.max_completion_length,
+                )
+                # Weight each micro-batch by its share of the reduction's denominator so
+                # the accumulated gradient equals the all-turns loss's gradient.
+                if settings.loss_reduction == "token_mean":
+                    weight = float(mask.sum()) / total_tokens
+                else:
+                    weight = logp.shape[0] / total_rows
+                (loss * weight).backward()
+                _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
+                tokens = metrics["num_tokens"]
+                for key in ("kl", "clip_fraction", "ratio_mean"):
+                    if key in metrics:
+                        _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
+                        _add(sums, weights, key, metrics[key] * tokens, tokens)
+        if settings.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            _add(sums, weights, "grad_norm", float(norm), 1.0)
+        optimizer.step()
+        passes += 1
+    out = {}
+    for key, value in sums.items():
+        if key in ("loss", "grad_norm"):
+            out[key] = value / passes
+        else:
+            out[key] = value / weights[key] if weights[key] else 0.0
+    return out
+
+
+def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:
+    return completion_logprobs(
+        model, batch, chunk, temperature=settings.temperature, shared_prefix=settings.shared_prefix
+    )
+
+
+def _add(sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float) -> None:
+    sums[key] = sums.get(key, 0.0) + value
+    weights[key] = weights.get(key, 0.0) + weight
