@@ -389,7 +389,9 @@ class ClassEvalTask(Task):
         imports: list[str] = []
         funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         for node in module.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.module != "__future__":
+            if isinstance(node, ast.Import) or (
+                isinstance(node, ast.ImportFrom) and node.module != "__future__"
+            ):
                 imports.append(ast.unparse(node))
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:

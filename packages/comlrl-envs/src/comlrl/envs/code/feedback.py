@@ -30,6 +30,7 @@ __all__ = [
     "clip",
     "failing_units",
     "signatures",
+    "strip_docstrings",
     "verdict_line",
     "agent_feedback_text",
     "feedback_comment_block",
@@ -94,8 +95,29 @@ def signatures(code: str) -> list[str]:
             funcs = list(node.body)
         for func in funcs:
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append(f"def {func.name}({ast.unparse(func.args)})")
+                returns = f" -> {ast.unparse(func.returns)}" if func.returns else ""
+                out.append(f"def {func.name}({ast.unparse(func.args)}){returns}")
     return out
+
+
+def strip_docstrings(code: str) -> str:
+    """``code`` without the docstrings of its functions and classes (the prompt already
+    shows them); ``code`` unchanged when it does not parse."""
+    try:
+        module = ast.parse(code)
+    except SyntaxError:
+        return code
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(module)
 
 
 def verdict_line(info: Mapping[str, Any], turn: int) -> str:
@@ -125,7 +147,8 @@ def agent_feedback_text(
         info: the joint action's reward info (sandbox verdict fields ``status``,
             ``passed``, ``total``, ``error``, ``errors``).
         turn: the 0-based turn the joint action belongs to.
-        own_code: the code extracted from this agent's completion.
+        own_code: the code extracted from this agent's completion (shown without
+            docstrings).
         teammate_code: the code extracted from the other agent's completion (only its
             function signatures are shown).
         describe_unit: 1-based test-unit number -> that test's source, for the failing test.
@@ -136,9 +159,10 @@ def agent_feedback_text(
         for unit, message in failing_units(list(info.get("errors") or []), describe_unit):
             if unit:
                 lines.append("Failing test: " + clip(unit, MAX_TEST_CHARS))
-            lines.append("Error: " + clip(message, MAX_ERROR_CHARS))
+            lines.append("Error: " + clip(message.rstrip().rstrip(":"), MAX_ERROR_CHARS))
     lines.append("Your previous code:")
-    lines.append(clip(own_code, MAX_CODE_CHARS) if own_code.strip() else empty_note)
+    shown = strip_docstrings(own_code)
+    lines.append(clip(shown, MAX_CODE_CHARS) if shown.strip() else empty_note)
     sigs = signatures(teammate_code)
     lines.append("Your teammate's functions: " + ("; ".join(sigs) if sigs else "(none usable)"))
     return "\n".join(lines)

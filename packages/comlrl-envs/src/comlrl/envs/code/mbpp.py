@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,9 @@ def _entry_point(code_module: ast.Module | None, code: str, tests: list[str]) ->
     called: list[str] = []
     for test in tests:
         try:
-            tree = ast.parse(test)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(test)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
@@ -131,7 +134,9 @@ def mbpp_to_humaneval(
     code = str(row["code"]).replace("\r\n", "\n")
     tests = [str(t).replace("\r\n", "\n") for t in row["test_list"]]
     try:
-        module: ast.Module | None = ast.parse(code)
+        with warnings.catch_warnings():  # e.g. invalid escape sequences in old code
+            warnings.simplefilter("ignore")
+            module: ast.Module | None = ast.parse(code)
     except SyntaxError:
         module = None
     entry = _entry_point(module, code, tests)
