@@ -260,9 +260,7 @@ def test_local_files_load(tmp_path: Path, humaneval_rows: list[dict], fmt: str) 
         path = tmp_path / "he.json"
         path.write_text(json.dumps({r["task_id"]: r for r in rows}))
     t = CoopHumanEvalTask(path=path)
-    assert [r["task_id"] for r in t.load("train") + t.load("test")] == [
-        r["task_id"] for r in rows
-    ]
+    assert [r["task_id"] for r in t.load("train") + t.load("test")] == [r["task_id"] for r in rows]
     assert len(t.load("test")) == 1  # the last fifth, at least one row
 
 
@@ -317,7 +315,9 @@ def test_stub_main_gets_no_test_credit_even_where_none_is_right(
 ) -> None:
     # HumanEval/12 expects longest([]) == None, so a docstring-only stub passes one assert;
     # that must not count, because agent 2 wrote nothing.
-    reward, info = score(sandbox_all_task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", "")
+    reward, info = score(
+        sandbox_all_task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", ""
+    )
     assert info["passed"] >= 1, "control: the stub does pass an assert in the sandbox"
     assert not info["main_defined"]
     assert reward == pytest.approx(0.05)
@@ -368,12 +368,15 @@ def test_programs_without_an_entry_point_are_not_run_and_score_the_same(
 )
 @given(
     helper=st.sampled_from(["", HELPER_OK, "x):\n    return x\n", "((("]),
-    main=st.sampled_from(["", "    pass\n", MAIN_SOLO, "    return None\n", "    return aux(numbers)\n"])
+    main=st.sampled_from(
+        ["", "    pass\n", MAIN_SOLO, "    return None\n", "    return aux(numbers)\n"]
+    )
     | st.text(max_size=40),
 )
 def test_sandbox_all_never_changes_the_reward(
     task: CoopHumanEvalTask, sandbox_all_task: CoopHumanEvalTask, he0: dict, helper: str, main: str
 ) -> None:
-    assert task.reward([[helper], [main]], [he0]).rewards == sandbox_all_task.reward(
-        [[helper], [main]], [he0]
-    ).rewards
+    assert (
+        task.reward([[helper], [main]], [he0]).rewards
+        == sandbox_all_task.reward([[helper], [main]], [he0]).rewards
+    )
