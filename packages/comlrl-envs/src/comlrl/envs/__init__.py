@@ -2,15 +2,26 @@
 
 - :mod:`comlrl.envs.sandbox`: run model-written Python in a limited child process, alone
   or in a pool, and score it against HumanEval-style tests with honest verdicts.
-- :mod:`comlrl.envs.code`: the cooperative HumanEval task (``coop_humaneval``).
+- :mod:`comlrl.envs.code`: code suites ``coop_humaneval``, ``coop_humaneval_che``,
+  ``mbpp``, ``classeval`` (multi-turn, with sandbox feedback).
+- :mod:`comlrl.envs.math`: ``gsm8k`` and exact-match answer parsing.
+- :mod:`comlrl.envs.writing`: ``tldr``, ``arxiv`` and ``coop_story``.
 
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from comlrl.envs.code import CoopHumanEvalTask, default_humaneval_path, load_humaneval
+from comlrl.envs.code import (
+    ClassEvalTask,
+    CoopHumanEvalCheTask,
+    CoopHumanEvalTask,
+    MbppTask,
+    default_humaneval_path,
+    load_humaneval,
+)
 from comlrl.envs.code.extract import strip_code_fences
+from comlrl.envs.math import Gsm8kTask
 from comlrl.envs.sandbox import (
     CheckJob,
     ExecutionResult,
@@ -23,9 +34,17 @@ from comlrl.envs.sandbox import (
     run_python,
     split_test,
 )
+from comlrl.envs.writing import ArxivTask, CoopStoryTask, TldrTask
 
 __all__ = [
+    "ArxivTask",
+    "ClassEvalTask",
+    "CoopHumanEvalCheTask",
     "CoopHumanEvalTask",
+    "CoopStoryTask",
+    "Gsm8kTask",
+    "MbppTask",
+    "TldrTask",
     "default_humaneval_path",
     "load_humaneval",
     "strip_code_fences",

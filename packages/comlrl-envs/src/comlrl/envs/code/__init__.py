@@ -1,12 +1,30 @@
-"""Code-generation task suites."""
+"""Code-generation task suites: ``coop_humaneval``, ``coop_humaneval_che``, ``mbpp``,
+``classeval`` (all multi-turn, with sandbox feedback)."""
 
 from __future__ import annotations
 
+from comlrl.envs.code.classeval import ClassEvalTask, classeval_check_source, load_classeval
+from comlrl.envs.code.coop_humaneval_che import CoopHumanEvalCheTask
 from comlrl.envs.code.humaneval import (
     CoopHumanEvalTask,
     default_humaneval_path,
+    default_split_ranges,
     load_humaneval,
     split_prompt,
 )
+from comlrl.envs.code.mbpp import MbppTask, load_mbpp, mbpp_to_humaneval
 
-__all__ = ["CoopHumanEvalTask", "default_humaneval_path", "load_humaneval", "split_prompt"]
+__all__ = [
+    "ClassEvalTask",
+    "CoopHumanEvalCheTask",
+    "CoopHumanEvalTask",
+    "MbppTask",
+    "classeval_check_source",
+    "default_humaneval_path",
+    "default_split_ranges",
+    "load_classeval",
+    "load_humaneval",
+    "load_mbpp",
+    "mbpp_to_humaneval",
+    "split_prompt",
+]

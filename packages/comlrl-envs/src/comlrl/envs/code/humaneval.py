@@ -36,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, RewardBatch, Task
 from comlrl.envs.code.extract import (
     complete_function,
     defined_functions,
@@ -45,9 +45,16 @@ from comlrl.envs.code.extract import (
     parse_prefix,
     strip_code_fences,
 )
+from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
 
-__all__ = ["CoopHumanEvalTask", "load_humaneval", "default_humaneval_path", "split_prompt"]
+__all__ = [
+    "CoopHumanEvalTask",
+    "load_humaneval",
+    "default_humaneval_path",
+    "split_prompt",
+    "default_split_ranges",
+]
 
 _REQUIRED = ("task_id", "prompt", "entry_point", "test")
 
@@ -99,6 +106,19 @@ def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
         if missing:
             raise ValueError(f"{file}: row {i} lacks field(s) {missing}; need {list(_REQUIRED)}")
     return rows
+
+
+def default_split_ranges(num_rows: int) -> dict[str, tuple[int, int]]:
+    """The default disjoint ``train``/``test`` row slices of a file with ``num_rows`` rows.
+
+    The last fifth of the rows (``num_rows // 5``, at least one row when there are two or
+    more) is ``test``, the rest ``train``: HumanEval's 164 problems give train = rows 0-131
+    (``HumanEval/0``-``HumanEval/131``) and test = rows 132-163; CoopHumanEval's 82 give
+    66 / 16.
+    """
+    test_size = max(1, num_rows // 5) if num_rows > 1 else 0
+    cut = num_rows - test_size
+    return {"train": (0, cut), "test": (cut, num_rows)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -166,9 +186,17 @@ class CoopHumanEvalTask(Task):
     stubbed or empty 0; both written but failing every test 0.2; a correct solution that
     ignores ``aux`` 0.9; a correct solution that calls ``aux`` 1.0.
 
-    Splits: HumanEval has one split of 164 problems. ``load("train")`` and
-    ``load("test")`` both return all rows unless ``train_range``/``test_range`` (Python
-    ``(start, stop)`` slices of the row list) are given; ``limit`` then caps the count.
+    Splits (disjoint): HumanEval has one split of 164 problems, so by default ``test`` is
+    the last fifth of the file's rows and ``train`` the rest (HumanEval: train =
+    ``HumanEval/0``-``/131``, 132 problems; test = ``HumanEval/132``-``/163``, 32; see
+    :func:`default_split_ranges`). ``train_range``/``test_range`` (Python ``(start, stop)``
+    slices of the row list) override either; ``limit`` then caps the count.
+
+    Multi-turn (``max_turns`` > 1): :meth:`feedback` tells each agent how many tests
+    passed, the first failing test (its source) and error, its own previous code and the
+    teammate's function signatures; :meth:`prompts` puts that feedback, as ``#`` comments,
+    between the instructions and the code of the next turn's prompts. ``done`` is set when
+    every test passed. Turn-0 prompts do not change.
 
     Args:
         path: a local HumanEval-format ``.jsonl``, ``.jsonl.gz`` or ``.json`` file;
@@ -182,6 +210,7 @@ class CoopHumanEvalTask(Task):
         cooperation_bonus: weight of the cooperation term (in ``[0, 0.8]``).
         memory_mb: address-space limit per program (MiB).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
+        max_turns: the most turns an episode may take (1 = single-turn).
         executor: sandbox executor kind, ``"fork"`` (zygote, default) or ``"exec"``; see
             :class:`comlrl.envs.sandbox.SandboxLimits`.
         sandbox_all: also run programs whose reward cannot depend on the sandbox. Every
@@ -192,12 +221,13 @@ class CoopHumanEvalTask(Task):
 
     Raises:
         ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range,
-            ``limit`` or ``executor``.
+            ``limit``, ``max_turns`` or ``executor``.
     """
 
     name = "coop_humaneval"
     num_agents = 2
-    max_turns = 1
+    max_turns = 4
+    splits: tuple[str, ...] = ("train", "test")
 
     def __init__(
         self,
@@ -214,11 +244,15 @@ class CoopHumanEvalTask(Task):
         test_range: tuple[int, int] | None = None,
         executor: str = "fork",
         sandbox_all: bool = False,
+        max_turns: int = 4,
     ) -> None:
         if not helper_name.isidentifier():
             raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
         if not 0.0 <= cooperation_bonus <= 0.8:
             raise ValueError(f"cooperation_bonus must be in [0, 0.8], got {cooperation_bonus}")
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = int(max_turns)
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0 or None, got {limit}")
         for label, rng in (("train_range", train_range), ("test_range", test_range)):
@@ -243,39 +277,138 @@ class CoopHumanEvalTask(Task):
 
     # ----------------------------------------------------------------- data
     def load(self, split: str = "train") -> list[dict[str, Any]]:
-        """Return the rows of ``split`` (``"train"`` or ``"test"``) as dicts.
+        """Return the rows of ``split`` (``"train"`` or ``"test"``, disjoint) as dicts.
 
         Raises:
             ValueError: for another split name.
+            FileNotFoundError: when the data file is missing (the message names ``path=``).
         """
-        if split not in self.ranges:
-            raise ValueError(f"unknown split {split!r}; HumanEval tasks have 'train' and 'test'")
-        if self._rows is None:
-            self._rows = load_humaneval(self.path)
-        rows = self._rows
-        rng = self.ranges[split]
-        if rng is not None:
-            rows = rows[rng[0] : rng[1]]
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}; {self.name} has splits {list(self.splits)}")
+        rows = self._select(self._all_rows(), split)
         if self.limit is not None:
             rows = rows[: self.limit]
         return [dict(row) for row in rows]
 
+    def _all_rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = load_humaneval(self.path)
+        return self._rows
+
+    def _select(self, rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+        """The rows of ``split``: the ``*_range`` override, else the default slices."""
+        rng = self.ranges.get(split) or default_split_ranges(len(rows))[split]
+        return rows[rng[0] : rng[1]]
+
+    def reference_program(self, example: Mapping[str, Any]) -> str:
+        """The problem's reference solution as a complete program.
+
+        Raises:
+            ValueError: when the row has no reference (``canonical_solution``).
+        """
+        if example.get("reference_program"):
+            return str(example["reference_program"])
+        if example.get("canonical_solution"):
+            return example["prompt"] + example["canonical_solution"]
+        raise ValueError(
+            f"{self.name}: row {example.get('task_id')!r} has no reference solution "
+            "(no `canonical_solution` field)"
+        )
+
+    def reference_jobs(self, split: str = "test") -> list[CheckJob]:
+        """The reference solution of every problem of ``split`` as a sandbox job.
+
+        The jobs score with the same test source and entry point as the reward does; a
+        sound problem's reference passes every test unit.
+
+        Raises:
+            ValueError: for an unknown split or a row without a reference solution.
+        """
+        return [
+            CheckJob(self.reference_program(row), row["test"], row["entry_point"])
+            for row in self.load(split)
+        ]
+
     # --------------------------------------------------------------- prompts
     def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """The two agents' prompts: ``[helper_prompt, main_prompt]`` (``history`` unused)."""
+        """The two agents' prompts: ``[helper_prompt, main_prompt]``.
+
+        On turn 0 (``history`` empty) agent 1's prompt shows the problem and ends with
+        ``def aux(``; agent 2's ends with the problem's own prompt. On later turns each
+        agent's latest feedback (see :meth:`feedback`) is inserted as ``#`` comments right
+        after the instructions; the rest is unchanged.
+        """
         entry = example["entry_point"]
         preamble, stub = split_prompt(example["prompt"], entry)
         fmt = {"helper": self.helper_name, "entry": entry}
         helper_prompt = (
             _HELPER_INSTRUCTIONS.format(**fmt)
+            + feedback_comment_block(history, 0)
             + ("\n" + preamble + "\n" if preamble else "")
             + "\n"
             + stub.rstrip()
             + "\n    ...  # written by your teammate\n\n\n"
             + f"def {self.helper_name}("
         )
-        main_prompt = _MAIN_INSTRUCTIONS.format(**fmt) + "\n" + example["prompt"].lstrip("\n")
+        main_prompt = (
+            _MAIN_INSTRUCTIONS.format(**fmt)
+            + feedback_comment_block(history, 1)
+            + "\n"
+            + example["prompt"].lstrip("\n")
+        )
         return [helper_prompt, main_prompt]
+
+    # --------------------------------------------------------------- feedback
+    def describe_unit(self, example: Mapping[str, Any], number: int) -> str | None:
+        """Source of test unit ``number`` (1-based, as the sandbox counts) of ``example``."""
+        try:
+            units = [src for src, is_unit in split_test(example["test"]).steps if is_unit]
+        except ValueError:
+            return None
+        return units[number - 1] if 0 < number <= len(units) else None
+
+    def feedback(
+        self,
+        example: Mapping[str, Any],
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> Feedback:
+        """Feedback on one scored joint action, for the next turn's prompts.
+
+        Args:
+            example: the problem.
+            joint_action: the agents' completions (``[helper, main]``).
+            info: that joint action's reward info (from :meth:`reward`).
+            turn: the 0-based turn the joint action was taken in.
+
+        Returns:
+            :class:`~comlrl.core.Feedback` with one text per agent (verdict line, first
+            failing test and error, the agent's own extracted code, the teammate's
+            function signatures; every piece capped, see :mod:`comlrl.envs.code.feedback`),
+            ``done=True`` when every test passed, and ``info`` with ``status``,
+            ``passed``, ``total`` and ``turn``.
+        """
+        helper_text, main_text = joint_action.completions
+        entry = example["entry_point"]
+        codes = [self.extract_helper(helper_text, entry), self.extract_main(main_text, example)]
+        texts = tuple(
+            agent_feedback_text(
+                info, turn, codes[a], codes[1 - a], lambda n: self.describe_unit(example, n)
+            )
+            for a in range(2)
+        )
+        done = info.get("status") == "passed"
+        return Feedback(
+            texts,
+            done=done,
+            info={
+                "status": info.get("status"),
+                "passed": info.get("passed"),
+                "total": info.get("total"),
+                "turn": turn,
+            },
+        )
 
     # ------------------------------------------------------------ extraction
     def extract_helper(self, completion: str, entry_point: str) -> str:

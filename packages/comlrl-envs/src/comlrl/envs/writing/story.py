@@ -1,0 +1,264 @@
+"""Cooperative story writing for tiny story models (``coop_story``), with built-in seeds.
+
+Made for the 260K-parameter ``stories260k`` Llama (TinyStories; context 512 tokens, vocab
+512): the prompts are one or two short TinyStories-style sentences, and every reward part
+is something such a model already does sometimes, so a few dozen training steps can move it.
+
+Each example is a *seed*: a name (with its pronoun), a place and an object, drawn from
+built-in lists (:data:`NAMES`, :data:`PLACES`, :data:`OBJECTS`); :func:`story_seeds` makes
+the fixed list of 320 seeds (a seeded shuffle of all combinations), so no data file is
+needed.
+
+- agent 1 writes the beginning: its prompt is ``"Once upon a time, a little girl named
+  Lily went to the park. She had a red ball."``-style;
+- agent 2 writes the ending: its prompt is ``"Lily played with the red ball at the park.
+  In the end,"``-style.
+
+Reward of one joint action, in ``[0, 1]`` (:func:`story_reward`):
+
+=====  ===================================================================================
+0.20   x fraction of the seed's keywords (the name, the object's noun, the place) in part 1
+0.20   x fraction of the keywords in part 2
+0.10   part 1's length in words: 1 inside ``[min_words, max_words]``, linear to 0 at
+       ``min_words / 4`` and ``2 * max_words``
+0.10   the same for part 2
+0.20   shared vocabulary: Jaccard similarity ``j`` of the parts' content words, 1 for
+       ``0.1 <= j <= 0.5``, linear to 0 at ``j = 0`` and ``j = 0.8`` (the parts should tell
+       one story, not repeat each other)
+0.20   no repetition: distinct word trigrams / all word trigrams of part 1 + part 2
+       (0 with fewer than 3 words)
+=====  ===================================================================================
+
+Words are lower-cased ``[a-z']+`` runs. Splits (disjoint, by seed): ``test`` is every 8th
+seed (40), ``train`` the other 280.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.envs.writing.rewards import STOPWORDS, band_score
+
+__all__ = ["CoopStoryTask", "story_seeds", "story_reward", "NAMES", "PLACES", "OBJECTS"]
+
+NAMES: tuple[tuple[str, str, str], ...] = (
+    ("Lily", "girl", "She"),
+    ("Tom", "boy", "He"),
+    ("Ben", "boy", "He"),
+    ("Mia", "girl", "She"),
+    ("Sam", "boy", "He"),
+    ("Anna", "girl", "She"),
+    ("Max", "boy", "He"),
+    ("Lucy", "girl", "She"),
+    ("Tim", "boy", "He"),
+    ("Sue", "girl", "She"),
+    ("Jack", "boy", "He"),
+    ("Emma", "girl", "She"),
+    ("Bob", "boy", "He"),
+    ("Amy", "girl", "She"),
+    ("Joe", "boy", "He"),
+    ("Sara", "girl", "She"),
+)
+"""``(name, kind, pronoun)`` of the stories' heroes."""
+
+PLACES: tuple[str, ...] = (
+    "park",
+    "garden",
+    "forest",
+    "beach",
+    "farm",
+    "house",
+    "school",
+    "lake",
+    "hill",
+    "zoo",
+)
+"""Where the story happens."""
+
+OBJECTS: tuple[str, ...] = (
+    "red ball",
+    "big kite",
+    "toy car",
+    "teddy bear",
+    "blue hat",
+    "little boat",
+    "doll",
+    "book",
+    "cake",
+    "flower",
+    "balloon",
+    "shiny box",
+)
+"""What the hero has; the last word is the keyword."""
+
+NUM_SEEDS = 320
+
+_WORD = re.compile(r"[a-z']+")
+
+
+def story_seeds() -> list[dict[str, Any]]:
+    """The 320 built-in seeds, in a fixed order (a ``random.Random(0)`` shuffle of all
+    name x place x object combinations, first 320), each ``{"seed_id", "name", "kind",
+    "pronoun", "place", "object", "keywords"}``."""
+    combos = list(itertools.product(NAMES, PLACES, OBJECTS))
+    random.Random(0).shuffle(combos)
+    seeds = []
+    for i, ((name, kind, pronoun), place, obj) in enumerate(combos[:NUM_SEEDS]):
+        seeds.append(
+            {
+                "seed_id": i,
+                "name": name,
+                "kind": kind,
+                "pronoun": pronoun,
+                "place": place,
+                "object": obj,
+                "keywords": [name.lower(), obj.split()[-1], place],
+            }
+        )
+    return seeds
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def story_reward(
+    part1: str,
+    part2: str,
+    keywords: Sequence[str],
+    *,
+    min_words: int = 10,
+    max_words: int = 40,
+) -> tuple[float, dict[str, Any]]:
+    """The ``coop_story`` reward of one joint action (parts in the module docstring).
+
+    Args:
+        part1: agent 1's completion (the beginning).
+        part2: agent 2's completion (the ending).
+        keywords: the seed's lower-case keywords.
+        min_words, max_words: the target length band of each part, in words.
+
+    Returns:
+        ``(reward, info)``: reward in ``[0, 1]``; info has ``words`` (per part),
+        ``keywords_found`` (per part), ``jaccard``, ``distinct_trigrams`` and
+        ``reward_parts``.
+    """
+    words = [_words(part1), _words(part2)]
+    found = [[k for k in keywords if k in set(w)] for w in words]
+    n_kw = max(1, len(keywords))
+    parts: dict[str, float] = {}
+    for a in range(2):
+        parts[f"keywords{a + 1}"] = 0.2 * len(found[a]) / n_kw
+    for a in range(2):
+        score = band_score(
+            float(len(words[a])), (min_words, max_words), (min_words / 4, 2 * max_words)
+        )
+        parts[f"length{a + 1}"] = 0.1 * score if words[a] else 0.0
+    content = [{w for w in ws if w not in STOPWORDS} for ws in words]
+    union = content[0] | content[1]
+    jaccard = len(content[0] & content[1]) / len(union) if union else 0.0
+    parts["shared_vocabulary"] = (
+        0.2 * band_score(jaccard, (0.1, 0.5), (0.0, 0.8)) if content[0] and content[1] else 0.0
+    )
+    joined = words[0] + words[1]
+    trigrams = list(zip(joined, joined[1:], joined[2:]))
+    distinct = len(set(trigrams)) / len(trigrams) if trigrams else 0.0
+    parts["no_repetition"] = 0.2 * distinct
+    reward = round(min(1.0, max(0.0, sum(parts.values()))), 6)
+    info = {
+        "words": [len(w) for w in words],
+        "keywords_found": found,
+        "jaccard": jaccard,
+        "distinct_trigrams": distinct,
+        "reward_parts": parts,
+    }
+    return reward, info
+
+
+class CoopStoryTask(Task):
+    """Two agents write one short story: agent 1 the beginning, agent 2 the ending.
+
+    See :mod:`comlrl.envs.writing.story` for the seeds, prompts and reward. Needs no data
+    file. The built-in default that shows learning with ``stories260k``.
+
+    Args:
+        limit: keep at most this many seeds per split.
+        min_words, max_words: target length band of each part, in words (defaults fit
+            completions of about 32-64 tokens of the stories260k tokenizer).
+
+    Raises:
+        ValueError: for a negative ``limit`` or a bad length band.
+    """
+
+    name = "coop_story"
+    num_agents = 2
+    max_turns = 1
+
+    def __init__(
+        self, *, limit: int | None = None, min_words: int = 10, max_words: int = 40
+    ) -> None:
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        if not 1 <= min_words <= max_words:
+            raise ValueError(
+                f"need 1 <= min_words <= max_words, got min_words={min_words}, "
+                f"max_words={max_words}"
+            )
+        self.limit = limit
+        self.min_words = int(min_words)
+        self.max_words = int(max_words)
+
+    def load(self, split: str = "train") -> list[dict[str, Any]]:
+        """Seeds of ``split``: ``test`` = every 8th seed (40), ``train`` = the rest (280).
+
+        Raises:
+            ValueError: for another split name.
+        """
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}; coop_story has 'train' and 'test'")
+        rows = [s for s in story_seeds() if (s["seed_id"] % 8 == 7) == (split == "test")]
+        return rows[: self.limit] if self.limit is not None else rows
+
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
+        """``[beginning_prompt, ending_prompt]`` (single-turn: ``history`` unused)."""
+        name, obj, place = example["name"], example["object"], example["place"]
+        begin = (
+            f"Once upon a time, a little {example['kind']} named {name} went to the {place}. "
+            f"{example['pronoun']} had a {obj}."
+        )
+        end = f"{name} played with the {obj} at the {place}. In the end,"
+        return [begin, end]
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions with :func:`story_reward` (reward in ``[0, 1]``).
+
+        Raises:
+            ValueError: when the shapes disagree.
+        """
+        if len(completions) != 2:
+            raise ValueError(f"coop_story has 2 agents but got {len(completions)} lists")
+        k = len(examples)
+        if any(len(c) != k for c in completions):
+            raise ValueError(
+                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
+                "each agent needs exactly one completion per joint action."
+            )
+        rewards, infos = [], []
+        for i, ex in enumerate(examples):
+            value, info = story_reward(
+                completions[0][i],
+                completions[1][i],
+                ex["keywords"],
+                min_words=self.min_words,
+                max_words=self.max_words,
+            )
+            rewards.append(value)
+            infos.append(info)
+        return RewardBatch(rewards, infos)

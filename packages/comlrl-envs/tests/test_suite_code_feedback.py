@@ -1,0 +1,92 @@
+"""Multi-turn feedback of the code suites (coop_humaneval here; the others share it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from comlrl.core import Feedback, JointAction
+from comlrl.envs import CoopHumanEvalTask
+from comlrl.envs.code.feedback import MAX_CODE_CHARS, clip, feedback_comment_block, signatures
+
+HELPER_OK = (
+    "numbers: List[float]) -> float:\n"
+    "    s = sorted(numbers)\n"
+    "    return min((b - a for a, b in zip(s, s[1:])), default=float('inf'))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def task(humaneval_file: Path) -> Iterator[CoopHumanEvalTask]:
+    t = CoopHumanEvalTask(path=humaneval_file, max_workers=2)
+    yield t
+    t.close()
+
+
+def turn(task: CoopHumanEvalTask, ex: dict[str, Any], helper: str, main: str) -> Feedback:
+    info = task.reward([[helper], [main]], [ex]).infos[0]
+    return task.feedback(ex, JointAction((0, 0), (helper, main)), info, turn=0)
+
+
+def test_failing_assert_and_code_reach_the_next_prompts(task, rows_by_id) -> None:
+    ex = rows_by_id["HumanEval/0"]
+    fb = turn(task, ex, HELPER_OK, "    return False\n")
+    assert not fb.done and fb.info["status"] == "failed"
+    helper_prompt, main_prompt = task.prompts(ex, [fb])
+    # the first failing unit of HumanEval/0 expects True
+    assert "# Failing test: assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True" in (
+        main_prompt
+    )
+    assert "# Error: AssertionError" in main_prompt
+    assert "tests passed (failed)" in helper_prompt
+    assert "return False" in main_prompt and "def aux(numbers" in helper_prompt.split("# Fix")[0]
+    # each agent sees its teammate's signatures, not its code
+    assert "Your teammate's functions: def aux(numbers: List[float]) -> float" in main_prompt
+    # the prompts still end where the agents write
+    assert helper_prompt.endswith("def aux(") and main_prompt.endswith(ex["prompt"].lstrip("\n"))
+
+
+def test_turn_zero_prompts_are_unchanged(task, rows_by_id) -> None:
+    ex = rows_by_id["HumanEval/0"]
+    assert task.prompts(ex) == task.prompts(ex, ())
+    assert "Feedback" not in task.prompts(ex)[0] + task.prompts(ex)[1]
+
+
+def test_solved_joint_action_is_done(task, rows_by_id) -> None:
+    fb = turn(task, rows_by_id["HumanEval/0"], HELPER_OK, "    return aux(numbers) < threshold\n")
+    assert fb.done and fb.info["status"] == "passed"
+    assert len(fb.texts) == 2
+
+
+def test_load_errors_are_reported(task, rows_by_id) -> None:
+    ex = rows_by_id["HumanEval/0"]
+    fb = turn(task, ex, "numbers):\n    return 1 / 0\n", "    return aux(numbers)\nx = 1 / 0\n")
+    assert not fb.done
+    assert "ZeroDivisionError" in fb.texts[1] or "error" in fb.texts[1]
+
+
+def test_feedback_is_capped(task, rows_by_id) -> None:
+    ex = rows_by_id["HumanEval/0"]
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(400)) + "    return False\n"
+    fb = turn(task, ex, HELPER_OK, long_body)
+    assert len(fb.texts[1]) < MAX_CODE_CHARS + 1200
+    assert fb.texts[1].count("x399") == 0
+
+
+def test_helpers() -> None:
+    assert clip("abc", 10) == "abc" and clip("x" * 50, 10).endswith(" ...")
+    assert len(clip("x" * 50, 10)) <= 10
+    assert signatures("class A:\n    def f(self, x):\n        pass\ndef g(a, b=1): pass") == [
+        "def f(self, x)",
+        "def g(a, b=1)",
+    ]
+    assert feedback_comment_block((), 0) == ""
+    block = feedback_comment_block([Feedback(("a\nb", "c"))], 0)
+    assert "# a\n# b\n" in block and "c" not in block.replace("# Fix", "").split("# a")[1][:5]
+
+
+def test_max_turns_argument(humaneval_file: Path) -> None:
+    assert CoopHumanEvalTask(path=humaneval_file).max_turns == 4
+    assert CoopHumanEvalTask(path=humaneval_file, max_turns=1).max_turns == 1
