@@ -48,6 +48,15 @@ some of the time but not always (the learnable part). The length band defaults t
 words (about 40-120 stories260k tokens): with ``max_new_tokens`` >= 48 an unbroken
 completion reaches the band, and the length terms mainly punish completions that stop
 early. Empty or whitespace-only parts score 0 on every part that reads them.
+
+Measured with stories260k (temperature 1, G=4, max_new_tokens=64, turn 1, ``story_examples(
+200, 0)``): the frozen model scores about 1.09 (name 0.54 / 0.26 in beginning / ending, object
+0.16 / 0.19, shared vocabulary 0.20, length and novelty about 1.0). A minimal GRPO loop
+(group-mean baseline, token-mean log-prob loss, grad-norm clip 1.0, AdamW, 4 prompts per
+step) raises it from about 1.1 to about 1.4 in 25 steps at lr 1e-4, but at lr 1e-3 it
+*falls* to about 0.8 in the same 25 steps (the model stops repeating the name and object),
+and so does CoMLRL 1.4.3's MAGRPO at lr 1e-3. For a learning-curve comparison use lr <= 1e-4;
+for throughput the learning rate hardly matters (completions hit ``max_new_tokens`` either way).
 """
 
 from __future__ import annotations
