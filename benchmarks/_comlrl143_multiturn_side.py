@@ -95,7 +95,6 @@ def main() -> int:
     story_dir = spec.get("story_module_dir") or str(Path(__file__).resolve().parent)
     sys.path.insert(0, story_dir)
     import _story_reward as story  # noqa: E402  (the shared, dependency-free task)
-
     import transformers
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 

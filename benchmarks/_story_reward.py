@@ -63,7 +63,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = [
     "REWARD_WEIGHTS",
