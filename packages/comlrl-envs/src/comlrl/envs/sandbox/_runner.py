@@ -238,7 +238,11 @@ def _isolate(cfg, fd, nonce):
             mounts.enter_new_root(cfg, info)
             if os.geteuid() == 0 and not info["userns"]:
                 owner = mounts.UID_BASE + os.getpid()  # the id drop_privileges switches to
-                os.chown(cfg["workdir"], owner, owner)
+                try:
+                    os.chown(cfg["workdir"], owner, owner)
+                except OSError as exc:
+                    if exc.errno != 22:  # EINVAL: a user namespace without that id
+                        raise
             mounts.drop_privileges(info, info["userns"], _FORKED)
         except Exception as exc:
             _refuse(fd, nonce, info, f"{_type(exc).__name__}: {exc}")

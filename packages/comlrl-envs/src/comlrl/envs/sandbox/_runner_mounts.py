@@ -384,11 +384,11 @@ def drop_privileges(info, in_userns, forked):
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # from 0 to non-zero: every capability goes
         except OSError as exc:
-            if exc.errno != 22:
+            if exc.errno not in (1, 22) or os.getuid() != 0:
                 raise IsolationError(f"could not switch to user id {uid}: {exc}") from None
-            # EINVAL: the trainer is "root" of a user namespace that maps no other id
-            # (e.g. ``unshare -r``); host-wise it is an unprivileged user already. Dropping
-            # the capabilities below is what is left to do.
+            # EINVAL / EPERM: the trainer is "root" of a user namespace that maps no
+            # other id or denies setgroups (e.g. ``unshare -r``); host-wise it is an
+            # unprivileged user already. Dropping the capabilities below is what is left.
             info["uid_switch"] = False
     # Whatever capabilities are left (a user namespace's creator has all of them there).
     header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
