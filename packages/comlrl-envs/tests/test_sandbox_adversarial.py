@@ -244,8 +244,7 @@ def test_no_descriptor_of_the_trainer_is_inherited(limits: SandboxLimits, tmp_pa
 def test_refuses_to_run_when_the_new_root_cannot_be_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from comlrl.envs.sandbox import SandboxUnavailableError
-    from comlrl.envs.sandbox import _process
+    from comlrl.envs.sandbox import SandboxUnavailableError, _process
 
     real = _process.runner_config
 
@@ -404,26 +403,18 @@ def test_suite_passes_as_a_non_root_user() -> None:
     userns = subprocess.run([*as_nobody, "unshare", "-Ur", "true"], capture_output=True)
     if userns.returncode != 0:
         pytest.skip("unprivileged user namespaces are disabled: a non-root trainer is refused")
-    proc = subprocess.run(
-        [
-            *as_nobody,
-            sys.executable,
-            "-m",
-            "pytest",
-            str(HERE),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not slow",
-            "--basetemp",
-            f"/tmp/comlrl-nobody-{secrets.token_hex(4)}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd="/",
-        timeout=600,
-    )
+    basetemp = f"/tmp/comlrl-nobody-{secrets.token_hex(4)}"
+    try:
+        proc = subprocess.run(
+            [*as_nobody, sys.executable, "-m", "pytest", str(HERE), "-q"]
+            + ["-p", "no:cacheprovider", "-m", "not slow", "--basetemp", basetemp],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail, tail
