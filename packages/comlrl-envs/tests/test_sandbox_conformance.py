@@ -15,9 +15,13 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from comlrl.envs.sandbox import ExecutionResult, SandboxLimits, SandboxPool, run_many, run_python
+
+if TYPE_CHECKING:
+    from conftest import Beacon
 
 Executor = Callable[[str, SandboxLimits], ExecutionResult]
 
@@ -59,14 +63,6 @@ FAST = SandboxLimits(timeout_s=5.0)
 
 def _probe() -> ExecutionResult:
     return run_python("pass", FAST)
-
-
-def _wait_quiet(path: Path, settle_s: float = 0.6) -> tuple[int, int]:
-    """Size of a heartbeat file now and after ``settle_s``: equal once the writer died."""
-    before = path.stat().st_size if path.exists() else 0
-    time.sleep(settle_s)
-    after = path.stat().st_size if path.exists() else 0
-    return before, after
 
 
 # ---------------------------------------------------------------- plain behaviour
@@ -167,82 +163,76 @@ def test_sleeping_program_times_out(run: Executor) -> None:
     assert res.duration_s < 2.5
 
 
-def _heartbeat(path: Path, *, setsid: bool) -> str:
+def _lingering_child(beacon: Beacon, *, setsid: bool) -> str:
     return textwrap.dedent(
         f"""
-        import os, time
+        import os, sys, time
         pid = os.fork()
         if pid == 0:
             if {setsid!r}:
                 os.setsid()
+            {beacon.code}
+            print("child up", flush=True)
             while True:
-                with open({str(path)!r}, "a") as fh:
-                    fh.write("x")
                 time.sleep(0.05)
         time.sleep(0.3)
-        print("parent done")
+        print("parent done", flush=True)
         """
     )
 
 
 @pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid-escape"])
 def test_child_that_outlives_the_program_is_killed(
-    run: Executor, tmp_path: Path, setsid: bool
+    run: Executor, beacon: Beacon, setsid: bool
 ) -> None:
     if setsid and not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: a setsid() grandchild escapes the group kill")
-    beat = tmp_path / "beat"
-    res = run(_heartbeat(beat, setsid=setsid), FAST)
-    assert res.stdout == "parent done\n"
+    res = run(_lingering_child(beacon, setsid=setsid), FAST)
+    assert "parent done\n" in res.stdout
     assert res.duration_s < 3, "the parent waited for the lingering child"
-    assert beat.exists(), "the child never ran; the test would pass vacuously"
-    before, after = _wait_quiet(beat)
-    assert before == after, "a child of the sandboxed program is still running"
+    assert "child up" in res.stdout, "the child never ran; the test would pass vacuously"
+    assert beacon.wait_gone() == [], "a child of the sandboxed program is still there"
 
 
-def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, tmp_path: Path) -> None:
+def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, beacon: Beacon) -> None:
     if not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: start_new_session children escape the group kill")
-    beat = tmp_path / "beat"
-    child = f"import time\nwhile True:\n    open({str(beat)!r}, 'a').write('x'); time.sleep(0.05)"
+    child = f"import time\n{beacon.code}\nprint('child up', flush=True)\ntime.sleep(60)"
     code = (
         "import subprocess, sys, time\n"
         f"subprocess.Popen([sys.executable, '-I', '-S', '-c', {child!r}], start_new_session=True)\n"
         "time.sleep(60)\n"
     )
-    res = run(code, SandboxLimits(timeout_s=1.0))
+    res = run(code, SandboxLimits(timeout_s=1.5))
     assert res.status == "timeout"
-    assert beat.exists()
-    before, after = _wait_quiet(beat)
-    assert before == after
+    assert "child up" in res.stdout, "the subprocess never ran; the test would pass vacuously"
+    assert beacon.wait_gone() == []
 
 
-def test_bounded_fork_swarm_is_killed_with_the_program(run: Executor, tmp_path: Path) -> None:
-    beat = tmp_path / "beat"
+def test_bounded_fork_swarm_is_killed_with_the_program(run: Executor, beacon: Beacon) -> None:
     code = textwrap.dedent(
         f"""
         import os, time
         for i in range(40):
             if os.fork() == 0:
+                {beacon.code}
+                print("up", flush=True)
                 while True:
-                    with open({str(beat)!r}, "a") as fh:
-                        fh.write("x")
                     time.sleep(0.1)
         time.sleep(0.3)
         """
     )
     res = run(code, FAST)
     assert res.status == "ok"
-    assert beat.exists()
-    before, after = _wait_quiet(beat)
-    assert before == after
+    assert "up" in res.stdout
+    assert beacon.wait_gone() == []
 
 
 def test_unbounded_fork_bomb_is_contained(run: Executor) -> None:
-    if os.geteuid() == 0:
+    if not _probe().isolation.get("nproc_enforced"):
         pytest.skip(
-            "running as root: RLIMIT_NPROC is not enforced, an unbounded fork bomb "
-            "would only be stopped by the wall clock (see the bounded swarm test)"
+            "RLIMIT_NPROC is not enforced here (a root trainer with filesystem='host'): "
+            "an unbounded fork bomb would only be stopped by the wall clock"
         )
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     res = run(code, SandboxLimits(timeout_s=2.0, max_processes=32))

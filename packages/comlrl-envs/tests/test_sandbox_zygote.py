@@ -6,6 +6,7 @@ which runs against both executors; this file covers what only a zygote can get w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,14 +16,24 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from comlrl.envs.sandbox import SandboxLimits, SandboxPool, check_solution, run_python, zygote
+
+if TYPE_CHECKING:
+    from conftest import Beacon
 
 pytestmark = pytest.mark.skipif(not zygote.fork_available(), reason="no fork executor here")
 
 FORK = SandboxLimits(timeout_s=5.0, executor="fork")
 NO_PIDNS = SandboxLimits(timeout_s=5.0, executor="fork", pid_namespace=False)
+# The host's filesystem (the opt-out) for tests that observe the program from the host
+# side through /proc, or that need the program to keep the trainer's user id.
+HOSTFS = SandboxLimits(timeout_s=5.0, executor="fork", filesystem="host")
+NO_PIDNS_HOSTFS = SandboxLimits(
+    timeout_s=5.0, executor="fork", pid_namespace=False, filesystem="host"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,13 +64,6 @@ def _children(pid: int) -> list[int]:
     except FileNotFoundError:
         return []
     return [int(x) for x in text.split()]
-
-
-def _wait_quiet(path: Path, settle_s: float = 0.6) -> tuple[int, int]:
-    before = path.stat().st_size if path.exists() else 0
-    time.sleep(settle_s)
-    after = path.stat().st_size if path.exists() else 0
-    return before, after
 
 
 # ------------------------------------------------------------------- the zygote
@@ -213,27 +217,38 @@ def test_hung_zygote_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGTSTP"])
 def test_program_cannot_signal_its_zygote_away(sig: str) -> None:
-    # Without a PID namespace the zygote is the program's parent and visible to it.
-    zpid = _zpid(NO_PIDNS)
+    # Without a PID namespace the zygote is the program's parent and visible to it; with
+    # the trainer's user id (host filesystem, the opt-out) the signal is even delivered.
+    zpid = _zpid(NO_PIDNS_HOSTFS)
     code = (
         f"import os, signal, time\nos.kill(os.getppid(), signal.{sig})\ntime.sleep(0.2)\nprint('x')"
     )
-    res = run_python(code, NO_PIDNS)
+    res = run_python(code, NO_PIDNS_HOSTFS)
     assert res.status == "ok" and res.stdout == "x\n", res
     assert _alive(zpid)
-    assert _zpid(NO_PIDNS) == zpid, "the zygote survived and is still in use"
+    assert _zpid(NO_PIDNS_HOSTFS) == zpid, "the zygote survived and is still in use"
 
 
 def test_program_that_kills_its_zygote_is_recovered_from() -> None:
-    zpid = _zpid(NO_PIDNS)
+    zpid = _zpid(NO_PIDNS_HOSTFS)
     code = "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(1)\n"
-    res = run_python(code, NO_PIDNS)
+    res = run_python(code, NO_PIDNS_HOSTFS)
     assert res.status == "killed", res
     assert res.duration_s < 3
     assert not _alive(zpid)
-    after = run_python("print('fine')", NO_PIDNS)
+    after = run_python("print('fine')", NO_PIDNS_HOSTFS)
     assert after.status == "ok" and after.stdout == "fine\n"
     assert after.isolation["zygote_pid"] != zpid
+
+
+def test_isolated_program_without_pid_namespace_cannot_signal_its_zygote() -> None:
+    zpid = _zpid(NO_PIDNS)
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    res = run_python(code, NO_PIDNS)
+    if os.geteuid() != 0:
+        pytest.skip("a non-root trainer's program keeps its user id (in a user namespace)")
+    assert res.status == "error" and res.error_type == "PermissionError", res
+    assert _alive(zpid) and _zpid(NO_PIDNS) == zpid
 
 
 def test_zygote_is_invisible_from_a_pid_namespace() -> None:
@@ -261,31 +276,27 @@ def test_zygote_is_invisible_from_a_pid_namespace() -> None:
 
 @pytest.mark.parametrize("limits", [FORK, NO_PIDNS], ids=["pidns", "no-pidns"])
 def test_grandchildren_are_killed_and_the_zygote_keeps_no_children(
-    tmp_path: Path, limits: SandboxLimits
+    beacon: Beacon, limits: SandboxLimits
 ) -> None:
-    # With a PID namespace even setsid() escapees die; without one the group kill is
-    # what reaches them (as with the exec executor), so they stay in the group.
-    setsid = limits.pid_namespace and bool(run_python("pass", limits).isolation.get("pidns"))
-    beat = tmp_path / "beat"
+    # With a PID namespace the namespace's end kills them; without one the zygote, a
+    # child subreaper, adopts and kills them (setsid() escapees included).
     code = textwrap.dedent(
         f"""
         import os, time
         for _ in range(3):
             if os.fork() == 0:
-                if {setsid!r}:
-                    os.setsid()
+                os.setsid()
+                {beacon.code}
+                print("up", flush=True)
                 while True:
-                    with open({str(beat)!r}, "a") as fh:
-                        fh.write("x")
                     time.sleep(0.05)
         time.sleep(0.3)
         """
     )
     res = run_python(code, limits)
     assert res.status == "ok"
-    assert beat.exists(), "the grandchildren never ran; the test would pass vacuously"
-    before, after = _wait_quiet(beat)
-    assert before == after, "grandchildren outlived the program"
+    assert "up" in res.stdout, "the grandchildren never ran; the test would pass vacuously"
+    assert beacon.wait_gone() == [], "grandchildren outlived the program"
     # At most the last program, kept as an (exited) zombie until the next request.
     kids = _children(int(res.isolation["zygote_pid"]))
     assert len(kids) <= 1 and not any(_alive(k) for k in kids), kids
@@ -323,24 +334,26 @@ _NETNS = "import os\nprint(os.readlink('/proc/self/ns/net'))\n"
 
 def test_network_namespace_is_made_once_per_zygote_and_never_the_hosts() -> None:
     host = os.readlink("/proc/self/ns/net")
-    first = run_python(_NETNS, FORK)
+    first = run_python(_NETNS, HOSTFS)  # /proc is the host's: the namespace can be read
     if not first.isolation.get("netns"):
         pytest.skip("this OS did not allow a network namespace")
-    second = run_python(_NETNS, FORK)
+    second = run_python(_NETNS, HOSTFS)
     assert first.status == second.status == "ok"
     assert first.isolation.get("netns_shared_with") == "zygote"
     assert first.isolation["zygote_pid"] == second.isolation["zygote_pid"]
     # one namespace for that zygote's programs, made when it started; not the host's
     assert first.stdout == second.stdout != host + "\n"
-    opened = run_python(_NETNS, SandboxLimits(timeout_s=5.0, executor="fork", allow_network=True))
+    opened = run_python(_NETNS, dataclasses.replace(HOSTFS, allow_network=True))
     assert opened.status == "ok" and opened.stdout == host + "\n", "network allowed: the host's"
     assert opened.isolation["zygote_pid"] != first.isolation["zygote_pid"]
     assert not opened.isolation.get("netns")
     # and a zygote never hands a namespaced program to the network-allowed one or back
-    assert run_python(_NETNS, FORK).stdout == first.stdout
+    assert run_python(_NETNS, HOSTFS).stdout == first.stdout
 
 
-def test_without_a_zygote_namespace_each_child_makes_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_zygote_namespace_each_child_makes_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A zygote that could not unshare answers plain "ready": its children must then make
     # their own namespace (the previous behaviour), not run on the host's network.
     real = zygote._Zygote.__init__
@@ -351,7 +364,7 @@ def test_without_a_zygote_namespace_each_child_makes_its_own(monkeypatch: pytest
 
     monkeypatch.setattr(zygote._Zygote, "__init__", no_netns)
     host = os.readlink("/proc/self/ns/net")
-    res = run_python(_NETNS, FORK)
+    res = run_python(_NETNS, HOSTFS)
     if not res.isolation.get("netns"):
         pytest.skip("this OS did not allow a network namespace")
     assert "netns_shared_with" not in res.isolation

@@ -6,6 +6,7 @@ from comlrl.envs.sandbox.executor import (
     ExecutionResult,
     ExecutionStatus,
     SandboxLimits,
+    SandboxUnavailableError,
     run_python,
 )
 from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
@@ -16,6 +17,7 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStatus",
     "SandboxLimits",
+    "SandboxUnavailableError",
     "run_python",
     "TestPlan",
     "Verdict",

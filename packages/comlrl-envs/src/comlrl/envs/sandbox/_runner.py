@@ -6,8 +6,11 @@ its stdin. The runner, *before any model-written code runs*:
 
 1. reads the whole document from stdin and replaces fd 0 with ``/dev/null``;
 2. keeps the nonce and the result-pipe fd number (the "honest channel") in locals;
-3. moves into new network and PID namespaces when the OS allows it (``unshare(2)`` via
-   ``ctypes``; first without, then with a user namespace), and applies the rlimits;
+3. moves into new network, PID and mount namespaces when the OS allows it
+   (``unshare(2)`` via ``ctypes``; first without, then with a user namespace whose only
+   id is the trainer's), builds the program's own root and moves into it, drops every
+   privilege (``_runner_mounts.py``; refuses to go on, with a reason on the result
+   channel, when ``filesystem="isolated"`` cannot be had), and applies the rlimits;
 4. when a PID namespace was entered, forks a minimal init (PID 1 of that namespace) that
    forks the worker (PID 2) which runs the program: when the worker ends, the init exits
    and the kernel kills every process left in the namespace, including ones that called
@@ -64,6 +67,7 @@ _tuple = builtins.tuple
 _PRISTINE_BUILTINS = None  # filled by main() once exit/quit are installed
 
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
@@ -154,13 +158,49 @@ def _unshare(flags):
         return False
 
 
-def _isolate(cfg):
+_MOUNTS = None  # _runner_mounts.py, loaded when a run isolates its filesystem
+
+
+def _mounts_module():
+    """Load ``_runner_mounts.py`` (filesystem isolation) once per process."""
+    global _MOUNTS
+    if _MOUNTS is None:
+        _MOUNTS = _load_sibling("_runner_mounts")
+    return _MOUNTS
+
+
+def _write_file(path, text):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _map_ids(uid, gid):
+    """Map this process's ids into the user namespace it just made (identity, one id)."""
+    _write_file("/proc/self/setgroups", "deny")
+    _write_file("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write_file("/proc/self/gid_map", f"{gid} {gid} 1\n")
+
+
+def _refuse(fd, nonce, info, reason):
+    """Report why the isolation asked for cannot be had, and end without running code."""
+    info["refused"] = reason
+    _emit(fd, nonce, info)
+    _exit(125)
+
+
+def _isolate(cfg, fd, nonce):
     info = {"kind": "isolation", "netns": False, "pidns": False, "userns": False}
+    info["mountns"] = False
     info["executor"] = "fork" if _FORKED else "exec"
     if _FORKED:
         info["zygote_pid"] = os.getppid()
     want_net = not cfg.get("allow_network", False)
     want_pid = cfg.get("pid_namespace", True)
+    want_fs = cfg.get("filesystem", "isolated") == "isolated"
+    info["filesystem"] = "isolated" if want_fs else "host"
     inherited = want_net and _FORKED and cfg.get("netns_inherited", False)
     if inherited:
         # The zygote already lives in an empty network namespace of its own (made once,
@@ -169,11 +209,43 @@ def _isolate(cfg):
         info["netns"] = True
         info["netns_shared_with"] = "zygote"
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
+    flags |= CLONE_NEWNS if want_fs else 0
+    uid, gid = os.geteuid(), os.getegid()
+    entered = False
     if flags and hasattr(os, "fork"):
         if _unshare(flags):
-            info["netns"], info["pidns"] = want_net or inherited, want_pid
+            entered = True
         elif _unshare(flags | CLONE_NEWUSER):
-            info["netns"], info["pidns"], info["userns"] = want_net or inherited, want_pid, True
+            entered = info["userns"] = True
+            try:
+                _map_ids(uid, gid)
+            except OSError as exc:
+                if want_fs:
+                    _refuse(fd, nonce, info, f"could not map ids in a user namespace: {exc}")
+    if entered:
+        info["netns"], info["pidns"] = want_net or inherited, want_pid
+        info["mountns"] = want_fs
+    if want_fs:
+        if not entered:
+            _refuse(
+                fd,
+                nonce,
+                info,
+                "unshare(CLONE_NEWNS) was refused, also inside a new user namespace",
+            )
+        mounts = _mounts_module()
+        try:
+            mounts.enter_new_root(cfg, info)
+            if os.geteuid() == 0 and not info["userns"]:
+                owner = mounts.UID_BASE + os.getpid()  # the id drop_privileges switches to
+                try:
+                    os.chown(cfg["workdir"], owner, owner)
+                except OSError as exc:
+                    if exc.errno != 22:  # EINVAL: a user namespace without that id
+                        raise
+            mounts.drop_privileges(info, info["userns"], _FORKED)
+        except Exception as exc:
+            _refuse(fd, nonce, info, f"{_type(exc).__name__}: {exc}")
     lim = cfg["limits"]
 
     def setl(res, value):
@@ -438,7 +510,7 @@ def main():
     fd = cfg.pop("result_fd")
     if _FORKED:
         # What Popen(cwd=..., env=...) does for an exec-started runner.
-        os.chdir(cfg.pop("workdir"))
+        os.chdir(cfg["workdir"])
         env = cfg.pop("env")
         for key in _list(os.environ):  # (only what differs: fewer pages to copy)
             if key not in env:
@@ -446,7 +518,7 @@ def main():
         for key, value in env.items():
             if os.environ.get(key) != value:
                 os.environ[key] = value
-    info = _isolate(cfg)
+    info = _isolate(cfg, fd, nonce)
     if info["pidns"]:
         _enter_pid_namespace()
     _emit(fd, nonce, info)
@@ -460,15 +532,20 @@ def main():
 _FORKED = False  # True in a child forked by the zygote (set by _runner_zygote.py)
 
 
-def _zygote_module():
-    """Load ``_runner_zygote.py``, the fork server (only zygotes pay for compiling it)."""
+def _load_sibling(name):
+    """Load the runner's sibling file ``name``.py as a module (no sys.path needed)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runner_zygote.py")
-    spec = importlib.util.spec_from_file_location("_runner_zygote", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _zygote_module():
+    """Load ``_runner_zygote.py``, the fork server (only zygotes pay for compiling it)."""
+    return _load_sibling("_runner_zygote")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,52 @@ def _reap(pid):
         pass
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _child_pids():
+    """This process's children (zombies included); ``None`` when the kernel won't say."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as fh:
+            return [_int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return None
+
+
+def _sweep(keep):
+    """Kill and reap every child but ``keep``: what a program left behind.
+
+    The zygote is a child subreaper, so processes whose parent died (a PID namespace's
+    init killed together with its runner, a daemon that left with ``setsid()`` when
+    there is no PID namespace) are re-parented to it. They are killed and reaped here,
+    so none stays a zombie or keeps running. ``keep`` (the last child, kept unreaped to
+    reserve its process-group id) is left alone.
+    """
+    for _ in range(1000):
+        kids = _child_pids()
+        if kids is None:
+            break
+        others = [pid for pid in kids if pid != keep]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in others:
+            _reap(pid)
+    # No /proc children list: reap what has exited; the next request reaps the rest.
+    if keep is None:
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    return
+            except ChildProcessError:
+                return
+
+
 _WARM_UP_PROGRAM = """
 import math, typing, collections
 from typing import List, Optional
@@ -140,6 +186,13 @@ def _zygote_warm_up():
         libc = _libc()
         libc.prctl  # noqa: B018 - resolve and cache the function pointers
         libc.unshare  # noqa: B018
+    except Exception:
+        pass
+    try:  # filesystem isolation: the module, its libc prototypes and the mount plan
+        mounts = _runner._mounts_module()
+        mounts.libc()
+        mounts.base_plan()
+        mounts.effective_capabilities()
     except Exception:
         pass
     try:
@@ -201,6 +254,10 @@ def _zygote_serve(ctl_fd, netns=False):
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _noop_handler)
     me = os.getpid()
+    try:  # orphans of our children come to us, not to the trainer (which may be PID 1)
+        _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass
     running = None  # the child being run
     zombie = None  # the last child: exited, reported, not reaped yet
     in_netns = bool(netns) and _runner._unshare(_runner.CLONE_NEWNET)
@@ -211,6 +268,7 @@ def _zygote_serve(ctl_fd, netns=False):
             if info is not None:
                 rc = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
                 _killpg(running)
+                _sweep(keep=running)
                 zombie, running = running, None
                 try:
                     ctl.send(b"exit %d" % rc)
@@ -232,10 +290,12 @@ def _zygote_serve(ctl_fd, netns=False):
         if not msg:  # the parent closed its end or died: take the child down, leave
             if running is not None:
                 _killpg(running)
+            _sweep(keep=None)
             _exit(0)
         if zombie is not None:
             _reap(zombie)
             zombie = None
+            _sweep(keep=None)
         if msg != b"run" or _len(fds) != 4 or running is not None:
             for fd in fds:
                 os.close(fd)

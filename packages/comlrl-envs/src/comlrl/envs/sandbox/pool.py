@@ -5,19 +5,58 @@ instructions, read capped output, enforce the deadline), so the parallelism is i
 children; the threads mostly wait on pipes. With the ``"fork"`` executor each busy thread
 uses its own zygote (process-wide, reused across pools; see
 :mod:`comlrl.envs.sandbox.zygote`). Results come back in input order.
+
+Back-pressure: a batch is not queued whole. At most ``max_in_flight`` programs of one call
+are submitted (running or waiting for a worker) at any time; the next one is submitted
+when the oldest finished, so a batch of 100 000 programs holds a bounded number of
+payloads and futures, and several callers sharing a pool take turns.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, execute, run_python
 from comlrl.envs.sandbox.harness import Verdict, check_payload, split_test, verdict_from_execution
 
-__all__ = ["CheckJob", "SandboxPool", "run_many"]
+__all__ = ["CheckJob", "SandboxPool", "run_many", "bounded_map"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def bounded_map(
+    executor: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T], max_in_flight: int
+) -> list[R]:
+    """``[fn(x) for x in items]`` on ``executor``, in order, at most ``max_in_flight`` at once.
+
+    Items are submitted lazily: the next one only after the oldest submitted one
+    finished, so at most ``max_in_flight`` futures exist at any time. On an exception the
+    futures not yet started are cancelled and the exception propagates.
+
+    Raises:
+        ValueError: when ``max_in_flight`` is below 1.
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+    pending: deque[Future[R]] = deque()
+    results: list[R] = []
+    try:
+        for item in items:
+            if len(pending) >= max_in_flight:
+                results.append(pending.popleft().result())
+            pending.append(executor.submit(fn, item))
+        while pending:
+            results.append(pending.popleft().result())
+    finally:
+        for future in pending:
+            future.cancel()
+    return results
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +85,20 @@ class SandboxPool:
 
     Args:
         max_workers: concurrent children; ``None`` means the number of usable CPUs.
+        max_in_flight: programs of one call submitted at once (running or queued for a
+            worker); ``None`` means ``2 * max_workers`` (workers never wait for work).
 
     Raises:
-        ValueError: when ``max_workers`` is below 1.
+        ValueError: when ``max_workers`` or ``max_in_flight`` is below 1.
     """
 
-    def __init__(self, max_workers: int | None = None) -> None:
+    def __init__(self, max_workers: int | None = None, max_in_flight: int | None = None) -> None:
         if max_workers is not None and max_workers < 1:
             raise ValueError(f"max_workers must be >= 1 or None, got {max_workers!r}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight!r}")
         self.max_workers = max_workers or default_workers()
+        self.max_in_flight = max_in_flight or 2 * self.max_workers
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=self.max_workers, thread_name_prefix="comlrl-sandbox"
         )
@@ -69,7 +113,7 @@ class SandboxPool:
     ) -> list[ExecutionResult]:
         """Run every program in ``codes`` (``[M]`` sources) and return ``M`` results."""
         lim = limits or SandboxLimits()
-        return list(self._pool().map(lambda c: run_python(c, lim), codes))
+        return bounded_map(self._pool(), lambda c: run_python(c, lim), codes, self.max_in_flight)
 
     def check_many(
         self,
@@ -82,6 +126,7 @@ class SandboxPool:
 
         Raises:
             ValueError: when a job's test source is malformed (checked before anything runs).
+            SandboxUnavailableError: the OS refuses the isolation ``limits`` ask for.
         """
         lim = limits or SandboxLimits()
         plans = [split_test(job.test) for job in jobs]
@@ -97,7 +142,7 @@ class SandboxPool:
             )
             return verdict_from_execution(execute(payload, lim), plan.num_units)
 
-        return list(self._pool().map(one, range(len(jobs))))
+        return bounded_map(self._pool(), one, range(len(jobs)), self.max_in_flight)
 
     def close(self) -> None:
         """Wait for running programs and stop the workers. Safe to call twice."""

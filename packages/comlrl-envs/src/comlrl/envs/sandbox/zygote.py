@@ -28,9 +28,13 @@ Per program (:func:`execute_forked`):
    teardown of the inherited heap.
 3. When the child exits the zygote kills what is left in its process group, answers
    ``b"exit RC"`` and keeps the child as a zombie (so its process-group id stays
-   reserved while the parent may still ``killpg`` it) until the next request. The
+   reserved while the parent may still ``killpg`` it) until the next request. The zygote
+   is a child subreaper (``PR_SET_CHILD_SUBREAPER``): whatever the program left behind
+   (a PID namespace's init whose parent died first, a ``setsid()`` daemon without a PID
+   namespace) is re-parented to the zygote, which kills and reaps it, so nothing ends up
+   a zombie of the trainer, even when the trainer is PID 1. The
    parent enforces the wall clock and output caps exactly as for ``"exec"``
-   (:func:`comlrl.envs.sandbox.executor.drive`).
+   (:func:`comlrl.envs.sandbox._process.drive`).
 
 Network namespace: a program with ``allow_network=False`` runs on a zygote that moved
 into a new, empty network namespace once, when it started (``--netns``); its children
@@ -66,22 +70,22 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from comlrl.envs.sandbox.executor import (
-    _RUNNER,
-    ExecutionResult,
-    SandboxLimits,
-    _kill_group,
-    _limits_cfg,
-    _scrubbed_env,
+from comlrl.envs.sandbox._process import (
+    RUNNER,
+    ChildHandle,
     drive,
+    kill_group,
+    make_run_dir,
+    runner_config,
+    scrubbed_env,
 )
+from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
 
 __all__ = ["ZygoteError", "ZygotePool", "execute_forked", "fork_available", "shutdown"]
 
@@ -90,6 +94,7 @@ _REPLY_TIMEOUT_S = 10.0  # from "run" to "pid N": a fork, normally well under 10
 _STATUS_TIMEOUT_S = 5.0  # from killpg to "exit RC"
 _MAX_IDLE = 64
 _CHILD_RESULT_FD = 3  # where the child finds the result pipe
+_RUNNER = RUNNER  # the runner script a zygote runs (tests point it elsewhere)
 
 
 class ZygoteError(RuntimeError):
@@ -129,7 +134,7 @@ class _Zygote:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 cwd="/",
-                env=_scrubbed_env("/"),
+                env=scrubbed_env("/"),
                 start_new_session=True,
                 pass_fds=(child.fileno(),),
                 close_fds=True,
@@ -325,7 +330,7 @@ def _warn_fallback(reason: str) -> None:
 
 
 class _ForkChild:
-    """The process handle :func:`~comlrl.envs.sandbox.executor.drive` needs."""
+    """:class:`~comlrl.envs.sandbox._process.ChildHandle` of a child forked by a zygote."""
 
     def __init__(self, zygote: _Zygote, pid: int) -> None:
         self.zygote = zygote
@@ -362,7 +367,7 @@ class _ForkChild:
     def kill_group(self) -> None:
         # The zygote keeps the child unreaped until its next request, so the pgid is
         # still the child's.
-        _kill_group(self.pid)
+        kill_group(self.pid)
 
     def wait(self) -> int | None:
         if not self.exited and self.lost_reason is None:
@@ -381,15 +386,14 @@ _RETRY = object()
 def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -> Any:
     """One program on ``zygote``: an :class:`ExecutionResult`, or ``_RETRY``."""
     nonce = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="comlrl-sandbox-")
+    run_dir, workdir = make_run_dir()
     cfg = dict(payload)
     cfg.update(
         nonce=nonce,
         result_fd=_CHILD_RESULT_FD,
-        workdir=workdir,
-        env=_scrubbed_env(workdir),
+        env=scrubbed_env(workdir),
         netns_inherited=zygote.netns and not limits.allow_network,
-        **_limits_cfg(limits),
+        **runner_config(limits, run_dir, workdir),
     )
     view = memoryview(marshal.dumps(cfg))
     req_r, req_w = os.pipe()
@@ -435,6 +439,7 @@ def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) 
                 duration_s=time.perf_counter() - start,
             )
         child = _ForkChild(zygote, int(reply[4:]))
+        handle: ChildHandle = child
         if req_w in ours:
             try:
                 while view:
@@ -443,7 +448,7 @@ def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) 
                 pass  # the child died before reading everything; drive() reports how
             os.close(req_w)
             ours.remove(req_w)
-        return drive(child, out_r, err_r, res_r, nonce, limits, start)
+        return drive(handle, out_r, err_r, res_r, nonce, limits, start)
     finally:
         if child is not None and not child.exited and child.lost_reason is None:
             # An exception got us here mid-run: make sure the program is dead.
@@ -451,7 +456,7 @@ def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) 
             child.wait()
         for fd in ours:
             os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def execute_forked(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult | None:
