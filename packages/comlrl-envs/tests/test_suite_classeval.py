@@ -29,6 +29,8 @@ KNOWN_UNSOUND = {
     "ClassEval_17": "a test depends on today's date",
     "ClassEval_48": "needs the third-party netifaces and the machine's host name",
     "ClassEval_50": "expects a file permission error, which root does not get",
+    "ClassEval_58": "the reference places mines at random cells that can collide, while the "
+    "test expects exactly k distinct mines (fails in about 1 of 9 runs of the 3x3, k=2 case)",
 }
 # References that may run past the per-test time budget on a loaded 2-core machine.
 SLOW = {"ClassEval_35": "EightPuzzle.solve searches for a long time"}
@@ -67,8 +69,9 @@ def test_reference_solutions_pass_where_the_tests_are_sound(
     third_party = {r["task_id"] for r in rows if _needs_third_party(r)}
     assert len(third_party) == 12
     assert failed - third_party - set(KNOWN_UNSOUND) - set(SLOW) == set()
-    assert sum(v.status == "passed" for v in verdicts) == 100 - len(
-        third_party | set(KNOWN_UNSOUND)
+    # Unsound and slow references may pass or fail from run to run; every other one passes.
+    assert sum(v.status == "passed" for v in verdicts) >= 100 - len(
+        third_party | set(KNOWN_UNSOUND) | set(SLOW)
     )
 
 
