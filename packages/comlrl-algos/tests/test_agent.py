@@ -95,7 +95,7 @@ def test_native_top_k_one_is_greedy(tiny_model, tiny_tokenizer) -> None:  # type
     groups = agent.generate(PROMPTS[:1], SamplingParams(num_generations=3, max_new_tokens=8, top_k=1))
     assert len({tuple(c.token_ids.tolist()) for c in groups[0]}) == 1
     enc = tiny_tokenizer(PROMPTS[:1], return_tensors="pt")
-    greedy = tiny_model.generate(**enc, do_sample=False, max_new_tokens=8, pad_token_id=0)
+    greedy = tiny_model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], do_sample=False, max_new_tokens=8, pad_token_id=0)
     n = groups[0][0].num_tokens
     assert groups[0][0].token_ids.tolist() == greedy[0, enc["input_ids"].shape[1]:][:n].tolist()
 

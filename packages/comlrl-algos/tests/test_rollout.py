@@ -139,7 +139,7 @@ class OwnAgent:
     @torch.no_grad()
     def generate(self, prompts, params):  # type: ignore[no-untyped-def]
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
-        out = self.model.generate(**enc, do_sample=True, max_new_tokens=params.max_new_tokens,
+        out = self.model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], do_sample=True, max_new_tokens=params.max_new_tokens,
                                   num_return_sequences=params.num_generations, pad_token_id=0, eos_token_id=0)
         ids = out[:, enc["input_ids"].shape[1]:]
         groups = []

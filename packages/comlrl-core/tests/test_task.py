@@ -32,3 +32,27 @@ def test_single_turn_task_has_no_feedback() -> None:
 def test_unknown_task_names_what_is_registered_and_what_to_install() -> None:
     with pytest.raises(TaskNotFoundError, match="no task named 'no-such-task'.*pip install comlrl-envs"):
         get_task("no-such-task")
+
+
+def test_check_joint_batch_names_the_shape_that_is_wrong() -> None:
+    import pytest
+    from comlrl.core import RewardBatch, Task
+
+    class Two(Task):
+        name, num_agents = "two", 2
+
+        def load(self, split="train"):  # type: ignore[no-untyped-def]
+            return []
+
+        def prompts(self, example, history=()):  # type: ignore[no-untyped-def]
+            return ["a", "b"]
+
+        def reward(self, completions, examples):  # type: ignore[no-untyped-def]
+            return RewardBatch([0.0] * self.check_joint_batch(completions, examples))
+
+    task = Two()
+    assert task.reward([["x", "y"], ["z", "w"]], [{}, {}]).rewards == [0.0, 0.0]
+    with pytest.raises(ValueError, match="two has 2 agents but got 1 completion lists"):
+        task.reward([["x"]], [{}])
+    with pytest.raises(ValueError, match=r"got \[2, 1\] completions per agent for 2 examples"):
+        task.reward([["x", "y"], ["z"]], [{}, {}])

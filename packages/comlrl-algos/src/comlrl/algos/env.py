@@ -95,7 +95,20 @@ def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[str, ...
     return tuple(prompts)
 
 
-class TaskEnvironment:
+class _RewardEnvironment:
+    """The reward call shared by both environments (a batched :class:`JointReward`)."""
+
+    num_agents: int
+    _reward: Any
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions (agent-major texts ``[A][K]``, ``K`` examples)."""
+        return self._reward(completions, examples)  # type: ignore[no-any-return]
+
+
+class TaskEnvironment(_RewardEnvironment):
     """A :class:`comlrl.core.Task` as an :class:`Environment`.
 
     Args:
@@ -115,11 +128,6 @@ class TaskEnvironment:
 
     def root(self, example: Mapping[str, Any]) -> Branch:
         return Branch(_check_prompts(self.task.prompts(example, ()), self.num_agents, f"task {self.task.name!r}.prompts"))
-
-    def reward(
-        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
-    ) -> RewardBatch:
-        return self._reward(completions, examples)
 
     def step(
         self,
@@ -147,7 +155,7 @@ class TaskEnvironment:
         return Branch(checked, prompt_history, response_history, history), feedback
 
 
-class CallbackEnvironment:
+class CallbackEnvironment(_RewardEnvironment):
     """CoMLRL's form: per-agent formatters, a ``reward_func``, an optional transition.
 
     Args:
@@ -175,11 +183,6 @@ class CallbackEnvironment:
 
     def root(self, example: Mapping[str, Any]) -> Branch:
         return Branch(_check_prompts([f(example) for f in self.formatters], self.num_agents, "the formatters"))
-
-    def reward(
-        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
-    ) -> RewardBatch:
-        return self._reward(completions, examples)
 
     def step(
         self,

@@ -62,6 +62,28 @@ class Task(abc.ABC):
     ) -> RewardBatch:
         return self.reward(completions, examples)
 
+    def check_joint_batch(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Check the shapes a :meth:`reward` call receives and return ``K``.
+
+        Raises:
+            ValueError: when there is not one completion list per agent (``A``), or a list
+                does not hold one completion per example (``K``).
+        """
+        if len(completions) != self.num_agents:
+            raise ValueError(
+                f"{self.name} has {self.num_agents} agents but got {len(completions)} "
+                "completion lists; pass one list of completions per agent."
+            )
+        k = len(examples)
+        if any(len(c) != k for c in completions):
+            raise ValueError(
+                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
+                "each agent needs exactly one completion per joint action."
+            )
+        return k
+
     def feedback(
         self,
         example: Mapping[str, Any],

@@ -445,14 +445,7 @@ class ClassEvalTask(Task):
         Raises:
             ValueError: when the shapes disagree.
         """
-        if len(completions) != 2:
-            raise ValueError(f"classeval has 2 agents but got {len(completions)} completion lists")
-        k = len(examples)
-        if any(len(c) != k for c in completions):
-            raise ValueError(
-                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
-                "each agent needs exactly one completion per joint action."
-            )
+        k = self.check_joint_batch(completions, examples)
         verdicts: list[Verdict | None] = [None] * k
         defined_all: list[list[list[str]]] = []
         jobs, index = [], []

@@ -466,17 +466,7 @@ class CoopHumanEvalTask(Task):
         Raises:
             ValueError: when the shapes disagree (``A != 2`` or lengths differ from ``K``).
         """
-        if len(completions) != self.num_agents:
-            raise ValueError(
-                f"{self.name} has {self.num_agents} agents but got {len(completions)} "
-                "completion lists; pass [helper_completions, main_completions]."
-            )
-        k = len(examples)
-        if any(len(c) != k for c in completions):
-            raise ValueError(
-                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
-                "each agent needs exactly one completion per joint action."
-            )
+        k = self.check_joint_batch(completions, examples)
         flags: list[dict[str, bool]] = []
         verdicts: list[Verdict | None] = [None] * k
         jobs: list[CheckJob] = []

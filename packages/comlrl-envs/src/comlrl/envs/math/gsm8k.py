@@ -126,14 +126,7 @@ class Gsm8kTask(Task):
         Raises:
             ValueError: when the shapes disagree.
         """
-        if len(completions) != 2:
-            raise ValueError(f"gsm8k has 2 agents but got {len(completions)} completion lists")
-        k = len(examples)
-        if any(len(c) != k for c in completions):
-            raise ValueError(
-                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
-                "each agent needs exactly one completion per joint action."
-            )
+        k = self.check_joint_batch(completions, examples)
         rewards, infos = [], []
         for i, ex in enumerate(examples):
             gold = ex.get("gold") or gold_answer(str(ex["answer"]))

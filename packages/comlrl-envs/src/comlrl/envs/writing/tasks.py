@@ -97,14 +97,7 @@ class WritingTask(Task):
         Raises:
             ValueError: when the shapes disagree.
         """
-        if len(completions) != 2:
-            raise ValueError(f"{self.name} has 2 agents but got {len(completions)} lists")
-        k = len(examples)
-        if any(len(c) != k for c in completions):
-            raise ValueError(
-                f"got {[len(c) for c in completions]} completions per agent for {k} examples; "
-                "each agent needs exactly one completion per joint action."
-            )
+        k = self.check_joint_batch(completions, examples)
         rewards, infos = [], []
         for i in range(k):
             value, info = writing_reward(completions[0][i], completions[1][i], self.spec)
