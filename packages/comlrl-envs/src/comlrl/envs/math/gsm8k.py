@@ -126,7 +126,7 @@ class Gsm8kTask(Task):
         Raises:
             ValueError: when the shapes disagree.
         """
-        k = self.check_joint_batch(completions, examples)
+        self.check_joint_batch(completions, examples)
         rewards, infos = [], []
         for i, ex in enumerate(examples):
             gold = ex.get("gold") or gold_answer(str(ex["answer"]))

@@ -242,7 +242,7 @@ class CoopStoryTask(Task):
         Raises:
             ValueError: when the shapes disagree.
         """
-        k = self.check_joint_batch(completions, examples)
+        self.check_joint_batch(completions, examples)
         rewards, infos = [], []
         for i, ex in enumerate(examples):
             value, info = story_reward(
