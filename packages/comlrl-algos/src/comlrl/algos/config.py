@@ -118,10 +118,6 @@ class TrainConfig(BaseModel):
         "intra-op thread per agent, or one GPU per agent. Agents that share one model object "
         "are never updated concurrently."
     )
-    overlap_reward: bool = Field(
-        True, description="Run the reward function in a worker thread while each agent's "
-        "first micro-batch forward runs (holds one micro-batch of activations per agent)."
-    )
     shared_prefix: bool = Field(
         True, description="Run each prompt through the model once per update and share its "
         "KV cache among its G completions (same gradient, less work)."
