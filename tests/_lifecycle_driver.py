@@ -46,7 +46,7 @@ def main() -> int:
         gb.checkpoint = checkpoint
     elif where == "mid_step":
         original_update = gb.update_policy
-        paused = []
+        paused: list[bool] = []
 
         def update_policy(*a: Any, **kw: Any) -> Any:
             if not paused and gb_run_step[0] == step:
@@ -73,7 +73,7 @@ def main() -> int:
                 if self.path.name == "metrics.jsonl" and row.get("step") == step + 1:
                     _pause(where, step + 1)
 
-        gb.JsonlWriter = Writer
+        gb.JsonlWriter = Writer  # type: ignore[misc]
     else:
         raise SystemExit(f"unknown pause point {where!r}")
     return cli.main(args)

@@ -111,7 +111,7 @@ def run_eval(args: argparse.Namespace) -> int:
     finally:
         task.close()
     trainer.run.close()
-    row = {
+    result: dict[str, Any] = {
         "step": _checkpoint_step(models[0]),
         "models": models,
         "task": config.task.name,
@@ -122,10 +122,10 @@ def run_eval(args: argparse.Namespace) -> int:
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "eval.jsonl", "a") as fh:
-        fh.write(json.dumps(row) + "\n")
+        fh.write(json.dumps(result) + "\n")
     mode = "greedy" if config.eval_greedy else f"sampled, k={config.eval_num_samples}"
     print(
-        f"eval {config.task.name}:{config.eval_split} ({int(row['num_problems'])} problems, {mode}, "
-        f"config: {config_path or 'defaults'}): {_summary(row)}; row appended to {out_dir / 'eval.jsonl'}"
+        f"eval {config.task.name}:{config.eval_split} ({int(result['num_problems'])} problems, {mode}, "
+        f"config: {config_path or 'defaults'}): {_summary(result)}; row appended to {out_dir / 'eval.jsonl'}"
     )
     return 0

@@ -132,9 +132,9 @@ def eval_streams(agents: Sequence[Any], seed: int) -> Iterator[None]:
                     agent.model.eval()
             yield
     finally:
-        for agent, gen, mode in zip(agents, saved, modes, strict=True):
-            if gen is not None:
-                agent.generator = gen
+        for agent, own, mode in zip(agents, saved, modes, strict=True):
+            if own is not None:
+                agent.generator = own
             if mode is not None:
                 agent.model.train(mode)
 
@@ -152,10 +152,10 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, float]:
     first: list[list[bool | None]] = []  # per problem: turn-0 joint actions passed
     episode: list[list[bool]] = []  # per problem: any pass in each turn-0 joint action's subtree
     for ro in rollouts:
-        passed = [
+        passed: list[list[bool | None]] = [
             [joint_action_passed(i) for i in turn.infos]
             if len(turn.infos) == turn.rewards.numel()
-            else [None] * turn.rewards.numel()
+            else [None for _ in range(turn.rewards.numel())]
             for turn in ro.turns
         ]
         for t, turn in enumerate(ro.turns):
