@@ -155,6 +155,8 @@ def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(refer
     assert "could not load model" not in proc.stderr, "the refusal must come before models load"
     unsafe = _comlrl("train", "--resume", str(reference), "learning_rate=0.5", cwd=tmp_path)
     assert unsafe.returncode == 2 and "cannot change learning_rate" in unsafe.stderr, unsafe.stderr
+    done = _comlrl("train", "--resume", str(reference), cwd=tmp_path)
+    assert done.returncode == 0 and f"finished at step {NUM_STEPS}" in done.stdout, done.stderr
 
 
 def test_overwrite_clears_the_earlier_run_and_nothing_else(reference: Path, tmp_path: Path) -> None:
@@ -188,7 +190,7 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(tmp_path: Path) 
     )
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "eval coop_humaneval:test (2 problems, sampled, k=2" in ev.stdout, ev.stdout
-    (row,) = _rows(out / "final" / "eval" / "eval.jsonl")
+    (row,) = _rows(out / "evals" / "final" / "eval.jsonl")
     assert row["step"] == 1 and row["split"] == "test" and row["num_samples"] == 2
     assert 0.0 <= row["pass@1"] <= row["pass@2"] <= 1.0
     assert row["turn_0/num_nodes"] == 2.0

@@ -91,12 +91,16 @@ def run_train(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(config.model_dump(), sort_keys=False), end="")
         return 0
+    finished = lifecycle.finished_step(args.resume) if args.resume else None
+    if finished is not None and finished >= config.num_steps:
+        print(f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer")
+        return 0
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
     if earlier and not args.overwrite:
         print(
             f"comlrl: output_dir {config.output_dir!r} already holds a run ({', '.join(earlier)}); "
             f"continue it with: comlrl train --resume {config.output_dir}, or start over with "
-            "--overwrite (deletes that run's metrics, samples, eval, checkpoints and final/), or "
+            "--overwrite (deletes that run's metrics, samples, evaluations, checkpoints and final/), or "
             "choose another output_dir.",
             file=sys.stderr,
         )

@@ -3,7 +3,7 @@
 ``comlrl eval --model runs/x/final/agent_0 --model runs/x/final/agent_1 [--config FILE]
 [--output-dir DIR] [key=value ...]`` loads the agents, runs the training rollout without
 updating (:func:`comlrl.algos.recipes.group_baseline.evaluate`) on ``eval_split``, prints a
-summary and appends one row to ``DIR/eval.jsonl``. Without ``--config`` it reads the run's
+summary and appends one row to ``DIR/eval.jsonl`` (default ``runs/x/evals/final``). Without ``--config`` it reads the run's
 own ``config.yaml`` when the models sit in a run folder (``runs/x/final/agent_0`` or
 ``runs/x/checkpoints/step-N/agent_0``), so the task and sampling settings match training.
 """
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_eval_parser", "run_eval", "find_run_config"]
+__all__ = ["add_eval_parser", "run_eval", "find_run_config", "default_output_dir"]
 
 
 def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
@@ -32,7 +32,10 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
         help="an agent's checkpoint folder (e.g. runs/x/final/agent_0); repeat once per agent",
     )
     ev.add_argument("--config", "-c", help="YAML config (default: the run's config.yaml, if found)")
-    ev.add_argument("--output-dir", help="where eval.jsonl goes (default: beside the first model, eval/)")
+    ev.add_argument(
+        "--output-dir", help="where eval.jsonl goes (default: RUN/evals/<checkpoint> for a "
+        "checkpoint of a run, else eval/ beside the first model)",
+    )
     ev.add_argument(
         "overrides", nargs="*", metavar="key=value",
         help="config overrides, e.g. eval_limit=20 eval_greedy=false eval_num_samples=5",
@@ -47,6 +50,16 @@ def find_run_config(model: str | Path) -> Path | None:
         if (parent / "config.yaml").is_file():
             return parent / "config.yaml"
     return None
+
+
+def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path:
+    """``RUN/evals/<checkpoint>`` for a checkpoint inside a run (e.g. ``runs/x/evals/final``,
+    ``runs/x/evals/step-000004``), else ``<model>/../eval``. Never inside the checkpoint
+    folder itself: step checkpoints are replaced whole and pruned by ``keep_last``."""
+    folder = Path(model).parent
+    if run_config is not None and Path(run_config).parent.resolve() in folder.resolve().parents:
+        return Path(run_config).parent / "evals" / folder.name
+    return folder / "eval"
 
 
 def _checkpoint_step(model: str | Path) -> int | None:
@@ -78,7 +91,7 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     config = config.model_copy(update={"kl_coef": 0.0, "progress": False})  # no reference model
-    out_dir = Path(args.output_dir) if args.output_dir else Path(models[0]).parent / "eval"
+    out_dir = Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)
 
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.models import load_model_and_tokenizer

@@ -30,6 +30,7 @@ __all__ = [
     "StopAtStepBoundary",
     "RUN_OUTPUTS",
     "existing_run_outputs",
+    "finished_step",
     "clear_run_outputs",
     "truncate_jsonl",
     "RESUME_SAFE_FIELDS",
@@ -37,7 +38,9 @@ __all__ = [
 ]
 
 #: Files and folders a training run writes into its ``output_dir``.
-RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "eval.jsonl", "config.yaml", "checkpoints", "final")
+RUN_OUTPUTS = (
+    "metrics.jsonl", "samples.jsonl", "eval.jsonl", "config.yaml", "checkpoints", "final", "evals",
+)
 
 #: Config fields a resumed run may change: they do not alter what a step computes.
 RESUME_SAFE_FIELDS = frozenset(
@@ -129,6 +132,14 @@ def existing_run_outputs(output_dir: str | Path) -> list[str]:
     if (out / "final").exists():
         found.append("final")
     return found
+
+
+def finished_step(output_dir: str | Path) -> int | None:
+    """The step a run's ``final/`` was written at (``final/checkpoint.json``), or ``None``."""
+    try:
+        return int(json.loads((Path(output_dir) / "final" / "checkpoint.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def clear_run_outputs(output_dir: str | Path) -> list[str]:
