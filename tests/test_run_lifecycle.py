@@ -63,8 +63,10 @@ def _paused_run(where: str, step: int, out: Path) -> tuple[subprocess.Popen[str]
         stderr=err.open("w"), text=True, start_new_session=True,
     )
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], GUARD_S)
-    line = proc.stdout.readline() if ready else ""
+    line = "-"
+    while line and not line.startswith("PAUSED"):  # skip anything else a library prints
+        ready, _, _ = select.select([proc.stdout], [], [], GUARD_S)
+        line = proc.stdout.readline() if ready else ""
     assert line.startswith(f"PAUSED {where}"), f"the run never paused: {line!r}\n{err.read_text()[-3000:]}"
     return proc, err
 

@@ -35,10 +35,11 @@ def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
 
 def _trainer(tok, out: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
     """Two tiny agents; 5 examples in batches of 2, so epochs straddle steps."""
-    cfg = TrainConfig(
+    settings = dict(
         num_steps=4, batch_size=2, num_generations=3, max_new_tokens=8, learning_rate=1e-2,
-        output_dir=str(out), progress=False, parallel_agents=False, seed=5, **overrides,
+        output_dir=str(out), progress=False, parallel_agents=False, seed=5,
     )
+    cfg = TrainConfig(**{**settings, **overrides})
     torch.manual_seed(0)
     agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
     return MultiAgentTrainer(
@@ -203,3 +204,12 @@ def test_first_ctrl_c_asks_to_stop_the_second_stops_now() -> None:
             for _ in range(1000):
                 pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _trainer(tiny_tokenizer, tmp_path / "run", save_every=1, num_steps=1).train()
+    other = _trainer(tiny_tokenizer, tmp_path / "run")
+    other.run.data.dataset = DATA[:4]
+    with pytest.raises(ckpt.CheckpointError, match="over 5 examples but the dataset now has 4"):
+        other.resume(tmp_path / "run" / "checkpoints" / "step-000001")
+    other.run.close()

@@ -147,7 +147,15 @@ def run_train(args: argparse.Namespace) -> int:
     if earlier:  # --overwrite, now that the task and models have loaded
         lifecycle.clear_run_outputs(config.output_dir)
     if resume_from is not None:
-        step = trainer.resume(resume_from)
+        from comlrl.algos.checkpoint import CheckpointError
+
+        try:
+            step = trainer.resume(resume_from)
+        except CheckpointError as exc:
+            task.close()
+            trainer.run.close()
+            print(f"comlrl: cannot resume from {resume_from}: {exc}", file=sys.stderr)
+            return 2
         print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {resume_from})")
         if step >= config.num_steps:
             task.close()
