@@ -130,6 +130,24 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
     log_samples: int = Field(4, ge=0, description="Joint actions per step written to samples.jsonl.")
     progress: bool = True
+    # --- evaluation and checkpoint retention (run lifecycle) -----------------------
+    eval_every: int = Field(
+        0, ge=0, description="Evaluate every N steps on eval_split without updating (rows in "
+        "eval.jsonl); 0 = off."
+    )
+    eval_split: str = Field(
+        "test", description="Task split to evaluate on (coop_humaneval's train and test are "
+        "disjoint)."
+    )
+    eval_greedy: bool = Field(True, description="Greedy (top_k=1) evaluation; false = sampled "
+                              "with the training temperature/top_p/top_k.")
+    eval_num_samples: int = Field(
+        1, ge=1, description="k, joint actions per problem for pass@k (sampled evaluation)."
+    )
+    eval_limit: int | None = Field(None, ge=1, description="Evaluate on the first N problems only.")
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
+    )
 
     @field_validator("models")
     @classmethod
@@ -169,6 +187,15 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
                 "clip: set clip_ratio (e.g. 0.2)."
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _eval_consistent(self) -> TrainConfig:
+        if self.eval_greedy and self.eval_num_samples > 1:
+            raise ValueError(
+                f"eval_num_samples={self.eval_num_samples} with eval_greedy=true repeats one "
+                "completion; set eval_greedy=false for pass@k with k > 1, or eval_num_samples=1."
             )
         return self
 
