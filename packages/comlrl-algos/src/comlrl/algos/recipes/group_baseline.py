@@ -30,9 +30,11 @@ from typing import Any
 import torch
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.diagnostics import warn_if_cannot_learn
 from comlrl.algos.env import Environment
 from comlrl.algos.joint import credit_completions
 from comlrl.algos.records import Rollout
+from comlrl.algos.reporting import build_reporters, close_reporters
 from comlrl.algos.rollout import TreeSettings, rollout
 from comlrl.algos.run import (
     AgentPool,
@@ -97,6 +99,7 @@ def setup(
         data = DataStream(dataset, seed=config.seed, shuffle=config.shuffle)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
         agent.model.to(device)
@@ -280,7 +283,8 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``config.yaml`` and per-agent
-    checkpoints in ``output_dir``.
+    checkpoints in ``output_dir``; every row also goes to the reporters of
+    :func:`~comlrl.algos.reporting.build_reporters` (TensorBoard, W&B, ``reward_curve.png``).
     """
     import yaml
     from tqdm.auto import tqdm
@@ -288,6 +292,7 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     cfg = run.config
     torch.manual_seed(cfg.seed)
     run.output_dir.mkdir(parents=True, exist_ok=True)
+    reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
     (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     history: list[dict[str, float]] = []
     metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
@@ -298,6 +303,8 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
             row = train_step(run)
             history.append(row)
             metrics.write(row)
+            for reporter in reporters:
+                reporter.log(row)
             if cfg.log_samples and run.last_rollout is not None:
                 for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
                     samples.write(sample)
@@ -311,5 +318,6 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
         metrics.close()
         samples.close()
         run.close()
+        close_reporters(reporters)
     return history
 
