@@ -11,14 +11,28 @@ from comlrl.algos.preflight import TaskInfo, check_task_fits, task_options
 
 
 def test_options_and_overrides_may_be_intermixed() -> None:
-    args = parse_args(["train", "num_steps=2", "--model", "X", "output_dir=y", "--print-config", "seed=3"])
+    args = parse_args(
+        ["train", "num_steps=2", "--model", "X", "output_dir=y", "--print-config", "seed=3"]
+    )
     assert args.command == "train"
     assert args.overrides == ["num_steps=2", "output_dir=y", "seed=3"]
     assert args.model == ["X"] and args.print_config
 
 
 def test_print_config_shows_intermixed_overrides(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["train", "num_steps=2", "--model", "builtin:tiny-qwen2", "output_dir=y", "--print-config"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "num_steps=2",
+                "--model",
+                "builtin:tiny-qwen2",
+                "output_dir=y",
+                "--print-config",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "num_steps: 2" in out and "output_dir: y" in out and "- builtin:tiny-qwen2" in out
     assert "# built-in models: builtin:stories260k" in out
@@ -36,7 +50,9 @@ class _Task:
 
 
 def test_a_task_for_other_agent_counts_is_caught_before_models_load() -> None:
-    with pytest.raises(ConfigError, match="written for 3 agents but num_agents=2; set num_agents=3"):
+    with pytest.raises(
+        ConfigError, match="written for 3 agents but num_agents=2; set num_agents=3"
+    ):
         check_task_fits(TrainConfig(), _Task())
     with pytest.raises(ConfigError, match="supports at most 1 turn"):
         check_task_fits(TrainConfig(num_agents=3, num_turns=2), _Task())
@@ -45,7 +61,9 @@ def test_a_task_for_other_agent_counts_is_caught_before_models_load() -> None:
 
 def test_task_options_come_from_the_constructor_signature() -> None:
     class Suite:
-        def __init__(self, path: str, *, limit: int | None = None, bonus: float = 0.1, **extra: Any) -> None: ...
+        def __init__(
+            self, path: str, *, limit: int | None = None, bonus: float = 0.1, **extra: Any
+        ) -> None: ...
 
     options = task_options(Suite)
     assert list(options) == ["path", "limit", "bonus"]

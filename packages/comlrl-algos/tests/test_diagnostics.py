@@ -23,7 +23,9 @@ from comlrl.algos.trainer import MultiAgentTrainer
 DATA = [{"t": "x " * n} for n in (2, 4, 300, 600)]  # two short prompts, two long ones
 
 
-def _trainer(tok: Any, tmp_path: Path, *, context: int | None = None, reward: Any = None, **cfg: Any) -> MultiAgentTrainer:
+def _trainer(
+    tok: Any, tmp_path: Path, *, context: int | None = None, reward: Any = None, **cfg: Any
+) -> MultiAgentTrainer:
     agents = []
     for i in range(2):
         model = build_default_model(len(tok), seed=i)
@@ -31,11 +33,22 @@ def _trainer(tok: Any, tmp_path: Path, *, context: int | None = None, reward: An
             model.config.max_position_embeddings = context
         agents.append(HFAgent(model, tok, name=f"agent_{i}"))
     config = TrainConfig(
-        **{"num_steps": 1, "batch_size": 2, "num_generations": 2, "max_new_tokens": 4,
-           "output_dir": str(tmp_path), "progress": False, "log_samples": 0, "reward_curve": False, **cfg}
+        **{
+            "num_steps": 1,
+            "batch_size": 2,
+            "num_generations": 2,
+            "max_new_tokens": 4,
+            "output_dir": str(tmp_path),
+            "progress": False,
+            "log_samples": 0,
+            "reward_curve": False,
+            **cfg,
+        }
     )
     return MultiAgentTrainer(
-        agents, config, dataset=DATA,
+        agents,
+        config,
+        dataset=DATA,
         reward_func=reward or (lambda c1, c2: [len(a) / 10 for a in c1]),
         formatters=[lambda ex: ex["t"], lambda ex: "short"],
     )
@@ -46,7 +59,9 @@ def _training_warnings(record: list[warnings.WarningMessage]) -> list[str]:
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "remax"])
-def test_one_generation_with_a_group_baseline_warns(tiny_tokenizer: Any, tmp_path: Path, estimator: str) -> None:
+def test_one_generation_with_a_group_baseline_warns(
+    tiny_tokenizer: Any, tmp_path: Path, estimator: str
+) -> None:
     with pytest.warns(TrainingWarning, match=f"num_generations=1 with estimator='{estimator}'"):
         _trainer(tiny_tokenizer, tmp_path, num_generations=1, estimator=estimator)
 
@@ -70,14 +85,18 @@ def test_prompts_past_the_context_are_counted(tiny_tokenizer: Any) -> None:
     assert context_overflow(prompts, tiny_tokenizer, context, 5).example_indices == (2, 3)
 
 
-def test_setup_warns_once_with_the_number_of_prompts_past_the_context(tiny_tokenizer: Any, tmp_path: Path) -> None:
+def test_setup_warns_once_with_the_number_of_prompts_past_the_context(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
     long_prompt = len(tiny_tokenizer(DATA[3]["t"])["input_ids"])
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         _trainer(tiny_tokenizer, tmp_path, context=long_prompt - 10)
     messages = _training_warnings(record)
     assert len(messages) == 1, messages
-    assert messages[0].startswith(f"1 of 4 prompts do not fit the model's context of {long_prompt - 10} tokens")
+    assert messages[0].startswith(
+        f"1 of 4 prompts do not fit the model's context of {long_prompt - 10} tokens"
+    )
     assert f"agent 0: 1 (longest prompt {long_prompt} tokens)" in messages[0]
     assert "agent 1" not in messages[0]  # agent 1's prompt is short
 
@@ -112,5 +131,10 @@ def test_watch_warns_once_after_ten_steps_without_reward_variance() -> None:
 
 def test_a_constant_reward_warns_during_training(tiny_tokenizer: Any, tmp_path: Path) -> None:
     with pytest.warns(TrainingWarning, match="same reward \\(1.0\\) for 10 steps in a row"):
-        _trainer(tiny_tokenizer, tmp_path, num_steps=10, max_new_tokens=2,
-                 reward=lambda c1, c2: [1.0] * len(c1)).train()
+        _trainer(
+            tiny_tokenizer,
+            tmp_path,
+            num_steps=10,
+            max_new_tokens=2,
+            reward=lambda c1, c2: [1.0] * len(c1),
+        ).train()

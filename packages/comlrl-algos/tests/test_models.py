@@ -40,19 +40,23 @@ def test_stories260k_writes_english() -> None:
     ids = tok("Once upon a time, a little girl named Lily", return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=12, do_sample=False)
-    text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     words = [w for w in text.split() if w.isalpha()]
     assert len(words) >= 4, text  # a pretrained model, not random weights
 
 
 def test_unknown_builtin_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown built-in model 'builtin:gpt5'.*builtin:stories260k"):
+    with pytest.raises(
+        ValueError, match="unknown built-in model 'builtin:gpt5'.*builtin:stories260k"
+    ):
         load_model_and_tokenizer("builtin:gpt5")
     with pytest.raises(ValueError, match="has no files"):
         builtin_model_path("builtin:tiny-qwen2")
 
 
-@pytest.mark.parametrize("name", ["/no/such/model/dir", "./models/missing", "../x", "runs/a/final/agent_0"])
+@pytest.mark.parametrize(
+    "name", ["/no/such/model/dir", "./models/missing", "../x", "runs/a/final/agent_0"]
+)
 def test_a_missing_local_path_says_no_such_directory(name: str) -> None:
     with pytest.raises(OSError, match="no such directory") as info:
         load_model_and_tokenizer(name)
@@ -71,15 +75,21 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])  # closed again when the block ends
 
 
-def test_an_unreachable_hub_fails_with_a_message_instead_of_retrying(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_hub_fails_with_a_message_instead_of_retrying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    with pytest.raises(OSError, match="not in the local Hugging Face cache and the Hub cannot be reached"):
+    with pytest.raises(
+        OSError, match="not in the local Hugging Face cache and the Hub cannot be reached"
+    ):
         load_model_and_tokenizer("nobody-comlrl/not-a-model")
 
 
 def test_hf_hub_offline_fails_at_once_for_an_uncached_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_ENDPOINT", "http://192.0.2.1:9")  # never contacted with HF_HUB_OFFLINE
-    with pytest.raises(OSError, match="HF_HUB_OFFLINE is set and the model is not in the local cache"):
+    with pytest.raises(
+        OSError, match="HF_HUB_OFFLINE is set and the model is not in the local cache"
+    ):
         load_model_and_tokenizer("nobody-comlrl/not-a-model")

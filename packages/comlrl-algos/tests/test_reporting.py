@@ -50,7 +50,9 @@ def test_reward_series_has_one_line_per_turn() -> None:
 def test_quarter_means_and_summary_line(tmp_path: Path) -> None:
     assert quarter_means([0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0]) == (0.0, 2.0)
     assert quarter_means([0.5]) == (0.5, 0.5)
-    history = [{"reward_mean": v, "prompts_per_s": 3.0} for v in [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0]]
+    history = [
+        {"reward_mean": v, "prompts_per_s": 3.0} for v in [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0]
+    ]
     line = summary_line(history, tmp_path)
     assert line.startswith("done: 8 steps, reward first quarter 0.45 -> last quarter 1.00 (+0.55)")
     assert "reward_curve.png" not in line
@@ -58,10 +60,13 @@ def test_quarter_means_and_summary_line(tmp_path: Path) -> None:
     assert "reward_curve.png" in summary_line(history, tmp_path)
 
 
-def test_missing_extras_fail_before_training_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_extras_fail_before_training_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        reporting.importlib.util, "find_spec",
+        reporting.importlib.util,
+        "find_spec",
         lambda name, *a: None if name in ("tensorboard", "wandb") else real(name, *a),
     )
     check_report_to(["jsonl"])  # needs nothing
@@ -127,19 +132,32 @@ def test_close_reporters_closes_all_then_raises_the_first_failure() -> None:
 
 def _train(tok: Any, tmp_path: Path, **overrides: Any) -> list[dict[str, float]]:
     cfg = TrainConfig(
-        num_steps=3, batch_size=2, num_generations=2, max_new_tokens=4, learning_rate=1e-3,
-        output_dir=str(tmp_path), progress=False, log_samples=0, **overrides,
+        num_steps=3,
+        batch_size=2,
+        num_generations=2,
+        max_new_tokens=4,
+        learning_rate=1e-3,
+        output_dir=str(tmp_path),
+        progress=False,
+        log_samples=0,
+        **overrides,
     )
-    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
+    agents = [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
     trainer = MultiAgentTrainer(
-        agents, cfg, dataset=[{"t": "a"}, {"t": "b"}],
+        agents,
+        cfg,
+        dataset=[{"t": "a"}, {"t": "b"}],
         reward_func=lambda c1, c2: [len(a) / 10 for a in c1],
         formatters=[lambda ex: ex["t"], lambda ex: ex["t"]],
     )
     return trainer.train()
 
 
-def test_training_writes_tensorboard_scalars_and_the_reward_curve(tiny_tokenizer: Any, tmp_path: Path) -> None:
+def test_training_writes_tensorboard_scalars_and_the_reward_curve(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
     pytest.importorskip("tensorboard", reason="the [tensorboard] extra is not installed")
     pytest.importorskip("matplotlib", reason="the [plot] extra is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -96,8 +96,14 @@ def test_one_more_keyword_is_worth_its_weight_over_three() -> None:
 def test_custom_weights_change_the_reward_and_are_checked() -> None:
     part1 = "Lily took her ball to the park. She threw the ball high and her dog ran after it."
     part2 = "Lily and the dog were tired. They sat under a tree in the park and ate a red apple."
-    only_keywords = {"keywords1": 0.5, "keywords2": 0.5, "length1": 0, "length2": 0,
-                     "shared_vocabulary": 0, "no_repetition": 0}
+    only_keywords = {
+        "keywords1": 0.5,
+        "keywords2": 0.5,
+        "length1": 0,
+        "length2": 0,
+        "shared_vocabulary": 0,
+        "no_repetition": 0,
+    }
     reward, _ = story_reward(part1, part2, KW, weights=only_keywords)
     assert reward == pytest.approx(0.5 * 1.0 + 0.5 * 2 / 3, abs=1e-6)
     t = CoopStoryTask(weights=only_keywords)

@@ -22,17 +22,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="comlrl", description="Cooperative multi-LLM reinforcement learning."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_train_arguments(sub.add_parser("train", help="train a team of agents", **_TRAIN_TEXT))
+    add_train_arguments(
+        sub.add_parser("train", help="train a team of agents", description=_TRAIN_DESCRIPTION)
+    )
     sub.add_parser("tasks", help="list the registered task suites and their options")
     return parser
 
 
-_TRAIN_TEXT = {
-    "description": "Train a team of LLM agents. Without --config, runs the built-in default "
+_TRAIN_DESCRIPTION = (
+    "Train a team of LLM agents. Without --config, runs the built-in default "
     "(2 agents, pretrained stories260k, MAGRPO, cooperative story writing) offline on CPU. "
     "Cooperative HumanEval: task.name=coop_humaneval models=[builtin:tiny-qwen2]. "
-    "Options and key=value overrides may come in any order.",
-}
+    "Options and key=value overrides may come in any order."
+)
 
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
@@ -60,7 +62,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "train":
         # argparse cannot intermix with subparsers, so `train` gets a parser of its own.
-        train = argparse.ArgumentParser(prog="comlrl train", **_TRAIN_TEXT)
+        train = argparse.ArgumentParser(prog="comlrl train", description=_TRAIN_DESCRIPTION)
         add_train_arguments(train)
         ns = train.parse_intermixed_args(args[1:])
         ns.command = "train"
@@ -109,7 +111,8 @@ def run_train(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
     print(
         f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-        f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} steps "
+        f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} step"
+        f"{'s' if config.num_steps != 1 else ''} "
         f"of {config.batch_size} prompts x {config.num_generations} completions; "
         f"outputs in {config.output_dir}/",
         file=sys.stderr,

@@ -140,7 +140,7 @@ class TrainConfig(BaseModel):
     progress: bool = True
     # --- reporting (comlrl.algos.reporting) -----------------------------------------
     report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
-        default_factory=lambda: ["jsonl"], description="Where metrics go: jsonl "
+        ["jsonl"], description="Where metrics go: jsonl "
         "(metrics.jsonl, always written), tensorboard (output_dir/tensorboard; pip install "
         "'comlrl-algos[tensorboard]'), wandb (pip install 'comlrl-algos[wandb]'; "
         "WANDB_MODE=offline works without network)."

@@ -158,7 +158,7 @@ def builtin_model_path(name: str = STORIES260K) -> Path:
     """
     if name != STORIES260K:
         raise ValueError(f"{name!r} has no files; the built-in model with files is {STORIES260K!r}")
-    path = Path(str(resources.files("comlrl.algos").joinpath("_models", "stories260k")))
+    path = Path(str(resources.files("comlrl.algos") / "_models" / "stories260k"))
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(
             f"the built-in model files are missing from {path}; reinstall comlrl-algos."

@@ -162,8 +162,7 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
         except ConfigError:
             options = "?"
         raise ConfigError(
-            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}\n"
-            f"  its options: {options}"
+            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}\n  its options: {options}"
         ) from None
     try:
         check_task_fits(config, task)

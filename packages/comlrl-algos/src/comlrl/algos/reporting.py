@@ -93,9 +93,7 @@ def check_report_to(report_to: Iterable[str]) -> None:
         msg for name in report_to if name != "jsonl" and (msg := missing_extra(name)) is not None
     ]
     if problems:
-        raise ConfigError(
-            "; ".join(problems) + " (or drop it from report_to)"
-        )
+        raise ConfigError("; ".join(problems) + " (or drop it from report_to)")
 
 
 def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
@@ -275,9 +273,7 @@ class RewardCurveReporter:
         self.written: Path | None = None
 
     def log(self, row: Mapping[str, Any]) -> None:
-        self.rows.append(
-            {k: v for k, v in row.items() if k == "step" or k.endswith("reward_mean")}
-        )
+        self.rows.append({k: v for k, v in row.items() if k == "step" or k.endswith("reward_mean")})
 
     def close(self) -> None:
         if not self.rows:
@@ -351,6 +347,6 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
     first, last = quarter_means([float(r["reward_mean"]) for r in history])
     speed = float(history[-1].get("prompts_per_s", float("nan")))
     return (
-        f"done: {len(history)} steps, reward first quarter {first:.2f} -> last quarter "
+        f"done: {len(history)} step{'s' if len(history) != 1 else ''}, reward first quarter {first:.2f} -> last quarter "
         f"{last:.2f} ({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
     )

@@ -87,6 +87,7 @@ class MultiAgentTrainer:
         ]
         self.task = task
         env: Environment
+        data: Sequence[Mapping[str, Any]]
         if task is not None:
             env = TaskEnvironment(task, transition)
             data = list(dataset) if dataset is not None else list(task.load(config.task.split))

@@ -221,7 +221,11 @@ class _PerPromptReward:
                 ) from exc
             if isinstance(values, (int, float)):
                 values = [values]
-            if values is None or isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            if (
+                values is None
+                or isinstance(values, (str, bytes))
+                or not hasattr(values, "__iter__")
+            ):
                 raise RewardFunctionError(
                     f"reward function {self.__name__!r} returned {_short(values)} "
                     f"({type(values).__name__}) instead of a list of {stop - start} floats; "

@@ -136,14 +136,16 @@ _WORD = re.compile(r"[a-z']+")
 
 def story_seeds() -> list[dict[str, Any]]:
     """The 320 built-in seeds, in a fixed order (a ``random.Random(0)`` shuffle of all
-    name x place x object combinations, first 320), each ``{"seed_id", "name", "kind",
-    "pronoun", "place", "object", "keywords"}``."""
+    name x place x object combinations, first 320), each ``{"task_id", "seed_id", "name",
+    "kind", "pronoun", "place", "object", "keywords"}`` (``task_id`` is
+    ``"coop_story/<seed_id>"``)."""
     combos = list(itertools.product(NAMES, PLACES, OBJECTS))
     random.Random(0).shuffle(combos)
     seeds = []
     for i, ((name, kind, pronoun), place, obj) in enumerate(combos[:NUM_SEEDS]):
         seeds.append(
             {
+                "task_id": f"coop_story/{i}",
                 "seed_id": i,
                 "name": name,
                 "kind": kind,
