@@ -6,7 +6,9 @@ in ``tests/`` with all four packages installed:
 
 - the torch-free packages (``core``, ``envs``) on every Python in :data:`ALL_PYTHONS`
   that is on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
-  skipped with a message;
+  skipped with a message. On Pythons other than :data:`TORCH_PYTHON` the tests marked
+  ``slow`` (sweeps over every reference solution of a data set, 1000 sandbox timeouts)
+  are left out to keep CI short; they run on :data:`TORCH_PYTHON`;
 - the torch packages (``kernels``, ``algos``) and ``integration`` on :data:`TORCH_PYTHON`,
   the Python the pinned CPU torch wheel is installed for.
 
@@ -133,6 +135,7 @@ def tests(session: nox.Session, package: str) -> None:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
+    quick = [] if session.python == TORCH_PYTHON else ["-m", "not slow"]
     session.run(
         "python",
         "-m",
@@ -142,6 +145,7 @@ def tests(session: nox.Session, package: str) -> None:
         "-ra",
         "-p",
         "no:cacheprovider",
+        *quick,
         *session.posargs,
         env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
     )

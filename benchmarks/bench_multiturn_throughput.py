@@ -71,6 +71,7 @@ def run_ours(
         shuffle=False,
         log_samples=0,
         progress=False,
+        reward_curve=False,  # no plot inside the timed run
         output_dir=tempfile.mkdtemp(prefix="comlrl-mt-"),
     )
     agents = [HFAgent(*load_model_and_tokenizer(args.model), name=f"agent_{i}") for i in range(2)]

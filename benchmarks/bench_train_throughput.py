@@ -147,6 +147,7 @@ def run_ours(
         output_dir=str(work / "ours_run"),
         log_samples=0,
         progress=False,
+        reward_curve=False,  # no plot inside the timed run
     )
     torch.manual_seed(args.seed)
     agents = []

@@ -59,6 +59,7 @@ def test_splits(task: ClassEvalTask, rows: list[dict[str, Any]]) -> None:
     assert len({r["task_id"] for r in rows}) == 100
 
 
+@pytest.mark.slow
 def test_reference_solutions_pass_where_the_tests_are_sound(
     task: ClassEvalTask, rows: list[dict[str, Any]]
 ) -> None:
