@@ -36,7 +36,7 @@ def _train(model_dir: Path, out: Path, learning_rate: float) -> list[float]:
     config = TrainConfig(
         num_agents=2,
         models=[str(model_dir)],
-        num_steps=12,
+        num_steps=24,  # 12 steps rose by only +0.09 on torch 2.13 / transformers 5.23
         batch_size=4,
         num_generations=4,
         max_new_tokens=16,
@@ -64,12 +64,12 @@ def test_magrpo_raises_the_joint_reward_of_two_stories260k_agents(
 ) -> None:
     torch.set_num_threads(1)
     rewards = _train(stories260k, tmp_path / "trained", learning_rate=2e-3)
-    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    first, last = sum(rewards[:6]) / 6, sum(rewards[-6:]) / 6
     assert last > first + 0.15, (
-        f"reward did not rise: first steps {rewards[:3]}, last steps {rewards[-3:]}"
+        f"reward did not rise: first steps {rewards[:6]}, last steps {rewards[-6:]}"
     )
 
     control = _train(stories260k, tmp_path / "control", learning_rate=1e-12)
-    c_first, c_last = sum(control[:3]) / 3, sum(control[-3:]) / 3
+    c_first, c_last = sum(control[:6]) / 6, sum(control[-6:]) / 6
     assert c_last < c_first + 0.15, f"the untrained control rose too: {control}"
-    assert last > c_last + 0.15, f"trained {rewards[-3:]} vs control {control[-3:]}"
+    assert last > c_last + 0.15, f"trained {rewards[-6:]} vs control {control[-6:]}"
