@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from comlrl.algos.cli import main, parse_args
 from comlrl.algos.config import ConfigError, TrainConfig
-from comlrl.algos.preflight import TaskInfo, check_task_fits, task_options
+from comlrl.algos.preflight import TaskInfo, check_model_names, check_task_fits, task_options
 
 
 def test_options_and_overrides_may_be_intermixed() -> None:
@@ -69,3 +70,11 @@ def test_task_options_come_from_the_constructor_signature() -> None:
     assert list(options) == ["path", "limit", "bonus"]
     info = TaskInfo("suite", "m:Suite", "A suite.", options, 2)
     assert info.signature() == "path, limit=None, bonus=0.1"
+
+
+def test_model_names_are_checked_without_loading(tmp_path: Path) -> None:
+    check_model_names(["builtin:stories260k", "Qwen/Qwen2.5-0.5B", str(tmp_path)])
+    with pytest.raises(ConfigError, match="'./no/such': no such directory"):
+        check_model_names(["builtin:stories260k", "./no/such"])
+    with pytest.raises(ConfigError, match="unknown built-in model 'builtin:qwen'"):
+        check_model_names(["builtin:qwen"])

@@ -73,7 +73,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def run_train(args: argparse.Namespace) -> int:
     """Validate the config, build agents and task, and train. Returns an exit code."""
     from comlrl.algos.config import ConfigError, load_config
-    from comlrl.algos.preflight import prepare_task
+    from comlrl.algos.preflight import check_model_names, prepare_task
     from comlrl.algos.reporting import check_report_to, summary_line
 
     overrides = list(args.overrides)
@@ -102,6 +102,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     try:  # everything that can be checked before the models load
         check_report_to(config.report_to)
+        check_model_names(config.models)
         task, examples = prepare_task(config)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)

@@ -35,6 +35,7 @@ __all__ = [
     "STORIES260K",
     "BUILTIN_MODELS",
     "builtin_model_path",
+    "looks_like_path",
     "build_default_tokenizer",
     "build_default_model",
     "load_model_and_tokenizer",
@@ -185,7 +186,7 @@ def _load_stories260k(torch_dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """True for names a Hub id can never be: absolute, ``./``, ``../``, ``~``, or deeper than
     ``namespace/name``."""
     return (
@@ -248,7 +249,7 @@ def load_model_and_tokenizer(
             f"unknown built-in model {name_or_path!r}; choose one of {sorted(BUILTIN_MODELS)}"
         )
     local = os.path.isdir(os.path.expanduser(name_or_path))
-    if not local and _looks_like_path(name_or_path):
+    if not local and looks_like_path(name_or_path):
         raise OSError(
             f"could not load model {name_or_path!r}: no such directory. Pass the folder that "
             "holds config.json and the weights (save_pretrained format), or a Hugging Face "

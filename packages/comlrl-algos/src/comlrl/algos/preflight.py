@@ -19,6 +19,7 @@ from comlrl.algos.config import ConfigError, TrainConfig
 
 __all__ = [
     "TaskInfo",
+    "check_model_names",
     "check_task_fits",
     "describe_tasks",
     "prepare_task",
@@ -115,6 +116,30 @@ def describe_tasks() -> list[TaskInfo]:
         except Exception as exc:  # a broken suite must not hide the others
             out.append(TaskInfo(ep.name, ep.value, f"(cannot import: {exc})", {}, None))
     return out
+
+
+def check_model_names(models: list[str]) -> None:
+    """Check the names that can be checked without loading: built-in names and local paths.
+
+    Raises:
+        ConfigError: an unknown ``builtin:`` name, or a path-like name (``/``, ``./``,
+            ``../``, ``~``, more than one ``/``) that is not a directory.
+    """
+    import os
+
+    from comlrl.algos.models import BUILTIN_MODELS, looks_like_path
+
+    for name in dict.fromkeys(models):
+        if name.startswith("builtin:") and name not in BUILTIN_MODELS:
+            raise ConfigError(
+                f"unknown built-in model {name!r}; choose one of {sorted(BUILTIN_MODELS)}"
+            )
+        if looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
+            raise ConfigError(
+                f"could not load model {name!r}: no such directory. Pass the folder that holds "
+                "config.json and the weights (save_pretrained format), or a Hugging Face Hub "
+                "id such as 'Qwen/Qwen2.5-0.5B'."
+            )
 
 
 def check_task_fits(config: TrainConfig, task: Any) -> None:
