@@ -1,27 +1,48 @@
-"""Test matrix for the CoMLRL monorepo.
+"""Test matrix, lint and type check for the CoMLRL monorepo.
 
 ``nox -s tests`` runs every package's tests in its own virtual environment holding only
 that package, its declared dependencies and the test tools, then the cross-package tests
-in ``tests/`` with all four packages installed. ``nox -s demo`` runs the built-in default
-experiment. torch is pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build.
+in ``tests/`` with all four packages installed:
+
+- the torch-free packages (``core``, ``envs``) on every Python in :data:`ALL_PYTHONS`
+  that is on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
+  skipped with a message. On Pythons other than :data:`TORCH_PYTHON` the tests marked
+  ``slow`` (sweeps over every reference solution of a data set, 1000 sandbox timeouts)
+  are left out to keep CI short; they run on :data:`TORCH_PYTHON`;
+- the torch packages (``kernels``, ``algos``) and ``integration`` on :data:`TORCH_PYTHON`,
+  the Python the pinned CPU torch wheel is installed for.
+
+``nox -s lint`` runs ``ruff check`` and ``ruff format --check`` over the repository;
+``nox -s typecheck`` runs mypy over the four packages' sources (settings in
+``pyproject.toml``). ``nox -s demo`` runs the built-in default experiment. torch is
+pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = False
 nox.options.default_venv_backend = "venv"
+# A Python that is not installed is skipped with nox's message, also under CI=true.
+nox.options.error_on_missing_interpreters = False
 
 ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
 TORCH_SPEC = os.environ.get("COMLRL_TORCH_SPEC", "torch==2.13.0")
+RUFF_SPEC = "ruff==0.17.6"
+MYPY_SPEC = "mypy==2.4.1"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+TORCH_PYTHON = "3.11"
+TORCH_FREE = ["core", "envs"]
 # Local sibling distributions each package needs (they are not on PyPI under these names).
 LOCAL_DEPS = {
     "core": [],
@@ -29,6 +50,43 @@ LOCAL_DEPS = {
     "envs": ["core"],
     "algos": ["core", "kernels"],
 }
+# Optional extras installed with a package for its tests (they test what the extras do).
+EXTRAS = {"algos": "[plot,tensorboard,wandb]"}
+NEEDS_TORCH = {"kernels", "algos"}
+
+
+def _runs(exe: str) -> bool:
+    """Whether ``exe --version`` works (pyenv's shims exist for versions that are not active)."""
+    try:
+        return subprocess.run([exe, "--version"], capture_output=True, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+def _find_pythons() -> list[str]:
+    """Put pyenv's interpreters for :data:`ALL_PYTHONS` on ``PATH`` where the plain
+    ``python3.X`` does not run; returns the versions that are still missing."""
+    versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    missing, found = [], []
+    for minor in ALL_PYTHONS:
+        if _runs(f"python{minor}"):
+            continue
+        candidates = sorted(
+            versions.glob(f"{minor}.*/bin/python{minor}"),
+            key=lambda p: [int(x) for x in re.findall(r"\d+", p.parent.parent.name)],
+        )
+        if candidates:
+            found.append(str(candidates[-1].parent))
+        else:
+            missing.append(minor)
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+    return missing
+
+
+MISSING_PYTHONS = _find_pythons()
+for _minor in MISSING_PYTHONS:
+    print(f"noxfile: Python {_minor} not found (PATH, pyenv); its test sessions are skipped")
 
 
 def _kernels_wheel(session: nox.Session) -> str:
@@ -47,40 +105,77 @@ def _kernels_wheel(session: nox.Session) -> str:
     return str(wheels[0])
 
 
-def _local(session: nox.Session, name: str) -> str:
-    return _kernels_wheel(session) if name == "kernels" else str(PACKAGES / f"comlrl-{name}")
+def _local(session: nox.Session, name: str, extras: str = "") -> str:
+    if name == "kernels":
+        return _kernels_wheel(session)
+    return f"{PACKAGES / f'comlrl-{name}'}{extras}"
 
 
-NEEDS_TORCH = {"kernels", "algos"}
-
-
-def _install(session: nox.Session, names: list[str]) -> None:
-    """Install the test tools, torch (pinned) only where a package needs it, then ``names``."""
+def _install(session: nox.Session, names: list[str], tested: str | None = None) -> None:
+    """Install the test tools, torch (pinned) only where a package needs it, then ``names``
+    (``tested`` with its :data:`EXTRAS`)."""
     pinned = [TORCH_SPEC] if NEEDS_TORCH.intersection(names) else []
     session.install(*pinned, *TEST_TOOLS)
-    session.install(*[_local(session, n) for n in names])
+    session.install(*[_local(session, n, EXTRAS.get(n, "") if n == tested else "") for n in names])
+
+
+MATRIX = [(py, pkg) for pkg in TORCH_FREE for py in ALL_PYTHONS] + [
+    (TORCH_PYTHON, pkg) for pkg in ("kernels", "algos", "integration")
+]
 
 
 @nox.session
-@nox.parametrize("package", ["core", "kernels", "envs", "algos", "integration"])
+@nox.parametrize(("python", "package"), MATRIX)
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests in a venv with only its declared dependencies."""
     if package == "integration":
-        _install(session, ["core", "kernels", "envs", "algos"])
+        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
         target = "tests"
     else:
-        _install(session, [*LOCAL_DEPS[package], package])
+        _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
+    quick = [] if session.python == TORCH_PYTHON else ["-m", "not slow"]
     session.run(
-        "python", "-m", "pytest", target, "-q", "-ra", "-p", "no:cacheprovider",
+        "python",
+        "-m",
+        "pytest",
+        target,
+        "-q",
+        "-ra",
+        "-p",
+        "no:cacheprovider",
+        *quick,
         *session.posargs,
         env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
     )
 
 
-@nox.session
+@nox.session(python=TORCH_PYTHON)
+def lint(session: nox.Session) -> None:
+    """``ruff check`` and ``ruff format --check`` over the repository (settings in pyproject.toml)."""
+    session.install(RUFF_SPEC)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=TORCH_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy over the four packages' sources and this file, with their dependencies installed."""
+    session.install(TORCH_SPEC, MYPY_SPEC, "nox")
+    session.install(*[_local(session, n) for n in ("core", "kernels", "envs", "algos")])
+    session.run(
+        "mypy",
+        "packages/comlrl-core/src",
+        "packages/comlrl-envs/src",
+        "packages/comlrl-kernels/src",
+        "packages/comlrl-algos/src",
+        "noxfile.py",
+    )
+
+
+@nox.session(python=TORCH_PYTHON)
 def demo(session: nox.Session) -> None:
     """Run the built-in default experiment (``comlrl train`` with no config)."""
-    _install(session, ["core", "kernels", "envs", "algos"])
+    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
     session.run("comlrl", "train", *session.posargs)

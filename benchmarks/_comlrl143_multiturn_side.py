@@ -101,16 +101,17 @@ def main() -> int:
     model_dirs = list(spec["model_dirs"])
     num_agents = len(model_dirs)
     if num_agents != 2:
-        raise SystemExit(f"the story task has 2 agents (beginning, ending); got {num_agents} "
-                         "model_dirs")
+        raise SystemExit(
+            f"the story task has 2 agents (beginning, ending); got {num_agents} model_dirs"
+        )
     b = int(spec["batch_size"])
     steps = int(spec["steps"])
     warmup = int(spec.get("warmup", 1))
     num_turns = int(spec.get("num_turns", 2))
     G = int(spec.get("num_generations", 4))
     joint_mode = str(spec.get("joint_mode", "aligned"))
-    joint_per_node = G ** num_agents if joint_mode == "cross" else G
-    nodes_per_prompt = sum(joint_per_node ** t for t in range(num_turns))
+    joint_per_node = G**num_agents if joint_mode == "cross" else G
+    nodes_per_prompt = sum(joint_per_node**t for t in range(num_turns))
     buffer_size = int(spec.get("rollout_buffer_size") or b * nodes_per_prompt)
     train_bs = int(spec.get("train_batch_size") or buffer_size)
 
@@ -119,7 +120,7 @@ def main() -> int:
     if len(examples) < need:
         raise SystemExit(f"{spec['examples_path']} has {len(examples)} examples; {need} needed")
     warm_items = examples[: warmup * b]
-    meas_items = examples[warmup * b: need]
+    meas_items = examples[warmup * b : need]
 
     state: dict[str, Any] = {"turn": 0, "turn_next": 2}  # turn of the node being built
 
@@ -178,19 +179,24 @@ def main() -> int:
     def reset_stats() -> None:
         stats.clear()
         stats.update(
-            generate_s=0.0, reward_s=0.0, update_s=0.0,
-            generate_s_turn=defaultdict(float), reward_s_turn=defaultdict(float),
+            generate_s=0.0,
+            reward_s=0.0,
+            update_s=0.0,
+            generate_s_turn=defaultdict(float),
+            reward_s_turn=defaultdict(float),
             update_s_turn=defaultdict(float),
-            generate_calls_turn=defaultdict(int), reward_calls_turn=defaultdict(int),
-            tokens_turn=defaultdict(int),        # completion tokens up to (not incl.) EOS
-            eos_turn=defaultdict(int),           # completions that ended with an EOS id
-            padded_tokens_turn=defaultdict(int), # rows * generated width (what generate ran)
+            generate_calls_turn=defaultdict(int),
+            reward_calls_turn=defaultdict(int),
+            tokens_turn=defaultdict(int),  # completion tokens up to (not incl.) EOS
+            eos_turn=defaultdict(int),  # completions that ended with an EOS id
+            padded_tokens_turn=defaultdict(int),  # rows * generated width (what generate ran)
             completions_turn=defaultdict(int),
-            rewards_turn=defaultdict(list),      # every joint reward, per turn
-            update_calls_turn=defaultdict(int), optimizer_steps=0,
+            rewards_turn=defaultdict(list),  # every joint reward, per turn
+            update_calls_turn=defaultdict(int),
+            optimizer_steps=0,
             node_samples_turn=defaultdict(int),
             prompt_tokens_turn=defaultdict(list),
-            updates=[],                          # per _update_from_samples call (agent 0)
+            updates=[],  # per _update_from_samples call (agent 0)
         )
 
     reset_stats()
@@ -218,7 +224,8 @@ def main() -> int:
         # Stopped on an EOS id (the generation config's; stories260k: [1, 2]) before the cap.
         # response_len counts up to the first pad, so it includes the EOS token itself.
         stats["eos_turn"][turn] += sum(
-            0 < n and int(row[n - 1]) in eos_ids for n, row in zip(lens, rows))
+            0 < n and int(row[n - 1]) in eos_ids for n, row in zip(lens, rows)
+        )
         stats["padded_tokens_turn"][turn] += width * len(rows)
         stats["completions_turn"][turn] += len(lens)
         stats["prompt_tokens_turn"][turn].append(int(out["prompt_input_ids"].shape[1]))
@@ -247,11 +254,14 @@ def main() -> int:
         stats["optimizer_steps"] += math.ceil(n / train_bs)
         stats["node_samples_turn"][turn] += n
         if agent_idx == 0:
-            stats["updates"].append({
-                "turn": turn, "node_samples": n,
-                "reward_mean": float(np.mean([s.node_mean_reward for s in samples])),
-                "return_mean": float(np.mean([s.node_mean_return for s in samples])),
-            })
+            stats["updates"].append(
+                {
+                    "turn": turn,
+                    "node_samples": n,
+                    "reward_mean": float(np.mean([s.node_mean_reward for s in samples])),
+                    "return_mean": float(np.mean([s.node_mean_return for s in samples])),
+                }
+            )
         return out
 
     # Their tree is built depth first and every child node's generate calls come right
@@ -259,6 +269,7 @@ def main() -> int:
     # (one prompt per turn played on the branch) gives the child's turn.
     orig_transition = trainer.external_transition
     if orig_transition is not None:
+
         def transition(**kw):
             # prompt_history_per_agent[i] holds one prompt per turn played on this branch.
             state["turn_next"] = len(kw["prompt_history_per_agent"][0]) + 1
@@ -345,11 +356,11 @@ def main() -> int:
             for t in turns
         },
         "eos_fraction_by_turn": {
-            f"turn_{t}": stats["eos_turn"][t] / max(1, stats["completions_turn"][t])
-            for t in turns
+            f"turn_{t}": stats["eos_turn"][t] / max(1, stats["completions_turn"][t]) for t in turns
         },
         "prompt_tokens_mean_by_turn": per_turn(
-            "prompt_tokens_turn", lambda v: float(np.mean(v)) if v else None),
+            "prompt_tokens_turn", lambda v: float(np.mean(v)) if v else None
+        ),
         "per_prompt": {  # tree shape actually built, per prompt (both agents together)
             "generate_calls_by_turn": per_turn("generate_calls_turn", lambda v: v / prompts),
             "joint_actions_by_turn": per_turn("reward_calls_turn", lambda v: v / prompts),
@@ -362,16 +373,24 @@ def main() -> int:
         "cpu_self_s": cpu_self,
         "cpu_s_per_prompt": cpu_self / prompts,
         "config": {
-            "num_agents": num_agents, "num_turns": num_turns, "num_generations": G,
-            "joint_mode": joint_mode, "nodes_per_prompt": nodes_per_prompt,
-            "rollout_buffer_size": buffer_size, "train_batch_size": train_bs,
-            "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
-            "top_p": cfg.top_p, "top_k": cfg.top_k,
+            "num_agents": num_agents,
+            "num_turns": num_turns,
+            "num_generations": G,
+            "joint_mode": joint_mode,
+            "nodes_per_prompt": nodes_per_prompt,
+            "rollout_buffer_size": buffer_size,
+            "train_batch_size": train_bs,
+            "max_new_tokens": cfg.max_new_tokens,
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "top_k": cfg.top_k,
             "learning_rate": cfg.agent_learning_rate,
             "early_termination_threshold": cfg.early_termination_threshold,
             "advantage_normalization": cfg.advantage_normalization,
-            "advantage_mode": cfg.advantage_mode, "discount": cfg.discount,
-            "warmup_steps": warmup, "seed": seed,
+            "advantage_mode": cfg.advantage_mode,
+            "discount": cfg.discount,
+            "warmup_steps": warmup,
+            "seed": seed,
         },
         "versions": {
             "python": platform.python_version(),
@@ -386,8 +405,20 @@ def main() -> int:
         "spec": spec,
     }
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in (
-        "prompts_per_s", "tokens_per_s", "stage_s_per_step", "reward_mean_by_turn")}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "prompts_per_s",
+                    "tokens_per_s",
+                    "stage_s_per_step",
+                    "reward_mean_by_turn",
+                )
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -156,8 +156,7 @@ def main() -> int:
     wall = time.perf_counter() - t0
     c1 = os.times()
     cpu_self = (c1.user - c0.user) + (c1.system - c0.system)
-    cpu_children = (c1.children_user - c0.children_user) + (
-        c1.children_system - c0.children_system)
+    cpu_children = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     task.close() if hasattr(task, "close") else None
 
     steps = int(spec["steps"])

@@ -89,12 +89,23 @@ REWARD_WEIGHTS: dict[str, float] = {
 SHARED_VOCAB_FULL_CREDIT = 0.25  # fraction of the ending's content words found in the beginning
 NGRAM = 4  # word n-gram size of the novelty (anti-copy) term
 
-NAMES = ("Lily", "Tim", "Sue", "Ben", "Mia", "Max", "Anna", "Tom", "Sara", "Jack", "Lucy",
-         "Sam")
+NAMES = ("Lily", "Tim", "Sue", "Ben", "Mia", "Max", "Anna", "Tom", "Sara", "Jack", "Lucy", "Sam")
 # Girls get "she", boys "he": the templates read naturally and the model's pronouns agree.
 GIRLS = frozenset({"Lily", "Sue", "Mia", "Anna", "Sara", "Lucy"})
-OBJECTS = ("ball", "kite", "doll", "hat", "book", "box", "cake", "boat", "car", "bird",
-           "dog", "cat")
+OBJECTS = (
+    "ball",
+    "kite",
+    "doll",
+    "hat",
+    "book",
+    "box",
+    "cake",
+    "boat",
+    "car",
+    "bird",
+    "dog",
+    "cat",
+)
 ADJECTIVES = ("red", "big", "shiny", "small", "blue", "soft", "green", "new")
 PLACES = ("park", "garden", "beach", "forest", "house", "school", "lake", "farm")
 
@@ -119,7 +130,9 @@ _STOP = frozenset(
 _WORD = re.compile(r"[a-z']+")
 
 
-def story_examples(n: int, seed: int, min_words: int = 20, max_words: int = 60) -> list[dict[str, Any]]:
+def story_examples(
+    n: int, seed: int, min_words: int = 20, max_words: int = 60
+) -> list[dict[str, Any]]:
     """Build ``n`` story examples from templates, deterministically from ``seed``.
 
     Each example is a plain JSON-serialisable dict:
@@ -144,18 +157,22 @@ def story_examples(n: int, seed: int, min_words: int = 20, max_words: int = 60) 
         place = rng.choice(PLACES)
         kind = "girl" if name in GIRLS else "boy"
         fields = {"name": name, "kind": kind, "place": place}
-        out.append({
-            "id": f"story/{seed}/{i}",
-            "name": name,
-            "object": obj,
-            "adjective": adj,
-            "place": place,
-            "prompt": f"A story about {name} and a {adj} {obj} at the {place}.",
-            "openers": [rng.choice(BEGINNING_OPENERS).format(**fields),
-                        rng.choice(ENDING_OPENERS).format(**fields)],
-            "min_words": min_words,
-            "max_words": max_words,
-        })
+        out.append(
+            {
+                "id": f"story/{seed}/{i}",
+                "name": name,
+                "object": obj,
+                "adjective": adj,
+                "place": place,
+                "prompt": f"A story about {name} and a {adj} {obj} at the {place}.",
+                "openers": [
+                    rng.choice(BEGINNING_OPENERS).format(**fields),
+                    rng.choice(ENDING_OPENERS).format(**fields),
+                ],
+                "min_words": min_words,
+                "max_words": max_words,
+            }
+        )
     return out
 
 
@@ -204,7 +221,7 @@ def _length_score(n: int, lo: int, hi: int) -> float:
 
 
 def _ngrams(words: Sequence[str], k: int) -> list[tuple[str, ...]]:
-    return [tuple(words[i:i + k]) for i in range(len(words) - k + 1)]
+    return [tuple(words[i : i + k]) for i in range(len(words) - k + 1)]
 
 
 def reward_parts(beginning: str, ending: str, example: dict[str, Any]) -> dict[str, float]:
@@ -239,8 +256,10 @@ def story_reward(beginnings: list[str], endings: list[str], example: dict[str, A
     Raises ``ValueError`` when the two lists differ in length.
     """
     if len(beginnings) != len(endings):
-        raise ValueError(f"{len(beginnings)} beginnings but {len(endings)} endings; "
-                         "pass one of each per joint action")
+        raise ValueError(
+            f"{len(beginnings)} beginnings but {len(endings)} endings; "
+            "pass one of each per joint action"
+        )
     out = []
     for b, e in zip(beginnings, endings):
         parts = reward_parts(b, e, example)
@@ -288,13 +307,15 @@ def transition(
     if len(agent_completions) != num_agents or len(prompt_history_per_agent) != num_agents:
         raise ValueError(
             f"expected {num_agents} completions and prompt histories, got "
-            f"{len(agent_completions)} and {len(prompt_history_per_agent)}")
-    labels = (["Beginning", "Ending"] if num_agents == 2
-              else [f"Part {i + 1}" for i in range(num_agents)])
+            f"{len(agent_completions)} and {len(prompt_history_per_agent)}"
+        )
+    labels = (
+        ["Beginning", "Ending"] if num_agents == 2 else [f"Part {i + 1}" for i in range(num_agents)]
+    )
     shown = "\n".join(f"{lab}: {_one_line(c)}" for lab, c in zip(labels, agent_completions))
     out = []
     for i in range(num_agents):
         first = prompt_history_per_agent[i][0] if prompt_history_per_agent[i] else prompt
-        opener = first[len(prompt):].lstrip("\n") if first.startswith(prompt) else first
+        opener = first[len(prompt) :].lstrip("\n") if first.startswith(prompt) else first
         out.append(f"{prompt}\n{shown}\n{REVISE_INSTRUCTION}\n{opener}".rstrip())
     return out

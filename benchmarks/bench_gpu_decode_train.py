@@ -34,16 +34,26 @@ def _tokenizer(vocab: int) -> Any:
     words = {f"w{i}": i for i in range(vocab)}
     tok = Tokenizer(models.WordLevel(words, unk_token="w1"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w0", pad_token="w0", unk_token="w1")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="w0", pad_token="w0", unk_token="w1"
+    )
 
 
 def qwen2_05b_shape(seed: int = 0) -> tuple[Any, Any]:
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
-        tie_word_embeddings=True, eos_token_id=0, pad_token_id=0, rope_theta=1e6,
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=0,
+        pad_token_id=0,
+        rope_theta=1e6,
     )
     torch.manual_seed(seed)
     with torch.device("cuda"):
@@ -65,7 +75,9 @@ def fast_vs_forward(model: Any, tok: Any) -> dict[str, Any]:
 
     agent = HFAgent(model, tok, eos_token_ids=[0])
     agent.seed(0)
-    samples = agent.sample(_prompts(4, 32, 151936, 1), SamplingParams(num_generations=2, max_new_tokens=16))
+    samples = agent.sample(
+        _prompts(4, 32, 151936, 1), SamplingParams(num_generations=2, max_new_tokens=16)
+    )
     batch = samples.batch
     with torch.no_grad():
         from comlrl.algos.logprobs import completion_logprobs
@@ -76,14 +88,21 @@ def fast_vs_forward(model: Any, tok: Any) -> dict[str, Any]:
     return {"fast_decode_status": agent.fast_decode_status, "max_abs_logprob_diff_vs_forward": diff}
 
 
-def decode_speed(model: Any, tok: Any, prompts: int, g: int, new_tokens: int, prompt_len: int) -> dict[str, Any]:
+def decode_speed(
+    model: Any, tok: Any, prompts: int, g: int, new_tokens: int, prompt_len: int
+) -> dict[str, Any]:
     from comlrl.algos import HFAgent
     from comlrl.core import SamplingParams
 
     params = SamplingParams(num_generations=g, max_new_tokens=new_tokens)
     texts = _prompts(prompts, prompt_len, 151936, 2)
     never = [151935 + 7]  # no EOS: every row decodes new_tokens tokens on every side
-    out: dict[str, Any] = {"prompts": prompts, "G": g, "new_tokens": new_tokens, "prompt_len": prompt_len}
+    out: dict[str, Any] = {
+        "prompts": prompts,
+        "G": g,
+        "new_tokens": new_tokens,
+        "prompt_len": prompt_len,
+    }
     for name, fast in (("ours_fast", True), ("ours_forward", False)):
         agent = HFAgent(model, tok, eos_token_ids=never, fast_decode=fast)
         agent.seed(0)
@@ -94,10 +113,20 @@ def decode_speed(model: Any, tok: Any, prompts: int, g: int, new_tokens: int, pr
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         n = int(s.batch.completion_mask.sum())
-        out[name] = {"s": dt, "tokens": n, "tokens_per_s": n / dt, "status": agent.fast_decode_status}
+        out[name] = {
+            "s": dt,
+            "tokens": n,
+            "tokens_per_s": n / dt,
+            "status": agent.fast_decode_status,
+        }
     enc = tok(texts, return_tensors="pt", padding=True).to("cuda")
-    kw = dict(do_sample=True, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-              num_return_sequences=g, pad_token_id=0)
+    kw = dict(
+        do_sample=True,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        num_return_sequences=g,
+        pad_token_id=0,
+    )
     model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kw)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -109,7 +138,9 @@ def decode_speed(model: Any, tok: Any, prompts: int, g: int, new_tokens: int, pr
     return out
 
 
-def train_speed(name: str, agents_fn: Any, steps: int, batch: int, g: int, new_tokens: int) -> dict[str, Any]:
+def train_speed(
+    name: str, agents_fn: Any, steps: int, batch: int, g: int, new_tokens: int
+) -> dict[str, Any]:
     import tempfile
 
     from comlrl.algos import MultiAgentTrainer, TrainConfig
@@ -119,11 +150,20 @@ def train_speed(name: str, agents_fn: Any, steps: int, batch: int, g: int, new_t
 
     data = [{"id": i, "text": t} for i, t in enumerate(_prompts(64, 24, 500, 3))]
     agents = agents_fn()
-    cfg = TrainConfig(num_steps=steps, batch_size=batch, num_generations=g, max_new_tokens=new_tokens,
-                      learning_rate=1e-5, device="cuda", output_dir=tempfile.mkdtemp(), progress=False,
-                      log_samples=0)
-    trainer = MultiAgentTrainer(agents, cfg, dataset=data, reward_func=reward,
-                                formatters=[lambda ex: ex["text"]] * 2)
+    cfg = TrainConfig(
+        num_steps=steps,
+        batch_size=batch,
+        num_generations=g,
+        max_new_tokens=new_tokens,
+        learning_rate=1e-5,
+        device="cuda",
+        output_dir=tempfile.mkdtemp(),
+        progress=False,
+        log_samples=0,
+    )
+    trainer = MultiAgentTrainer(
+        agents, cfg, dataset=data, reward_func=reward, formatters=[lambda ex: ex["text"]] * 2
+    )
     trainer.train_step()  # warm-up
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -133,11 +173,18 @@ def train_speed(name: str, agents_fn: Any, steps: int, batch: int, g: int, new_t
     dt = time.perf_counter() - t0
     trainer.run.close()
     return {
-        "model": name, "steps": steps, "batch_size": batch, "G": g, "max_new_tokens": new_tokens,
-        "steps_per_s": steps / dt, "prompts_per_s": steps * batch / dt,
+        "model": name,
+        "steps": steps,
+        "batch_size": batch,
+        "G": g,
+        "max_new_tokens": new_tokens,
+        "steps_per_s": steps / dt,
+        "prompts_per_s": steps * batch / dt,
         "tokens_per_s": sum(r["num_tokens"] for r in rows) / dt,
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "stage_s": {k: sum(r[f"time/{k}_s"] for r in rows) / steps for k in ("generate", "reward", "update")},
+        "stage_s": {
+            k: sum(r[f"time/{k}_s"] for r in rows) / steps for k in ("generate", "reward", "update")
+        },
     }
 
 
@@ -148,8 +195,11 @@ def main() -> None:
     args = p.parse_args()
     from comlrl.algos import HFAgent, load_model_and_tokenizer
 
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     result: dict[str, Any] = {"device": smi, "torch": torch.__version__, "cuda": torch.version.cuda}
     model, tok = qwen2_05b_shape()
     result["fast_vs_forward_bf16"] = fast_vs_forward(model, tok)
@@ -159,13 +209,22 @@ def main() -> None:
     del model
     torch.cuda.empty_cache()
     runs = []
-    runs.append(train_speed(
-        "qwen2-0.5b-shape (random, bf16)",
-        lambda: [HFAgent(*qwen2_05b_shape(seed=i), eos_token_ids=[0], name=f"agent_{i}") for i in range(2)],
-        steps=3, batch=4, g=4, new_tokens=64,
-    ))
+    runs.append(
+        train_speed(
+            "qwen2-0.5b-shape (random, bf16)",
+            lambda: [
+                HFAgent(*qwen2_05b_shape(seed=i), eos_token_ids=[0], name=f"agent_{i}")
+                for i in range(2)
+            ],
+            steps=3,
+            batch=4,
+            g=4,
+            new_tokens=64,
+        )
+    )
     print(runs[-1], flush=True)
     if args.stories260k:
+
         def stories() -> list[Any]:
             out = []
             for i in range(2):
@@ -173,7 +232,9 @@ def main() -> None:
                 out.append(HFAgent(m.cuda(), t, name=f"agent_{i}"))
             return out
 
-        runs.append(train_speed("stories260k (fp32)", stories, steps=5, batch=8, g=4, new_tokens=64))
+        runs.append(
+            train_speed("stories260k (fp32)", stories, steps=5, batch=8, g=4, new_tokens=64)
+        )
         print(runs[-1], flush=True)
     result["train"] = runs
     if args.out:

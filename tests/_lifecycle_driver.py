@@ -59,7 +59,11 @@ def main() -> int:
         original_save = torch.save
 
         def save(obj: Any, f: Any, *a: Any, **kw: Any) -> Any:
-            if str(f).endswith(ckpt.STATE_FILE) and isinstance(obj, dict) and obj.get("step") == step + 1:
+            if (
+                str(f).endswith(ckpt.STATE_FILE)
+                and isinstance(obj, dict)
+                and obj.get("step") == step + 1
+            ):
                 _pause(where, step + 1)
             return original_save(obj, f, *a, **kw)
 

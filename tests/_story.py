@@ -24,8 +24,12 @@ from comlrl.core import Feedback, JointAction, RewardBatch, Task
 
 NAMES = ["Lily", "Tim", "Sue", "Ben", "Anna", "Max", "Mia", "Sam"]
 THINGS = ["ball", "cat", "dog", "kite", "box", "car", "tree", "cake"]
-STARTS = ["Once upon a time, there was a {kind} named {name}.", "One day, {name} found a big {thing}.",
-          "{name} liked to play with a {thing}.", "There was a little {kind} called {name}."]
+STARTS = [
+    "Once upon a time, there was a {kind} named {name}.",
+    "One day, {name} found a big {thing}.",
+    "{name} liked to play with a {thing}.",
+    "There was a little {kind} called {name}.",
+]
 
 
 def story_examples(n: int = 128, seed: int = 0) -> list[dict[str, Any]]:
@@ -35,7 +39,13 @@ def story_examples(n: int = 128, seed: int = 0) -> list[dict[str, Any]]:
     for i in range(n):
         name, thing = rng.choice(NAMES), rng.choice(THINGS)
         kind = "girl" if name in ("Lily", "Sue", "Anna", "Mia") else "boy"
-        out.append({"id": i, "hero": name, "opening": rng.choice(STARTS).format(kind=kind, name=name, thing=thing)})
+        out.append(
+            {
+                "id": i,
+                "hero": name,
+                "opening": rng.choice(STARTS).format(kind=kind, name=name, thing=thing),
+            }
+        )
     return out
 
 
@@ -43,12 +53,16 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 
-def story_reward(c1: Sequence[str], c2: Sequence[str], *, example: Mapping[str, Any]) -> list[float]:
+def story_reward(
+    c1: Sequence[str], c2: Sequence[str], *, example: Mapping[str, Any]
+) -> list[float]:
     """The joint reward above, one float per joint action."""
     out = []
     for a, b in zip(c1, c2, strict=True):
         r = 0.5 * (example["hero"] in a) + 0.5 * (example["hero"] in b)
-        r += 0.25 * a.rstrip().endswith((".", "!", "?")) + 0.25 * b.rstrip().endswith((".", "!", "?"))
+        r += 0.25 * a.rstrip().endswith((".", "!", "?")) + 0.25 * b.rstrip().endswith(
+            (".", "!", "?")
+        )
         wa, wb = _words(a), _words(b)
         jaccard = len(wa & wb) / max(1, len(wa | wb))
         r += 0.5 * (0.2 <= jaccard <= 0.6)
@@ -72,13 +86,21 @@ class CoopStoryTask(Task):
             return [example["opening"], example["opening"]]
         return [example["opening"] + " " + history[-1].texts[a] for a in range(2)]
 
-    def reward(self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]) -> RewardBatch:
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
         rewards = []
         for a, b, ex in zip(completions[0], completions[1], examples, strict=True):
             rewards.extend(story_reward([a], [b], example=ex))
         return RewardBatch(rewards)
 
-    def feedback(self, example: Mapping[str, Any], joint_action: JointAction, info: Mapping[str, Any], turn: int) -> Feedback:
+    def feedback(
+        self,
+        example: Mapping[str, Any],
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> Feedback:
         texts = []
         for a in range(2):
             own = joint_action.completions[a].strip()

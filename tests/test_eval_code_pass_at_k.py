@@ -27,7 +27,9 @@ class ScriptedAgent:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         return [
             [
-                Completion(t, token_ids=self.tokenizer(t)["input_ids"] + [self.tokenizer.eos_token_id])
+                Completion(
+                    t, token_ids=self.tokenizer(t)["input_ids"] + [self.tokenizer.eos_token_id]
+                )
                 for t in (self.texts(p, g) for g in range(params.num_generations))
             ]
             for p in prompts
@@ -52,11 +54,18 @@ def test_pass_at_k_counts_first_turn_samples_and_solves_after_feedback() -> None
         return solution
 
     tok = build_default_tokenizer()
-    agents = [ScriptedAgent(tok, lambda p, g: "x):\n    return x\n"), ScriptedAgent(tok, main_texts)]
+    agents = [
+        ScriptedAgent(tok, lambda p, g: "x):\n    return x\n"),
+        ScriptedAgent(tok, main_texts),
+    ]
     try:
         row, rollouts = evaluate(
-            agents, TaskEnvironment(task), problems, eval_sampling(2, 64, greedy=False),
-            TreeSettings(num_turns=2), batch_size=2,
+            agents,
+            TaskEnvironment(task),
+            problems,
+            eval_sampling(2, 64, greedy=False),
+            TreeSettings(num_turns=2),
+            batch_size=2,
         )
     finally:
         task.close()
@@ -65,5 +74,7 @@ def test_pass_at_k_counts_first_turn_samples_and_solves_after_feedback() -> None
     assert row["num_problems"] == 2.0
     assert row["pass@1"] == pytest.approx(0.5) and row["pass@2"] == pytest.approx(1.0)
     assert row["pass@1/final"] == pytest.approx(1.0) and row["solved_rate"] == pytest.approx(1.0)
-    assert row["turn_0/pass_rate"] == pytest.approx(0.5) and row["turn_1/pass_rate"] == pytest.approx(1.0)
+    assert row["turn_0/pass_rate"] == pytest.approx(0.5) and row[
+        "turn_1/pass_rate"
+    ] == pytest.approx(1.0)
     assert row["turn_1/num_nodes"] == 2.0  # only the failed joint actions got feedback

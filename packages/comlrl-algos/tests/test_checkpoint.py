@@ -36,14 +36,26 @@ def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
 def _trainer(tok, out: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
     """Two tiny agents; 5 examples in batches of 2, so epochs straddle steps."""
     settings = dict(
-        num_steps=4, batch_size=2, num_generations=3, max_new_tokens=8, learning_rate=1e-2,
-        output_dir=str(out), progress=False, parallel_agents=False, seed=5,
+        num_steps=4,
+        batch_size=2,
+        num_generations=3,
+        max_new_tokens=8,
+        learning_rate=1e-2,
+        output_dir=str(out),
+        progress=False,
+        parallel_agents=False,
+        seed=5,
     )
     cfg = TrainConfig(**{**settings, **overrides})
     torch.manual_seed(0)
-    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
+    agents = [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
     return MultiAgentTrainer(
-        agents, cfg, dataset=DATA, reward_func=_length_reward,
+        agents,
+        cfg,
+        dataset=DATA,
+        reward_func=_length_reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
     )
 
@@ -67,15 +79,26 @@ def test_a_resumed_trainer_continues_bit_for_bit(tiny_tokenizer, tmp_path: Path)
     resumed = _trainer(tiny_tokenizer, copy, save_every=2)
     resumed.run.data.next_batch(3)
     assert resumed.resume(copy / "checkpoints" / "step-000002") == 2
-    assert [r["step"] for r in _rows(copy / "metrics.jsonl")] == [1, 2], "rows after the checkpoint go"
+    assert [r["step"] for r in _rows(copy / "metrics.jsonl")] == [1, 2], (
+        "rows after the checkpoint go"
+    )
     got = resumed.train()
     assert [r["step"] for r in got] == [3, 4]
     for g, w in zip(got, want[2:], strict=True):
-        for key in ("reward_mean", "reward_std", "loss/agent_0", "loss/agent_1", "grad_norm/agent_1",
-                    "completion_len_mean/agent_0", "advantage_std/agent_1"):
+        for key in (
+            "reward_mean",
+            "reward_std",
+            "loss/agent_0",
+            "loss/agent_1",
+            "grad_norm/agent_1",
+            "completion_len_mean/agent_0",
+            "advantage_std/agent_1",
+        ):
             assert g[key] == w[key], (g["step"], key, g[key], w[key])
     a = torch.load(copy / "checkpoints" / "step-000004" / ckpt.STATE_FILE, weights_only=True)
-    b = torch.load(tmp_path / "full" / "checkpoints" / "step-000004" / ckpt.STATE_FILE, weights_only=True)
+    b = torch.load(
+        tmp_path / "full" / "checkpoints" / "step-000004" / ckpt.STATE_FILE, weights_only=True
+    )
     assert a["data"] == b["data"] and a["rng"]["run"] == b["rng"]["run"]
     for x, y in zip(a["rng"]["agents"], b["rng"]["agents"], strict=True):
         assert torch.equal(x, y)
@@ -92,16 +115,27 @@ def test_resume_without_the_optimizer_state_would_differ(tiny_tokenizer, tmp_pat
     for i, agent in enumerate(fresh.agents):
         ckpt.load_agent_weights(agent.model, saved / f"agent_{i}")
     fresh.run.step = ckpt.restore_state(
-        state, optimizers=fresh.optimizers, data=fresh.run.data, rng=fresh.run.rng,
+        state,
+        optimizers=fresh.optimizers,
+        data=fresh.run.data,
+        rng=fresh.run.rng,
         generators=[a.generator for a in fresh.agents],
     )
     row3, row4 = fresh.train_step(), fresh.train_step()
     fresh.run.close()
-    assert row3["reward_mean"] == want[2]["reward_mean"] and row3["loss/agent_0"] == want[2]["loss/agent_0"]
-    assert (row4["loss/agent_0"], row4["loss/agent_1"]) != (want[3]["loss/agent_0"], want[3]["loss/agent_1"])
+    assert (
+        row3["reward_mean"] == want[2]["reward_mean"]
+        and row3["loss/agent_0"] == want[2]["loss/agent_0"]
+    )
+    assert (row4["loss/agent_0"], row4["loss/agent_1"]) != (
+        want[3]["loss/agent_0"],
+        want[3]["loss/agent_1"],
+    )
 
 
-def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(tiny_tokenizer, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(
+    tiny_tokenizer, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     trainer = _trainer(tiny_tokenizer, tmp_path / "run")
     trainer.train_step()
 
@@ -121,7 +155,9 @@ def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(tiny_tokenizer, t
     trainer.run.close()
 
 
-def test_keep_last_prunes_old_step_checkpoints_but_never_final(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_keep_last_prunes_old_step_checkpoints_but_never_final(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     _trainer(tiny_tokenizer, tmp_path / "run", save_every=1, keep_last=2).train()
     steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")]
     assert steps == [3, 4]
@@ -139,7 +175,9 @@ def test_prune_spares_the_folder_just_written(tmp_path: Path) -> None:
     deleted = ckpt.prune_checkpoints(tmp_path, 1, keep=ckpt.step_checkpoint_path(tmp_path, 2))
     assert [p.name for p in deleted] == ["step-000001"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        ".step-000004.tmp-1", "step-000002", "step-000003",
+        ".step-000004.tmp-1",
+        "step-000002",
+        "step-000003",
     ]
     with pytest.raises(ValueError, match="keep_last must be >= 1, got 0"):
         ckpt.prune_checkpoints(tmp_path, 0)
@@ -157,7 +195,9 @@ def test_data_stream_state_round_trips_mid_epoch() -> None:
 
 def test_truncate_jsonl_drops_later_rows_and_a_torn_last_line(tmp_path: Path) -> None:
     log = tmp_path / "metrics.jsonl"
-    log.write_text('{"step": 1}\n{"step": 2, "x": 1}\n{"other": true}\n{"step": 3}\n{"step": 4, "x"')
+    log.write_text(
+        '{"step": 1}\n{"step": 2, "x": 1}\n{"other": true}\n{"step": 3}\n{"step": 4, "x"'
+    )
     assert truncate_jsonl(log, 2) == 2  # step 3 and the torn line
     assert log.read_text() == '{"step": 1}\n{"step": 2, "x": 1}\n{"other": true}\n'
     assert truncate_jsonl(log, 2) == 0 and truncate_jsonl(tmp_path / "missing.jsonl", 1) == 0
@@ -169,10 +209,14 @@ def test_truncate_jsonl_drops_later_rows_and_a_torn_last_line(tmp_path: Path) ->
 def test_resume_allows_only_settings_that_do_not_change_the_steps(tmp_path: Path) -> None:
     import yaml
 
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TrainConfig(output_dir="/elsewhere").model_dump()))
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(TrainConfig(output_dir="/elsewhere").model_dump())
+    )
     cfg = resume_config(tmp_path, ["num_steps=50", "eval_every=5", "keep_last=3"])
     assert (cfg.num_steps, cfg.eval_every, cfg.output_dir) == (50, 5, str(tmp_path))
-    with pytest.raises(ConfigError, match=r"cannot change learning_rate \(run: 1e-05, asked: 0.1\)"):
+    with pytest.raises(
+        ConfigError, match=r"cannot change learning_rate \(run: 1e-05, asked: 0.1\)"
+    ):
         resume_config(tmp_path, ["learning_rate=0.1", "num_steps=50"])
     with pytest.raises(ConfigError, match="task"):
         resume_config(tmp_path, ["task.kwargs.limit=3"])

@@ -31,7 +31,11 @@ def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
     return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2)]
 
 
-@given(st.integers(1, 30).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+@given(
+    st.integers(1, 30).flatmap(
+        lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))
+    )
+)
 def test_pass_at_k_is_the_exact_combinatorial_estimator(nck: tuple[int, int, int]) -> None:
     """Chen et al. 2021 eq. 1 written with binomials (exact in fractions) vs. the product form."""
     n, c, k = nck
@@ -59,22 +63,33 @@ def test_pass_at_k_edges_and_bad_arguments() -> None:
         ({}, None),
     ],
 )
-def test_a_joint_action_passes_only_when_its_verdict_says_all_tests_passed(info: dict, passed: bool | None) -> None:
+def test_a_joint_action_passes_only_when_its_verdict_says_all_tests_passed(
+    info: dict, passed: bool | None
+) -> None:
     assert joint_action_passed(info) is passed
 
 
-def _turn(t: int, passed: list[list[bool]], child: list[list[int]], example_index: list[int]) -> TurnRollout:
+def _turn(
+    t: int, passed: list[list[bool]], child: list[list[int]], example_index: list[int]
+) -> TurnRollout:
     n, k = len(passed), len(passed[0])
     batch = PolicyBatch(
-        torch.zeros(n * k, 2, dtype=torch.long), torch.ones(n * k, 2, dtype=torch.long),
-        torch.ones(n * k, 1, dtype=torch.bool), torch.zeros(n * k, 1), group_size=k,
+        torch.zeros(n * k, 2, dtype=torch.long),
+        torch.ones(n * k, 2, dtype=torch.long),
+        torch.ones(n * k, 1, dtype=torch.bool),
+        torch.zeros(n * k, 1),
+        group_size=k,
     )
     samples = AgentSamples(("p",) * n, (), batch)
     return TurnRollout(
-        turn=t, example_index=torch.tensor(example_index), parent=torch.full((n,), -1),
-        agents=(samples, samples), joint_index=torch.tensor([[j, j] for j in range(k)]),
+        turn=t,
+        example_index=torch.tensor(example_index),
+        parent=torch.full((n,), -1),
+        agents=(samples, samples),
+        joint_index=torch.tensor([[j, j] for j in range(k)]),
         rewards=torch.tensor([[float(p) for p in row] for row in passed]),
-        terminal=torch.tensor([[c < 0 for c in row] for row in child]), child=torch.tensor(child),
+        terminal=torch.tensor([[c < 0 for c in row] for row in child]),
+        child=torch.tensor(child),
         returns=torch.zeros(n, k),
         infos=tuple({"status": "passed" if p else "failed"} for row in passed for p in row),
     )
@@ -92,7 +107,9 @@ def test_multi_turn_summary_credits_a_problem_solved_after_feedback() -> None:
     assert row["pass@1/final"] == pytest.approx((2 / 2 + 1 / 2) / 2)
     assert row["pass@2/final"] == pytest.approx(1.0)
     assert row["solved_rate"] == pytest.approx(1.0)
-    assert row["turn_0/pass_rate"] == pytest.approx(1 / 4) and row["turn_1/pass_rate"] == pytest.approx(2 / 6)
+    assert row["turn_0/pass_rate"] == pytest.approx(1 / 4) and row[
+        "turn_1/pass_rate"
+    ] == pytest.approx(2 / 6)
     assert row["turn_0/reward_mean"] == pytest.approx(1 / 4) and row["turn_1/num_nodes"] == 3.0
 
 
@@ -113,7 +130,9 @@ def test_greedy_evaluation_refuses_k_samples() -> None:
 
 
 def _agents(tok) -> list[HFAgent]:  # type: ignore[no-untyped-def]
-    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
+    agents = [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
     for i, a in enumerate(agents):
         a.seed(100 + i)
     return agents
@@ -121,7 +140,9 @@ def _agents(tok) -> list[HFAgent]:  # type: ignore[no-untyped-def]
 
 def test_evaluation_repeats_and_leaves_the_training_streams_alone(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
     agents = _agents(tiny_tokenizer)
-    env = CallbackEnvironment([lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"], _length_reward)
+    env = CallbackEnvironment(
+        [lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"], _length_reward
+    )
     before = [a.generator.get_state() for a in agents]  # type: ignore[union-attr]
     global_before = torch.get_rng_state()
     sampled = eval_sampling(3, 8, greedy=False)
@@ -131,18 +152,32 @@ def test_evaluation_repeats_and_leaves_the_training_streams_alone(tiny_tokenizer
     assert torch.equal(torch.get_rng_state(), global_before)
     assert rows[0]["reward_mean"] == rows[1]["reward_mean"] != rows[2]["reward_mean"]
     assert rows[0]["num_problems"] == 3.0 and "pass@1" not in rows[0]
-    greedy = [evaluate(agents, env, DATA[:3], eval_sampling(1, 8, greedy=True), seed=s)[1] for s in (0, 1)]
+    greedy = [
+        evaluate(agents, env, DATA[:3], eval_sampling(1, 8, greedy=True), seed=s)[1] for s in (0, 1)
+    ]
     assert greedy[0][0].turns[0].agents[1].texts() == greedy[1][0].turns[0].agents[1].texts()
 
 
-def test_evaluating_during_training_does_not_change_the_training_rows(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_evaluating_during_training_does_not_change_the_training_rows(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     def run(name: str, **overrides: object) -> list[dict[str, float]]:
         cfg = TrainConfig(
-            num_steps=3, batch_size=2, num_generations=3, max_new_tokens=8, learning_rate=1e-2,
-            output_dir=str(tmp_path / name), progress=False, parallel_agents=False, **overrides,
+            num_steps=3,
+            batch_size=2,
+            num_generations=3,
+            max_new_tokens=8,
+            learning_rate=1e-2,
+            output_dir=str(tmp_path / name),
+            progress=False,
+            parallel_agents=False,
+            **overrides,
         )
         trainer = MultiAgentTrainer(
-            _agents(tiny_tokenizer), cfg, dataset=DATA, reward_func=_length_reward,
+            _agents(tiny_tokenizer),
+            cfg,
+            dataset=DATA,
+            reward_func=_length_reward,
             formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"],
             eval_dataset=DATA[3:] if overrides else None,
         )
@@ -161,6 +196,9 @@ def test_evaluation_needs_an_evaluation_set(tiny_tokenizer, tmp_path: Path) -> N
     cfg = TrainConfig(num_steps=1, eval_every=1, output_dir=str(tmp_path), progress=False)
     with pytest.raises(ConfigError, match="eval_every=1 but no evaluation set"):
         MultiAgentTrainer(
-            _agents(tiny_tokenizer), cfg, dataset=DATA, reward_func=_length_reward,
+            _agents(tiny_tokenizer),
+            cfg,
+            dataset=DATA,
+            reward_func=_length_reward,
             formatters=[lambda ex: ex["text"], lambda ex: ex["text"]],
         )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from comlrl.core import RewardBatch, RewardFunctionError, as_joint_reward, check_rewards
@@ -86,3 +87,40 @@ def test_reward_batch_requires_one_info_per_reward() -> None:
 def test_check_rewards_keeps_finite_values_exactly(values: list[float]) -> None:
     comps = [["x"] * len(values)]
     assert check_rewards(values, comps, [{}] * len(values)) == values
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("1.0", "(str) for joint action #1, which is not a number; return a number, not text"),
+        (True, "(bool) for joint action #1, which is not a number; return 1.0 / 0.0"),
+        (None, "(NoneType) for joint action #1, which is not a number"),
+        (b"1", "(bytes) for joint action #1"),
+    ],
+)
+def test_strings_bools_and_none_are_not_numbers(bad: object, needle: str) -> None:
+    with pytest.raises(RewardFunctionError, match=re.escape(needle)) as info:
+        check_rewards([0.5, bad], [["a", "b"], ["c", "d"]], [{"i": 0}, {"i": 1}])  # type: ignore[list-item]
+    assert info.value.completions == ("b", "d") and info.value.index == 1
+
+
+def test_number_like_values_are_accepted() -> None:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert check_rewards([1, Fraction(1, 2), Decimal("0.25")], [["a", "b", "c"]], [{}] * 3) == [
+        1.0,
+        0.5,
+        0.25,
+    ]
+
+
+@pytest.mark.parametrize("returned", [None, "0.5", 7j])
+def test_a_reward_function_returning_no_list_is_reported_with_the_sample(returned: object) -> None:
+    def reward(c1, c2):  # type: ignore[no-untyped-def]
+        return returned
+
+    with pytest.raises(RewardFunctionError, match="instead of a list of 2 floats") as info:
+        as_joint_reward(reward)([["x", "y"], ["z", "w"]], [{"task_id": "T/1"}] * 2)
+    assert info.value.completions == ("x", "z")
+    assert "T/1" in str(info.value)

@@ -26,6 +26,7 @@ def _run(
     return verdicts, time.perf_counter() - start
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["fork", "exec"])
 def test_all_164_canonical_solutions_pass_every_unit(
     humaneval_rows: list[dict[str, Any]], executor: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,10 @@ KNOWN_UNSOUND = {
     "ClassEval_58": "the reference places mines at random cells that can collide, while the "
     "test expects exactly k distinct mines (fails in about 1 of 9 runs of the 3x3, k=2 case)",
 }
+if sys.version_info >= (3, 12):
+    # Python 3.12's sum() of floats is compensated (Neumaier), so the last digit changes
+    # and an exact float comparison fails (0.9819805060619655 != ...659).
+    KNOWN_UNSOUND["ClassEval_31"] = "exact float equality against a pre-3.12 sum()"
 # References that may run past the per-test time budget on a loaded 2-core machine.
 SLOW = {"ClassEval_35": "EightPuzzle.solve searches for a long time"}
 
@@ -59,6 +64,7 @@ def test_splits(task: ClassEvalTask, rows: list[dict[str, Any]]) -> None:
     assert len({r["task_id"] for r in rows}) == 100
 
 
+@pytest.mark.slow
 def test_reference_solutions_pass_where_the_tests_are_sound(
     task: ClassEvalTask, rows: list[dict[str, Any]]
 ) -> None:

@@ -6,6 +6,7 @@ import pytest
 from comlrl.core import get_task
 from comlrl.envs import CoopStoryTask
 from comlrl.envs.writing import story_reward, story_seeds
+from comlrl.envs.writing.story import DEFAULT_WEIGHTS, check_weights
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -37,14 +38,14 @@ def test_hand_checked_good_story() -> None:
     part1 = "Lily took her ball to the park. She threw the ball high and her dog ran after it."
     part2 = "Lily and the dog were tired. They sat under a tree in the park and ate a red apple."
     reward, info = story_reward(part1, part2, KW, min_words=10, max_words=40)
-    parts = info["reward_parts"]
+    parts, scores = info["reward_parts"], info["scores"]
     assert info["keywords_found"] == [KW, ["lily", "park"]]
-    assert parts["keywords1"] == pytest.approx(0.2)
-    assert parts["keywords2"] == pytest.approx(0.2 * 2 / 3)
-    assert parts["length1"] == parts["length2"] == pytest.approx(0.1)
+    assert scores["keywords1"] == pytest.approx(1.0) and parts["keywords1"] == pytest.approx(0.3)
+    assert scores["keywords2"] == pytest.approx(2 / 3) and parts["keywords2"] == pytest.approx(0.2)
+    assert parts["length1"] == parts["length2"] == pytest.approx(0.05)
     assert 0.1 <= info["jaccard"] <= 0.5 and parts["shared_vocabulary"] == pytest.approx(0.2)
-    assert parts["no_repetition"] == pytest.approx(0.2)  # no repeated trigram
-    assert reward == pytest.approx(1.0 - 0.2 / 3, abs=1e-6)
+    assert parts["no_repetition"] == pytest.approx(0.1)  # no repeated trigram
+    assert reward == pytest.approx(1.0 - 0.3 / 3, abs=1e-6)
 
 
 def test_repetition_and_copying_are_penalised() -> None:
@@ -75,3 +76,44 @@ def test_task_reward_batch_and_errors() -> None:
         t.reward([["a"], ["b", "c"]], [ex])
     with pytest.raises(ValueError, match="min_words"):
         CoopStoryTask(min_words=50, max_words=10)
+
+
+def test_default_weights_add_up_to_one_and_favour_the_keywords() -> None:
+    assert sum(DEFAULT_WEIGHTS.values()) == pytest.approx(1.0)
+    # The parts the pretrained model already satisfies (length, no loops) weigh least.
+    assert DEFAULT_WEIGHTS["keywords1"] + DEFAULT_WEIGHTS["keywords2"] >= 0.5
+    assert DEFAULT_WEIGHTS["length1"] + DEFAULT_WEIGHTS["length2"] <= 0.1
+
+
+def test_one_more_keyword_is_worth_its_weight_over_three() -> None:
+    base = "Once there was a girl. She went to a big place and looked at everything there."
+    with_name = base.replace("a girl", "Lily")
+    r0, _ = story_reward(base, "She was happy and went home to sleep in her bed.", KW)
+    r1, _ = story_reward(with_name, "She was happy and went home to sleep in her bed.", KW)
+    assert r1 - r0 == pytest.approx(DEFAULT_WEIGHTS["keywords1"] / 3, abs=1e-6)
+
+
+def test_custom_weights_change_the_reward_and_are_checked() -> None:
+    part1 = "Lily took her ball to the park. She threw the ball high and her dog ran after it."
+    part2 = "Lily and the dog were tired. They sat under a tree in the park and ate a red apple."
+    only_keywords = {
+        "keywords1": 0.5,
+        "keywords2": 0.5,
+        "length1": 0,
+        "length2": 0,
+        "shared_vocabulary": 0,
+        "no_repetition": 0,
+    }
+    reward, _ = story_reward(part1, part2, KW, weights=only_keywords)
+    assert reward == pytest.approx(0.5 * 1.0 + 0.5 * 2 / 3, abs=1e-6)
+    t = CoopStoryTask(weights=only_keywords)
+    ex = {"keywords": KW}
+    assert t.reward([[part1], [part2]], [ex]).rewards[0] == pytest.approx(reward)
+    with pytest.raises(ValueError, match="unknown coop_story reward part 'keyword1'"):
+        check_weights({"keyword1": 0.3})
+    with pytest.raises(ValueError, match="add up to 1"):
+        CoopStoryTask(weights={"keywords1": 0.9})
+    with pytest.raises(ValueError, match="must be a number >= 0"):
+        check_weights({"keywords1": -0.1, "keywords2": 0.7})
+    with pytest.raises(ValueError, match="must be a number >= 0"):
+        check_weights({"keywords1": "0.3"})  # type: ignore[dict-item]

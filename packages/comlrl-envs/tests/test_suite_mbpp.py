@@ -75,6 +75,7 @@ def test_standard_split_sizes(mbpp_task: MbppTask) -> None:
     assert sizes == {"train": 374, "test": 500, "validation": 90, "prompt": 10}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mbpp.jsonl", "sanitized-mbpp.json"])
 def test_every_reference_solution_of_the_test_split_passes(name: str) -> None:
     task = MbppTask(path=shared_file(name))

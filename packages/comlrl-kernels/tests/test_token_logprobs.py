@@ -221,7 +221,9 @@ def test_masked_vocab_entries_at_minus_infinity(backend: str, device: torch.devi
     torch.testing.assert_close(x.grad.cpu().double(), ref.grad, atol=1e-5, rtol=1e-4)
 
 
-def test_nan_in_an_otherwise_masked_block_poisons_only_its_row(backend: str, device: torch.device) -> None:
+def test_nan_in_an_otherwise_masked_block_poisons_only_its_row(
+    backend: str, device: torch.device
+) -> None:
     """A NaN hidden among -inf entries (a whole block/vector otherwise masked) is not dropped."""
     logits = torch.randn(2, 4100, dtype=torch.float32)
     logits[0, :2100] = float("-inf")  # covers at least one full block of every backend

@@ -91,7 +91,11 @@ def capture_state(
         (torch's global CPU and CUDA streams, Python's ``random`` module, the run's
         stream, each agent's generator) are taken now.
     """
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()
+        else []
+    )
     return {
         "format": FORMAT,
         "step": int(step),
@@ -129,7 +133,9 @@ def restore_state(
             optimizers, schedulers or data (the run is not the one that was saved).
     """
     if state.get("format") != FORMAT:
-        raise CheckpointError(f"training state format {state.get('format')!r}; this version reads {FORMAT}")
+        raise CheckpointError(
+            f"training state format {state.get('format')!r}; this version reads {FORMAT}"
+        )
     saved_rng = state["rng"]
     counts = {
         "optimizers": (len(state["optimizers"]), len(optimizers)),
@@ -232,7 +238,9 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     try:
         return dict(json.loads(meta.read_text()))
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{str(meta)!r} is missing or unreadable ({exc}); not a complete checkpoint") from None
+        raise CheckpointError(
+            f"{str(meta)!r} is missing or unreadable ({exc}); not a complete checkpoint"
+        ) from None
 
 
 def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
@@ -243,7 +251,12 @@ def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
     found = []
     for child in root.iterdir():
         m = _STEP_DIR.match(child.name)
-        if m and child.is_dir() and (child / STATE_FILE).is_file() and (child / META_FILE).is_file():
+        if (
+            m
+            and child.is_dir()
+            and (child / STATE_FILE).is_file()
+            and (child / META_FILE).is_file()
+        ):
             found.append((int(m.group(1)), child))
     return sorted(found)
 
@@ -254,7 +267,9 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def prune_checkpoints(output_dir: str | Path, keep_last: int, *, keep: Path | None = None) -> list[Path]:
+def prune_checkpoints(
+    output_dir: str | Path, keep_last: int, *, keep: Path | None = None
+) -> list[Path]:
     """Delete all but the newest ``keep_last`` step checkpoints; returns the deleted folders.
 
     Only complete ``checkpoints/step-*`` folders are candidates: a folder being written
@@ -293,7 +308,9 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
     """
     f = Path(path) / STATE_FILE
     if not f.is_file():
-        raise CheckpointError(f"{str(f)!r} does not exist; {str(path)!r} is not a complete step checkpoint")
+        raise CheckpointError(
+            f"{str(f)!r} does not exist; {str(path)!r} is not a complete step checkpoint"
+        )
     try:
         return dict(torch.load(f, map_location="cpu", weights_only=True))
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means the same to the user

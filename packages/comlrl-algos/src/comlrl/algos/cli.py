@@ -5,8 +5,9 @@
 (:mod:`comlrl.algos.cli_eval`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
-two agents sharing the tiny random Qwen2 (:data:`~comlrl.algos.models.DEFAULT_MODEL`), MAGRPO,
-the cooperative HumanEval task.
+two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.DEFAULT_MODEL`),
+trained with MAGRPO to write one story together (``coop_story``). ``key=value`` overrides
+and options may come in any order. ``comlrl tasks`` lists the task suites and their options.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser", "run_train"]
+__all__ = ["main", "build_parser", "add_train_arguments", "parse_args", "run_train", "run_tasks"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,12 +27,26 @@ def build_parser() -> argparse.ArgumentParser:
         prog="comlrl", description="Cooperative multi-LLM reinforcement learning."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser(
-        "train",
-        help="train a team of agents",
-        description="Train a team of LLM agents. Without --config, runs the built-in default "
-        "(2 agents, tiny random Qwen2, MAGRPO, cooperative HumanEval) offline on CPU.",
+    add_train_arguments(
+        sub.add_parser("train", help="train a team of agents", description=_TRAIN_DESCRIPTION)
     )
+    sub.add_parser("tasks", help="list the registered task suites and their options")
+    from comlrl.algos.cli_eval import add_eval_parser
+
+    add_eval_parser(sub)
+    return parser
+
+
+_TRAIN_DESCRIPTION = (
+    "Train a team of LLM agents. Without --config, runs the built-in default "
+    "(2 agents, pretrained stories260k, MAGRPO, cooperative story writing) offline on CPU. "
+    "Cooperative HumanEval: task.name=coop_humaneval models=[builtin:tiny-qwen2]. "
+    "Options and key=value overrides may come in any order."
+)
+
+
+def add_train_arguments(train: argparse.ArgumentParser) -> None:
+    """The options and ``key=value`` overrides of ``comlrl train``."""
     train.add_argument("--config", "-c", help="YAML config file (fields of TrainConfig)")
     train.add_argument(
         "--model",
@@ -57,16 +72,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="key=value",
         help="config overrides, e.g. num_generations=8 task.kwargs.limit=16",
     )
-    sub.add_parser("tasks", help="list the registered task suites")
-    from comlrl.algos.cli_eval import add_eval_parser
 
-    add_eval_parser(sub)
-    return parser
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``train``'s options and ``key=value`` overrides may be
+    intermixed (``comlrl train num_steps=2 --model X output_dir=y``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "train":
+        # argparse cannot intermix with subparsers, so `train` gets a parser of its own.
+        train = argparse.ArgumentParser(prog="comlrl train", description=_TRAIN_DESCRIPTION)
+        add_train_arguments(train)
+        ns = train.parse_intermixed_args(args[1:])
+        ns.command = "train"
+        return ns
+    return build_parser().parse_args(args)
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Validate the config, build agents and task, and train. Returns an exit code."""
     from comlrl.algos.config import ConfigError, load_config
+    from comlrl.algos.preflight import check_model_names, prepare_task
+    from comlrl.algos.reporting import check_report_to, summary_line
 
     overrides = list(args.overrides)
     if args.model:
@@ -87,9 +113,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        import yaml
-
-        print(yaml.safe_dump(config.model_dump(), sort_keys=False), end="")
+        print(_config_text(config), end="")
         return 0
     finished = lifecycle.finished_step(args.resume) if args.resume else None
     if finished is not None and finished >= config.num_steps:
@@ -110,19 +134,26 @@ def run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.models import load_model_and_tokenizer
     from comlrl.algos.trainer import MultiAgentTrainer
-    from comlrl.core import TaskNotFoundError, get_task
+    from comlrl.core import RewardFunctionError
 
-    try:
-        task = get_task(config.task.name, **config.task.kwargs)
-    except TaskNotFoundError as exc:
+    try:  # everything that can be checked before the models load
+        check_report_to(config.report_to)
+        check_model_names(config.models)
+        task, examples = prepare_task(config)
+    except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
-    except (TypeError, ValueError, OSError) as exc:
-        print(
-            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
-            file=sys.stderr,
-        )
-        return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
+    print(
+        f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+        f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} step"
+        f"{'s' if config.num_steps != 1 else ''} "
+        f"of {config.batch_size} prompts x {config.num_generations} completions; "
+        f"outputs in {config.output_dir}/",
+        file=sys.stderr,
+    )
     torch.manual_seed(config.seed)
     agents = []
     try:
@@ -134,13 +165,8 @@ def run_train(args: argparse.Namespace) -> int:
                 trust_remote_code=config.trust_remote_code,
             )
             agents.append(HFAgent(model, tok, name=f"agent_{i}"))
-    except (OSError, ValueError) as exc:
-        task.close()
-        print(f"comlrl: {exc}", file=sys.stderr)
-        return 2
-    try:
-        trainer = MultiAgentTrainer(agents, config, task=task)
-    except ConfigError as exc:
+        trainer = MultiAgentTrainer(agents, config, task=task, dataset=examples)
+    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         task.close()
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
@@ -167,12 +193,49 @@ def run_train(args: argparse.Namespace) -> int:
     except lifecycle.TrainingInterrupted as exc:
         print(f"comlrl: {exc.message()}", file=sys.stderr)
         return 130
-    first, last = history[0], history[-1]
-    print(
-        f"done: {len(history)} steps, reward_mean first={first['reward_mean']:.4f} "
-        f"last={last['reward_mean']:.4f}, {last['prompts_per_s']:.2f} prompts/s; "
-        f"outputs in {config.output_dir}/ (metrics.jsonl, samples.jsonl, final/agent_*)"
-    )
+    except RewardFunctionError as exc:
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        return 1
+    print(summary_line(history, config.output_dir))
+    return 0
+
+
+def _config_text(config: object) -> str:
+    """The resolved config as YAML, with the task's options and the built-in models as comments."""
+    import yaml
+    from comlrl.algos.config import ConfigError, TrainConfig
+    from comlrl.algos.models import BUILTIN_MODELS
+    from comlrl.algos.preflight import task_info
+
+    assert isinstance(config, TrainConfig)
+    text = yaml.safe_dump(config.model_dump(), sort_keys=False)
+    try:
+        info = task_info(config.task.name)
+        task_line = (
+            f"# task options of {info.name!r} (set as task.kwargs.<option>=...): "
+            f"{info.signature() or 'none'}"
+        )
+    except ConfigError as exc:
+        task_line = f"# task {config.task.name!r}: {exc}"
+    models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
+    return f"{text}{task_line}\n# built-in models: {models}\n"
+
+
+def run_tasks() -> int:
+    """Print every registered task: name, agents, summary and constructor options."""
+    from comlrl.algos.preflight import describe_tasks
+
+    infos = describe_tasks()
+    if not infos:
+        print("no task suites are registered; pip install comlrl-envs")
+        return 0
+    for info in infos:
+        agents = f"{info.num_agents} agents" if info.num_agents else "agents: ?"
+        print(f"{info.name}  ({agents}; {info.target})")
+        if info.summary:
+            print(f"    {info.summary}")
+        print(f"    options: {info.signature() or 'none'}")
+    print("set options with task.kwargs.<option>=VALUE, e.g. task.kwargs.limit=16")
     return 0
 
 
@@ -207,7 +270,10 @@ def _resume_target(args: argparse.Namespace, overrides: list[str]) -> tuple[Any,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``comlrl`` console script."""
-    args = build_parser().parse_args(argv)
+    from comlrl.algos._cli_warnings import show_training_warnings_plainly
+
+    args = parse_args(argv)
+    show_training_warnings_plainly()
     if args.command == "train":
         return run_train(args)
     if args.command == "eval":
@@ -215,11 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_eval(args)
     if args.command == "tasks":
-        from comlrl.core import available_tasks
-
-        for name, target in sorted(available_tasks().items()):
-            print(f"{name}\t{target}")
-        return 0
+        return run_tasks()
     return 2
 
 

@@ -28,16 +28,21 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
         "per-turn rewards and, for code tasks, pass@k. Appends a row to OUTPUT_DIR/eval.jsonl.",
     )
     ev.add_argument(
-        "--model", action="append", required=True,
+        "--model",
+        action="append",
+        required=True,
         help="an agent's checkpoint folder (e.g. runs/x/final/agent_0); repeat once per agent",
     )
     ev.add_argument("--config", "-c", help="YAML config (default: the run's config.yaml, if found)")
     ev.add_argument(
-        "--output-dir", help="where eval.jsonl goes (default: RUN/evals/<checkpoint> for a "
+        "--output-dir",
+        help="where eval.jsonl goes (default: RUN/evals/<checkpoint> for a "
         "checkpoint of a run, else eval/ beside the first model)",
     )
     ev.add_argument(
-        "overrides", nargs="*", metavar="key=value",
+        "overrides",
+        nargs="*",
+        metavar="key=value",
         help="config overrides, e.g. eval_limit=20 eval_greedy=false eval_num_samples=5",
     )
     return ev
@@ -91,7 +96,9 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     config = config.model_copy(update={"kl_coef": 0.0, "progress": False})  # no reference model
-    out_dir = Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)
+    out_dir = (
+        Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)
+    )
 
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.models import load_model_and_tokenizer
@@ -104,7 +111,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     except (TypeError, ValueError, OSError) as exc:
-        print(f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}", file=sys.stderr)
+        print(
+            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
+            file=sys.stderr,
+        )
         return 2
     try:
         data = list(task.load(config.eval_split))[: config.eval_limit]
@@ -119,7 +129,10 @@ def run_eval(args: argparse.Namespace) -> int:
         trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
         row = trainer.evaluate()
     except (ConfigError, OSError, ValueError) as exc:
-        print(f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}", file=sys.stderr)
+        print(
+            f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
+            file=sys.stderr,
+        )
         return 2
     finally:
         task.close()

@@ -25,7 +25,8 @@ class TaskConfig(BaseModel):
 
     Attributes:
         name: registered task name (entry point group ``comlrl.tasks``), e.g.
-            ``coop_humaneval``.
+            ``coop_story`` (the default) or ``coop_humaneval``; ``comlrl tasks`` lists them
+            with their options.
         split: dataset split passed to ``Task.load``.
         kwargs: keyword arguments for the task's constructor (e.g. ``path`` for a local
             data file, ``limit``).
@@ -33,7 +34,7 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "coop_humaneval"
+    name: str = "coop_story"
     split: str = "train"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -62,7 +63,7 @@ class TrainConfig(BaseModel):
     task: TaskConfig = Field(default_factory=TaskConfig)
     # --- sampling -----------------------------------------------------------------
     num_generations: int = Field(4, ge=1, description="G, completions per prompt per agent.")
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: int = Field(48, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
@@ -99,7 +100,10 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     # --- optimisation -------------------------------------------------------------
-    learning_rate: float = Field(1e-5, gt=0)
+    learning_rate: float = Field(
+        1e-3, gt=0, description="1e-3 suits the built-in 260K-parameter stories260k with "
+        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5."
+    )
     optimizer: Literal["radam", "adamw", "sgd"] = Field(
         "radam", description="radam (default): Adam with the variance of its adaptive step "
         "rectified in early steps (Liu et al. 2020), which needs no warm-up and keeps small "
@@ -107,7 +111,7 @@ class TrainConfig(BaseModel):
     )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
-    batch_size: int = Field(8, ge=1, description="Prompts per step.")
+    batch_size: int = Field(4, ge=1, description="Prompts per step.")
     micro_batch_size: int | None = Field(
         None, ge=1, description="Sequences per forward/backward (rounded down to whole "
         "groups of G); None = all at once."
@@ -122,7 +126,7 @@ class TrainConfig(BaseModel):
         True, description="Run each prompt through the model once per update and share its "
         "KV cache among its G completions (same gradient, less work)."
     )
-    num_steps: int = Field(10, ge=1)
+    num_steps: int = Field(160, ge=1)
     seed: int = 0
     shuffle: bool = Field(True, description="Shuffle the dataset every epoch; False = dataset order.")
     # --- outputs ------------------------------------------------------------------
@@ -148,6 +152,27 @@ class TrainConfig(BaseModel):
     keep_last: int | None = Field(
         None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
     )
+    # --- reporting (comlrl.algos.reporting) -----------------------------------------
+    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        ["jsonl"], description="Where metrics go: jsonl "
+        "(metrics.jsonl, always written), tensorboard (output_dir/tensorboard; pip install "
+        "'comlrl-algos[tensorboard]'), wandb (pip install 'comlrl-algos[wandb]'; "
+        "WANDB_MODE=offline works without network)."
+    )
+    wandb_project: str = Field("comlrl", description="W&B project name (report_to wandb).")
+    reward_curve: bool = Field(
+        True, description="Write output_dir/reward_curve.png at the end of the run "
+        "(needs matplotlib: pip install 'comlrl-algos[plot]'; skipped with a notice without)."
+    )
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _report_to_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [part.strip() for part in v.split(",") if part.strip()]
+        if isinstance(v, list) and "jsonl" not in v:
+            v = ["jsonl", *v]
+        return v
 
     @field_validator("models")
     @classmethod
@@ -210,8 +235,29 @@ def _format_errors(exc: ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(config)"
         value = err.get("input")
         shown = repr(value) if not isinstance(value, dict) else "{...}"
-        lines.append(f"  - {loc}: {err['msg']} (got {shown})")
+        unknown = err["type"] == "extra_forbidden"
+        msg = "unknown field" if unknown else err["msg"]
+        hint = _did_you_mean(err["loc"]) if unknown else ""
+        lines.append(f"  - {loc}: {msg} (got {shown}){hint}")
     return "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """``"; did you mean 'x'?"`` for an unknown field, from the fields of its section."""
+    import difflib
+
+    model: type[BaseModel] = TrainConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        model = annotation
+    names = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), names, n=3, cutoff=0.6)
+    if close:
+        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "; `comlrl train --print-config` lists the fields"
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
@@ -240,8 +286,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 f"override {item!r} is not of the form key=value (e.g. num_generations=8)"
             )
         key, raw = item.split("=", 1)
-        _set_dotted(out, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"override {item!r}: the value is not valid YAML ({_yaml_problem(exc)}); quote "
+                "it, e.g. key='...', or write a list as [a, b]"
+            ) from None
+        _set_dotted(out, key.strip(), value)
     return out
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's problem and position, one line (``line 3, column 5: ...``)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(problem)
 
 
 def build_config(data: dict[str, Any]) -> TrainConfig:
@@ -260,14 +322,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Read a YAML config (or the defaults when ``path`` is None) and apply overrides.
 
     Raises:
-        ConfigError: when the file is missing, is not a YAML mapping, or fails validation.
+        ConfigError: when the file is missing, is not valid YAML or not a YAML mapping, or
+            fails validation.
     """
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
-        loaded = yaml.safe_load(p.read_text())
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"config file {str(p)!r} is not valid YAML: {_yaml_problem(exc)}; fix that line "
+                "(e.g. a missing ':' or an unclosed bracket or quote)"
+            ) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -141,7 +141,7 @@ class TaskEnvironment(_RewardEnvironment):
         if self._transition is None:
             feedback = self.task.feedback(example, joint_action, info, turn)
             history = (*branch.feedback, feedback)
-            prompts = self.task.prompts(example, history)
+            prompts: Sequence[str] = self.task.prompts(example, history)
         else:
             try:
                 feedback = self.task.feedback(example, joint_action, info, turn)

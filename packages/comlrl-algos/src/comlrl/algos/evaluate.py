@@ -88,8 +88,13 @@ def joint_action_passed(info: Mapping[str, Any]) -> bool | None:
 
 
 def eval_sampling(
-    num_samples: int, max_new_tokens: int, *, greedy: bool, temperature: float = 1.0,
-    top_p: float = 1.0, top_k: int = 0,
+    num_samples: int,
+    max_new_tokens: int,
+    *,
+    greedy: bool,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
 ) -> SamplingParams:
     """Sampling settings of an evaluation: greedy is ``top_k=1`` (the argmax token).
 
@@ -120,7 +125,11 @@ def eval_streams(agents: Sequence[Any], seed: int) -> Iterator[None]:
     """
     saved = [getattr(a, "generator", None) for a in agents]
     modes = [getattr(getattr(a, "model", None), "training", None) for a in agents]
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    cuda = (
+        list(range(torch.cuda.device_count()))
+        if torch.cuda.is_available() and torch.cuda.is_initialized()
+        else []
+    )
     try:
         with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(seed + EVAL_SEED_OFFSET)

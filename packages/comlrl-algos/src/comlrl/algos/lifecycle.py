@@ -39,14 +39,28 @@ __all__ = [
 
 #: Files and folders a training run writes into its ``output_dir``.
 RUN_OUTPUTS = (
-    "metrics.jsonl", "samples.jsonl", "eval.jsonl", "config.yaml", "checkpoints", "final", "evals",
+    "metrics.jsonl",
+    "samples.jsonl",
+    "eval.jsonl",
+    "config.yaml",
+    "checkpoints",
+    "final",
+    "evals",
 )
 
 #: Config fields a resumed run may change: they do not alter what a step computes.
 RESUME_SAFE_FIELDS = frozenset(
     {
-        "num_steps", "save_every", "keep_last", "progress", "log_samples",
-        "eval_every", "eval_split", "eval_greedy", "eval_num_samples", "eval_limit",
+        "num_steps",
+        "save_every",
+        "keep_last",
+        "progress",
+        "log_samples",
+        "eval_every",
+        "eval_split",
+        "eval_greedy",
+        "eval_num_samples",
+        "eval_limit",
     }
 )
 

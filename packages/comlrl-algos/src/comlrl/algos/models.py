@@ -1,29 +1,57 @@
-"""Loading agents' models and the built-in offline default (a tiny random Qwen2).
+"""Loading agents' models, and the built-in offline models.
 
-The default experiment must run on a fresh, air-gapped CPU machine, so nothing here
-downloads: the default tokenizer is a byte-level BPE trained on the spot on source files of
-the running Python's standard library, and the default model is a Qwen2-architecture causal
-LM built from a config with seeded random weights.
+The default experiment must run on a fresh, air-gapped CPU machine, so the built-in models
+download nothing:
+
+- ``builtin:stories260k`` (:data:`DEFAULT_MODEL`): llama2.c's pretrained 260K-parameter
+  TinyStories Llama (MIT), shipped as package data in ``comlrl/algos/_models/stories260k``
+  (about 1 MB; ``LICENSE`` and ``README.md`` there say where it comes from). It writes
+  simple English stories, so a cooperative story reward visibly rises within minutes.
+- ``builtin:tiny-qwen2``: a Qwen2-architecture causal LM with seeded random weights and a
+  byte-level BPE tokenizer trained on the spot on source files of the running Python's
+  standard library: a stand-in for code tasks' plumbing (it learns nothing useful).
+
+Other names are Hugging Face Hub ids or local directories. A name that looks like a path
+but is not a directory fails with "no such directory"; a Hub id that is not in the local
+cache fails in seconds, not after the Hub client's retries, when the Hub cannot be reached
+(or at once with ``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sysconfig
+from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
 __all__ = [
     "DEFAULT_MODEL",
+    "TINY_QWEN2",
+    "STORIES260K",
+    "BUILTIN_MODELS",
+    "builtin_model_path",
+    "looks_like_path",
     "build_default_tokenizer",
     "build_default_model",
     "load_model_and_tokenizer",
 ]
 
-#: Name that selects the built-in tiny model in configs and on the command line.
-DEFAULT_MODEL = "builtin:tiny-qwen2"
+#: The pretrained 260K-parameter TinyStories Llama shipped with the package.
+STORIES260K = "builtin:stories260k"
+#: A tiny Qwen2 with random weights and an on-the-spot tokenizer (code-task plumbing).
+TINY_QWEN2 = "builtin:tiny-qwen2"
+#: Names of the built-in models, with a one-line description each.
+BUILTIN_MODELS = {
+    STORIES260K: "pretrained 260K-parameter TinyStories Llama (MIT), context 512 tokens",
+    TINY_QWEN2: "random-weight 0.4M-parameter Qwen2 with a code tokenizer, context 2048",
+}
+#: The model of the default config: :data:`STORIES260K`.
+DEFAULT_MODEL = STORIES260K
 
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Standard-library modules used as the tokenizer's training text: plain Python source
@@ -121,13 +149,78 @@ def build_default_model(vocab_size: int, seed: int = 0) -> Any:
     return model
 
 
+def builtin_model_path(name: str = STORIES260K) -> Path:
+    """Folder of a built-in pretrained model shipped as package data (Hugging Face format).
+
+    Raises:
+        ValueError: ``name`` is not a built-in model with files (only
+            :data:`STORIES260K`; :data:`TINY_QWEN2` is built on the spot).
+        FileNotFoundError: the package data is missing (a broken install).
+    """
+    if name != STORIES260K:
+        raise ValueError(f"{name!r} has no files; the built-in model with files is {STORIES260K!r}")
+    path = Path(str(resources.files("comlrl.algos") / "_models" / "stories260k"))
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"the built-in model files are missing from {path}; reinstall comlrl-algos."
+        )
+    return path
+
+
+def _load_stories260k(torch_dtype: torch.dtype) -> tuple[Any, Any]:
+    # Loaded with the concrete classes, so it works whichever transformers version wrote
+    # tokenizer_config.json.
+    from transformers import GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    path = builtin_model_path(STORIES260K)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(path / "tokenizer.json"),
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<unk>",
+        padding_side="left",
+    )
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model.generation_config = GenerationConfig.from_pretrained(path)
+    return model, tokenizer
+
+
+def looks_like_path(name: str) -> bool:
+    """True for names a Hub id can never be: absolute, ``./``, ``../``, ``~``, or deeper than
+    ``namespace/name``."""
+    return (
+        name.startswith(("/", "./", "../", "~", ".\\"))
+        or os.path.isabs(name)
+        or name.count("/") > 1
+        or name in (".", "..")
+    )
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout``."""
+    url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = url.hostname or "huggingface.co"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def load_model_and_tokenizer(
     name_or_path: str, *, seed: int = 0, dtype: str = "float32", trust_remote_code: bool = False
 ) -> tuple[Any, Any]:
     """Load one agent's causal LM and tokenizer.
 
     Args:
-        name_or_path: :data:`DEFAULT_MODEL`, a Hugging Face model id, or a local directory.
+        name_or_path: a built-in name (:data:`BUILTIN_MODELS`), a Hugging Face model id,
+            or a local directory.
         seed: weight seed for the built-in model (ignored otherwise).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         trust_remote_code: passed to ``from_pretrained``.
@@ -136,34 +229,85 @@ def load_model_and_tokenizer(
         ``(model, tokenizer)``; the tokenizer pads on the left and has a pad token.
 
     Raises:
-        OSError: when the model cannot be found locally and the Hub is unreachable; the
-            message says to pass a local path or set ``HF_HUB_OFFLINE=1`` with a cached copy.
+        ValueError: an unknown ``builtin:`` name.
+        OSError: a path-like name that is not a directory ("no such directory"); a Hub id
+            that is not in the local cache while the Hub is unreachable or
+            ``HF_HUB_OFFLINE=1`` (checked in seconds, before the Hub client's retries); a
+            directory without model or tokenizer files.
     """
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         dtype
     ]
-    if name_or_path == DEFAULT_MODEL:
+    if name_or_path == TINY_QWEN2:
         tokenizer = build_default_tokenizer()
         model = build_default_model(len(tokenizer), seed=seed).to(torch_dtype)
         return model, tokenizer
+    if name_or_path == STORIES260K:
+        return _load_stories260k(torch_dtype)
+    if name_or_path.startswith("builtin:"):
+        raise ValueError(
+            f"unknown built-in model {name_or_path!r}; choose one of {sorted(BUILTIN_MODELS)}"
+        )
+    local = os.path.isdir(os.path.expanduser(name_or_path))
+    if not local and looks_like_path(name_or_path):
+        raise OSError(
+            f"could not load model {name_or_path!r}: no such directory. Pass the folder that "
+            "holds config.json and the weights (save_pretrained format), or a Hugging Face "
+            "Hub id such as 'Qwen/Qwen2.5-0.5B'."
+        )
+    if local:
+        name_or_path = os.path.expanduser(name_or_path)
+        if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+            raise OSError(
+                f"could not load model {name_or_path!r}: the directory has no config.json, so "
+                "it lacks model or tokenizer files. Pass the folder written by save_pretrained "
+                "(config.json, the weights and the tokenizer files), e.g. runs/x/final/agent_0."
+            )
+    local_only = local or _offline()
+    if not local_only:
+        try:  # the local cache first: no network needed for a model seen before
+            return _from_pretrained(name_or_path, torch_dtype, trust_remote_code, local_only=True)
+        except OSError:
+            pass
+        if not _hub_reachable():
+            raise OSError(
+                f"could not load model {name_or_path!r}: it is not in the local Hugging Face "
+                "cache and the Hub cannot be reached (no network?). Pass a local directory "
+                "with the model, or download it on a machine with network access and copy "
+                "the cache (then set HF_HUB_OFFLINE=1)."
+            )
+    try:
+        return _from_pretrained(name_or_path, torch_dtype, trust_remote_code, local_only=local_only)
+    except OSError as exc:
+        if local:
+            hint = "The directory exists but lacks model or tokenizer files."
+        elif _offline():
+            hint = (
+                "HF_HUB_OFFLINE is set and the model is not in the local cache: unset it on a "
+                "machine with network access, or pass a local directory."
+            )
+        else:
+            hint = (
+                "Pass a local directory with the model (save_pretrained format), or a Hub id "
+                "that exists (check the spelling)."
+            )
+        raise OSError(f"could not load model {name_or_path!r}: {exc}\n{hint}") from exc
+
+
+def _from_pretrained(
+    name_or_path: str, torch_dtype: torch.dtype, trust_remote_code: bool, *, local_only: bool
+) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
-        )
-    except OSError as exc:
-        local = os.path.isdir(name_or_path)
-        raise OSError(
-            f"could not load model {name_or_path!r}: {exc}\n"
-            + (
-                "The directory exists but lacks model or tokenizer files."
-                if local
-                else "Pass a local directory with the model (save_pretrained format), or a Hub "
-                "id that is in the local cache (set HF_HUB_OFFLINE=1 on air-gapped machines)."
-            )
-        ) from exc
+    tokenizer = AutoTokenizer.from_pretrained(
+        name_or_path, trust_remote_code=trust_remote_code, local_files_only=local_only
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        name_or_path,
+        dtype=torch_dtype,
+        trust_remote_code=trust_remote_code,
+        local_files_only=local_only,
+    )
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -139,10 +139,10 @@ def rollout(
     turns: list[dict[str, Any]] = []
     for t in range(tree.num_turns):
         t0 = time.perf_counter()
-        samples: list[AgentSamples] = map_agents(
-            lambda a, nodes=nodes: sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params),
-            num_agents,
-        )
+        def sample(a: int, nodes: list[tuple[int, Branch]] = nodes) -> AgentSamples:
+            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params)
+
+        samples: list[AgentSamples] = map_agents(sample, num_agents)
         t1 = time.perf_counter()
         texts = flat_texts(samples, joint_index)  # [A][N * K]
         flat_examples = [examples[p] for p, _ in nodes for _ in range(k)]

@@ -117,6 +117,10 @@ def check_rewards(
 ) -> list[float]:
     """Validate ``K`` rewards: right count, real numbers, finite.
 
+    A real number is anything with ``__float__`` (``int``, ``float``, NumPy scalars, 0-d
+    tensors) except booleans; strings are rejected even when they spell a number
+    (``"1.0"``), because a reward function that returns text is almost always a bug.
+
     Args:
         rewards: the ``K`` values a reward function returned.
         completions: ``A`` sequences of ``K`` completion texts it was given.
@@ -126,10 +130,16 @@ def check_rewards(
         The rewards as a list of Python floats.
 
     Raises:
-        RewardFunctionError: on a count mismatch, a non-number, NaN or inf; the message
-            names the offending joint action, its completions and its example.
+        RewardFunctionError: on ``None`` or another non-sequence, a count mismatch, a
+            non-number (string, bool, None, ...), NaN or inf; the message names the
+            offending joint action, its completions and its example.
     """
     k = len(examples)
+    if rewards is None or isinstance(rewards, (str, bytes)) or not hasattr(rewards, "__iter__"):
+        raise RewardFunctionError(
+            f"reward function returned {_short(rewards)} ({type(rewards).__name__}) instead of "
+            f"a list of {k} floats; return one float per joint action (did it miss a `return`?)"
+        )
     values = list(rewards)
     if len(values) != k:
         raise RewardFunctionError(
@@ -138,11 +148,21 @@ def check_rewards(
         )
     out: list[float] = []
     for i, value in enumerate(values):
+        kind = type(value).__name__
         try:
+            if kind in ("bool", "bool_") or not hasattr(type(value), "__float__"):
+                raise TypeError(kind)
             number = float(value)
         except (TypeError, ValueError):
+            hint = {
+                "str": "; return a number, not text (e.g. float(score))",
+                "bool": "; return 1.0 / 0.0 instead of True / False",
+                "bool_": "; return 1.0 / 0.0 instead of True / False",
+                "NoneType": "; every joint action needs a score (use 0.0 or a penalty)",
+            }.get(kind, "; return one float per joint action")
             raise RewardFunctionError(
-                f"reward function returned {value!r}, which is not a number",
+                f"reward function returned {_short(value)} ({kind}) for joint action #{i}, "
+                f"which is not a number{hint}",
                 index=i,
                 completions=[c[i] for c in completions],
                 example=examples[i],
@@ -201,6 +221,19 @@ class _PerPromptReward:
                 ) from exc
             if isinstance(values, (int, float)):
                 values = [values]
+            if (
+                values is None
+                or isinstance(values, (str, bytes))
+                or not hasattr(values, "__iter__")
+            ):
+                raise RewardFunctionError(
+                    f"reward function {self.__name__!r} returned {_short(values)} "
+                    f"({type(values).__name__}) instead of a list of {stop - start} floats; "
+                    "return one float per joint action (did it miss a `return`?)",
+                    index=start,
+                    completions=[c[0] for c in chunk],
+                    example=example,
+                )
             values = list(values)
             if len(values) != stop - start:
                 raise RewardFunctionError(

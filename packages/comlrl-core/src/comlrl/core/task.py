@@ -41,9 +41,7 @@ class Task(abc.ABC):
         """Return the examples (dataset rows as mappings) of ``split``."""
 
     @abc.abstractmethod
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[str]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
         """Return the ``A`` agents' prompts for ``example``.
 
         Args:

@@ -33,10 +33,12 @@ from comlrl.algos import checkpoint as ckpt
 from comlrl.algos import evaluate as evaluation
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.diagnostics import warn_if_cannot_learn
 from comlrl.algos.env import Environment
 from comlrl.algos.joint import credit_completions
 from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
 from comlrl.algos.records import Rollout
+from comlrl.algos.reporting import build_reporters, close_reporters
 from comlrl.algos.rollout import TreeSettings, rollout
 from comlrl.algos.run import (
     AgentPool,
@@ -122,6 +124,7 @@ def setup(
             f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
             "(or a task with an eval_split), or set eval_every=0."
         )
+    warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
         agent.model.to(device)
@@ -356,7 +359,9 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
     ``eval_every`` steps), ``config.yaml``, step checkpoints (every ``save_every`` steps
-    and at the last step) and ``final/`` in ``output_dir``. A run put back by
+    and at the last step) and ``final/`` in ``output_dir``; every row also goes to the
+    reporters of :func:`~comlrl.algos.reporting.build_reporters` (TensorBoard, W&B,
+    ``reward_curve.png``). A run put back by
     :func:`resume` continues from its step.
 
     Raises:
@@ -370,6 +375,7 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     if run.step == 0:  # a resumed run has its random streams back from the checkpoint
         torch.manual_seed(cfg.seed)
     run.output_dir.mkdir(parents=True, exist_ok=True)
+    reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
     (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     history: list[dict[str, float]] = []
     metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
@@ -382,6 +388,8 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
             row = train_step(run)
             history.append(row)
             metrics.write(row)
+            for reporter in reporters:
+                reporter.log(row)
             if cfg.log_samples and run.last_rollout is not None:
                 for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
                     samples.write(sample)
@@ -403,5 +411,6 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
         if evals is not None:
             evals.close()
         run.close()
+        close_reporters(reporters)
     return history
 

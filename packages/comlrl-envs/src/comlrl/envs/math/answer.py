@@ -96,9 +96,9 @@ def normalize_number(answer: str | None) -> Fraction | None:
     if frac:
         num, den = _to_fraction(frac.group(1)), _to_fraction(frac.group(2))
         if num is not None and den:
-            value = num / den
+            ratio = num / den
             sign = text[: frac.start()].strip().endswith("-")
-            return -value if sign else value
+            return -ratio if sign else ratio
     slash = _SLASH_RE.search(text)
     first = _NUMBER_RE.search(text)
     if slash and first and slash.start() == first.start():

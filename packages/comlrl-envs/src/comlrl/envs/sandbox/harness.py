@@ -51,7 +51,14 @@ __all__ = [
 ]
 
 VerdictStatus = Literal[
-    "passed", "failed", "error", "syntax_error", "timeout", "killed", "no_result", "tampered",
+    "passed",
+    "failed",
+    "error",
+    "syntax_error",
+    "timeout",
+    "killed",
+    "no_result",
+    "tampered",
     "not_run",
 ]
 

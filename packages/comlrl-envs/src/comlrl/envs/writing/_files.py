@@ -16,7 +16,7 @@ package is installed (it is optional: nothing here imports it at module level).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def index_split(rows: Sequence[dict[str, Any]], split: str) -> list[dict[str, An
 def rows_for_split(
     path: str | Path,
     split: str,
-    file_names: dict[str, Sequence[str]],
+    file_names: Mapping[str, Sequence[str]],
     *,
     what: str,
 ) -> list[dict[str, Any]]:

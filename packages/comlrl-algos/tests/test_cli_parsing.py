@@ -1,0 +1,80 @@
+"""The ``comlrl`` command line's parsing and checks that need no model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from comlrl.algos.cli import main, parse_args
+from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.preflight import TaskInfo, check_model_names, check_task_fits, task_options
+
+
+def test_options_and_overrides_may_be_intermixed() -> None:
+    args = parse_args(
+        ["train", "num_steps=2", "--model", "X", "output_dir=y", "--print-config", "seed=3"]
+    )
+    assert args.command == "train"
+    assert args.overrides == ["num_steps=2", "output_dir=y", "seed=3"]
+    assert args.model == ["X"] and args.print_config
+
+
+def test_print_config_shows_intermixed_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "train",
+                "num_steps=2",
+                "--model",
+                "builtin:tiny-qwen2",
+                "output_dir=y",
+                "--print-config",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "num_steps: 2" in out and "output_dir: y" in out and "- builtin:tiny-qwen2" in out
+    assert "# built-in models: builtin:stories260k" in out
+
+
+def test_tasks_subcommand_still_parses() -> None:
+    assert parse_args(["tasks"]).command == "tasks"
+    with pytest.raises(SystemExit):
+        parse_args(["nonsense"])
+
+
+class _Task:
+    num_agents = 3
+    max_turns = 1
+
+
+def test_a_task_for_other_agent_counts_is_caught_before_models_load() -> None:
+    with pytest.raises(
+        ConfigError, match="written for 3 agents but num_agents=2; set num_agents=3"
+    ):
+        check_task_fits(TrainConfig(), _Task())
+    with pytest.raises(ConfigError, match="supports at most 1 turn"):
+        check_task_fits(TrainConfig(num_agents=3, num_turns=2), _Task())
+    check_task_fits(TrainConfig(num_agents=3), _Task())
+
+
+def test_task_options_come_from_the_constructor_signature() -> None:
+    class Suite:
+        def __init__(
+            self, path: str, *, limit: int | None = None, bonus: float = 0.1, **extra: Any
+        ) -> None: ...
+
+    options = task_options(Suite)
+    assert list(options) == ["path", "limit", "bonus"]
+    info = TaskInfo("suite", "m:Suite", "A suite.", options, 2)
+    assert info.signature() == "path, limit=None, bonus=0.1"
+
+
+def test_model_names_are_checked_without_loading(tmp_path: Path) -> None:
+    check_model_names(["builtin:stories260k", "Qwen/Qwen2.5-0.5B", str(tmp_path)])
+    with pytest.raises(ConfigError, match="'./no/such': no such directory"):
+        check_model_names(["builtin:stories260k", "./no/such"])
+    with pytest.raises(ConfigError, match="unknown built-in model 'builtin:qwen'"):
+        check_model_names(["builtin:qwen"])
