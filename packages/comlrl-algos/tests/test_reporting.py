@@ -95,7 +95,10 @@ def test_reward_curve_without_matplotlib_prints_one_notice(
         reporter.log(row)
     reporter.close()
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["comlrl: reward_curve.png skipped: no plot here"]
+    assert err == [
+        "comlrl: reward_curve.png skipped: matplotlib is not installed "
+        "(pip install 'comlrl-algos[plot]')"
+    ]
     assert not (tmp_path / "reward_curve.png").exists()
 
 

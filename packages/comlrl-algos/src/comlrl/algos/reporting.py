@@ -278,9 +278,12 @@ class RewardCurveReporter:
     def close(self) -> None:
         if not self.rows:
             return
-        notice = missing_extra("plot")
-        if notice is not None:
-            print(f"comlrl: {self.path.name} skipped: {notice}", file=sys.stderr)
+        if missing_extra("plot") is not None:
+            print(
+                f"comlrl: {self.path.name} skipped: matplotlib is not installed "
+                "(pip install 'comlrl-algos[plot]')",
+                file=sys.stderr,
+            )
             return
         self.written = plot_reward_curve(self.rows, self.path, title=self.title)
 
