@@ -148,6 +148,12 @@ def run_theirs(
     return json.loads(out_path.read_text())
 
 
+def _median(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trial with the median prompts/s."""
+    ranked = sorted(trials, key=lambda t: t["prompts_per_s"])
+    return ranked[len(ranked) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -155,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", default=str(REPO.parent / "shared" / "models" / "stories260k"))
     parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--prompts", type=int, default=16, help="measured prompts per batch size")
+    parser.add_argument(
+        "--prompts", type=int, default=8, help="measured prompts per batch size and trial"
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
@@ -163,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="alternating trials per side (median)"
+    )
     parser.add_argument(
         "--output", default=str(REPO / "benchmarks" / "results" / "multiturn_throughput.json")
     )
@@ -183,10 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         examples_path.write_text(json.dumps(examples))
         for b in (int(x) for x in args.batch_sizes.split(",")):
             steps = max(1, args.prompts // b)
-            ours = run_ours(args, examples, b, steps)
-            theirs = (
-                run_theirs(args, examples_path, b, steps, work) if args.comlrl143_python else None
-            )
+            trials: dict[str, list[dict[str, Any]]] = {"ours": [], "comlrl143": []}
+            for _ in range(args.repeats):  # alternate the sides so both see the same machine load
+                trials["ours"].append(
+                    {**run_ours(args, examples, b, steps), "loadavg": os.getloadavg()}
+                )
+                if args.comlrl143_python:
+                    trials["comlrl143"].append(
+                        {
+                            **run_theirs(args, examples_path, b, steps, work),
+                            "loadavg": os.getloadavg(),
+                        }
+                    )
+            ours = _median(trials["ours"])
+            theirs = _median(trials["comlrl143"]) if trials["comlrl143"] else None
             row: dict[str, Any] = {
                 "batch_size": b,
                 "steps": steps,
@@ -194,8 +215,17 @@ def main(argv: list[str] | None = None) -> int:
                 "comlrl143": theirs,
             }
             if theirs:
+                ratios = [
+                    o["prompts_per_s"] / t["prompts_per_s"]
+                    for o, t in zip(trials["ours"], trials["comlrl143"])
+                ]
                 row["speedup_prompts_per_s"] = ours["prompts_per_s"] / theirs["prompts_per_s"]
                 row["speedup_tokens_per_s"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
+                row["speedup_per_trial"] = ratios
+            row["trials"] = {
+                k: [{m: t[m] for m in ("prompts_per_s", "tokens_per_s", "loadavg")} for t in v]
+                for k, v in trials.items()
+            }
             rows.append(row)
             print(
                 json.dumps({k: v for k, v in row.items() if k.startswith(("batch", "speedup"))}),

@@ -36,7 +36,7 @@ def _train(model_dir: Path, out: Path, learning_rate: float) -> list[float]:
     config = TrainConfig(
         num_agents=2,
         models=[str(model_dir)],
-        num_steps=24,  # 12 steps rose by only +0.09 on torch 2.13 / transformers 5.23
+        num_steps=12,
         batch_size=4,
         num_generations=4,
         max_new_tokens=16,
@@ -45,6 +45,9 @@ def _train(model_dir: Path, out: Path, learning_rate: float) -> list[float]:
         progress=False,
         log_samples=0,
         seed=0,
+        # AdamW at a high rate learns this easy reward within 12 steps; the default RAdam
+        # ramps its step up over many steps (see tests/test_defaults_learn.py for it).
+        optimizer="adamw",
     )
     agents = [
         HFAgent(*load_model_and_tokenizer(str(model_dir)), name=f"author_{i}") for i in range(2)

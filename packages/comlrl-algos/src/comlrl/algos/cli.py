@@ -1,5 +1,9 @@
 """The ``comlrl`` command line: ``comlrl train [--config FILE.yaml] [key=value ...]``.
 
+``comlrl train --resume runs/x`` continues a run from its newest step checkpoint;
+``comlrl eval --model ... --model ...`` evaluates trained agents
+(:mod:`comlrl.algos.cli_eval`).
+
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.DEFAULT_MODEL`),
 trained with MAGRPO to write one story together (``coop_story``). ``key=value`` overrides
@@ -12,6 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main", "build_parser", "add_train_arguments", "parse_args", "run_train", "run_tasks"]
 
@@ -26,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("train", help="train a team of agents", description=_TRAIN_DESCRIPTION)
     )
     sub.add_parser("tasks", help="list the registered task suites and their options")
+    from comlrl.algos.cli_eval import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
@@ -48,6 +56,16 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
     train.add_argument("--output-dir", help="where metrics, samples and checkpoints go")
     train.add_argument("--num-steps", type=int, help="number of training steps")
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its newest checkpoint (config from RUN_DIR/config.yaml; "
+        "overrides limited to num_steps, save_every, keep_last, eval_*, log_samples, progress)",
+    )
+    train.add_argument(
+        "--overwrite", action="store_true",
+        help="delete the outputs of an earlier run in output_dir (metrics, samples, eval, "
+        "checkpoints, final) before training",
+    )
     train.add_argument(
         "overrides",
         nargs="*",
@@ -85,14 +103,32 @@ def run_train(args: argparse.Namespace) -> int:
         overrides.append(f"output_dir={json.dumps(args.output_dir)}")
     if args.num_steps is not None:
         overrides.append(f"num_steps={args.num_steps}")
+    from comlrl.algos import lifecycle
+
     try:
-        config = load_config(args.config, overrides)
+        config, resume_from = (
+            _resume_target(args, overrides) if args.resume else (load_config(args.config, overrides), None)
+        )
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
         print(_config_text(config), end="")
         return 0
+    finished = lifecycle.finished_step(args.resume) if args.resume else None
+    if finished is not None and finished >= config.num_steps:
+        print(f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer")
+        return 0
+    earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
+    if earlier and not args.overwrite:
+        print(
+            f"comlrl: output_dir {config.output_dir!r} already holds a run ({', '.join(earlier)}); "
+            f"continue it with: comlrl train --resume {config.output_dir}, or start over with "
+            "--overwrite (deletes that run's metrics, samples, evaluations, checkpoints and final/), or "
+            "choose another output_dir.",
+            file=sys.stderr,
+        )
+        return 2
 
     import torch
     from comlrl.algos.agent import HFAgent
@@ -134,8 +170,29 @@ def run_train(args: argparse.Namespace) -> int:
         task.close()
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
+    if earlier:  # --overwrite, now that the task and models have loaded
+        lifecycle.clear_run_outputs(config.output_dir)
+    if resume_from is not None:
+        from comlrl.algos.checkpoint import CheckpointError
+
+        try:
+            step = trainer.resume(resume_from)
+        except CheckpointError as exc:
+            task.close()
+            trainer.run.close()
+            print(f"comlrl: cannot resume from {resume_from}: {exc}", file=sys.stderr)
+            return 2
+        print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {resume_from})")
+        if step >= config.num_steps:
+            task.close()
+            trainer.run.close()
+            print(f"nothing to do: the run already has {step} steps; pass num_steps=N to train longer")
+            return 0
     try:
         history = trainer.train()
+    except lifecycle.TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
     except RewardFunctionError as exc:
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
         return 1
@@ -182,6 +239,35 @@ def run_tasks() -> int:
     return 0
 
 
+def _resume_target(args: argparse.Namespace, overrides: list[str]) -> tuple[Any, Any]:
+    """The saved config (plus safe overrides) and newest checkpoint of ``--resume RUN_DIR``.
+
+    Raises:
+        ConfigError: flags that conflict with --resume, an unsafe override, or no checkpoint.
+    """
+    from comlrl.algos.checkpoint import latest_checkpoint
+    from comlrl.algos.config import ConfigError
+    from comlrl.algos.lifecycle import resume_config
+
+    flags = {"--config": args.config, "--model": args.model, "--output-dir": args.output_dir,
+             "--overwrite": args.overwrite}
+    clash = [name for name, value in flags.items() if value]
+    if clash:
+        raise ConfigError(
+            f"--resume takes the run's own config ({args.resume}/config.yaml) and folder; drop "
+            f"{', '.join(clash)} (to start over instead: comlrl train --overwrite ...)."
+        )
+    config = resume_config(args.resume, overrides)
+    found = latest_checkpoint(args.resume)
+    if found is None:
+        raise ConfigError(
+            f"nothing to resume in {args.resume!r}: no complete checkpoint under "
+            f"{args.resume}/checkpoints (a run writes one every save_every steps and on Ctrl-C); "
+            "start it again with --overwrite."
+        )
+    return config, found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``comlrl`` console script."""
     from comlrl.algos._cli_warnings import show_training_warnings_plainly
@@ -190,6 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_training_warnings_plainly()
     if args.command == "train":
         return run_train(args)
+    if args.command == "eval":
+        from comlrl.algos.cli_eval import run_eval
+
+        return run_eval(args)
     if args.command == "tasks":
         return run_tasks()
     return 2

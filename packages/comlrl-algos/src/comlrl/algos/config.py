@@ -122,10 +122,6 @@ class TrainConfig(BaseModel):
         "intra-op thread per agent, or one GPU per agent. Agents that share one model object "
         "are never updated concurrently."
     )
-    overlap_reward: bool = Field(
-        True, description="Run the reward function in a worker thread while each agent's "
-        "first micro-batch forward runs (holds one micro-batch of activations per agent)."
-    )
     shared_prefix: bool = Field(
         True, description="Run each prompt through the model once per update and share its "
         "KV cache among its G completions (same gradient, less work)."
@@ -138,6 +134,24 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
     log_samples: int = Field(4, ge=0, description="Joint actions per step written to samples.jsonl.")
     progress: bool = True
+    # --- evaluation and checkpoint retention (run lifecycle) -----------------------
+    eval_every: int = Field(
+        0, ge=0, description="Evaluate every N steps on eval_split without updating (rows in "
+        "eval.jsonl); 0 = off."
+    )
+    eval_split: str = Field(
+        "test", description="Task split to evaluate on (coop_humaneval's train and test are "
+        "disjoint)."
+    )
+    eval_greedy: bool = Field(True, description="Greedy (top_k=1) evaluation; false = sampled "
+                              "with the training temperature/top_p/top_k.")
+    eval_num_samples: int = Field(
+        1, ge=1, description="k, joint actions per problem for pass@k (sampled evaluation)."
+    )
+    eval_limit: int | None = Field(None, ge=1, description="Evaluate on the first N problems only.")
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
+    )
     # --- reporting (comlrl.algos.reporting) -----------------------------------------
     report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
         ["jsonl"], description="Where metrics go: jsonl "
@@ -198,6 +212,15 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
                 "clip: set clip_ratio (e.g. 0.2)."
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _eval_consistent(self) -> TrainConfig:
+        if self.eval_greedy and self.eval_num_samples > 1:
+            raise ValueError(
+                f"eval_num_samples={self.eval_num_samples} with eval_greedy=true repeats one "
+                "completion; set eval_greedy=false for pass@k with k > 1, or eval_num_samples=1."
             )
         return self
 

@@ -154,6 +154,36 @@ class DataStream:
             out.append(self.dataset[self.order.pop()])
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the stream stands: the rest of this epoch's order, the epoch, the shuffle RNG.
+
+        Plain ints, lists and tuples (``torch.load(weights_only=True)`` reads them back).
+        """
+        return {
+            "num_examples": len(self.dataset),
+            "order": list(self.order),
+            "epoch": self.epoch,
+            "rng": self.rng.getstate(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the next batch is the one the saved stream gave.
+
+        Raises:
+            ValueError: the saved stream was over a dataset of another size (the data
+                changed since the checkpoint; resuming would hand out other examples).
+        """
+        if int(state["num_examples"]) != len(self.dataset):
+            raise ValueError(
+                f"the checkpoint's data stream was over {state['num_examples']} examples but "
+                f"the dataset now has {len(self.dataset)}; resume with the same task data "
+                "(task.name, task.split, task.kwargs) as the run was started with."
+            )
+        self.order = [int(i) for i in state["order"]]
+        self.epoch = int(state["epoch"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
 
 class JsonlWriter:
     """Append JSON rows to a file, one per line, flushed after each write."""

@@ -52,6 +52,9 @@ class MultiAgentTrainer:
         transition: ``external_transition(prompt, agent_completions, num_agents,
             prompt_history_per_agent, response_history_per_agent) -> A prompts`` for turns
             after the first (with a task, it replaces the task's own prompts).
+        eval_dataset: examples for evaluation (``config.eval_every``, :meth:`evaluate`);
+            with a task and ``config.eval_every > 0`` it defaults to
+            ``task.load(config.eval_split)``.
 
     Raises:
         ConfigError: when the agents, task/formatters, dataset and config disagree
@@ -70,6 +73,7 @@ class MultiAgentTrainer:
         formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
         reward_func: Callable[..., Any] | None = None,
         transition: Transition | None = None,
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         from comlrl.algos.advantages import ESTIMATORS
 
@@ -91,6 +95,11 @@ class MultiAgentTrainer:
         if task is not None:
             env = TaskEnvironment(task, transition)
             data = list(dataset) if dataset is not None else list(task.load(config.task.split))
+            if eval_dataset is None and config.eval_every:
+                try:
+                    eval_dataset = list(task.load(config.eval_split))
+                except ValueError as exc:
+                    raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
         else:
             if formatters is None or reward_func is None or dataset is None:
                 raise ConfigError(
@@ -103,7 +112,7 @@ class MultiAgentTrainer:
             env = CallbackEnvironment(formatters, reward_func, transition)
             data = dataset if isinstance(dataset, Sequence) else list(dataset)
         self.env = env
-        self.run = group_baseline.setup(self.agents, config, env, data)
+        self.run = group_baseline.setup(self.agents, config, env, data, eval_dataset)
 
     @property
     def step(self) -> int:
@@ -127,6 +136,15 @@ class MultiAgentTrainer:
     def save(self, tag: str) -> list[Path]:
         """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
         return group_baseline.save(self.run, tag)
+
+    def evaluate(self) -> dict[str, float]:
+        """One evaluation row (:func:`comlrl.algos.recipes.group_baseline.evaluate`)."""
+        return group_baseline.evaluate(self.run)
+
+    def resume(self, checkpoint: str | Path) -> int:
+        """Continue from a step checkpoint (:func:`~comlrl.algos.recipes.group_baseline.resume`);
+        returns its step."""
+        return group_baseline.resume(self.run, checkpoint)
 
     def train(self) -> list[dict[str, float]]:
         """Run :func:`comlrl.algos.recipes.group_baseline.train`; closes the task after."""

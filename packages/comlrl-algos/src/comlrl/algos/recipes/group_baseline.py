@@ -14,7 +14,8 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
 5. metrics.
 
 The four methods differ only in ``config.estimator``. :func:`setup` builds the run state
-once; :func:`train` loops, logs and checkpoints.
+once; :func:`train` loops, logs, evaluates (:func:`evaluate`) and checkpoints
+(:func:`checkpoint`); :func:`resume` puts a run back at a step checkpoint.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from comlrl.algos import checkpoint as ckpt
+from comlrl.algos import evaluate as evaluation
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.diagnostics import warn_if_cannot_learn
 from comlrl.algos.env import Environment
 from comlrl.algos.joint import credit_completions
+from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
 from comlrl.algos.records import Rollout
 from comlrl.algos.reporting import build_reporters, close_reporters
 from comlrl.algos.rollout import TreeSettings, rollout
@@ -48,7 +52,10 @@ from comlrl.algos.run import (
 from comlrl.algos.update import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
 
-__all__ = ["GroupBaselineRun", "setup", "group_advantages", "train_step", "train", "save", "sample_rows"]
+__all__ = [
+    "GroupBaselineRun", "setup", "group_advantages", "train_step", "train", "save", "sample_rows",
+    "evaluate", "checkpoint", "resume",
+]
 
 
 @dataclass
@@ -70,6 +77,7 @@ class GroupBaselineRun:
     output_dir: Path
     step: int = 0
     last_rollout: Rollout | None = field(default=None, repr=False)
+    eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
 
     def close(self) -> None:
         """Stop worker threads (safe to call twice)."""
@@ -78,12 +86,20 @@ class GroupBaselineRun:
 
 
 def setup(
-    agents: Sequence[Any], config: TrainConfig, env: Environment, dataset: Sequence[Mapping[str, Any]]
+    agents: Sequence[Any],
+    config: TrainConfig,
+    env: Environment,
+    dataset: Sequence[Mapping[str, Any]],
+    eval_dataset: Sequence[Mapping[str, Any]] | None = None,
 ) -> GroupBaselineRun:
     """Check that agents, environment and config agree, then build optimizers and pools.
 
+    ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
+    needed when ``config.eval_every > 0``.
+
     Raises:
-        ConfigError: agent count, turn count or dataset do not fit (before any training).
+        ConfigError: agent count, turn count or dataset do not fit, or evaluation is on
+            without an evaluation set (before any training).
     """
     n = len(agents)
     if n != config.num_agents:
@@ -99,6 +115,15 @@ def setup(
         data = DataStream(dataset, seed=config.seed, shuffle=config.shuffle)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if eval_dataset is not None:
+        eval_dataset = list(eval_dataset)[: config.eval_limit]
+        if not eval_dataset:
+            raise ConfigError(f"the evaluation set is empty (eval_split={config.eval_split!r}); give problems.")
+    elif config.eval_every:
+        raise ConfigError(
+            f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
+            "(or a task with an eval_split), or set eval_every=0."
+        )
     warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
@@ -174,6 +199,7 @@ def setup(
         update_pool=AgentPool(n, concurrent and distinct, cpu=cpu),
         rng=random.Random(config.seed),
         output_dir=Path(config.output_dir),
+        eval_data=eval_dataset,
     )
 
 
@@ -278,28 +304,87 @@ def save(run: GroupBaselineRun, tag: str) -> list[Path]:
     ]
 
 
+def evaluate(run: GroupBaselineRun) -> dict[str, float]:
+    """The ``eval.jsonl`` row of the agents on ``run.eval_data`` (the training rollout,
+    greedy or sampled, no update; :mod:`comlrl.algos.evaluate`). Raises ConfigError
+    without an evaluation set."""
+    cfg = run.config
+    if run.eval_data is None:
+        raise ConfigError("this run has no evaluation set; pass eval_dataset= to setup().")
+    params = evaluation.eval_sampling(
+        cfg.eval_num_samples, cfg.max_new_tokens, greedy=cfg.eval_greedy,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+    )
+    row, _ = evaluation.evaluate(
+        run.agents, run.env, run.eval_data, params, run.tree,
+        batch_size=cfg.batch_size, seed=cfg.seed, map_agents=run.sample_pool.map,
+    )
+    return {"step": run.step, **row}
+
+
+def checkpoint(run: GroupBaselineRun) -> Path:
+    """Write ``output_dir/checkpoints/step-N`` (agents + training state, atomically), then
+    prune to ``config.keep_last``; returns the folder."""
+    state = ckpt.capture_state(
+        step=run.step, optimizers=run.optimizers, data=run.data, rng=run.rng,
+        generators=[getattr(a, "generator", None) for a in run.agents],
+    )
+    path = ckpt.write_checkpoint(ckpt.step_checkpoint_path(run.output_dir, run.step), run.agents, state)
+    if run.config.keep_last:
+        ckpt.prune_checkpoints(run.output_dir, run.config.keep_last, keep=path)
+    return path
+
+
+def resume(run: GroupBaselineRun, path: str | Path) -> int:
+    """Put ``run`` back at the step checkpoint ``path`` (weights, optimizers, data stream,
+    random streams), cut the logs in ``output_dir`` back to its step, and return the step:
+    :func:`train` then continues as if never stopped. Raises CheckpointError when the
+    checkpoint is incomplete or does not fit the run."""
+    state = ckpt.load_training_state(path)
+    for i, agent in enumerate(run.agents):
+        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+    run.step = ckpt.restore_state(
+        state, optimizers=run.optimizers, data=run.data, rng=run.rng,
+        generators=[getattr(a, "generator", None) for a in run.agents],
+    )
+    ckpt.clean_partial_checkpoints(run.output_dir)
+    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        truncate_jsonl(run.output_dir / name, run.step)
+    return run.step
+
+
 def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
-    rewards, returns, feedback and reward-function infos), ``config.yaml`` and per-agent
-    checkpoints in ``output_dir``; every row also goes to the reporters of
-    :func:`~comlrl.algos.reporting.build_reporters` (TensorBoard, W&B, ``reward_curve.png``).
+    rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
+    ``eval_every`` steps), ``config.yaml``, step checkpoints (every ``save_every`` steps
+    and at the last step) and ``final/`` in ``output_dir``; every row also goes to the
+    reporters of :func:`~comlrl.algos.reporting.build_reporters` (TensorBoard, W&B,
+    ``reward_curve.png``). A run put back by
+    :func:`resume` continues from its step.
+
+    Raises:
+        TrainingInterrupted: after Ctrl-C: the step in progress was finished and
+            checkpointed (the exception names the checkpoint).
     """
     import yaml
     from tqdm.auto import tqdm
 
     cfg = run.config
-    torch.manual_seed(cfg.seed)
+    if run.step == 0:  # a resumed run has its random streams back from the checkpoint
+        torch.manual_seed(cfg.seed)
     run.output_dir.mkdir(parents=True, exist_ok=True)
     reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
     (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     history: list[dict[str, float]] = []
     metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
     samples = JsonlWriter(run.output_dir / "samples.jsonl")
-    bar = tqdm(total=cfg.num_steps, disable=not cfg.progress, desc="train", unit="step")
+    evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
+    bar = tqdm(total=cfg.num_steps, initial=run.step, disable=not cfg.progress, desc="train", unit="step")
+    stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
-        for _ in range(cfg.num_steps):
+        for _ in range(run.step, cfg.num_steps):
             row = train_step(run)
             history.append(row)
             metrics.write(row)
@@ -310,13 +395,21 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
                     samples.write(sample)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if cfg.save_every and run.step % cfg.save_every == 0:
-                save(run, f"checkpoints/step-{run.step:06d}")
+            if evals is not None and run.step % cfg.eval_every == 0:
+                evals.write(evaluate(run))
+            if stop.requested and run.step < cfg.num_steps:
+                raise TrainingInterrupted(run.step, checkpoint(run), run.output_dir)
+            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps):
+                checkpoint(run)
         save(run, "final")
+        ckpt.write_meta(run.output_dir / "final", run.step)
     finally:
+        stop.__exit__()
         bar.close()
         metrics.close()
         samples.close()
+        if evals is not None:
+            evals.close()
         run.close()
         close_reporters(reporters)
     return history

@@ -1,0 +1,259 @@
+"""Step checkpoints: exact resume in process, atomic folders, pruning, logs cut back, safe configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from comlrl.algos import checkpoint as ckpt
+from comlrl.algos.agent import HFAgent
+from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.lifecycle import (
+    StopAtStepBoundary,
+    clear_run_outputs,
+    existing_run_outputs,
+    resume_config,
+    truncate_jsonl,
+)
+from comlrl.algos.models import build_default_model
+from comlrl.algos.recipes import group_baseline
+from comlrl.algos.run import DataStream
+from comlrl.algos.trainer import MultiAgentTrainer
+
+DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
+
+
+def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
+    return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2)]
+
+
+def _trainer(tok, out: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
+    """Two tiny agents; 5 examples in batches of 2, so epochs straddle steps."""
+    settings = dict(
+        num_steps=4,
+        batch_size=2,
+        num_generations=3,
+        max_new_tokens=8,
+        learning_rate=1e-2,
+        output_dir=str(out),
+        progress=False,
+        parallel_agents=False,
+        seed=5,
+    )
+    cfg = TrainConfig(**{**settings, **overrides})
+    torch.manual_seed(0)
+    agents = [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
+    return MultiAgentTrainer(
+        agents,
+        cfg,
+        dataset=DATA,
+        reward_func=_length_reward,
+        formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
+    )
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_a_resumed_trainer_continues_bit_for_bit(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Fresh agents (other weights: the models here are rebuilt from their seeds) resumed at
+    step 2 give exactly the uninterrupted run's rows 3 and 4: weights, RAdam moments, the
+    data order mid-epoch and all random streams came back (same ops, same thread: exact)."""
+    full = _trainer(tiny_tokenizer, tmp_path / "full", save_every=2)
+    want = full.train()
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "full", copy)
+    shutil.rmtree(copy / "final")
+    shutil.rmtree(copy / "checkpoints" / "step-000004")
+    random.seed(1234)  # scramble what the checkpoint must restore
+    torch.manual_seed(1234)
+    resumed = _trainer(tiny_tokenizer, copy, save_every=2)
+    resumed.run.data.next_batch(3)
+    assert resumed.resume(copy / "checkpoints" / "step-000002") == 2
+    assert [r["step"] for r in _rows(copy / "metrics.jsonl")] == [1, 2], (
+        "rows after the checkpoint go"
+    )
+    got = resumed.train()
+    assert [r["step"] for r in got] == [3, 4]
+    for g, w in zip(got, want[2:], strict=True):
+        for key in (
+            "reward_mean",
+            "reward_std",
+            "loss/agent_0",
+            "loss/agent_1",
+            "grad_norm/agent_1",
+            "completion_len_mean/agent_0",
+            "advantage_std/agent_1",
+        ):
+            assert g[key] == w[key], (g["step"], key, g[key], w[key])
+    a = torch.load(copy / "checkpoints" / "step-000004" / ckpt.STATE_FILE, weights_only=True)
+    b = torch.load(
+        tmp_path / "full" / "checkpoints" / "step-000004" / ckpt.STATE_FILE, weights_only=True
+    )
+    assert a["data"] == b["data"] and a["rng"]["run"] == b["rng"]["run"]
+    for x, y in zip(a["rng"]["agents"], b["rng"]["agents"], strict=True):
+        assert torch.equal(x, y)
+
+
+def test_resume_without_the_optimizer_state_would_differ(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The exactness above is not vacuous: with fresh (empty) Adam moments instead of the
+    saved ones, step 3 samples the same completions but step 4's losses differ."""
+    want = _trainer(tiny_tokenizer, tmp_path / "full", save_every=2, optimizer="adamw").train()
+    saved = tmp_path / "full" / "checkpoints" / "step-000002"
+    state = ckpt.load_training_state(saved)
+    fresh = _trainer(tiny_tokenizer, tmp_path / "other", optimizer="adamw")
+    state["optimizers"] = [o.state_dict() for o in fresh.optimizers]
+    for i, agent in enumerate(fresh.agents):
+        ckpt.load_agent_weights(agent.model, saved / f"agent_{i}")
+    fresh.run.step = ckpt.restore_state(
+        state,
+        optimizers=fresh.optimizers,
+        data=fresh.run.data,
+        rng=fresh.run.rng,
+        generators=[a.generator for a in fresh.agents],
+    )
+    row3, row4 = fresh.train_step(), fresh.train_step()
+    fresh.run.close()
+    assert (
+        row3["reward_mean"] == want[2]["reward_mean"]
+        and row3["loss/agent_0"] == want[2]["loss/agent_0"]
+    )
+    assert (row4["loss/agent_0"], row4["loss/agent_1"]) != (
+        want[3]["loss/agent_0"],
+        want[3]["loss/agent_1"],
+    )
+
+
+def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(
+    tiny_tokenizer, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    trainer = _trainer(tiny_tokenizer, tmp_path / "run")
+    trainer.train_step()
+
+    def broken_save(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        group_baseline.checkpoint(trainer.run)
+    monkeypatch.undo()
+    root = tmp_path / "run" / "checkpoints"
+    assert not (root / "step-000001").exists() and ckpt.latest_checkpoint(tmp_path / "run") is None
+    assert [p.name for p in root.iterdir()] == [f".step-000001.tmp-{os.getpid()}"]
+    assert ckpt.clean_partial_checkpoints(tmp_path / "run") and not list(root.iterdir())
+    with pytest.raises(ckpt.CheckpointError, match="not a complete step checkpoint"):
+        ckpt.load_training_state(root / "step-000001")
+    trainer.run.close()
+
+
+def test_keep_last_prunes_old_step_checkpoints_but_never_final(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    _trainer(tiny_tokenizer, tmp_path / "run", save_every=1, keep_last=2).train()
+    steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")]
+    assert steps == [3, 4]
+    assert json.loads((tmp_path / "run" / "final" / ckpt.META_FILE).read_text())["step"] == 4
+    assert (tmp_path / "run" / "final" / "agent_1" / "config.json").is_file()
+
+
+def test_prune_spares_the_folder_just_written(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        p = ckpt.step_checkpoint_path(tmp_path, step)
+        p.mkdir(parents=True)
+        (p / ckpt.STATE_FILE).write_bytes(b"x")
+        ckpt.write_meta(p, step)
+    (tmp_path / "checkpoints" / ".step-000004.tmp-1").mkdir()
+    deleted = ckpt.prune_checkpoints(tmp_path, 1, keep=ckpt.step_checkpoint_path(tmp_path, 2))
+    assert [p.name for p in deleted] == ["step-000001"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        ".step-000004.tmp-1",
+        "step-000002",
+        "step-000003",
+    ]
+    with pytest.raises(ValueError, match="keep_last must be >= 1, got 0"):
+        ckpt.prune_checkpoints(tmp_path, 0)
+
+
+def test_data_stream_state_round_trips_mid_epoch() -> None:
+    a = DataStream(list(range(7)), seed=3)
+    a.next_batch(5)
+    b = DataStream(list(range(7)), seed=99)
+    b.load_state_dict(a.state_dict())
+    assert a.next_batch(12) == b.next_batch(12) and a.epoch == b.epoch == 3
+    with pytest.raises(ValueError, match="over 7 examples but the dataset now has 6"):
+        DataStream(list(range(6))).load_state_dict(a.state_dict())
+
+
+def test_truncate_jsonl_drops_later_rows_and_a_torn_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(
+        '{"step": 1}\n{"step": 2, "x": 1}\n{"other": true}\n{"step": 3}\n{"step": 4, "x"'
+    )
+    assert truncate_jsonl(log, 2) == 2  # step 3 and the torn line
+    assert log.read_text() == '{"step": 1}\n{"step": 2, "x": 1}\n{"other": true}\n'
+    assert truncate_jsonl(log, 2) == 0 and truncate_jsonl(tmp_path / "missing.jsonl", 1) == 0
+    log.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        truncate_jsonl(log, 1)
+
+
+def test_resume_allows_only_settings_that_do_not_change_the_steps(tmp_path: Path) -> None:
+    import yaml
+
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(TrainConfig(output_dir="/elsewhere").model_dump())
+    )
+    cfg = resume_config(tmp_path, ["num_steps=50", "eval_every=5", "keep_last=3"])
+    assert (cfg.num_steps, cfg.eval_every, cfg.output_dir) == (50, 5, str(tmp_path))
+    with pytest.raises(
+        ConfigError, match=r"cannot change learning_rate \(run: 1e-05, asked: 0.1\)"
+    ):
+        resume_config(tmp_path, ["learning_rate=0.1", "num_steps=50"])
+    with pytest.raises(ConfigError, match="task"):
+        resume_config(tmp_path, ["task.kwargs.limit=3"])
+    with pytest.raises(ConfigError, match="has no config.yaml"):
+        resume_config(tmp_path / "nope", [])
+
+
+def test_outputs_of_an_earlier_run_are_found_and_cleared_alone(tmp_path: Path) -> None:
+    assert existing_run_outputs(tmp_path) == []
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    assert existing_run_outputs(tmp_path) == [], "a lone config.yaml is not a run"
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    (tmp_path / "checkpoints" / "step-000001").mkdir(parents=True)
+    (tmp_path / "mine.txt").write_text("keep")
+    assert existing_run_outputs(tmp_path) == ["metrics.jsonl", "checkpoints"]
+    assert clear_run_outputs(tmp_path) == ["metrics.jsonl", "config.yaml", "checkpoints"]
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_first_ctrl_c_asks_to_stop_the_second_stops_now() -> None:
+    with StopAtStepBoundary() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs between bytecodes of the main thread
+            if stop.requested:
+                break
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _trainer(tiny_tokenizer, tmp_path / "run", save_every=1, num_steps=1).train()
+    other = _trainer(tiny_tokenizer, tmp_path / "run")
+    other.run.data.dataset = DATA[:4]
+    with pytest.raises(ckpt.CheckpointError, match="over 5 examples but the dataset now has 4"):
+        other.resume(tmp_path / "run" / "checkpoints" / "step-000001")
+    other.run.close()

@@ -1,0 +1,99 @@
+"""``comlrl train`` with a pause point, so a test can signal the run at a chosen place.
+
+Usage: ``python _lifecycle_driver.py WHERE STEP -- [comlrl train arguments]``. The driver runs
+the real ``comlrl`` entry point (:func:`comlrl.algos.cli.main`) with one function wrapped so
+that, at the chosen place, it prints ``PAUSED <where> <step>`` and waits for a line on
+stdin. The test then sends SIGKILL or SIGINT (and, for SIGINT, a line to let it go on).
+No sleeps or timings: the place is fixed by the pause, not by a clock.
+
+``WHERE``:
+
+- ``after_checkpoint``: right after the checkpoint of step ``STEP`` was written;
+- ``mid_step``: in step ``STEP + 1``, after its rollout, before the first agent's update;
+- ``mid_checkpoint``: while writing the checkpoint of step ``STEP + 1``, after the agents'
+  weights, before the training state (a half-written temporary folder exists);
+- ``after_metrics``: after step ``STEP + 1``'s metrics row, before its checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from comlrl.algos import checkpoint as ckpt
+from comlrl.algos import cli
+from comlrl.algos.recipes import group_baseline as gb
+
+
+def _pause(where: str, step: int) -> None:
+    print(f"PAUSED {where} {step}", flush=True)
+    sys.stdin.readline()
+
+
+def main() -> int:
+    where, step = sys.argv[1], int(sys.argv[2])
+    args = sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:]
+    if where == "after_checkpoint":
+        original_checkpoint = gb.checkpoint
+
+        def checkpoint(run: Any) -> Any:
+            path = original_checkpoint(run)
+            if run.step == step:
+                _pause(where, run.step)
+            return path
+
+        gb.checkpoint = checkpoint
+    elif where == "mid_step":
+        original_update = gb.update_policy
+        paused: list[bool] = []
+
+        def update_policy(*a: Any, **kw: Any) -> Any:
+            if not paused and gb_run_step[0] == step:
+                paused.append(True)
+                _pause(where, step + 1)
+            return original_update(*a, **kw)
+
+        gb.update_policy = update_policy
+    elif where == "mid_checkpoint":
+        original_save = torch.save
+
+        def save(obj: Any, f: Any, *a: Any, **kw: Any) -> Any:
+            if (
+                str(f).endswith(ckpt.STATE_FILE)
+                and isinstance(obj, dict)
+                and obj.get("step") == step + 1
+            ):
+                _pause(where, step + 1)
+            return original_save(obj, f, *a, **kw)
+
+        ckpt.torch.save = save  # type: ignore[assignment]
+    elif where == "after_metrics":
+        original_writer = gb.JsonlWriter
+
+        class Writer(original_writer):  # type: ignore[misc, valid-type]
+            def write(self, row: Any) -> None:
+                super().write(row)
+                if self.path.name == "metrics.jsonl" and row.get("step") == step + 1:
+                    _pause(where, step + 1)
+
+        gb.JsonlWriter = Writer  # type: ignore[misc]
+    else:
+        raise SystemExit(f"unknown pause point {where!r}")
+    return cli.main(args)
+
+
+# train_step increments run.step after the update; track the step a run starts from here.
+gb_run_step = [0]
+_original_train_step = gb.train_step
+
+
+def _train_step(run: Any) -> Any:
+    gb_run_step[0] = run.step
+    return _original_train_step(run)
+
+
+gb.train_step = _train_step
+
+if __name__ == "__main__":
+    raise SystemExit(main())
