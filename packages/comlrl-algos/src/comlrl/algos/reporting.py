@@ -387,7 +387,8 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
         return f"done: 0 steps; {where}"
     first, last = quarter_means([float(r["reward_mean"]) for r in rows])
     speed = float(rows[-1].get("prompts_per_s", float("nan")))
+    steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
     return (
-        f"done: {len(rows)} step{'s' if len(rows) != 1 else ''}, reward first quarter {first:.2f} -> last quarter "
-        f"{last:.2f} ({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
+        f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
+        f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
     )
