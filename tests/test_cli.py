@@ -127,9 +127,12 @@ def test_coop_humaneval_is_one_flag_away_with_verdicts_and_loadable_checkpoints(
         ("task.kwargs.limit=0", "has no examples in split 'train'"),
         ("task.split=validation", "could not load split 'validation'"),
         ("models=[a", "is not valid YAML"),
-        # num_agents is checked against the task before any model is loaded: the missing
-        # model directory would fail first otherwise.
-        ("num_agents=3 models=[/no/such/model/dir]", "written for 2 agents but num_agents=3"),
+        # num_agents is checked against the task before any model is loaded: loading the
+        # Hub id (absent, and no network) would fail first otherwise.
+        (
+            "num_agents=3 models=[nobody-comlrl/not-a-model]",
+            "written for 2 agents but num_agents=3",
+        ),
     ],
 )
 def test_a_bad_config_fails_before_training_and_names_the_field(

@@ -210,7 +210,7 @@ def test_resume_allows_only_settings_that_do_not_change_the_steps(tmp_path: Path
     import yaml
 
     (tmp_path / "config.yaml").write_text(
-        yaml.safe_dump(TrainConfig(output_dir="/elsewhere").model_dump())
+        yaml.safe_dump(TrainConfig(output_dir="/elsewhere", learning_rate=1e-5).model_dump())
     )
     cfg = resume_config(tmp_path, ["num_steps=50", "eval_every=5", "keep_last=3"])
     assert (cfg.num_steps, cfg.eval_every, cfg.output_dir) == (50, 5, str(tmp_path))

@@ -95,7 +95,10 @@ def test_reward_curve_without_matplotlib_prints_one_notice(
         reporter.log(row)
     reporter.close()
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["comlrl: reward_curve.png skipped: no plot here"]
+    assert err == [
+        "comlrl: reward_curve.png skipped: matplotlib is not installed "
+        "(pip install 'comlrl-algos[plot]')"
+    ]
     assert not (tmp_path / "reward_curve.png").exists()
 
 
@@ -196,3 +199,35 @@ def test_training_logs_to_wandb_offline_without_network(
         time.sleep(0.1)
     assert b"reward_mean" in data and b"loss/agent_0" in data, data[:200]
     assert not (tmp_path / "reward_curve.png").exists()
+
+
+def test_a_resumed_run_is_summed_up_and_plotted_from_step_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """metrics.jsonl holds steps 1-8 (step 6 redone after a resume); the resumed process
+    itself only saw steps 6-8."""
+    rows = [
+        {"step": s, "reward_mean": 0.1 * s, "turn_0/reward_mean": 0.1 * s, "prompts_per_s": 1.0}
+        for s in range(1, 9)
+    ]
+    lines = [json.dumps(r) for r in rows[:6]] + ["not json"] + [json.dumps(r) for r in rows[5:]]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert [r["step"] for r in reporting.read_metrics(tmp_path / "metrics.jsonl")] == list(
+        range(1, 9)
+    )
+    line = summary_line(rows[5:], tmp_path)
+    assert line.startswith("done: 8 steps, reward first quarter 0.15 -> last quarter 0.75"), line
+    pytest.importorskip("matplotlib", reason="the [plot] extra is not installed")
+    seen: list[list[int]] = []
+    real = reporting.plot_reward_curve
+
+    def spy(rows: Any, path: Any, **kwargs: Any) -> Path:
+        seen.append([r["step"] for r in rows])
+        return real(rows, path, **kwargs)
+
+    monkeypatch.setattr(reporting, "plot_reward_curve", spy)
+    reporter = RewardCurveReporter(tmp_path / "c.png", metrics_path=tmp_path / "metrics.jsonl")
+    for row in rows[5:]:
+        reporter.log(row)
+    reporter.close()
+    assert seen == [list(range(1, 9))] and (tmp_path / "c.png").is_file()

@@ -23,6 +23,7 @@ A missing extra is found by :func:`check_report_to` before any model is loaded.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "close_reporters",
     "missing_extra",
     "plot_reward_curve",
+    "read_metrics",
     "quarter_means",
     "reward_series",
     "rolling_mean",
@@ -256,19 +258,43 @@ def plot_reward_curve(
     return path
 
 
-class RewardCurveReporter:
-    """Collects the rows and writes ``reward_curve.png`` when closed.
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, one per step (the last row of a step wins, so a
+    resumed run that redid steps counts them once), in step order; ``[]`` when the file is
+    missing. Lines that are not JSON objects with a ``step`` are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            by_step[int(row["step"])] = row
+    return [by_step[k] for k in sorted(by_step)]
 
-    Without matplotlib it prints one notice line to stderr and writes nothing.
+
+class RewardCurveReporter:
+    """Writes ``reward_curve.png`` when closed, over the whole run.
+
+    The rows come from ``metrics_path`` when it exists (so a resumed run's curve starts at
+    step 1), else from the rows this reporter was given. Without matplotlib it prints one
+    notice line to stderr and writes nothing.
 
     Args:
         path: the PNG to write.
         title: figure title.
+        metrics_path: the run's ``metrics.jsonl``.
     """
 
-    def __init__(self, path: str | Path, title: str | None = None) -> None:
+    def __init__(
+        self, path: str | Path, title: str | None = None, metrics_path: str | Path | None = None
+    ) -> None:
         self.path = Path(path)
         self.title = title
+        self.metrics_path = Path(metrics_path) if metrics_path is not None else None
         self.rows: list[dict[str, Any]] = []
         self.written: Path | None = None
 
@@ -278,11 +304,15 @@ class RewardCurveReporter:
     def close(self) -> None:
         if not self.rows:
             return
-        notice = missing_extra("plot")
-        if notice is not None:
-            print(f"comlrl: {self.path.name} skipped: {notice}", file=sys.stderr)
+        if missing_extra("plot") is not None:
+            print(
+                f"comlrl: {self.path.name} skipped: matplotlib is not installed "
+                "(pip install 'comlrl-algos[plot]')",
+                file=sys.stderr,
+            )
             return
-        self.written = plot_reward_curve(self.rows, self.path, title=self.title)
+        rows = read_metrics(self.metrics_path) if self.metrics_path is not None else []
+        self.written = plot_reward_curve(rows or self.rows, self.path, title=self.title)
 
 
 def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporter]:
@@ -304,7 +334,13 @@ def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporte
         )
     if config.reward_curve:
         title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
-        reporters.append(RewardCurveReporter(output_dir / "reward_curve.png", title=title))
+        reporters.append(
+            RewardCurveReporter(
+                output_dir / "reward_curve.png",
+                title=title,
+                metrics_path=output_dir / "metrics.jsonl",
+            )
+        )
     reporters.append(LearningSignalWatch())
     return reporters
 
@@ -335,18 +371,24 @@ def quarter_means(values: Sequence[float]) -> tuple[float, float]:
 
 def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -> str:
     """The closing line of a run, e.g. ``done: 160 steps, reward first quarter 0.51 -> last
-    quarter 0.71 (+0.20), ...; outputs in runs/default/ (...)``."""
+    quarter 0.71 (+0.20), ...; outputs in runs/default/ (...)``.
+
+    The quarters are over the whole run as ``output_dir/metrics.jsonl`` records it (a
+    resumed run included), or over ``history`` when that file has no rows.
+    """
     out = Path(output_dir)
+    rows: Sequence[Mapping[str, Any]] = read_metrics(out / "metrics.jsonl") or history
     files = ["metrics.jsonl", "samples.jsonl"]
     if (out / "reward_curve.png").is_file():
         files.append("reward_curve.png")
     files.append("final/agent_*")
     where = f"outputs in {out}/ ({', '.join(files)})"
-    if not history:
+    if not rows:
         return f"done: 0 steps; {where}"
-    first, last = quarter_means([float(r["reward_mean"]) for r in history])
-    speed = float(history[-1].get("prompts_per_s", float("nan")))
+    first, last = quarter_means([float(r["reward_mean"]) for r in rows])
+    speed = float(rows[-1].get("prompts_per_s", float("nan")))
+    steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
     return (
-        f"done: {len(history)} step{'s' if len(history) != 1 else ''}, reward first quarter {first:.2f} -> last quarter "
-        f"{last:.2f} ({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
+        f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
+        f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
     )
