@@ -97,6 +97,10 @@ _CHILD_RESULT_FD = 3  # where the child finds the result pipe
 _RUNNER = RUNNER  # the runner script a zygote runs (tests point it elsewhere)
 
 
+#: Seconds a closing zygote gets to sweep and exit before it is killed (see _Zygote.close).
+_CLOSE_WAIT_S = 15.0
+
+
 class ZygoteError(RuntimeError):
     """A zygote could not be started or stopped answering."""
 
@@ -193,13 +197,35 @@ class _Zygote:
         self.sock.close()
 
     def close(self) -> None:
-        """Ask the zygote to exit (closing the socket is the request); kill it if slow."""
+        """Ask the zygote to exit (closing the socket is the request); kill it if slow.
+
+        On the request the zygote kills and reaps what its last program left behind, then
+        exits. It gets :data:`_CLOSE_WAIT_S` for that: a zygote killed mid-sweep leaves
+        its unreaped children to the trainer's process (to PID 1 in a container without
+        an init, where they would stay zombies), so the wait is generous; on an idle
+        machine the exit takes milliseconds.
+        """
         self.broken = True
         self.sock.close()
         try:
-            self.proc.wait(timeout=2)
+            self.proc.wait(timeout=_CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+def _retire(zygote: _Zygote) -> None:
+    """Stop a zygote that is not kept: gracefully while its process runs.
+
+    A zygote marked broken (slow to answer on a busy machine) may still be sweeping its
+    last program's processes. Closing its socket lets it finish that sweep and exit (see
+    :meth:`_Zygote.close`); a SIGKILL would hand its unreaped children to the trainer's
+    process, where they stay zombies when the trainer is PID 1. A process already gone is
+    just reaped.
+    """
+    if zygote.proc.poll() is None:
+        zygote.close()
+    else:
+        zygote.kill()
 
 
 class ZygotePool:
@@ -254,16 +280,13 @@ class ZygotePool:
             if keep:
                 self._idle.append(zygote)
         if not keep:
-            if zygote.alive():
-                zygote.close()
-            else:
-                zygote.kill()
+            _retire(zygote)
 
     def discard(self, zygote: _Zygote) -> None:
         """Drop a zygote that misbehaved."""
         with self._lock:
             self._busy.discard(zygote)
-        zygote.kill()
+        _retire(zygote)
 
     def pids(self) -> list[int]:
         """Process ids of the zygotes (idle and busy), for tests and diagnostics."""
