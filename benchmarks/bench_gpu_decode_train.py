@@ -68,6 +68,38 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[str]:
     return [" ".join(f"w{i}" for i in row.tolist()) for row in ids]
 
 
+def _reward(c1: list[str], c2: list[str]) -> list[float]:
+    """A cheap joint reward (length residues), the same on both sides of the comparison."""
+    return [float(len(a) % 7 + len(b) % 5) / 10 for a, b in zip(c1, c2)]
+
+
+def comlrl143_train_speed(
+    site: str, model: str, stories: str | None, steps: int, batch: int, g: int, new_tokens: int
+) -> dict[str, Any]:
+    """CoMLRL 1.4.3's MAGRPOTrainer on the same GPU, in its own process (see
+    ``_comlrl143_gpu_side.py``)."""
+    import os
+    import sys
+    import tempfile
+
+    spec = {"model": model, "stories260k": stories, "steps": steps, "batch": batch, "G": g}
+    spec["max_new_tokens"] = new_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        sp, op = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        sp.write_text(json.dumps(spec))
+        env = {**os.environ, "PYTHONPATH": site}
+        side = Path(__file__).resolve().parent / "_comlrl143_gpu_side.py"
+        proc = subprocess.run(
+            [sys.executable, str(side), "--spec", str(sp), "--out", str(op)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            return {"model": model, "error": proc.stderr[-3000:]}
+        return dict(json.loads(op.read_text()))
+
+
 def fast_vs_forward(model: Any, tok: Any) -> dict[str, Any]:
     """The agent's own once-per-agent check, plus a whole-sequence comparison."""
     from comlrl.algos import HFAgent
@@ -145,9 +177,6 @@ def train_speed(
 
     from comlrl.algos import MultiAgentTrainer, TrainConfig
 
-    def reward(c1: list[str], c2: list[str]) -> list[float]:
-        return [float(len(a) % 7 + len(b) % 5) / 10 for a, b in zip(c1, c2)]
-
     data = [{"id": i, "text": t} for i, t in enumerate(_prompts(64, 24, 500, 3))]
     agents = agents_fn()
     cfg = TrainConfig(
@@ -162,7 +191,7 @@ def train_speed(
         log_samples=0,
     )
     trainer = MultiAgentTrainer(
-        agents, cfg, dataset=data, reward_func=reward, formatters=[lambda ex: ex["text"]] * 2
+        agents, cfg, dataset=data, reward_func=_reward, formatters=[lambda ex: ex["text"]] * 2
     )
     trainer.train_step()  # warm-up
     torch.cuda.synchronize()
@@ -192,6 +221,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
     p.add_argument("--stories260k", default=None)
+    p.add_argument(
+        "--comlrl143-site",
+        default=None,
+        help="folder holding comlrl==1.4.3 and its needs: also time its MAGRPOTrainer",
+    )
+    p.add_argument("--skip-decode", action="store_true", help="only the training runs")
     args = p.parse_args()
     from comlrl.algos import HFAgent, load_model_and_tokenizer
 
@@ -201,14 +236,16 @@ def main() -> None:
         text=True,
     ).stdout.strip()
     result: dict[str, Any] = {"device": smi, "torch": torch.__version__, "cuda": torch.version.cuda}
-    model, tok = qwen2_05b_shape()
-    result["fast_vs_forward_bf16"] = fast_vs_forward(model, tok)
-    print(result["fast_vs_forward_bf16"], flush=True)
-    result["decode"] = [decode_speed(model, tok, 8, 8, 128, 64)]
-    print(json.dumps(result["decode"], indent=1), flush=True)
-    del model
-    torch.cuda.empty_cache()
-    runs = []
+    if not args.skip_decode:
+        model, tok = qwen2_05b_shape()
+        result["fast_vs_forward_bf16"] = fast_vs_forward(model, tok)
+        print(result["fast_vs_forward_bf16"], flush=True)
+        result["decode"] = [decode_speed(model, tok, 8, 8, 128, 64)]
+        print(json.dumps(result["decode"], indent=1), flush=True)
+        del model
+        torch.cuda.empty_cache()
+    runs: list[dict[str, Any]] = []
+    qwen = dict(steps=3, batch=4, g=4, new_tokens=64)
     runs.append(
         train_speed(
             "qwen2-0.5b-shape (random, bf16)",
@@ -216,14 +253,21 @@ def main() -> None:
                 HFAgent(*qwen2_05b_shape(seed=i), eos_token_ids=[0], name=f"agent_{i}")
                 for i in range(2)
             ],
-            steps=3,
-            batch=4,
-            g=4,
-            new_tokens=64,
+            **qwen,  # type: ignore[arg-type]
         )
     )
     print(runs[-1], flush=True)
+    torch.cuda.empty_cache()
+    if args.comlrl143_site:
+        runs.append(
+            {
+                "side": "comlrl-1.4.3",
+                **comlrl143_train_speed(args.comlrl143_site, "qwen2-0.5b-shape", None, **qwen),
+            }  # type: ignore[arg-type]
+        )
+        print(runs[-1], flush=True)
     if args.stories260k:
+        small = dict(steps=5, batch=8, g=4, new_tokens=64)
 
         def stories() -> list[Any]:
             out = []
@@ -232,10 +276,18 @@ def main() -> None:
                 out.append(HFAgent(m.cuda(), t, name=f"agent_{i}"))
             return out
 
-        runs.append(
-            train_speed("stories260k (fp32)", stories, steps=5, batch=8, g=4, new_tokens=64)
-        )
+        runs.append(train_speed("stories260k (fp32)", stories, **small))  # type: ignore[arg-type]
         print(runs[-1], flush=True)
+        if args.comlrl143_site:
+            runs.append(
+                {
+                    "side": "comlrl-1.4.3",
+                    **comlrl143_train_speed(
+                        args.comlrl143_site, "stories260k", args.stories260k, **small
+                    ),
+                }  # type: ignore[arg-type]
+            )
+            print(runs[-1], flush=True)
     result["train"] = runs
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

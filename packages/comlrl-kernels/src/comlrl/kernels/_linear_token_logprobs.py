@@ -37,6 +37,24 @@ def default_chunk_size(n: int, hidden: int, vocab: int) -> int:
     return max(1, min(n, rows))
 
 
+def _accumulate_weight_grad(grad_w: torch.Tensor, gl: torch.Tensor, h: torch.Tensor) -> None:
+    """grad_w [V, H] float32 += gl.T [V, C] @ h [C, H], with no [V, H] temporary where
+    the backend can: float32 inputs use addmm_; float16/bfloat16 inputs on CUDA use
+    cuBLAS with a float32 output (``out_dtype``), so each chunk's product is accumulated
+    in float32 without a rounded low-precision copy; elsewhere (CPU) one [V, H] product
+    per chunk is formed and upcast as it is added."""
+    if gl.dtype == torch.float32:
+        grad_w.addmm_(gl.t(), h)
+        return
+    if gl.is_cuda:
+        try:
+            torch.addmm(grad_w, gl.t(), h, out_dtype=torch.float32, out=grad_w)
+            return
+        except (RuntimeError, TypeError, NotImplementedError):  # older torch: no out_dtype
+            pass
+    grad_w.add_(gl.t() @ h)
+
+
 class _LinearTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -96,10 +114,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
             if grad_h is not None:
                 torch.mm(gl, weight, out=grad_h[s:e])
             if grad_w is not None:  # float32 accumulation across chunks
-                if gl.dtype == torch.float32:
-                    grad_w.addmm_(gl.t(), h)  # no [V, H] temporary
-                else:  # low precision: one [V, H] product per chunk, upcast as it is added
-                    grad_w.add_(gl.t() @ h)
+                _accumulate_weight_grad(grad_w, gl, h)
             del logits, gl
         gw = grad_w.to(weight.dtype) if grad_w is not None else None
         return grad_h, gw, None, None, None, None, None
@@ -131,8 +146,9 @@ def linear_token_logprobs(
         logp [N] float32, differentiable w.r.t. ``hidden`` and ``weight``. The backward
         recomputes each chunk of logits; the weight gradient is accumulated in float32 and
         returned in the weight's dtype. Peak extra memory: one [chunk, V] logits chunk plus
-        the float32 [V, H] weight-gradient accumulator (and, for low-precision weights, one
-        [V, H] product per chunk).
+        the float32 [V, H] weight-gradient accumulator (and, for low-precision weights on
+        CPU, one [V, H] product per chunk; on CUDA the product is written in float32
+        straight into the accumulator).
 
     Raises:
         ValueError: bad shapes, dtypes, devices, temperature or chunk_size.
