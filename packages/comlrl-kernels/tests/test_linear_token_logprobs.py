@@ -129,3 +129,73 @@ def test_invalid_shapes_raise_value_error(shapes: tuple, match: str) -> None:
     h, w, t = shapes
     with pytest.raises(ValueError, match=match):
         linear_token_logprobs(torch.randn(*h), torch.randn(*w), torch.zeros(*t, dtype=torch.long))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+def test_cuda_vocabulary_chunked_backward(dtype: torch.dtype) -> None:
+    """On CUDA the backward walks column blocks of the vocabulary (chunk 8 of 64 rows over
+    V=1000 gives 8 blocks of 128 columns, the last one partial): targets land in every
+    block and rows are ignored. Then ignore_index equals a block's width (chunk 7 of 16
+    rows over V=300: blocks [0, 192) and [192, 300)), which must not turn the rows whose
+    target lies in the other block into ignored rows."""
+    check("cuda", torch.device("cuda"), dtype, 64, 48, 1000, 8, temperature=0.7, ignore=(0, 33))
+    gen = torch.Generator().manual_seed(5)
+    hidden = torch.randn(16, 32, generator=gen, dtype=torch.float64)
+    weight = torch.randn(300, 32, generator=gen, dtype=torch.float64) / 32**0.5
+    targets = torch.randint(0, 300, (16,), generator=gen)
+    targets[3] = 192  # == ignore_index: this row is ignored, the others are not
+    hr, wr = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    ref = linear_token_logprobs_reference(hr, wr, targets)
+    hd = hidden.float().cuda().requires_grad_()
+    wd = weight.float().cuda().requires_grad_()
+    with use_backend("cuda"):
+        out = linear_token_logprobs(hd, wd, targets.cuda(), chunk_size=7, ignore_index=192)
+    gh, gw = torch.autograd.grad(out.sum(), (hd, wd))
+    keep = targets != 192
+    assert bool((targets > 192).any())  # rows whose target is outside the first block
+    tol = TOL[torch.float32]
+    torch.testing.assert_close(out.cpu().double()[keep], ref.detach()[keep], **tol["out"])
+    assert out[3].item() == 0.0 and torch.count_nonzero(gh[3]).item() == 0
+    ref_keep_gh, ref_keep_gw = torch.autograd.grad((ref * keep).sum(), (hr, wr))
+    torch.testing.assert_close(gh.cpu().double(), ref_keep_gh, **tol["grad"])
+    torch.testing.assert_close(gw.cpu().double(), ref_keep_gw, **tol["grad"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 24),
+    h=st.integers(1, 16),
+    v=st.integers(1, 400),
+    chunk=st.integers(1, 30),
+    ignore_index=st.sampled_from([-100, 64, 128]),
+    seed=st.integers(0, 2**16),
+)
+def test_vocabulary_chunked_backward_matches_reference(
+    n: int, h: int, v: int, chunk: int, ignore_index: int, seed: int
+) -> None:
+    """The CUDA path's column-block backward, run on CPU through the torch reference (the
+    same contract: a target outside the block adds no one-hot term), equals the gradient
+    of the materialized reference for any block layout, including an ``ignore_index``
+    equal to a block's width (64, 128: blocks are multiples of 64 columns)."""
+    from comlrl.kernels._linear_token_logprobs import _backward_vocab_chunks
+
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=gen, dtype=torch.float64)
+    weight = torch.randn(v, h, generator=gen, dtype=torch.float64) / h**0.5
+    targets = torch.randint(0, v, (n,), generator=gen)
+    targets[torch.rand(n, generator=gen) < 0.2] = ignore_index
+    g = torch.randn(n, generator=gen, dtype=torch.float64)
+    hr, wr = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    ref = linear_token_logprobs_reference(hr, wr, targets, ignore_index=ignore_index)
+    ref_gh, ref_gw = torch.autograd.grad((ref * g).sum(), (hr, wr))
+    h32, w32 = hidden.float(), weight.float()
+    lse = torch.logsumexp(h32 @ w32.t(), dim=1)
+    lse = torch.where(targets == ignore_index, 0.0, lse)
+    gh, gw = _backward_vocab_chunks(
+        h32, w32, targets, lse, g.float(), 1.0, ignore_index, chunk, True, True, "torch"
+    )
+    assert gh is not None and gw is not None
+    tol = TOL[torch.float32]["grad"]
+    torch.testing.assert_close(gh.double(), ref_gh, **tol)
+    torch.testing.assert_close(gw.double(), ref_gw, **tol)

@@ -1,7 +1,10 @@
 """linear_token_logprobs: lm_head matmul fused with token_logprobs, chunked over tokens.
 
-Only one chunk of logits ([chunk, V]) exists at a time, in the forward and again in the
-backward (where it is recomputed and then overwritten in place by its gradient).
+Only one chunk of logits exists at a time: [chunk, V] rows in the forward; in the backward
+(where it is recomputed and then overwritten in place by its gradient) [chunk, V] rows on
+CPU, and on CUDA [N, V * chunk / N] columns, so the weight gradient of a column block is
+one GEMM over all rows and only a float32 [N, H] accumulator (for the hidden gradient) is
+kept instead of a float32 [V, H] one.
 """
 
 from __future__ import annotations
@@ -43,16 +46,10 @@ def _accumulate_weight_grad(grad_w: torch.Tensor, gl: torch.Tensor, h: torch.Ten
     cuBLAS with a float32 output (``out_dtype``), so each chunk's product is accumulated
     in float32 without a rounded low-precision copy; elsewhere (CPU) one [V, H] product
     per chunk is formed and upcast as it is added."""
-    if gl.dtype == torch.float32:
-        grad_w.addmm_(gl.t(), h)
+    if gl.dtype != torch.float32 and not gl.is_cuda:  # no float32-output GEMM on CPU
+        grad_w.add_(gl.t() @ h)
         return
-    if gl.is_cuda:
-        try:
-            torch.addmm(grad_w, gl.t(), h, out_dtype=torch.float32, out=grad_w)
-            return
-        except (RuntimeError, TypeError, NotImplementedError):  # older torch: no out_dtype
-            pass
-    grad_w.add_(gl.t() @ h)
+    _accumulate_into_float32(grad_w, gl.t(), h)
 
 
 class _LinearTokenLogprobs(torch.autograd.Function):
@@ -90,34 +87,138 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         temperature, ignore_index, chunk, backend = ctx.config
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         g = g.to(torch.float32).contiguous()
-        n = hidden.shape[0]
-        grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        )
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            h = hidden[s:e]
-            logits = h @ weight.t()
-            gl = token_logprobs_backward(
-                backend,
-                logits,
-                targets[s:e],
+        if backend == "cuda":
+            grad_h, grad_w = _backward_vocab_chunks(
+                hidden,
+                weight,
+                targets,
+                lse,
+                g,
                 temperature,
                 ignore_index,
-                lse[s:e],
-                g[s:e],
-                None,
-                None,
-                True,
+                chunk,
+                need_h,
+                need_w,
+                "cuda",
             )
-            if grad_h is not None:
-                torch.mm(gl, weight, out=grad_h[s:e])
-            if grad_w is not None:  # float32 accumulation across chunks
-                _accumulate_weight_grad(grad_w, gl, h)
-            del logits, gl
-        gw = grad_w.to(weight.dtype) if grad_w is not None else None
-        return grad_h, gw, None, None, None, None, None
+        else:
+            grad_h, grad_w = _backward_row_chunks(
+                hidden,
+                weight,
+                targets,
+                lse,
+                g,
+                temperature,
+                ignore_index,
+                chunk,
+                backend,
+                need_h,
+                need_w,
+            )
+        return grad_h, grad_w, None, None, None, None, None
+
+
+def _backward_row_chunks(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    g: torch.Tensor,
+    temperature: float,
+    ignore_index: int,
+    chunk: int,
+    backend: str,
+    need_h: bool,
+    need_w: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Backward over chunks of rows: recompute [chunk, V] logits, overwrite them with their
+    gradient, then grad_h[rows] = gl @ W and grad_W += gl.T @ h (float32 accumulator)."""
+    n = hidden.shape[0]
+    grad_h = torch.empty_like(hidden) if need_h else None
+    grad_w = (
+        torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    )
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        h = hidden[s:e]
+        logits = h @ weight.t()
+        gl = token_logprobs_backward(
+            backend,
+            logits,
+            targets[s:e],
+            temperature,
+            ignore_index,
+            lse[s:e],
+            g[s:e],
+            None,
+            None,
+            True,
+        )
+        if grad_h is not None:
+            torch.mm(gl, weight, out=grad_h[s:e])
+        if grad_w is not None:  # float32 accumulation across chunks
+            _accumulate_weight_grad(grad_w, gl, h)
+        del logits, gl
+    return grad_h, (grad_w.to(weight.dtype) if grad_w is not None else None)
+
+
+def _backward_vocab_chunks(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    g: torch.Tensor,
+    temperature: float,
+    ignore_index: int,
+    chunk: int,
+    need_h: bool,
+    need_w: bool,
+    backend: str,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """CUDA backward over chunks of the vocabulary (the saved log-sum-exp makes every
+    column's softmax known without the others): for columns [a, b), recompute the [N, b-a]
+    logits, overwrite them with their gradient, write grad_W[a:b] = gl.T @ h in one GEMM
+    over all N rows (no [V, H] accumulator), and add gl @ W[a:b] into a float32 [N, H]
+    accumulator for grad_h. The chunk holds about as many logits as ``chunk`` full rows.
+
+    Uses the contract of the CUDA kernel and of the torch reference (``backend``; tests run
+    this path on CPU through it) that a target outside [0, b-a) that is not
+    ``ignore_index`` adds no one-hot term to its row.
+    """
+    n, vocab = hidden.shape[0], weight.shape[0]
+    cols = -(-chunk * vocab // max(1, n))
+    cols = max(64, -(-cols // 64) * 64)  # whole 16-byte vectors per row: aligned loads
+    grad_h = (
+        torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None
+    )
+    grad_w = torch.empty_like(weight) if need_w else None
+    ignored = targets == ignore_index
+    for a in range(0, vocab, cols):
+        b = min(vocab, a + cols)
+        outside = b - a if ignore_index != b - a else b - a + 1
+        local = torch.where((targets >= a) & (targets < b), targets - a, outside)
+        local = torch.where(ignored, targets, local)
+        logits = hidden @ weight[a:b].t()  # [N, b - a]
+        gl = token_logprobs_backward(
+            backend, logits, local, temperature, ignore_index, lse, g, None, None, True
+        )
+        if grad_w is not None:
+            torch.mm(gl.t(), hidden, out=grad_w[a:b])
+        if grad_h is not None:
+            _accumulate_into_float32(grad_h, gl, weight[a:b])
+        del logits, gl
+    return (grad_h.to(hidden.dtype) if grad_h is not None else None), grad_w
+
+
+def _accumulate_into_float32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc (float32) += a @ b, accumulated by cuBLAS in float32 for low-precision inputs."""
+    if a.dtype == torch.float32:
+        acc.addmm_(a, b)
+        return
+    try:
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    except (RuntimeError, TypeError, NotImplementedError):  # older torch: no out_dtype
+        acc.add_(a @ b)
 
 
 def linear_token_logprobs(
@@ -145,10 +246,11 @@ def linear_token_logprobs(
     Returns:
         logp [N] float32, differentiable w.r.t. ``hidden`` and ``weight``. The backward
         recomputes each chunk of logits; the weight gradient is accumulated in float32 and
-        returned in the weight's dtype. Peak extra memory: one [chunk, V] logits chunk plus
-        the float32 [V, H] weight-gradient accumulator (and, for low-precision weights on
-        CPU, one [V, H] product per chunk; on CUDA the product is written in float32
-        straight into the accumulator).
+        returned in the weight's dtype. Peak extra memory in the backward: on CUDA one
+        chunk of about ``chunk_size * V`` logits (taken as columns of all rows) plus a float32
+        [N, H] accumulator for the hidden gradient; on CPU one [chunk, V] logits chunk plus
+        a float32 [V, H] weight-gradient accumulator (and, for low-precision weights, one
+        [V, H] product per chunk).
 
     Raises:
         ValueError: bad shapes, dtypes, devices, temperature or chunk_size.

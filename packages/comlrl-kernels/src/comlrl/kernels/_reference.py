@@ -151,11 +151,14 @@ def token_logprobs_grad(
     ``logits`` itself) chunk by chunk, recomputing softmax from the saved ``lse``.
 
     grad = [g_logp * (onehot - p) - g_entropy * p * (log p + H)] / T, zero for ignored rows.
+    A target outside [0, V) that is not ``ignore_index`` adds no one-hot term (the row's
+    target lies in another block of columns; see linear_token_logprobs' backward).
     """
     n, vocab = logits.shape
     acc = lse.dtype
     keep = targets != ignore_index
-    safe = torch.where(keep, targets, torch.zeros_like(targets))
+    inside = keep & (targets >= 0) & (targets < vocab)
+    safe = torch.where(inside, targets, torch.zeros_like(targets))
     step = _rows_per_chunk(vocab)
     for s in range(0, n, step):
         e = min(n, s + step)
@@ -164,7 +167,7 @@ def token_logprobs_grad(
         p = logp_all.exp()
         g = g_logp[s:e].to(acc).unsqueeze(1)
         grad = -g * p
-        grad.scatter_add_(1, safe[s:e].unsqueeze(1), g)
+        grad.scatter_add_(1, safe[s:e].unsqueeze(1), torch.where(inside[s:e].unsqueeze(1), g, 0.0))
         if g_entropy is not None and entropy is not None:
             gh = g_entropy[s:e].to(acc).unsqueeze(1)
             h = entropy[s:e].unsqueeze(1)
