@@ -49,7 +49,11 @@ class GenerationBackend(Protocol):
     """
 
     name: str
-    recompute_logprobs: bool
+
+    @property
+    def recompute_logprobs(self) -> bool:
+        """Replace the returned log-probs by the training model's."""
+        ...
 
     def sample(
         self,

@@ -125,6 +125,7 @@ def assemble_outputs(
     eos_token_ids: Sequence[int],
     pad_token_id: int,
     with_logprobs: bool,
+    max_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM ``RequestOutput``\\ s to the native sampler's padded tensors.
 
@@ -141,14 +142,18 @@ def assemble_outputs(
         pad_token_id: id written after a row's end.
         with_logprobs: read the sampled tokens' log-probs; otherwise they are NaN
             (to be recomputed).
+        max_tokens: the completion budget; a completion without EOS must have used all
+            of it (the native convention: only EOS ends a row early, so padding is never
+            mistaken for sampled tokens). ``None`` skips the check.
 
     Returns:
         ids ``[B, L]`` int64 and log-probs ``[B, L]`` float32 (0 after a row's end),
         ``B = P * G``, node-major.
 
     Raises:
-        ValueError: a request with other than ``G`` completions, or a completion
-            without log-probs (or without the sampled token's) when they were asked for.
+        ValueError: a request with other than ``G`` completions, a completion without
+            log-probs (or without the sampled token's) when they were asked for, or one
+            that stopped without EOS before ``max_tokens`` (the engine's context limit).
     """
     eos = {int(i) for i in eos_token_ids}
     rows: list[list[int]] = []
@@ -164,6 +169,14 @@ def assemble_outputs(
             ids = [int(t) for t in c.token_ids]
             end = next((i + 1 for i, t in enumerate(ids) if t in eos), len(ids))
             ids = ids[:end]
+            if max_tokens is not None and len(ids) < max_tokens and not (ids and ids[-1] in eos):
+                raise ValueError(
+                    f"vLLM stopped completion {c.index} of prompt {p} after {len(ids)} of "
+                    f"{max_tokens} tokens without EOS (finish_reason="
+                    f"{getattr(c, 'finish_reason', None)!r}), most likely at the engine's "
+                    "context limit; raise vllm.engine_kwargs.max_model_len or lower "
+                    "max_new_tokens"
+                )
             if with_logprobs:
                 if c.logprobs is None or len(c.logprobs) < len(ids):
                     raise ValueError(
@@ -459,6 +472,7 @@ class VLLMBackend:
             )
             for p in range(len(prompts))
         ]
+        assert self.engine is not None  # built by sync_weights
         outputs = self.engine.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora())
         if len(outputs) != len(prompts):
             raise RuntimeError(
@@ -471,6 +485,7 @@ class VLLMBackend:
             eos_token_ids=self.eos_token_ids,
             pad_token_id=self.pad_token_id,
             with_logprobs=want_engine_logp,
+            max_tokens=params.max_new_tokens,
         )
         device = input_ids.device
         return ids.to(device), logp.to(device)
