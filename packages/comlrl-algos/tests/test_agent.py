@@ -101,8 +101,8 @@ def test_native_top_k_one_is_greedy(tiny_model, tiny_tokenizer) -> None:  # type
 
 
 def test_unknown_backend_is_rejected(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match="unknown generation backend 'vllm'"):
-        HFAgent(tiny_model, tiny_tokenizer, backend="vllm")
+    with pytest.raises(ValueError, match="unknown generation backend 'sglang'"):
+        HFAgent(tiny_model, tiny_tokenizer, backend="sglang")
 
 
 def test_inverse_cdf_sampling_matches_the_tempered_filtered_distribution() -> None:

@@ -8,13 +8,20 @@ padded tensors (:class:`~comlrl.algos.records.AgentSamples`), and ``model`` /
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from comlrl.algos.records import AgentSamples
+from comlrl.algos.sampling.backends import (
+    GENERATION_BACKENDS,
+    GenerationBackend,
+    NativeBackend,
+    recompute_behaviour_logprobs,
+)
 from comlrl.algos.sampling.collate import policy_batch, to_completions
-from comlrl.algos.sampling.native import NativeSampler, decode_threads, hf_generate
+from comlrl.algos.sampling.native import NativeSampler
 from comlrl.core import Completion, SamplingParams
 
 __all__ = ["HFAgent"]
@@ -29,18 +36,29 @@ class HFAgent:
         name: agent name used in logs and checkpoint folders.
         eos_token_ids: token ids that end a completion; defaults to the model's
             generation config EOS ids, else the tokenizer's EOS id.
-        backend: ``"native"`` (default) runs CoMLRL's sampling loop
+        backend: the generation backend (:mod:`comlrl.algos.sampling.backends`):
+            ``"native"`` (default) runs CoMLRL's sampling loop
             (:class:`~comlrl.algos.sampling.native.NativeSampler`: one prefill per prompt,
             its KV cache shared by its ``G`` completions, one model call per token);
             ``"hf"`` calls ``model.generate`` (prompts repeated ``G`` times), for models
-            with exotic caches or generation code.
+            with exotic caches or generation code; ``"vllm"`` samples with a colocated
+            vLLM engine (:class:`~comlrl.algos.sampling.vllm_backend.VLLMBackend`, extra
+            ``comlrl-algos[vllm]``, CUDA only) that gets the weights after each update.
+            A :class:`~comlrl.algos.sampling.backends.GenerationBackend` object is used
+            as given.
         fast_decode: with the native backend, decode Llama-family models (Llama, Qwen2,
             Mistral) through :class:`~comlrl.algos.sampling.decode.FastDecoder` (checked
             once against the model's forward; :attr:`fast_decode_status` says whether it
             is on and why not).
+        vllm_options: keyword arguments of
+            :class:`~comlrl.algos.sampling.vllm_backend.VLLMBackend`
+            (``gpu_memory_utilization``, ``behaviour_logprobs``, ``engine_kwargs``, ...)
+            for ``backend="vllm"``.
 
     Raises:
-        ValueError: no pad/EOS token, or an unknown ``backend``.
+        ValueError: no pad/EOS token, an unknown ``backend``, or ``vllm_options`` with
+            another backend.
+        RuntimeError: ``backend="vllm"`` without vLLM or without a CUDA GPU.
     """
 
     def __init__(
@@ -49,12 +67,20 @@ class HFAgent:
         tokenizer: Any,
         name: str = "agent",
         eos_token_ids: Sequence[int] | None = None,
-        backend: str = "native",
+        backend: str | GenerationBackend = "native",
         fast_decode: bool = True,
+        vllm_options: dict[str, Any] | None = None,
     ) -> None:
-        if backend not in ("native", "hf"):
-            raise ValueError(f"agent {name!r}: unknown generation backend {backend!r}; use 'native' or 'hf'.")
-        self.backend = backend
+        if isinstance(backend, str) and backend not in GENERATION_BACKENDS:
+            raise ValueError(
+                f"agent {name!r}: unknown generation backend {backend!r}; use one of "
+                f"{', '.join(repr(b) for b in GENERATION_BACKENDS)}."
+            )
+        if vllm_options and backend != "vllm":
+            raise ValueError(
+                f"agent {name!r}: vllm_options were given but backend={backend!r}; "
+                "set backend='vllm' or drop vllm_options."
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -75,18 +101,44 @@ class HFAgent:
             raise ValueError(f"agent {name!r}: no EOS token id; pass eos_token_ids explicitly.")
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.generator: torch.Generator | None = None
-        self.sampler = NativeSampler(
-            model,
-            pad_token_id=int(tokenizer.pad_token_id),
-            eos_token_ids=self.eos_token_ids,
-            fast_decode=fast_decode,
-            name=name,
-        )
+        pad = int(tokenizer.pad_token_id)
+        if not isinstance(backend, str):
+            self.generation_backend: GenerationBackend = backend
+        elif backend == "vllm":
+            from comlrl.algos.sampling.vllm_backend import VLLMBackend
+
+            self.generation_backend = VLLMBackend(
+                model, pad_token_id=pad, eos_token_ids=self.eos_token_ids, name=name,
+                **(vllm_options or {}),
+            )
+        else:
+            self.generation_backend = NativeBackend(
+                model, pad_token_id=pad, eos_token_ids=self.eos_token_ids, mode=backend,
+                fast_decode=fast_decode, name=name,
+            )
+        #: the backend's name: ``"native"``, ``"hf"`` or ``"vllm"``.
+        self.backend = self.generation_backend.name
+
+    @property
+    def sampler(self) -> NativeSampler | None:
+        """The native sampling loop (``None`` with another backend)."""
+        gb = self.generation_backend
+        return gb.sampler if isinstance(gb, NativeBackend) else None
 
     @property
     def fast_decode_status(self) -> str:
         """``"unchecked"``, ``"on"``, or ``"off: <why>"`` (see ``fast_decode``)."""
-        return self.sampler.fast_decode_status
+        sampler = self.sampler
+        return sampler.fast_decode_status if sampler is not None else f"off: backend={self.backend!r}"
+
+    def after_update(self) -> None:
+        """Tell the generation backend the weights changed (after an optimizer step).
+
+        The vLLM backend then pushes them before its next sample; it also notices
+        in-place parameter updates on its own, so calling this is only needed after
+        writes through ``param.data``. A no-op for the native backends.
+        """
+        self.generation_backend.after_update()
 
     def seed(self, seed: int) -> None:
         """Give this agent its own random stream for sampling (native backend).
@@ -113,22 +165,15 @@ class HFAgent:
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
         input_ids = enc["input_ids"].to(self.device)
         attention_mask = enc["attention_mask"].to(self.device)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            if self.backend == "native":
-                with decode_threads(self.model, self.device):
-                    ids, logp = self.sampler.sample(input_ids, attention_mask, params, self.generator)
-            else:
-                ids, logp = hf_generate(
-                    self.model, input_ids, attention_mask, params,
-                    eos_token_ids=self.eos_token_ids, pad_token_id=int(self.tokenizer.pad_token_id),
-                )
-        finally:
-            self.model.train(was_training)
+        ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, self.generator)
         batch = policy_batch(
             input_ids, attention_mask, ids, logp, self.eos_token_ids, params.num_generations
         )
+        if self.generation_backend.recompute_logprobs:
+            batch = dataclasses.replace(
+                batch,
+                behaviour_logprobs=recompute_behaviour_logprobs(self.model, batch, params.temperature),
+            )
         groups = to_completions(batch, self.tokenizer, self.eos_token_ids)
         return AgentSamples(tuple(prompts), tuple(tuple(g) for g in groups), batch)
 

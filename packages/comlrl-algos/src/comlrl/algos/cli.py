@@ -164,7 +164,7 @@ def run_train(args: argparse.Namespace) -> int:
                 dtype=config.dtype,
                 trust_remote_code=config.trust_remote_code,
             )
-            agents.append(HFAgent(model, tok, name=f"agent_{i}"))
+            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
         trainer = MultiAgentTrainer(agents, config, task=task, dataset=examples)
     except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         task.close()

@@ -125,7 +125,7 @@ def run_eval(args: argparse.Namespace) -> int:
             model, tok = load_model_and_tokenizer(
                 config.model_for(i), dtype=config.dtype, trust_remote_code=config.trust_remote_code
             )
-            agents.append(HFAgent(model, tok, name=f"agent_{i}"))
+            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
         trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
         row = trainer.evaluate()
     except (ConfigError, OSError, ValueError) as exc:

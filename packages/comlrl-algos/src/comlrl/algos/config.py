@@ -13,7 +13,7 @@ import yaml
 from comlrl.algos.models import DEFAULT_MODEL
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["TrainConfig", "TaskConfig", "ConfigError", "load_config", "apply_overrides"]
+__all__ = ["TrainConfig", "TaskConfig", "VLLMConfig", "ConfigError", "load_config", "apply_overrides"]
 
 
 class ConfigError(ValueError):
@@ -37,6 +37,29 @@ class TaskConfig(BaseModel):
     name: str = "coop_story"
     split: str = "train"
     kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class VLLMConfig(BaseModel):
+    """Settings of the vLLM generation backend (``generation_backend: vllm``).
+
+    Attributes:
+        gpu_memory_utilization: fraction of each GPU's memory one agent's colocated
+            engine may take (weights, activations, KV cache), in ``(0, 1]``; the
+            training model, its gradients and optimizer state need the rest.
+        behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
+            (of the tempered, top-k/top-p-filtered distribution it drew from); with
+            ``clip_ratio`` set, the PPO ratio against them corrects the engine/trainer
+            mismatch. ``recompute``: the training model's own log-probs (one more
+            forward per batch).
+        engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
+            ``enforce_eager``, ``model`` to name the checkpoint folder).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    behaviour_logprobs: Literal["engine", "recompute"] = "engine"
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class TrainConfig(BaseModel):
@@ -68,6 +91,12 @@ class TrainConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     joint_mode: Literal["align", "cross"] = "align"
+    generation_backend: Literal["native", "vllm"] = Field(
+        "native", description="native: CoMLRL's sampler on the training model; vllm: a "
+        "colocated vLLM engine per agent, weights pushed after every update (pip install "
+        "'comlrl-algos[vllm]', CUDA only; settings in the vllm section)."
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # --- multi-turn ---------------------------------------------------------------
     num_turns: int = Field(
         1, ge=1, description="T, the most turns per episode; turns after the first see the "
@@ -214,6 +243,34 @@ class TrainConfig(BaseModel):
                 "clip: set clip_ratio (e.g. 0.2)."
             )
         return self
+
+    @model_validator(mode="after")
+    def _generation_backend_available(self) -> TrainConfig:
+        if self.generation_backend != "vllm":
+            return self
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "generation_backend='vllm' but vLLM is not installed; install it with "
+                "pip install 'comlrl-algos[vllm]' (CUDA GPU needed) or set "
+                "generation_backend=native."
+            )
+        import torch
+
+        if self.device == "cpu" or not torch.cuda.is_available():
+            raise ValueError(
+                f"generation_backend='vllm' needs a CUDA GPU (device={self.device!r}, CUDA "
+                f"available: {torch.cuda.is_available()}); set generation_backend=native."
+            )
+        return self
+
+    def generation_options(self) -> dict[str, Any]:
+        """``HFAgent`` keyword arguments for the generation backend (``backend``,
+        ``vllm_options``)."""
+        if self.generation_backend == "vllm":
+            return {"backend": "vllm", "vllm_options": self.vllm.model_dump()}
+        return {"backend": self.generation_backend}
 
     @model_validator(mode="after")
     def _eval_consistent(self) -> TrainConfig:

@@ -86,7 +86,9 @@ class MultiAgentTrainer:
             config = config.model_copy(update={"estimator": self.estimator})
         self.config = config
         self.agents = [
-            a if not isinstance(a, tuple) else HFAgent(a[0], a[1], name=f"agent_{i}")
+            a
+            if not isinstance(a, tuple)
+            else HFAgent(a[0], a[1], name=f"agent_{i}", **config.generation_options())
             for i, a in enumerate(agents)
         ]
         self.task = task
