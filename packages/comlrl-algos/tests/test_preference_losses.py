@@ -81,7 +81,10 @@ finite = st.floats(-50.0, 50.0, allow_nan=False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(finite, finite, finite, finite), min_size=1, max_size=6), st.floats(0.01, 5.0))
+@given(
+    st.lists(st.tuples(finite, finite, finite, finite), min_size=1, max_size=6),
+    st.floats(0.01, 5.0),
+)
 def test_dpo_loss_properties(rows: list, beta: float) -> None:
     c, r, rc, rr = (torch.tensor(col, **F64) for col in zip(*rows, strict=True))
     loss, _ = dpo_loss(c, r, rc, rr, beta=beta)
@@ -94,7 +97,9 @@ def test_dpo_loss_properties(rows: list, beta: float) -> None:
     assert abs(float(same) - math.log(2.0)) < 1e-12
 
 
-def _agents(num_agents: int, pairs: int) -> tuple[list[torch.nn.Linear], torch.Tensor, torch.Tensor]:
+def _agents(
+    num_agents: int, pairs: int
+) -> tuple[list[torch.nn.Linear], torch.Tensor, torch.Tensor]:
     """Per agent a tiny linear 'policy' giving a sequence log-prob per completion feature."""
     gen = torch.Generator().manual_seed(0)
     models = [torch.nn.Linear(3, 1, dtype=torch.float64) for _ in range(num_agents)]
@@ -104,7 +109,9 @@ def _agents(num_agents: int, pairs: int) -> tuple[list[torch.nn.Linear], torch.T
 
 
 def _logps(models: list[torch.nn.Linear], feats: torch.Tensor) -> torch.Tensor:
-    return torch.stack([-torch.nn.functional.softplus(m(feats[a]).squeeze(-1)) for a, m in enumerate(models)])
+    return torch.stack(
+        [-torch.nn.functional.softplus(m(feats[a]).squeeze(-1)) for a, m in enumerate(models)]
+    )
 
 
 def test_madpo_agent_loss_sends_no_gradient_to_the_other_agents() -> None:
@@ -166,7 +173,10 @@ def test_pairing_takes_the_largest_gap_above_the_threshold() -> None:
     assert prompt.tolist() == [0, 2] and chosen.tolist() == [1, 2] and rejected.tolist() == [0, 1]
     prompt, chosen, rejected = select_preference_pairs(rewards, min_gap=0.0, pairs_per_prompt=2)
     assert list(zip(prompt.tolist(), chosen.tolist(), rejected.tolist(), strict=True)) == [
-        (0, 1, 0), (0, 1, 2), (2, 2, 1), (2, 0, 1),
+        (0, 1, 0),
+        (0, 1, 2),
+        (2, 2, 1),
+        (2, 0, 1),
     ]
     with pytest.raises(ValueError, match="NaN or inf"):
         select_preference_pairs(torch.tensor([[0.0, float("nan")]]))
@@ -174,7 +184,11 @@ def test_pairing_takes_the_largest_gap_above_the_threshold() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]), min_size=2, max_size=5), min_size=1, max_size=4),
+    st.lists(
+        st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]), min_size=2, max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
     st.sampled_from([0.0, 0.3, 1.0]),
 )
 def test_pairing_properties(rows: list, min_gap: float) -> None:
