@@ -47,6 +47,21 @@ _EXPORTS: dict[str, str] = {
     "MAReMaxTrainer": "trainer",
     "MAREINFORCETrainer": "trainer",
     "save_agent_checkpoint": "run",
+    "dpo_loss": "preference_losses",
+    "multi_agent_dpo_loss": "preference_losses",
+    "bradley_terry_loss": "preference_losses",
+    "sft_nll": "preference_losses",
+    "select_preference_pairs": "preference_losses",
+    "SFTConfig": "recipes.preference",
+    "DPOConfig": "recipes.preference",
+    "MADPOConfig": "recipes.preference",
+    "RewardModelConfig": "recipes.preference",
+    "JointRewardModel": "recipes.preference",
+    "RewardModelReward": "recipes.preference",
+    "SFTTrainer": "preference_trainers",
+    "DPOTrainer": "preference_trainers",
+    "MADPOTrainer": "preference_trainers",
+    "MARLHFTrainer": "preference_trainers",
 }
 
 __all__ = [
@@ -84,6 +99,21 @@ __all__ = [
     "MAReMaxTrainer",
     "MAREINFORCETrainer",
     "save_agent_checkpoint",
+    "dpo_loss",
+    "multi_agent_dpo_loss",
+    "bradley_terry_loss",
+    "sft_nll",
+    "select_preference_pairs",
+    "SFTConfig",
+    "DPOConfig",
+    "MADPOConfig",
+    "RewardModelConfig",
+    "JointRewardModel",
+    "RewardModelReward",
+    "SFTTrainer",
+    "DPOTrainer",
+    "MADPOTrainer",
+    "MARLHFTrainer",
 ]
 
 
@@ -112,6 +142,27 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         build_default_model,
         build_default_tokenizer,
         load_model_and_tokenizer,
+    )
+    from comlrl.algos.preference_losses import (
+        bradley_terry_loss,
+        dpo_loss,
+        multi_agent_dpo_loss,
+        select_preference_pairs,
+        sft_nll,
+    )
+    from comlrl.algos.preference_trainers import (
+        DPOTrainer,
+        MADPOTrainer,
+        MARLHFTrainer,
+        SFTTrainer,
+    )
+    from comlrl.algos.recipes.preference import (
+        DPOConfig,
+        JointRewardModel,
+        MADPOConfig,
+        RewardModelConfig,
+        RewardModelReward,
+        SFTConfig,
     )
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.returns import tree_returns
