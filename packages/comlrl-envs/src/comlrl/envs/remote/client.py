@@ -474,9 +474,10 @@ class RemoteReward:
                         "completions": [str(c[i]) for c in completions],
                     }
                 )
+            request_id = f"{call_id}/{n}"
             payload = {
                 "protocol": PROTOCOL_VERSION,
-                "request_id": f"{call_id}/{n}",
+                "request_id": request_id,
                 "task": self.task_name,
                 "examples": sent_examples,
                 "items": items,
@@ -489,7 +490,7 @@ class RemoteReward:
                     f"workers as JSON ({exc}); keep dataset rows to str/int/float/bool/None/"
                     "lists/dicts"
                 ) from None
-            chunks.append(_Chunk(n, payload["request_id"], ids[lo:hi], body))
+            chunks.append(_Chunk(n, request_id, ids[lo:hi], body))
         return chunks
 
     def _backoff(self, w: _Worker) -> float:
