@@ -10,6 +10,7 @@ MODULES = [
     "comlrl.envs.code",
     "comlrl.envs.math",
     "comlrl.envs.writing",
+    "comlrl.envs.remote",
 ]
 
 
@@ -31,7 +32,7 @@ def test_envs_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, comlrl.envs; print('torch' in sys.modules)"
+    code = "import sys, comlrl.envs, comlrl.envs.remote; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

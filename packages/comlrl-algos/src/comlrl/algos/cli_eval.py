@@ -116,6 +116,15 @@ def run_eval(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if config.task.remote_workers:
+        from comlrl.algos.preflight import _remote_task
+
+        try:
+            task = _remote_task(config, task)
+        except ConfigError as exc:
+            task.close()
+            print(f"comlrl: {exc}", file=sys.stderr)
+            return 2
     try:
         data = list(task.load(config.eval_split))[: config.eval_limit]
         if not data:

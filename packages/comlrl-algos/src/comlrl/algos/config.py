@@ -30,6 +30,11 @@ class TaskConfig(BaseModel):
         split: dataset split passed to ``Task.load``.
         kwargs: keyword arguments for the task's constructor (e.g. ``path`` for a local
             data file, ``limit``).
+        remote_workers: ``"host:port"`` addresses of reward workers serving this task
+            (``python -m comlrl.envs.remote serve --task NAME ...``); empty: the reward runs
+            in this process. Data, prompts and feedback stay local either way.
+        remote_timeout_s: seconds a reward worker may stay silent on a request before its
+            joint actions are retried on another worker.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +42,22 @@ class TaskConfig(BaseModel):
     name: str = "coop_story"
     split: str = "train"
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    remote_workers: list[str] = Field(default_factory=list)
+    remote_timeout_s: float = Field(300.0, gt=0)
+
+    @field_validator("remote_workers")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for spec in v:
+            host, _, port = spec.strip().removeprefix("http://").rstrip("/").rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(
+                    f"reward worker address {spec!r} is not 'host:port' with a port in "
+                    "1..65535, e.g. 'node7:8470'"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError(f"remote_workers lists a worker twice: {v!r}; list each once")
+        return v
 
 
 class VLLMConfig(BaseModel):

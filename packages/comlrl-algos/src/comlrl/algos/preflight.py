@@ -166,13 +166,18 @@ def check_task_fits(config: TrainConfig, task: Any) -> None:
 def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     """Build ``config.task``, check it against the config, and load its examples.
 
+    With ``task.remote_workers`` set, the task comes back wrapped in
+    :class:`comlrl.envs.remote.RemoteRewardTask`: its reward is scored on those workers
+    (checked now: they must answer and serve the same task and options).
+
     Returns:
         ``(task, examples)``; the caller closes the task.
 
     Raises:
         ConfigError: an unknown task, options the task rejects (with its options and
             defaults), a task that does not fit the config (:func:`check_task_fits`), an
-            unknown split, or no examples.
+            unknown split, no examples, or reward workers that do not answer or serve
+            another task.
     """
     from comlrl.core import TaskNotFoundError, get_task
 
@@ -191,6 +196,8 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
         ) from None
     try:
         check_task_fits(config, task)
+        if config.task.remote_workers:
+            task = _remote_task(config, task)
         try:
             examples = list(task.load(config.task.split))
         except (ValueError, KeyError, OSError) as exc:
@@ -208,3 +215,29 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
         task.close()
         raise
     return task, examples
+
+
+def _remote_task(config: TrainConfig, task: Any) -> Any:
+    """``task`` with its reward sent to ``config.task.remote_workers``.
+
+    Raises:
+        ConfigError: comlrl-envs is not installed, or the workers do not answer or serve
+            another task (the message names each worker).
+    """
+    from comlrl.core import RewardFunctionError
+
+    try:
+        from comlrl.envs.remote import RemoteRewardTask
+    except ImportError as exc:
+        raise ConfigError(
+            f"task.remote_workers needs comlrl-envs (pip install comlrl-envs): {exc}"
+        ) from None
+    try:
+        return RemoteRewardTask(
+            task,
+            config.task.remote_workers,
+            task_kwargs=config.task.kwargs,
+            timeout_s=config.task.remote_timeout_s,
+        )
+    except (RewardFunctionError, ValueError) as exc:
+        raise ConfigError(f"task.remote_workers: {exc}") from None
