@@ -62,6 +62,16 @@ _EXPORTS: dict[str, str] = {
     "DPOTrainer": "preference_trainers",
     "MADPOTrainer": "preference_trainers",
     "MARLHFTrainer": "preference_trainers",
+    "discounted_returns": "gae",
+    "gae": "gae",
+    "tree_gae": "gae",
+    "value_loss": "gae",
+    "ValueHead": "value",
+    "Critic": "value",
+    "save_value_head": "value",
+    "load_value_head": "value",
+    "IACTrainer": "actor_critic_trainer",
+    "MAACTrainer": "actor_critic_trainer",
 }
 
 __all__ = [
@@ -114,6 +124,16 @@ __all__ = [
     "DPOTrainer",
     "MADPOTrainer",
     "MARLHFTrainer",
+    "discounted_returns",
+    "gae",
+    "tree_gae",
+    "value_loss",
+    "ValueHead",
+    "Critic",
+    "save_value_head",
+    "load_value_head",
+    "IACTrainer",
+    "MAACTrainer",
 ]
 
 
@@ -131,10 +151,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from comlrl.algos.actor_critic_trainer import IACTrainer, MAACTrainer
     from comlrl.algos.advantages import ESTIMATORS, compute_advantages, register_estimator
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.config import ConfigError, TaskConfig, TrainConfig, load_config
     from comlrl.algos.env import Branch, CallbackEnvironment, TaskEnvironment
+    from comlrl.algos.gae import discounted_returns, gae, tree_gae, value_loss
     from comlrl.algos.joint import credit_completions, joint_action_indices
     from comlrl.algos.losses import completion_mask, kl_penalty, policy_loss
     from comlrl.algos.models import (
@@ -176,3 +198,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         MultiAgentTrainer,
     )
     from comlrl.algos.update import UpdateSettings, update_policy
+    from comlrl.algos.value import Critic, ValueHead, load_value_head, save_value_head
