@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from comlrl.algos import checkpoint as ckpt
+from comlrl.algos import distributed as dp
 from comlrl.algos import evaluate as evaluation
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
@@ -39,16 +40,18 @@ from comlrl.algos.joint import credit_completions
 from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
 from comlrl.algos.records import Rollout
 from comlrl.algos.reporting import build_reporters, close_reporters
-from comlrl.algos.rollout import TreeSettings, rollout
+from comlrl.algos.rollout import TreeSettings, derive_seed, rollout
 from comlrl.algos.run import (
     AgentPool,
     DataStream,
     JsonlWriter,
     build_optimizer,
+    merge_summaries,
     resolve_device,
-    rollout_metrics,
+    rollout_summary,
     sample_rows,
     save_agent_checkpoint,
+    summary_metrics,
 )
 from comlrl.algos.update import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
@@ -79,6 +82,16 @@ class GroupBaselineRun:
     step: int = 0
     last_rollout: Rollout | None = field(default=None, repr=False)
     eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
+    #: data parallel (:mod:`comlrl.algos.distributed`): this process's rank, the number of
+    #: ranks, and per agent the gradient averaging (None in a single process).
+    rank: int = 0
+    world_size: int = 1
+    syncs: list[dp.GradientSync] | None = field(default=None, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        """True on the rank that writes logs, samples and checkpoints (rank 0)."""
+        return self.rank == 0
 
     def close(self) -> None:
         """Stop worker threads (safe to call twice)."""
@@ -98,9 +111,18 @@ def setup(
     ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
     needed when ``config.eval_every > 0``.
 
+    Under an initialised ``torch.distributed`` process group of ``K > 1`` ranks (every
+    rank calls this with the same arguments) each agent's gradient is averaged by a
+    :class:`~comlrl.algos.distributed.GradientSync` of ``config.data_parallel``, each rank
+    rolls out ``batch_size / K`` prompts of every step, agents are updated one after
+    another (concurrent updates would interleave their collectives differently on
+    different ranks), and with ``sampling_rng="agent"`` each rank's sampling streams are
+    seeded from ``seed``, the agent and the rank.
+
     Raises:
-        ConfigError: agent count, turn count or dataset do not fit, or evaluation is on
-            without an evaluation set (before any training).
+        ConfigError: agent count, turn count or dataset do not fit, evaluation is on
+            without an evaluation set, ``batch_size`` is not a multiple of the number of
+            ranks, or ``data_parallel="fsdp2"`` under a process group (before any training).
     """
     n = len(agents)
     if n != config.num_agents:
@@ -125,13 +147,23 @@ def setup(
             f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
             "(or a task with an eval_split), or set eval_every=0."
         )
+    rank, world = dp.rank_and_world()
+    if world > 1:
+        try:
+            dp.shard_bounds(config.batch_size, rank, world)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if config.data_parallel not in dp.DATA_PARALLEL_MODES:
+            raise ConfigError(
+                f"data_parallel={config.data_parallel!r} is not implemented yet; use 'ddp' or 'none'."
+            )
     warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
         agent.model.to(device)
         agent.model.train()
         if hasattr(agent, "seed"):
-            agent.seed(config.seed * 1_000_003 + i)
+            agent.seed(_agent_seed(config.seed, i, rank))
     optimizers = [
         build_optimizer(
             [p for p in a.model.parameters() if p.requires_grad],
@@ -161,6 +193,13 @@ def setup(
     )
     own_streams = all(getattr(a, "generator", None) is not None for a in agents)
     distinct = len({id(a.model) for a in agents}) == n
+    syncs = None
+    if world > 1:
+        by_model: dict[int, dp.GradientSync] = {}  # one wrapper per model object
+        syncs = [
+            by_model.setdefault(id(a.model), dp.wrap_model(a.model, config.data_parallel))
+            for a in agents
+        ]
     return GroupBaselineRun(
         config=config,
         agents=list(agents),
@@ -197,11 +236,22 @@ def setup(
             shared_prefix=config.shared_prefix,
         ),
         sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
-        update_pool=AgentPool(n, concurrent and distinct, cpu=cpu),
+        update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
         rng=random.Random(config.seed),
         output_dir=Path(config.output_dir),
         eval_data=eval_dataset,
+        rank=rank,
+        world_size=world,
+        syncs=syncs,
     )
+
+
+def _agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
+    """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
+    keeps the single-process seed."""
+    if rank == 0 and step == 0:
+        return seed * 1_000_003 + agent
+    return derive_seed(seed, agent, rank, step)
 
 
 def group_advantages(
@@ -227,13 +277,26 @@ def group_advantages(
 
 
 def train_step(run: GroupBaselineRun) -> dict[str, float]:
-    """One step: rollout, advantages, every agent's update; returns the metrics row."""
+    """One step: rollout, advantages, every agent's update; returns the metrics row.
+
+    Data parallel (``run.world_size > 1``; every rank calls this together): this rank
+    rolls out its share of the global batch, the update averages gradients over the
+    ranks, and the returned metrics (rewards, advantages, lengths, losses, KL, clip
+    fractions, tokens) are those of the global batch; timings are this rank's.
+    """
     cfg = run.config
     t0 = time.perf_counter()
-    examples = run.data.next_batch(cfg.batch_size)
+    examples = run.data.next_batch(cfg.batch_size)  # the same global batch on every rank
+    keys = (
+        [derive_seed(cfg.seed, run.step, j) for j in range(len(examples))]
+        if cfg.sampling_rng == "prompt"
+        else None
+    )
+    lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
     ro = rollout(
-        run.agents, examples, run.env, run.sampling, run.tree,
+        run.agents, examples[lo:hi], run.env, run.sampling, run.tree,
         map_agents=run.sample_pool.map, rng=run.rng,
+        sample_keys=keys[lo:hi] if keys is not None else None,
     )
     adv = group_advantages(ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps)
     t1 = time.perf_counter()
@@ -246,13 +309,15 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
             [per_agent[a] for per_agent in adv],
             run.update,
             ref_model=run.ref_models[a] if run.ref_models is not None else None,
+            sync=run.syncs[a] if run.syncs is not None else None,
         )
 
     stats = run.update_pool.map(update)
     t2 = time.perf_counter()
     run.step += 1
     run.last_rollout = ro
-    metrics = rollout_metrics(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    summary = rollout_summary(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    metrics = summary_metrics(merge_summaries(dp.gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
     elapsed = t2 - t0
@@ -318,14 +383,27 @@ def resume(run: GroupBaselineRun, path: str | Path) -> int:
         state, optimizers=run.optimizers, data=run.data, rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
     )
-    ckpt.clean_partial_checkpoints(run.output_dir)
-    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
-        truncate_jsonl(run.output_dir / name, run.step)
+    if run.world_size > 1:
+        # The checkpoint holds rank 0's streams; other ranks need their own. (With
+        # sampling_rng="prompt" the streams are unused and the run continues exactly on
+        # any number of ranks.)
+        for i, agent in enumerate(run.agents):
+            if run.rank > 0 and hasattr(agent, "seed"):
+                agent.seed(_agent_seed(run.config.seed, i, run.rank, run.step))
+    if run.is_main:
+        ckpt.clean_partial_checkpoints(run.output_dir)
+        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+            truncate_jsonl(run.output_dir / name, run.step)
+    dp.barrier()
     return run.step
 
 
 def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
+
+    Data parallel: every rank calls this; rank 0 alone writes (samples are those of its
+    own share of the batch; evaluation runs on rank 0 while the others wait at the next
+    step), and rows are those of the global batch.
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
@@ -343,45 +421,56 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     from tqdm.auto import tqdm
 
     cfg = run.config
+    main = run.is_main
     if run.step == 0:  # a resumed run has its random streams back from the checkpoint
         torch.manual_seed(cfg.seed)
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
-    (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    reporters: list[Any] = []
+    metrics = samples = evals = None
+    if main:  # data parallel: rank 0 writes; every rank trains and takes part in evaluation
+        run.output_dir.mkdir(parents=True, exist_ok=True)
+        reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
+        (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
+        samples = JsonlWriter(run.output_dir / "samples.jsonl")
+        evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
     history: list[dict[str, float]] = []
-    metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
-    samples = JsonlWriter(run.output_dir / "samples.jsonl")
-    evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
-    bar = tqdm(total=cfg.num_steps, initial=run.step, disable=not cfg.progress, desc="train", unit="step")
+    bar = tqdm(
+        total=cfg.num_steps, initial=run.step, disable=not (cfg.progress and main), desc="train", unit="step"
+    )
     stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
         for _ in range(run.step, cfg.num_steps):
             row = train_step(run)
             history.append(row)
-            metrics.write(row)
+            if metrics is not None:
+                metrics.write(row)
             for reporter in reporters:
                 reporter.log(row)
-            if cfg.log_samples and run.last_rollout is not None:
+            if samples is not None and cfg.log_samples and run.last_rollout is not None:
                 for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
                     samples.write(sample)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if evals is not None and run.step % cfg.eval_every == 0:
+            if cfg.eval_every and run.step % cfg.eval_every == 0 and main:
+                assert evals is not None
                 evals.write(evaluate(run))
-            if stop.requested and run.step < cfg.num_steps:
-                raise TrainingInterrupted(run.step, checkpoint(run), run.output_dir)
-            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps):
+            # every rank must stop at the same step, whichever saw the signal
+            if dp.all_reduce_flag(stop.requested) and run.step < cfg.num_steps:
+                path = checkpoint(run) if main else ckpt.step_checkpoint_path(run.output_dir, run.step)
+                dp.barrier()
+                raise TrainingInterrupted(run.step, path, run.output_dir)
+            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps) and main:
                 checkpoint(run)
-        save(run, "final")
-        ckpt.write_meta(run.output_dir / "final", run.step)
+        if main:
+            save(run, "final")
+            ckpt.write_meta(run.output_dir / "final", run.step)
+        dp.barrier()  # no rank returns before the final weights are written
     finally:
         stop.__exit__()
         bar.close()
-        metrics.close()
-        samples.close()
-        if evals is not None:
-            evals.close()
+        for writer in (metrics, samples, evals):
+            if writer is not None:
+                writer.close()
         run.close()
         close_reporters(reporters)
     return history
-
