@@ -6,14 +6,17 @@ sampling (``sampling_rng=prompt``), so a prompt's completions depend only on (se
 its place in the global batch): one process and two ranks roll out the same completions.
 
 - one process, 3 steps, a checkpoint every step (the reference);
-- two ranks (``torchrun --nproc-per-node=2``), 2 steps, DDP and the explicit all-reduce:
-  their final weights equal the reference's step-2 checkpoint;
+- two ranks (``torchrun --nproc-per-node=2``), 2 steps, DDP, the explicit all-reduce and
+  FSDP2 (``fully_shard``: sharded parameters and optimizer state, weights gathered for
+  sampling, checkpoints gathered to rank 0): their final weights equal the reference's
+  step-2 checkpoint;
 - the 2-rank run resumed on one process to step 3: its final weights equal the reference's.
 
 Tolerance: ``atol=2e-6, rtol=1e-5`` on float32 weights of O(0.1-1). The ranks compute the
 same float32 maths as the single process but on other batch shapes (2 of the 4 prompts,
-left-padded to their own longest prompt; gradients summed by an all-reduce instead of in
-one backward), which moves logits and gradients by float32 round-off (~1e-7 relative);
+left-padded to their own longest prompt; gradients summed by an all-reduce or FSDP2's
+reduce-scatter instead of in one backward), which moves logits and gradients by float32
+round-off (~1e-7 relative);
 after 2-3 SGD steps of lr 0.5 (gradient norm clipped to 1, so a step moves a weight by at
 most 0.5) the weights differ by round-off of the same order, well inside 2e-6. Dropping the
 global normaliser (each rank normalising by its own count) fails this test (checked). The test also checks that training moved the
@@ -112,12 +115,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("mode", ["ddp", "none"])
+@pytest.mark.parametrize("mode", ["ddp", "none", "fsdp2"])
 def test_two_ranks_give_the_one_process_update_and_resume_on_one(
     reference: Path, tmp_path: Path, mode: str
 ) -> None:
     out = tmp_path / "two_ranks"
-    _run(
+    proc = _run(
         _torchrun(
             "train",
             *ARGS,
@@ -127,6 +130,8 @@ def test_two_ranks_give_the_one_process_update_and_resume_on_one(
             f"output_dir={out}",
         )
     )
+
+    assert f"data parallel over 2 processes ({mode})" in proc.stderr
 
     start = _weights(reference / "checkpoints" / "step-000001")
     want = _weights(reference / "checkpoints" / "step-000002")

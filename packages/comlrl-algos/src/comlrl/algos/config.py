@@ -131,7 +131,9 @@ class TrainConfig(BaseModel):
         "(torchrun): how each agent's gradient is averaged over the ranks. ddp: "
         "DistributedDataParallel (bucketed all-reduce overlapped with the last backward); "
         "none: no wrapper, the gradient is all-reduced once after the local backward passes; "
-        "fsdp2: not supported yet (rejected). Either way the update equals one process's "
+        "fsdp2: torch.distributed.fsdp.fully_shard per decoder layer (parameters, gradients "
+        "and optimizer state sharded; weights gathered for each rollout, checkpoints gathered "
+        "to rank 0). Either way the update equals one process's "
         "update over the global batch (comlrl.algos.distributed)."
     )
     sampling_rng: Literal["agent", "prompt"] = Field(

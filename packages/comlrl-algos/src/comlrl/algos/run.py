@@ -339,8 +339,13 @@ def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
-def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
+def save_agent_checkpoint(
+    agent: Any, path: str | Path, state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
     """Write ``agent``'s model and tokenizer to ``path`` atomically (Hugging Face format).
+
+    ``state_dict``: whole weights to write instead of ``agent.model.state_dict()`` (an
+    FSDP2 model's gathered full state dict; its keys are the unwrapped model's).
 
     The files are written into a temporary sibling folder that is then renamed into place,
     so an interrupted save never leaves a half-written checkpoint at ``path``; an existing
@@ -355,7 +360,10 @@ def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    agent.model.save_pretrained(tmp)
+    if state_dict is not None:
+        agent.model.save_pretrained(tmp, state_dict=dict(state_dict))
+    else:
+        agent.model.save_pretrained(tmp)
     agent.tokenizer.save_pretrained(tmp)
     old = None
     if path.exists():

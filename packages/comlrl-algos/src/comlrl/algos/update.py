@@ -169,6 +169,8 @@ def update_policy(
             sync.finish()
         if settings.max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
+                norm = norm.full_tensor()
             _add(sums, weights, "grad_norm", float(norm), 1.0)
         optimizer.step()
         passes += 1

@@ -121,8 +121,8 @@ def setup(
 
     Raises:
         ConfigError: agent count, turn count or dataset do not fit, evaluation is on
-            without an evaluation set, ``batch_size`` is not a multiple of the number of
-            ranks, or ``data_parallel="fsdp2"`` under a process group (before any training).
+            without an evaluation set, or ``batch_size`` is not a multiple of the number of
+            ranks (before any training).
     """
     n = len(agents)
     if n != config.num_agents:
@@ -153,10 +153,6 @@ def setup(
             dp.shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if config.data_parallel not in dp.DATA_PARALLEL_MODES:
-            raise ConfigError(
-                f"data_parallel={config.data_parallel!r} is not implemented yet; use 'ddp' or 'none'."
-            )
     warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
@@ -164,6 +160,20 @@ def setup(
         agent.model.train()
         if hasattr(agent, "seed"):
             agent.seed(_agent_seed(config.seed, i, rank))
+    ref_models = (
+        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
+        if config.kl_coef > 0
+        else None
+    )
+    # the reference copies are taken from the whole models, before any sharding; the
+    # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
+    syncs = None
+    if world > 1:
+        by_model: dict[int, dp.GradientSync] = {}  # one wrapper per model object
+        syncs = [
+            by_model.setdefault(id(a.model), dp.wrap_model(a.model, config.data_parallel))
+            for a in agents
+        ]
     optimizers = [
         build_optimizer(
             [p for p in a.model.parameters() if p.requires_grad],
@@ -173,11 +183,6 @@ def setup(
         )
         for a in agents
     ]
-    ref_models = (
-        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
-        if config.kl_coef > 0
-        else None
-    )
     # Agents run concurrently when that can help: CPU with an intra-op thread per agent, or
     # one device per agent. Concurrent sampling needs per-agent random streams; agents that
     # share one model object are never updated concurrently.
@@ -193,13 +198,6 @@ def setup(
     )
     own_streams = all(getattr(a, "generator", None) is not None for a in agents)
     distinct = len({id(a.model) for a in agents}) == n
-    syncs = None
-    if world > 1:
-        by_model: dict[int, dp.GradientSync] = {}  # one wrapper per model object
-        syncs = [
-            by_model.setdefault(id(a.model), dp.wrap_model(a.model, config.data_parallel))
-            for a in agents
-        ]
     return GroupBaselineRun(
         config=config,
         agents=list(agents),
@@ -293,11 +291,12 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
         else None
     )
     lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
-    ro = rollout(
-        run.agents, examples[lo:hi], run.env, run.sampling, run.tree,
-        map_agents=run.sample_pool.map, rng=run.rng,
-        sample_keys=keys[lo:hi] if keys is not None else None,
-    )
+    with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
+        ro = rollout(
+            run.agents, examples[lo:hi], run.env, run.sampling, run.tree,
+            map_agents=run.sample_pool.map, rng=run.rng,
+            sample_keys=keys[lo:hi] if keys is not None else None,
+        )
     adv = group_advantages(ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps)
     t1 = time.perf_counter()
 
@@ -333,11 +332,30 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
 
 
 def save(run: GroupBaselineRun, tag: str) -> list[Path]:
-    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
+    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically).
+
+    Data parallel: every rank calls this (``fsdp2`` gathers the weights to rank 0);
+    rank 0 writes, the others return ``[]``.
+    """
+    states = _full_model_states(run)
+    if not run.is_main:
+        return []
     return [
-        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}")
+        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}", state_dict=states[i])
         for i, agent in enumerate(run.agents)
     ]
+
+
+def _full_model_states(run: GroupBaselineRun) -> list[dict[str, torch.Tensor] | None]:
+    """Per agent the gathered full state dict (``fsdp2``; a collective), else ``None``:
+    the model's own ``state_dict()`` is whole."""
+    if run.syncs is None:
+        return [None] * len(run.agents)
+    gathered: dict[int, dict[str, torch.Tensor] | None] = {}
+    for sync in run.syncs:  # the same order on every rank; a shared model is gathered once
+        if id(sync) not in gathered:
+            gathered[id(sync)] = sync.model_state_dict()
+    return [gathered[id(sync)] for sync in run.syncs]
 
 
 def evaluate(run: GroupBaselineRun) -> dict[str, float]:
@@ -354,18 +372,32 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     row, _ = evaluation.evaluate(
         run.agents, run.env, run.eval_data, params, run.tree,
         batch_size=cfg.batch_size, seed=cfg.seed, map_agents=run.sample_pool.map,
-    )
+    )  # fsdp2: called inside dp.full_weights (see train), so no collective runs here
     return {"step": run.step, **row}
 
 
 def checkpoint(run: GroupBaselineRun) -> Path:
     """Write ``output_dir/checkpoints/step-N`` (agents + training state, atomically), then
-    prune to ``config.keep_last``; returns the folder."""
+    prune to ``config.keep_last``; returns the folder.
+
+    Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
+    to rank 0); rank 0 writes and every rank gets the folder's path back.
+    """
+    path = ckpt.step_checkpoint_path(run.output_dir, run.step)
+    models = _full_model_states(run)
+    optimizer_states = (
+        [sync.optimizer_state_dict(opt) for sync, opt in zip(run.syncs, run.optimizers, strict=True)]
+        if run.syncs is not None
+        else None
+    )
+    if not run.is_main:
+        return path
     state = ckpt.capture_state(
         step=run.step, optimizers=run.optimizers, data=run.data, rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
+        optimizer_states=optimizer_states,
     )
-    path = ckpt.write_checkpoint(ckpt.step_checkpoint_path(run.output_dir, run.step), run.agents, state)
+    path = ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
     if run.config.keep_last:
         ckpt.prune_checkpoints(run.output_dir, run.config.keep_last, keep=path)
     return path
@@ -378,10 +410,17 @@ def resume(run: GroupBaselineRun, path: str | Path) -> int:
     checkpoint is incomplete or does not fit the run."""
     state = ckpt.load_training_state(path)
     for i, agent in enumerate(run.agents):
-        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+        sync = run.syncs[i] if run.syncs is not None else None
+        ckpt.load_agent_weights(
+            agent.model, Path(path) / f"agent_{i}",
+            load_state_dict=sync.load_model_state_dict if sync is not None else None,
+        )
     run.step = ckpt.restore_state(
         state, optimizers=run.optimizers, data=run.data, rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
+        load_optimizer=(
+            [sync.load_optimizer_state_dict for sync in run.syncs] if run.syncs is not None else None
+        ),
     )
     if run.world_size > 1:
         # The checkpoint holds rank 0's streams; other ranks need their own. (With
@@ -451,18 +490,20 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
                     samples.write(sample)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if cfg.eval_every and run.step % cfg.eval_every == 0 and main:
-                assert evals is not None
-                evals.write(evaluate(run))
+            if cfg.eval_every and run.step % cfg.eval_every == 0:
+                with dp.full_weights(run.syncs):  # every rank gathers; rank 0 evaluates
+                    if main:
+                        assert evals is not None
+                        evals.write(evaluate(run))
             # every rank must stop at the same step, whichever saw the signal
             if dp.all_reduce_flag(stop.requested) and run.step < cfg.num_steps:
-                path = checkpoint(run) if main else ckpt.step_checkpoint_path(run.output_dir, run.step)
+                path = checkpoint(run)
                 dp.barrier()
                 raise TrainingInterrupted(run.step, path, run.output_dir)
-            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps) and main:
+            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps):
                 checkpoint(run)
+        save(run, "final")
         if main:
-            save(run, "final")
             ckpt.write_meta(run.output_dir / "final", run.step)
         dp.barrier()  # no rank returns before the final weights are written
     finally:
