@@ -154,18 +154,38 @@ class HFAgent:
         return next(self.model.parameters()).device
 
     @torch.no_grad()
-    def sample(self, prompts: Sequence[str], params: SamplingParams) -> AgentSamples:
+    def sample(
+        self, prompts: Sequence[str], params: SamplingParams, keys: Sequence[int] | None = None
+    ) -> AgentSamples:
         """Sample ``G`` completions for each of ``N`` prompts in one batched call.
+
+        ``keys`` (``N`` seeds, native backend only): draw prompt ``n``'s completions from
+        a stream seeded by ``keys[n]`` instead of the agent's stream, so they do not
+        depend on the other prompts of the call (up to float round-off of the logits
+        from the batch's padding).
+
+        Raises:
+            ValueError: ``keys`` with the ``"hf"`` backend or not one per prompt.
 
         Returns:
             :class:`~comlrl.algos.records.AgentSamples`: the ``N x G`` completions (text,
             token ids, behaviour log-probs) and their padded
             :class:`~comlrl.algos.records.PolicyBatch` on the model's device.
         """
+        generator: torch.Generator | list[torch.Generator] | None = self.generator
+        if keys is not None:
+            if self.backend != "native":
+                raise ValueError(
+                    f"agent {self.name!r}: prompt-keyed sampling (sampling_rng='prompt') needs "
+                    "backend='native'; model.generate and vLLM draw from one stream."
+                )
+            if len(keys) != len(prompts):
+                raise ValueError(f"agent {self.name!r}: {len(keys)} keys for {len(prompts)} prompts")
+            generator = [torch.Generator(device=self.device).manual_seed(int(k)) for k in keys]
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
         input_ids = enc["input_ids"].to(self.device)
         attention_mask = enc["attention_mask"].to(self.device)
-        ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, self.generator)
+        ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, generator)
         batch = policy_batch(
             input_ids, attention_mask, ids, logp, self.eos_token_ids, params.num_generations
         )

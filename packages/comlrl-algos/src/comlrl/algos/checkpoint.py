@@ -24,7 +24,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ def capture_state(
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),
+    optimizer_states: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything besides the weights that the next training step depends on.
 
@@ -85,6 +86,10 @@ def capture_state(
         generators: each agent's sampling stream (``HFAgent.generator``), ``None`` where
             the agent draws from torch's global stream.
         schedulers: learning-rate schedulers, if the recipe has any.
+        optimizer_states: the optimizers' state dicts when ``opt.state_dict()`` does not
+            hold whole tensors (FSDP2: gathered by
+            :meth:`comlrl.algos.distributed.GradientSync.optimizer_state_dict`), in the
+            same index-keyed format.
 
     Returns:
         A dict of plain values and CPU tensors for :func:`torch.save`; the RNG states
@@ -99,7 +104,11 @@ def capture_state(
     return {
         "format": FORMAT,
         "step": int(step),
-        "optimizers": [opt.state_dict() for opt in optimizers],
+        "optimizers": (
+            [dict(sd) for sd in optimizer_states]
+            if optimizer_states is not None
+            else [opt.state_dict() for opt in optimizers]
+        ),
         "schedulers": [s.state_dict() for s in schedulers],
         "data": data.state_dict(),
         "rng": {
@@ -125,8 +134,13 @@ def restore_state(
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),
+    load_optimizer: Sequence[Callable[[torch.optim.Optimizer, dict[str, Any]], None]] | None = None,
 ) -> int:
     """Put what :func:`capture_state` saved back into the run's objects; returns the step.
+
+    ``load_optimizer`` (one per optimizer) replaces ``opt.load_state_dict(sd)``, e.g.
+    :meth:`comlrl.algos.distributed.GradientSync.load_optimizer_state_dict`, which shards
+    the saved whole tensors for an FSDP2 model.
 
     Raises:
         CheckpointError: the saved state has another format, another number of agents,
@@ -148,8 +162,12 @@ def restore_state(
                 f"the checkpoint has {saved} {what} but this run has {now}; resume with the "
                 "configuration the run was started with (num_agents, models)."
             )
-    for opt, sd in zip(optimizers, state["optimizers"], strict=True):
-        opt.load_state_dict(sd)
+    loaders = load_optimizer or [type(opt).load_state_dict for opt in optimizers]
+    for opt, sd, load in zip(optimizers, state["optimizers"], loaders, strict=True):
+        try:
+            load(opt, sd)
+        except ValueError as exc:
+            raise CheckpointError(f"the saved optimizer state does not fit this run: {exc}") from None
     for sched, sd in zip(schedulers, state["schedulers"], strict=True):
         sched.load_state_dict(sd)
     try:
@@ -185,13 +203,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: str | Path, agents: Sequence[Any], state: Mapping[str, Any]) -> Path:
+def write_checkpoint(
+    path: str | Path,
+    agents: Sequence[Any],
+    state: Mapping[str, Any],
+    *,
+    state_dicts: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+) -> Path:
     """Write a step checkpoint folder atomically (temporary sibling folder, then rename).
 
     Args:
         path: the folder to create, e.g. :func:`step_checkpoint_path`.
         agents: objects with ``model`` and ``tokenizer`` (saved as ``agent_<i>/``).
         state: :func:`capture_state`'s dict (its ``step`` goes into ``checkpoint.json``).
+        state_dicts: per agent, whole weights to save instead of its model's own
+            ``state_dict()`` (FSDP2's gathered ones), or ``None`` entries.
 
     Returns:
         ``path``. An existing folder at ``path`` is replaced only once the new one is
@@ -204,7 +230,8 @@ def write_checkpoint(path: str | Path, agents: Sequence[Any], state: Mapping[str
         shutil.rmtree(tmp)
     tmp.mkdir()
     for i, agent in enumerate(agents):
-        save_agent_checkpoint(agent, tmp / f"agent_{i}")
+        sd = state_dicts[i] if state_dicts is not None else None
+        save_agent_checkpoint(agent, tmp / f"agent_{i}", state_dict=sd)
     torch.save(dict(state), tmp / STATE_FILE)
     write_meta(tmp, int(state["step"]), num_agents=len(agents))
     old = None
@@ -317,12 +344,19 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"could not read {str(f)!r}: {exc}") from None
 
 
-def load_agent_weights(model: Any, path: str | Path) -> None:
+def load_agent_weights(
+    model: Any,
+    path: str | Path,
+    *,
+    load_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None,
+) -> None:
     """Copy the weights saved at ``path`` (Hugging Face format) into ``model`` in place.
 
     Loading through ``from_pretrained`` handles sharded files and tied embeddings; the
     copy keeps ``model``'s identity, device and dtype, so optimizers built over its
-    parameters stay valid.
+    parameters stay valid. ``load_state_dict`` replaces ``model.load_state_dict(sd,
+    strict=True)`` (FSDP2: :meth:`comlrl.algos.distributed.GradientSync.load_model_state_dict`
+    shards the whole tensors).
 
     Raises:
         CheckpointError: the folder cannot be loaded or its weights do not fit ``model``.
@@ -335,7 +369,10 @@ def load_agent_weights(model: Any, path: str | Path) -> None:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"could not load the agent checkpoint {str(path)!r}: {exc}") from None
     try:
-        model.load_state_dict(saved.state_dict(), strict=True)
+        if load_state_dict is not None:
+            load_state_dict(saved.state_dict())
+        else:
+            model.load_state_dict(saved.state_dict(), strict=True)
     except RuntimeError as exc:
         raise CheckpointError(
             f"the weights in {str(path)!r} do not fit the agent's model ({exc}); resume with "

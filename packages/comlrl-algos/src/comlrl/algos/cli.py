@@ -1,6 +1,9 @@
 """The ``comlrl`` command line: ``comlrl train [--config FILE.yaml] [key=value ...]``.
 
 ``comlrl train --resume runs/x`` continues a run from its newest step checkpoint;
+``torchrun --nproc-per-node=K -m comlrl train ...`` trains data parallel over ``K``
+processes (:mod:`comlrl.algos.distributed`; rank 0 prints and writes; a run resumes on
+any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
 (:mod:`comlrl.algos.cli_eval`).
 
@@ -89,7 +92,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Validate the config, build agents and task, and train. Returns an exit code."""
+    """Validate the config, build agents and task, and train. Returns an exit code.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) it first joins the process group
+    (:func:`comlrl.algos.distributed.init_from_env`) and leaves it when done.
+    """
+    from comlrl.algos import distributed
+
+    owns_group = distributed.init_from_env()
+    try:
+        return _run_train(args)
+    finally:
+        if owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.config import ConfigError, load_config
     from comlrl.algos.preflight import check_model_names, prepare_task
     from comlrl.algos.reporting import check_report_to, summary_line
@@ -119,7 +139,11 @@ def run_train(args: argparse.Namespace) -> int:
     if finished is not None and finished >= config.num_steps:
         print(f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer")
         return 0
+    from comlrl.algos import distributed
+
+    main = distributed.is_main()
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
+    distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
     if earlier and not args.overwrite:
         print(
             f"comlrl: output_dir {config.output_dir!r} already holds a run ({', '.join(earlier)}); "
@@ -146,14 +170,22 @@ def run_train(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
-    print(
-        f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-        f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} step"
-        f"{'s' if config.num_steps != 1 else ''} "
-        f"of {config.batch_size} prompts x {config.num_generations} completions; "
-        f"outputs in {config.output_dir}/",
-        file=sys.stderr,
-    )
+    world = distributed.rank_and_world()[1]
+    if main:
+        print(
+            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} step"
+            f"{'s' if config.num_steps != 1 else ''} "
+            f"of {config.batch_size} prompts x {config.num_generations} completions; "
+            f"outputs in {config.output_dir}/",
+            file=sys.stderr,
+        )
+        if world > 1:
+            print(
+                f"comlrl: data parallel over {world} processes ({config.data_parallel}), "
+                f"{config.batch_size // world} prompts each",
+                file=sys.stderr,
+            )
     torch.manual_seed(config.seed)
     agents = []
     try:
@@ -170,7 +202,7 @@ def run_train(args: argparse.Namespace) -> int:
         task.close()
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
-    if earlier:  # --overwrite, now that the task and models have loaded
+    if earlier and main:  # --overwrite, now that the task and models have loaded
         lifecycle.clear_run_outputs(config.output_dir)
     if resume_from is not None:
         from comlrl.algos.checkpoint import CheckpointError
@@ -182,7 +214,8 @@ def run_train(args: argparse.Namespace) -> int:
             trainer.run.close()
             print(f"comlrl: cannot resume from {resume_from}: {exc}", file=sys.stderr)
             return 2
-        print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {resume_from})")
+        if main:
+            print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {resume_from})")
         if step >= config.num_steps:
             task.close()
             trainer.run.close()
@@ -196,7 +229,8 @@ def run_train(args: argparse.Namespace) -> int:
     except RewardFunctionError as exc:
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
         return 1
-    print(summary_line(history, config.output_dir))
+    if main:
+        print(summary_line(history, config.output_dir))
     return 0
 
 

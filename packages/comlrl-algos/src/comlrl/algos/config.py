@@ -176,6 +176,23 @@ class TrainConfig(BaseModel):
         True, description="Run each prompt through the model once per update and share its "
         "KV cache among its G completions (same gradient, less work)."
     )
+    data_parallel: Literal["ddp", "fsdp2", "none"] = Field(
+        "ddp", description="Only under an initialised torch.distributed process group "
+        "(torchrun): how each agent's gradient is averaged over the ranks. ddp: "
+        "DistributedDataParallel (bucketed all-reduce overlapped with the last backward); "
+        "none: no wrapper, the gradient is all-reduced once after the local backward passes; "
+        "fsdp2: torch.distributed.fsdp.fully_shard per decoder layer (parameters, gradients "
+        "and optimizer state sharded; weights gathered for each rollout, checkpoints gathered "
+        "to rank 0). Either way the update equals one process's "
+        "update over the global batch (comlrl.algos.distributed)."
+    )
+    sampling_rng: Literal["agent", "prompt"] = Field(
+        "agent", description="agent: each agent draws from its own seeded stream (per rank "
+        "under torchrun: seeded from seed and rank). prompt: every prompt's completions are "
+        "drawn from a stream keyed by (seed, step, prompt's place in the global batch, turn, "
+        "node, agent), so the rollout does not depend on the number of ranks (native "
+        "sampling backend only)."
+    )
     num_steps: int = Field(160, ge=1)
     seed: int = 0
     shuffle: bool = Field(True, description="Shuffle the dataset every epoch; False = dataset order.")

@@ -11,6 +11,7 @@ everything is in the returned record.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from comlrl.algos.returns import tree_returns
 from comlrl.algos.sampling.collate import collate_completions
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
 
-__all__ = ["TreeSettings", "rollout", "sample_agent"]
+__all__ = ["TreeSettings", "derive_seed", "rollout", "sample_agent"]
 
 T = TypeVar("T")
 
@@ -67,15 +68,41 @@ class TreeSettings:
             raise ValueError(f"max_branches must be >= 1 or None, got {self.max_branches}")
 
 
-def sample_agent(agent: Agent, prompts: Sequence[str], params: SamplingParams) -> AgentSamples:
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed determined by ``parts`` alone (BLAKE2b of their decimal forms).
+
+    Used to key sampling streams by (run seed, step, prompt, turn, node, agent), so a
+    prompt's completions do not depend on which other prompts share its batch or rank.
+    """
+    digest = hashlib.blake2b(",".join(str(int(p)) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def sample_agent(
+    agent: Agent, prompts: Sequence[str], params: SamplingParams, keys: Sequence[int] | None = None
+) -> AgentSamples:
     """One agent's ``G`` completions per prompt, as :class:`AgentSamples`.
 
     Uses the agent's ``sample`` method when it has one (:class:`~comlrl.algos.HFAgent`),
     else its :class:`comlrl.core.Agent` ``generate`` plus
     :func:`~comlrl.algos.sampling.collate.collate_completions`, which needs
     ``agent.tokenizer`` (and puts the tensors on ``agent.model``'s device).
+
+    ``keys`` (one seed per prompt) asks for prompt-keyed sampling: the agent's
+    ``sample(prompts, params, keys=keys)`` draws each prompt's completions from a stream
+    seeded by its key.
+
+    Raises:
+        TypeError: ``keys`` given for an agent without ``sample(..., keys=)``.
     """
     sample = getattr(agent, "sample", None)
+    if keys is not None:
+        if not callable(sample):
+            raise TypeError(
+                f"agent {getattr(agent, 'name', agent)!r} has no sample() method, so it cannot "
+                "draw prompt-keyed completions; use sampling_rng='agent' or an HFAgent."
+            )
+        return sample(prompts, params, keys=keys)  # type: ignore[no-any-return]
     if callable(sample):
         return sample(prompts, params)  # type: ignore[no-any-return]
     groups = agent.generate(prompts, params)
@@ -104,6 +131,7 @@ def rollout(
     *,
     map_agents: Callable[[Callable[[int], Any], int], list[Any]] = _sequential,
     rng: random.Random | None = None,
+    sample_keys: Sequence[int] | None = None,
 ) -> Rollout:
     """Roll ``P`` examples out for up to ``tree.num_turns`` turns.
 
@@ -116,6 +144,12 @@ def rollout(
         map_agents: ``map_agents(fn, A) -> [fn(0), ..., fn(A-1)]``; pass a concurrent
             one (:class:`comlrl.algos.run.AgentPool`) to sample agents in parallel.
         rng: random stream for ``branch_select="random"``.
+        sample_keys: one seed per example for prompt-keyed sampling: agent ``a`` draws
+            the completions of the ``j``-th node of example ``p`` at turn ``t`` from a
+            stream seeded by ``derive_seed(sample_keys[p], t, j, a)``, so the rollout of
+            an example does not depend on the other examples it is batched with (data
+            parallel runs give the same completions on any number of ranks). ``None``:
+            the agents' own streams.
 
     Returns:
         The :class:`Rollout` with rewards, tree links and returns of every turn.
@@ -128,6 +162,8 @@ def rollout(
     """
     if len(agents) != env.num_agents:
         raise ValueError(f"{len(agents)} agents for an environment of {env.num_agents} agents")
+    if sample_keys is not None and len(sample_keys) != len(examples):
+        raise ValueError(f"{len(sample_keys)} sample_keys for {len(examples)} examples; give one per example")
     rng = rng or random.Random(0)
     num_agents, g = len(agents), params.num_generations
     joint_index = joint_action_indices(num_agents, g, tree.joint_mode)
@@ -139,8 +175,19 @@ def rollout(
     turns: list[dict[str, Any]] = []
     for t in range(tree.num_turns):
         t0 = time.perf_counter()
-        def sample(a: int, nodes: list[tuple[int, Branch]] = nodes) -> AgentSamples:
-            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params)
+        node_keys: list[int] | None = None
+        if sample_keys is not None:
+            seen: dict[int, int] = {}
+            node_keys = []
+            for p, _ in nodes:
+                node_keys.append(derive_seed(sample_keys[p], t, seen.get(p, 0)))
+                seen[p] = seen.get(p, 0) + 1
+
+        def sample(
+            a: int, nodes: list[tuple[int, Branch]] = nodes, node_keys: list[int] | None = node_keys
+        ) -> AgentSamples:
+            keys = [derive_seed(k, a) for k in node_keys] if node_keys is not None else None
+            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params, keys)
 
         samples: list[AgentSamples] = map_agents(sample, num_agents)
         t1 = time.perf_counter()

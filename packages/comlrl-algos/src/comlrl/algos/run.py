@@ -27,6 +27,9 @@ __all__ = [
     "DataStream",
     "JsonlWriter",
     "rollout_metrics",
+    "rollout_summary",
+    "merge_summaries",
+    "summary_metrics",
     "sample_rows",
     "save_agent_checkpoint",
     "resolve_device",
@@ -214,31 +217,83 @@ def rollout_metrics(
     ``turn_<t>/advantage_mean/agent_<a>`` and ``/advantage_std/agent_<a>``; all-turn
     ``completion_len_mean/agent_<a>``, ``completion_len_max/agent_<a>``,
     ``advantage_mean/agent_<a>``, ``advantage_std/agent_<a>``.
+
+    The same numbers over several rollouts (data parallel ranks):
+    ``summary_metrics(merge_summaries([rollout_summary(ro_r, adv_r) for each rank r]))``.
     """
+    return summary_metrics(rollout_summary(rollout, advantages))
+
+
+def rollout_summary(
+    rollout: Rollout, advantages: Sequence[Sequence[torch.Tensor]] | None = None
+) -> list[dict[str, Any]]:
+    """What :func:`rollout_metrics` reads, per turn, as small CPU tensors (picklable).
+
+    Per turn: ``rewards`` and ``returns`` ``[N_t, K]`` float32, ``terminal`` ``[N_t, K]``
+    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32) and
+    ``advantages`` (per agent ``[B_t]`` float32, or None).
+    """
+    out = []
+    for t, turn in enumerate(rollout.turns):
+        out.append(
+            {
+                "rewards": turn.rewards.detach().float().cpu(),
+                "returns": turn.returns.detach().float().cpu(),
+                "terminal": turn.terminal.detach().cpu(),
+                "lengths": [
+                    s.batch.completion_mask.sum(dim=1).float().cpu() for s in turn.agents
+                ],
+                "advantages": (
+                    [a.detach().float().cpu() for a in advantages[t]] if advantages is not None else None
+                ),
+            }
+        )
+    return out
+
+
+def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Concatenate :func:`rollout_summary` outputs turn by turn (a rollout may have fewer turns)."""
+    turns = max(len(s) for s in summaries)
+    merged = []
+    for t in range(turns):
+        parts = [s[t] for s in summaries if len(s) > t]
+        entry: dict[str, Any] = {
+            key: torch.cat([p[key] for p in parts]) for key in ("rewards", "returns", "terminal")
+        }
+        entry["lengths"] = [torch.cat(xs) for xs in zip(*(p["lengths"] for p in parts), strict=True)]
+        advs = [p["advantages"] for p in parts]
+        entry["advantages"] = (
+            None if any(a is None for a in advs) else [torch.cat(xs) for xs in zip(*advs, strict=True)]
+        )
+        merged.append(entry)
+    return merged
+
+
+def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The :func:`rollout_metrics` row of a :func:`rollout_summary` (or merged summaries)."""
     out: dict[str, float] = {}
-    first = rollout.turns[0].rewards.reshape(-1)
+    first = summary[0]["rewards"].reshape(-1)
     out["reward_mean"] = float(first.mean())
     out["reward_std"] = float(first.std(unbiased=False))
     out["reward_min"] = float(first.min())
     out["reward_max"] = float(first.max())
-    out["return_mean"] = float(rollout.turns[0].returns.mean())
-    out["num_joint_actions"] = float(sum(t.rewards.numel() for t in rollout.turns))
+    out["return_mean"] = float(summary[0]["returns"].mean())
+    out["num_joint_actions"] = float(sum(t["rewards"].numel() for t in summary))
     lengths: dict[int, list[torch.Tensor]] = {}
     advs: dict[int, list[torch.Tensor]] = {}
-    for t, turn in enumerate(rollout.turns):
+    for t, turn in enumerate(summary):
         key = f"turn_{t}"
-        r = turn.rewards.reshape(-1)
+        r = turn["rewards"].reshape(-1)
         out[f"{key}/reward_mean"] = float(r.mean())
         out[f"{key}/reward_std"] = float(r.std(unbiased=False))
-        out[f"{key}/return_mean"] = float(turn.returns.mean())
-        out[f"{key}/num_nodes"] = float(turn.num_nodes)
-        out[f"{key}/terminal_fraction"] = float(turn.terminal.float().mean())
-        for a, samples in enumerate(turn.agents):
-            n = samples.batch.completion_mask.sum(dim=1).float().cpu()
+        out[f"{key}/return_mean"] = float(turn["returns"].mean())
+        out[f"{key}/num_nodes"] = float(turn["rewards"].shape[0])
+        out[f"{key}/terminal_fraction"] = float(turn["terminal"].float().mean())
+        for a, n in enumerate(turn["lengths"]):
             lengths.setdefault(a, []).append(n)
             out[f"{key}/completion_len_mean/agent_{a}"] = float(n.mean())
-            if advantages is not None:
-                adv = advantages[t][a].float().cpu()
+            if turn["advantages"] is not None:
+                adv = turn["advantages"][a]
                 advs.setdefault(a, []).append(adv)
                 out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
                 out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
@@ -284,8 +339,13 @@ def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
-def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
+def save_agent_checkpoint(
+    agent: Any, path: str | Path, state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
     """Write ``agent``'s model and tokenizer to ``path`` atomically (Hugging Face format).
+
+    ``state_dict``: whole weights to write instead of ``agent.model.state_dict()`` (an
+    FSDP2 model's gathered full state dict; its keys are the unwrapped model's).
 
     The files are written into a temporary sibling folder that is then renamed into place,
     so an interrupted save never leaves a half-written checkpoint at ``path``; an existing
@@ -300,7 +360,10 @@ def save_agent_checkpoint(agent: Any, path: str | Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    agent.model.save_pretrained(tmp)
+    if state_dict is not None:
+        agent.model.save_pretrained(tmp, state_dict=dict(state_dict))
+    else:
+        agent.model.save_pretrained(tmp)
     agent.tokenizer.save_pretrained(tmp)
     old = None
     if path.exists():

@@ -12,14 +12,18 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.losses import KLEstimator, Reduction, policy_loss
 from comlrl.algos.records import PolicyBatch
+
+if TYPE_CHECKING:
+    from comlrl.algos.distributed import GradientSync
 
 __all__ = ["UpdateSettings", "update_policy"]
 
@@ -62,6 +66,7 @@ def update_policy(
     settings: UpdateSettings,
     *,
     ref_model: Any | None = None,
+    sync: GradientSync | None = None,
 ) -> dict[str, float]:
     """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
 
@@ -72,12 +77,19 @@ def update_policy(
         advantages: per turn, ``[B_t]`` float advantages, row-aligned with the batch.
         settings: loss and step settings.
         ref_model: the frozen reference model for the KL term (``kl_coef > 0``).
+        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.distributed.GradientSync`):
+            ``batches`` are this rank's share; the reduction's denominators (sequences,
+            or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
+            loss is weighted by its share of the global denominator times ``K``, and the
+            ranks' gradients are averaged, so the step equals one process's step over
+            every rank's completions. Every rank must call this together.
 
     Returns:
         Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
         clipping is on), and per turn ``t`` the token-weighted ``turn_<t>/kl``,
         ``turn_<t>/clip_fraction``, ``turn_<t>/ratio_mean`` of
-        :func:`~comlrl.algos.losses.policy_loss`, plus their all-turn values.
+        :func:`~comlrl.algos.losses.policy_loss`, plus their all-turn values. With
+        ``sync`` they are those of the global batch, the same on every rank.
 
     Raises:
         ValueError: mismatched batch/advantage counts or shapes, or ``kl_coef > 0``
@@ -96,8 +108,14 @@ def update_policy(
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
     chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
-    total_rows = sum(b.completion_mask.shape[0] for b in batches)
-    total_tokens = max(1.0, float(sum(b.completion_mask.sum() for b in batches)))
+    total_rows = float(sum(b.completion_mask.shape[0] for b in batches))
+    total_tokens = float(sum(b.completion_mask.sum() for b in batches))
+    if sync is not None:  # normalise by the global batch, not this rank's share
+        total_rows, total_tokens = sync.all_sum([total_rows, total_tokens])
+    total_tokens = max(1.0, total_tokens)
+    forward = sync.module if sync is not None else model
+    grad_scale = float(sync.world_size) if sync is not None else 1.0  # cancels the averaging
+    num_backward = sum(len(cs) for cs in chunks)
     ref_logp: list[list[torch.Tensor]] = []
     if ref_model is not None:
         with torch.no_grad():
@@ -110,12 +128,16 @@ def update_policy(
     passes = 0
     for _ in range(settings.num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        done = 0
         for t, (batch, cs) in enumerate(zip(batches, chunks, strict=True)):
             g = batch.group_size
             adv = advantages[t].to(device)
             for j, chunk in enumerate(cs):
                 rows = slice(chunk.start * g, chunk.stop * g)
-                logp = _logp(model, batch, chunk, settings)
+                done += 1
+                last = done == num_backward
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    logp = _logp(forward, batch, chunk, settings)
                 mask = batch.completion_mask[rows]
                 loss, metrics = policy_loss(
                     logp,
@@ -135,18 +157,25 @@ def update_policy(
                     weight = float(mask.sum()) / total_tokens
                 else:
                     weight = logp.shape[0] / total_rows
-                (loss * weight).backward()
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    (loss * (weight * grad_scale)).backward()
                 _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
                 tokens = metrics["num_tokens"]
                 for key in ("kl", "clip_fraction", "ratio_mean"):
                     if key in metrics:
                         _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
                         _add(sums, weights, key, metrics[key] * tokens, tokens)
+        if sync is not None:
+            sync.finish()
         if settings.max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
+                norm = norm.full_tensor()
             _add(sums, weights, "grad_norm", float(norm), 1.0)
         optimizer.step()
         passes += 1
+    if sync is not None:
+        sums, weights = _merge_ranks(sums, weights)
     out = {}
     for key, value in sums.items():
         if key in ("loss", "grad_norm"):
@@ -160,6 +189,24 @@ def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings
     return completion_logprobs(
         model, batch, chunk, temperature=settings.temperature, shared_prefix=settings.shared_prefix
     )
+
+
+def _merge_ranks(
+    sums: dict[str, float], weights: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
+    completions at a later turn); ``grad_norm`` is already global and kept as is."""
+    from comlrl.algos.distributed import gather_objects
+
+    merged_sums: dict[str, float] = {}
+    merged_weights: dict[str, float] = {}
+    for rank_sums, rank_weights in gather_objects((sums, weights)):
+        for key, value in rank_sums.items():
+            if key != "grad_norm":
+                _add(merged_sums, merged_weights, key, value, rank_weights[key])
+    if "grad_norm" in sums:
+        merged_sums["grad_norm"], merged_weights["grad_norm"] = sums["grad_norm"], weights["grad_norm"]
+    return merged_sums, merged_weights
 
 
 def _add(sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float) -> None:

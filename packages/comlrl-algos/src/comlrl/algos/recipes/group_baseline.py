@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from comlrl.algos import checkpoint as ckpt
+from comlrl.algos import distributed as dp
 from comlrl.algos import evaluate as evaluation
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
@@ -39,16 +40,18 @@ from comlrl.algos.joint import credit_completions
 from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
 from comlrl.algos.records import Rollout
 from comlrl.algos.reporting import build_reporters, close_reporters
-from comlrl.algos.rollout import TreeSettings, rollout
+from comlrl.algos.rollout import TreeSettings, derive_seed, rollout
 from comlrl.algos.run import (
     AgentPool,
     DataStream,
     JsonlWriter,
     build_optimizer,
+    merge_summaries,
     resolve_device,
-    rollout_metrics,
+    rollout_summary,
     sample_rows,
     save_agent_checkpoint,
+    summary_metrics,
 )
 from comlrl.algos.update import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
@@ -79,6 +82,16 @@ class GroupBaselineRun:
     step: int = 0
     last_rollout: Rollout | None = field(default=None, repr=False)
     eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
+    #: data parallel (:mod:`comlrl.algos.distributed`): this process's rank, the number of
+    #: ranks, and per agent the gradient averaging (None in a single process).
+    rank: int = 0
+    world_size: int = 1
+    syncs: list[dp.GradientSync] | None = field(default=None, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        """True on the rank that writes logs, samples and checkpoints (rank 0)."""
+        return self.rank == 0
 
     def close(self) -> None:
         """Stop worker threads (safe to call twice)."""
@@ -98,9 +111,18 @@ def setup(
     ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
     needed when ``config.eval_every > 0``.
 
+    Under an initialised ``torch.distributed`` process group of ``K > 1`` ranks (every
+    rank calls this with the same arguments) each agent's gradient is averaged by a
+    :class:`~comlrl.algos.distributed.GradientSync` of ``config.data_parallel``, each rank
+    rolls out ``batch_size / K`` prompts of every step, agents are updated one after
+    another (concurrent updates would interleave their collectives differently on
+    different ranks), and with ``sampling_rng="agent"`` each rank's sampling streams are
+    seeded from ``seed``, the agent and the rank.
+
     Raises:
-        ConfigError: agent count, turn count or dataset do not fit, or evaluation is on
-            without an evaluation set (before any training).
+        ConfigError: agent count, turn count or dataset do not fit, evaluation is on
+            without an evaluation set, or ``batch_size`` is not a multiple of the number of
+            ranks (before any training).
     """
     n = len(agents)
     if n != config.num_agents:
@@ -125,13 +147,33 @@ def setup(
             f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
             "(or a task with an eval_split), or set eval_every=0."
         )
+    rank, world = dp.rank_and_world()
+    if world > 1:
+        try:
+            dp.shard_bounds(config.batch_size, rank, world)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     warn_if_cannot_learn(config, agents, env, dataset)
     device = resolve_device(config.device)
     for i, agent in enumerate(agents):
         agent.model.to(device)
         agent.model.train()
         if hasattr(agent, "seed"):
-            agent.seed(config.seed * 1_000_003 + i)
+            agent.seed(_agent_seed(config.seed, i, rank))
+    ref_models = (
+        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
+        if config.kl_coef > 0
+        else None
+    )
+    # the reference copies are taken from the whole models, before any sharding; the
+    # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
+    syncs = None
+    if world > 1:
+        by_model: dict[int, dp.GradientSync] = {}  # one wrapper per model object
+        syncs = [
+            by_model.setdefault(id(a.model), dp.wrap_model(a.model, config.data_parallel))
+            for a in agents
+        ]
     optimizers = [
         build_optimizer(
             [p for p in a.model.parameters() if p.requires_grad],
@@ -141,11 +183,6 @@ def setup(
         )
         for a in agents
     ]
-    ref_models = (
-        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
-        if config.kl_coef > 0
-        else None
-    )
     # Agents run concurrently when that can help: CPU with an intra-op thread per agent, or
     # one device per agent. Concurrent sampling needs per-agent random streams; agents that
     # share one model object are never updated concurrently.
@@ -197,11 +234,22 @@ def setup(
             shared_prefix=config.shared_prefix,
         ),
         sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
-        update_pool=AgentPool(n, concurrent and distinct, cpu=cpu),
+        update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
         rng=random.Random(config.seed),
         output_dir=Path(config.output_dir),
         eval_data=eval_dataset,
+        rank=rank,
+        world_size=world,
+        syncs=syncs,
     )
+
+
+def _agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
+    """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
+    keeps the single-process seed."""
+    if rank == 0 and step == 0:
+        return seed * 1_000_003 + agent
+    return derive_seed(seed, agent, rank, step)
 
 
 def group_advantages(
@@ -227,14 +275,28 @@ def group_advantages(
 
 
 def train_step(run: GroupBaselineRun) -> dict[str, float]:
-    """One step: rollout, advantages, every agent's update; returns the metrics row."""
+    """One step: rollout, advantages, every agent's update; returns the metrics row.
+
+    Data parallel (``run.world_size > 1``; every rank calls this together): this rank
+    rolls out its share of the global batch, the update averages gradients over the
+    ranks, and the returned metrics (rewards, advantages, lengths, losses, KL, clip
+    fractions, tokens) are those of the global batch; timings are this rank's.
+    """
     cfg = run.config
     t0 = time.perf_counter()
-    examples = run.data.next_batch(cfg.batch_size)
-    ro = rollout(
-        run.agents, examples, run.env, run.sampling, run.tree,
-        map_agents=run.sample_pool.map, rng=run.rng,
+    examples = run.data.next_batch(cfg.batch_size)  # the same global batch on every rank
+    keys = (
+        [derive_seed(cfg.seed, run.step, j) for j in range(len(examples))]
+        if cfg.sampling_rng == "prompt"
+        else None
     )
+    lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
+    with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
+        ro = rollout(
+            run.agents, examples[lo:hi], run.env, run.sampling, run.tree,
+            map_agents=run.sample_pool.map, rng=run.rng,
+            sample_keys=keys[lo:hi] if keys is not None else None,
+        )
     adv = group_advantages(ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps)
     t1 = time.perf_counter()
 
@@ -246,13 +308,15 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
             [per_agent[a] for per_agent in adv],
             run.update,
             ref_model=run.ref_models[a] if run.ref_models is not None else None,
+            sync=run.syncs[a] if run.syncs is not None else None,
         )
 
     stats = run.update_pool.map(update)
     t2 = time.perf_counter()
     run.step += 1
     run.last_rollout = ro
-    metrics = rollout_metrics(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    summary = rollout_summary(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    metrics = summary_metrics(merge_summaries(dp.gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
     elapsed = t2 - t0
@@ -268,11 +332,30 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
 
 
 def save(run: GroupBaselineRun, tag: str) -> list[Path]:
-    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
+    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically).
+
+    Data parallel: every rank calls this (``fsdp2`` gathers the weights to rank 0);
+    rank 0 writes, the others return ``[]``.
+    """
+    states = _full_model_states(run)
+    if not run.is_main:
+        return []
     return [
-        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}")
+        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}", state_dict=states[i])
         for i, agent in enumerate(run.agents)
     ]
+
+
+def _full_model_states(run: GroupBaselineRun) -> list[dict[str, torch.Tensor] | None]:
+    """Per agent the gathered full state dict (``fsdp2``; a collective), else ``None``:
+    the model's own ``state_dict()`` is whole."""
+    if run.syncs is None:
+        return [None] * len(run.agents)
+    gathered: dict[int, dict[str, torch.Tensor] | None] = {}
+    for sync in run.syncs:  # the same order on every rank; a shared model is gathered once
+        if id(sync) not in gathered:
+            gathered[id(sync)] = sync.model_state_dict()
+    return [gathered[id(sync)] for sync in run.syncs]
 
 
 def evaluate(run: GroupBaselineRun) -> dict[str, float]:
@@ -289,18 +372,32 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     row, _ = evaluation.evaluate(
         run.agents, run.env, run.eval_data, params, run.tree,
         batch_size=cfg.batch_size, seed=cfg.seed, map_agents=run.sample_pool.map,
-    )
+    )  # fsdp2: called inside dp.full_weights (see train), so no collective runs here
     return {"step": run.step, **row}
 
 
 def checkpoint(run: GroupBaselineRun) -> Path:
     """Write ``output_dir/checkpoints/step-N`` (agents + training state, atomically), then
-    prune to ``config.keep_last``; returns the folder."""
+    prune to ``config.keep_last``; returns the folder.
+
+    Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
+    to rank 0); rank 0 writes and every rank gets the folder's path back.
+    """
+    path = ckpt.step_checkpoint_path(run.output_dir, run.step)
+    models = _full_model_states(run)
+    optimizer_states = (
+        [sync.optimizer_state_dict(opt) for sync, opt in zip(run.syncs, run.optimizers, strict=True)]
+        if run.syncs is not None
+        else None
+    )
+    if not run.is_main:
+        return path
     state = ckpt.capture_state(
         step=run.step, optimizers=run.optimizers, data=run.data, rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
+        optimizer_states=optimizer_states,
     )
-    path = ckpt.write_checkpoint(ckpt.step_checkpoint_path(run.output_dir, run.step), run.agents, state)
+    path = ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
     if run.config.keep_last:
         ckpt.prune_checkpoints(run.output_dir, run.config.keep_last, keep=path)
     return path
@@ -313,19 +410,39 @@ def resume(run: GroupBaselineRun, path: str | Path) -> int:
     checkpoint is incomplete or does not fit the run."""
     state = ckpt.load_training_state(path)
     for i, agent in enumerate(run.agents):
-        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+        sync = run.syncs[i] if run.syncs is not None else None
+        ckpt.load_agent_weights(
+            agent.model, Path(path) / f"agent_{i}",
+            load_state_dict=sync.load_model_state_dict if sync is not None else None,
+        )
     run.step = ckpt.restore_state(
         state, optimizers=run.optimizers, data=run.data, rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
+        load_optimizer=(
+            [sync.load_optimizer_state_dict for sync in run.syncs] if run.syncs is not None else None
+        ),
     )
-    ckpt.clean_partial_checkpoints(run.output_dir)
-    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
-        truncate_jsonl(run.output_dir / name, run.step)
+    if run.world_size > 1:
+        # The checkpoint holds rank 0's streams; other ranks need their own. (With
+        # sampling_rng="prompt" the streams are unused and the run continues exactly on
+        # any number of ranks.)
+        for i, agent in enumerate(run.agents):
+            if run.rank > 0 and hasattr(agent, "seed"):
+                agent.seed(_agent_seed(run.config.seed, i, run.rank, run.step))
+    if run.is_main:
+        ckpt.clean_partial_checkpoints(run.output_dir)
+        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+            truncate_jsonl(run.output_dir / name, run.step)
+    dp.barrier()
     return run.step
 
 
 def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
+
+    Data parallel: every rank calls this; rank 0 alone writes (samples are those of its
+    own share of the batch; evaluation runs on rank 0 while the others wait at the next
+    step), and rows are those of the global batch.
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
@@ -343,45 +460,58 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     from tqdm.auto import tqdm
 
     cfg = run.config
+    main = run.is_main
     if run.step == 0:  # a resumed run has its random streams back from the checkpoint
         torch.manual_seed(cfg.seed)
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
-    (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    reporters: list[Any] = []
+    metrics = samples = evals = None
+    if main:  # data parallel: rank 0 writes; every rank trains and takes part in evaluation
+        run.output_dir.mkdir(parents=True, exist_ok=True)
+        reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
+        (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
+        samples = JsonlWriter(run.output_dir / "samples.jsonl")
+        evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
     history: list[dict[str, float]] = []
-    metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
-    samples = JsonlWriter(run.output_dir / "samples.jsonl")
-    evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
-    bar = tqdm(total=cfg.num_steps, initial=run.step, disable=not cfg.progress, desc="train", unit="step")
+    bar = tqdm(
+        total=cfg.num_steps, initial=run.step, disable=not (cfg.progress and main), desc="train", unit="step"
+    )
     stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
         for _ in range(run.step, cfg.num_steps):
             row = train_step(run)
             history.append(row)
-            metrics.write(row)
+            if metrics is not None:
+                metrics.write(row)
             for reporter in reporters:
                 reporter.log(row)
-            if cfg.log_samples and run.last_rollout is not None:
+            if samples is not None and cfg.log_samples and run.last_rollout is not None:
                 for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
                     samples.write(sample)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if evals is not None and run.step % cfg.eval_every == 0:
-                evals.write(evaluate(run))
-            if stop.requested and run.step < cfg.num_steps:
-                raise TrainingInterrupted(run.step, checkpoint(run), run.output_dir)
+            if cfg.eval_every and run.step % cfg.eval_every == 0:
+                with dp.full_weights(run.syncs):  # every rank gathers; rank 0 evaluates
+                    if main:
+                        assert evals is not None
+                        evals.write(evaluate(run))
+            # every rank must stop at the same step, whichever saw the signal
+            if dp.all_reduce_flag(stop.requested) and run.step < cfg.num_steps:
+                path = checkpoint(run)
+                dp.barrier()
+                raise TrainingInterrupted(run.step, path, run.output_dir)
             if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps):
                 checkpoint(run)
         save(run, "final")
-        ckpt.write_meta(run.output_dir / "final", run.step)
+        if main:
+            ckpt.write_meta(run.output_dir / "final", run.step)
+        dp.barrier()  # no rank returns before the final weights are written
     finally:
         stop.__exit__()
         bar.close()
-        metrics.close()
-        samples.close()
-        if evals is not None:
-            evals.close()
+        for writer in (metrics, samples, evals):
+            if writer is not None:
+                writer.close()
         run.close()
         close_reporters(reporters)
     return history
-

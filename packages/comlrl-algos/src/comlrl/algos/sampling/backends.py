@@ -60,7 +60,7 @@ class GenerationBackend(Protocol):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``G`` completions for each of ``P`` left-padded prompts.
 
@@ -68,7 +68,8 @@ class GenerationBackend(Protocol):
             input_ids: ``[P, S]`` int64 prompt ids, left-padded.
             attention_mask: ``[P, S]`` 0/1, 0 on padding.
             params: sampling settings (``G = params.num_generations``).
-            generator: the agent's random stream (``None``: the backend's default).
+            generator: the agent's random stream (``None``: the backend's default), or,
+                native sampler only, one stream per prompt (prompt-keyed sampling).
 
         Returns:
             completion ids ``[B, L]`` int64 (pad id after a row's first EOS; ``L >= 1``)
@@ -131,7 +132,7 @@ class NativeBackend:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`GenerationBackend.sample`; the model runs in eval mode and is put
         back in the mode it was in."""

@@ -67,6 +67,15 @@ def _plain_linear(m: Any) -> bool:
     return type(m) is nn.Linear and not _has_hooks(m)
 
 
+def _is_fsdp(model: Any) -> bool:
+    """True for a model that ``torch.distributed.fsdp.fully_shard`` has wrapped."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch build without distributed support
+        return False
+    return isinstance(model, FSDPModule)
+
+
 def _has_hooks(m: nn.Module) -> bool:
     return bool(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None))
 
@@ -126,6 +135,11 @@ class FastDecoder:
             max_length: the longest sequence (prompt plus completion) that will be
                 decoded; needed to accept models with a sliding window longer than it.
         """
+        if _is_fsdp(model):
+            return (
+                "the model is sharded by FSDP2 (data_parallel='fsdp2'); decoding runs through "
+                "its forward, on the weights gathered for the rollout"
+            )
         cfg = getattr(model, "config", None)
         model_type = getattr(cfg, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:

@@ -139,7 +139,7 @@ class NativeSampler:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``G`` completions for each of ``P`` left-padded prompts.
 
@@ -149,7 +149,8 @@ class NativeSampler:
             input_ids: ``[P, S]`` int64 prompt ids, left-padded.
             attention_mask: ``[P, S]`` 0/1, 0 on padding.
             params: sampling settings (``G = params.num_generations``).
-            generator: the random stream to draw from (``None``: torch's global one).
+            generator: the random stream to draw from (``None``: torch's global one), or
+                ``P`` streams, one per prompt, each drawing its prompt's ``G`` rows.
 
         Returns:
             completion ids ``[B, L]`` (int64, the pad id after EOS) and behaviour
@@ -249,9 +250,18 @@ def hf_generate(
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> torch.Tensor:
-    """Sample one token per row from ``logits [B, V]`` with temperature, top-k and top-p."""
+    """Sample one token per row from ``logits [B, V]`` with temperature, top-k and top-p.
+
+    ``generator`` is one stream, or ``P`` streams of which stream ``p`` draws the uniforms
+    of rows ``[p * B / P, (p + 1) * B / P)`` (one prompt's ``G`` rows).
+
+    Raises:
+        ValueError: ``B`` is not a multiple of the number of streams.
+    """
     scores = logits.float() / params.temperature
     if params.top_k > 0 and params.top_k < scores.shape[-1]:
         kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
@@ -265,6 +275,14 @@ def sample_next(
     # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
     # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
     cdf = scores.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype, generator=generator)
+    if generator is None or isinstance(generator, torch.Generator):
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype, generator=generator)
+    else:
+        if not generator or cdf.shape[0] % len(generator):
+            raise ValueError(f"{cdf.shape[0]} rows cannot be split over {len(generator)} generators")
+        per = cdf.shape[0] // len(generator)
+        u = torch.cat(
+            [torch.rand(per, 1, device=cdf.device, dtype=cdf.dtype, generator=g) for g in generator]
+        )
     u = u * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)

@@ -438,7 +438,7 @@ class VLLMBackend:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         params: SamplingParams,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`~comlrl.algos.sampling.backends.GenerationBackend.sample`.
 
@@ -447,6 +447,11 @@ class VLLMBackend:
         ``G`` completions ``s + p * G + g`` in vLLM), so a seeded agent draws the same
         completions from the same weights.
         """
+        if isinstance(generator, list):
+            raise ValueError(
+                "the vLLM backend draws every prompt from one seeded request stream; per-prompt "
+                "streams (sampling_rng='prompt') need generation_backend='native'"
+            )
         if self.engine is None or self._stale():
             self.sync_weights()
         g = params.num_generations
