@@ -108,13 +108,20 @@ class HFAgent:
             from comlrl.algos.sampling.vllm_backend import VLLMBackend
 
             self.generation_backend = VLLMBackend(
-                model, pad_token_id=pad, eos_token_ids=self.eos_token_ids, name=name,
+                model,
+                pad_token_id=pad,
+                eos_token_ids=self.eos_token_ids,
+                name=name,
                 **(vllm_options or {}),
             )
         else:
             self.generation_backend = NativeBackend(
-                model, pad_token_id=pad, eos_token_ids=self.eos_token_ids, mode=backend,
-                fast_decode=fast_decode, name=name,
+                model,
+                pad_token_id=pad,
+                eos_token_ids=self.eos_token_ids,
+                mode=backend,
+                fast_decode=fast_decode,
+                name=name,
             )
         #: the backend's name: ``"native"``, ``"hf"`` or ``"vllm"``.
         self.backend = self.generation_backend.name
@@ -129,7 +136,9 @@ class HFAgent:
     def fast_decode_status(self) -> str:
         """``"unchecked"``, ``"on"``, or ``"off: <why>"`` (see ``fast_decode``)."""
         sampler = self.sampler
-        return sampler.fast_decode_status if sampler is not None else f"off: backend={self.backend!r}"
+        return (
+            sampler.fast_decode_status if sampler is not None else f"off: backend={self.backend!r}"
+        )
 
     def after_update(self) -> None:
         """Tell the generation backend the weights changed (after an optimizer step).
@@ -180,7 +189,9 @@ class HFAgent:
                     "backend='native'; model.generate and vLLM draw from one stream."
                 )
             if len(keys) != len(prompts):
-                raise ValueError(f"agent {self.name!r}: {len(keys)} keys for {len(prompts)} prompts")
+                raise ValueError(
+                    f"agent {self.name!r}: {len(keys)} keys for {len(prompts)} prompts"
+                )
             generator = [torch.Generator(device=self.device).manual_seed(int(k)) for k in keys]
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
         input_ids = enc["input_ids"].to(self.device)
@@ -192,7 +203,9 @@ class HFAgent:
         if self.generation_backend.recompute_logprobs:
             batch = dataclasses.replace(
                 batch,
-                behaviour_logprobs=recompute_behaviour_logprobs(self.model, batch, params.temperature),
+                behaviour_logprobs=recompute_behaviour_logprobs(
+                    self.model, batch, params.temperature
+                ),
             )
         groups = to_completions(batch, self.tokenizer, self.eos_token_ids)
         return AgentSamples(tuple(prompts), tuple(tuple(g) for g in groups), batch)
