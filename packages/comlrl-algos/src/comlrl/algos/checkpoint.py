@@ -167,7 +167,9 @@ def restore_state(
         try:
             load(opt, sd)
         except ValueError as exc:
-            raise CheckpointError(f"the saved optimizer state does not fit this run: {exc}") from None
+            raise CheckpointError(
+                f"the saved optimizer state does not fit this run: {exc}"
+            ) from None
     for sched, sd in zip(schedulers, state["schedulers"], strict=True):
         sched.load_state_dict(sd)
     try:
