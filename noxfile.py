@@ -39,7 +39,13 @@ PACKAGES = ROOT / "packages"
 TORCH_SPEC = os.environ.get("COMLRL_TORCH_SPEC", "torch==2.13.0")
 RUFF_SPEC = "ruff==0.17.6"
 MYPY_SPEC = "mypy==2.4.1"
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
+# The long torch sessions run their test files on two workers (CI has two cores); a file's
+# tests stay on one worker so module-scoped fixtures (reference runs) are built once.
+PARALLEL = {
+    "algos": ["-n", "2", "--dist", "loadfile"],
+    "integration": ["-n", "2", "--dist", "loadfile"],
+}
 ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH_PYTHON = "3.11"
 TORCH_FREE = ["core", "envs"]
@@ -146,6 +152,7 @@ def tests(session: nox.Session, package: str) -> None:
         "-p",
         "no:cacheprovider",
         *quick,
+        *PARALLEL.get(package, []),
         *session.posargs,
         env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
     )
