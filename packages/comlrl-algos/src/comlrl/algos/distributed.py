@@ -85,11 +85,14 @@ def init_from_env() -> bool:
     Does nothing (returns False) when ``WORLD_SIZE`` is unset or 1, or a group already
     exists. Otherwise uses NCCL when CUDA is available (and pins this process to GPU
     ``LOCAL_RANK``), else gloo, and returns True: the caller then owns the group and
-    destroys it with ``torch.distributed.destroy_process_group()``.
+    destroys it with ``torch.distributed.destroy_process_group()``. The environment
+    variable ``COMLRL_DIST_BACKEND`` (``nccl`` or ``gloo``) overrides the choice, e.g. to
+    run several ranks on one GPU with gloo.
 
     Raises:
         RuntimeError: ``WORLD_SIZE`` > 1 but ``torch.distributed`` is not available in
             this torch build.
+        ValueError: ``COMLRL_DIST_BACKEND`` is not ``nccl``/``gloo``, or ``nccl`` without GPUs.
     """
     import torch.distributed as dist
 
@@ -101,10 +104,17 @@ def init_from_env() -> bool:
             f"WORLD_SIZE={world} but this torch build has no torch.distributed; "
             "run in one process or install a torch build with distributed support."
         )
+    backend = os.environ.get("COMLRL_DIST_BACKEND", "").strip().lower()
+    if backend not in ("", "nccl", "gloo"):
+        raise ValueError(f"COMLRL_DIST_BACKEND={backend!r}: use 'nccl', 'gloo' or leave it unset")
     if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl")
+        # Ranks beyond the GPU count share GPUs round-robin; NCCL refuses two ranks on one
+        # GPU, so such a layout needs COMLRL_DIST_BACKEND=gloo (a test setup, not a fast one).
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        dist.init_process_group(backend or "nccl")
     else:
+        if backend == "nccl":
+            raise ValueError("COMLRL_DIST_BACKEND=nccl needs CUDA GPUs; none is visible")
         dist.init_process_group("gloo")
     return True
 
