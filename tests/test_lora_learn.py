@@ -55,7 +55,8 @@ def test_two_lora_agents_on_one_base_learn_and_reload(stories260k: Path, tmp_pat
             seed=0,
         )
         agents = [
-            HFAgent(*load_model_and_tokenizer(str(stories260k)), name=f"author_{i}") for i in range(2)
+            HFAgent(*load_model_and_tokenizer(str(stories260k)), name=f"author_{i}")
+            for i in range(2)
         ]
         trainer = MultiAgentTrainer(
             agents,
@@ -69,8 +70,12 @@ def test_two_lora_agents_on_one_base_learn_and_reload(stories260k: Path, tmp_pat
     rewards, trainer = train(1e-2)
     first, last = _quarters(rewards)
     c_first, c_last = _quarters(train(1e-12)[0])
-    assert last > first + 0.15, f"reward did not rise: first quarter {first:.3f}, last quarter {last:.3f}"
-    assert last > c_last + 0.15, f"trained {last:.3f} vs control {c_last:.3f} (control first {c_first:.3f})"
+    assert last > first + 0.15, (
+        f"reward did not rise: first quarter {first:.3f}, last quarter {last:.3f}"
+    )
+    assert last > c_last + 0.15, (
+        f"trained {last:.3f} vs control {c_last:.3f} (control first {c_first:.3f})"
+    )
 
     # one base in memory: the two policies' distinct tensors are one base plus two adapters
     policies = [a.model for a in trainer.agents]

@@ -52,7 +52,9 @@ def test_reference_logprobs_equal_the_base_models_exactly() -> None:
     base, tok = load_model_and_tokenizer(STORIES260K)
     base.eval()
     _perturb(agents[0].model, 1)  # the adapter now changes the policy
-    samples = agents[0].sample(["Once upon a time"], SamplingParams(num_generations=3, max_new_tokens=6))
+    samples = agents[0].sample(
+        ["Once upon a time"], SamplingParams(num_generations=3, max_new_tokens=6)
+    )
     ref = reference_model(agents[0].model)
     agents[0].model.eval()
     with torch.no_grad():

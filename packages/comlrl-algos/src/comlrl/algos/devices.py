@@ -37,7 +37,9 @@ def parse_device(name: str) -> torch.device:
     try:
         return torch.device(name.strip())
     except RuntimeError as exc:
-        raise ValueError(f"device {name!r} is not a device name ({exc}); use e.g. 'cpu' or 'cuda:0'.") from None
+        raise ValueError(
+            f"device {name!r} is not a device name ({exc}); use e.g. 'cpu' or 'cuda:0'."
+        ) from None
 
 
 def device_exists(device: torch.device) -> bool:
@@ -58,7 +60,9 @@ def device_exists(device: torch.device) -> bool:
     return (device.index or 0) < count
 
 
-def validate_devices(names: Sequence[str], num_agents: int, field: str = "agent_devices") -> list[torch.device]:
+def validate_devices(
+    names: Sequence[str], num_agents: int, field: str = "agent_devices"
+) -> list[torch.device]:
     """Check a per-agent device list before anything loads; returns the devices.
 
     Args:

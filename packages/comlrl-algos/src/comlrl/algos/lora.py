@@ -112,7 +112,10 @@ class SharedBase:
             found = []
             for qual, p in self.peft_model.named_parameters():
                 parts = qual.split(".")
-                if any(a.startswith("lora_") and b == name for a, b in zip(parts, parts[1:], strict=False)):
+                if any(
+                    a.startswith("lora_") and b == name
+                    for a, b in zip(parts, parts[1:], strict=False)
+                ):
                     found.append((qual, p))
             if not found:
                 raise ValueError(
@@ -164,7 +167,9 @@ class LoraPolicy(nn.Module):
 
     is_lora_policy = True
 
-    def __init__(self, shared: SharedBase, adapter_name: str, *, merge_on_save: bool = False) -> None:
+    def __init__(
+        self, shared: SharedBase, adapter_name: str, *, merge_on_save: bool = False
+    ) -> None:
         super().__init__()
         self.peft_model = shared.peft_model  # registered: .to()/.train() reach the base
         self.adapter_name = adapter_name
@@ -255,7 +260,9 @@ class LoraPolicy(nn.Module):
             ValueError: a ``state_dict`` was passed.
         """
         if kwargs.get("state_dict") is not None:
-            raise ValueError("LoraPolicy.save_pretrained saves the adapter itself; do not pass state_dict.")
+            raise ValueError(
+                "LoraPolicy.save_pretrained saves the adapter itself; do not pass state_dict."
+            )
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -268,7 +275,9 @@ class LoraPolicy(nn.Module):
                 data[key] = sorted(value)
         (path / "adapter_config.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
         if self.merge_on_save:
-            self.shared.hf_model.save_pretrained(path / MERGED_DIR, state_dict=self.merged_state_dict())
+            self.shared.hf_model.save_pretrained(
+                path / MERGED_DIR, state_dict=self.merged_state_dict()
+            )
 
     def load_adapter_weights(self, path: str | Path) -> None:
         """Copy the adapter saved by :meth:`save_pretrained` at ``path`` into this adapter
@@ -293,9 +302,13 @@ class LoraPolicy(nn.Module):
                 "(other rank or target_modules); resume with the lora settings of the run."
             )
         with self.shared.lock:
-            result = set_peft_model_state_dict(self.peft_model, saved, adapter_name=self.adapter_name)
+            result = set_peft_model_state_dict(
+                self.peft_model, saved, adapter_name=self.adapter_name
+            )
         if getattr(result, "unexpected_keys", None):
-            raise ValueError(f"unexpected adapter tensors in {str(path)!r}: {result.unexpected_keys[:5]}")
+            raise ValueError(
+                f"unexpected adapter tensors in {str(path)!r}: {result.unexpected_keys[:5]}"
+            )
 
 
 class LoraReference:

@@ -37,8 +37,8 @@ from comlrl.algos.devices import agent_placement
 from comlrl.algos.diagnostics import warn_if_cannot_learn
 from comlrl.algos.env import Environment
 from comlrl.algos.joint import credit_completions
-from comlrl.algos.lora import attach_lora, model_key, reference_model
 from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
+from comlrl.algos.lora import attach_lora, model_key, reference_model
 from comlrl.algos.records import Rollout
 from comlrl.algos.reporting import build_reporters, close_reporters
 from comlrl.algos.rollout import TreeSettings, derive_seed, rollout
