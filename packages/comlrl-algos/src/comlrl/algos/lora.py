@@ -246,7 +246,8 @@ class LoraPolicy(nn.Module):
                 if isinstance(module, LoraLayer) and self.adapter_name in module.lora_A:
                     key = f"{name}.weight"
                     w = out[key]
-                    out[key] = w + module.get_delta_weight(self.adapter_name).to(w.dtype)
+                    layer: Any = module  # a lora.Linear/Embedding/...: all have get_delta_weight
+                    out[key] = w + layer.get_delta_weight(self.adapter_name).to(w.dtype)
         return {k: v.cpu().contiguous() for k, v in out.items()}
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> None:
@@ -302,7 +303,7 @@ class LoraPolicy(nn.Module):
                 "(other rank or target_modules); resume with the lora settings of the run."
             )
         with self.shared.lock:
-            result = set_peft_model_state_dict(
+            result: Any = set_peft_model_state_dict(
                 self.peft_model, saved, adapter_name=self.adapter_name
             )
         if getattr(result, "unexpected_keys", None):
