@@ -101,6 +101,7 @@ class HFAgent:
             raise ValueError(f"agent {name!r}: no EOS token id; pass eos_token_ids explicitly.")
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.generator: torch.Generator | None = None
+        self._fast_decode = fast_decode
         pad = int(tokenizer.pad_token_id)
         if not isinstance(backend, str):
             self.generation_backend: GenerationBackend = backend
@@ -125,6 +126,31 @@ class HFAgent:
             )
         #: the backend's name: ``"native"``, ``"hf"`` or ``"vllm"``.
         self.backend = self.generation_backend.name
+
+    def replace_model(self, model: Any) -> None:
+        """Make ``model`` this agent's policy (e.g. a :class:`~comlrl.algos.lora.LoraPolicy`
+        over the old one) and rebuild the native generation backend around it; the old
+        model is no longer referenced by the agent.
+
+        Raises:
+            ValueError: the agent uses the vLLM backend or a backend object given by the
+                caller (they hold the old weights; build a new agent instead).
+        """
+        gb = self.generation_backend
+        if not isinstance(gb, NativeBackend):
+            raise ValueError(
+                f"agent {self.name!r}: cannot replace the model of a {self.backend!r} generation "
+                "backend; build a new HFAgent around the new model."
+            )
+        self.model = model
+        self.generation_backend = NativeBackend(
+            model,
+            pad_token_id=int(self.tokenizer.pad_token_id),
+            eos_token_ids=self.eos_token_ids,
+            mode=gb.name,
+            fast_decode=self._fast_decode,
+            name=self.name,
+        )
 
     @property
     def sampler(self) -> NativeSampler | None:

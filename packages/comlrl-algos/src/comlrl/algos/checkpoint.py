@@ -356,13 +356,20 @@ def load_agent_weights(
 
     Loading through ``from_pretrained`` handles sharded files and tied embeddings; the
     copy keeps ``model``'s identity, device and dtype, so optimizers built over its
-    parameters stay valid. ``load_state_dict`` replaces ``model.load_state_dict(sd,
+    parameters stay valid. A LoRA agent (:class:`~comlrl.algos.lora.LoraPolicy`) loads its
+    adapter (``adapter_model.safetensors``) and keeps its base. ``load_state_dict`` replaces ``model.load_state_dict(sd,
     strict=True)`` (FSDP2: :meth:`comlrl.algos.distributed.GradientSync.load_model_state_dict`
     shards the whole tensors).
 
     Raises:
         CheckpointError: the folder cannot be loaded or its weights do not fit ``model``.
     """
+    if getattr(type(model), "is_lora_policy", False):  # a LoRA agent: its adapter only
+        try:
+            model.load_adapter_weights(path)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"could not load the LoRA adapter {str(path)!r}: {exc}") from None
+        return
     from transformers import AutoModelForCausalLM
 
     dtype = next(model.parameters()).dtype

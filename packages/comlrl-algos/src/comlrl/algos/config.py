@@ -13,7 +13,15 @@ import yaml
 from comlrl.algos.models import DEFAULT_MODEL
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["TrainConfig", "TaskConfig", "VLLMConfig", "ConfigError", "load_config", "apply_overrides"]
+__all__ = [
+    "TrainConfig",
+    "TaskConfig",
+    "VLLMConfig",
+    "LoraSettings",
+    "ConfigError",
+    "load_config",
+    "apply_overrides",
+]
 
 
 class ConfigError(ValueError):
@@ -83,6 +91,51 @@ class VLLMConfig(BaseModel):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+class LoraSettings(BaseModel):
+    """Agents as LoRA adapters on a frozen base model (``lora:`` section; extra
+    ``comlrl-algos[lora]``, which installs ``peft``).
+
+    LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", Eq. 3):
+    each targeted weight ``W [out, in]`` becomes ``W + (alpha / r) * B A`` with
+    ``A [r, in]``, ``B [out, r]`` trained and ``W`` frozen; ``B`` starts at zero, so every
+    agent starts as its base model.
+
+    Attributes:
+        r: rank of each adapter.
+        alpha: scale numerator; the update is scaled by ``alpha / r``.
+        dropout: dropout on the adapter's input, in ``[0, 1)``.
+        target_modules: names (suffixes) of the linear layers that get adapters, or
+            ``"all-linear"`` (every linear layer but the LM head).
+        shared_base: ``true``: one frozen base in memory for all agents, one named adapter
+            per agent on it (memory about one base + ``A`` adapters); needs one model for
+            all agents and all agents on one device. ``false``: each agent gets its own
+            base (``A`` bases; agents may then differ in model and device).
+        merge_adapters: checkpoints also hold each agent's merged weights
+            (``W + (alpha / r) B A``) in ``agent_<i>/merged/``, loadable without peft.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    shared_base: bool = True
+    merge_adapters: bool = False
+
+    @field_validator("target_modules")
+    @classmethod
+    def _targets_not_empty(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list) and (not v or any(not isinstance(m, str) or not m for m in v)):
+            raise ValueError(
+                f"target_modules must name at least one module (e.g. [q_proj, v_proj]) or be "
+                f"'all-linear', got {v!r}"
+            )
+        return v
+
+
 class TrainConfig(BaseModel):
     """Hyper-parameters of a multi-agent RL run (MAGRPO and its sibling estimators).
 
@@ -103,6 +156,19 @@ class TrainConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "auto"
     trust_remote_code: bool = False
+    agent_devices: list[str] | None = Field(
+        None, description="One device per agent (e.g. [cuda:0, cuda:1]): agent i's model, "
+        "its batches and its update live on device i (model parallel over agents). None: "
+        "every agent on `device`."
+    )
+    reference_devices: list[str] | None = Field(
+        None, description="One device per agent for the KL reference copies (kl_coef > 0, "
+        "no LoRA); None: each beside its agent."
+    )
+    lora: LoraSettings | None = Field(
+        None, description="Train LoRA adapters on a frozen base instead of whole models "
+        "(pip install 'comlrl-algos[lora]'); None: full fine-tuning."
+    )
     # --- task ---------------------------------------------------------------------
     task: TaskConfig = Field(default_factory=TaskConfig)
     # --- sampling -----------------------------------------------------------------
@@ -280,6 +346,56 @@ class TrainConfig(BaseModel):
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
                 "clip: set clip_ratio (e.g. 0.2)."
             )
+        return self
+
+    @model_validator(mode="after")
+    def _placement_and_lora(self) -> TrainConfig:
+        from comlrl.algos.devices import validate_devices
+
+        if self.agent_devices is not None:
+            if self.device != "auto":
+                raise ValueError(
+                    f"both device={self.device!r} and agent_devices={self.agent_devices!r} are "
+                    "set; give agent_devices alone (or device alone for one device)."
+                )
+            validate_devices(self.agent_devices, self.num_agents, "agent_devices")
+        if self.reference_devices is not None:
+            validate_devices(self.reference_devices, self.num_agents, "reference_devices")
+            if self.kl_coef == 0:
+                raise ValueError(
+                    f"reference_devices={self.reference_devices!r} but kl_coef=0, so there is "
+                    "no reference model; set kl_coef > 0 or drop reference_devices."
+                )
+            if self.lora is not None:
+                raise ValueError(
+                    "reference_devices is set but a LoRA agent's reference is its own base with "
+                    "the adapter disabled (no copy to place); drop reference_devices."
+                )
+        if self.lora is None:
+            return self
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise ValueError(
+                "lora is set but peft is not installed; install it with "
+                "pip install 'comlrl-algos[lora]' or remove the lora section."
+            )
+        if self.generation_backend == "vllm":
+            raise ValueError(
+                "lora with generation_backend='vllm' is not supported (the engine would need "
+                "the adapters pushed); set generation_backend=native."
+            )
+        if self.lora.shared_base:
+            if len(set(self.models)) > 1:
+                raise ValueError(
+                    f"lora.shared_base=true needs one base model for all agents, got "
+                    f"models={self.models!r}; give one model or set lora.shared_base=false."
+                )
+            if self.agent_devices is not None and len(set(self.agent_devices)) > 1:
+                raise ValueError(
+                    f"lora.shared_base=true keeps one base on one device but agent_devices="
+                    f"{self.agent_devices!r}; use one device or set lora.shared_base=false."
+                )
         return self
 
     @model_validator(mode="after")

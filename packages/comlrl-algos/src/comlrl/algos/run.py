@@ -353,7 +353,10 @@ def save_agent_checkpoint(
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`; load it with
-        ``AutoModelForCausalLM.from_pretrained(path)``.
+        ``AutoModelForCausalLM.from_pretrained(path)``, or for a LoRA agent
+        (:class:`~comlrl.algos.lora.LoraPolicy`: adapter files only) with
+        ``PeftModel.from_pretrained(base, path)`` (merged weights, when asked for, in
+        ``path/merged``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -365,6 +368,8 @@ def save_agent_checkpoint(
     else:
         agent.model.save_pretrained(tmp)
     agent.tokenizer.save_pretrained(tmp)
+    if (tmp / "merged").is_dir():  # a LoRA agent's merged weights (merge_adapters: true)
+        agent.tokenizer.save_pretrained(tmp / "merged")
     old = None
     if path.exists():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from comlrl.algos.devices import model_device
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.losses import KLEstimator, Reduction, policy_loss
 from comlrl.algos.records import PolicyBatch
@@ -76,7 +77,10 @@ def update_policy(
         batches: per turn ``t``, the agent's :class:`PolicyBatch` (``B_t`` rows).
         advantages: per turn, ``[B_t]`` float advantages, row-aligned with the batch.
         settings: loss and step settings.
-        ref_model: the frozen reference model for the KL term (``kl_coef > 0``).
+        ref_model: the frozen reference model for the KL term (``kl_coef > 0``): a copy,
+            or a LoRA agent's base with its adapter disabled
+            (:class:`~comlrl.algos.lora.LoraReference`). On another device than ``model``
+            its log-probs are computed there and moved over.
         sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.distributed.GradientSync`):
             ``batches`` are this rank's share; the reduction's denominators (sequences,
             or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
@@ -117,10 +121,11 @@ def update_policy(
     grad_scale = float(sync.world_size) if sync is not None else 1.0  # cancels the averaging
     num_backward = sum(len(cs) for cs in chunks)
     ref_logp: list[list[torch.Tensor]] = []
-    if ref_model is not None:
+    if ref_model is not None:  # on its own device when placed apart (reference_devices)
+        ref_device = model_device(ref_model)
         with torch.no_grad():
             ref_logp = [
-                [_logp(ref_model, b, c, settings) for c in cs]
+                [_logp(ref_model, b.to(ref_device), c, settings).to(device) for c in cs]
                 for b, cs in zip(batches, chunks, strict=True)
             ]
     sums: dict[str, float] = {}

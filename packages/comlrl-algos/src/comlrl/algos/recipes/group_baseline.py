@@ -20,7 +20,6 @@ once; :func:`train` loops, logs, evaluates (:func:`evaluate`) and checkpoints
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -34,10 +33,12 @@ from comlrl.algos import distributed as dp
 from comlrl.algos import evaluate as evaluation
 from comlrl.algos.advantages import compute_advantages
 from comlrl.algos.config import ConfigError, TrainConfig
+from comlrl.algos.devices import agent_placement
 from comlrl.algos.diagnostics import warn_if_cannot_learn
 from comlrl.algos.env import Environment
 from comlrl.algos.joint import credit_completions
 from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
+from comlrl.algos.lora import attach_lora, model_key, reference_model
 from comlrl.algos.records import Rollout
 from comlrl.algos.reporting import build_reporters, close_reporters
 from comlrl.algos.rollout import TreeSettings, derive_seed, rollout
@@ -154,14 +155,42 @@ def setup(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     warn_if_cannot_learn(config, agents, env, dataset)
-    device = resolve_device(config.device)
+    if config.lora is not None:
+        if world > 1:
+            raise ConfigError(
+                "lora is not supported under torchrun data parallelism yet; run one process "
+                "(agent_devices for one GPU per agent) or remove the lora section."
+            )
+        try:
+            attach_lora(agents, config.lora, seed=config.seed)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    try:
+        devices = agent_placement(n, config.agent_devices, resolve_device(config.device))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    placed: dict[int, torch.device] = {}
+    for i, agent in enumerate(agents):  # check every agent before moving any
+        key = model_key(agent.model)
+        if placed.setdefault(key, devices[i]) != devices[i]:
+            raise ConfigError(
+                f"agent {i} shares its model with an agent placed on {placed[key]} but "
+                f"agent_devices[{i}]={str(devices[i])!r}; agents that share weights need one device."
+            )
     for i, agent in enumerate(agents):
-        agent.model.to(device)
+        agent.model.to(devices[i])
         agent.model.train()
         if hasattr(agent, "seed"):
             agent.seed(_agent_seed(config.seed, i, rank))
+    ref_devices = (
+        [torch.device(d) for d in config.reference_devices]
+        if config.reference_devices is not None
+        else devices
+    )
+    # a LoRA agent's reference is its base with the adapter disabled (no copy); any other
+    # agent's is a frozen copy of its starting weights
     ref_models = (
-        [copy.deepcopy(a.model).eval().requires_grad_(False) for a in agents]
+        [reference_model(a.model, ref_devices[i]) for i, a in enumerate(agents)]
         if config.kl_coef > 0
         else None
     )
@@ -186,18 +215,16 @@ def setup(
     # Agents run concurrently when that can help: CPU with an intra-op thread per agent, or
     # one device per agent. Concurrent sampling needs per-agent random streams; agents that
     # share one model object are never updated concurrently.
-    cpu = device.type == "cpu"
+    cpu = all(d.type == "cpu" for d in devices)
     concurrent = (
         config.parallel_agents
         and n > 1
-        and (
-            torch.get_num_threads() >= n
-            if cpu
-            else len({str(next(a.model.parameters()).device) for a in agents}) == n
-        )
+        and (torch.get_num_threads() >= n if cpu else len({str(d) for d in devices}) == n)
     )
     own_streams = all(getattr(a, "generator", None) is not None for a in agents)
-    distinct = len({id(a.model) for a in agents}) == n
+    # agents on one base (same model object, or LoRA adapters of one shared base) are
+    # updated one after another
+    distinct = len({model_key(a.model) for a in agents}) == n
     return GroupBaselineRun(
         config=config,
         agents=list(agents),
