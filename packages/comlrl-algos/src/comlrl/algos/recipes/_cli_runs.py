@@ -281,6 +281,7 @@ def _save_final(models: Sequence[tuple[Any, Any]], out: Path, step: int) -> None
 
 
 def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
+    """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
     from comlrl.algos.reporting import quarter_means
 
     where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
@@ -421,7 +422,6 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
     from comlrl.algos.preference_trainers import MADPOTrainer
     from comlrl.algos.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference import train_madpo
-    from comlrl.algos.reporting import summary_line
 
     try:
         check_model_names(config.models)
@@ -460,7 +460,7 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
         return _err(str(exc))
     finally:
         task.close()
-    print(summary_line(history, out))
+    print(_loss_summary(history, out, "reward_mean"))
     return 0
 
 

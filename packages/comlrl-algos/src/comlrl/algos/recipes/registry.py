@@ -116,7 +116,7 @@ class Recipe:
                     f"{key}={data[key]!r}; drop {key}, or pick the recipe of that "
                     f"{key} (comlrl recipes lists them)."
                 )
-        merged = {**self.presets, **self.fixed, **dict(data)}
+        merged = {**self.presets, **dict(data), **self.fixed}
         return _validate(self.config_class(), merged, self.name)
 
     def run(self, config: Any, request: Any) -> int:
