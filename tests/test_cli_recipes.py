@@ -61,8 +61,18 @@ def test_madpo_runs_on_the_default_task(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.parametrize(
     ("algo", "row"),
     [
-        ("sft", {"prompt": "Once upon a time, Lily had a ball.", "completion": " She played all day."}),
-        ("dpo", {"prompt": "Once upon a time, Lily had a ball.", "chosen": " She played.", "rejected": " The the."}),
+        (
+            "sft",
+            {"prompt": "Once upon a time, Lily had a ball.", "completion": " She played all day."},
+        ),
+        (
+            "dpo",
+            {
+                "prompt": "Once upon a time, Lily had a ball.",
+                "chosen": " She played.",
+                "rejected": " The the.",
+            },
+        ),
     ],
 )
 def test_one_model_recipes_train_on_a_jsonl_file(

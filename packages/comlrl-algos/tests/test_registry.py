@@ -17,7 +17,18 @@ from comlrl.algos.recipes.registry import (
     resolve_recipe,
 )
 
-EXPECTED = {"magrpo", "mareinforce", "marloo", "maremax", "iac", "maac", "madpo", "marlhf", "dpo", "sft"}
+EXPECTED = {
+    "magrpo",
+    "mareinforce",
+    "marloo",
+    "maremax",
+    "iac",
+    "maac",
+    "madpo",
+    "marlhf",
+    "dpo",
+    "sft",
+}
 
 
 @pytest.fixture
@@ -52,8 +63,14 @@ def test_every_recipe_builds_its_config_from_a_dict(name: str, rows: dict[str, s
 
 @pytest.mark.parametrize(
     ("algo", "estimator"),
-    [("magrpo", "grpo"), ("grpo", "grpo"), ("marloo", "rloo"), ("rloo", "rloo"),
-     ("mareinforce", "reinforce"), ("REMAX", "remax")],
+    [
+        ("magrpo", "grpo"),
+        ("grpo", "grpo"),
+        ("marloo", "rloo"),
+        ("rloo", "rloo"),
+        ("mareinforce", "reinforce"),
+        ("REMAX", "remax"),
+    ],
 )
 def test_group_baseline_names_fix_the_estimator(algo: str, estimator: str) -> None:
     _, config = build_recipe_config({"algo": algo})
@@ -80,9 +97,13 @@ def test_a_user_registered_estimator_runs_under_the_group_baseline_loop() -> Non
 
 
 def test_a_fixed_estimator_that_disagrees_fails_naming_both() -> None:
-    with pytest.raises(ConfigError, match="algo=marloo fixes estimator='rloo' but the config sets estimator='grpo'"):
+    with pytest.raises(
+        ConfigError, match="algo=marloo fixes estimator='rloo' but the config sets estimator='grpo'"
+    ):
         build_recipe_config({"algo": "marloo", "estimator": "grpo"})
-    _, config = build_recipe_config({"algo": "marloo", "estimator": "MARLOO"})  # the same, spelt otherwise
+    _, config = build_recipe_config(
+        {"algo": "marloo", "estimator": "MARLOO"}
+    )  # the same, spelt otherwise
     assert config.estimator == "rloo"
 
 
@@ -99,7 +120,9 @@ def test_unknown_keys_fail_naming_the_key_the_recipe_and_the_valid_keys() -> Non
 
 
 def test_unknown_recipe_names_fail_with_close_names_and_the_list() -> None:
-    with pytest.raises(ConfigError, match=r"unknown algo='marlo'; did you mean 'marloo'.*Recipes: magrpo"):
+    with pytest.raises(
+        ConfigError, match=r"unknown algo='marlo'; did you mean 'marloo'.*Recipes: magrpo"
+    ):
         get_recipe("marlo")
     with pytest.raises(ConfigError, match="algo must be a recipe name, got 3"):
         resolve_recipe({"algo": 3})
@@ -108,7 +131,7 @@ def test_unknown_recipe_names_fail_with_close_names_and_the_list() -> None:
 def test_bad_values_fail_naming_the_recipe_and_field(rows: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match=r"invalid config for algo=iac:\n  - gae_lambda"):
         build_recipe_config({"algo": "iac", "gae_lambda": 2})
-    with pytest.raises(ConfigError, match="needs data=PATH.jsonl.*\"chosen\""):
+    with pytest.raises(ConfigError, match='needs data=PATH.jsonl.*"chosen"'):
         build_recipe_config({"algo": "dpo"})
     with pytest.raises(ConfigError, match="data='/no/such.jsonl': no such file"):
         build_recipe_config({"algo": "sft", "data": "/no/such.jsonl"})
@@ -132,7 +155,9 @@ def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "a"}\n')
-    with pytest.raises(ConfigError, match=r"rows.jsonl:3: lacks string field\(s\) \['completion'\]"):
+    with pytest.raises(
+        ConfigError, match=r"rows.jsonl:3: lacks string field\(s\) \['completion'\]"
+    ):
         read_jsonl_rows(path, ("prompt", "completion"), "SFT")
     path.write_text('{"prompt": "a", "completion": "b"}\n[1]\n')
     with pytest.raises(ConfigError, match="rows.jsonl:2: a JSON list"):
@@ -141,4 +166,6 @@ def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rows.jsonl:2: not valid JSON"):
         read_jsonl_rows(path, ("prompt", "completion"), "SFT")
     path.write_text('{"prompt": "a", "completion": "b"}\n')
-    assert read_jsonl_rows(path, ("prompt", "completion"), "SFT") == [{"prompt": "a", "completion": "b"}]
+    assert read_jsonl_rows(path, ("prompt", "completion"), "SFT") == [
+        {"prompt": "a", "completion": "b"}
+    ]

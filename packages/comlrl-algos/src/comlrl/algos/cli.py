@@ -89,14 +89,18 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument("--output-dir", help="where metrics, samples and checkpoints go")
     train.add_argument("--num-steps", type=int, help="number of training steps")
-    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     train.add_argument(
-        "--resume", metavar="RUN_DIR",
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its newest checkpoint (config from RUN_DIR/config.yaml; "
         "overrides limited to num_steps, save_every, keep_last, eval_*, log_samples, progress)",
     )
     train.add_argument(
-        "--overwrite", action="store_true",
+        "--overwrite",
+        action="store_true",
         help="delete the outputs of an earlier run in output_dir (metrics, samples, eval, "
         "checkpoints, final) before training",
     )
@@ -175,7 +179,9 @@ def _run_train(args: argparse.Namespace) -> int:
         return 2
     finished = lifecycle.finished_step(args.resume) if args.resume else None
     if finished is not None and finished >= config.num_steps:
-        print(f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer")
+        print(
+            f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer"
+        )
         return 0
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
     distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
@@ -289,8 +295,12 @@ def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from comlrl.algos.config import ConfigError
     from comlrl.algos.lifecycle import resume_config
 
-    flags = {"--config": args.config, "--model": args.model, "--output-dir": args.output_dir,
-             "--overwrite": args.overwrite}
+    flags = {
+        "--config": args.config,
+        "--model": args.model,
+        "--output-dir": args.output_dir,
+        "--overwrite": args.overwrite,
+    }
     clash = [name for name, value in flags.items() if value]
     if clash:
         raise ConfigError(
@@ -348,7 +358,8 @@ def _check_resumable(run_dir: str) -> None:
         extra = set(saved) - set(TrainConfig.model_fields)
         if extra:
             names = [
-                r.name for r in RECIPES.values()
+                r.name
+                for r in RECIPES.values()
                 if not r.resumable and extra <= set(r.config_class().model_fields)
             ]
     if names:

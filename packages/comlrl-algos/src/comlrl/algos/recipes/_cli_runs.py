@@ -77,7 +77,9 @@ class _CommandLineRun(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    output_dir: str = Field("runs/default", description="Where metrics.jsonl, config.yaml and final/ go.")
+    output_dir: str = Field(
+        "runs/default", description="Where metrics.jsonl, config.yaml and final/ go."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
     progress: bool = True
@@ -110,7 +112,9 @@ class _OneModelRun(_CommandLineRun):
             )
         for key, path in (("data", self.data), ("eval_data", self.eval_data)):
             if path is not None and not Path(path).expanduser().is_file():
-                raise ValueError(f"{key}={path!r}: no such file; give a JSON-lines file of {example} rows")
+                raise ValueError(
+                    f"{key}={path!r}: no such file; give a JSON-lines file of {example} rows"
+                )
         return self
 
 
@@ -213,9 +217,13 @@ def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[di
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{p}:{number}: not valid JSON ({exc.msg}); write one JSON object per line") from None
+            raise ConfigError(
+                f"{p}:{number}: not valid JSON ({exc.msg}); write one JSON object per line"
+            ) from None
         if not isinstance(row, dict):
-            raise ConfigError(f"{p}:{number}: a JSON {type(row).__name__}, expected an object with keys {list(keys)}")
+            raise ConfigError(
+                f"{p}:{number}: a JSON {type(row).__name__}, expected an object with keys {list(keys)}"
+            )
         missing = [k for k in keys if not isinstance(row.get(k), str)]
         if missing:
             raise ConfigError(
@@ -224,7 +232,9 @@ def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[di
             )
         rows.append(row)
     if not rows:
-        raise ConfigError(f"{what} data {str(p)!r} has no rows; give one JSON object per line with {list(keys)}")
+        raise ConfigError(
+            f"{what} data {str(p)!r} has no rows; give one JSON object per line with {list(keys)}"
+        )
     return rows
 
 
@@ -232,7 +242,9 @@ class _StepLog:
     """Writes each metrics row to ``metrics.jsonl`` (adding ``time/step_s`` and, for
     recipes that do not time themselves, ``prompts_per_s``) and moves a progress bar."""
 
-    def __init__(self, output_dir: Path, total: int, desc: str, progress: bool, prompts: int) -> None:
+    def __init__(
+        self, output_dir: Path, total: int, desc: str, progress: bool, prompts: int
+    ) -> None:
         from comlrl.algos.run import JsonlWriter
         from tqdm.auto import tqdm
 
@@ -276,7 +288,9 @@ def _save_final(models: Sequence[tuple[Any, Any]], out: Path, step: int) -> None
     from comlrl.algos.run import save_agent_checkpoint
 
     for i, (model, tokenizer) in enumerate(models):
-        save_agent_checkpoint(SimpleNamespace(model=model, tokenizer=tokenizer), out / "final" / f"agent_{i}")
+        save_agent_checkpoint(
+            SimpleNamespace(model=model, tokenizer=tokenizer), out / "final" / f"agent_{i}"
+        )
     write_meta(out / "final", step, num_agents=len(models))
 
 
@@ -396,11 +410,15 @@ def _run_policy_gradient(
             trainer.run.close()
             return _err(f"cannot resume from {request.resume_from}: {exc}")
         if main:
-            print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {request.resume_from})")
+            print(
+                f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {request.resume_from})"
+            )
         if step >= config.num_steps:
             task.close()
             trainer.run.close()
-            print(f"nothing to do: the run already has {step} steps; pass num_steps=N to train longer")
+            print(
+                f"nothing to do: the run already has {step} steps; pass num_steps=N to train longer"
+            )
             return 0
     try:
         history = trainer.train()
@@ -448,7 +466,9 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
             HFAgent(*_load(config.model_for(i), config, config.seed + i), name=f"agent_{i}")
             for i in range(config.num_agents)
         ]
-        trainer = MADPOTrainer(agents, config, task=task, dataset=examples, eval_dataset=eval_examples)
+        trainer = MADPOTrainer(
+            agents, config, task=task, dataset=examples, eval_dataset=eval_examples
+        )
         out = _start_outputs(config, "madpo", request)
         log = _StepLog(out, config.num_steps, "madpo", config.progress, config.batch_size)
         try:
@@ -501,22 +521,38 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
         )
         torch.manual_seed(config.seed)
         agents = [
-            HFAgent(*_load(config.model_for(i), config, config.seed + i), name=f"agent_{i}",
-                    **config.generation_options())
+            HFAgent(
+                *_load(config.model_for(i), config, config.seed + i),
+                name=f"agent_{i}",
+                **config.generation_options(),
+            )
             for i in range(config.num_agents)
         ]
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         pairing = MADPOConfig.build(
-            num_agents=config.num_agents, num_candidates=config.num_candidates,
-            max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-            top_p=config.top_p, top_k=config.top_k, joint_mode=config.joint_mode,
-            min_gap=config.min_gap, pairs_per_prompt=config.pairs_per_prompt,
-            batch_size=config.batch_size, seed=config.seed, device=config.device,
+            num_agents=config.num_agents,
+            num_candidates=config.num_candidates,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            joint_mode=config.joint_mode,
+            min_gap=config.min_gap,
+            pairs_per_prompt=config.pairs_per_prompt,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            device=config.device,
         )
         marlhf = MARLHFTrainer(
-            agents, pairing, reward_backbone=backbone, reward_tokenizer=backbone_tok,
-            reward_config=config.reward, task=task, dataset=examples,
-            num_collect_batches=config.num_collect_batches, eval_fraction=config.eval_fraction,
+            agents,
+            pairing,
+            reward_backbone=backbone,
+            reward_tokenizer=backbone_tok,
+            reward_config=config.reward,
+            task=task,
+            dataset=examples,
+            num_collect_batches=config.num_collect_batches,
+            eval_fraction=config.eval_fraction,
         )
         if request.clear_earlier:
             lifecycle.clear_run_outputs(config.output_dir)
@@ -556,8 +592,10 @@ def _save_reward_model(marlhf: Any, path: Path) -> None:
     model = marlhf.reward_model
     model.backbone.save_pretrained(path)
     marlhf.reward_tokenizer.save_pretrained(path)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-              str(path / "head.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+        str(path / "head.safetensors"),
+    )
 
 
 # --------------------------------------------------------------------------- one-model recipes
@@ -595,7 +633,11 @@ def _run_one_model(
 
     try:  # the data and the model name, before the model loads
         rows = read_jsonl_rows(config.data, keys, algo.upper())
-        held = read_jsonl_rows(config.eval_data, keys, f"{algo.upper()} evaluation") if config.eval_data else None
+        held = (
+            read_jsonl_rows(config.eval_data, keys, f"{algo.upper()} evaluation")
+            if config.eval_data
+            else None
+        )
         check_model_names(config.models)
     except ConfigError as exc:
         return _err(str(exc))

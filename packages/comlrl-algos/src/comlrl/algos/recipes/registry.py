@@ -325,8 +325,15 @@ def resolve_recipe(data: Mapping[str, Any]) -> tuple[Recipe, dict[str, Any]]:
 def _custom_estimator(recipe: Recipe) -> Recipe:
     """``magrpo``'s entry without its fixed estimator (a user-registered estimator)."""
     return Recipe(
-        recipe.name, recipe.summary, recipe.config, recipe.runner, recipe.presets, {},
-        recipe.aliases, recipe.resumable, recipe.distributed,
+        recipe.name,
+        recipe.summary,
+        recipe.config,
+        recipe.runner,
+        recipe.presets,
+        {},
+        recipe.aliases,
+        recipe.resumable,
+        recipe.distributed,
     )
 
 
