@@ -11,6 +11,11 @@ With no config file, ``comlrl train`` runs the built-in default experiment offli
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.DEFAULT_MODEL`),
 trained with MAGRPO to write one story together (``coop_story``). ``key=value`` overrides
 and options may come in any order. ``comlrl tasks`` lists the task suites and their options.
+
+``algo=NAME`` (on the command line or in the YAML file) picks the recipe from
+:mod:`comlrl.algos.recipes.registry` (``iac``, ``maac``, ``madpo``, ``marlhf``, ``dpo``,
+``sft``, the group-baseline family); ``comlrl recipes`` (or ``comlrl train algo=list``)
+lists them. Each recipe accepts its own config's keys and fails on any other, naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser", "add_train_arguments", "parse_args", "run_train", "run_tasks"]
+__all__ = [
+    "main",
+    "build_parser",
+    "add_train_arguments",
+    "parse_args",
+    "run_train",
+    "run_tasks",
+    "run_recipes",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_arguments(
-        sub.add_parser("train", help="train a team of agents", description=_TRAIN_DESCRIPTION)
+        sub.add_parser(
+            "train",
+            help="train a team of agents (or one model: algo=sft, algo=dpo)",
+            description=_TRAIN_DESCRIPTION,
+            epilog=_train_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
     )
     sub.add_parser("tasks", help="list the registered task suites and their options")
+    sub.add_parser("recipes", help="list the training recipes (algo=NAME) with one line each")
     from comlrl.algos.cli_eval import add_eval_parser
 
     add_eval_parser(sub)
@@ -43,9 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
 _TRAIN_DESCRIPTION = (
     "Train a team of LLM agents. Without --config, runs the built-in default "
     "(2 agents, pretrained stories260k, MAGRPO, cooperative story writing) offline on CPU. "
+    "algo=NAME picks another recipe (list below; `comlrl recipes`). "
     "Cooperative HumanEval: task.name=coop_humaneval models=[builtin:tiny-qwen2]. "
     "Options and key=value overrides may come in any order."
 )
+
+
+def _train_epilog() -> str:
+    from comlrl.algos.recipes.registry import describe_recipes
+
+    lines = "\n".join(f"  {line}" for line in describe_recipes())
+    return (
+        f"recipes (algo=NAME; default magrpo, or the one of estimator=...):\n{lines}\n\n"
+        "`comlrl train algo=NAME --print-config` shows a recipe's keys and defaults."
+    )
 
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
@@ -58,14 +89,18 @@ def add_train_arguments(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument("--output-dir", help="where metrics, samples and checkpoints go")
     train.add_argument("--num-steps", type=int, help="number of training steps")
-    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     train.add_argument(
-        "--resume", metavar="RUN_DIR",
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its newest checkpoint (config from RUN_DIR/config.yaml; "
         "overrides limited to num_steps, save_every, keep_last, eval_*, log_samples, progress)",
     )
     train.add_argument(
-        "--overwrite", action="store_true",
+        "--overwrite",
+        action="store_true",
         help="delete the outputs of an earlier run in output_dir (metrics, samples, eval, "
         "checkpoints, final) before training",
     )
@@ -83,7 +118,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "train":
         # argparse cannot intermix with subparsers, so `train` gets a parser of its own.
-        train = argparse.ArgumentParser(prog="comlrl train", description=_TRAIN_DESCRIPTION)
+        train = argparse.ArgumentParser(
+            prog="comlrl train",
+            description=_TRAIN_DESCRIPTION,
+            epilog=_train_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         add_train_arguments(train)
         ns = train.parse_intermixed_args(args[1:])
         ns.command = "train"
@@ -110,38 +150,39 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from comlrl.algos.config import ConfigError, load_config
-    from comlrl.algos.preflight import check_model_names, prepare_task
-    from comlrl.algos.reporting import check_report_to, summary_line
-
-    overrides = list(args.overrides)
-    if args.model:
-        overrides.append("models=" + json.dumps(args.model))
-        if len(args.model) > 1:
-            overrides.append(f"num_agents={len(args.model)}")
-    if args.output_dir:
-        overrides.append(f"output_dir={json.dumps(args.output_dir)}")
-    if args.num_steps is not None:
-        overrides.append(f"num_steps={args.num_steps}")
-    from comlrl.algos import lifecycle
+    from comlrl.algos import distributed, lifecycle
+    from comlrl.algos.config import ConfigError
+    from comlrl.algos.recipes._cli_runs import RunRequest
 
     try:
-        config, resume_from = (
-            _resume_target(args, overrides) if args.resume else (load_config(args.config, overrides), None)
-        )
+        if args.resume:
+            recipe, config, resume_from = _resume_target(args)
+        else:
+            recipe, config = _fresh_config(args)
+            resume_from = None
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
+    if recipe is None:  # algo=list
+        return run_recipes()
     if args.print_config:
-        print(_config_text(config), end="")
+        print(_config_text(recipe.name, config), end="")
         return 0
+    world = distributed.rank_and_world()[1]
+    if world > 1 and not recipe.distributed:
+        print(
+            f"comlrl: algo={recipe.name} runs in one process; torchrun data parallelism is for "
+            "the group-baseline recipes (magrpo, mareinforce, marloo, maremax). Run it without "
+            "torchrun.",
+            file=sys.stderr,
+        )
+        return 2
     finished = lifecycle.finished_step(args.resume) if args.resume else None
     if finished is not None and finished >= config.num_steps:
-        print(f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer")
+        print(
+            f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer"
+        )
         return 0
-    from comlrl.algos import distributed
-
-    main = distributed.is_main()
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
     distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
     if earlier and not args.overwrite:
@@ -153,106 +194,75 @@ def _run_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-
-    import torch
-    from comlrl.algos.agent import HFAgent
-    from comlrl.algos.models import load_model_and_tokenizer
-    from comlrl.algos.trainer import MultiAgentTrainer
-    from comlrl.core import RewardFunctionError
-
-    try:  # everything that can be checked before the models load
-        check_report_to(config.report_to)
-        check_model_names(config.models)
-        task, examples = prepare_task(config)
-    except ConfigError as exc:
-        print(f"comlrl: {exc}", file=sys.stderr)
-        return 2
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
-    world = distributed.rank_and_world()[1]
-    if main:
-        print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), estimator {config.estimator}, {config.num_steps} step"
-            f"{'s' if config.num_steps != 1 else ''} "
-            f"of {config.batch_size} prompts x {config.num_generations} completions; "
-            f"outputs in {config.output_dir}/",
-            file=sys.stderr,
-        )
-        if world > 1:
-            print(
-                f"comlrl: data parallel over {world} processes ({config.data_parallel}), "
-                f"{config.batch_size // world} prompts each",
-                file=sys.stderr,
-            )
-    torch.manual_seed(config.seed)
-    agents = []
-    try:
-        for i in range(config.num_agents):
-            model, tok = load_model_and_tokenizer(
-                config.model_for(i),
-                seed=config.seed + i,
-                dtype=config.dtype,
-                trust_remote_code=config.trust_remote_code,
-            )
-            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
-        trainer = MultiAgentTrainer(agents, config, task=task, dataset=examples)
-    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
-        task.close()
-        print(f"comlrl: {exc}", file=sys.stderr)
-        return 2
-    if earlier and main:  # --overwrite, now that the task and models have loaded
-        lifecycle.clear_run_outputs(config.output_dir)
-    if resume_from is not None:
-        from comlrl.algos.checkpoint import CheckpointError
-
-        try:
-            step = trainer.resume(resume_from)
-        except CheckpointError as exc:
-            task.close()
-            trainer.run.close()
-            print(f"comlrl: cannot resume from {resume_from}: {exc}", file=sys.stderr)
-            return 2
-        if main:
-            print(f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {resume_from})")
-        if step >= config.num_steps:
-            task.close()
-            trainer.run.close()
-            print(f"nothing to do: the run already has {step} steps; pass num_steps=N to train longer")
-            return 0
-    try:
-        history = trainer.train()
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
-    if main:
-        print(summary_line(history, config.output_dir))
-    return 0
+    return recipe.run(config, RunRequest(clear_earlier=bool(earlier), resume_from=resume_from))
 
 
-def _config_text(config: object) -> str:
-    """The resolved config as YAML, with the task's options and the built-in models as comments."""
+def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The recipe and its validated config from ``--config``, overrides and flags
+    (``(None, None)`` for ``algo=list``).
+
+    Raises:
+        ConfigError: a bad file, override, recipe name, key or value.
+    """
+    from comlrl.algos.config import apply_overrides, load_config_data
+    from comlrl.algos.recipes.registry import resolve_recipe
+
+    data = load_config_data(args.config, list(args.overrides))
+    if str(data.get("algo", "")).strip().lower() == "list":
+        return None, None
+    recipe, rest = resolve_recipe(data)
+    return recipe, recipe.build_config(apply_overrides(rest, _flag_overrides(args, recipe)))
+
+
+def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
+    """``--model``, ``--output-dir``, ``--num-steps`` as ``key=value`` overrides (after the
+    others, so the flags win)."""
+    out = []
+    if args.model:
+        out.append("models=" + json.dumps(args.model))
+        if len(args.model) > 1 and "num_agents" in recipe.config_class().model_fields:
+            out.append(f"num_agents={len(args.model)}")
+    if args.output_dir:
+        out.append(f"output_dir={json.dumps(args.output_dir)}")
+    if args.num_steps is not None:
+        out.append(f"num_steps={args.num_steps}")
+    return out
+
+
+def _config_text(algo: str, config: Any) -> str:
+    """The resolved config as YAML (``algo`` first), with the task's options and the
+    built-in models as comments."""
     import yaml
-    from comlrl.algos.config import ConfigError, TrainConfig
+    from comlrl.algos.config import ConfigError, TaskConfig
     from comlrl.algos.models import BUILTIN_MODELS
     from comlrl.algos.preflight import task_info
 
-    assert isinstance(config, TrainConfig)
-    text = yaml.safe_dump(config.model_dump(), sort_keys=False)
-    try:
-        info = task_info(config.task.name)
-        task_line = (
-            f"# task options of {info.name!r} (set as task.kwargs.<option>=...): "
-            f"{info.signature() or 'none'}"
-        )
-    except ConfigError as exc:
-        task_line = f"# task {config.task.name!r}: {exc}"
+    text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
+    task = getattr(config, "task", None)
+    if isinstance(task, TaskConfig):
+        try:
+            info = task_info(task.name)
+            text += (
+                f"# task options of {info.name!r} (set as task.kwargs.<option>=...): "
+                f"{info.signature() or 'none'}\n"
+            )
+        except ConfigError as exc:
+            text += f"# task {task.name!r}: {exc}\n"
     models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
-    return f"{text}{task_line}\n# built-in models: {models}\n"
+    return f"{text}# built-in models: {models}\n"
+
+
+def run_recipes() -> int:
+    """Print every registered recipe (``comlrl recipes``, ``comlrl train algo=list``)."""
+    from comlrl.algos.recipes.registry import describe_recipes
+
+    for line in describe_recipes():
+        print(line)
+    print(
+        "pick one with: comlrl train algo=NAME [key=value ...]; "
+        "comlrl train algo=NAME --print-config shows its keys and defaults"
+    )
+    return 0
 
 
 def run_tasks() -> int:
@@ -273,24 +283,36 @@ def run_tasks() -> int:
     return 0
 
 
-def _resume_target(args: argparse.Namespace, overrides: list[str]) -> tuple[Any, Any]:
-    """The saved config (plus safe overrides) and newest checkpoint of ``--resume RUN_DIR``.
+def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The recipe, the saved config (plus safe overrides) and newest checkpoint of
+    ``--resume RUN_DIR``.
 
     Raises:
-        ConfigError: flags that conflict with --resume, an unsafe override, or no checkpoint.
+        ConfigError: flags that conflict with --resume, a run of a recipe that cannot be
+            resumed, an unsafe override, or no checkpoint.
     """
     from comlrl.algos.checkpoint import latest_checkpoint
     from comlrl.algos.config import ConfigError
     from comlrl.algos.lifecycle import resume_config
 
-    flags = {"--config": args.config, "--model": args.model, "--output-dir": args.output_dir,
-             "--overwrite": args.overwrite}
+    flags = {
+        "--config": args.config,
+        "--model": args.model,
+        "--output-dir": args.output_dir,
+        "--overwrite": args.overwrite,
+    }
     clash = [name for name, value in flags.items() if value]
     if clash:
         raise ConfigError(
             f"--resume takes the run's own config ({args.resume}/config.yaml) and folder; drop "
             f"{', '.join(clash)} (to start over instead: comlrl train --overwrite ...)."
         )
+    overrides = list(args.overrides)
+    if args.num_steps is not None:
+        overrides.append(f"num_steps={args.num_steps}")
+    if any(o.split("=", 1)[0].strip() == "algo" for o in overrides):
+        raise ConfigError("--resume continues the run's own recipe; drop algo=.")
+    _check_resumable(args.resume)
     config = resume_config(args.resume, overrides)
     found = latest_checkpoint(args.resume)
     if found is None:
@@ -299,7 +321,53 @@ def _resume_target(args: argparse.Namespace, overrides: list[str]) -> tuple[Any,
             f"{args.resume}/checkpoints (a run writes one every save_every steps and on Ctrl-C); "
             "start it again with --overwrite."
         )
-    return config, found
+    from comlrl.algos.recipes.registry import resolve_recipe
+
+    recipe, _ = resolve_recipe({"estimator": config.estimator})
+    return recipe, config, found
+
+
+def _check_resumable(run_dir: str) -> None:
+    """Refuse, with the reason, a run dir whose ``config.yaml`` belongs to a recipe that
+    cannot be resumed (only the group-baseline recipes write resumable checkpoints).
+
+    Raises:
+        ConfigError: the saved config names such a recipe (``algo:``) or has its keys.
+    """
+    from pathlib import Path
+
+    import yaml
+    from comlrl.algos.config import ConfigError, TrainConfig
+    from comlrl.algos.recipes.registry import RECIPES, get_recipe
+
+    path = Path(run_dir) / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # resume_config reports a missing or broken file
+    if not isinstance(saved, dict):
+        return
+    names: list[str] = []
+    if isinstance(saved.get("algo"), str):
+        try:
+            recipe = get_recipe(saved["algo"])
+        except ConfigError:
+            return
+        names = [] if recipe.resumable else [recipe.name]
+    else:
+        extra = set(saved) - set(TrainConfig.model_fields)
+        if extra:
+            names = [
+                r.name
+                for r in RECIPES.values()
+                if not r.resumable and extra <= set(r.config_class().model_fields)
+            ]
+    if names:
+        raise ConfigError(
+            f"{run_dir!r} is a run of algo={' or algo='.join(names)}, which cannot be resumed "
+            "yet (only magrpo, mareinforce, marloo and maremax write resumable checkpoints); "
+            "start a new run, e.g. from its final/ weights with --model."
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_eval(args)
     if args.command == "tasks":
         return run_tasks()
+    if args.command == "recipes":
+        return run_recipes()
     return 2
 
 

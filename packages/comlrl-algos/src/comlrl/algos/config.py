@@ -20,6 +20,7 @@ __all__ = [
     "LoraSettings",
     "ConfigError",
     "load_config",
+    "load_config_data",
     "apply_overrides",
 ]
 
@@ -536,6 +537,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         ConfigError: when the file is missing, is not valid YAML or not a YAML mapping, or
             fails validation.
     """
+    return build_config(load_config_data(path, overrides))
+
+
+def load_config_data(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> dict[str, Any]:
+    """The mapping of a YAML config file (``{}`` when ``path`` is None) with ``key=value``
+    overrides applied, not yet validated (the recipe registry picks the config class from
+    its ``algo`` key: :func:`comlrl.algos.recipes.registry.build_recipe_config`).
+
+    Raises:
+        ConfigError: when the file is missing, is not valid YAML or not a YAML mapping, or
+            an override is malformed.
+    """
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -553,4 +568,4 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(p)!r} must hold a YAML mapping, got {type(loaded).__name__}")
         data = loaded
-    return build_config(apply_overrides(data, overrides or []))
+    return apply_overrides(data, overrides or [])

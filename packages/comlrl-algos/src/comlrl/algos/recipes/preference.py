@@ -392,6 +392,8 @@ def train_sft(
     dataset: Sequence[Mapping[str, Any]],
     config: SFTConfig,
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    on_step: Callable[[dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
     """Supervised fine-tuning: minimise :func:`~comlrl.algos.preference_losses.sft_nll`
     (token-mean NLL of the completion tokens; prompt tokens are not trained on).
@@ -400,7 +402,8 @@ def train_sft(
     micro-batches weighted by their share of the batch's completion tokens, so the
     gradient equals the whole batch's. With an ``eval_dataset`` the held-out NLL
     (:func:`evaluate_sft`) is logged before training, every ``eval_every`` steps and at
-    the end.
+    the end. ``on_step(row)``, when given, receives each finished row as it is made
+    (the command line writes them to ``metrics.jsonl``).
 
     Returns:
         One metrics row per step (``step``, ``loss``, ``grad_norm``, ``num_tokens``),
@@ -442,6 +445,8 @@ def train_sft(
         ):
             row.update(evaluate_sft(model, tokenizer, eval_dataset, config))
         history.append(row)
+        if on_step is not None:
+            on_step(row)
     return history
 
 
@@ -516,6 +521,7 @@ def train_dpo(
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
     *,
     ref_model: Any | None = None,
+    on_step: Callable[[dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
     """Direct Preference Optimization (Rafailov et al. 2023, eq. 7) against a frozen
     reference model.
@@ -525,7 +531,7 @@ def train_dpo(
     pairs; chosen and rejected share one prompt forward (``G = 2``); micro-batches are
     weighted by their share of the pairs. With an ``eval_dataset``, :func:`evaluate_dpo`
     runs before training (``*_start`` keys on row 1), every ``eval_every`` steps and at
-    the end.
+    the end. ``on_step(row)``, when given, receives each finished row as it is made.
 
     Returns:
         One row per step: ``loss``, ``margin``, ``accuracy``, ``chosen_reward``,
@@ -575,6 +581,8 @@ def train_dpo(
         ):
             row.update(evaluate_dpo(model, ref_model, tokenizer, eval_dataset, config))
         history.append(row)
+        if on_step is not None:
+            on_step(row)
     return history
 
 
@@ -884,9 +892,12 @@ def madpo_evaluate(run: MADPORun) -> dict[str, float]:
     return out
 
 
-def train_madpo(run: MADPORun) -> list[dict[str, float]]:
+def train_madpo(
+    run: MADPORun, *, on_step: Callable[[dict[str, float]], None] | None = None
+) -> list[dict[str, float]]:
     """Run ``config.num_steps`` :func:`madpo_step` s; :func:`madpo_evaluate` before the
-    first (``*_start`` keys on row 1), every ``eval_every`` steps and after the last."""
+    first (``*_start`` keys on row 1), every ``eval_every`` steps and after the last.
+    ``on_step(row)``, when given, receives each finished row as it is made."""
     cfg = run.config
     start = madpo_evaluate(run)
     history = []
@@ -897,6 +908,8 @@ def train_madpo(run: MADPORun) -> list[dict[str, float]]:
         if run.step == cfg.num_steps or (cfg.eval_every and run.step % cfg.eval_every == 0):
             row.update(madpo_evaluate(run))
         history.append(row)
+        if on_step is not None:
+            on_step(row)
     return history
 
 
