@@ -51,7 +51,7 @@ LOCAL_DEPS = {
     "algos": ["core", "kernels"],
 }
 # Optional extras installed with a package for its tests (they test what the extras do).
-EXTRAS = {"algos": "[plot,tensorboard,wandb]"}
+EXTRAS = {"algos": "[plot,tensorboard,wandb,compat]"}
 NEEDS_TORCH = {"kernels", "algos"}
 
 
