@@ -49,7 +49,8 @@ class CompatReward:
       two or more parameters: ``f(prompts, c_1)``; any other count: ``f(c_1, ..., c_A)``;
     - a parameter named ``batch_items`` (or ``**kwargs``) receives ``[example]``, and
       ``prompts`` (or ``**kwargs``), when not passed positionally, receives ``[prompt]``;
-      ``batch_items`` does not count as a positional parameter (see docs/compat.md);
+      ``batch_items`` (anywhere) and ``prompts`` (after the first place) are keywords,
+      not counted as positional parameters (see docs/compat.md);
     - a callable without a readable signature is tried as ``f(*completions,
       batch_items=...)``, ``f(*completions)``, then ``f([completions])``; a ``TypeError``
       from the chosen form is retried as ``f(*completions)``.
@@ -110,8 +111,11 @@ class CompatReward:
         params = self.signature.parameters
         has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         has_var_pos = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values())
+        # batch_items, and prompts after the first place, are keywords (docs/compat.md)
         positional = [
-            p for p in params.values() if p.kind in _POSITIONAL and p.name != "batch_items"
+            p
+            for i, p in enumerate(params.values())
+            if p.kind in _POSITIONAL and p.name != "batch_items" and not (p.name == "prompts" and i)
         ]
         n, a = len(positional), self.num_agents
         kwargs: dict[str, Any] = {}
