@@ -244,6 +244,10 @@ class CompatTrainer:
 
     config_cls: type = object
     algorithm_name: str = ""
+    #: the CoMLRL config dataclass the trainer was built with
+    args: Any
+    #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
+    _run: Any
 
     def _init_common(
         self,
@@ -262,13 +266,13 @@ class CompatTrainer:
         external_transition: Callable[..., Sequence[str]] | None,
         wandb_config: Mapping[str, Any] | None,
     ) -> None:
-        args = args if args is not None else self.config_cls()
-        if not isinstance(args, getattr(self, "accepted_config", self.config_cls)):
+        self.args = args if args is not None else self.config_cls()
+        if not isinstance(self.args, getattr(self, "accepted_config", self.config_cls)):
             raise TypeError(
                 f"{type(self).__name__} takes args={self.config_cls.__name__}(...), got "
-                f"{type(args).__name__}; build one with {self.config_cls.__name__}(**fields)."
+                f"{type(self.args).__name__}; build one with {self.config_cls.__name__}(**fields)."
             )
-        self.args = args
+        args = self.args
         check_common_fields(args)
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable, got {reward_func!r}")

@@ -13,6 +13,7 @@ adapted to :mod:`comlrl.algos`' interfaces.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -258,9 +259,10 @@ class CompatEnvironment(CallbackEnvironment):
         passthrough: bool = False,
     ) -> None:
         self.compat_formatters = list(formatters)
-        super().__init__(
-            [lambda ex, f=f: f(ex) for f in self.compat_formatters], reward, transition
-        )
+        turn0: list[Callable[[Mapping[str, Any]], str]] = [
+            functools.partial(f) for f in self.compat_formatters
+        ]
+        super().__init__(turn0, reward, transition)
         self.passthrough = passthrough
 
     def step(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from comlrl.algos.recipes.actor_critic import Method
 from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
@@ -152,7 +153,7 @@ class MAACConfig:
 
 
 class _ActorCriticCompat(CompatTrainer):
-    method = "iac"
+    method: Method = "iac"
 
     def __init__(
         self,
