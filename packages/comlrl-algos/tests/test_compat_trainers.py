@@ -437,3 +437,23 @@ def test_iac_trains_a_step_and_saves_agents_and_critics(
     _assert_saved_equal(tmp_path / "ac" / "agent_0", trainer.agents[0])
     critic_dir = tmp_path / "ac" / "agent_1" / ("critic" if separate else "")
     assert (critic_dir / "value_head.safetensors").is_file(), paths
+
+
+def test_madpo_takes_a_dpo_step_on_reward_gap_pairs(stories260k: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    trainer = MADPOTrainer(
+        agent_model=stories260k,
+        num_agents=2,
+        train_dataset=_dataset(),
+        reward_func=lambda c1, c2: [float(len(c2[0]) - len(c1[0]))],
+        args=MADPOConfig(
+            num_train_epochs=1, rollout_buffer_size=4, preference_num_candidates=4,
+            preference_pairs_per_sample=2, max_new_tokens=8, agent_learning_rate=1e-3,
+        ),
+    )  # fmt: skip
+    before = _weights(trainer.agents[1])
+    (row,) = trainer.train()
+    # at the first step policy == reference, so the DPO loss is exactly log 2 (float32)
+    torch.testing.assert_close(torch.tensor(row["loss/agent_0"]), torch.tensor(math.log(2.0)))
+    assert any(not torch.equal(before[k], v) for k, v in trainer.agents[1].state_dict().items())
+    _assert_saved_equal(trainer.save_model(tmp_path / "dpo")[0], trainer.agents[0])
