@@ -1,0 +1,514 @@
+"""The shared front of the CoMLRL 1.4.3 trainers: arguments in, a recipe run out.
+
+:class:`CompatTrainer` takes CoMLRL 1.4.3's constructor arguments, loads the agents,
+adapts the callbacks (:mod:`comlrl.trainers._callbacks`), translates the CoMLRL config
+dataclass into a validated :class:`comlrl.algos.TrainConfig` (or
+:class:`~comlrl.algos.recipes.actor_critic.ActorCriticConfig`) and builds the run with
+:func:`comlrl.algos.recipes.group_baseline.setup`. ``train()`` then calls the recipe's
+``train_step`` ``num_steps`` times, ``evaluate()`` runs CoMLRL's evaluation protocol on
+the recipe's rollout, and ``save_model(dir)`` writes ``dir/agent_<i>`` in Hugging Face
+format. What differs from CoMLRL 1.4.3 on purpose is listed in ``docs/compat.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
+
+__all__ = ["CompatTrainer", "UnsupportedFieldError", "as_examples", "load_agents"]
+
+
+class UnsupportedFieldError(ValueError):
+    """A CoMLRL 1.4.3 config field or argument is set to a value this package does not
+    implement (the message names the field, the value and what to do)."""
+
+
+#: CoMLRL's ``advantage_mode`` -> our estimator name.
+ADVANTAGE_MODES = {"mean": "grpo", "raw": "reinforce", "max": "remax", "rloo": "rloo"}
+#: CoMLRL's ``joint_mode`` spellings -> ours.
+JOINT_MODES = {"aligned": "align", "align": "align", "cross": "cross", "crossed": "cross"}
+
+
+def as_examples(data: Any, name: str) -> list[dict[str, Any]]:
+    """A ``datasets.Dataset`` / ``IterableDataset`` or a sequence of mappings as a list of
+    dicts (one per example).
+
+    Raises:
+        TypeError: ``data`` is not iterable or holds something other than mappings.
+        ValueError: ``data`` is empty.
+    """
+    if isinstance(data, (str, bytes, Mapping)) or not hasattr(data, "__iter__"):
+        raise TypeError(
+            f"{name} must be a datasets.Dataset or a list of dicts (one per example), got "
+            f"{type(data).__name__}"
+        )
+    rows = []
+    for i, row in enumerate(data):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"{name}[{i}] is a {type(row).__name__}, not a dict of fields: {row!r}")
+        rows.append(dict(row))
+    if not rows:
+        raise ValueError(f"{name} is empty; give at least one example")
+    return rows
+
+
+def _model_kwargs(model_config: Mapping[str, Any], section: str = "model_kwargs") -> dict[str, Any]:
+    nested = model_config.get(section) or {}
+    dtype = nested.get("torch_dtype") or nested.get("dtype")
+    dtype = dtype or model_config.get("torch_dtype") or model_config.get("dtype")
+    kwargs: dict[str, Any] = {}
+    if dtype is not None and dtype != "auto":
+        import torch
+
+        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    elif dtype == "auto":
+        kwargs["dtype"] = "auto"
+    attn = nested.get("attn_implementation", model_config.get("attn_implementation"))
+    if attn is not None:
+        kwargs["attn_implementation"] = attn
+    return kwargs
+
+
+def _is_tokenizer_list(tokenizer: Any) -> bool:
+    return isinstance(tokenizer, (list, tuple))
+
+
+def load_agents(
+    agent_model: Any,
+    agents: Sequence[Any] | None,
+    num_agents: int,
+    tokenizer: Any,
+    model_config: Mapping[str, Any],
+    *,
+    section: str = "model_kwargs",
+    label: str = "agent_model",
+) -> tuple[list[Any], list[Any], list[str | None]]:
+    """Load or take ``A`` causal LMs and their tokenizers, as CoMLRL 1.4.3 accepts them.
+
+    ``agent_model`` (a name/path: ``A`` independent copies are loaded; a model object only
+    for one agent) or ``agents`` (``A`` names/paths or model objects). ``tokenizer``: one
+    for all, a list of ``A``, or None (loaded from each name/path). ``model_config``:
+    ``torch_dtype``/``dtype``, ``attn_implementation``, ``special_tokens``, and a nested
+    ``model_kwargs`` section.
+
+    Returns:
+        ``(models, tokenizers, names)``; ``names[i]`` is agent ``i``'s name/path or None.
+
+    Raises:
+        ValueError: neither or both of ``agent_model`` and ``agents``; a model object for
+            several agents; model objects without a tokenizer; a tokenizer list of the
+            wrong length.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if agent_model is None and agents is None:
+        raise ValueError(f"pass {label}= (a model name or path) or agents= (a list of models).")
+    if agent_model is not None and agents is not None:
+        raise ValueError(f"pass either {label}= or agents=, not both.")
+    if agents is not None:
+        sources = list(agents)
+    elif isinstance(agent_model, str):
+        sources = [agent_model] * num_agents
+    elif num_agents == 1:
+        sources = [agent_model]
+    else:
+        raise ValueError(
+            f"{label} must be a model name or path to build {num_agents} agents (each gets its "
+            "own copy); for model objects pass agents=[model_1, ..., model_A]."
+        )
+    kwargs = _model_kwargs(model_config, section)
+    models = [
+        AutoModelForCausalLM.from_pretrained(s, **kwargs) if isinstance(s, str) else s
+        for s in sources
+    ]
+    names = [
+        s if isinstance(s, str) else getattr(getattr(s, "config", None), "_name_or_path", None)
+        for s in sources
+    ]
+    if tokenizer is None:
+        missing = [i for i, s in enumerate(sources) if not isinstance(s, str)]
+        if missing:
+            raise ValueError(
+                f"agents {missing} are model objects; pass tokenizer= (one, or a list with one "
+                "per agent)."
+            )
+        tokenizers = [AutoTokenizer.from_pretrained(s) for s in sources]
+    elif _is_tokenizer_list(tokenizer):
+        if len(tokenizer) != len(models):
+            raise ValueError(
+                f"{len(tokenizer)} tokenizers for {len(models)} agents; give one per agent."
+            )
+        tokenizers = list(tokenizer)
+    else:
+        tokenizers = [tokenizer] * len(models)
+    special = model_config.get("special_tokens") or {}
+    for tok in {id(t): t for t in tokenizers}.values():
+        if special:
+            tok.add_special_tokens(special)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+    return models, tokenizers, names
+
+
+def _reject(args: Any, field: str, ok: bool, what: str) -> None:
+    if not ok:
+        raise UnsupportedFieldError(
+            f"{type(args).__name__}.{field}={getattr(args, field)!r} is not supported by "
+            f"comlrl.trainers: {what}"
+        )
+
+
+def check_common_fields(args: Any) -> None:
+    """Raise :class:`UnsupportedFieldError` for settings we do not implement."""
+    _reject(
+        args,
+        "parallel_training",
+        str(args.parallel_training or "none").lower() == "none",
+        "agents run in one process (concurrently on CPU threads or one GPU each when that "
+        "helps); for several GPUs use torchrun with comlrl.algos (data_parallel). Set "
+        "parallel_training='none'.",
+    )
+    devices = args.agent_devices
+    _reject(
+        args,
+        "agent_devices",
+        devices is None or isinstance(devices, str) or len(set(devices)) == 1,
+        "all agents live on one device here; give one device string (e.g. 'cuda:0') or None.",
+    )
+    for name in ("critic_devices", "reference_devices"):
+        if hasattr(args, name):
+            _reject(
+                args,
+                name,
+                getattr(args, name) is None,
+                "models share the agents' device; set it to None.",
+            )
+    _reject(args, "eval_batch_size", args.eval_batch_size >= 1, "must be >= 1.")
+
+
+def _device(args: Any) -> str:
+    devices = args.agent_devices
+    if devices is None:
+        return "auto"
+    return devices if isinstance(devices, str) else next(iter(devices))
+
+
+def common_train_config(
+    args: Any, num_agents: int, num_examples: int, has_eval: bool
+) -> dict[str, Any]:
+    """The :class:`~comlrl.algos.TrainConfig` fields shared by every CoMLRL config."""
+    batch = int(args.train_batch_size or args.rollout_buffer_size)
+    steps = max(1, math.ceil(int(args.num_train_epochs) * num_examples / batch))
+    eval_on = has_eval and int(args.eval_interval) > 0 and int(args.eval_num_samples) > 0
+    return {
+        "num_agents": num_agents,
+        "device": _device(args),
+        "max_new_tokens": int(args.max_new_tokens),
+        "temperature": float(args.temperature),
+        "top_p": float(args.top_p),
+        "top_k": int(args.top_k or 0),
+        "num_turns": int(args.num_turns),
+        "gamma": float(args.discount),
+        "early_termination_threshold": args.early_termination_threshold,
+        "termination_scope": "node",
+        "learning_rate": float(args.agent_learning_rate),
+        # CoMLRL 1.4.3: torch.optim.AdamW with its defaults (weight decay 0.01), no clipping
+        "optimizer": "adamw",
+        "weight_decay": 0.01,
+        "max_grad_norm": None,
+        "batch_size": batch,
+        "num_steps": steps,
+        "shuffle": False,
+        "eval_every": max(1, math.ceil(int(args.eval_interval) / batch)) if eval_on else 0,
+        "eval_greedy": False,
+        "eval_num_samples": 1,
+        "eval_limit": int(args.eval_num_samples) if eval_on else None,
+        "log_samples": 0,
+        "reward_curve": False,
+        "kl_coef": float(args.reference_kl_coef) if args.reference_kl_enabled else 0.0,
+    }
+
+
+class CompatTrainer:
+    """Shared implementation of the CoMLRL 1.4.3 trainer front (see the module docstring).
+
+    Subclasses set :attr:`config_cls`, :attr:`algorithm_name` and implement
+    :meth:`_setup` (build the recipe run from agents, env, data and our config).
+    """
+
+    config_cls: type = object
+    algorithm_name: str = ""
+    #: the CoMLRL config dataclass the trainer was built with
+    args: Any
+    #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
+    _run: Any
+
+    def _init_common(
+        self,
+        *,
+        args: Any,
+        agent_model: Any,
+        agents: Sequence[Any] | None,
+        num_agents: int,
+        tokenizer: Any,
+        model_config: Mapping[str, Any] | None,
+        train_dataset: Any,
+        eval_dataset: Any,
+        reward_func: Callable[..., Any] | None,
+        reward_processor: Callable[[float], float] | None,
+        formatters: Any,
+        external_transition: Callable[..., Sequence[str]] | None,
+        wandb_config: Mapping[str, Any] | None,
+    ) -> None:
+        self.args = args if args is not None else self.config_cls()
+        if not isinstance(self.args, getattr(self, "accepted_config", self.config_cls)):
+            raise TypeError(
+                f"{type(self).__name__} takes args={self.config_cls.__name__}(...), got "
+                f"{type(self.args).__name__}; build one with {self.config_cls.__name__}(**fields)."
+            )
+        args = self.args
+        check_common_fields(args)
+        if reward_func is None or not callable(reward_func):
+            raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
+        if train_dataset is None:
+            raise ValueError("train_dataset is required (a datasets.Dataset or a list of dicts).")
+        if args.num_turns > 1 and external_transition is None:
+            raise ValueError(
+                f"num_turns={args.num_turns} needs external_transition= (it builds the next "
+                "turn's prompts); set num_turns=1 for single-turn training."
+            )
+        self.model_config = dict(model_config or {})
+        self.wandb_config = dict(wandb_config) if wandb_config is not None else None
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.reward_func = reward_func
+        self.external_transition = external_transition
+        models, tokenizers, names = load_agents(
+            agent_model, agents, num_agents, tokenizer, self.model_config
+        )
+        self.num_agents = len(models)
+        self.model_name = names[0]
+        self.tokenizers = tokenizers
+        self.tokenizer = tokenizers[0]
+        self.formatters = build_formatters(formatters, self.num_agents)
+        self.env = CompatEnvironment(
+            self.formatters,
+            CompatReward(reward_func, self.num_agents, self.formatters[0], reward_processor),
+            external_transition if args.num_turns > 1 else None,
+            passthrough=bool(args.external_prompt_passthrough),
+        )
+        self._train_rows = as_examples(train_dataset, "train_dataset")
+        self._eval_rows = (
+            as_examples(eval_dataset, "eval_dataset") if eval_dataset is not None else None
+        )
+        self._models = models
+        self._names = names
+        self._wandb_run: Any = None
+        self.env_step = 0
+
+    def _hf_agents(self) -> list[Any]:
+        from comlrl.algos.agent import HFAgent
+
+        return [
+            HFAgent(m, t, name=f"agent_{i}")
+            for i, (m, t) in enumerate(zip(self._models, self.tokenizers))
+        ]
+
+    def _our_config(self, cls: type, fields: dict[str, Any]) -> Any:
+        from comlrl.algos.config import ConfigError
+        from pydantic import ValidationError
+
+        fields.setdefault("models", [n if n else "local-model" for n in self._names])
+        fields.setdefault(
+            "output_dir", tempfile.mkdtemp(prefix=f"comlrl-{self.algorithm_name.lower()}-")
+        )
+        fields.setdefault("progress", self._verbose())
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"{type(self.args).__name__} does not translate into a valid {cls.__name__}:\n{exc}"
+            ) from None
+
+    def _verbose(self) -> bool:
+        sections = (self.wandb_config or {}).get("config_sections") or {}
+        output = sections.get("output") if isinstance(sections, dict) else None
+        return bool(output.get("verbose", True)) if isinstance(output, dict) else True
+
+    # --- the run --------------------------------------------------------------------
+    @property
+    def agents(self) -> list[Any]:
+        """The ``A`` trained ``transformers`` models."""
+        return self._models
+
+    @property
+    def config(self) -> Any:
+        """Our validated config the CoMLRL ``args`` were translated into."""
+        return self._run.config
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """One optimizer per agent."""
+        return self._base_run().optimizers
+
+    def _base_run(self) -> Any:
+        return self._run
+
+    def _train_step(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _wandb_log(self, row: Mapping[str, Any]) -> None:
+        if self.wandb_config is None:
+            return
+        if self._wandb_run is None:
+            try:
+                import wandb
+            except ImportError:
+                raise ImportError(
+                    "wandb_config was given but wandb is not installed; pip install "
+                    "'comlrl-algos[wandb]' (WANDB_MODE=offline works without network) or pass "
+                    "wandb_config=None."
+                ) from None
+            cfg = self.wandb_config
+            run_config = {"algorithm": self.algorithm_name, **dataclasses.asdict(self.args)}
+            if isinstance(cfg.get("config_sections"), dict):
+                run_config.update(cfg["config_sections"])
+            init = {
+                "project": cfg.get("project"),
+                "entity": cfg.get("entity"),
+                "name": cfg.get("name") or cfg.get("run_name"),
+                "config": run_config,
+            }
+            for key in ("dir", "tags", "id", "resume"):
+                if key in cfg:
+                    init[key] = cfg[key]
+            self._wandb_run = wandb.init(**init)
+        numbers = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+        self._wandb_run.log(numbers, step=self.env_step)
+
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+        """Train for ``num_train_epochs`` passes over ``train_dataset``.
+
+        One optimizer step per ``train_batch_size`` examples (each with its whole rollout
+        tree); evaluation (when ``eval_dataset`` is given) before the first step and every
+        ``eval_interval`` examples. Returns the per-step metric rows (also logged to W&B
+        with ``wandb_config``).
+
+        Raises:
+            UnsupportedFieldError: CoMLRL's checkpoint arguments (``resume_from_checkpoint``,
+                ``checkpoint_dir``, ...): use :meth:`save_model`, or ``comlrl.algos``'
+                resumable checkpoints.
+        """
+        if kwargs:
+            raise UnsupportedFieldError(
+                f"train({', '.join(f'{k}=...' for k in kwargs)}) is not supported by "
+                "comlrl.trainers (no CoMLRL-format checkpoints); call train() and then "
+                "save_model(dir), or use comlrl.algos.MultiAgentTrainer for resumable runs."
+            )
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        run = self._base_run()
+        eval_every = int(getattr(self, "_eval_every", getattr(cfg, "eval_every", 0)))
+        history: list[dict[str, float]] = []
+        show = bool(getattr(cfg, "progress", self._verbose()))
+        bar = tqdm(
+            total=cfg.num_steps, initial=run.step, disable=not show, desc=self.algorithm_name
+        )
+        try:
+            for _ in range(run.step, cfg.num_steps):
+                if eval_every and run.step % eval_every == 0:
+                    self.evaluate()
+                row = self._train_step()
+                self.env_step += cfg.batch_size
+                history.append(row)
+                self._wandb_log(row)
+                bar.update(1)
+                bar.set_postfix(reward=f"{row.get('reward_mean', float('nan')):.3f}")
+        finally:
+            bar.close()
+        return history
+
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        """CoMLRL 1.4.3's evaluation: one sampled joint action per turn on the first
+        ``num_eval_samples`` (default ``args.eval_num_samples``) evaluation examples.
+
+        Returns ``eval/turn_<t>/reward_mean`` and ``eval/turn_<t>/expected_return`` (the
+        undiscounted reward sum from turn ``t`` on; turns that were cut by early
+        termination count 0), plus ``eval/<key>`` for what ``eval_aggregator`` returns
+        from ``eval_logger``'s per-example metrics (when both are given). Empty without
+        ``eval_dataset``.
+        """
+        if self._eval_rows is None:
+            return {}
+        from comlrl.algos import evaluate as evaluation
+        from comlrl.core import SamplingParams
+
+        n = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
+        rows = self._eval_rows[:n]
+        if not rows:
+            return {}
+        run, cfg = self._base_run(), self.config
+        params = SamplingParams(1, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+        _, rollouts = evaluation.evaluate(
+            run.agents, run.env, rows, params, run.tree, batch_size=cfg.batch_size, seed=cfg.seed
+        )
+        turns = int(self.args.num_turns)
+        # per example: per turn its (single) joint action's texts and reward
+        completions: list[list[list[str]]] = [[[] for _ in rows] for _ in range(self.num_agents)]
+        rewards: list[list[float]] = [[] for _ in rows]
+        offset = 0
+        for ro in rollouts:
+            for turn in ro.turns:
+                for node in range(turn.num_nodes):
+                    ex = offset + int(turn.example_index[node])
+                    rewards[ex].append(float(turn.rewards[node, 0]))
+                    k = turn.joint_index[0]
+                    for a in range(self.num_agents):
+                        completions[a][ex].append(turn.agents[a].completions[node][int(k[a])].text)
+            offset += len(ro.examples)
+        out: dict[str, float] = {}
+        for t in range(turns):
+            at_t = [r[t] if t < len(r) else 0.0 for r in rewards]
+            out[f"eval/turn_{t + 1}/reward_mean"] = sum(at_t) / len(at_t)
+            out[f"eval/turn_{t + 1}/expected_return"] = sum(sum(r[t:]) for r in rewards) / len(
+                rewards
+            )
+        logger, aggregator = (
+            getattr(self, "eval_logger", None),
+            getattr(self, "eval_aggregator", None),
+        )
+        if logger is not None and aggregator is not None:
+            detailed = logger(
+                agent_completions_turns=completions,
+                batch_items=rows,
+                prompts=[r.get("prompt", "") for r in rows],
+            )
+            for key, value in aggregator(detailed, num_turns=turns).items():
+                out[f"eval/{key}"] = value
+        self._wandb_log(out)
+        return out
+
+    def save_model(self, output_dir: str | Path) -> list[Path]:
+        """Write every agent (weights and tokenizer, Hugging Face format) to
+        ``output_dir/agent_<i>``; load one with ``AutoModelForCausalLM.from_pretrained``.
+        Returns the folders."""
+        from comlrl.algos.run import save_agent_checkpoint
+
+        root = Path(output_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        paths = [
+            save_agent_checkpoint(agent, root / f"agent_{i}")
+            for i, agent in enumerate(self._base_run().agents)
+        ]
+        if self._wandb_run is not None:
+            self._wandb_run.log({"final_model_saved": str(root)})
+            self._wandb_run.finish()
+            self._wandb_run = None
+        return paths

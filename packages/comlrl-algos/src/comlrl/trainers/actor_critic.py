@@ -1,0 +1,343 @@
+"""CoMLRL 1.4.3's actor-critic trainers (``comlrl.trainers.actor_critic``) on
+:mod:`comlrl.algos.recipes.actor_critic`.
+
+:class:`IACTrainer`: independent actor-critic, one critic per agent (a separate model, or
+a value head on the agent's model with ``use_separate_critic=False``).
+:class:`MAACTrainer`: one centralised critic for all agents (Lowe et al. 2017; Foerster et
+al. 2018). Both as in CoMLRL 1.4.3: policy gradient ``-A * sum_t log pi`` without a PPO
+clip, advantage = one-step TD error ``r_t + gamma V(h_{t+1}) - V(h_t)`` (GAE with
+``lambda = 0``, Schulman et al. 2016), whitened per step with ``advantage_normalization``,
+value loss weighted by ``value_loss_coef`` and clipped with ``value_clip_range``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from comlrl.algos.recipes.actor_critic import Method
+from comlrl.trainers._base import (
+    CompatTrainer,
+    UnsupportedFieldError,
+    common_train_config,
+    load_agents,
+)
+
+__all__ = ["IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
+
+
+def _check_ac(cfg: Any) -> None:
+    if cfg.rollout_buffer_size < 1:
+        raise ValueError(f"rollout_buffer_size must be >= 1, got {cfg.rollout_buffer_size!r}")
+    if cfg.train_batch_size is None:
+        cfg.train_batch_size = cfg.rollout_buffer_size
+    for name in (
+        "train_batch_size",
+        "num_agents",
+        "num_turns",
+        "num_generations",
+        "eval_batch_size",
+        "logging_steps",
+    ):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)!r}")
+    for name in ("eval_interval", "eval_num_samples"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
+    if cfg.num_turns > 1 and cfg.num_generations != 1:
+        raise ValueError(
+            f"num_turns={cfg.num_turns} needs num_generations=1 (as in CoMLRL 1.4.3), got "
+            f"{cfg.num_generations}"
+        )
+    cfg.critic_type = (cfg.critic_type or "v").lower()
+    if cfg.critic_type not in ("v", "q"):
+        raise ValueError(f"critic_type={cfg.critic_type!r}; use 'v' (V(h)) or 'q' (Q(h, a))")
+    if cfg.critic_learning_rate is None:
+        cfg.critic_learning_rate = cfg.agent_learning_rate
+
+
+@dataclass
+class IACConfig:
+    """CoMLRL 1.4.3's ``IACConfig``: the same fields and defaults.
+
+    Units as :class:`comlrl.trainers.reinforce.MAGRPOConfig`; ``value_clip_range`` in
+    reward units; ``critic_learning_rate`` None = ``agent_learning_rate``. With
+    ``use_separate_critic=False`` the value head sits on the agent's model
+    (``value_head_hidden_dim``); otherwise each agent has a critic model
+    (``critic_value_head_hidden_dim``).
+
+    Raises:
+        ValueError: a count below its minimum, ``num_turns > 1`` with
+            ``num_generations != 1``, or an unknown ``critic_type``.
+    """
+
+    agent_learning_rate: float = 5e-6
+    critic_learning_rate: float | None = 5e-6
+    rollout_buffer_size: int = 8
+    train_batch_size: int | None = None
+    value_clip_range: float | None = 0.2
+    value_loss_coef: float = 0.6
+    advantage_normalization: bool = True
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = None
+    num_train_epochs: int = 40
+    use_separate_critic: bool = True
+    critic_type: str = "v"
+    critic_value_head_hidden_dim: int | None = None
+    value_head_hidden_dim: int | None = None
+    num_agents: int = 2
+    num_turns: int = 2
+    parallel_training: str = "none"
+    agent_devices: str | Sequence[str] | None = None
+    critic_devices: str | Sequence[str] | None = None
+    external_prompt_passthrough: bool = False
+    discount: float = 1.0
+    num_generations: int = 1
+    eval_interval: int = 16
+    eval_num_samples: int = 4
+    eval_batch_size: int = 1
+    early_termination_threshold: float | None = -0.2
+    logging_steps: int = 1
+    reference_kl_enabled: bool = False
+    reference_kl_coef: float = 0.1
+    reference_devices: str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        _check_ac(self)
+
+
+@dataclass
+class MAACConfig:
+    """CoMLRL 1.4.3's ``MAACConfig``: the same fields and defaults (one centralised
+    critic; units as :class:`IACConfig`).
+
+    Raises:
+        ValueError: as :class:`IACConfig`.
+    """
+
+    agent_learning_rate: float = 5e-6
+    critic_learning_rate: float = 5e-6
+    rollout_buffer_size: int = 8
+    train_batch_size: int | None = None
+    value_loss_coef: float = 0.6
+    advantage_normalization: bool = True
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = None
+    num_train_epochs: int = 40
+    num_agents: int = 2
+    num_generations: int = 1
+    num_turns: int = 2
+    parallel_training: str = "none"
+    agent_devices: str | Sequence[str] | None = None
+    critic_devices: str | Sequence[str] | None = None
+    external_prompt_passthrough: bool = False
+    discount: float = 1.0
+    critic_type: str = "v"
+    early_termination_threshold: float | None = -0.2
+    eval_interval: int = 16
+    eval_num_samples: int = 4
+    eval_batch_size: int = 1
+    logging_steps: int = 1
+    reference_kl_enabled: bool = False
+    reference_kl_coef: float = 0.1
+    reference_devices: str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        _check_ac(self)
+
+
+class _ActorCriticCompat(CompatTrainer):
+    method: Method = "iac"
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        critic_model: Any = None,
+        tokenizer: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Any = None,
+        args: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        model_config: dict[str, Any] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        metrics_callback: Callable[..., Any] | None = None,
+        external_transition: Callable[..., Sequence[str]] | None = None,
+        agents: Sequence[Any] | None = None,
+        critics: Sequence[Any] | None = None,
+    ) -> None:
+        from comlrl.algos.recipes import actor_critic, group_baseline
+        from comlrl.algos.recipes.actor_critic import ActorCriticConfig
+
+        if metrics_callback is not None:
+            raise UnsupportedFieldError(
+                "metrics_callback is not supported by comlrl.trainers (it receives CoMLRL "
+                "1.4.3's internal RolloutSample objects); read the metric rows train() returns, "
+                "or eval_dataset metrics from evaluate()."
+            )
+        cfg = args if args is not None else self.config_cls()
+        self._init_common(
+            args=cfg,
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=getattr(cfg, "num_agents", 2),
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+        )
+        if self.num_agents != self.args.num_agents:
+            raise ValueError(
+                f"{self.num_agents} agents were given but args.num_agents={self.args.num_agents}; "
+                "make them agree."
+            )
+        shared = not getattr(self.args, "use_separate_critic", True)
+        if shared and (critic_model is not None or critics is not None):
+            raise ValueError(
+                "critic_model/critics need use_separate_critic=True (a critic model per agent)."
+            )
+        if not shared and critic_model is None and critics is None:
+            raise ValueError(
+                "pass critic_model= (a name/path or model) or critics= (a list), or set "
+                "use_separate_critic=False for a value head on each agent's model."
+            )
+        fields = common_train_config(
+            self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
+        )
+        fields.update(
+            num_generations=int(self.args.num_generations),
+            critic_learning_rate=float(self.args.critic_learning_rate),
+            value_loss_coef=float(self.args.value_loss_coef),
+            value_clip_range=getattr(self.args, "value_clip_range", None),
+            gae_lambda=0.0,
+            critic_type=self.args.critic_type,
+            critic_mode="shared" if shared else "separate",
+            advantage_normalization=bool(self.args.advantage_normalization),
+            clip_ratio=None,
+            loss_reduction="seq_sum",
+        )
+        config = self._our_config(ActorCriticConfig, fields)
+        base = group_baseline.setup(
+            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+        )
+        built = self._critics(base.agents, critic_model, critics, shared)
+        self._ac_run = actor_critic.attach(base, config, self.method, built)
+        self._run = base
+
+    def _critics(
+        self, agents: list[Any], critic_model: Any, critics: Any, shared: bool
+    ) -> list[Any]:
+        from comlrl.algos.value import Critic, ValueHead, hidden_size_of
+
+        kind = self.args.critic_type
+        if shared:
+            dim = self.args.value_head_hidden_dim
+            return [
+                Critic(
+                    a.model,
+                    a.tokenizer,
+                    ValueHead(hidden_size_of(a.model), dim),
+                    kind=kind,
+                    shared=True,
+                )
+                for a in agents
+            ]
+        count = len(agents) if self.method == "iac" else 1
+        given = critics if critics is not None else None
+        # a critic model object of the agents' tokenizer family reads the agent's tokenizer
+        models, tokenizers, _ = load_agents(
+            critic_model,
+            given,
+            count,
+            None
+            if all(isinstance(c, str) for c in (given or [critic_model]))
+            else self.tokenizers[:count],
+            self.model_config,
+            section="critic_model_kwargs",
+            label="critic_model",
+        )
+        if len(models) != count:
+            raise ValueError(f"{len(models)} critics for {self.algorithm_name}; it needs {count}.")
+        if self.method == "iac":
+            dim = self.args.critic_value_head_hidden_dim
+        else:
+            dim = self.model_config.get("critic_value_head_hidden_dim")
+        return [
+            Critic(m, t, ValueHead(hidden_size_of(m), dim), kind=kind)
+            for m, t in zip(models, tokenizers)
+        ]
+
+    @property
+    def critics(self) -> list[Any]:
+        """The critics (:class:`comlrl.algos.value.Critic`): one per agent (IAC) or one (MAAC)."""
+        return list(self._ac_run.critics)
+
+    def _train_step(self) -> dict[str, float]:
+        from comlrl.algos.recipes import actor_critic
+
+        return actor_critic.train_step(self._ac_run)
+
+    def save_model(self, output_dir: str | Path) -> list[Path]:
+        """Agents to ``output_dir/agent_<i>`` (Hugging Face format); a shared value head
+        as ``agent_<i>/value_head.pt``; separate critics (trunk, tokenizer, value head) to
+        ``agent_<i>/critic`` (IAC) or ``output_dir/critic`` (MAAC). Returns the folders."""
+        paths = super().save_model(output_dir)
+        root = Path(output_dir)
+        from comlrl.algos.value import save_value_head
+
+        for i, critic in enumerate(self._ac_run.critics):
+            if critic.shared:
+                save_value_head(critic.head, root / f"agent_{i}", kind=critic.kind)
+            else:
+                target = root / f"agent_{i}" / "critic" if self.method == "iac" else root / "critic"
+                paths.append(critic.save(target))
+        return paths
+
+
+class IACTrainer(_ActorCriticCompat):
+    """CoMLRL 1.4.3's ``IACTrainer`` arguments, trained by
+    :mod:`comlrl.algos.recipes.actor_critic` (``method="iac"``).
+
+    Args:
+        agent_model: a name/path (``args.num_agents`` copies) or, for one agent, a model.
+        critic_model: with ``use_separate_critic``: a name/path loaded once per agent
+            (or a model object for one agent).
+        critics: instead, ``A`` critic models (names/paths or objects).
+        agents, tokenizer, model_config, train_dataset, eval_dataset, reward_func,
+            reward_processor, formatters, external_transition, wandb_config: as
+            :class:`comlrl.trainers.reinforce.MAGRPOTrainer`.
+        metrics_callback: not supported (raises).
+        args: an :class:`IACConfig`.
+
+    Raises:
+        UnsupportedFieldError: a config value or argument this package does not implement.
+        ValueError, TypeError: missing or malformed arguments (named in the message).
+    """
+
+    config_cls: type = IACConfig
+    algorithm_name = "IAC"
+    method = "iac"
+
+
+class MAACTrainer(_ActorCriticCompat):
+    """CoMLRL 1.4.3's ``MAACTrainer`` arguments: one centralised critic
+    (``critic_model`` or ``critics=[one]``) reading every agent's prompt (``"v"``) or the
+    joint action (``"q"``), trained by :mod:`comlrl.algos.recipes.actor_critic`
+    (``method="maac"``). Arguments and errors as :class:`IACTrainer`; the critic head's
+    hidden width is ``model_config["critic_value_head_hidden_dim"]`` as in CoMLRL 1.4.3."""
+
+    config_cls: type = MAACConfig
+    algorithm_name = "MAAC"
+    method = "maac"

@@ -1,0 +1,269 @@
+"""CoMLRL 1.4.3's REINFORCE-family trainers (``comlrl.trainers.reinforce``) on
+:mod:`comlrl.algos.recipes.group_baseline`.
+
+:class:`MAGRPOTrainer` (group-mean baseline; Shao et al. 2024 GRPO, Liu et al. 2025
+Dr. GRPO), :class:`MARLOOTrainer` (leave-one-out baseline; Kool et al. 2019, Ahmadian et
+al. 2024), :class:`MAReMaxTrainer` (group-max baseline, after Li et al. 2023 ReMax) and
+:class:`MAREINFORCETrainer` (no baseline; Williams 1992) take CoMLRL 1.4.3's arguments and
+config dataclasses with its defaults. The loss is ``-A_g * sum_t log pi(a_gt | h)`` per
+completion (tokens after EOS masked), averaged over completions (``seq_sum``: divided by
+the constant ``max_new_tokens``, which AdamW's scale invariance makes immaterial).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from comlrl.trainers._base import (
+    ADVANTAGE_MODES,
+    JOINT_MODES,
+    CompatTrainer,
+    UnsupportedFieldError,
+    common_train_config,
+)
+
+__all__ = [
+    "MAGRPOConfig",
+    "MAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MAREINFORCETrainer",
+    "MARLOOConfig",
+    "MARLOOTrainer",
+    "MAReMaxConfig",
+    "MAReMaxTrainer",
+]
+
+
+@dataclass
+class MAGRPOConfig:
+    """CoMLRL 1.4.3's ``MAGRPOConfig``: the same fields and defaults.
+
+    Units: ``agent_learning_rate`` per optimizer step; ``num_train_epochs`` passes over the
+    training set; ``max_new_tokens`` in tokens; ``eval_interval`` and ``eval_num_samples``
+    in training / evaluation examples; ``rollout_buffer_size`` / ``train_batch_size``: here
+    the number of examples per optimizer step (``train_batch_size`` defaults to
+    ``rollout_buffer_size``). ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
+    ``advantage_normalization`` divides advantages by the group's std of returns
+    (population std, eps 1e-6) without re-centring them. Fields that
+    ``comlrl.trainers`` cannot honour raise :class:`UnsupportedFieldError` when the trainer
+    is built (``parallel_training='mp'``, several ``agent_devices``,
+    ``reference_devices``).
+
+    Raises:
+        ValueError: a count below its minimum, or an unknown ``advantage_mode`` /
+            ``joint_mode``.
+    """
+
+    num_train_epochs: int = 20
+    agent_learning_rate: float = 5.0e-6
+    logging_steps: int = 50
+    num_agents: int = 2
+    parallel_training: str = "none"
+    agent_devices: str | Sequence[str] | None = None
+    num_generations: int = 4
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50
+    num_turns: int = 2
+    discount: float = 1.0
+    joint_mode: str = "aligned"
+    early_termination_threshold: float | None = -0.2
+    external_prompt_passthrough: bool = False
+    eval_interval: int = 16
+    eval_num_samples: int = 4
+    eval_batch_size: int = 1
+    rollout_buffer_size: int = 2
+    train_batch_size: int | None = None
+    advantage_normalization: bool = True
+    advantage_mode: str = "mean"
+    reference_kl_enabled: bool = False
+    reference_kl_coef: float = 0.1
+    reference_devices: str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        minimums = {
+            "num_train_epochs": 1,
+            "num_agents": 1,
+            "num_generations": 2,
+            "rollout_buffer_size": 1,
+            "eval_interval": 0,
+            "eval_num_samples": 0,
+            "eval_batch_size": 1,
+            "num_turns": 1,
+            "logging_steps": 1,
+        }
+        for name, low in minimums.items():
+            if getattr(self, name) < low:
+                hint = (
+                    " (a group baseline needs several samples)" if name == "num_generations" else ""
+                )
+                raise ValueError(f"{name} must be >= {low}{hint}, got {getattr(self, name)!r}")
+        if self.train_batch_size is None:
+            self.train_batch_size = self.rollout_buffer_size
+        if self.train_batch_size < 1:
+            raise ValueError(f"train_batch_size must be >= 1, got {self.train_batch_size!r}")
+        if str(self.advantage_mode).lower() not in ADVANTAGE_MODES:
+            raise ValueError(
+                f"advantage_mode={self.advantage_mode!r}; use one of {sorted(ADVANTAGE_MODES)}"
+            )
+        if str(self.joint_mode).lower() not in JOINT_MODES:
+            raise ValueError(f"joint_mode={self.joint_mode!r}; use 'aligned' or 'cross'")
+        if self.reference_kl_enabled and self.reference_kl_coef < 0:
+            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef!r}")
+
+
+@dataclass
+class MAREINFORCEConfig(MAGRPOConfig):
+    """:class:`MAGRPOConfig` with ``advantage_mode="raw"`` (no baseline)."""
+
+    advantage_mode: str = "raw"
+
+
+@dataclass
+class MARLOOConfig(MAGRPOConfig):
+    """:class:`MAGRPOConfig` with ``advantage_mode="rloo"`` (leave-one-out baseline)."""
+
+    advantage_mode: str = "rloo"
+
+
+@dataclass
+class MAReMaxConfig(MAGRPOConfig):
+    """:class:`MAGRPOConfig` with ``advantage_mode="max"`` (group-max baseline)."""
+
+    advantage_mode: str = "max"
+
+
+def group_baseline_config(
+    args: MAGRPOConfig, num_agents: int, num_examples: int, has_eval: bool
+) -> dict[str, Any]:
+    """The :class:`comlrl.algos.TrainConfig` fields for a CoMLRL REINFORCE-family config."""
+    fields = common_train_config(args, num_agents, num_examples, has_eval)
+    fields.update(
+        num_generations=int(args.num_generations),
+        joint_mode=JOINT_MODES[str(args.joint_mode).lower()],
+        estimator=ADVANTAGE_MODES[str(args.advantage_mode).lower()],
+        advantage_scale="group" if args.advantage_normalization else "none",
+        loss_reduction="seq_sum",
+        clip_ratio=None,
+    )
+    return fields
+
+
+class MAGRPOTrainer(CompatTrainer):
+    """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
+    :mod:`comlrl.algos.recipes.group_baseline`.
+
+    Args:
+        agent_model: a model name/path; ``num_agents`` independent copies are loaded.
+        agents: instead, ``A`` models (names/paths or ``transformers`` model objects).
+        num_agents: ``A`` with ``agent_model`` (``args.num_agents`` is not read, as in
+            CoMLRL 1.4.3).
+        tokenizer: one tokenizer, one per agent, or None (loaded from the names).
+        model_config: ``torch_dtype``/``dtype``, ``attn_implementation``,
+            ``special_tokens``, nested ``model_kwargs``.
+        train_dataset, eval_dataset: ``datasets.Dataset`` or lists of dicts.
+        reward_func: any form listed in :class:`comlrl.trainers._callbacks.CompatReward`;
+            it must return finite numbers.
+        reward_processor: ``float -> float`` applied to every reward.
+        formatters: None (``example["prompt"]``), one callable, or one per agent; a
+            formatter with an ``external_prompts`` parameter receives later turns' prompts.
+        external_transition: ``external_transition(prompt=, agent_completions=,
+            num_agents=, prompt_history_per_agent=, response_history_per_agent=)`` -> ``A``
+            prompts; required when ``args.num_turns > 1``.
+        wandb_config: ``project``, ``entity``, ``name``, ``dir``, ``tags``,
+            ``config_sections`` (``output.verbose`` turns the progress bar off).
+        eval_logger, eval_aggregator: see :meth:`evaluate`.
+        args: a :class:`MAGRPOConfig` (default: its defaults).
+
+    Raises:
+        UnsupportedFieldError: a config value this package does not implement.
+        ValueError, TypeError: missing or malformed arguments (named in the message).
+        comlrl.algos.ConfigError: the translated config is inconsistent.
+    """
+
+    config_cls: type = MAGRPOConfig
+    #: any REINFORCE-family config works; its advantage_mode picks the baseline (as in 1.4.3)
+    accepted_config: type = MAGRPOConfig
+    algorithm_name = "MAGRPO"
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int = 2,
+        tokenizer: Any = None,
+        model_config: dict[str, Any] | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Any = None,
+        external_transition: Callable[..., Sequence[str]] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        eval_logger: Callable[..., Any] | None = None,
+        eval_aggregator: Callable[..., Any] | None = None,
+        args: Any = None,
+    ) -> None:
+        from comlrl.algos.config import TrainConfig
+        from comlrl.algos.recipes import group_baseline
+
+        self._init_common(
+            args=args,
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=num_agents,
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+        )
+        self.eval_logger = eval_logger
+        self.eval_aggregator = eval_aggregator
+        mode = str(self.args.advantage_mode).lower()
+        if mode not in ADVANTAGE_MODES:
+            raise UnsupportedFieldError(f"advantage_mode={self.args.advantage_mode!r}")
+        self.advantage_mode = mode
+        fields = group_baseline_config(
+            self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
+        )
+        config = self._our_config(TrainConfig, fields)
+        self._run = group_baseline.setup(
+            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+        )
+
+    def _train_step(self) -> dict[str, float]:
+        from comlrl.algos.recipes import group_baseline
+
+        return group_baseline.train_step(self._run)
+
+
+class MAREINFORCETrainer(MAGRPOTrainer):
+    """:class:`MAGRPOTrainer` with :class:`MAREINFORCEConfig`: advantage = return (no
+    baseline; Williams 1992)."""
+
+    config_cls = MAREINFORCEConfig
+    algorithm_name = "MAREINFORCE"
+
+
+class MARLOOTrainer(MAGRPOTrainer):
+    """:class:`MAGRPOTrainer` with :class:`MARLOOConfig`: leave-one-out baseline
+    ``b_g = mean of the other G-1 returns`` (Kool et al. 2019; Ahmadian et al. 2024)."""
+
+    config_cls = MARLOOConfig
+    algorithm_name = "MARLOO"
+
+
+class MAReMaxTrainer(MAGRPOTrainer):
+    """:class:`MAGRPOTrainer` with :class:`MAReMaxConfig`: baseline = the group's best
+    return (after Li et al. 2023, ReMax)."""
+
+    config_cls = MAReMaxConfig
+    algorithm_name = "MAReMax"
