@@ -48,14 +48,16 @@ _MAX_CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk
 
 
 def default_logprob_chunk_size(vocab_size: int) -> int:
-    """Rows (tokens) per chunk of the fused path: the largest power of two whose float32
-    ``[rows, V]`` chunk of logits stays within 256 MiB, between 64 and 1024 rows.
+    """Rows (tokens) per chunk of the fused path on CPU: the largest power of two whose
+    float32 ``[rows, V]`` chunk of logits stays within 256 MiB, between 64 and 1024 rows.
 
     At ``V = 151,936`` that is 256 rows (148 MiB), well under the float32 ``[V, H]`` weight
-    gradient that the update allocates anyway (519 MiB at ``H = 896``), so the chunk no
-    longer sets the peak. On CPU the matmuls of 256 rows are as efficient per FLOP as
-    larger ones (benchmarks/bench_fused_update.py); on CUDA fewer, larger chunks re-read
-    the weight less often: pass ``chunk_size`` to :func:`completion_logprobs` to trade.
+    gradient the update allocates anyway (519 MiB at ``H = 896``), so the chunk no longer
+    sets the peak. CPU matmuls are compute-bound at these sizes, so smaller chunks cost
+    no measurable time there (one [2048, 896] x [896, 151936] float32 matmul: 12.3 s in
+    chunks of 256 rows, 14.8 s whole, 2 threads). On CUDA :func:`completion_logprobs` keeps
+    the kernels' own default (at least 1024 rows), since every chunk re-reads the weight
+    and re-accumulates its float32 gradient.
 
     Raises:
         ValueError: ``vocab_size < 1``.
@@ -193,8 +195,9 @@ def completion_logprobs(
             ``log_softmax(logits / temperature)``.
         shared_prefix: see above.
         fused: use the fused path where the model supports it.
-        chunk_size: tokens per chunk of the fused path; ``None`` =
-            :func:`default_logprob_chunk_size` of the vocabulary.
+        chunk_size: tokens per chunk of the fused path; ``None`` = on CPU
+            :func:`default_logprob_chunk_size` of the vocabulary, elsewhere the default of
+            :func:`comlrl.kernels.linear_token_logprobs`.
 
     Raises:
         ValueError: a non-positive temperature or chunk size (from the kernels).
@@ -265,14 +268,14 @@ def completion_logprobs(
         logp = token_logprobs(feats.reshape(b * length, -1), targets, temperature=temperature)
     else:
         weight = head.weight
+        if chunk_size is None and weight.device.type == "cpu":
+            chunk_size = default_logprob_chunk_size(weight.shape[0])
         logp = linear_token_logprobs(
             feats.reshape(b * length, -1),
             weight,
             targets,
             temperature=temperature,
-            chunk_size=chunk_size
-            if chunk_size is not None
-            else default_logprob_chunk_size(weight.shape[0]),
+            chunk_size=chunk_size,
         )
     return logp.view(b, length)
 
