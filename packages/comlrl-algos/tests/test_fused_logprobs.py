@@ -344,3 +344,38 @@ def test_update_policy_step_gives_the_same_parameters_with_and_without_fused_log
     assert fused_stats.keys() == plain_stats.keys()
     for key in fused_stats:
         assert fused_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_train_config_fused_logprobs_reaches_the_update_settings(
+    tiny_tokenizer: Any, tmp_path: Any, fused: bool
+) -> None:
+    from comlrl.algos.agent import HFAgent
+    from comlrl.algos.config import TrainConfig
+    from comlrl.algos.models import build_default_model
+    from comlrl.algos.trainer import MultiAgentTrainer
+
+    assert TrainConfig().fused_logprobs is True  # the default
+    cfg = TrainConfig(
+        num_steps=1,
+        batch_size=1,
+        num_generations=2,
+        max_new_tokens=4,
+        progress=False,
+        output_dir=str(tmp_path / "run"),
+        fused_logprobs=fused,
+    )
+    agents = [
+        HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer) for i in range(2)
+    ]
+    trainer = MultiAgentTrainer(
+        agents,
+        cfg,
+        dataset=[{"text": "def f(x):"}],
+        reward_func=lambda a, b: [0.0] * len(a),
+        formatters=[lambda ex: ex["text"], lambda ex: ex["text"]],
+    )
+    try:
+        assert trainer.run.update.fused_logprobs is fused
+    finally:
+        trainer.run.close()
