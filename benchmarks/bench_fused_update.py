@@ -18,7 +18,9 @@ Methods (each in a fresh subprocess, see below):
 Peak memory (CPU): growth of the process's peak RSS (``ru_maxrss``) over one fwd+bwd,
 from just after the model, batch and a warm forward of the decoder exist; it includes the
 float32 ``[V, H]`` weight gradient (519 MiB) that both methods allocate. Time: median of
-``--repeats`` fwd+bwd runs after the measured one. Results and the environment go to
+``--repeats`` fwd+bwd runs after the measured one, as wall seconds and as CPU seconds
+(user + system of the process: on a machine shared with other jobs the wall time swings
+by 2x between runs, the CPU time far less). Results and the environment go to
 ``benchmarks/results/fused_update_cpu.json``.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_fused_update.py --tokens 2048,4096
@@ -42,6 +44,13 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fused_update_cpu.json"
 VOCAB, HIDDEN, COMPLETION_LEN, PROMPT_LEN, GROUP = 151_936, 896, 256, 32, 4
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) this process has used: steadier than wall time when
+    other jobs share the cores."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _maxrss_mib() -> float:
@@ -115,16 +124,19 @@ def child(case: dict[str, Any]) -> dict[str, Any]:
     run()
     first = time.perf_counter() - t0
     peak = _maxrss_mib() - before
-    samples = []
+    samples, cpu = [], []
     for _ in range(case["repeats"]):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         run()
         samples.append(time.perf_counter() - t0)
+        cpu.append(_cpu_s() - c0)
     return {
         "peak_mib": peak,
         "first_s": first,
         "s": statistics.median(samples) if samples else first,
+        "cpu_s": statistics.median(cpu) if cpu else None,
         "samples_s": samples,
+        "samples_cpu_s": cpu,
     }
 
 
@@ -166,8 +178,12 @@ def main() -> None:
             if base and r["method"] != "matmul_x1":
                 r["peak_vs_materialised"] = r["peak_mib"] / base["peak_mib"]
                 r["time_vs_materialised"] = r["s"] / base["s"]
+                if r.get("cpu_s") and base.get("cpu_s"):
+                    r["cpu_vs_materialised"] = r["cpu_s"] / base["cpu_s"]
             if "matmul_x1" in by and r["method"] != "matmul_x1":
                 r["time_in_lm_head_matmuls"] = r["s"] / by["matmul_x1"]["s"]
+                if r.get("cpu_s") and by["matmul_x1"].get("cpu_s"):
+                    r["cpu_in_lm_head_matmuls"] = r["cpu_s"] / by["matmul_x1"]["cpu_s"]
     cols = [
         "tokens",
         "method",
@@ -175,6 +191,9 @@ def main() -> None:
         "s",
         "peak_vs_materialised",
         "time_vs_materialised",
+        "cpu_s",
+        "cpu_vs_materialised",
+        "cpu_in_lm_head_matmuls",
         "time_in_lm_head_matmuls",
     ]
     print("  ".join(cols))
