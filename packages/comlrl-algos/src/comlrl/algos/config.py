@@ -260,6 +260,13 @@ class TrainConfig(BaseModel):
         "node, agent), so the rollout does not depend on the number of ranks (native "
         "sampling backend only)."
     )
+    fused_logprobs: bool = Field(
+        True, description="Compute the update's log-probs from the last hidden states and "
+        "the lm_head weight in chunks of tokens, never materialising the [tokens, vocab] "
+        "logits (same values and gradient, far less memory at large vocabularies such as "
+        "Qwen's 151,936). Models it cannot handle exactly (lm_head bias, logit soft-capping "
+        "or scaling, ...) fall back to the materialised logits with a warning."
+    )
     num_steps: int = Field(160, ge=1)
     seed: int = 0
     shuffle: bool = Field(True, description="Shuffle the dataset every epoch; False = dataset order.")

@@ -45,6 +45,12 @@ class UpdateSettings:
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
             whole turn at once.
         shared_prefix: compute each prompt once per micro-batch (same gradient).
+        fused_logprobs: compute log-probs from the last hidden states and the lm_head
+            weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
+            (same values and gradient; less memory at large vocabularies). Models it cannot
+            handle exactly fall back to the materialised logits with a warning; see
+            :func:`comlrl.algos.logprobs.fused_logprobs_unsupported`. Applies to the
+            reference model's log-probs too.
     """
 
     temperature: float = 1.0
@@ -57,6 +63,7 @@ class UpdateSettings:
     max_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None
     shared_prefix: bool = True
+    fused_logprobs: bool = True
 
 
 def update_policy(
@@ -192,7 +199,12 @@ def update_policy(
 
 def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:
     return completion_logprobs(
-        model, batch, chunk, temperature=settings.temperature, shared_prefix=settings.shared_prefix
+        model,
+        batch,
+        chunk,
+        temperature=settings.temperature,
+        shared_prefix=settings.shared_prefix,
+        fused=settings.fused_logprobs,
     )
 
 

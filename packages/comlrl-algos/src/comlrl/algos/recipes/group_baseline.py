@@ -259,6 +259,7 @@ def setup(
             max_grad_norm=config.max_grad_norm,
             micro_batch_size=config.micro_batch_size,
             shared_prefix=config.shared_prefix,
+            fused_logprobs=config.fused_logprobs,
         ),
         sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
         update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
