@@ -76,7 +76,8 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
     own forward does after its decoder. Checked, in order:
 
     1. ``model`` has ``get_decoder`` and ``get_output_embeddings`` (a ``transformers``
-       causal LM; a ``DistributedDataParallel`` or other wrapper is not);
+       causal LM; a ``DistributedDataParallel`` or other wrapper is not) and carries no
+       peft adapters (a LoRA agent selects its adapter in its own forward);
     2. the output embedding is a plain ``torch.nn.Linear`` (not a subclass with its own
        forward, e.g. a LoRA or quantized layer), has no bias and a floating-point weight;
     3. no forward hooks on the model or its lm_head (they would be bypassed) and no
@@ -102,6 +103,10 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
             f"{type(model).__name__} has no get_decoder()/get_output_embeddings() "
             "(not a transformers causal LM)"
         )
+    if getattr(model, "peft_config", None) is not None:
+        # LoRA agents on a shared base switch their adapter inside their own forward; the
+        # bare decoder would run whichever adapter happens to be active.
+        return "the model carries peft (LoRA) adapters, which are selected in its forward"
     lm_head = head()
     if (
         not isinstance(lm_head, torch.nn.Linear)
