@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from comlrl.algos.recipes.actor_critic import ActorCriticConfig, joint_prompt
 from comlrl.algos.value import (
     MAX_PADDING_FRACTION,
@@ -17,6 +15,8 @@ from comlrl.algos.value import (
     load_value_head,
     save_value_head,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_a_new_head_predicts_zero_and_its_output_is_float32() -> None:
