@@ -24,7 +24,8 @@ One step, read top to bottom in :func:`train_step`:
 :func:`setup` builds the run once (the agents, data, sampling and pools of
 :func:`comlrl.algos.recipes.group_baseline.setup`, plus the critics);
 :func:`train` loops, logs, evaluates and saves; :func:`save` writes every agent and
-critic (value heads as ``value_head.safetensors`` beside the Hugging Face weights).
+critic (value heads as ``value_head.safetensors`` beside the Hugging Face weights);
+:func:`checkpoint` writes a resumable step checkpoint and :func:`resume` continues from one.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from comlrl.algos import checkpoint as ckpt
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.env import Environment
 from comlrl.algos.gae import tree_gae, value_loss
 from comlrl.algos.joint import credit_completions
+from comlrl.algos.lifecycle import truncate_jsonl
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.losses import policy_loss
 from comlrl.algos.recipes import group_baseline
@@ -71,6 +74,8 @@ __all__ = [
     "train_step",
     "train",
     "save",
+    "checkpoint",
+    "resume",
     "evaluate",
 ]
 
@@ -746,6 +751,123 @@ def save(run: ActorCriticRun, tag: str) -> list[Path]:
     return out
 
 
+def _critic_state(run: ActorCriticRun) -> dict[str, Any]:
+    """The critics' part of ``training_state.pt``: weights and optimizer state (CPU tensors)."""
+    return {
+        "method": run.method,
+        "kind": run.config.critic_type,
+        "heads": [
+            {k: v.detach().cpu() for k, v in c.head.state_dict().items()} for c in run.critics
+        ],
+        "trunks": [
+            None if c.shared else {k: v.detach().cpu() for k, v in c.trunk.state_dict().items()}
+            for c in run.critics
+        ],
+        "optimizers": [None if o is None else o.state_dict() for o in run.critic_optimizers],
+    }
+
+
+def checkpoint(run: ActorCriticRun) -> Path:
+    """Write ``output_dir/checkpoints/step-N`` atomically and return it.
+
+    The folder is :func:`comlrl.algos.checkpoint.write_checkpoint`'s (built under a
+    temporary name, then renamed): ``agent_<i>/`` (Hugging Face weights) and
+    ``training_state.pt`` holding the actors' optimizers (a shared-trunk head's moments
+    are a parameter group there), the data stream, every random stream, the step and,
+    under ``"critics"``, each critic's head and (separate critics) trunk weights and
+    optimizer state. ``torch.load(..., weights_only=True)`` reads it. Prunes to
+    ``config.keep_last``.
+
+    Raises:
+        ConfigError: the run is data parallel (actor-critic checkpoints are single-process).
+    """
+    base = run.base
+    if base.world_size > 1 or base.syncs is not None:
+        raise ConfigError(
+            "actor-critic checkpoints are written by a single process; run without "
+            "data_parallel to checkpoint an IAC/MAAC run."
+        )
+    state = ckpt.capture_state(
+        step=base.step,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    state["critics"] = _critic_state(run)
+    path = ckpt.write_checkpoint(
+        ckpt.step_checkpoint_path(base.output_dir, base.step), base.agents, state
+    )
+    if run.config.keep_last:
+        ckpt.prune_checkpoints(base.output_dir, run.config.keep_last, keep=path)
+    return path
+
+
+def resume(run: ActorCriticRun, path: str | Path) -> int:
+    """Put ``run`` back at the step checkpoint ``path`` written by :func:`checkpoint`:
+    actor weights and optimizers, critics (heads, separate trunks, their optimizers),
+    data stream and random streams; cut ``metrics.jsonl``/``samples.jsonl``/``eval.jsonl``
+    back to its step and return the step. :func:`train` then continues as if never stopped.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, was written by another recipe (no
+            critic state), or does not fit the run (method, critic kind, number of critics,
+            a shared/separate mismatch, other shapes).
+    """
+    base = run.base
+    state = ckpt.load_training_state(path)
+    saved = state.get("critics")
+    if saved is None:
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} holds no critic state (a group-baseline checkpoint?); resume it "
+            "with the recipe that wrote it."
+        )
+    if (saved["method"], saved["kind"]) != (run.method, run.config.critic_type):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} was written by {saved['method'].upper()} with critic_type="
+            f"{saved['kind']!r}; this run is {run.method.upper()} with critic_type="
+            f"{run.config.critic_type!r}."
+        )
+    if len(saved["heads"]) != len(run.critics):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} has {len(saved['heads'])} critics but this run has {len(run.critics)}."
+        )
+    for i, agent in enumerate(base.agents):
+        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+    base.step = ckpt.restore_state(
+        state,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    for i, critic in enumerate(run.critics):
+        trunk, opt_state = saved["trunks"][i], saved["optimizers"][i]
+        if (trunk is None) != critic.shared or (opt_state is None) != (
+            run.critic_optimizers[i] is None
+        ):
+            raise ckpt.CheckpointError(
+                f"critic {i} is {'shared' if critic.shared else 'separate'} in this run but "
+                f"was {'shared' if trunk is None else 'separate'} when saved; use the same "
+                "critic_mode."
+            )
+        try:
+            critic.head.load_state_dict(saved["heads"][i])
+            if trunk is not None:
+                critic.trunk.load_state_dict(trunk)
+            optimizer = run.critic_optimizers[i]
+            if optimizer is not None:
+                optimizer.load_state_dict(opt_state)
+        except (RuntimeError, ValueError) as exc:
+            raise ckpt.CheckpointError(
+                f"critic {i}'s saved state does not fit this run: {exc}"
+            ) from None
+    ckpt.clean_partial_checkpoints(base.output_dir)
+    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        truncate_jsonl(base.output_dir / name, base.step)
+    return base.step
+
+
 def evaluate(run: ActorCriticRun) -> dict[str, float]:
     """The agents' evaluation row (:func:`comlrl.algos.recipes.group_baseline.evaluate`;
     critics play no part at evaluation)."""
@@ -754,14 +876,16 @@ def evaluate(run: ActorCriticRun) -> dict[str, float]:
 
 def train(run: ActorCriticRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps: ``metrics.jsonl`` and ``samples.jsonl`` rows per step,
-    ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, ``step-<N>/`` every
-    ``save_every`` steps (:func:`save`; no optimizer state, so not resumable) and
-    ``final/`` in ``output_dir``."""
+    ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, resumable step checkpoints
+    ``checkpoints/step-NNNNNN/`` every ``save_every`` steps and at the last step
+    (:func:`checkpoint`), and ``final/`` (:func:`save`) in ``output_dir``. A run put back
+    by :func:`resume` continues from its step."""
     import yaml
     from tqdm.auto import tqdm
 
     cfg, base = run.config, run.base
-    torch.manual_seed(cfg.seed)
+    if base.step == 0:  # a resumed run has its random streams back from the checkpoint
+        torch.manual_seed(cfg.seed)
     base.output_dir.mkdir(parents=True, exist_ok=True)
     (base.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     history: list[dict[str, float]] = []
@@ -787,8 +911,8 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
             if evals is not None and base.step % cfg.eval_every == 0:
                 evals.write(evaluate(run))
-            if cfg.save_every and base.step % cfg.save_every == 0 and base.step < cfg.num_steps:
-                save(run, f"step-{base.step}")
+            if cfg.save_every and (base.step % cfg.save_every == 0 or base.step == cfg.num_steps):
+                checkpoint(run)
         save(run, "final")
     finally:
         bar.close()
