@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     **run_theirs(args, method, examples_path, work),
                     "loadavg": os.getloadavg(),
                 }
-                theirs["learning_turn_2"] = _quarters(theirs["reward_curve_by_turn"]["turn_2"])
+                theirs["learning_turn_2"] = _quarters(theirs["reward_curve_by_turn"]["turn_1"])
                 row["comlrl143"] = theirs
                 row["speedup_prompts_per_s"] = ours["prompts_per_s"] / theirs["prompts_per_s"]
                 row["speedup_cpu_s"] = theirs["cpu_s"] / ours["cpu_s"]

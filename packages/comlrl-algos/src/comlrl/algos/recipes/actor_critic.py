@@ -40,7 +40,7 @@ import torch
 from comlrl.algos import checkpoint as ckpt
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.env import Environment
-from comlrl.algos.gae import tree_gae, value_loss
+from comlrl.algos.gae import q_advantages, tree_gae, value_loss
 from comlrl.algos.joint import credit_completions
 from comlrl.algos.lifecycle import truncate_jsonl
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
@@ -285,6 +285,11 @@ def critic_advantages(
         normalize: whiten each agent's advantages over all turns of the step
             (population std + ``eps``; skipped with fewer than 2).
 
+    With a ``v`` critic the advantages are :func:`~comlrl.algos.gae.tree_gae`'s GAE; with
+    a ``q`` critic they are :func:`~comlrl.algos.gae.q_advantages` (the lambda-return
+    minus the mean Q of the node's joint actions; ``K = 1``: the lambda-return, and the
+    whitening's batch mean is the baseline).
+
     Returns:
         ``(advantages, targets)``: ``advantages[t][a]`` is ``[N_t * G]`` float32 (rows
         of agent ``a``'s batch); ``targets[c][t]`` is critic ``c``'s ``[M_t, J]`` targets
@@ -311,7 +316,10 @@ def critic_advantages(
         per_turn = []
         for t, turn in enumerate(turns):
             g = turn.agents[0].batch.group_size
-            credited = credit_completions(advs[t], turn.joint_index, g)  # [A, N_t, G]
+            # Q: the lambda-return minus an action-independent baseline (q_advantages);
+            # G - Q(s, a) would cancel the policy gradient once the critic fits.
+            actor_adv = q_advantages(targets[t], joint[c][t]) if kind == "q" else advs[t]
+            credited = credit_completions(actor_adv, turn.joint_index, g)  # [A, N_t, G]
             agents = range(num_agents) if method == "maac" else [c]
             for a in agents:
                 adv_out[t][a] = credited[a].reshape(-1).float()
