@@ -136,3 +136,30 @@ def test_resume_refuses_a_checkpoint_of_another_method_or_kind(
     again = _trainer(tiny_tokenizer, tmp_path / "c", "iac", "shared")
     with pytest.raises(ckpt.CheckpointError, match="holds no critic state"):
         again.resume(path)
+
+
+@pytest.mark.parametrize(("method", "kind"), [("iac", "v"), ("maac", "q")])
+def test_the_fused_critic_forward_changes_no_number(
+    tiny_tokenizer, tmp_path: Path, method: str, kind: str
+) -> None:  # type: ignore[no-untyped-def]
+    """With one iteration and no micro-batching the sampling-time values come from the
+    value loss's own forward; a micro-batch size above the batch turns that off without
+    changing any other computation, so both runs must give the same rows and weights."""
+    from comlrl.algos.recipes.actor_critic import _can_fuse_critic_forward
+
+    fused = _trainer(tiny_tokenizer, tmp_path / "f", method, "separate", critic_type=kind)
+    plain = _trainer(
+        tiny_tokenizer, tmp_path / "p", method, "separate", critic_type=kind, micro_batch_size=999
+    )
+    assert _can_fuse_critic_forward(fused.ac_run) and not _can_fuse_critic_forward(plain.ac_run)
+    for _ in range(2):
+        a, b = fused.train_step(), plain.train_step()
+        keys = [k for k in a if not k.startswith(("time/", "tokens_per_s", "prompts_per_s"))]
+        assert any(k.startswith(("critic/", "value_loss")) for k in keys)
+        for key in keys:
+            # Same ops on the same inputs; a forward with and without autograd recording
+            # gives the same float32 numbers here, so only round-off of order 1e-7 may differ.
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    for x, y in zip(fused.critics, plain.critics, strict=True):
+        for p, q in zip(x.trunk.parameters(), y.trunk.parameters(), strict=True):
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)

@@ -647,11 +647,25 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         rng=base.rng,
     )
     t1 = time.perf_counter()
-    for critic in run.critics:
-        critic.trunk.eval()
-    values = rollout_values(ro, run.critics, run.method, micro_batch_size=cfg.micro_batch_size)
-    for critic in run.critics:
-        critic.trunk.train()
+    per_turn_texts = [
+        [critic_inputs(turn, run.method, cfg.critic_type, c) for turn in ro.turns]
+        for c in range(len(run.critics))
+    ]
+    texts = [[s for turn in per_turn for s in turn] for per_turn in per_turn_texts]
+    live: list[torch.Tensor] | None = None
+    if _can_fuse_critic_forward(run):
+        # One forward per critic serves both the sampling-time values and the value loss.
+        live = [critic.values(texts[c]) for c, critic in enumerate(run.critics)]
+        values = [
+            list(torch.split(v.detach().float().cpu(), [len(x) for x in per_turn_texts[c]]))
+            for c, v in enumerate(live)
+        ]
+    else:
+        for critic in run.critics:
+            critic.trunk.eval()
+        values = rollout_values(ro, run.critics, run.method, micro_batch_size=cfg.micro_batch_size)
+        for critic in run.critics:
+            critic.trunk.train()
     adv, targets = critic_advantages(
         ro,
         values,
@@ -661,10 +675,6 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         lam=cfg.gae_lambda,
         normalize=cfg.advantage_normalization,
     )
-    texts = [
-        [s for turn in ro.turns for s in critic_inputs(turn, run.method, cfg.critic_type, c)]
-        for c in range(len(run.critics))
-    ]
     old = [torch.cat(v) for v in values]
     tgt = [torch.cat(t) for t in targets]
     t2 = time.perf_counter()
@@ -695,11 +705,13 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
             ref_model=base.ref_models[a] if base.ref_models is not None else None,
         )
         if run.method == "iac":
-            stats.update(_critic_step(run, a, texts[a], old[a], tgt[a]))
+            stats.update(_critic_step(run, a, texts[a], old[a], tgt[a], live))
         return stats
 
     stats = base.update_pool.map(update_actor)
-    critic_stats = _critic_step(run, 0, texts[0], old[0], tgt[0]) if run.method == "maac" else {}
+    critic_stats = (
+        _critic_step(run, 0, texts[0], old[0], tgt[0], live) if run.method == "maac" else {}
+    )
     t3 = time.perf_counter()
     base.step += 1
     base.last_rollout = ro
@@ -722,12 +734,49 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
     }
 
 
+def _has_dropout(model: Any) -> bool:
+    """True when ``model`` drops out anything in train mode (a ``Dropout`` module with
+    ``p > 0`` or a config dropout probability > 0, e.g. Llama's ``attention_dropout``)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return True
+    config = getattr(model, "config", None)
+    for key in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop"):
+        value = getattr(config, key, 0.0)
+        if isinstance(value, int | float) and value > 0:
+            return True
+    return False
+
+
+def _can_fuse_critic_forward(run: ActorCriticRun) -> bool:
+    """Whether the critics' sampling-time values can come from the value loss's own
+    forward: one critic update (``num_iterations == 1``, so the critic's weights are
+    those of sampling time), all texts in one pass (``micro_batch_size`` None), separate
+    critics (a shared trunk is the actor, updated together with it) and no dropout (the
+    sampling-time values must not be noisy). The values are then the same numbers the
+    unfused path computes (tested), and one critic forward per step is saved."""
+    cfg = run.config
+    return (
+        cfg.num_iterations == 1
+        and cfg.micro_batch_size is None
+        and not any(c.shared for c in run.critics)
+        and not any(_has_dropout(c.trunk) for c in run.critics)
+    )
+
+
 def _critic_step(
-    run: ActorCriticRun, c: int, texts: list[str], old: torch.Tensor, tgt: torch.Tensor
+    run: ActorCriticRun,
+    c: int,
+    texts: list[str],
+    old: torch.Tensor,
+    tgt: torch.Tensor,
+    live: list[torch.Tensor] | None = None,
 ) -> dict[str, float]:
     cfg = run.config
     optimizer = run.critic_optimizers[c]
     assert optimizer is not None  # shared critics are updated in update_shared
+    if live is not None:
+        return _fused_critic_update(run, c, optimizer, live[c], old, tgt)
     return update_critic(
         run.critics[c],
         optimizer,
@@ -740,6 +789,34 @@ def _critic_step(
         max_grad_norm=cfg.max_grad_norm,
         micro_batch_size=cfg.micro_batch_size,
     )
+
+
+def _fused_critic_update(
+    run: ActorCriticRun,
+    c: int,
+    optimizer: torch.optim.Optimizer,
+    values: torch.Tensor,
+    old: torch.Tensor,
+    tgt: torch.Tensor,
+) -> dict[str, float]:
+    """:func:`update_critic` with one iteration on values already computed with gradient
+    (``values [M]``, the graph of this step's critic forward); same loss and metrics."""
+    cfg, critic = run.config, run.critics[c]
+    optimizer.zero_grad(set_to_none=True)
+    target = tgt.to(values.device)
+    loss, stats = value_loss(
+        values.unsqueeze(1).expand_as(target),
+        target,
+        old_values=old.to(values.device).unsqueeze(1).expand_as(target),
+        clip_range=cfg.value_clip_range,
+    )
+    (loss * cfg.value_loss_coef).backward()
+    if cfg.max_grad_norm is not None:
+        stats["critic_grad_norm"] = float(
+            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), cfg.max_grad_norm)
+        )
+    optimizer.step()
+    return stats
 
 
 def save(run: ActorCriticRun, tag: str) -> list[Path]:
