@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from comlrl.algos.gae import discounted_returns, gae, tree_gae, value_loss
+from comlrl.algos.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
 from comlrl.algos.returns import tree_returns
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -299,3 +299,44 @@ def test_value_loss_explained_variance_is_one_for_a_perfect_critic() -> None:
     assert metrics["explained_variance"] == pytest.approx(1.0)
     _, metrics = value_loss(torch.zeros(16), targets)
     assert metrics["explained_variance"] == pytest.approx(0.0, abs=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    n=st.integers(1, 5),
+    k=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_q_advantages_subtract_an_action_independent_baseline(n: int, k: int, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(n, k, generator=gen)
+    q = torch.randn(n, k, generator=gen)
+    adv = q_advantages(g, q)
+    want = torch.empty(n, k)
+    for i in range(n):  # loop reference
+        base = sum(float(q[i, j]) for j in range(k)) / k if k >= 2 else 0.0
+        for j in range(k):
+            want[i, j] = float(g[i, j]) - base
+    # float32 mean of <= 6 values vs a float64 loop: round-off ~1e-7 on values of order 1.
+    torch.testing.assert_close(adv, want, atol=1e-5, rtol=1e-5)
+    # The baseline does not depend on which action is scored: permuting the Q values of
+    # a node's joint actions leaves every advantage unchanged.
+    perm = torch.randperm(k, generator=gen)
+    torch.testing.assert_close(q_advantages(g, q[:, perm]), adv, atol=1e-6, rtol=1e-6)
+
+
+def test_q_advantages_keep_the_signal_that_gae_on_q_cancels() -> None:
+    """A two-armed bandit with an exact critic (Q = the deterministic return): GAE with Q
+    as the value gives zero advantages (no learning signal); q_advantages favours the
+    better arm."""
+    g = torch.tensor([[1.0, 0.0, 1.0, 0.0]])  # arms 1, 0, 1, 0 of one node
+    q = g.clone()
+    zero = torch.zeros_like(g)
+    advs, targets = tree_gae(
+        [g], [q], [torch.full_like(g, -1, dtype=torch.long)], [torch.ones_like(g)], 1.0, 1.0
+    )
+    assert bool((advs[0] == zero).all())
+    adv = q_advantages(targets[0], q)
+    assert adv.tolist() == [[0.5, -0.5, 0.5, -0.5]]
+    with pytest.raises(ValueError, match="must both be"):
+        q_advantages(g, q[:, :2])

@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 from comlrl.algos.recipes.actor_critic import ActorCriticConfig, joint_prompt
-from comlrl.algos.value import Critic, ValueHead, load_value_head, save_value_head
+from comlrl.algos.value import (
+    MAX_PADDING_FRACTION,
+    Critic,
+    ValueHead,
+    _length_buckets,
+    load_value_head,
+    save_value_head,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_a_new_head_predicts_zero_and_its_output_is_float32() -> None:
@@ -69,3 +78,42 @@ def test_bad_actor_critic_configs_fail_early() -> None:
     with pytest.raises(ValueError, match="critic_type"):
         ActorCriticConfig(critic_type="w")  # type: ignore[arg-type]
     assert ActorCriticConfig(learning_rate=1e-4).critic_lr == 1e-4
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=40),
+    max_rows=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_length_buckets_partition_in_order_within_the_padding_bound(
+    lengths: list[int], max_rows: int | None
+) -> None:
+    lengths = sorted(lengths)
+    buckets = _length_buckets(lengths, max_rows)
+    assert [k for b in buckets for k in b] == list(range(len(lengths)))
+    for b in buckets:
+        width = lengths[b[-1]]
+        padding = sum(width - lengths[k] for k in b)
+        # A bucket of one row has no padding; otherwise the bound held when its last row joined.
+        assert padding <= MAX_PADDING_FRACTION * len(b) * width
+        assert max_rows is None or len(b) <= max_rows
+
+
+def test_critic_values_come_back_in_input_order_across_length_buckets(
+    tiny_model, tiny_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    head = ValueHead(tiny_model.config.hidden_size)
+    torch.nn.init.normal_(head.out.weight)
+    critic = Critic(tiny_model, tiny_tokenizer, head, kind="q")
+    texts = ["a " * 40, "b", "c c c " * 20, "d d", "e " * 5, "b"]
+    with torch.no_grad():
+        together = critic.values(texts)
+        capped = critic.values(texts, micro_batch_size=2)
+        alone = torch.cat([critic.values([t]) for t in texts])
+    # Same rows, other batch mates: float32 round-off in attention only (see above).
+    torch.testing.assert_close(together, alone, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(capped, alone, atol=1e-4, rtol=1e-4)
+    assert together[1] == together[5]  # identical texts, one bucket: identical values
+    with pytest.raises(ValueError, match="micro_batch_size must be >= 1"):
+        critic.values(texts, micro_batch_size=0)

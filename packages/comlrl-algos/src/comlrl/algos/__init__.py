@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "discounted_returns": "gae",
     "gae": "gae",
     "tree_gae": "gae",
+    "q_advantages": "gae",
     "value_loss": "gae",
     "ValueHead": "value",
     "Critic": "value",
@@ -127,6 +128,7 @@ __all__ = [
     "discounted_returns",
     "gae",
     "tree_gae",
+    "q_advantages",
     "value_loss",
     "ValueHead",
     "Critic",
@@ -156,7 +158,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.config import ConfigError, TaskConfig, TrainConfig, load_config
     from comlrl.algos.env import Branch, CallbackEnvironment, TaskEnvironment
-    from comlrl.algos.gae import discounted_returns, gae, tree_gae, value_loss
+    from comlrl.algos.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
     from comlrl.algos.joint import credit_completions, joint_action_indices
     from comlrl.algos.losses import completion_mask, kl_penalty, policy_loss
     from comlrl.algos.models import (

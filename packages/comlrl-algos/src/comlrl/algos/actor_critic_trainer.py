@@ -79,16 +79,18 @@ class _ActorCriticTrainer(MultiAgentTrainer):
         return actor_critic.evaluate(self.ac_run)
 
     def resume(self, checkpoint: str | Path) -> int:
-        """Not available for actor-critic runs yet.
+        """Continue from a step checkpoint (:func:`comlrl.algos.recipes.actor_critic.resume`:
+        actors, critics, optimizers, data and random streams); returns its step.
 
         Raises:
-            NotImplementedError: always; actor-critic saves hold no optimizer state.
+            CheckpointError: the checkpoint is incomplete or does not fit this run.
         """
-        raise NotImplementedError(
-            "resuming an actor-critic run is not supported yet (its checkpoints hold the "
-            "weights and value heads but no optimizer or data-stream state); start a new run "
-            "from the saved agents and critics instead."
-        )
+        return actor_critic.resume(self.ac_run, checkpoint)
+
+    def checkpoint(self) -> Path:
+        """Write a resumable step checkpoint now
+        (:func:`comlrl.algos.recipes.actor_critic.checkpoint`); returns its folder."""
+        return actor_critic.checkpoint(self.ac_run)
 
     def train(self) -> list[dict[str, float]]:
         """Run :func:`comlrl.algos.recipes.actor_critic.train`; closes the task after."""

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["discounted_returns", "gae", "tree_gae", "value_loss"]
+__all__ = ["discounted_returns", "gae", "tree_gae", "q_advantages", "value_loss"]
 
 
 def _check_discount(name: str, value: float) -> None:
@@ -251,6 +251,45 @@ def tree_gae(
         advs[t] = adv
         targets[t] = adv + v
     return advs, targets
+
+
+def q_advantages(lambda_returns: Tensor, q_values: Tensor) -> Tensor:
+    """Actor advantages with a joint-action critic ``Q(s, a)``: ``G^lambda(s, a_k) - b(s)``.
+
+    The Q of the action being scored cannot be its own baseline: by the policy-gradient
+    theorem (Sutton et al. 2000) ``E_a[grad log pi(a|s) G(s, a)] = E_a[grad log pi(a|s)
+    Q(s, a)]``, so ``G - Q(s, a)`` (what :func:`tree_gae` gives with Q as the value) has
+    zero expected gradient once the critic fits: the actor learns only from the critic's
+    errors. The baseline must not depend on the scored action; here it is
+    ``b(s) = mean_k Q(s, a_k)`` over the node's ``K`` sampled joint actions, a sampled
+    ``V(s) = E_a Q(s, a)`` (as in the counterfactual baseline of Foerster et al. 2018,
+    COMA, marginalised over the sampled joint actions rather than one agent's). With
+    ``K = 1`` no such estimate exists and ``b = 0`` (the caller's whitening then subtracts
+    the batch mean, an action-independent baseline). The critic still enters through the
+    lambda-return, which bootstraps on the next turn's Q (SARSA(lambda); Sutton and Barto
+    2018, sec. 12.7).
+
+    Args:
+        lambda_returns: ``[N, K]`` floating lambda-return targets of one turn
+            (:func:`tree_gae`'s targets with the Q values).
+        q_values: ``[N, K]`` sampling-time ``Q(s_n, a_k)``.
+
+    Returns:
+        ``[N, K]`` advantages, the dtype of ``lambda_returns``; with ``K >= 2`` each node's
+        advantages sum to ``K * (mean_k G - mean_k Q)``.
+
+    Raises:
+        ValueError: shapes differ or are not 2-D.
+    """
+    if lambda_returns.dim() != 2 or q_values.shape != lambda_returns.shape:
+        raise ValueError(
+            f"lambda_returns {list(lambda_returns.shape)} and q_values "
+            f"{list(q_values.shape)} must both be [N, K]"
+        )
+    if lambda_returns.shape[1] < 2:
+        return lambda_returns.clone()
+    baseline = q_values.to(lambda_returns.dtype).mean(dim=1, keepdim=True)
+    return lambda_returns - baseline
 
 
 def value_loss(

@@ -46,6 +46,31 @@ VALUE_HEAD_CONFIG = "value_head.json"
 
 CriticKind = Literal["v", "q"]
 
+#: A length bucket of :meth:`Critic.values` closes before its left padding would exceed
+#: this fraction of its ``rows * width`` tokens.
+MAX_PADDING_FRACTION = 0.25
+
+
+def _length_buckets(lengths: Sequence[int], max_rows: int | None) -> list[list[int]]:
+    """Split positions ``0..len(lengths)-1`` of ascending ``lengths`` into consecutive
+    buckets whose padding ``sum(width - length)`` stays within ``MAX_PADDING_FRACTION`` of
+    ``rows * width`` (``width``: the bucket's longest) and that hold at most ``max_rows``."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for k, n in enumerate(lengths):
+        rows = len(current) + 1
+        padding = rows * n - (total + n)
+        full = max_rows is not None and len(current) >= max_rows
+        if current and (full or padding > MAX_PADDING_FRACTION * rows * n):
+            buckets.append(current)
+            current, total = [], 0
+        current.append(k)
+        total += n
+    if current:
+        buckets.append(current)
+    return buckets
+
 
 def hidden_size_of(model: Any) -> int:
     """The hidden size ``H`` of a ``transformers`` model (``config.hidden_size`` or ``n_embd``).
@@ -235,29 +260,45 @@ class Critic:
         """Values ``[M]`` (float32, reward units) of ``M`` texts, read at each text's last token.
 
         Runs under the caller's grad mode (wrap in ``torch.no_grad()`` for rollout-time
-        values). ``micro_batch_size`` texts per forward (None: all at once).
+        values). The texts are tokenized once, sorted by length and run in length buckets
+        (a bucket closes when left padding would exceed :data:`MAX_PADDING_FRACTION` of its
+        tokens, or at ``micro_batch_size`` texts; None: no count limit), so short turn-1
+        prompts are not padded to the length of long later-turn prompts; the values come
+        back in the order of ``texts``.
 
         Raises:
-            ValueError: no texts.
+            ValueError: no texts, or ``micro_batch_size`` < 1.
         """
         if not texts:
             raise ValueError("no texts to evaluate; give the critic at least one text")
-        per = micro_batch_size or len(texts)
-        out = [self._values(list(texts[i : i + per])) for i in range(0, len(texts), per)]
-        return torch.cat(out)
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1 or None, got {micro_batch_size}")
+        ids = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        if self.max_length is not None:
+            ids = [row[-self.max_length :] for row in ids]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: list[torch.Tensor | None] = [None] * len(ids)
+        for bucket in _length_buckets([len(ids[i]) for i in order], micro_batch_size):
+            rows = [order[k] for k in bucket]
+            values = self._values([ids[i] for i in rows])
+            for k, i in enumerate(rows):
+                out[i] = values[k]
+        return torch.stack([v for v in out if v is not None])
 
-    def _values(self, texts: list[str]) -> torch.Tensor:
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True)
-        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-        if self.max_length is not None and ids.shape[1] > self.max_length:
-            ids, mask = ids[:, -self.max_length :], mask[:, -self.max_length :]
+    def _values(self, rows: list[list[int]]) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor(
+            [[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device
+        )
         base = getattr(self.trunk, "base_model", self.trunk)
         hidden = base(
             input_ids=ids,
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
             use_cache=False,
-        ).last_hidden_state  # [M, S, H]
+        ).last_hidden_state  # [m, S, H]
         return self.head(hidden[:, -1])  # left padding: the last position is the last token
 
     def save(self, directory: str | Path) -> Path:

@@ -24,7 +24,8 @@ One step, read top to bottom in :func:`train_step`:
 :func:`setup` builds the run once (the agents, data, sampling and pools of
 :func:`comlrl.algos.recipes.group_baseline.setup`, plus the critics);
 :func:`train` loops, logs, evaluates and saves; :func:`save` writes every agent and
-critic (value heads as ``value_head.safetensors`` beside the Hugging Face weights).
+critic (value heads as ``value_head.safetensors`` beside the Hugging Face weights);
+:func:`checkpoint` writes a resumable step checkpoint and :func:`resume` continues from one.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from comlrl.algos import checkpoint as ckpt
 from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.env import Environment
-from comlrl.algos.gae import tree_gae, value_loss
+from comlrl.algos.gae import q_advantages, tree_gae, value_loss
 from comlrl.algos.joint import credit_completions
+from comlrl.algos.lifecycle import truncate_jsonl
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.losses import policy_loss
 from comlrl.algos.recipes import group_baseline
@@ -71,6 +74,8 @@ __all__ = [
     "train_step",
     "train",
     "save",
+    "checkpoint",
+    "resume",
     "evaluate",
 ]
 
@@ -280,6 +285,11 @@ def critic_advantages(
         normalize: whiten each agent's advantages over all turns of the step
             (population std + ``eps``; skipped with fewer than 2).
 
+    With a ``v`` critic the advantages are :func:`~comlrl.algos.gae.tree_gae`'s GAE; with
+    a ``q`` critic they are :func:`~comlrl.algos.gae.q_advantages` (the lambda-return
+    minus the mean Q of the node's joint actions; ``K = 1``: the lambda-return, and the
+    whitening's batch mean is the baseline).
+
     Returns:
         ``(advantages, targets)``: ``advantages[t][a]`` is ``[N_t * G]`` float32 (rows
         of agent ``a``'s batch); ``targets[c][t]`` is critic ``c``'s ``[M_t, J]`` targets
@@ -306,7 +316,10 @@ def critic_advantages(
         per_turn = []
         for t, turn in enumerate(turns):
             g = turn.agents[0].batch.group_size
-            credited = credit_completions(advs[t], turn.joint_index, g)  # [A, N_t, G]
+            # Q: the lambda-return minus an action-independent baseline (q_advantages);
+            # G - Q(s, a) would cancel the policy gradient once the critic fits.
+            actor_adv = q_advantages(targets[t], joint[c][t]) if kind == "q" else advs[t]
+            credited = credit_completions(actor_adv, turn.joint_index, g)  # [A, N_t, G]
             agents = range(num_agents) if method == "maac" else [c]
             for a in agents:
                 adv_out[t][a] = credited[a].reshape(-1).float()
@@ -634,11 +647,25 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         rng=base.rng,
     )
     t1 = time.perf_counter()
-    for critic in run.critics:
-        critic.trunk.eval()
-    values = rollout_values(ro, run.critics, run.method, micro_batch_size=cfg.micro_batch_size)
-    for critic in run.critics:
-        critic.trunk.train()
+    per_turn_texts = [
+        [critic_inputs(turn, run.method, cfg.critic_type, c) for turn in ro.turns]
+        for c in range(len(run.critics))
+    ]
+    texts = [[s for turn in per_turn for s in turn] for per_turn in per_turn_texts]
+    live: list[torch.Tensor] | None = None
+    if _can_fuse_critic_forward(run):
+        # One forward per critic serves both the sampling-time values and the value loss.
+        live = [critic.values(texts[c]) for c, critic in enumerate(run.critics)]
+        values = [
+            list(torch.split(v.detach().float().cpu(), [len(x) for x in per_turn_texts[c]]))
+            for c, v in enumerate(live)
+        ]
+    else:
+        for critic in run.critics:
+            critic.trunk.eval()
+        values = rollout_values(ro, run.critics, run.method, micro_batch_size=cfg.micro_batch_size)
+        for critic in run.critics:
+            critic.trunk.train()
     adv, targets = critic_advantages(
         ro,
         values,
@@ -648,10 +675,6 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         lam=cfg.gae_lambda,
         normalize=cfg.advantage_normalization,
     )
-    texts = [
-        [s for turn in ro.turns for s in critic_inputs(turn, run.method, cfg.critic_type, c)]
-        for c in range(len(run.critics))
-    ]
     old = [torch.cat(v) for v in values]
     tgt = [torch.cat(t) for t in targets]
     t2 = time.perf_counter()
@@ -682,11 +705,13 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
             ref_model=base.ref_models[a] if base.ref_models is not None else None,
         )
         if run.method == "iac":
-            stats.update(_critic_step(run, a, texts[a], old[a], tgt[a]))
+            stats.update(_critic_step(run, a, texts[a], old[a], tgt[a], live))
         return stats
 
     stats = base.update_pool.map(update_actor)
-    critic_stats = _critic_step(run, 0, texts[0], old[0], tgt[0]) if run.method == "maac" else {}
+    critic_stats = (
+        _critic_step(run, 0, texts[0], old[0], tgt[0], live) if run.method == "maac" else {}
+    )
     t3 = time.perf_counter()
     base.step += 1
     base.last_rollout = ro
@@ -709,12 +734,49 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
     }
 
 
+def _has_dropout(model: Any) -> bool:
+    """True when ``model`` drops out anything in train mode (a ``Dropout`` module with
+    ``p > 0`` or a config dropout probability > 0, e.g. Llama's ``attention_dropout``)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return True
+    config = getattr(model, "config", None)
+    for key in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop"):
+        value = getattr(config, key, 0.0)
+        if isinstance(value, int | float) and value > 0:
+            return True
+    return False
+
+
+def _can_fuse_critic_forward(run: ActorCriticRun) -> bool:
+    """Whether the critics' sampling-time values can come from the value loss's own
+    forward: one critic update (``num_iterations == 1``, so the critic's weights are
+    those of sampling time), all texts in one pass (``micro_batch_size`` None), separate
+    critics (a shared trunk is the actor, updated together with it) and no dropout (the
+    sampling-time values must not be noisy). The values are then the same numbers the
+    unfused path computes (tested), and one critic forward per step is saved."""
+    cfg = run.config
+    return (
+        cfg.num_iterations == 1
+        and cfg.micro_batch_size is None
+        and not any(c.shared for c in run.critics)
+        and not any(_has_dropout(c.trunk) for c in run.critics)
+    )
+
+
 def _critic_step(
-    run: ActorCriticRun, c: int, texts: list[str], old: torch.Tensor, tgt: torch.Tensor
+    run: ActorCriticRun,
+    c: int,
+    texts: list[str],
+    old: torch.Tensor,
+    tgt: torch.Tensor,
+    live: list[torch.Tensor] | None = None,
 ) -> dict[str, float]:
     cfg = run.config
     optimizer = run.critic_optimizers[c]
     assert optimizer is not None  # shared critics are updated in update_shared
+    if live is not None:
+        return _fused_critic_update(run, c, optimizer, live[c], old, tgt)
     return update_critic(
         run.critics[c],
         optimizer,
@@ -727,6 +789,34 @@ def _critic_step(
         max_grad_norm=cfg.max_grad_norm,
         micro_batch_size=cfg.micro_batch_size,
     )
+
+
+def _fused_critic_update(
+    run: ActorCriticRun,
+    c: int,
+    optimizer: torch.optim.Optimizer,
+    values: torch.Tensor,
+    old: torch.Tensor,
+    tgt: torch.Tensor,
+) -> dict[str, float]:
+    """:func:`update_critic` with one iteration on values already computed with gradient
+    (``values [M]``, the graph of this step's critic forward); same loss and metrics."""
+    cfg, critic = run.config, run.critics[c]
+    optimizer.zero_grad(set_to_none=True)
+    target = tgt.to(values.device)
+    loss, stats = value_loss(
+        values.unsqueeze(1).expand_as(target),
+        target,
+        old_values=old.to(values.device).unsqueeze(1).expand_as(target),
+        clip_range=cfg.value_clip_range,
+    )
+    (loss * cfg.value_loss_coef).backward()
+    if cfg.max_grad_norm is not None:
+        stats["critic_grad_norm"] = float(
+            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), cfg.max_grad_norm)
+        )
+    optimizer.step()
+    return stats
 
 
 def save(run: ActorCriticRun, tag: str) -> list[Path]:
@@ -746,6 +836,123 @@ def save(run: ActorCriticRun, tag: str) -> list[Path]:
     return out
 
 
+def _critic_state(run: ActorCriticRun) -> dict[str, Any]:
+    """The critics' part of ``training_state.pt``: weights and optimizer state (CPU tensors)."""
+    return {
+        "method": run.method,
+        "kind": run.config.critic_type,
+        "heads": [
+            {k: v.detach().cpu() for k, v in c.head.state_dict().items()} for c in run.critics
+        ],
+        "trunks": [
+            None if c.shared else {k: v.detach().cpu() for k, v in c.trunk.state_dict().items()}
+            for c in run.critics
+        ],
+        "optimizers": [None if o is None else o.state_dict() for o in run.critic_optimizers],
+    }
+
+
+def checkpoint(run: ActorCriticRun) -> Path:
+    """Write ``output_dir/checkpoints/step-N`` atomically and return it.
+
+    The folder is :func:`comlrl.algos.checkpoint.write_checkpoint`'s (built under a
+    temporary name, then renamed): ``agent_<i>/`` (Hugging Face weights) and
+    ``training_state.pt`` holding the actors' optimizers (a shared-trunk head's moments
+    are a parameter group there), the data stream, every random stream, the step and,
+    under ``"critics"``, each critic's head and (separate critics) trunk weights and
+    optimizer state. ``torch.load(..., weights_only=True)`` reads it. Prunes to
+    ``config.keep_last``.
+
+    Raises:
+        ConfigError: the run is data parallel (actor-critic checkpoints are single-process).
+    """
+    base = run.base
+    if base.world_size > 1 or base.syncs is not None:
+        raise ConfigError(
+            "actor-critic checkpoints are written by a single process; run without "
+            "data_parallel to checkpoint an IAC/MAAC run."
+        )
+    state = ckpt.capture_state(
+        step=base.step,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    state["critics"] = _critic_state(run)
+    path = ckpt.write_checkpoint(
+        ckpt.step_checkpoint_path(base.output_dir, base.step), base.agents, state
+    )
+    if run.config.keep_last:
+        ckpt.prune_checkpoints(base.output_dir, run.config.keep_last, keep=path)
+    return path
+
+
+def resume(run: ActorCriticRun, path: str | Path) -> int:
+    """Put ``run`` back at the step checkpoint ``path`` written by :func:`checkpoint`:
+    actor weights and optimizers, critics (heads, separate trunks, their optimizers),
+    data stream and random streams; cut ``metrics.jsonl``/``samples.jsonl``/``eval.jsonl``
+    back to its step and return the step. :func:`train` then continues as if never stopped.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, was written by another recipe (no
+            critic state), or does not fit the run (method, critic kind, number of critics,
+            a shared/separate mismatch, other shapes).
+    """
+    base = run.base
+    state = ckpt.load_training_state(path)
+    saved = state.get("critics")
+    if saved is None:
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} holds no critic state (a group-baseline checkpoint?); resume it "
+            "with the recipe that wrote it."
+        )
+    if (saved["method"], saved["kind"]) != (run.method, run.config.critic_type):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} was written by {saved['method'].upper()} with critic_type="
+            f"{saved['kind']!r}; this run is {run.method.upper()} with critic_type="
+            f"{run.config.critic_type!r}."
+        )
+    if len(saved["heads"]) != len(run.critics):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} has {len(saved['heads'])} critics but this run has {len(run.critics)}."
+        )
+    for i, agent in enumerate(base.agents):
+        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+    base.step = ckpt.restore_state(
+        state,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    for i, critic in enumerate(run.critics):
+        trunk, opt_state = saved["trunks"][i], saved["optimizers"][i]
+        if (trunk is None) != critic.shared or (opt_state is None) != (
+            run.critic_optimizers[i] is None
+        ):
+            raise ckpt.CheckpointError(
+                f"critic {i} is {'shared' if critic.shared else 'separate'} in this run but "
+                f"was {'shared' if trunk is None else 'separate'} when saved; use the same "
+                "critic_mode."
+            )
+        try:
+            critic.head.load_state_dict(saved["heads"][i])
+            if trunk is not None:
+                critic.trunk.load_state_dict(trunk)
+            optimizer = run.critic_optimizers[i]
+            if optimizer is not None:
+                optimizer.load_state_dict(opt_state)
+        except (RuntimeError, ValueError) as exc:
+            raise ckpt.CheckpointError(
+                f"critic {i}'s saved state does not fit this run: {exc}"
+            ) from None
+    ckpt.clean_partial_checkpoints(base.output_dir)
+    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        truncate_jsonl(base.output_dir / name, base.step)
+    return base.step
+
+
 def evaluate(run: ActorCriticRun) -> dict[str, float]:
     """The agents' evaluation row (:func:`comlrl.algos.recipes.group_baseline.evaluate`;
     critics play no part at evaluation)."""
@@ -754,14 +961,16 @@ def evaluate(run: ActorCriticRun) -> dict[str, float]:
 
 def train(run: ActorCriticRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps: ``metrics.jsonl`` and ``samples.jsonl`` rows per step,
-    ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, ``step-<N>/`` every
-    ``save_every`` steps (:func:`save`; no optimizer state, so not resumable) and
-    ``final/`` in ``output_dir``."""
+    ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, resumable step checkpoints
+    ``checkpoints/step-NNNNNN/`` every ``save_every`` steps and at the last step
+    (:func:`checkpoint`), and ``final/`` (:func:`save`) in ``output_dir``. A run put back
+    by :func:`resume` continues from its step."""
     import yaml
     from tqdm.auto import tqdm
 
     cfg, base = run.config, run.base
-    torch.manual_seed(cfg.seed)
+    if base.step == 0:  # a resumed run has its random streams back from the checkpoint
+        torch.manual_seed(cfg.seed)
     base.output_dir.mkdir(parents=True, exist_ok=True)
     (base.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     history: list[dict[str, float]] = []
@@ -787,8 +996,8 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
             if evals is not None and base.step % cfg.eval_every == 0:
                 evals.write(evaluate(run))
-            if cfg.save_every and base.step % cfg.save_every == 0 and base.step < cfg.num_steps:
-                save(run, f"step-{base.step}")
+            if cfg.save_every and (base.step % cfg.save_every == 0 or base.step == cfg.num_steps):
+                checkpoint(run)
         save(run, "final")
     finally:
         bar.close()
