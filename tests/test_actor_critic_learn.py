@@ -5,8 +5,8 @@ prompt (G = 1, CoMLRL 1.4.3's setting), seeded, CPU, one intra-op thread.
 Thresholds: measured on the 2-core build machine (80 steps, batch 4, lr 1e-3): IAC
 0.54 -> 1.05 (first vs last quarter of the reward means), MAAC 0.50 -> 0.94, while the same
 IAC run at lr 1e-12 (weights do not move) drifted 0.49 -> 0.53 (+0.04 from prompt order
-alone). The shorter runs here ask for a rise of 0.15, well above that drift and well
-below the measured rises. Two turns, 36 steps, MAAC with gae_lambda 0.95: V critic
+alone). The shorter single-turn runs here ask for a rise of 0.15, well above that drift
+and well below the measured rises; the two-turn runs ask for 0.10 (see the test). Two turns, 36 steps, MAAC with gae_lambda 0.95: V critic
 0.61 -> 0.76, Q critic 0.61 -> 0.78 (before the Q advantage became the lambda-return minus
 an action-independent baseline, ``comlrl.algos.gae.q_advantages``, it was 0.59 -> 0.70:
 ``G - Q(s, a)`` cancels the policy gradient once Q fits). Also checked: the saved run holds a value head or critic that
@@ -99,6 +99,8 @@ def test_actor_critic_raises_the_second_turns_reward(
     stories260k: Path, tmp_path: Path, method: str, extra: dict[str, object]
 ) -> None:
     first, last = _quarters(_run(stories260k, tmp_path, method, 2, 36, **extra))
-    assert last > first + 0.15, f"{method}: turn-2 reward did not rise: {first:.3f} -> {last:.3f}"
+    # 0.10: 2.5x the +0.04 drift of a run whose weights do not move, and below the measured
+    # two-turn rises (+0.15 V, +0.17 Q), so thread-count round-off cannot flip it.
+    assert last > first + 0.10, f"{method}: turn-2 reward did not rise: {first:.3f} -> {last:.3f}"
     if method == "iac":
         load_value_head(tmp_path / "final" / "agent_0", hidden_size=64)
