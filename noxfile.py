@@ -4,8 +4,8 @@
 that package, its declared dependencies and the test tools, then the cross-package tests
 in ``tests/`` with all four packages installed:
 
-- the torch-free packages (``core``, ``envs``) on every Python in :data:`ALL_PYTHONS`
-  that is on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
+- the torch-free packages on the Pythons in :data:`PYTHONS_FOR` (``core`` on all of
+  :data:`ALL_PYTHONS`, ``envs`` on 3.10, 3.11 and 3.13) that are on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
   skipped with a message. On Pythons other than :data:`TORCH_PYTHON` the tests marked
   ``slow`` (sweeps over every reference solution of a data set, 1000 sandbox timeouts)
   are left out to keep CI short; they run on :data:`TORCH_PYTHON`;
@@ -125,7 +125,10 @@ def _install(session: nox.Session, names: list[str], tested: str | None = None) 
     session.install(*[_local(session, n, EXTRAS.get(n, "") if n == tested else "") for n in names])
 
 
-MATRIX = [(py, pkg) for pkg in TORCH_FREE for py in ALL_PYTHONS] + [
+# envs (sandbox, suites: ~2 minutes a Python) runs on the oldest and newest Pythons and on
+# TORCH_PYTHON; core (seconds) on all of them.
+PYTHONS_FOR = {"core": ALL_PYTHONS, "envs": ["3.10", TORCH_PYTHON, "3.13"]}
+MATRIX = [(py, pkg) for pkg in TORCH_FREE for py in PYTHONS_FOR[pkg]] + [
     (TORCH_PYTHON, pkg) for pkg in ("kernels", "algos", "integration")
 ]
 
