@@ -226,6 +226,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "comlrl.algos.recipes.actor_critic:ActorCriticConfig",
                 f"{_GB}:run_iac",
                 presets={"output_dir": "runs/iac"},
+                resumable=True,
             ),
             Recipe(
                 "maac",
@@ -233,6 +234,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "comlrl.algos.recipes.actor_critic:ActorCriticConfig",
                 f"{_GB}:run_maac",
                 presets={"output_dir": "runs/maac"},
+                resumable=True,
             ),
             Recipe(
                 "madpo",
