@@ -4,7 +4,10 @@ steps of the built-in stories260k, in-process to keep CI fast) and writes its ou
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from comlrl.algos.cli import main
@@ -23,39 +26,168 @@ def _check_final(out: Path, agents: int) -> None:
         assert (out / "final" / f"agent_{i}" / "model.safetensors").is_file()
 
 
+def _interrupt_after(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Send this process a real SIGINT (a terminal's Ctrl-C) right after the metrics row of
+    ``step`` is written: the recipe's handler must finish the step, checkpoint and stop."""
+    from comlrl.algos.run import JsonlWriter
+
+    original = JsonlWriter.write
+
+    def write(self: JsonlWriter, row: Any) -> None:
+        original(self, row)
+        if self.path.name == "metrics.jsonl" and row.get("step") == step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(JsonlWriter, "write", write)
+
+
+def _assert_same_outputs(out: Path, reference: Path) -> None:
+    """The logs and the final weights of a resumed run equal the uninterrupted run's.
+
+    Tolerance 1e-6 absolute, as in tests/test_run_lifecycle.py: the resumed run repeats
+    the same float32 operations in the same order from bit-identical weights, optimizer
+    moments and random streams (they match bit for bit here); 1e-6 leaves room only for a
+    BLAS picking another kernel, which moves float32 sums of O(1) terms by ~1e-7. Lost
+    state (moments, data order, a sampling stream) changes them by far more.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        _assert_same_rows(out / name, reference / name)
+    files = sorted(p.relative_to(reference) for p in (reference / "final").rglob("*.safetensors"))
+    assert files
+    for rel in files:
+        got_t, want_t = load_file(out / rel), load_file(reference / rel)
+        assert got_t.keys() == want_t.keys(), rel
+        for k in want_t:
+            torch.testing.assert_close(got_t[k], want_t[k], atol=1e-6, rtol=0, msg=f"{rel} {k}")
+
+
+def _assert_same_rows(got_path: Path, want_path: Path) -> None:
+    """Same rows, floats within 1e-6 (see :func:`_assert_same_outputs`); timings aside."""
+    assert got_path.exists() == want_path.exists(), got_path
+    if not want_path.exists():
+        return
+    got, want = _rows(got_path), _rows(want_path)
+    name = want_path.name
+    assert [r.get("step") for r in got] == [r.get("step") for r in want], name
+    assert len(got) == len(want) and want, name
+    for g, w in zip(got, want, strict=True):
+        keys = {k for k in w if not k.startswith("time/") and not k.endswith("_per_s")}
+        assert keys == {k for k in g if not k.startswith("time/") and not k.endswith("_per_s")}
+        for k in sorted(keys):
+            if isinstance(w[k], float):
+                assert abs(g[k] - w[k]) <= 1e-6, (
+                    f"{name} step {w.get('step')} {k}: {g[k]} != {w[k]}"
+                )
+            else:
+                assert g[k] == w[k], f"{name} step {w.get('step')} {k}: {g[k]!r} != {w[k]!r}"
+
+
 @pytest.mark.parametrize("algo", ["iac", "maac"])
-def test_actor_critic_recipes_run_on_the_default_task(
-    algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_actor_critic_recipes_run_on_the_default_task_and_resume_exactly(
+    algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / algo
-    assert main(["train", f"algo={algo}", *TINY, *STORY, f"output_dir={out}", "log_samples=1"]) == 0
+    argv = [
+        "train",
+        f"algo={algo}",
+        "num_steps=3",
+        "progress=false",
+        *STORY,
+        "log_samples=1",
+        "save_every=1",
+        "keep_last=2",
+        "eval_every=2",
+        "eval_limit=2",
+        "parallel_agents=false",
+    ]
+    assert main([*argv, f"output_dir={out}"]) == 0
     cap = capsys.readouterr()
     assert "2 agents (builtin:stories260k) on coop_story (4 examples), " + algo.upper() in cap.err
-    assert cap.out.strip().splitlines()[-1].startswith("done: 2 steps, reward first quarter ")
+    assert cap.out.strip().splitlines()[-1].startswith("done: 3 steps, reward first quarter ")
     rows = _rows(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     assert all("critic/value_loss" in r or "value_loss/agent_0" in r for r in rows), rows[0].keys()
     _check_final(out, 2)
     critic = out / "final" / ("critic_0" if algo == "iac" else "critic")
     assert critic.is_dir()
-    # its checkpoints hold no optimizer state: --resume says so before loading anything
-    assert main(["train", "--resume", str(out)]) == 2
+    assert (out / "config.yaml").read_text().startswith(f"algo: {algo}\n")
+    # Ctrl-C after step 1: the step finishes, a checkpoint is written, exit 130
+    run = tmp_path / f"{algo}-interrupted"
+    _interrupt_after(monkeypatch, 1)
+    assert main([*argv, f"output_dir={run}"]) == 130
+    monkeypatch.undo()
     err = capsys.readouterr().err
-    assert f"algo={algo}" in err and "cannot be resumed yet" in err
+    assert f"interrupted at step 1; checkpoint: {run / 'checkpoints' / 'step-000001'}" in err, err
+    assert f"resume with: comlrl train --resume {run}" in err
+    assert main(["train", "--resume", str(run)]) == 0
+    assert f"resuming {run} at step 1 of 3" in capsys.readouterr().out
+    _assert_same_outputs(run, out)
+    # a finished run has nothing left to do; unsafe overrides are refused
+    assert main(["train", "--resume", str(run), "learning_rate=0.5"]) == 2
+    assert "cannot change learning_rate" in capsys.readouterr().err
 
 
-def test_madpo_runs_on_the_default_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _interrupted_and_resumed(
+    argv: list[str],
+    run: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    total: int,
+) -> None:
+    """Run ``argv`` into ``run`` with a Ctrl-C after step 1 (exit 130, a checkpoint),
+    then ``comlrl train --resume run`` to the end."""
+    _interrupt_after(monkeypatch, 1)
+    assert main([*argv, f"output_dir={run}"]) == 130
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert f"interrupted at step 1; checkpoint: {run / 'checkpoints' / 'step-000001'}" in err, err
+    assert main(["train", "--resume", str(run)]) == 0, capsys.readouterr().err
+    assert f"resuming {run} at step 1 of {total}" in capsys.readouterr().out
+
+
+def test_madpo_runs_on_the_default_task_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "madpo"
-    assert main(["train", "algo=madpo", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]) == 0
+    argv = ["train", "algo=madpo", "num_steps=3", "progress=false", *STORY, "batch_size=2"]
+    argv += ["save_every=1", "keep_last=2", "eval_split=test", "eval_limit=2", "eval_every=2"]
+    assert main([*argv, f"output_dir={out}"]) == 0
     cap = capsys.readouterr()
-    assert "MADPO, 2 steps of 2 prompts x 4 candidates" in cap.err
-    assert cap.out.strip().splitlines()[-1].startswith("done: 2 steps, reward_mean first quarter")
+    assert "MADPO, 3 steps of 2 prompts x 4 candidates" in cap.err
+    assert cap.out.strip().splitlines()[-1].startswith("done: 3 steps, reward_mean first quarter")
     rows = _rows(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(isinstance(r["reward_mean"], float) and "num_pairs" in r for r in rows)
+    assert "eval/reward_mean" in rows[1] and "eval/reward_mean_start" in rows[0]
     _check_final(out, 2)
     saved = (out / "config.yaml").read_text()
     assert saved.startswith("algo: madpo\n") and "num_candidates: 4" in saved
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "step-000002",
+        "step-000003",
+    ]
+    run = tmp_path / "madpo-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3)
+    _assert_same_outputs(run, out)
+
+
+def test_marlhf_resumes_its_rl_phase_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "marlhf"
+    argv = ["train", "algo=marlhf", "num_steps=3", "progress=false", *STORY, "batch_size=2"]
+    argv += ["num_generations=2", "num_candidates=2", "num_collect_batches=2", "log_samples=1"]
+    argv += ["reward.num_epochs=2", "save_every=1", "parallel_agents=false"]
+    assert main([*argv, f"output_dir={out}"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done: 3 steps")
+    assert (out / "final" / "reward_model" / "head.safetensors").is_file()
+    run = tmp_path / "marlhf-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3)
+    _assert_same_outputs(run, out)
+    _assert_same_rows(run / "reward_model_metrics.jsonl", out / "reward_model_metrics.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -75,13 +207,18 @@ def test_madpo_runs_on_the_default_task(tmp_path: Path, capsys: pytest.CaptureFi
         ),
     ],
 )
-def test_one_model_recipes_train_on_a_jsonl_file(
-    algo: str, row: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_one_model_recipes_train_on_a_jsonl_file_and_resume_exactly(
+    algo: str,
+    row: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join(json.dumps(row) for _ in range(4)) + "\n")
     out = tmp_path / algo
     argv = ["train", f"algo={algo}", f"data={data}", *TINY, "batch_size=2", "learning_rate=1e-3"]
+    argv.append("save_every=1")
     assert main([*argv, f"output_dir={out}"]) == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("done: 2 steps, loss first quarter "), summary
@@ -97,6 +234,9 @@ def test_one_model_recipes_train_on_a_jsonl_file(
     # a second run into the same folder is refused without --overwrite
     assert main([*argv, f"output_dir={out}"]) == 2
     assert "already holds a run" in capsys.readouterr().err
+    # Ctrl-C after step 1, then --resume: the same rows and final weights
+    _interrupted_and_resumed(argv, tmp_path / f"{algo}-interrupted", monkeypatch, capsys, 2)
+    _assert_same_outputs(tmp_path / f"{algo}-interrupted", out)
 
 
 def test_missing_data_and_unknown_keys_fail_before_any_model_loads(

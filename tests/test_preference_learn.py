@@ -8,6 +8,7 @@ training.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -153,28 +154,43 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
         HFAgent(*load_model_and_tokenizer(str(stories260k)), name=f"author_{i}") for i in range(2)
     ]
     backbone, tok = load_model_and_tokenizer(str(stories260k))
+    # Pairs with a clear preference (task-reward gap >= 0.25, two per prompt) from 20
+    # batches of 4 prompts: ~114 training and ~30 held-out pairs (10 batches of one
+    # gap-0 pair each gave 27 and 8, too few: the model fit them, held-out loss 0.91 -> 0.94).
     config = MADPOConfig(
-        num_agents=2, num_candidates=4, max_new_tokens=32, batch_size=4, seed=0, device="cpu"
+        num_agents=2,
+        num_candidates=4,
+        max_new_tokens=32,
+        batch_size=4,
+        seed=0,
+        device="cpu",
+        min_gap=0.25,
+        pairs_per_prompt=2,
     )
     trainer = MARLHFTrainer(
         agents,
         config,
         reward_backbone=backbone,
         reward_tokenizer=tok,
-        reward_config=RewardModelConfig(learning_rate=1e-3, num_epochs=4, batch_size=8),
+        reward_config=RewardModelConfig(learning_rate=1e-3, num_epochs=2, batch_size=8),
         dataset=story_examples(128),
         formatters=[lambda ex: ex["opening"]] * 2,
         reward_func=story_reward,
-        num_collect_batches=10,
+        num_collect_batches=20,
         eval_fraction=0.2,
     )
     history = trainer.train_reward_model()
-    # On ~30 training pairs the model fits them but does not generalise to the 8 held-out
-    # pairs (held-out loss 0.91 -> 0.94 measured), so this checks the fit only.
-    first = [r["loss"] for r in history if r["epoch"] == 1]
-    last = [r["loss"] for r in history if r["epoch"] == 4]
-    assert sum(last) / len(last) < sum(first) / len(first) - 0.1, (
-        f"training BT loss {first} -> {last}"
+    held_out = sum(len(p) for p in trainer.pairs[-4:])
+    start, end = history[0], history[-1]
+    # The zero head scores every text alike: held-out loss starts at ln 2 (chance).
+    assert abs(start["eval/loss_start"] - math.log(2)) < 1e-6
+    # Measured on the build machine: held-out BT loss 0.693 -> 0.527, accuracy 0.77 on 30
+    # pairs; ask for about half the drop and 19 of 30 right (chance: 15).
+    assert end["eval/loss"] < math.log(2) - 0.08, (
+        f"held-out BT loss {start['eval/loss_start']:.3f} -> {end['eval/loss']:.3f}"
+    )
+    assert held_out >= 24 and end["eval/accuracy"] >= 0.63, (
+        f"held-out accuracy {end['eval/accuracy']:.2f} on {held_out} pairs"
     )
     rl = trainer.rl_trainer(
         TrainConfig(

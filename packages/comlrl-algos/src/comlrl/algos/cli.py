@@ -312,8 +312,8 @@ def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         overrides.append(f"num_steps={args.num_steps}")
     if any(o.split("=", 1)[0].strip() == "algo" for o in overrides):
         raise ConfigError("--resume continues the run's own recipe; drop algo=.")
-    _check_resumable(args.resume)
-    config = resume_config(args.resume, overrides)
+    recipe = _saved_recipe(args.resume)
+    config = resume_config(args.resume, overrides, recipe.build_config)
     found = latest_checkpoint(args.resume)
     if found is None:
         raise ConfigError(
@@ -321,53 +321,62 @@ def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
             f"{args.resume}/checkpoints (a run writes one every save_every steps and on Ctrl-C); "
             "start it again with --overwrite."
         )
-    from comlrl.algos.recipes.registry import resolve_recipe
-
-    recipe, _ = resolve_recipe({"estimator": config.estimator})
     return recipe, config, found
 
 
-def _check_resumable(run_dir: str) -> None:
-    """Refuse, with the reason, a run dir whose ``config.yaml`` belongs to a recipe that
-    cannot be resumed (only the group-baseline recipes write resumable checkpoints).
+def _saved_recipe(run_dir: str) -> Any:
+    """The recipe of the run in ``run_dir``, read from its ``config.yaml``: its ``algo``
+    key; else the only recipe whose config has every saved key (a group-baseline run's
+    ``estimator`` picks among those four).
 
     Raises:
-        ConfigError: the saved config names such a recipe (``algo:``) or has its keys.
+        ConfigError: no readable ``config.yaml``, an unknown ``algo``, keys that fit no
+            recipe or more than one (e.g. ``iac`` and ``maac``: add ``algo:`` to the file),
+            or a recipe that cannot be resumed.
     """
     from pathlib import Path
 
     import yaml
     from comlrl.algos.config import ConfigError, TrainConfig
-    from comlrl.algos.recipes.registry import RECIPES, get_recipe
+    from comlrl.algos.recipes.registry import RECIPES, get_recipe, resolve_recipe
 
     path = Path(run_dir) / "config.yaml"
     try:
         saved = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return  # resume_config reports a missing or broken file
-    if not isinstance(saved, dict):
-        return
-    names: list[str] = []
-    if isinstance(saved.get("algo"), str):
-        try:
-            recipe = get_recipe(saved["algo"])
-        except ConfigError:
-            return
-        names = [] if recipe.resumable else [recipe.name]
-    else:
-        extra = set(saved) - set(TrainConfig.model_fields)
-        if extra:
-            names = [
-                r.name
-                for r in RECIPES.values()
-                if not r.resumable and extra <= set(r.config_class().model_fields)
-            ]
-    if names:
+    except OSError:
         raise ConfigError(
-            f"{run_dir!r} is a run of algo={' or algo='.join(names)}, which cannot be resumed "
-            "yet (only magrpo, mareinforce, marloo and maremax write resumable checkpoints); "
+            f"cannot resume {run_dir!r}: it has no config.yaml (is it the output_dir of a "
+            "comlrl train run?)"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{str(path)!r} must hold a YAML mapping")
+    if isinstance(saved.get("algo"), str):
+        recipe = get_recipe(saved["algo"])
+    elif set(saved) <= set(TrainConfig.model_fields):
+        recipe, _ = resolve_recipe({"estimator": saved.get("estimator", "grpo")})
+    else:
+        fits = {
+            r.name: r
+            for r in RECIPES.values()
+            if set(saved) <= set(r.config_class().model_fields)
+            and r.config != RECIPES["magrpo"].config
+        }
+        if len(fits) != 1:
+            what = f"algo={' or algo='.join(fits)}" if fits else "no registered recipe"
+            raise ConfigError(
+                f"{str(path)!r} has no algo: key and its keys fit {what}; add the line "
+                "`algo: NAME` (the recipe the run was started with) to it and resume again."
+            )
+        (recipe,) = fits.values()
+    if not recipe.resumable:
+        raise ConfigError(
+            f"{run_dir!r} is a run of algo={recipe.name}, which cannot be resumed "
+            f"(resumable: {', '.join(r.name for r in RECIPES.values() if r.resumable)}); "
             "start a new run, e.g. from its final/ weights with --model."
         )
+    return recipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:

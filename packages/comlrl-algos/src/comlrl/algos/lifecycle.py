@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -212,13 +213,25 @@ def truncate_jsonl(path: str | Path, step: int) -> int:
     return dropped
 
 
-def resume_config(run_dir: str | Path, overrides: list[str]) -> Any:
+def resume_config(
+    run_dir: str | Path,
+    overrides: list[str],
+    build: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
     """The configuration of a run to resume: its saved ``config.yaml`` plus safe overrides.
 
-    ``output_dir`` becomes ``run_dir`` (the folder may have moved since).
+    ``output_dir`` becomes ``run_dir`` (the folder may have moved since). A saved ``algo``
+    key (the recipe's name, written by the command line) is dropped before validation.
+
+    Args:
+        run_dir: the run's ``output_dir``.
+        overrides: ``key=value`` strings.
+        build: validates a mapping into the recipe's config (e.g.
+            :meth:`comlrl.algos.recipes.registry.Recipe.build_config`); ``None``:
+            :func:`comlrl.algos.config.build_config` (a group-baseline ``TrainConfig``).
 
     Returns:
-        the :class:`~comlrl.algos.config.TrainConfig`.
+        the recipe's config (a :class:`~comlrl.algos.config.TrainConfig` by default).
 
     Raises:
         ConfigError: no ``config.yaml`` in ``run_dir``, an invalid override, or an
@@ -236,9 +249,11 @@ def resume_config(run_dir: str | Path, overrides: list[str]) -> Any:
     saved_data = yaml.safe_load(saved_path.read_text()) or {}
     if not isinstance(saved_data, dict):
         raise ConfigError(f"{str(saved_path)!r} must hold a YAML mapping")
-    saved_data = {**saved_data, "output_dir": str(run)}
-    saved = build_config(saved_data)
-    new = build_config(apply_overrides(saved_data, overrides))
+    saved_data = {k: v for k, v in saved_data.items() if k != "algo"}
+    saved_data["output_dir"] = str(run)
+    validate = build if build is not None else build_config
+    saved = validate(saved_data)
+    new = validate(apply_overrides(saved_data, overrides))
     before, after = saved.model_dump(), new.model_dump()
     changed = sorted(k for k in after if after[k] != before[k])
     refused = [k for k in changed if k not in RESUME_SAFE_FIELDS]

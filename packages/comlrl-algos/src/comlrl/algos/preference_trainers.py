@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from comlrl.algos.config import ConfigError, TrainConfig
@@ -74,10 +75,17 @@ class SFTTrainer:
             raise ConfigError("no eval_dataset was given to SFTTrainer")
         return recipe.evaluate_sft(self.model, self.tokenizer, self.eval_dataset, self.config)
 
-    def train(self) -> list[dict[str, float]]:
-        """Run the loop; one metrics row per step."""
+    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. With ``checkpoints``
+        (:class:`~comlrl.algos.recipes.preference.StepCheckpoints`): step checkpoints,
+        Ctrl-C at a step boundary, and ``resume_from`` continues a run exactly."""
         return recipe.train_sft(
-            self.model, self.tokenizer, self.dataset, self.config, self.eval_dataset
+            self.model,
+            self.tokenizer,
+            self.dataset,
+            self.config,
+            self.eval_dataset,
+            checkpoints=checkpoints,
         )
 
 
@@ -118,8 +126,11 @@ class DPOTrainer:
             ref_model,
         )
 
-    def train(self) -> list[dict[str, float]]:
-        """Run the loop; one metrics row per step."""
+    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. With ``checkpoints``
+        (:class:`~comlrl.algos.recipes.preference.StepCheckpoints`): step checkpoints,
+        Ctrl-C at a step boundary, and ``resume_from`` continues a run exactly (build the
+        trainer on the run's initial weights: the reference is their copy)."""
         return recipe.train_dpo(
             self.model,
             self.tokenizer,
@@ -127,6 +138,7 @@ class DPOTrainer:
             self.config,
             self.eval_dataset,
             ref_model=self.ref_model,
+            checkpoints=checkpoints,
         )
 
 
@@ -210,9 +222,27 @@ class MADPOTrainer:
         """Held-out reward and pair metrics."""
         return recipe.madpo_evaluate(self.run)
 
-    def train(self) -> list[dict[str, float]]:
-        """Run ``config.num_steps`` steps."""
-        return recipe.train_madpo(self.run)
+    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
+        """Run the steps up to ``config.num_steps`` (from the resumed step, if any); with
+        ``checkpoints``, write step checkpoints and stop at a step boundary on Ctrl-C
+        (:func:`~comlrl.algos.recipes.preference.train_madpo`)."""
+        return recipe.train_madpo(self.run, checkpoints=checkpoints)
+
+    def checkpoint(self, checkpoints: recipe.StepCheckpoints) -> Path:
+        """Write a resumable step checkpoint now
+        (:func:`~comlrl.algos.recipes.preference.madpo_checkpoint`); returns its folder."""
+        return recipe.madpo_checkpoint(self.run, checkpoints)
+
+    def resume(self, checkpoint: str | Path, output_dir: str | Path | None = None) -> int:
+        """Continue from a step checkpoint (agents, optimizers, data and random streams;
+        :func:`~comlrl.algos.recipes.preference.madpo_resume`); returns its step. Build
+        the trainer on the run's initial weights first: the reference models are copies
+        of them.
+
+        Raises:
+            CheckpointError: the checkpoint is incomplete or does not fit this run.
+        """
+        return recipe.madpo_resume(self.run, checkpoint, output_dir)
 
 
 class MARLHFTrainer:

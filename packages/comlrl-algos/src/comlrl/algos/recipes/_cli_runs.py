@@ -30,6 +30,7 @@ from comlrl.algos.recipes.preference import (
     MADPOConfig,
     RewardModelConfig,
     SFTConfig,
+    StepCheckpoints,
 )
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -57,7 +58,8 @@ class RunRequest:
     Attributes:
         clear_earlier: ``--overwrite`` on an ``output_dir`` that holds a run: delete its
             outputs once the models have loaded (so a failed load deletes nothing).
-        resume_from: the step checkpoint of ``--resume`` (group-baseline recipes only).
+        resume_from: the step checkpoint of ``--resume`` (recipes registered
+            ``resumable``).
     """
 
     clear_earlier: bool = False
@@ -83,6 +85,18 @@ class _CommandLineRun(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
     progress: bool = True
+    save_every: int = Field(
+        0, ge=0, description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C."
+    )
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
+    )
+
+    def step_checkpoints(self, request: RunRequest) -> StepCheckpoints:
+        """Where this run writes step checkpoints, and the one ``--resume`` continues from."""
+        return StepCheckpoints(
+            Path(self.output_dir), self.save_every, self.keep_last, request.resume_from
+        )
 
 
 class _OneModelRun(_CommandLineRun):
@@ -436,6 +450,7 @@ def _run_policy_gradient(
 def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
     """``algo=madpo``: :class:`~comlrl.algos.MADPOTrainer` on ``config.task``; each agent's
     final weights in ``final/agent_<i>``."""
+    from comlrl.algos import lifecycle
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.preference_trainers import MADPOTrainer
     from comlrl.algos.preflight import check_model_names, prepare_task
@@ -470,12 +485,21 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
             agents, config, task=task, dataset=examples, eval_dataset=eval_examples
         )
         out = _start_outputs(config, "madpo", request)
+        ckpts = config.step_checkpoints(request)
+        if request.resume_from is not None:
+            step = trainer.resume(request.resume_from, out)
+            print(
+                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
+            )
         log = _StepLog(out, config.num_steps, "madpo", config.progress, config.batch_size)
         try:
-            history = train_madpo(trainer.run, on_step=log)
+            history = train_madpo(trainer.run, on_step=log, checkpoints=ckpts)
         finally:
             log.close()
         _save_final([(a.model, a.tokenizer) for a in agents], out, config.num_steps)
+    except lifecycle.TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
     except (OSError, ValueError) as exc:
         return _err(str(exc))
     finally:
@@ -554,20 +578,27 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
             num_collect_batches=config.num_collect_batches,
             eval_fraction=config.eval_fraction,
         )
-        if request.clear_earlier:
-            lifecycle.clear_run_outputs(config.output_dir)
-        out = Path(config.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
-        marlhf.collect_pairs()
-        writer = JsonlWriter(out / "reward_model_metrics.jsonl")
-        try:
-            for row in marlhf.train_reward_model():
-                writer.write(row)
-        finally:
-            writer.close()
+        out = _start_outputs(config, "marlhf", request)
+        saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
+        if request.resume_from is not None and (saved_rm / "head.safetensors").is_file():
+            _load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
+        else:
+            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
+            marlhf.collect_pairs()
+            writer = JsonlWriter(out / "reward_model_metrics.jsonl")
+            try:
+                for row in marlhf.train_reward_model():
+                    writer.write(row)
+            finally:
+                writer.close()
+            _save_reward_model(marlhf, saved_rm)
         _save_reward_model(marlhf, out / "final" / "reward_model")
         trainer = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        if request.resume_from is not None:
+            step = trainer.resume(request.resume_from)
+            print(
+                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
+            )
         history = trainer.train()
     except (OSError, ValueError) as exc:
         return _err(str(exc))
@@ -583,19 +614,53 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
     return 0
 
 
+#: Folder under ``output_dir/checkpoints`` with MARLHF's fitted reward model: a resumed
+#: run's RL phase reads its reward from it instead of sampling pairs and fitting again.
+REWARD_MODEL_DIR = "reward_model"
+
+
 def _save_reward_model(marlhf: Any, path: Path) -> None:
     """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
-    (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32)."""
+    (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
+    (a temporary sibling folder, then renamed)."""
+    import os
+    import shutil
+
     from safetensors.torch import save_file
 
-    path.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     model = marlhf.reward_model
-    model.backbone.save_pretrained(path)
-    marlhf.reward_tokenizer.save_pretrained(path)
+    model.backbone.save_pretrained(tmp)
+    marlhf.reward_tokenizer.save_pretrained(tmp)
     save_file(
         {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-        str(path / "head.safetensors"),
+        str(tmp / "head.safetensors"),
     )
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def _load_reward_model(marlhf: Any, path: Path) -> None:
+    """Load what :func:`_save_reward_model` wrote into ``marlhf.reward_model`` in place.
+
+    Raises:
+        CheckpointError: the folder cannot be read or does not fit the reward model.
+    """
+    from comlrl.algos.checkpoint import CheckpointError
+    from safetensors.torch import load_file
+
+    model = marlhf.reward_model
+    backbone = model.backbone
+    try:
+        saved = type(backbone).from_pretrained(str(path), dtype=next(backbone.parameters()).dtype)
+        backbone.load_state_dict(saved.state_dict(), strict=True)
+        model.head.load_state_dict(load_file(str(path / "head.safetensors")))
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"could not load the reward model {str(path)!r}: {exc}") from None
+    model.eval()
 
 
 # --------------------------------------------------------------------------- one-model recipes
@@ -606,7 +671,8 @@ def run_sft(config: SFTRunConfig, request: RunRequest) -> int:
     from comlrl.algos.recipes.preference import train_sft
 
     def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, log: _StepLog) -> Any:
-        return train_sft(model, tok, rows, config, held, on_step=log)
+        ckpts = config.step_checkpoints(request)
+        return train_sft(model, tok, rows, config, held, on_step=log, checkpoints=ckpts)
 
     return _run_one_model(config, request, "sft", ("prompt", "completion"), train)
 
@@ -617,7 +683,8 @@ def run_dpo(config: DPORunConfig, request: RunRequest) -> int:
     from comlrl.algos.recipes.preference import train_dpo
 
     def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, log: _StepLog) -> Any:
-        return train_dpo(model, tok, rows, config, held, on_step=log)
+        ckpts = config.step_checkpoints(request)
+        return train_dpo(model, tok, rows, config, held, on_step=log, checkpoints=ckpts)
 
     return _run_one_model(config, request, "dpo", ("prompt", "chosen", "rejected"), train)
 
@@ -647,16 +714,27 @@ def _run_one_model(
         f"{config.num_steps} steps of {config.batch_size} rows; outputs in {config.output_dir}/",
         file=sys.stderr,
     )
+    from comlrl.algos.checkpoint import read_checkpoint_meta
+    from comlrl.algos.lifecycle import TrainingInterrupted
+
     try:
         model, tok = _load(config.models[0], config, config.seed)
         out = _start_outputs(config, algo, request)
+        if request.resume_from is not None:
+            step = read_checkpoint_meta(request.resume_from)["step"]
+            print(
+                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
+            )
         log = _StepLog(out, config.num_steps, algo, config.progress, config.batch_size)
         try:
             history = train(model, tok, rows, held, log)
         finally:
             log.close()
         _save_final([(model, tok)], out, config.num_steps)
-    except (OSError, ValueError) as exc:
+    except TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as exc:  # CheckpointError is a ValueError
         return _err(str(exc))
     print(_loss_summary(history, out))
     return 0

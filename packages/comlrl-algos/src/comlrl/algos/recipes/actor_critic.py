@@ -42,7 +42,7 @@ from comlrl.algos.config import ConfigError, TrainConfig
 from comlrl.algos.env import Environment
 from comlrl.algos.gae import q_advantages, tree_gae, value_loss
 from comlrl.algos.joint import credit_completions
-from comlrl.algos.lifecycle import truncate_jsonl
+from comlrl.algos.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
 from comlrl.algos.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.losses import policy_loss
 from comlrl.algos.recipes import group_baseline
@@ -964,7 +964,12 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
     ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, resumable step checkpoints
     ``checkpoints/step-NNNNNN/`` every ``save_every`` steps and at the last step
     (:func:`checkpoint`), and ``final/`` (:func:`save`) in ``output_dir``. A run put back
-    by :func:`resume` continues from its step."""
+    by :func:`resume` continues from its step.
+
+    Raises:
+        TrainingInterrupted: after Ctrl-C: the step in progress was finished and
+            checkpointed (the exception names the checkpoint).
+    """
     import yaml
     from tqdm.auto import tqdm
 
@@ -972,7 +977,9 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
     if base.step == 0:  # a resumed run has its random streams back from the checkpoint
         torch.manual_seed(cfg.seed)
     base.output_dir.mkdir(parents=True, exist_ok=True)
-    (base.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    (base.output_dir / "config.yaml").write_text(  # algo: what `comlrl train --resume` runs
+        yaml.safe_dump({"algo": run.method, **cfg.model_dump()}, sort_keys=False)
+    )
     history: list[dict[str, float]] = []
     metrics = JsonlWriter(base.output_dir / "metrics.jsonl")
     samples = JsonlWriter(base.output_dir / "samples.jsonl")
@@ -984,6 +991,7 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
         desc=run.method,
         unit="step",
     )
+    stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
         for _ in range(base.step, cfg.num_steps):
             row = train_step(run)
@@ -996,10 +1004,13 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
             if evals is not None and base.step % cfg.eval_every == 0:
                 evals.write(evaluate(run))
+            if stop.requested and base.step < cfg.num_steps:
+                raise TrainingInterrupted(base.step, checkpoint(run), base.output_dir)
             if cfg.save_every and (base.step % cfg.save_every == 0 or base.step == cfg.num_steps):
                 checkpoint(run)
         save(run, "final")
     finally:
+        stop.__exit__()
         bar.close()
         metrics.close()
         samples.close()

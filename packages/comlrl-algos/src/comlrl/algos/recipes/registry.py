@@ -226,6 +226,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "comlrl.algos.recipes.actor_critic:ActorCriticConfig",
                 f"{_GB}:run_iac",
                 presets={"output_dir": "runs/iac"},
+                resumable=True,
             ),
             Recipe(
                 "maac",
@@ -233,12 +234,14 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "comlrl.algos.recipes.actor_critic:ActorCriticConfig",
                 f"{_GB}:run_maac",
                 presets={"output_dir": "runs/maac"},
+                resumable=True,
             ),
             Recipe(
                 "madpo",
                 "MADPO: multi-agent DPO on joint actions sampled online, paired by reward gap",
                 f"{_GB}:MADPORunConfig",
                 f"{_GB}:run_madpo",
+                resumable=True,
             ),
             Recipe(
                 "marlhf",
@@ -246,6 +249,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 f"{_GB}:MARLHFRunConfig",
                 f"{_GB}:run_marlhf",
                 presets={"output_dir": "runs/marlhf"},
+                resumable=True,
             ),
             Recipe(
                 "dpo",
@@ -253,12 +257,14 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "(Rafailov et al. 2023)",
                 f"{_GB}:DPORunConfig",
                 f"{_GB}:run_dpo",
+                resumable=True,
             ),
             Recipe(
                 "sft",
                 "SFT of one model on prompt/completion rows, data=FILE.jsonl",
                 f"{_GB}:SFTRunConfig",
                 f"{_GB}:run_sft",
+                resumable=True,
             ),
         )
     }
