@@ -12,6 +12,7 @@ format. What differs from CoMLRL 1.4.3 on purpose is listed in ``docs/compat.md`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import tempfile
@@ -248,6 +249,8 @@ class CompatTrainer:
     args: Any
     #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
     _run: Any
+    #: the joint reward :meth:`evaluate` scores with; None: the training environment's
+    eval_reward: Any = None
 
     def _init_common(
         self,
@@ -456,8 +459,13 @@ class CompatTrainer:
             return {}
         run, cfg = self._base_run(), self.config
         params = SamplingParams(1, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+        env = run.env
+        # MARLHF trains on a learned reward and reports the task's
+        if self.eval_reward is not None:
+            env = copy.copy(env)
+            env.reward = self.eval_reward
         _, rollouts = evaluation.evaluate(
-            run.agents, run.env, rows, params, run.tree, batch_size=cfg.batch_size, seed=cfg.seed
+            run.agents, env, rows, params, run.tree, batch_size=cfg.batch_size, seed=cfg.seed
         )
         turns = int(self.args.num_turns)
         # per example: per turn its (single) joint action's texts and reward

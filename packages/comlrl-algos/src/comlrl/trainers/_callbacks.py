@@ -265,6 +265,20 @@ class CompatEnvironment(CallbackEnvironment):
         super().__init__(turn0, reward, transition)
         self.passthrough = passthrough
 
+    @property
+    def reward(self) -> Any:
+        """The batched joint reward every joint action is scored with."""
+        return self._reward
+
+    @reward.setter
+    def reward(self, reward: Any) -> None:
+        if not getattr(reward, "is_joint_reward", False):
+            raise TypeError(
+                f"the environment's reward must be a batched joint reward (is_joint_reward=True), "
+                f"got {type(reward).__name__}"
+            )
+        self._reward = reward
+
     def step(
         self,
         example: Mapping[str, Any],
