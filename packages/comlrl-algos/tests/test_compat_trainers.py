@@ -316,6 +316,10 @@ def _build(cls: Any, **kwargs: Any) -> Any:
         (MAACTrainer, MAACConfig(critic_devices="cuda:1"), "critic_devices"),
         (MADPOTrainer, MADPOConfig(pair_selection="random"), "pair_selection"),
         (MADPOTrainer, MADPOConfig(collaboration_mode="centralized"), "collaboration_mode"),
+        (MARLHFTrainer, MARLHFConfig(num_turns=2), "num_turns"),
+        (MARLHFTrainer, MARLHFConfig(joint_mode="cross"), "joint_mode"),
+        (MARLHFTrainer, MARLHFConfig(pair_selection="all"), "pair_selection"),
+        (MARLHFTrainer, MARLHFConfig(agent_devices=["cuda:0", "cuda:1"]), "agent_devices"),
     ],
 )  # fmt: skip
 def test_unsupported_field_raises_naming_it(cls: Any, args: Any, field: str) -> None:
@@ -326,8 +330,8 @@ def test_unsupported_field_raises_naming_it(cls: Any, args: Any, field: str) -> 
 def test_unsupported_arguments_raise() -> None:
     with pytest.raises(UnsupportedFieldError, match="metrics_callback"):
         _build(IACTrainer, metrics_callback=lambda rollouts: {})
-    with pytest.raises(UnsupportedFieldError, match="comlrl.algos.MARLHFTrainer"):
-        MARLHFTrainer(agent_model="x", args=MARLHFConfig())
+    with pytest.raises(TypeError, match="takes args=MARLHFConfig"):
+        _build(MARLHFTrainer, args=MADPOConfig())
     with pytest.raises(TypeError, match="takes args=IACConfig"):
         _build(IACTrainer, args=MAGRPOConfig())
     with pytest.raises(ValueError, match="needs external_transition"):
@@ -457,3 +461,89 @@ def test_madpo_takes_a_dpo_step_on_reward_gap_pairs(stories260k: str, tmp_path: 
     torch.testing.assert_close(torch.tensor(row["loss/agent_0"]), torch.tensor(math.log(2.0)))
     assert any(not torch.equal(before[k], v) for k, v in trainer.agents[1].state_dict().items())
     _assert_saved_equal(trainer.save_model(tmp_path / "dpo")[0], trainer.agents[0])
+
+
+# --- MARLHF --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("algorithm", "name", "mode"),
+    [
+        ("magrpo", "magrpo", "mean"),
+        ("mareforce", "mareinforce", "raw"),  # 1.4.3's alias
+        ("MAReMax", "maremax", "max"),
+        ("marloo", "marloo", "rloo"),
+        ("iac", "iac", "mean"),
+    ],
+)
+def test_marlhf_rl_algorithm_sets_the_advantage_mode_as_in_1_4_3(
+    algorithm: str, name: str, mode: str
+) -> None:
+    cfg = MARLHFConfig(rl_algorithm=algorithm)
+    assert (cfg.rl_algorithm, cfg.advantage_mode) == (name, mode)
+
+
+def test_marlhf_config_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="rl_algorithm='ppo'"):
+        MARLHFConfig(rl_algorithm="ppo")
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        MARLHFConfig(num_generations=1)
+    assert MARLHFConfig(rl_algorithm="iac", num_generations=1).num_generations == 1
+    with pytest.raises(ValueError, match="reward_train_batch_size must be >= 1"):
+        MARLHFConfig(reward_train_batch_size=0)
+    with pytest.raises(ValueError, match="critic_type='w'"):
+        MARLHFConfig(critic_type="w")
+
+
+def test_marlhf_unsupported_arguments_raise_before_loading() -> None:
+    with pytest.raises(UnsupportedFieldError, match="metrics_callback"):
+        _build(MARLHFTrainer, metrics_callback=lambda rows: {})
+    with pytest.raises(UnsupportedFieldError, match="centralized_comparator_adapter"):
+        _build(MARLHFTrainer, centralized_comparator_adapter=object())
+
+
+@pytest.mark.parametrize("algorithm", ["magrpo", "iac"])
+def test_marlhf_fits_the_reward_model_then_trains_on_its_scores(
+    stories260k: str, tmp_path: Path, algorithm: str
+) -> None:
+    torch.manual_seed(0)
+    task_calls: list[int] = []
+
+    def longer_second(c1: list[str], c2: list[str]) -> list[float]:
+        task_calls.append(1)
+        return [float(len(c2[0]) > len(c1[0]))]
+
+    trainer = MARLHFTrainer(
+        agent_model=stories260k,
+        num_agents=2,
+        train_dataset=_dataset(),
+        eval_dataset=[{"prompt": p} for p in PROMPTS[:2]],
+        reward_func=longer_second,
+        args=MARLHFConfig(
+            rl_algorithm=algorithm, num_train_epochs=1, rollout_buffer_size=4,
+            preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=8,
+            agent_learning_rate=1e-3, reward_learning_rate=1e-3, reward_train_batch_size=2,
+            reward_num_train_epochs=2, num_generations=2 if algorithm == "magrpo" else 1,
+            reward_model_device=None, eval_interval=0,
+        ),
+    )  # fmt: skip
+    before = _weights(trainer.agents[0])
+    head_before = trainer.reward_model.head.weight.detach().clone()
+    history = trainer.train()
+    pairs = sum(len(p) for p in trainer.preference_pairs)
+    assert pairs >= 1 and trainer.reward_model_history, "pairs were labelled and the RM fitted"
+    assert not torch.equal(head_before, trainer.reward_model.head.weight)
+    # 2 epochs over the pairs in batches of 2
+    assert len(trainer.reward_model_history) == 2 * math.ceil(pairs / 2)
+    assert len(history) == 1
+    # reward_func labelled the 4 prompts x 4 candidate joint actions and nothing else: the
+    # RL stage is rewarded by the model
+    labelled = len(PROMPTS) * 4
+    assert len(task_calls) == labelled
+    # the learned reward is a real-valued score, the task reward a 0/1 indicator
+    assert {history[0]["reward_min"], history[0]["reward_max"]} - {0.0, 1.0}
+    assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    metrics = trainer.evaluate()
+    assert len(task_calls) == labelled + 2, "evaluation scores with the task reward"
+    assert metrics["eval/turn_1/reward_mean"] in (0.0, 0.5, 1.0)
+    paths = trainer.save_model(tmp_path / "marlhf")
+    assert [p.name for p in paths] == ["agent_0", "agent_1"]
+    _assert_saved_equal(paths[0], trainer.agents[0])
