@@ -547,3 +547,121 @@ def test_marlhf_fits_the_reward_model_then_trains_on_its_scores(
     paths = trainer.save_model(tmp_path / "marlhf")
     assert [p.name for p in paths] == ["agent_0", "agent_1"]
     _assert_saved_equal(paths[0], trainer.agents[0])
+
+
+# --- centralized MAGRPO and the names that are not implemented ----------------------------
+class _SplitAtComma:
+    """Role 0 writes up to the first comma, role 1 the rest (stories260k writes commas)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[str]] = []
+        self.parsed: list[str] = []
+
+    def build_prompt(self, item: dict[str, Any], agent_prompts: list[str]) -> str:
+        self.prompts.append(list(agent_prompts))
+        return " ".join(agent_prompts)
+
+    def parse_completion(self, completion: str, item: dict[str, Any], num_agents: int) -> list[str]:
+        self.parsed.append(completion)
+        head, _, tail = completion.partition(",")
+        return [head, tail]
+
+
+def test_tagged_adapter_round_trip_and_parse_error() -> None:
+    from comlrl.trainers.preference import (
+        CentralizedComparatorParseError,
+        TaggedCentralizedComparatorAdapter,
+    )
+
+    adapter = TaggedCentralizedComparatorAdapter()
+    prompt = adapter.build_prompt({}, ["write A", "write B"])
+    assert "write A" in prompt and "<agent_1>" in prompt
+    text = "<agent_0> one </agent_0> noise <AGENT_1>two\n</agent_1>"
+    assert adapter.parse_completion(text, {}, 2) == ["one", "two"]
+    assert adapter.parse_completion("<agent_1>x</agent_1>", {}, 2) == ["", "x"]
+    with pytest.raises(CentralizedComparatorParseError, match="no <agent_i> section"):
+        adapter.parse_completion("plain text", {}, 2)
+
+
+def test_centralized_magrpo_checks_its_arguments_before_loading() -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    assert (CentralizedMAGRPOConfig().num_turns, CentralizedMAGRPOConfig().collaboration_mode) == (
+        1,
+        "centralized",
+    )
+    with pytest.raises(ValueError, match="num_turns=2"):
+        CentralizedMAGRPOConfig(num_turns=2)
+    base = {
+        "agent_model": "no/such-model",
+        "reward_func": _length_ratio,
+        "train_dataset": [EXAMPLE],
+    }
+    with pytest.raises(ValueError, match="needs args=CentralizedMAGRPOConfig"):
+        CentralizedMAGRPOTrainer(centralized_adapter=_SplitAtComma(), args=MAGRPOConfig(), **base)
+    with pytest.raises(ValueError, match="num_agents=3 but args.num_agents=2"):
+        CentralizedMAGRPOTrainer(centralized_adapter=_SplitAtComma(), num_agents=3, **base)
+    with pytest.raises(TypeError, match="centralized_adapter.build_prompt"):
+        CentralizedMAGRPOTrainer(centralized_adapter=object(), **base)
+
+
+def test_centralized_magrpo_trains_one_policy_on_parsed_role_outputs(
+    stories260k: str, tmp_path: Path
+) -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    torch.manual_seed(0)
+    seen: list[tuple[str, str]] = []
+    logged: dict[str, Any] = {}
+
+    def second_longer(c1: list[str], c2: list[str]) -> list[float]:
+        seen.append((c1[0], c2[0]))
+        return [float(len(c2[0]) > len(c1[0]))]
+
+    def eval_logger(agent_completions_turns: Any, **_: Any) -> list[dict[str, float]]:
+        logged["roles"] = agent_completions_turns
+        return [{"n": 1.0}]
+
+    adapter = _SplitAtComma()
+    trainer = CentralizedMAGRPOTrainer(
+        centralized_adapter=adapter,
+        agent_model=stories260k,
+        train_dataset=_dataset(),
+        eval_dataset=[{"prompt": p} for p in PROMPTS[:2]],
+        reward_func=second_longer,
+        reward_processor=lambda r: 10.0 * r,
+        formatters=[lambda ex: "A: " + ex["prompt"], lambda ex: "B: " + ex["prompt"]],
+        eval_logger=eval_logger,
+        eval_aggregator=lambda rows, num_turns: {"rows": float(len(rows))},
+        args=CentralizedMAGRPOConfig(
+            num_train_epochs=1, num_generations=4, max_new_tokens=16, rollout_buffer_size=4,
+            agent_learning_rate=1e-3, eval_interval=0,
+        ),
+    )  # fmt: skip
+    assert len(trainer.agents) == 1
+    assert adapter.prompts[0] == ["A: Once upon a time", "B: Once upon a time"]
+    before = _weights(trainer.agents[0])
+    (row,) = trainer.train()
+    # 4 prompts x 4 joint responses: each parsed into its role outputs, which the reward sees
+    assert len(seen) == len(adapter.parsed) == 4 * 4
+    assert seen == [(t.partition(",")[0], t.partition(",")[2]) for t in adapter.parsed]
+    # the processor is applied once to the 0/1 role-level reward (exact: 10.0 * {0, 1})
+    assert {row["reward_min"], row["reward_max"]} <= {0.0, 10.0}
+    assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    metrics = trainer.evaluate()
+    assert metrics["eval/rows"] == 1.0
+    assert len(logged["roles"]) == 2 and len(logged["roles"][0]) == 2  # [role][example][turn]
+    assert [p.name for p in trainer.save_model(tmp_path / "c")] == ["agent_0"]
+
+
+@pytest.mark.parametrize(
+    "name", ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
+)
+def test_iterative_trainers_import_and_raise_naming_the_replacement(name: str) -> None:
+    import comlrl.trainers
+    from comlrl.trainers import UnsupportedTrainerError
+
+    cls = getattr(comlrl.trainers, name)
+    with pytest.raises(UnsupportedTrainerError, match=rf"{name} .* use (MADPO|MARLHF)Config"):
+        cls(num_iterations=2)
+    assert issubclass(UnsupportedTrainerError, NotImplementedError)

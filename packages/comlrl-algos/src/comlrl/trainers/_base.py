@@ -22,12 +22,23 @@ from typing import Any
 
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
 
-__all__ = ["CompatTrainer", "UnsupportedFieldError", "as_examples", "load_agents"]
+__all__ = [
+    "CompatTrainer",
+    "UnsupportedFieldError",
+    "UnsupportedTrainerError",
+    "as_examples",
+    "load_agents",
+]
 
 
 class UnsupportedFieldError(ValueError):
     """A CoMLRL 1.4.3 config field or argument is set to a value this package does not
     implement (the message names the field, the value and what to do)."""
+
+
+class UnsupportedTrainerError(NotImplementedError):
+    """A CoMLRL 1.4.3 trainer or config this package names but does not implement (the
+    message names it and what to use instead; see docs/compat.md)."""
 
 
 #: CoMLRL's ``advantage_mode`` -> our estimator name.
@@ -494,7 +505,7 @@ class CompatTrainer:
         )
         if logger is not None and aggregator is not None:
             detailed = logger(
-                agent_completions_turns=completions,
+                agent_completions_turns=self._eval_role_completions(completions, rows),
                 batch_items=rows,
                 prompts=[r.get("prompt", "") for r in rows],
             )
@@ -502,6 +513,13 @@ class CompatTrainer:
                 out[f"eval/{key}"] = value
         self._wandb_log(out)
         return out
+
+    def _eval_role_completions(
+        self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
+    ) -> list[list[list[str]]]:
+        """What ``eval_logger`` receives as ``agent_completions_turns`` (``[A][example]
+        [turn]`` texts); the centralized trainer splits its joint completions here."""
+        return completions
 
     def save_model(self, output_dir: str | Path) -> list[Path]:
         """Write every agent (weights and tokenizer, Hugging Face format) to

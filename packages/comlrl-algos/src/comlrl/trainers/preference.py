@@ -23,9 +23,33 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.algos.recipes.preference import JointRewardModel  # ours (docs/compat.md)
-from comlrl.trainers._base import JOINT_MODES, CompatTrainer, UnsupportedFieldError, _reject
+from comlrl.trainers._base import (
+    JOINT_MODES,
+    CompatTrainer,
+    UnsupportedFieldError,
+    UnsupportedTrainerError,
+    _reject,
+)
+from comlrl.trainers._centralized import (
+    CentralizedComparatorAdapter,
+    CentralizedComparatorParseError,
+    TaggedCentralizedComparatorAdapter,
+)
 
-__all__ = ["MADPOConfig", "MADPOTrainer", "MARLHFConfig", "MARLHFTrainer", "JointRewardModel"]
+__all__ = [
+    "CentralizedComparatorAdapter",
+    "CentralizedComparatorParseError",
+    "JointRewardModel",
+    "MADPOConfig",
+    "MADPOIterConfig",
+    "MADPOIterTrainer",
+    "MADPOTrainer",
+    "MARLHFConfig",
+    "MARLHFIterConfig",
+    "MARLHFIterTrainer",
+    "MARLHFTrainer",
+    "TaggedCentralizedComparatorAdapter",
+]
 
 
 @dataclass
@@ -664,3 +688,70 @@ def _actor_critic_fields(a: MARLHFConfig, num_agents: int) -> dict[str, Any]:
     fields["critic_learning_rate"] = a.critic_learning_rate or a.agent_learning_rate
     fields["num_agents"] = num_agents
     return fields
+
+
+# --- CoMLRL 1.4.3 names this layer does not implement ----------------------------------
+_ITERATIVE = (
+    "iterative preference refresh (num_iterations rounds of new pairs against a comparator "
+    "policy: the current policy, a copy, another model, past checkpoints or an HTTP API, "
+    "with preference replay)"
+)
+
+
+def _not_implemented(name: str, instead: str) -> UnsupportedTrainerError:
+    return UnsupportedTrainerError(
+        f"comlrl.trainers.preference.{name} (CoMLRL 1.4.3's {_ITERATIVE}) is not implemented "
+        f"by this package; use {instead}. See docs/compat.md."
+    )
+
+
+class MADPOIterConfig:
+    """Not implemented (importable so 1.4.3 scripts fail with a clear message).
+
+    Raises:
+        UnsupportedTrainerError: always, naming :class:`MADPOConfig` / :class:`MADPOTrainer`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise _not_implemented(
+            "MADPOIterConfig", "MADPOConfig + MADPOTrainer (one round of reward-gap pairs)"
+        )
+
+
+class MADPOIterTrainer:
+    """Not implemented; see :class:`MADPOIterConfig`.
+
+    Raises:
+        UnsupportedTrainerError: always.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise _not_implemented(
+            "MADPOIterTrainer", "MADPOConfig + MADPOTrainer (one round of reward-gap pairs)"
+        )
+
+
+class MARLHFIterConfig:
+    """Not implemented; see :class:`MADPOIterConfig`.
+
+    Raises:
+        UnsupportedTrainerError: always, naming :class:`MARLHFTrainer`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise _not_implemented(
+            "MARLHFIterConfig", "MARLHFConfig + MARLHFTrainer (one reward model, then RL)"
+        )
+
+
+class MARLHFIterTrainer:
+    """Not implemented; see :class:`MADPOIterConfig`.
+
+    Raises:
+        UnsupportedTrainerError: always.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise _not_implemented(
+            "MARLHFIterTrainer", "MARLHFConfig + MARLHFTrainer (one reward model, then RL)"
+        )
