@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -247,6 +248,26 @@ def common_train_config(
     }
 
 
+def wandb_disabled() -> bool:
+    """Whether the environment turns Weights & Biases off (``WANDB_MODE=disabled`` or
+    ``WANDB_DISABLED=true``): a ``wandb_config`` is then ignored, as wandb itself would."""
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    flag = os.environ.get("WANDB_DISABLED", "").strip().lower()
+    return mode == "disabled" or flag in ("1", "true", "yes")
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(
+            "wandb_config was given but wandb is not installed; pip install "
+            "'comlrl-algos[wandb]' (WANDB_MODE=offline logs without a network or login), set "
+            "WANDB_MODE=disabled to ignore wandb_config, or pass wandb_config=None."
+        ) from None
+    return wandb
+
+
 class CompatTrainer:
     """Shared implementation of the CoMLRL 1.4.3 trainer front (see the module docstring).
 
@@ -299,6 +320,10 @@ class CompatTrainer:
             )
         self.model_config = dict(model_config or {})
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
+        if self.wandb_config is not None and wandb_disabled():
+            self.wandb_config = None  # WANDB_MODE=disabled: no run, no import, no network
+        if self.wandb_config is not None:
+            _import_wandb()  # fails here, before any model loads
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_func = reward_func
@@ -381,14 +406,7 @@ class CompatTrainer:
         if self.wandb_config is None:
             return
         if self._wandb_run is None:
-            try:
-                import wandb
-            except ImportError:
-                raise ImportError(
-                    "wandb_config was given but wandb is not installed; pip install "
-                    "'comlrl-algos[wandb]' (WANDB_MODE=offline works without network) or pass "
-                    "wandb_config=None."
-                ) from None
+            wandb = _import_wandb()
             cfg = self.wandb_config
             run_config = {"algorithm": self.algorithm_name, **dataclasses.asdict(self.args)}
             if isinstance(cfg.get("config_sections"), dict):

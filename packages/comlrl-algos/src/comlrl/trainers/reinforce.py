@@ -12,9 +12,11 @@ the constant ``max_new_tokens``, which AdamW's scale invariance makes immaterial
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from comlrl.trainers._base import (
     ADVANTAGE_MODES,
@@ -38,6 +40,61 @@ __all__ = [
 ]
 
 
+#: pre-1.4.3 ``MAGRPOConfig`` fields (CoMLRL 1.2's config on ``transformers``'
+#: ``TrainingArguments``, used by CoMLRL's README and "Quick Demo") -> their 1.4.3 fields.
+#: ``per_device_train_batch_size`` was the number of examples per optimizer step (1.2
+#: required 1), which is ``rollout_buffer_size`` in single-turn 1.4.3 runs.
+LEGACY_CONFIG_FIELDS = {
+    "learning_rate": "agent_learning_rate",
+    "per_device_train_batch_size": "rollout_buffer_size",
+    "termination_threshold": "early_termination_threshold",
+}
+#: pre-1.4.3 fields without a 1.4.3 counterpart -> what to do instead
+_LEGACY_WITHOUT_COUNTERPART = {
+    "output_dir": "pass the folder to trainer.save_model(output_dir) after train()",
+}
+
+_Config = TypeVar("_Config", bound=type)
+
+
+def accepts_legacy_fields(cls: _Config) -> _Config:
+    """Let the config dataclass ``cls`` take the pre-1.4.3 field names of
+    :data:`LEGACY_CONFIG_FIELDS` (each with a ``DeprecationWarning`` naming its 1.4.3
+    field); a pre-1.4.3 field without a counterpart raises :class:`UnsupportedFieldError`.
+
+    Raises:
+        TypeError: (when building) a legacy name and its 1.4.3 name are both given.
+    """
+    init: Callable[..., None] = getattr(cls, "__init__")  # noqa: B009 (mypy: see setattr)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for old, what in _LEGACY_WITHOUT_COUNTERPART.items():
+            if old in kwargs:
+                raise UnsupportedFieldError(
+                    f"{cls.__name__}({old}=...) is a pre-1.4.3 field with no CoMLRL 1.4.3 "
+                    f"counterpart; {what}."
+                )
+        for old, new in LEGACY_CONFIG_FIELDS.items():
+            if old not in kwargs:
+                continue
+            if new in kwargs:
+                raise TypeError(
+                    f"{cls.__name__} got {old}= (its pre-1.4.3 name) and {new}=; pass {new}= only."
+                )
+            warnings.warn(
+                f"{cls.__name__}({old}=...) is CoMLRL's pre-1.4.3 name; use {new}=.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kwargs[new] = kwargs.pop(old)
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)  # noqa: B010 (mypy rejects assigning a method)
+    return cls
+
+
+@accepts_legacy_fields
 @dataclass
 class MAGRPOConfig:
     """CoMLRL 1.4.3's ``MAGRPOConfig``: the same fields and defaults.
@@ -117,6 +174,7 @@ class MAGRPOConfig:
             raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef!r}")
 
 
+@accepts_legacy_fields
 @dataclass
 class MAREINFORCEConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="raw"`` (no baseline)."""
@@ -124,6 +182,7 @@ class MAREINFORCEConfig(MAGRPOConfig):
     advantage_mode: str = "raw"
 
 
+@accepts_legacy_fields
 @dataclass
 class MARLOOConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="rloo"`` (leave-one-out baseline)."""
@@ -131,6 +190,7 @@ class MARLOOConfig(MAGRPOConfig):
     advantage_mode: str = "rloo"
 
 
+@accepts_legacy_fields
 @dataclass
 class MAReMaxConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="max"`` (group-max baseline)."""
@@ -179,6 +239,8 @@ class MAGRPOTrainer(CompatTrainer):
             ``config_sections`` (``output.verbose`` turns the progress bar off).
         eval_logger, eval_aggregator: see :meth:`evaluate`.
         args: a :class:`MAGRPOConfig` (default: its defaults).
+        model: CoMLRL's pre-1.4.3 name of ``agent_model`` (a ``DeprecationWarning``).
+        dataset_type: pre-1.4.3, no 1.4.3 counterpart: raises when given.
 
     Raises:
         UnsupportedFieldError: a config value this package does not implement.
@@ -208,10 +270,30 @@ class MAGRPOTrainer(CompatTrainer):
         eval_logger: Callable[..., Any] | None = None,
         eval_aggregator: Callable[..., Any] | None = None,
         args: Any = None,
+        *,
+        model: Any = None,
+        dataset_type: str | None = None,
     ) -> None:
         from comlrl.algos.config import TrainConfig
         from comlrl.algos.recipes import group_baseline
 
+        if dataset_type is not None:
+            raise UnsupportedFieldError(
+                f"MAGRPOTrainer(dataset_type={dataset_type!r}) is a pre-1.4.3 argument with no "
+                "1.4.3 counterpart; remove it (the reward_func and formatters define the task)."
+            )
+        if model is not None:
+            if agent_model is not None:
+                raise TypeError(
+                    "MAGRPOTrainer got model= (its pre-1.4.3 name) and agent_model=; pass "
+                    "agent_model= only."
+                )
+            warnings.warn(
+                "MAGRPOTrainer(model=...) is CoMLRL's pre-1.4.3 name; use agent_model=.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            agent_model = model
         self._init_common(
             args=args,
             agent_model=agent_model,
@@ -271,6 +353,7 @@ class MAReMaxTrainer(MAGRPOTrainer):
     algorithm_name = "MAReMax"
 
 
+@accepts_legacy_fields
 @dataclass
 class CentralizedMAGRPOConfig(MAGRPOConfig):
     """CoMLRL 1.4.3's ``CentralizedMAGRPOConfig``: :class:`MAGRPOConfig` with
