@@ -145,8 +145,8 @@ def test_config_post_init_fills_train_batch_size_and_rejects_bad_counts() -> Non
         MAGRPOConfig(advantage_mode="median")
     with pytest.raises(ValueError, match="num_generations=1"):
         IACConfig(num_turns=2, num_generations=2)
-    with pytest.raises(TypeError, match="learning_rate"):  # not a 1.4.3 field either
-        MAGRPOConfig(learning_rate=1e-5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="beta"):  # neither a 1.4.3 nor a pre-1.4.3 field
+        MAGRPOConfig(beta=0.1)  # type: ignore[call-arg]
 
 
 # --- config translation -----------------------------------------------------------------
