@@ -30,7 +30,7 @@ from comlrl.trainers import (
     UnsupportedFieldError,
 )
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
-from comlrl.trainers.reinforce import group_baseline_config
+from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, group_baseline_config
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 COMLRL143_PYTHON = Path(os.environ.get("COMLRL143_PYTHON", "/work/venv-comlrl143/bin/python"))
@@ -100,6 +100,7 @@ EXPECTED = {
     MAACConfig: MAAC_143,
     MADPOConfig: MADPO_143,
     MARLHFConfig: MARLHF_143,
+    CentralizedMAGRPOConfig: {**MAGRPO_143, "num_turns": 1, "collaboration_mode": "centralized"},
 }
 
 
@@ -118,9 +119,10 @@ def test_config_fields_and_defaults_equal_comlrl_1_4_3(cls: type) -> None:
 )
 def test_config_defaults_equal_the_installed_comlrl_1_4_3() -> None:
     script = (
-        "import dataclasses, json, comlrl.trainers as t\n"
+        "import dataclasses, json, comlrl.trainers as t, comlrl.trainers.reinforce as r\n"
         f"names = {[c.__name__ for c in EXPECTED]!r}\n"
-        "print(json.dumps({n: {f.name: f.default for f in dataclasses.fields(getattr(t, n))}"
+        "cls = lambda n: getattr(t, n, None) or getattr(r, n)\n"
+        "print(json.dumps({n: {f.name: f.default for f in dataclasses.fields(cls(n))}"
         " for n in names}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
