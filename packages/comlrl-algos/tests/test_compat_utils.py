@@ -82,3 +82,18 @@ def test_utils_names_equal_the_installed_comlrl_1_4_3() -> None:
     if out.returncode != 0:
         pytest.skip(f"CoMLRL 1.4.3 did not import: {out.stderr.strip().splitlines()[-1:]}")
     assert json.loads(out.stdout.strip().splitlines()[-1]) == UTILS_ALL_143
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "comlrl.trainers",
+        "comlrl.trainers.reinforce",
+        "comlrl.trainers.actor_critic",
+        "comlrl.trainers.preference",
+        "comlrl.utils",
+    ],
+)
+def test_every_public_name_of_the_compat_modules_imports(module: str) -> None:
+    loaded = importlib.import_module(module)
+    assert [n for n in loaded.__all__ if not hasattr(loaded, n)] == []
