@@ -30,7 +30,7 @@ from comlrl.trainers import (
     UnsupportedFieldError,
 )
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
-from comlrl.trainers.reinforce import group_baseline_config
+from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, group_baseline_config
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 COMLRL143_PYTHON = Path(os.environ.get("COMLRL143_PYTHON", "/work/venv-comlrl143/bin/python"))
@@ -100,6 +100,7 @@ EXPECTED = {
     MAACConfig: MAAC_143,
     MADPOConfig: MADPO_143,
     MARLHFConfig: MARLHF_143,
+    CentralizedMAGRPOConfig: {**MAGRPO_143, "num_turns": 1, "collaboration_mode": "centralized"},
 }
 
 
@@ -118,9 +119,10 @@ def test_config_fields_and_defaults_equal_comlrl_1_4_3(cls: type) -> None:
 )
 def test_config_defaults_equal_the_installed_comlrl_1_4_3() -> None:
     script = (
-        "import dataclasses, json, comlrl.trainers as t\n"
+        "import dataclasses, json, comlrl.trainers as t, comlrl.trainers.reinforce as r\n"
         f"names = {[c.__name__ for c in EXPECTED]!r}\n"
-        "print(json.dumps({n: {f.name: f.default for f in dataclasses.fields(getattr(t, n))}"
+        "cls = lambda n: getattr(t, n, None) or getattr(r, n)\n"
+        "print(json.dumps({n: {f.name: f.default for f in dataclasses.fields(cls(n))}"
         " for n in names}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -145,8 +147,8 @@ def test_config_post_init_fills_train_batch_size_and_rejects_bad_counts() -> Non
         MAGRPOConfig(advantage_mode="median")
     with pytest.raises(ValueError, match="num_generations=1"):
         IACConfig(num_turns=2, num_generations=2)
-    with pytest.raises(TypeError, match="learning_rate"):  # not a 1.4.3 field either
-        MAGRPOConfig(learning_rate=1e-5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="beta"):  # neither a 1.4.3 nor a pre-1.4.3 field
+        MAGRPOConfig(beta=0.1)  # type: ignore[call-arg]
 
 
 # --- config translation -----------------------------------------------------------------
@@ -316,6 +318,10 @@ def _build(cls: Any, **kwargs: Any) -> Any:
         (MAACTrainer, MAACConfig(critic_devices="cuda:1"), "critic_devices"),
         (MADPOTrainer, MADPOConfig(pair_selection="random"), "pair_selection"),
         (MADPOTrainer, MADPOConfig(collaboration_mode="centralized"), "collaboration_mode"),
+        (MARLHFTrainer, MARLHFConfig(num_turns=2), "num_turns"),
+        (MARLHFTrainer, MARLHFConfig(joint_mode="cross"), "joint_mode"),
+        (MARLHFTrainer, MARLHFConfig(pair_selection="all"), "pair_selection"),
+        (MARLHFTrainer, MARLHFConfig(agent_devices=["cuda:0", "cuda:1"]), "agent_devices"),
     ],
 )  # fmt: skip
 def test_unsupported_field_raises_naming_it(cls: Any, args: Any, field: str) -> None:
@@ -326,8 +332,8 @@ def test_unsupported_field_raises_naming_it(cls: Any, args: Any, field: str) -> 
 def test_unsupported_arguments_raise() -> None:
     with pytest.raises(UnsupportedFieldError, match="metrics_callback"):
         _build(IACTrainer, metrics_callback=lambda rollouts: {})
-    with pytest.raises(UnsupportedFieldError, match="comlrl.algos.MARLHFTrainer"):
-        MARLHFTrainer(agent_model="x", args=MARLHFConfig())
+    with pytest.raises(TypeError, match="takes args=MARLHFConfig"):
+        _build(MARLHFTrainer, args=MADPOConfig())
     with pytest.raises(TypeError, match="takes args=IACConfig"):
         _build(IACTrainer, args=MAGRPOConfig())
     with pytest.raises(ValueError, match="needs external_transition"):
@@ -457,3 +463,207 @@ def test_madpo_takes_a_dpo_step_on_reward_gap_pairs(stories260k: str, tmp_path: 
     torch.testing.assert_close(torch.tensor(row["loss/agent_0"]), torch.tensor(math.log(2.0)))
     assert any(not torch.equal(before[k], v) for k, v in trainer.agents[1].state_dict().items())
     _assert_saved_equal(trainer.save_model(tmp_path / "dpo")[0], trainer.agents[0])
+
+
+# --- MARLHF --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("algorithm", "name", "mode"),
+    [
+        ("magrpo", "magrpo", "mean"),
+        ("mareforce", "mareinforce", "raw"),  # 1.4.3's alias
+        ("MAReMax", "maremax", "max"),
+        ("marloo", "marloo", "rloo"),
+        ("iac", "iac", "mean"),
+    ],
+)
+def test_marlhf_rl_algorithm_sets_the_advantage_mode_as_in_1_4_3(
+    algorithm: str, name: str, mode: str
+) -> None:
+    cfg = MARLHFConfig(rl_algorithm=algorithm)
+    assert (cfg.rl_algorithm, cfg.advantage_mode) == (name, mode)
+
+
+def test_marlhf_config_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="rl_algorithm='ppo'"):
+        MARLHFConfig(rl_algorithm="ppo")
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        MARLHFConfig(num_generations=1)
+    assert MARLHFConfig(rl_algorithm="iac", num_generations=1).num_generations == 1
+    with pytest.raises(ValueError, match="reward_train_batch_size must be >= 1"):
+        MARLHFConfig(reward_train_batch_size=0)
+    with pytest.raises(ValueError, match="critic_type='w'"):
+        MARLHFConfig(critic_type="w")
+
+
+def test_marlhf_unsupported_arguments_raise_before_loading() -> None:
+    with pytest.raises(UnsupportedFieldError, match="metrics_callback"):
+        _build(MARLHFTrainer, metrics_callback=lambda rows: {})
+    with pytest.raises(UnsupportedFieldError, match="centralized_comparator_adapter"):
+        _build(MARLHFTrainer, centralized_comparator_adapter=object())
+
+
+@pytest.mark.parametrize("algorithm", ["magrpo", "iac"])
+def test_marlhf_fits_the_reward_model_then_trains_on_its_scores(
+    stories260k: str, tmp_path: Path, algorithm: str
+) -> None:
+    torch.manual_seed(0)
+    task_calls: list[int] = []
+
+    def longer_second(c1: list[str], c2: list[str]) -> list[float]:
+        task_calls.append(1)
+        return [float(len(c2[0]) > len(c1[0]))]
+
+    trainer = MARLHFTrainer(
+        agent_model=stories260k,
+        num_agents=2,
+        train_dataset=_dataset(),
+        eval_dataset=[{"prompt": p} for p in PROMPTS[:2]],
+        reward_func=longer_second,
+        args=MARLHFConfig(
+            rl_algorithm=algorithm, num_train_epochs=1, rollout_buffer_size=4,
+            preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=8,
+            agent_learning_rate=1e-3, reward_learning_rate=1e-3, reward_train_batch_size=2,
+            reward_num_train_epochs=2, num_generations=2 if algorithm == "magrpo" else 1,
+            reward_model_device=None, eval_interval=0,
+        ),
+    )  # fmt: skip
+    before = _weights(trainer.agents[0])
+    head_before = trainer.reward_model.head.weight.detach().clone()
+    history = trainer.train()
+    pairs = sum(len(p) for p in trainer.preference_pairs)
+    assert pairs >= 1 and trainer.reward_model_history, "pairs were labelled and the RM fitted"
+    assert not torch.equal(head_before, trainer.reward_model.head.weight)
+    # 2 epochs over the pairs in batches of 2
+    assert len(trainer.reward_model_history) == 2 * math.ceil(pairs / 2)
+    assert len(history) == 1
+    # reward_func labelled the 4 prompts x 4 candidate joint actions and nothing else: the
+    # RL stage is rewarded by the model
+    labelled = len(PROMPTS) * 4
+    assert len(task_calls) == labelled
+    # the learned reward is a real-valued score, the task reward a 0/1 indicator
+    assert {history[0]["reward_min"], history[0]["reward_max"]} - {0.0, 1.0}
+    assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    metrics = trainer.evaluate()
+    assert len(task_calls) == labelled + 2, "evaluation scores with the task reward"
+    assert metrics["eval/turn_1/reward_mean"] in (0.0, 0.5, 1.0)
+    paths = trainer.save_model(tmp_path / "marlhf")
+    assert [p.name for p in paths] == ["agent_0", "agent_1"]
+    _assert_saved_equal(paths[0], trainer.agents[0])
+
+
+# --- centralized MAGRPO and the names that are not implemented ----------------------------
+class _SplitAtComma:
+    """Role 0 writes up to the first comma, role 1 the rest (stories260k writes commas)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[str]] = []
+        self.parsed: list[str] = []
+
+    def build_prompt(self, item: dict[str, Any], agent_prompts: list[str]) -> str:
+        self.prompts.append(list(agent_prompts))
+        return " ".join(agent_prompts)
+
+    def parse_completion(self, completion: str, item: dict[str, Any], num_agents: int) -> list[str]:
+        self.parsed.append(completion)
+        head, _, tail = completion.partition(",")
+        return [head, tail]
+
+
+def test_tagged_adapter_round_trip_and_parse_error() -> None:
+    from comlrl.trainers.preference import (
+        CentralizedComparatorParseError,
+        TaggedCentralizedComparatorAdapter,
+    )
+
+    adapter = TaggedCentralizedComparatorAdapter()
+    prompt = adapter.build_prompt({}, ["write A", "write B"])
+    assert "write A" in prompt and "<agent_1>" in prompt
+    text = "<agent_0> one </agent_0> noise <AGENT_1>two\n</agent_1>"
+    assert adapter.parse_completion(text, {}, 2) == ["one", "two"]
+    assert adapter.parse_completion("<agent_1>x</agent_1>", {}, 2) == ["", "x"]
+    with pytest.raises(CentralizedComparatorParseError, match="no <agent_i> section"):
+        adapter.parse_completion("plain text", {}, 2)
+
+
+def test_centralized_magrpo_checks_its_arguments_before_loading() -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    assert (CentralizedMAGRPOConfig().num_turns, CentralizedMAGRPOConfig().collaboration_mode) == (
+        1,
+        "centralized",
+    )
+    with pytest.raises(ValueError, match="num_turns=2"):
+        CentralizedMAGRPOConfig(num_turns=2)
+    base = {
+        "agent_model": "no/such-model",
+        "reward_func": _length_ratio,
+        "train_dataset": [EXAMPLE],
+    }
+    with pytest.raises(ValueError, match="needs args=CentralizedMAGRPOConfig"):
+        CentralizedMAGRPOTrainer(centralized_adapter=_SplitAtComma(), args=MAGRPOConfig(), **base)
+    with pytest.raises(ValueError, match="num_agents=3 but args.num_agents=2"):
+        CentralizedMAGRPOTrainer(centralized_adapter=_SplitAtComma(), num_agents=3, **base)
+    with pytest.raises(TypeError, match="centralized_adapter.build_prompt"):
+        CentralizedMAGRPOTrainer(centralized_adapter=object(), **base)
+
+
+def test_centralized_magrpo_trains_one_policy_on_parsed_role_outputs(
+    stories260k: str, tmp_path: Path
+) -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    torch.manual_seed(0)
+    seen: list[tuple[str, str]] = []
+    logged: dict[str, Any] = {}
+
+    def second_longer(c1: list[str], c2: list[str]) -> list[float]:
+        seen.append((c1[0], c2[0]))
+        return [float(len(c2[0]) > len(c1[0]))]
+
+    def eval_logger(agent_completions_turns: Any, **_: Any) -> list[dict[str, float]]:
+        logged["roles"] = agent_completions_turns
+        return [{"n": 1.0}]
+
+    adapter = _SplitAtComma()
+    trainer = CentralizedMAGRPOTrainer(
+        centralized_adapter=adapter,
+        agent_model=stories260k,
+        train_dataset=_dataset(),
+        eval_dataset=[{"prompt": p} for p in PROMPTS[:2]],
+        reward_func=second_longer,
+        reward_processor=lambda r: 10.0 * r,
+        formatters=[lambda ex: "A: " + ex["prompt"], lambda ex: "B: " + ex["prompt"]],
+        eval_logger=eval_logger,
+        eval_aggregator=lambda rows, num_turns: {"rows": float(len(rows))},
+        args=CentralizedMAGRPOConfig(
+            num_train_epochs=1, num_generations=4, max_new_tokens=16, rollout_buffer_size=4,
+            agent_learning_rate=1e-3, eval_interval=0,
+        ),
+    )  # fmt: skip
+    assert len(trainer.agents) == 1
+    assert adapter.prompts[0] == ["A: Once upon a time", "B: Once upon a time"]
+    before = _weights(trainer.agents[0])
+    (row,) = trainer.train()
+    # 4 prompts x 4 joint responses: each parsed into its role outputs, which the reward sees
+    assert len(seen) == len(adapter.parsed) == 4 * 4
+    assert seen == [(t.partition(",")[0], t.partition(",")[2]) for t in adapter.parsed]
+    # the processor is applied once to the 0/1 role-level reward (exact: 10.0 * {0, 1})
+    assert {row["reward_min"], row["reward_max"]} <= {0.0, 10.0}
+    assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    metrics = trainer.evaluate()
+    assert metrics["eval/rows"] == 1.0
+    assert len(logged["roles"]) == 2 and len(logged["roles"][0]) == 2  # [role][example][turn]
+    assert [p.name for p in trainer.save_model(tmp_path / "c")] == ["agent_0"]
+
+
+@pytest.mark.parametrize(
+    "name", ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
+)
+def test_iterative_trainers_import_and_raise_naming_the_replacement(name: str) -> None:
+    import comlrl.trainers
+    from comlrl.trainers import UnsupportedTrainerError
+
+    cls = getattr(comlrl.trainers, name)
+    with pytest.raises(UnsupportedTrainerError, match=rf"{name} .* use (MADPO|MARLHF)Config"):
+        cls(num_iterations=2)
+    assert issubclass(UnsupportedTrainerError, NotImplementedError)

@@ -195,12 +195,18 @@ class CallbackEnvironment(_RewardEnvironment):
         if self._transition is None:
             raise ValueError("this environment is single-turn: pass transition= for num_turns > 1")
         prompt_history, response_history = _extend(branch, joint_action.completions)
-        prompts = _call_transition(
+        external = _call_transition(
             self._transition, example, joint_action, prompt_history, response_history
         )
+        prompts = self.next_prompts(example, external)
         checked = _check_prompts(prompts, self.num_agents, "external_transition")
         feedback = Feedback(texts=checked, info={"source": "external_transition"})
         return Branch(checked, prompt_history, response_history, (*branch.feedback, feedback)), feedback
+
+    def next_prompts(self, example: Mapping[str, Any], external: Sequence[str]) -> Sequence[str]:
+        """The agents' next prompts from what the transition returned (here: as they are;
+        a subclass may format them, e.g. CoMLRL's formatters in ``comlrl.trainers``)."""
+        return external
 
 
 def _call_transition(

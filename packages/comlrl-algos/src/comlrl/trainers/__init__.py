@@ -33,7 +33,17 @@ _EXPORTS: dict[str, str] = {
     "MARLHFConfig": "preference",
     "MARLHFTrainer": "preference",
     "JointRewardModel": "preference",
+    "CentralizedMAGRPOConfig": "reinforce",
+    "CentralizedMAGRPOTrainer": "reinforce",
+    "MADPOIterConfig": "preference",
+    "MADPOIterTrainer": "preference",
+    "MARLHFIterConfig": "preference",
+    "MARLHFIterTrainer": "preference",
+    "CentralizedComparatorAdapter": "preference",
+    "CentralizedComparatorParseError": "preference",
+    "TaggedCentralizedComparatorAdapter": "preference",
     "UnsupportedFieldError": "_base",
+    "UnsupportedTrainerError": "_base",
 }
 
 __all__ = list(_EXPORTS)

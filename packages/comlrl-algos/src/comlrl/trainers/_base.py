@@ -12,8 +12,10 @@ format. What differs from CoMLRL 1.4.3 on purpose is listed in ``docs/compat.md`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,12 +23,23 @@ from typing import Any
 
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
 
-__all__ = ["CompatTrainer", "UnsupportedFieldError", "as_examples", "load_agents"]
+__all__ = [
+    "CompatTrainer",
+    "UnsupportedFieldError",
+    "UnsupportedTrainerError",
+    "as_examples",
+    "load_agents",
+]
 
 
 class UnsupportedFieldError(ValueError):
     """A CoMLRL 1.4.3 config field or argument is set to a value this package does not
     implement (the message names the field, the value and what to do)."""
+
+
+class UnsupportedTrainerError(NotImplementedError):
+    """A CoMLRL 1.4.3 trainer or config this package names but does not implement (the
+    message names it and what to use instead; see docs/compat.md)."""
 
 
 #: CoMLRL's ``advantage_mode`` -> our estimator name.
@@ -235,6 +248,26 @@ def common_train_config(
     }
 
 
+def wandb_disabled() -> bool:
+    """Whether the environment turns Weights & Biases off (``WANDB_MODE=disabled`` or
+    ``WANDB_DISABLED=true``): a ``wandb_config`` is then ignored, as wandb itself would."""
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    flag = os.environ.get("WANDB_DISABLED", "").strip().lower()
+    return mode == "disabled" or flag in ("1", "true", "yes")
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(
+            "wandb_config was given but wandb is not installed; pip install "
+            "'comlrl-algos[wandb]' (WANDB_MODE=offline logs without a network or login), set "
+            "WANDB_MODE=disabled to ignore wandb_config, or pass wandb_config=None."
+        ) from None
+    return wandb
+
+
 class CompatTrainer:
     """Shared implementation of the CoMLRL 1.4.3 trainer front (see the module docstring).
 
@@ -248,6 +281,8 @@ class CompatTrainer:
     args: Any
     #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
     _run: Any
+    #: the joint reward :meth:`evaluate` scores with; None: the training environment's
+    eval_reward: Any = None
 
     def _init_common(
         self,
@@ -285,6 +320,10 @@ class CompatTrainer:
             )
         self.model_config = dict(model_config or {})
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
+        if self.wandb_config is not None and wandb_disabled():
+            self.wandb_config = None  # WANDB_MODE=disabled: no run, no import, no network
+        if self.wandb_config is not None:
+            _import_wandb()  # fails here, before any model loads
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_func = reward_func
@@ -367,14 +406,7 @@ class CompatTrainer:
         if self.wandb_config is None:
             return
         if self._wandb_run is None:
-            try:
-                import wandb
-            except ImportError:
-                raise ImportError(
-                    "wandb_config was given but wandb is not installed; pip install "
-                    "'comlrl-algos[wandb]' (WANDB_MODE=offline works without network) or pass "
-                    "wandb_config=None."
-                ) from None
+            wandb = _import_wandb()
             cfg = self.wandb_config
             run_config = {"algorithm": self.algorithm_name, **dataclasses.asdict(self.args)}
             if isinstance(cfg.get("config_sections"), dict):
@@ -456,8 +488,13 @@ class CompatTrainer:
             return {}
         run, cfg = self._base_run(), self.config
         params = SamplingParams(1, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+        env = run.env
+        # MARLHF trains on a learned reward and reports the task's
+        if self.eval_reward is not None:
+            env = copy.copy(env)
+            env.reward = self.eval_reward
         _, rollouts = evaluation.evaluate(
-            run.agents, run.env, rows, params, run.tree, batch_size=cfg.batch_size, seed=cfg.seed
+            run.agents, env, rows, params, run.tree, batch_size=cfg.batch_size, seed=cfg.seed
         )
         turns = int(self.args.num_turns)
         # per example: per turn its (single) joint action's texts and reward
@@ -486,7 +523,7 @@ class CompatTrainer:
         )
         if logger is not None and aggregator is not None:
             detailed = logger(
-                agent_completions_turns=completions,
+                agent_completions_turns=self._eval_role_completions(completions, rows),
                 batch_items=rows,
                 prompts=[r.get("prompt", "") for r in rows],
             )
@@ -494,6 +531,13 @@ class CompatTrainer:
                 out[f"eval/{key}"] = value
         self._wandb_log(out)
         return out
+
+    def _eval_role_completions(
+        self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
+    ) -> list[list[list[str]]]:
+        """What ``eval_logger`` receives as ``agent_completions_turns`` (``[A][example]
+        [turn]`` texts); the centralized trainer splits its joint completions here."""
+        return completions
 
     def save_model(self, output_dir: str | Path) -> list[Path]:
         """Write every agent (weights and tokenizer, Hugging Face format) to

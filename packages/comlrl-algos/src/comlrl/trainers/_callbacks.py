@@ -13,13 +13,12 @@ adapted to :mod:`comlrl.algos`' interfaces.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.env import Branch, CallbackEnvironment, _check_prompts, _extend
-from comlrl.core import Feedback, JointAction, RewardBatch, RewardFunctionError, check_rewards
+from comlrl.algos.env import CallbackEnvironment
+from comlrl.core import RewardBatch, RewardFunctionError, check_rewards
 
 __all__ = ["CompatReward", "CompatEnvironment", "Formatter", "build_formatters"]
 
@@ -259,45 +258,40 @@ class CompatEnvironment(CallbackEnvironment):
         passthrough: bool = False,
     ) -> None:
         self.compat_formatters = list(formatters)
-        turn0: list[Callable[[Mapping[str, Any]], str]] = [
-            functools.partial(f) for f in self.compat_formatters
-        ]
-        super().__init__(turn0, reward, transition)
+        super().__init__(self.compat_formatters, reward, transition)
         self.passthrough = passthrough
 
-    def step(
-        self,
-        example: Mapping[str, Any],
-        branch: Branch,
-        joint_action: JointAction,
-        info: Mapping[str, Any],
-        turn: int,
-    ) -> tuple[Branch, Feedback]:
-        """The child node after ``joint_action``: prompts from the transition (see class)."""
-        if self._transition is None:
-            raise ValueError("this run is single-turn: pass external_transition= for num_turns > 1")
-        prompt_history, response_history = _extend(branch, joint_action.completions)
-        external = self._transition(
-            prompt=example.get("prompt", ""),
-            agent_completions=list(joint_action.completions),
-            num_agents=self.num_agents,
-            prompt_history_per_agent=[list(h) for h in prompt_history],
-            response_history_per_agent=[list(h) for h in response_history],
-        )
+    def next_prompts(self, example: Mapping[str, Any], external: Sequence[str]) -> list[str]:
+        """Agent ``a``'s next prompt from ``external_transition``'s ``external[a]`` (see
+        the class docstring); called by :meth:`CallbackEnvironment.step`.
+
+        Raises:
+            ValueError: the transition did not return ``A`` prompts.
+        """
         if not isinstance(external, (list, tuple)) or len(external) != self.num_agents:
             raise ValueError(
                 f"external_transition must return a list of {self.num_agents} prompts (one per "
                 f"agent), got {external!r}"
             )
         if self.passthrough:
-            prompts = list(external)
-        else:
-            prompts = []
-            for fmt, ext in zip(self.compat_formatters, external):
-                item = dict(example)
-                item["prompt"] = ext
-                prompts.append(fmt(item, external_prompts=ext))
-        checked = _check_prompts(prompts, self.num_agents, "external_transition + formatters")
-        feedback = Feedback(texts=checked, info={"source": "external_transition"})
-        history = (*branch.feedback, feedback)
-        return Branch(checked, prompt_history, response_history, history), feedback
+            return list(external)
+        prompts = []
+        for fmt, ext in zip(self.compat_formatters, external):
+            item = dict(example)
+            item["prompt"] = ext
+            prompts.append(fmt(item, external_prompts=ext))
+        return prompts
+
+    @property
+    def reward(self) -> Any:
+        """The batched joint reward every joint action is scored with."""
+        return self._reward
+
+    @reward.setter
+    def reward(self, reward: Any) -> None:
+        if not getattr(reward, "is_joint_reward", False):
+            raise TypeError(
+                f"the environment's reward must be a batched joint reward (is_joint_reward=True), "
+                f"got {type(reward).__name__}"
+            )
+        self._reward = reward

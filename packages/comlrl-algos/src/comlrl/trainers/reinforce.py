@@ -12,9 +12,11 @@ the constant ``max_new_tokens``, which AdamW's scale invariance makes immaterial
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from comlrl.trainers._base import (
     ADVANTAGE_MODES,
@@ -25,6 +27,8 @@ from comlrl.trainers._base import (
 )
 
 __all__ = [
+    "CentralizedMAGRPOConfig",
+    "CentralizedMAGRPOTrainer",
     "MAGRPOConfig",
     "MAGRPOTrainer",
     "MAREINFORCEConfig",
@@ -36,6 +40,61 @@ __all__ = [
 ]
 
 
+#: pre-1.4.3 ``MAGRPOConfig`` fields (CoMLRL 1.2's config on ``transformers``'
+#: ``TrainingArguments``, used by CoMLRL's README and "Quick Demo") -> their 1.4.3 fields.
+#: ``per_device_train_batch_size`` was the number of examples per optimizer step (1.2
+#: required 1), which is ``rollout_buffer_size`` in single-turn 1.4.3 runs.
+LEGACY_CONFIG_FIELDS = {
+    "learning_rate": "agent_learning_rate",
+    "per_device_train_batch_size": "rollout_buffer_size",
+    "termination_threshold": "early_termination_threshold",
+}
+#: pre-1.4.3 fields without a 1.4.3 counterpart -> what to do instead
+_LEGACY_WITHOUT_COUNTERPART = {
+    "output_dir": "pass the folder to trainer.save_model(output_dir) after train()",
+}
+
+_Config = TypeVar("_Config", bound=type)
+
+
+def accepts_legacy_fields(cls: _Config) -> _Config:
+    """Let the config dataclass ``cls`` take the pre-1.4.3 field names of
+    :data:`LEGACY_CONFIG_FIELDS` (each with a ``DeprecationWarning`` naming its 1.4.3
+    field); a pre-1.4.3 field without a counterpart raises :class:`UnsupportedFieldError`.
+
+    Raises:
+        TypeError: (when building) a legacy name and its 1.4.3 name are both given.
+    """
+    init: Callable[..., None] = getattr(cls, "__init__")  # noqa: B009 (mypy: see setattr)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for old, what in _LEGACY_WITHOUT_COUNTERPART.items():
+            if old in kwargs:
+                raise UnsupportedFieldError(
+                    f"{cls.__name__}({old}=...) is a pre-1.4.3 field with no CoMLRL 1.4.3 "
+                    f"counterpart; {what}."
+                )
+        for old, new in LEGACY_CONFIG_FIELDS.items():
+            if old not in kwargs:
+                continue
+            if new in kwargs:
+                raise TypeError(
+                    f"{cls.__name__} got {old}= (its pre-1.4.3 name) and {new}=; pass {new}= only."
+                )
+            warnings.warn(
+                f"{cls.__name__}({old}=...) is CoMLRL's pre-1.4.3 name; use {new}=.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kwargs[new] = kwargs.pop(old)
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)  # noqa: B010 (mypy rejects assigning a method)
+    return cls
+
+
+@accepts_legacy_fields
 @dataclass
 class MAGRPOConfig:
     """CoMLRL 1.4.3's ``MAGRPOConfig``: the same fields and defaults.
@@ -115,6 +174,7 @@ class MAGRPOConfig:
             raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef!r}")
 
 
+@accepts_legacy_fields
 @dataclass
 class MAREINFORCEConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="raw"`` (no baseline)."""
@@ -122,6 +182,7 @@ class MAREINFORCEConfig(MAGRPOConfig):
     advantage_mode: str = "raw"
 
 
+@accepts_legacy_fields
 @dataclass
 class MARLOOConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="rloo"`` (leave-one-out baseline)."""
@@ -129,6 +190,7 @@ class MARLOOConfig(MAGRPOConfig):
     advantage_mode: str = "rloo"
 
 
+@accepts_legacy_fields
 @dataclass
 class MAReMaxConfig(MAGRPOConfig):
     """:class:`MAGRPOConfig` with ``advantage_mode="max"`` (group-max baseline)."""
@@ -177,6 +239,8 @@ class MAGRPOTrainer(CompatTrainer):
             ``config_sections`` (``output.verbose`` turns the progress bar off).
         eval_logger, eval_aggregator: see :meth:`evaluate`.
         args: a :class:`MAGRPOConfig` (default: its defaults).
+        model: CoMLRL's pre-1.4.3 name of ``agent_model`` (a ``DeprecationWarning``).
+        dataset_type: pre-1.4.3, no 1.4.3 counterpart: raises when given.
 
     Raises:
         UnsupportedFieldError: a config value this package does not implement.
@@ -206,10 +270,30 @@ class MAGRPOTrainer(CompatTrainer):
         eval_logger: Callable[..., Any] | None = None,
         eval_aggregator: Callable[..., Any] | None = None,
         args: Any = None,
+        *,
+        model: Any = None,
+        dataset_type: str | None = None,
     ) -> None:
         from comlrl.algos.config import TrainConfig
         from comlrl.algos.recipes import group_baseline
 
+        if dataset_type is not None:
+            raise UnsupportedFieldError(
+                f"MAGRPOTrainer(dataset_type={dataset_type!r}) is a pre-1.4.3 argument with no "
+                "1.4.3 counterpart; remove it (the reward_func and formatters define the task)."
+            )
+        if model is not None:
+            if agent_model is not None:
+                raise TypeError(
+                    "MAGRPOTrainer got model= (its pre-1.4.3 name) and agent_model=; pass "
+                    "agent_model= only."
+                )
+            warnings.warn(
+                "MAGRPOTrainer(model=...) is CoMLRL's pre-1.4.3 name; use agent_model=.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            agent_model = model
         self._init_common(
             args=args,
             agent_model=agent_model,
@@ -267,3 +351,143 @@ class MAReMaxTrainer(MAGRPOTrainer):
 
     config_cls = MAReMaxConfig
     algorithm_name = "MAReMax"
+
+
+@accepts_legacy_fields
+@dataclass
+class CentralizedMAGRPOConfig(MAGRPOConfig):
+    """CoMLRL 1.4.3's ``CentralizedMAGRPOConfig``: :class:`MAGRPOConfig` with
+    ``num_turns=1`` and ``collaboration_mode="centralized"``. ``num_agents`` is the role
+    count; ``max_new_tokens`` is the budget of the whole joint response;
+    ``num_generations`` counts joint responses.
+
+    Raises:
+        ValueError: as :class:`MAGRPOConfig`, ``collaboration_mode`` other than
+            ``"centralized"`` or ``num_turns != 1``.
+    """
+
+    num_turns: int = 1
+    collaboration_mode: str = "centralized"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.collaboration_mode != "centralized":
+            raise ValueError(
+                f"CentralizedMAGRPOConfig.collaboration_mode={self.collaboration_mode!r}; it "
+                "must be 'centralized' (use MAGRPOConfig for separate agents)."
+            )
+        if self.num_turns != 1:
+            raise ValueError(
+                f"CentralizedMAGRPOConfig.num_turns={self.num_turns!r}; centralized MAGRPO is "
+                "single-turn (num_turns=1), as in CoMLRL 1.4.3."
+            )
+
+
+class CentralizedMAGRPOTrainer(MAGRPOTrainer):
+    """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: one joint policy, trained with the
+    MAGRPO objective on the task reward of its parsed role outputs.
+
+    Per example, the roles' prompts (``formatters``, one per role) go through
+    ``centralized_adapter.build_prompt(item, agent_prompts)`` into one prompt; the single
+    policy samples ``num_generations`` joint responses of up to ``max_new_tokens`` tokens;
+    ``centralized_adapter.parse_completion(completion, item, num_agents)`` splits each into
+    the roles' outputs, which ``reward_func`` scores as one joint action (a response the
+    adapter cannot parse gives every role ``""``). Advantages and the loss are
+    :class:`MAGRPOTrainer`'s over every token of the joint response, up to and including
+    its EOS. ``eval_logger`` receives the role outputs.
+
+    Args:
+        centralized_adapter: an object with ``build_prompt`` and ``parse_completion``
+            (e.g. :class:`comlrl.trainers.preference.TaggedCentralizedComparatorAdapter`).
+        num_agents: the role count; must equal ``args.num_agents``.
+        agents: None, or a one-element list (the joint policy); or ``agent_model=``.
+        tokenizer: one tokenizer (or a one-element list).
+        reward_func, formatters: role-level, as :class:`MAGRPOTrainer` with ``num_agents``
+            agents.
+        args: a :class:`CentralizedMAGRPOConfig`.
+        **kwargs: the other :class:`MAGRPOTrainer` arguments.
+
+    Raises:
+        ValueError: a non-centralized config, ``num_turns != 1``, ``num_agents !=
+            args.num_agents``, several models or tokenizers, or no ``reward_func``.
+        TypeError: an adapter without ``build_prompt`` / ``parse_completion``.
+    """
+
+    config_cls = CentralizedMAGRPOConfig
+    algorithm_name = "CentralizedMAGRPO"
+
+    def __init__(
+        self,
+        *,
+        centralized_adapter: Any,
+        num_agents: int = 2,
+        agents: Sequence[Any] | None = None,
+        tokenizer: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        formatters: Any = None,
+        args: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        from comlrl.trainers._callbacks import CompatReward, build_formatters
+        from comlrl.trainers._centralized import CentralizedReward, check_adapter, split_roles
+
+        config = args if args is not None else CentralizedMAGRPOConfig()
+        if getattr(config, "collaboration_mode", None) != "centralized":
+            raise ValueError(
+                "CentralizedMAGRPOTrainer needs args=CentralizedMAGRPOConfig(...) "
+                f"(collaboration_mode='centralized'), got {type(config).__name__}"
+            )
+        if config.num_turns != 1:
+            raise ValueError(f"centralized MAGRPO is single-turn; got num_turns={config.num_turns}")
+        if num_agents != config.num_agents:
+            raise ValueError(
+                f"num_agents={num_agents} but args.num_agents={config.num_agents}; both are "
+                "the role count and must match."
+            )
+        if agents is not None and len(agents) != 1:
+            raise ValueError(
+                f"centralized MAGRPO trains one joint policy; got {len(agents)} agents "
+                "(pass agents=[model] or agent_model=)."
+            )
+        if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
+            raise ValueError(f"centralized MAGRPO takes one tokenizer, got {len(tokenizer)}")
+        if not callable(reward_func):
+            raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
+        check_adapter(centralized_adapter)
+        self.centralized_adapter = centralized_adapter
+        self.num_roles = num_agents
+        role_formatters = build_formatters(formatters, num_agents)
+
+        def joint_prompt(item: Any) -> str:
+            prompt = centralized_adapter.build_prompt(item, [f(item) for f in role_formatters])
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise ValueError(
+                    f"centralized_adapter.build_prompt returned {prompt!r}; it must build a "
+                    "non-empty prompt."
+                )
+            return prompt
+
+        self._split = lambda text, item: split_roles(centralized_adapter, text, item, num_agents)
+        super().__init__(
+            agents=agents,
+            num_agents=1,
+            tokenizer=tokenizer,
+            reward_func=reward_func,
+            formatters=[joint_prompt],
+            args=config,
+            **kwargs,
+        )
+        role_reward = CompatReward(
+            reward_func, num_agents, role_formatters[0], kwargs.get("reward_processor")
+        )
+        self.env.reward = CentralizedReward(centralized_adapter, role_reward, num_agents)
+
+    def _eval_role_completions(
+        self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
+    ) -> list[list[list[str]]]:
+        roles: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
+        for turns, item in zip(completions[0], rows, strict=True):
+            parsed = [self._split(text, item) for text in turns]
+            for r in range(self.num_roles):
+                roles[r].append([p[r] for p in parsed])
+        return roles
