@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "MARLOOTrainer": "reinforce",
     "MAReMaxConfig": "reinforce",
     "MAReMaxTrainer": "reinforce",
+    "ActorCriticTrainerBase": "actor_critic",
     "IACConfig": "actor_critic",
     "IACTrainer": "actor_critic",
     "MAACConfig": "actor_critic",

@@ -25,7 +25,7 @@ from comlrl.trainers._base import (
     load_agents,
 )
 
-__all__ = ["IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
+__all__ = ["ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
 
 
 def _check_ac(cfg: Any) -> None:
@@ -152,7 +152,12 @@ class MAACConfig:
         _check_ac(self)
 
 
-class _ActorCriticCompat(CompatTrainer):
+class ActorCriticTrainerBase(CompatTrainer):
+    """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
+    ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
+    ``train()``/``evaluate()``/``save_model()``. Use a subclass; ``method`` picks the recipe.
+    """
+
     method: Method = "iac"
 
     def __init__(
@@ -306,7 +311,7 @@ class _ActorCriticCompat(CompatTrainer):
         return paths
 
 
-class IACTrainer(_ActorCriticCompat):
+class IACTrainer(ActorCriticTrainerBase):
     """CoMLRL 1.4.3's ``IACTrainer`` arguments, trained by
     :mod:`comlrl.algos.recipes.actor_critic` (``method="iac"``).
 
@@ -331,7 +336,7 @@ class IACTrainer(_ActorCriticCompat):
     method = "iac"
 
 
-class MAACTrainer(_ActorCriticCompat):
+class MAACTrainer(ActorCriticTrainerBase):
     """CoMLRL 1.4.3's ``MAACTrainer`` arguments: one centralised critic
     (``critic_model`` or ``critics=[one]``) reading every agent's prompt (``"v"``) or the
     joint action (``"q"``), trained by :mod:`comlrl.algos.recipes.actor_critic`
@@ -341,3 +346,16 @@ class MAACTrainer(_ActorCriticCompat):
     config_cls: type = MAACConfig
     algorithm_name = "MAAC"
     method = "maac"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RolloutSample":
+        from comlrl.utils import NotProvidedError
+
+        raise NotProvidedError(
+            "comlrl.trainers.actor_critic.RolloutSample (CoMLRL 1.4.3's internal rollout "
+            "buffer record) is not provided; rollouts here are comlrl.algos.rollout.Rollout "
+            "records (see docs/compat.md).",
+            name=name,
+        )
+    raise AttributeError(f"module 'comlrl.trainers.actor_critic' has no attribute {name!r}")
