@@ -149,7 +149,11 @@ def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(
     root = tmp_path / "run" / "checkpoints"
     assert not (root / "step-000001").exists() and ckpt.latest_checkpoint(tmp_path / "run") is None
     assert [p.name for p in root.iterdir()] == [f".step-000001.tmp-{os.getpid()}"]
-    assert ckpt.clean_partial_checkpoints(tmp_path / "run") and not list(root.iterdir())
+    (root / ".reward_model.tmp-123").mkdir()  # MARLHF's reward model, half written
+    (root / "reward_model").mkdir()  # a complete one stays
+    assert len(ckpt.clean_partial_checkpoints(tmp_path / "run")) == 2
+    assert [p.name for p in root.iterdir()] == ["reward_model"]
+    (root / "reward_model").rmdir()
     with pytest.raises(ckpt.CheckpointError, match="not a complete step checkpoint"):
         ckpt.load_training_state(root / "step-000001")
     trainer.run.close()

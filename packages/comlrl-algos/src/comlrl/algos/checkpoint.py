@@ -319,11 +319,13 @@ def prune_checkpoints(
 
 
 def clean_partial_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Remove half-written checkpoint folders (``.step-*.tmp-*``, ``.step-*.old-*``) of dead runs."""
+    """Remove half-written checkpoint folders of dead runs: ``.step-*.tmp-*``,
+    ``.step-*.old-*`` and MARLHF's ``.reward_model.tmp-*``."""
     root = Path(output_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
-    stale = [p for p in root.iterdir() if re.match(r"^\.step-\d+\.(tmp|old)-\d+$", p.name)]
+    pattern = r"^\.(step-\d+|reward_model)\.(tmp|old)-\d+$"
+    stale = [p for p in root.iterdir() if re.match(pattern, p.name)]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return stale
