@@ -16,7 +16,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from comlrl.utils.reward_processor import RewardProcessors
 from comlrl.trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
-MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL", "/work/shared/models/stories260k")
+try:  # stories260k, shipped with comlrl-algos; under CoMLRL 1.4.3 set COMLRL_EXAMPLE_MODEL
+    from comlrl.algos.models import builtin_model_path as _builtin
+except ImportError:
+    _builtin = None
+MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL") or str(_builtin())
 OUT = sys.argv[1] if len(sys.argv) > 1 else "./magrpo_multi_reward_output"
 
 train_data = {

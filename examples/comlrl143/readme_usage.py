@@ -12,7 +12,11 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from comlrl.trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
-MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL", "/work/shared/models/stories260k")
+try:  # stories260k, shipped with comlrl-algos; under CoMLRL 1.4.3 set COMLRL_EXAMPLE_MODEL
+    from comlrl.algos.models import builtin_model_path as _builtin
+except ImportError:
+    _builtin = None
+MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL") or str(_builtin())
 
 # Load dataset and tokenizer
 tokenizer = AutoTokenizer.from_pretrained(MODEL)

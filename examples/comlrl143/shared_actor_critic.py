@@ -11,7 +11,11 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 
-MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL", "/work/shared/models/stories260k")
+try:  # stories260k, shipped with comlrl-algos; under CoMLRL 1.4.3 set COMLRL_EXAMPLE_MODEL
+    from comlrl.algos.models import builtin_model_path as _builtin
+except ImportError:
+    _builtin = None
+MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL") or str(_builtin())
 
 model_name = MODEL
 tokenizer = AutoTokenizer.from_pretrained(model_name)
