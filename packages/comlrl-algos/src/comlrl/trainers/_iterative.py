@@ -511,6 +511,9 @@ class Comparator:
         self.agents = list(agents)
         self.model_kwargs = dict(model_kwargs)
         self.seed = seed
+        self.num_rounds = int(args.num_iterations)
+        #: the snapshot index each round's history comparator used (for logs and tests)
+        self.used: list[int] = []
         self._frozen: list[Any] | None = None
         #: round index -> per-agent CPU state dicts (history); index 0 = the initial policy
         self.snapshots: dict[int, list[dict[str, torch.Tensor]]] = {}
@@ -580,6 +583,7 @@ class Comparator:
                 self._frozen = self._wrap(self._load_models())
             return self._frozen
         index = self.snapshot_index(round_index)
+        self.used.append(index)
         if index == round_index:  # the snapshot is the current policy itself
             return self.agents
         if self._frozen is None:
@@ -595,8 +599,8 @@ class Comparator:
             return
         nxt = round_index + 1
         keep_from = self.snapshot_index(nxt)
-        if keep_from < nxt:  # k >= 2: a later round reads this snapshot
-            self.snapshots[nxt] = self._state()
+        if nxt + self.history_k - 1 < self.num_rounds and keep_from < nxt:
+            self.snapshots[nxt] = self._state()  # round nxt + k - 1 reads it
         for index in [i for i in self.snapshots if i < keep_from]:
             del self.snapshots[index]
 
