@@ -174,7 +174,9 @@ def test_unsupported_iterative_settings_fail_before_any_model_loads(
 def stories260k() -> str:
     path = SHARED / "models" / "stories260k"
     if not (path / "config.json").exists():
-        pytest.skip(f"pretrained stories260k model not found at {path} (../shared beside the checkout)")
+        pytest.skip(
+            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
+        )
     return str(path)
 
 

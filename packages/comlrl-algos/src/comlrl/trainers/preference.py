@@ -836,6 +836,7 @@ class _IterativeRounds:
     args: Any
     env_step: int
     round_history: list[dict[str, float]]
+    _train_rows: list[dict[str, Any]]
 
     def _setup_rounds(self, agents: Sequence[Any], seed: int) -> None:
         import random
@@ -958,7 +959,7 @@ class _IterativeRounds:
         return history
 
     def _pair_batches(self, pairs: list[Any], epochs: int, batch: int) -> list[list[Any]]:
-        out = []
+        out: list[list[Any]] = []
         for _ in range(epochs):
             order = list(pairs)
             self._order_rng.shuffle(order)
