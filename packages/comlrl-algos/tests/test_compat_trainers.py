@@ -19,12 +19,14 @@ from comlrl.trainers import (
     MAACConfig,
     MAACTrainer,
     MADPOConfig,
+    MADPOIterConfig,
     MADPOTrainer,
     MAGRPOConfig,
     MAGRPOTrainer,
     MAREINFORCEConfig,
     MAReMaxConfig,
     MARLHFConfig,
+    MARLHFIterConfig,
     MARLHFTrainer,
     MARLOOConfig,
     UnsupportedFieldError,
@@ -91,6 +93,24 @@ MARLHF_143 = {
     "value_loss_coef": 0.6, "value_clip_range": 0.2, "critic_value_head_hidden_dim": None,
     "value_head_hidden_dim": None,
 }  # fmt: skip
+# 1.4.3's iterative fields (preference/iterative.py) and the iterative trainers' overrides
+ITERATIVE_143 = {
+    "num_iterations": 6, "preference_replay_mode": "current", "preference_replay_k": None,
+    "preference_replay_lambda": None, "preference_replay_sample_size": None,
+    "preference_replay_dir": None, "log_reward_distribution": False,
+    "policy_checkpoint_dir": None, "comparator_policy": "current",
+    "comparator_generation_mode": "decentralized", "comparator_centralized_agent_index": 0,
+    "comparator_model_name": None, "comparator_agents": None, "comparator_devices": None,
+    "comparator_num_candidates": None, "comparator_history_k": None,
+    "comparator_api_url": None, "comparator_api_format": "generic",
+    "comparator_api_model": None, "comparator_api_max_n_per_request": None,
+    "comparator_api_timeout": 120.0, "comparator_api_headers": None,
+    "comparator_api_key": None, "comparator_api_key_env": None,
+    "comparator_api_key_header": "Authorization", "comparator_api_key_prefix": "Bearer",
+    "comparator_api_response_field": "completions", "comparator_api_extra_body": None,
+    "preference_num_candidates": 20, "preference_pairs_per_sample": 4,
+    "pair_selection": "comparator_reward",
+}  # fmt: skip
 EXPECTED = {
     MAGRPOConfig: MAGRPO_143,
     MAREINFORCEConfig: {**MAGRPO_143, "advantage_mode": "raw"},
@@ -101,7 +121,12 @@ EXPECTED = {
     MADPOConfig: MADPO_143,
     MARLHFConfig: MARLHF_143,
     CentralizedMAGRPOConfig: {**MAGRPO_143, "num_turns": 1, "collaboration_mode": "centralized"},
-}
+    MADPOIterConfig: {**MADPO_143, **ITERATIVE_143, "num_train_epochs": 1},
+    MARLHFIterConfig: {
+        **MARLHF_143, **ITERATIVE_143, "num_train_epochs": 2, "reward_num_train_epochs": 2,
+        "preference_scoring_reward": "task",
+    },
+}  # fmt: skip
 
 
 def _defaults(cls: type) -> dict[str, Any]:
@@ -120,8 +145,9 @@ def test_config_fields_and_defaults_equal_comlrl_1_4_3(cls: type) -> None:
 def test_config_defaults_equal_the_installed_comlrl_1_4_3() -> None:
     script = (
         "import dataclasses, json, comlrl.trainers as t, comlrl.trainers.reinforce as r\n"
+        "import comlrl.trainers.preference as p\n"
         f"names = {[c.__name__ for c in EXPECTED]!r}\n"
-        "cls = lambda n: getattr(t, n, None) or getattr(r, n)\n"
+        "cls = lambda n: getattr(t, n, None) or getattr(p, n, None) or getattr(r, n)\n"
         "print(json.dumps({n: {f.name: f.default for f in dataclasses.fields(cls(n))}"
         " for n in names}))\n"
     )
@@ -654,16 +680,3 @@ def test_centralized_magrpo_trains_one_policy_on_parsed_role_outputs(
     assert metrics["eval/rows"] == 1.0
     assert len(logged["roles"]) == 2 and len(logged["roles"][0]) == 2  # [role][example][turn]
     assert [p.name for p in trainer.save_model(tmp_path / "c")] == ["agent_0"]
-
-
-@pytest.mark.parametrize(
-    "name", ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
-)
-def test_iterative_trainers_import_and_raise_naming_the_replacement(name: str) -> None:
-    import comlrl.trainers
-    from comlrl.trainers import UnsupportedTrainerError
-
-    cls = getattr(comlrl.trainers, name)
-    with pytest.raises(UnsupportedTrainerError, match=rf"{name} .* use (MADPO|MARLHF)Config"):
-        cls(num_iterations=2)
-    assert issubclass(UnsupportedTrainerError, NotImplementedError)

@@ -1043,6 +1043,27 @@ def madpo_step(run: MADPORun) -> dict[str, float]:
     }
     if len(pairs) == 0:
         return row
+    row.update(madpo_update(run, pairs))
+    return row
+
+
+def madpo_update(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]:
+    """One optimizer step of every agent on its own term of
+    :func:`~comlrl.algos.preference_losses.multi_agent_dpo_loss` over ``pairs`` (``P >= 1``
+    pairs from any source: :func:`madpo_step`'s rollout, or pairs built elsewhere, e.g.
+    against a comparator policy).
+
+    Returns:
+        ``reward_gap_mean``, ``loss``, ``loss/agent_<i>``, ``margin``, ``accuracy``,
+        ``margin/agent_<i>``, ``grad_norm/agent_<i>`` (see :func:`madpo_step`).
+
+    Raises:
+        ValueError: ``pairs`` is empty.
+    """
+    if len(pairs) == 0:
+        raise ValueError("madpo_update needs at least one preference pair, got 0")
+    cfg = run.config
+    row: dict[str, float] = {}
     row["reward_gap_mean"] = float((pairs.chosen_reward - pairs.rejected_reward).mean())
     parts = []
     for a, agent in enumerate(run.agents):
