@@ -329,9 +329,10 @@ def _device_of(model: Any) -> torch.device:
 
 
 def _step(model: Any, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float:
-    norm = float("nan")
-    if max_grad_norm is not None:
-        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    """One optimizer step after clipping the gradient's global L2 norm to ``max_grad_norm``
+    (``None``: no clipping); returns the norm before clipping (measured either way)."""
+    limit = float("inf") if max_grad_norm is None else max_grad_norm
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
     optimizer.step()
     return norm
 
