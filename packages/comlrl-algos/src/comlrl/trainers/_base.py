@@ -178,38 +178,114 @@ def _reject(args: Any, field: str, ok: bool, what: str) -> None:
 
 
 def check_common_fields(args: Any) -> None:
-    """Raise :class:`UnsupportedFieldError` for settings we do not implement."""
-    _reject(
-        args,
-        "parallel_training",
-        str(args.parallel_training or "none").lower() == "none",
-        "agents run in one process (concurrently on CPU threads or one GPU each when that "
-        "helps); for several GPUs use torchrun with comlrl.algos (data_parallel). Set "
-        "parallel_training='none'.",
-    )
-    devices = args.agent_devices
-    _reject(
-        args,
-        "agent_devices",
-        devices is None or isinstance(devices, str) or len(set(devices)) == 1,
-        "all agents live on one device here; give one device string (e.g. 'cuda:0') or None.",
-    )
-    for name in ("critic_devices", "reference_devices"):
-        if hasattr(args, name):
-            _reject(
-                args,
-                name,
-                getattr(args, name) is None,
-                "models share the agents' device; set it to None.",
-            )
+    """Raise :class:`UnsupportedFieldError` for settings we do not implement, and
+    ``ValueError`` for device settings CoMLRL 1.4.3 also rejects."""
+    mode = str(args.parallel_training).strip().lower()
+    if mode in ("null", "none"):
+        mode = "none"
+    if mode not in ("none", "mp"):
+        raise ValueError(
+            f"parallel_training={args.parallel_training!r}: use 'none' (all agents on one "
+            "device) or 'mp' (agent i on agent_devices[i]), as in CoMLRL 1.4.3."
+        )
+    if mode == "mp" and args.agent_devices is None:
+        raise ValueError(
+            "parallel_training='mp' needs agent_devices (one device, or one per agent)."
+        )
+    args.parallel_training = mode
+    if hasattr(args, "critic_devices"):
+        _reject(
+            args,
+            "critic_devices",
+            args.critic_devices is None,
+            "critics are placed beside their agents here; set it to None.",
+        )
+    from comlrl.algos.devices import validate_devices
+
+    fields = device_fields(args, int(args.num_agents))  # raises on a malformed spec
+    for field, names in fields.items():
+        names = [names] if isinstance(names, str) else names
+        if names is not None and names != ["auto"]:
+            validate_devices(names, len(names), "agent_devices" if field == "device" else field)
     _reject(args, "eval_batch_size", args.eval_batch_size >= 1, "must be >= 1.")
 
 
-def _device(args: Any) -> str:
-    devices = args.agent_devices
-    if devices is None:
-        return "auto"
-    return devices if isinstance(devices, str) else next(iter(devices))
+def device_list(spec: Any, count: int, field: str) -> list[str] | None:
+    """CoMLRL 1.4.3's device spec as one device name per model: ``None``/``"auto"`` ->
+    ``None`` (our automatic choice), a string -> that device ``count`` times, a list of one
+    -> repeated, a list of ``count`` -> as given.
+
+    Raises:
+        ValueError: an empty list, or a list whose length is neither 1 nor ``count``.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
+        return None
+    if isinstance(spec, str):
+        return [spec] * count
+    names = [str(s) for s in spec]
+    if not names:
+        raise ValueError(f"{field} must be a non-empty list, a device string or 'auto'.")
+    if len(names) == 1:
+        return names * count
+    if len(names) != count:
+        raise ValueError(f"{field} lists {len(names)} devices; give 1 or {count} (one per model).")
+    return names
+
+
+def device_fields(args: Any, num_agents: int) -> dict[str, Any]:
+    """The :class:`~comlrl.algos.TrainConfig` placement fields for a CoMLRL 1.4.3 config:
+    ``parallel_training='mp'`` puts agent ``i`` on ``agent_devices[i]`` (``agent_devices``
+    in comlrl.algos; ``"auto"`` spreads the agents over the visible GPUs when there are
+    enough, as 1.4.3 does), ``'none'`` (or one model) puts every agent on the first device
+    named (or the automatic one); ``reference_devices`` places the KL reference copies
+    when ``reference_kl_enabled``.
+
+    Raises:
+        ValueError: a malformed device list (see :func:`device_list`).
+    """
+    import torch
+
+    if args.parallel_training == "mp" and num_agents > 1:
+        names = device_list(args.agent_devices, num_agents, "agent_devices")
+        if names is None and torch.cuda.is_available() and torch.cuda.device_count() >= num_agents:
+            names = [f"cuda:{i}" for i in range(num_agents)]
+    else:
+        spec = args.agent_devices
+        if spec is not None and not isinstance(spec, str):
+            spec = list(spec)
+            if not spec:
+                raise ValueError(
+                    "agent_devices must be a non-empty list, a device string or 'auto'."
+                )
+            spec = str(spec[0])
+        names = device_list(spec, num_agents, "agent_devices")
+    if names is None:
+        fields: dict[str, Any] = {"device": "auto"}
+    elif len(set(names)) == 1:
+        fields = {"device": names[0]}
+    else:
+        fields = {"agent_devices": names}
+    refs = getattr(args, "reference_devices", None)
+    if getattr(args, "reference_kl_enabled", False) and refs is not None:
+        fields["reference_devices"] = device_list(refs, num_agents, "reference_devices")
+    return fields
+
+
+def one_device(args: Any, num_agents: int, trainer: str) -> str:
+    """The single device of a trainer that keeps its agents together (preference recipes).
+
+    Raises:
+        UnsupportedFieldError: the settings place agents on several devices.
+    """
+    fields = device_fields(args, num_agents)
+    fields.pop("reference_devices", None)
+    if "agent_devices" in fields:
+        raise UnsupportedFieldError(
+            f"{type(args).__name__}.agent_devices={args.agent_devices!r} with "
+            f"parallel_training='mp' is not supported by {trainer} here: its agents share one "
+            "device; give one device (e.g. 'cuda:0')."
+        )
+    return str(fields["device"])
 
 
 def common_train_config(
@@ -221,7 +297,7 @@ def common_train_config(
     eval_on = has_eval and int(args.eval_interval) > 0 and int(args.eval_num_samples) > 0
     return {
         "num_agents": num_agents,
-        "device": _device(args),
+        **device_fields(args, num_agents),
         "max_new_tokens": int(args.max_new_tokens),
         "temperature": float(args.temperature),
         "top_p": float(args.top_p),
@@ -277,6 +353,9 @@ class CompatTrainer:
 
     config_cls: type = object
     algorithm_name: str = ""
+    #: the recipe keeps all agents on one device (parallel_training='mp' over several is
+    #: refused before any model loads)
+    single_device: bool = False
     #: the CoMLRL config dataclass the trainer was built with
     args: Any
     #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
@@ -309,6 +388,8 @@ class CompatTrainer:
             )
         args = self.args
         check_common_fields(args)
+        if self.single_device:
+            one_device(args, int(args.num_agents), type(self).__name__)
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
         if train_dataset is None:

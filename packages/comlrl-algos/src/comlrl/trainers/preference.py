@@ -231,6 +231,8 @@ class MADPOTrainer(CompatTrainer):
         ValueError, TypeError: missing or malformed arguments (named in the message).
     """
 
+    single_device = True
+
     config_cls: type = MADPOConfig
     algorithm_name = "MADPO"
 
@@ -257,7 +259,7 @@ class MADPOTrainer(CompatTrainer):
         import math
 
         from comlrl.algos.recipes import preference
-        from comlrl.trainers._base import _device
+        from comlrl.trainers._base import one_device
 
         cfg = args if args is not None else self.config_cls()
         if isinstance(cfg, MADPOConfig):
@@ -303,7 +305,7 @@ class MADPOTrainer(CompatTrainer):
             "max_grad_norm": None,
             "batch_size": batch,
             "num_steps": max(1, math.ceil(int(a.num_train_epochs) * len(self._train_rows) / batch)),
-            "device": _device(a),
+            "device": one_device(a, self.num_agents, type(self).__name__),
         }
         from comlrl.algos.config import ConfigError
         from pydantic import ValidationError
@@ -392,6 +394,8 @@ class MARLHFTrainer(CompatTrainer):
             before any model loads.
         ValueError, TypeError: missing or malformed arguments (named in the message).
     """
+
+    single_device = True
 
     config_cls: type = MARLHFConfig
     algorithm_name = "MARLHF"
@@ -538,7 +542,7 @@ class MARLHFTrainer(CompatTrainer):
         import torch
         from comlrl.algos.preference_trainers import MARLHFTrainer as PreferenceStage
         from comlrl.algos.recipes import preference
-        from comlrl.trainers._base import _device, _model_kwargs
+        from comlrl.trainers._base import _model_kwargs, one_device
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         a = self.args
@@ -576,7 +580,7 @@ class MARLHFTrainer(CompatTrainer):
             joint_mode="align",
             pairs_per_prompt=int(a.preference_pairs_per_sample or k * (k - 1) // 2),
             batch_size=batch,
-            device=_device(a),
+            device=one_device(a, self.num_agents, type(self).__name__),
         )
         reward_config = preference.RewardModelConfig(
             learning_rate=float(a.reward_learning_rate),
