@@ -163,3 +163,30 @@ def test_the_fused_critic_forward_changes_no_number(
     for x, y in zip(fused.critics, plain.critics, strict=True):
         for p, q in zip(x.trunk.parameters(), y.trunk.parameters(), strict=True):
             torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("method", "mode"), [("iac", "shared"), ("maac", "separate")])
+def test_the_single_forward_actor_update_at_g1_changes_no_number(
+    tiny_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, mode: str
+) -> None:  # type: ignore[no-untyped-def]
+    """With G = 1 the actors' log-probs come from one forward over prompt and completion
+    instead of the shared-prefix split (prompt, then completion over its KV cache); both
+    compute the same function, so the rows and the actors' weights must agree."""
+    from comlrl.algos.recipes import actor_critic
+
+    single = _trainer(tiny_tokenizer, tmp_path / "s", method, mode)
+    assert single.ac_run.base.update.shared_prefix is False
+    monkeypatch.setattr(actor_critic, "actor_update_settings", lambda settings, g: settings)
+    split = _trainer(tiny_tokenizer, tmp_path / "p", method, mode)
+    assert split.ac_run.base.update.shared_prefix is True
+    for _ in range(2):
+        a, b = single.train_step(), split.train_step()
+        keys = [k for k in a if not k.startswith(("time/", "tokens_per_s", "prompts_per_s"))]
+        for key in keys:
+            # Same maths, different op order (one attention over prompt + completion vs a
+            # cached prefix): float32 round-off of order 1e-7 relative, grown a little
+            # by two optimizer steps at lr 1e-2.
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5), key
+    for x, y in zip(single.agents, split.agents, strict=True):
+        for p, q in zip(x.model.parameters(), y.model.parameters(), strict=True):
+            torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)

@@ -48,6 +48,10 @@ class _ActorCriticTrainer(MultiAgentTrainer):
                 f"settings), got {type(config).__name__}; build one with "
                 "ActorCriticConfig(**your_config.model_dump())."
             )
+        # critic_devices must fit the agents' placement before setup moves any model
+        actor_critic.critic_placement(
+            config, self.method, actor_critic.planned_agent_devices(config, len(agents))
+        )
         super().__init__(
             agents,
             config,
