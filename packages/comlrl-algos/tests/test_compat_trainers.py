@@ -337,8 +337,6 @@ def _build(cls: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("cls", "args", "field"),
     [
-        (IACTrainer, IACConfig(critic_devices=["cuda:1"]), "critic_devices"),
-        (MAACTrainer, MAACConfig(critic_devices="cuda:1"), "critic_devices"),
         (MADPOTrainer, MADPOConfig(pair_selection="random"), "pair_selection"),
         (MADPOTrainer, MADPOConfig(collaboration_mode="centralized"), "collaboration_mode"),
         (MARLHFTrainer, MARLHFConfig(num_turns=2), "num_turns"),
@@ -389,7 +387,30 @@ def test_1_4_3_device_settings_map_to_our_placement(
     TrainConfig(num_agents=2, kl_coef=0.1, **got)  # our config accepts the placement
 
 
+def test_1_4_3_critic_devices_map_to_ours(four_gpus: None) -> None:
+    from comlrl.trainers._base import check_common_fields, critic_device_names
+
+    iac = IACConfig(num_turns=1, critic_devices=["cuda:2"])
+    check_common_fields(iac)
+    assert critic_device_names(iac, 2) == ["cuda:2", "cuda:2"]
+    iac = IACConfig(num_turns=1, critic_devices=["cuda:2", "cuda:3"])
+    assert critic_device_names(iac, 2) == ["cuda:2", "cuda:3"]
+    # value heads live on their agents: 1.4.3 ignores critic_devices there
+    assert (
+        critic_device_names(IACConfig(use_separate_critic=False, critic_devices="cuda:3"), 2)
+        is None
+    )
+    assert critic_device_names(MAACConfig(critic_devices="cuda:1"), 2) == ["cuda:1"]
+    assert critic_device_names(MAACConfig(), 2) is None
+    with pytest.raises(ValueError, match="critic_devices lists 2 devices; give 1 or 1"):
+        critic_device_names(MAACConfig(critic_devices=["cuda:0", "cuda:1"]), 2)
+
+
 def test_bad_1_4_3_device_settings_fail_before_any_model_loads() -> None:
+    with pytest.raises(ValueError, match="critic_devices: device 'cuda:5' does not exist"):
+        _build(IACTrainer, args=IACConfig(num_turns=1, critic_devices=["cpu", "cuda:5"]))
+    with pytest.raises(ValueError, match="critic_devices: device 'cuda:5' does not exist"):
+        _build(MAACTrainer, args=MAACConfig(num_turns=1, critic_devices="cuda:5"))
     with pytest.raises(ValueError, match="parallel_training='ddp'.*'none'.*'mp'"):
         _build(MAGRPOTrainer, args=MAGRPOConfig(num_turns=1, parallel_training="ddp"))
     with pytest.raises(ValueError, match="agent_devices lists 3 devices; give 1 or 2"):

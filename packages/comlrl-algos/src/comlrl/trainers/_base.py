@@ -193,16 +193,10 @@ def check_common_fields(args: Any) -> None:
             "parallel_training='mp' needs agent_devices (one device, or one per agent)."
         )
     args.parallel_training = mode
-    if hasattr(args, "critic_devices"):
-        _reject(
-            args,
-            "critic_devices",
-            args.critic_devices is None,
-            "critics are placed beside their agents here; set it to None.",
-        )
     from comlrl.algos.devices import validate_devices
 
     fields = device_fields(args, int(args.num_agents))  # raises on a malformed spec
+    fields["critic_devices"] = critic_device_names(args, int(args.num_agents))
     for field, names in fields.items():
         names = [names] if isinstance(names, str) else names
         if names is not None and names != ["auto"]:
@@ -269,6 +263,26 @@ def device_fields(args: Any, num_agents: int) -> dict[str, Any]:
     if getattr(args, "reference_kl_enabled", False) and refs is not None:
         fields["reference_devices"] = device_list(refs, num_agents, "reference_devices")
     return fields
+
+
+def critic_device_names(args: Any, num_agents: int) -> list[str] | None:
+    """``critic_devices`` of a CoMLRL 1.4.3 actor-critic config as comlrl.algos'
+    ``critic_devices``: IAC with separate critics, one device per agent (one device is
+    repeated); MAAC (no ``use_separate_critic`` field), its one centralised critic's device;
+    ``None`` (critics beside their agents / agent 0) when unset or, as in 1.4.3, for IAC
+    value heads on the agents (``use_separate_critic=False``).
+
+    Raises:
+        ValueError: a list whose length is neither 1 nor the number of critics.
+    """
+    spec = getattr(args, "critic_devices", None)
+    if spec is None:
+        return None
+    if not hasattr(args, "use_separate_critic"):
+        return device_list(spec, 1, "critic_devices")
+    if not args.use_separate_critic:
+        return None
+    return device_list(spec, num_agents, "critic_devices")
 
 
 def one_device(args: Any, num_agents: int, trainer: str) -> str:

@@ -22,6 +22,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
     common_train_config,
+    critic_device_names,
     load_agents,
 )
 
@@ -229,6 +230,7 @@ class ActorCriticTrainerBase(CompatTrainer):
             gae_lambda=0.0,
             critic_type=self.args.critic_type,
             critic_mode="shared" if shared else "separate",
+            critic_devices=critic_device_names(self.args, self.num_agents),
             advantage_normalization=bool(self.args.advantage_normalization),
             clip_ratio=None,
             loss_reduction="seq_sum",
