@@ -162,11 +162,16 @@ def test_torch_fallback_matches_kernels_package_when_installed() -> None:
     dense = torch.unique(ids, return_inverse=True)[1]
     group_scales: tuple[Literal["none", "group"], ...] = ("none", "group")
     for baseline, scale in itertools.product(("none", "mean", "loo", "max"), group_scales):
-        got = group_advantages(returns.flatten(), group_size=5, baseline=baseline, scale=scale, eps=EPS)
+        got = group_advantages(
+            returns.flatten(), group_size=5, baseline=baseline, scale=scale, eps=EPS
+        )
         with use_backend("torch"):
             want = group_advantages(
-                returns.flatten(), group_ids=torch.arange(6).repeat_interleave(5),
-                baseline=baseline, scale=scale, eps=EPS,
+                returns.flatten(),
+                group_ids=torch.arange(6).repeat_interleave(5),
+                baseline=baseline,
+                scale=scale,
+                eps=EPS,
             )
         torch.testing.assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-5)
         got = group_advantages(flat, group_ids=dense, baseline=baseline, scale=scale, eps=EPS)
@@ -415,9 +420,19 @@ def test_estimator_objects_can_be_passed_directly() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(st.floats(-10, 10, allow_nan=False), min_size=3, max_size=6), min_size=1, max_size=4).filter(
-    # a varying group whose max is non-zero (else ReMax coincides with REINFORCE on it)
-    lambda rows: len({len(r) for r in rows}) == 1 and all(max(r) - min(r) > 1e-2 and abs(max(r)) > 1e-2 for r in rows)))
+@given(
+    st.lists(
+        st.lists(st.floats(-10, 10, allow_nan=False), min_size=3, max_size=6),
+        min_size=1,
+        max_size=4,
+    ).filter(
+        # a varying group whose max is non-zero (else ReMax coincides with REINFORCE on it)
+        lambda rows: (
+            len({len(r) for r in rows}) == 1
+            and all(max(r) - min(r) > 1e-2 and abs(max(r)) > 1e-2 for r in rows)
+        )
+    )
+)
 def test_default_scales_follow_each_estimators_definition(rows) -> None:  # type: ignore[no-untyped-def]
     """Under defaults GRPO is (r - mean) / (std + eps) (DeepSeekMath eq. 3); RLOO, ReMax and
     REINFORCE are unscaled. (Distinctness is checked on a fixed group below: on some groups
@@ -426,15 +441,22 @@ def test_default_scales_follow_each_estimators_definition(rows) -> None:  # type
     mean, std = returns.mean(dim=1, keepdim=True), returns.std(dim=1, keepdim=True, correction=0)
     torch.testing.assert_close(compute_advantages(returns), (returns - mean) / (std + 1e-6))
     g = returns.shape[1]
-    torch.testing.assert_close(compute_advantages(returns, estimator="rloo"), g / (g - 1) * (returns - mean))
-    torch.testing.assert_close(compute_advantages(returns, estimator="remax"), returns - returns.max(dim=1, keepdim=True).values)
+    torch.testing.assert_close(
+        compute_advantages(returns, estimator="rloo"), g / (g - 1) * (returns - mean)
+    )
+    torch.testing.assert_close(
+        compute_advantages(returns, estimator="remax"),
+        returns - returns.max(dim=1, keepdim=True).values,
+    )
     torch.testing.assert_close(compute_advantages(returns, estimator="reinforce"), returns)
 
 
 def test_default_estimators_give_distinct_advantages() -> None:
     """The four estimators' defaults differ on an ordinary group."""
     returns = torch.tensor([[0.0, 1.0, 3.0, 7.0]], dtype=torch.float64)
-    outs = [compute_advantages(returns, estimator=n) for n in ("grpo", "rloo", "remax", "reinforce")]
+    outs = [
+        compute_advantages(returns, estimator=n) for n in ("grpo", "rloo", "remax", "reinforce")
+    ]
     for i in range(4):
         for j in range(i + 1, 4):
             assert not torch.allclose(outs[i], outs[j]), (i, j)

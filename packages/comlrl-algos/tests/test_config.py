@@ -30,15 +30,24 @@ def test_defaults_are_the_builtin_experiment() -> None:
         (["task.foo=1"], "task.foo"),
     ],
 )
-def test_invalid_configs_are_rejected_with_the_field_and_value(overrides: list[str], needle: str) -> None:
+def test_invalid_configs_are_rejected_with_the_field_and_value(
+    overrides: list[str], needle: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, overrides)
     assert needle in str(info.value)
 
 
 def test_overrides_parse_yaml_values_and_dotted_keys() -> None:
-    data = apply_overrides({}, ["num_generations=8", "task.kwargs.limit=3", "models=[a, b]", "clip_ratio=null"])
-    assert data == {"num_generations": 8, "task": {"kwargs": {"limit": 3}}, "models": ["a", "b"], "clip_ratio": None}
+    data = apply_overrides(
+        {}, ["num_generations=8", "task.kwargs.limit=3", "models=[a, b]", "clip_ratio=null"]
+    )
+    assert data == {
+        "num_generations": 8,
+        "task": {"kwargs": {"limit": 3}},
+        "models": ["a", "b"],
+        "clip_ratio": None,
+    }
 
 
 def test_override_without_equals_sign_is_rejected() -> None:
@@ -63,9 +72,15 @@ def test_model_for_picks_one_per_agent_or_shared() -> None:
 @pytest.mark.parametrize(
     ("override", "suggestion"),
     [
-        ("lerning_rate=0.1", "lerning_rate: unknown field (got 0.1); did you mean 'learning_rate'?"),
+        (
+            "lerning_rate=0.1",
+            "lerning_rate: unknown field (got 0.1); did you mean 'learning_rate'?",
+        ),
         ("num_step=3", "did you mean 'num_steps'?"),
-        ("task.nmae=coop_story", "task.nmae: unknown field (got 'coop_story'); did you mean 'name'?"),
+        (
+            "task.nmae=coop_story",
+            "task.nmae: unknown field (got 'coop_story'); did you mean 'name'?",
+        ),
         ("reportto=[wandb]", "did you mean 'report_to'?"),
     ],
 )

@@ -28,9 +28,16 @@ def _tiny(kind: str, seed: int = 0, **overrides):  # type: ignore[no-untyped-def
     )
 
     common = dict(
-        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        pad_token_id=0, eos_token_id=1, bos_token_id=None,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
     )
     common.update(overrides)
     cfg_cls, model_cls = {
@@ -62,8 +69,11 @@ def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: in
     new = torch.randint(2, v, (p * g, steps), generator=gen)  # teacher-forced tokens
     with torch.no_grad():
         out = model(
-            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True, logits_to_keep=1,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
         )
         fast = FastDecoder(model)
         start = mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
@@ -72,7 +82,8 @@ def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: in
         full_ids = torch.cat([ids.repeat_interleave(g, 0), new], dim=1)
         full_mask = torch.cat([mask.repeat_interleave(g, 0), torch.ones_like(new)], dim=1)
         ref = model(
-            input_ids=full_ids, attention_mask=full_mask,
+            input_ids=full_ids,
+            attention_mask=full_mask,
             position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
         ).logits[:, s:]
     return float((got - ref).abs().max() / ref.abs().max())
@@ -94,7 +105,9 @@ def test_fast_decode_steps_equal_the_models_forward(kind: str) -> None:
     steps=st.integers(1, 5),
     seed=st.integers(0, 2**16),
 )
-def test_fast_decode_matches_for_any_padding_and_group_size(kind: str, prompt_lens: list[int], g: int, steps: int, seed: int) -> None:
+def test_fast_decode_matches_for_any_padding_and_group_size(
+    kind: str, prompt_lens: list[int], g: int, steps: int, seed: int
+) -> None:
     model = _tiny(kind, seed=seed % 7)
     assert _fast_vs_forward(model, prompt_lens, g, steps, seed) < 1e-5
 
@@ -126,7 +139,9 @@ def test_models_it_cannot_reproduce_are_refused_with_a_reason() -> None:
 
     adapted = _tiny("llama")
     old = adapted.model.layers[1].self_attn.q_proj
-    adapted.model.layers[1].self_attn.q_proj = _LoraLikeLinear(old.in_features, old.out_features, bias=False)
+    adapted.model.layers[1].self_attn.q_proj = _LoraLikeLinear(
+        old.in_features, old.out_features, bias=False
+    )
     assert "layer 1" in (FastDecoder.unsupported_reason(adapted) or "")
 
     hooked = _tiny("llama")
@@ -138,7 +153,9 @@ def test_models_it_cannot_reproduce_are_refused_with_a_reason() -> None:
     assert FastDecoder.unsupported_reason(windowed, max_length=16) is None  # never reached
 
 
-def test_agent_samples_the_same_tokens_with_and_without_fast_decode(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_agent_samples_the_same_tokens_with_and_without_fast_decode(
+    tiny_model, tiny_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
     params = SamplingParams(num_generations=3, max_new_tokens=16)
     batches = []
     for fast in (False, True):
@@ -149,10 +166,14 @@ def test_agent_samples_the_same_tokens_with_and_without_fast_decode(tiny_model, 
         assert agent.fast_decode_status == ("on" if fast else "off: fast_decode=False")
     for other in batches[1:]:
         assert torch.equal(other.input_ids, batches[0].input_ids)
-        torch.testing.assert_close(other.behaviour_logprobs, batches[0].behaviour_logprobs, rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            other.behaviour_logprobs, batches[0].behaviour_logprobs, rtol=0, atol=1e-5
+        )
 
 
-def test_fast_decode_makes_one_model_call_per_generate_after_the_check(tiny_model, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_fast_decode_makes_one_model_call_per_generate_after_the_check(
+    tiny_model, tiny_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
     calls = []
     original = tiny_model.forward
 
@@ -170,7 +191,9 @@ def test_fast_decode_makes_one_model_call_per_generate_after_the_check(tiny_mode
     assert len(calls) == 1 and calls[0][0] == 3  # prefill only
 
 
-def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(tiny_model, tiny_tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(
+    tiny_model, tiny_tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     params = SamplingParams(num_generations=2, max_new_tokens=12)
     reference = HFAgent(tiny_model, tiny_tokenizer, fast_decode=False)
     reference.seed(5)

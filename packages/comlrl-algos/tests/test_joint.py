@@ -131,7 +131,9 @@ def test_two_agent_cross_credit_by_hand() -> None:
     adv = compute_advantages(out[0], estimator="grpo", scale="none")
     torch.testing.assert_close(adv, torch.tensor([[-0.5, 0.5]]))
     # GRPO's own convention divides by the group std (0.5 here)
-    torch.testing.assert_close(compute_advantages(out[0], estimator="grpo"), torch.tensor([[-1.0, 1.0]]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        compute_advantages(out[0], estimator="grpo"), torch.tensor([[-1.0, 1.0]]), atol=1e-5, rtol=0
+    )
 
 
 def test_credit_rejects_bad_inputs_with_the_reason() -> None:

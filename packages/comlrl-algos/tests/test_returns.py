@@ -19,9 +19,17 @@ def test_a_hand_computed_tree_with_discount_termination_and_pruning() -> None:
     # Turn 1: node 0 (from j0): j0 ends the episode (done), j1 expanded;
     #         node 1 (from j1): j0 pruned by the branching limit, j1 expanded.
     # Turn 2: two leaves. gamma = 0.5.
-    rewards = [torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 1.0], [0.0, 0.2]]), torch.tensor([[1.0, 0.0], [0.4, 0.6]])]
+    rewards = [
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([[0.5, 1.0], [0.0, 0.2]]),
+        torch.tensor([[1.0, 0.0], [0.4, 0.6]]),
+    ]
     child = [torch.tensor([[0, 1]]), torch.tensor([[-1, 0], [-1, 1]]), torch.full((2, 2), -1)]
-    terminal = [torch.tensor([[False, False]]), torch.tensor([[True, False], [False, False]]), torch.ones(2, 2, dtype=torch.bool)]
+    terminal = [
+        torch.tensor([[False, False]]),
+        torch.tensor([[True, False], [False, False]]),
+        torch.ones(2, 2, dtype=torch.bool),
+    ]
     got = tree_returns(rewards, child, terminal, gamma=0.5)
     # leaves: V = 0.5 and 0.5
     torch.testing.assert_close(got[2], rewards[2])
@@ -37,7 +45,9 @@ def test_gamma_zero_gives_the_rewards_and_gamma_one_the_undiscounted_sum() -> No
     child = [torch.tensor([[0, 1]]), torch.full((2, 2), -1)]
     terminal = [torch.zeros(1, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)]
     torch.testing.assert_close(tree_returns(rewards, child, terminal, 0.0)[0], rewards[0])
-    torch.testing.assert_close(tree_returns(rewards, child, terminal, 1.0)[0], torch.tensor([[5.0, 10.0]]))
+    torch.testing.assert_close(
+        tree_returns(rewards, child, terminal, 1.0)[0], torch.tensor([[5.0, 10.0]])
+    )
 
 
 def test_bad_trees_are_rejected_with_the_reason() -> None:
@@ -53,7 +63,11 @@ def test_bad_trees_are_rejected_with_the_reason() -> None:
             [torch.tensor([[True, False]]), torch.ones(1, 2, dtype=torch.bool)],
         )
     with pytest.raises(ValueError, match="finite"):
-        tree_returns([torch.tensor([[float("nan"), 0.0]])], [torch.full((1, 2), -1)], [torch.ones(1, 2, dtype=torch.bool)])
+        tree_returns(
+            [torch.tensor([[float("nan"), 0.0]])],
+            [torch.full((1, 2), -1)],
+            [torch.ones(1, 2, dtype=torch.bool)],
+        )
     with pytest.raises(ValueError, match="one tensor per turn"):
         tree_returns(r, [], [])
 
@@ -78,7 +92,10 @@ def _reference(rewards, child, terminal, gamma):  # type: ignore[no-untyped-def]
         futures = [value(t + 1, int(c2)) for c2 in child[t][n] if int(c2) >= 0]
         return r + gamma * (sum(futures) / len(futures) if futures else 0.0)
 
-    return [[[ret(t, n, j) for j in range(len(rewards[t][n]))] for n in range(len(rewards[t]))] for t in range(len(rewards))]
+    return [
+        [[ret(t, n, j) for j in range(len(rewards[t][n]))] for n in range(len(rewards[t]))]
+        for t in range(len(rewards))
+    ]
 
 
 @st.composite
@@ -89,8 +106,20 @@ def trees(draw):  # type: ignore[no-untyped-def]
     rewards, child, terminal = [], [], []
     for t in range(num_turns):
         last = t == num_turns - 1
-        r = draw(st.lists(st.lists(st.floats(-5, 5, allow_nan=False), min_size=k, max_size=k), min_size=nodes, max_size=nodes))
-        states = [[("terminal" if last else draw(st.sampled_from(["terminal", "expanded", "pruned"]))) for _ in range(k)] for _ in range(nodes)]
+        r = draw(
+            st.lists(
+                st.lists(st.floats(-5, 5, allow_nan=False), min_size=k, max_size=k),
+                min_size=nodes,
+                max_size=nodes,
+            )
+        )
+        states = [
+            [
+                ("terminal" if last else draw(st.sampled_from(["terminal", "expanded", "pruned"])))
+                for _ in range(k)
+            ]
+            for _ in range(nodes)
+        ]
         c, next_nodes = [], 0
         for row in states:
             c.append([])

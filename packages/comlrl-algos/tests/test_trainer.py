@@ -26,32 +26,52 @@ def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
 
 def _trainer(tok, tmp_path: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
     cfg = TrainConfig(
-        num_steps=2, batch_size=2, num_generations=3, max_new_tokens=8, learning_rate=1e-2,
-        output_dir=str(tmp_path / "run"), progress=False, **overrides,
+        num_steps=2,
+        batch_size=2,
+        num_generations=3,
+        max_new_tokens=8,
+        learning_rate=1e-2,
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+        **overrides,
     )
-    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)]
+    agents = [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
     return MultiAgentTrainer(
-        agents, cfg, dataset=DATA, reward_func=_length_reward,
+        agents,
+        cfg,
+        dataset=DATA,
+        reward_func=_length_reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
     )
 
 
 @pytest.mark.parametrize("reduction", ["seq_mean_token_mean", "token_mean", "seq_sum"])
-def test_micro_batches_over_several_turns_give_the_all_turns_gradient(tiny_tokenizer, reduction: str) -> None:  # type: ignore[no-untyped-def]
+def test_micro_batches_over_several_turns_give_the_all_turns_gradient(
+    tiny_tokenizer, reduction: str
+) -> None:  # type: ignore[no-untyped-def]
     """Two turns of different prompt lengths, micro-batched or not: the same accumulated gradient
     as one loss over all completions (tolerance: float32 sums in a different order)."""
     model = build_default_model(len(tiny_tokenizer), seed=0)
     agent = HFAgent(model, tiny_tokenizer)
     params = SamplingParams(num_generations=3, max_new_tokens=8)
     torch.manual_seed(0)
-    batches = [agent.sample([d["text"] for d in DATA[:2]], params).batch,
-               agent.sample([d["text"] + "\n# more" for d in DATA[2:5]], params).batch]
+    batches = [
+        agent.sample([d["text"] for d in DATA[:2]], params).batch,
+        agent.sample([d["text"] + "\n# more" for d in DATA[2:5]], params).batch,
+    ]
     advs = [torch.linspace(-1, 1, 6), torch.linspace(1, -0.5, 9)]
     grads = []
     for micro in (None, 3):
         model.zero_grad()
         opt = torch.optim.SGD(model.parameters(), lr=0.0)  # keep the weights: compare gradients
-        settings = UpdateSettings(loss_reduction=reduction, micro_batch_size=micro, max_grad_norm=None, max_completion_length=8)
+        settings = UpdateSettings(
+            loss_reduction=reduction,
+            micro_batch_size=micro,
+            max_grad_norm=None,
+            max_completion_length=8,
+        )
         update_policy(model, opt, batches, advs, settings)
         grads.append([p.grad.clone() for p in model.parameters()])
     # the same loss written out over the concatenation of both turns
@@ -60,8 +80,11 @@ def test_micro_batches_over_several_turns_give_the_all_turns_gradient(tiny_token
     length = max(lp.shape[1] for lp in logps)
     pad = lambda x, v: torch.nn.functional.pad(x, (0, length - x.shape[1]), value=v)  # noqa: E731
     loss, _ = policy_loss(
-        torch.cat([pad(lp, 0.0) for lp in logps]), torch.cat(advs),
-        torch.cat([pad(b.completion_mask, False) for b in batches]), reduction=reduction, max_completion_length=8,
+        torch.cat([pad(lp, 0.0) for lp in logps]),
+        torch.cat(advs),
+        torch.cat([pad(b.completion_mask, False) for b in batches]),
+        reduction=reduction,
+        max_completion_length=8,
     )
     loss.backward()
     expected = [p.grad.clone() for p in model.parameters()]
@@ -71,7 +94,9 @@ def test_micro_batches_over_several_turns_give_the_all_turns_gradient(tiny_token
         torch.testing.assert_close(micro, want, atol=1e-6, rtol=1e-4)
 
 
-def test_training_writes_metrics_samples_and_loadable_checkpoints(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_training_writes_metrics_samples_and_loadable_checkpoints(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     trainer = _trainer(tiny_tokenizer, tmp_path, save_every=1)
     history = trainer.train()
     run = tmp_path / "run"
@@ -94,16 +119,34 @@ def test_parameters_change_only_through_the_update(tiny_tokenizer, tmp_path: Pat
     trainer = _trainer(tiny_tokenizer, tmp_path)
     before = [p.detach().clone() for p in trainer.agents[1].model.parameters()]
     trainer.train_step()
-    changed = any(not torch.equal(b, p) for b, p in zip(before, trainer.agents[1].model.parameters()))
+    changed = any(
+        not torch.equal(b, p) for b, p in zip(before, trainer.agents[1].model.parameters())
+    )
     assert changed
 
 
-def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cfg = TrainConfig(num_steps=1, batch_size=2, num_generations=2, max_new_tokens=4, output_dir=str(tmp_path), progress=False)
-    agents = [HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer) for i in range(2)]
+def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    cfg = TrainConfig(
+        num_steps=1,
+        batch_size=2,
+        num_generations=2,
+        max_new_tokens=4,
+        output_dir=str(tmp_path),
+        progress=False,
+    )
+    agents = [
+        HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer) for i in range(2)
+    ]
     trainer = MultiAgentTrainer(
-        agents, cfg, dataset=DATA, formatters=[lambda ex: ex["text"]] * 2,
-        reward_func=lambda c1, c2, example=None: [float("nan") if example["id"] >= 0 else 0.0] * len(c1),
+        agents,
+        cfg,
+        dataset=DATA,
+        formatters=[lambda ex: ex["text"]] * 2,
+        reward_func=lambda c1, c2, example=None: (
+            [float("nan") if example["id"] >= 0 else 0.0] * len(c1)
+        ),
     )
     before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
     with pytest.raises(RewardFunctionError, match="not finite") as info:
@@ -112,7 +155,9 @@ def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(tiny
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.agents[0].model.parameters()))
 
 
-def test_checkpoint_save_is_atomic(tiny_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_save_is_atomic(
+    tiny_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     agent = HFAgent(build_default_model(len(tiny_tokenizer), seed=0), tiny_tokenizer)
     path = save_agent_checkpoint(agent, tmp_path / "ckpt")
     original = sorted(p.name for p in path.iterdir())
@@ -143,15 +188,28 @@ def test_agents_task_and_config_must_agree(tiny_tokenizer, tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="for 3 agents but 2 agents"):
         MultiAgentTrainer(agents, TrainConfig(output_dir=str(tmp_path)), task=ThreeAgents())
     with pytest.raises(ConfigError, match="num_agents=3"):
-        MultiAgentTrainer(agents, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents())
+        MultiAgentTrainer(
+            agents, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents()
+        )
     three = agents + [HFAgent(build_default_model(len(tiny_tokenizer)), tiny_tokenizer)]
     with pytest.raises(ConfigError, match="at most 1 turn"):
-        MultiAgentTrainer(three, TrainConfig(num_agents=3, num_turns=2, output_dir=str(tmp_path)), task=ThreeAgents())
+        MultiAgentTrainer(
+            three,
+            TrainConfig(num_agents=3, num_turns=2, output_dir=str(tmp_path)),
+            task=ThreeAgents(),
+        )
     with pytest.raises(ConfigError, match="dataset is empty"):
-        MultiAgentTrainer(three, TrainConfig(num_agents=3, output_dir=str(tmp_path)), task=ThreeAgents(), dataset=[])
+        MultiAgentTrainer(
+            three,
+            TrainConfig(num_agents=3, output_dir=str(tmp_path)),
+            task=ThreeAgents(),
+            dataset=[],
+        )
 
 
-def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_runs_are_reproducible_with_concurrent_per_agent_sampling(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -161,8 +219,12 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer
             assert trainer.run.sample_pool.parallel
             trainer.train_step()
             ro = trainer.run.last_rollout
-            results.append(([c.token_ids.tolist() for g in ro.turns[0].agents[1].completions for c in g],
-                            [p.detach().clone() for p in trainer.agents[1].model.parameters()]))
+            results.append(
+                (
+                    [c.token_ids.tolist() for g in ro.turns[0].agents[1].completions for c in g],
+                    [p.detach().clone() for p in trainer.agents[1].model.parameters()],
+                )
+            )
         assert results[0][0] == results[1][0]
         for p, q in zip(results[0][1], results[1][1]):
             assert torch.equal(p, q)
@@ -170,7 +232,9 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(tiny_tokenizer
         torch.set_num_threads(before)
 
 
-def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """Concurrent agents draw the same samples and take the same update as sequential ones.
 
     What is guaranteed: identical samples (per-agent random streams) and gradients equal up to
@@ -188,16 +252,29 @@ def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(tiny_tokeni
     try:
         params, samples = [], []
         for parallel in (True, False):
-            trainer = _trainer(tiny_tokenizer, tmp_path / str(parallel), seed=5, parallel_agents=parallel)
-            assert trainer.run.update_pool.parallel is parallel and trainer.run.sample_pool.parallel is parallel
+            trainer = _trainer(
+                tiny_tokenizer, tmp_path / str(parallel), seed=5, parallel_agents=parallel
+            )
+            assert (
+                trainer.run.update_pool.parallel is parallel
+                and trainer.run.sample_pool.parallel is parallel
+            )
             for i, agent in enumerate(trainer.agents):
                 trainer.run.optimizers[i] = torch.optim.SGD(agent.model.parameters(), lr=1e-2)
             trainer.train_step()
             ro = trainer.run.last_rollout
-            samples.append([c.token_ids.tolist() for s in ro.turns[0].agents for g in s.completions for c in g])
-            params.append([p.detach().clone() for a in trainer.agents for p in a.model.parameters()])
+            samples.append(
+                [c.token_ids.tolist() for s in ro.turns[0].agents for g in s.completions for c in g]
+            )
+            params.append(
+                [p.detach().clone() for a in trainer.agents for p in a.model.parameters()]
+            )
         assert samples[0] == samples[1]  # per-agent random streams: same samples either way
-        moved = [p for a in _trainer(tiny_tokenizer, tmp_path / "init", seed=5).agents for p in a.model.parameters()]
+        moved = [
+            p
+            for a in _trainer(tiny_tokenizer, tmp_path / "init", seed=5).agents
+            for p in a.model.parameters()
+        ]
         assert any(not torch.equal(p, q) for p, q in zip(params[0], moved))
         for p, q in zip(*params):
             torch.testing.assert_close(p, q, atol=1e-6, rtol=0)
@@ -206,11 +283,24 @@ def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(tiny_tokeni
         torch.set_num_threads(before)
 
 
-def test_agents_sharing_one_model_are_never_updated_concurrently(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_agents_sharing_one_model_are_never_updated_concurrently(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     model = build_default_model(len(tiny_tokenizer), seed=0)
     agents = [HFAgent(model, tiny_tokenizer, name=f"agent_{i}") for i in range(2)]
-    cfg = TrainConfig(num_steps=1, batch_size=2, num_generations=2, max_new_tokens=4, output_dir=str(tmp_path), progress=False)
+    cfg = TrainConfig(
+        num_steps=1,
+        batch_size=2,
+        num_generations=2,
+        max_new_tokens=4,
+        output_dir=str(tmp_path),
+        progress=False,
+    )
     trainer = MultiAgentTrainer(
-        agents, cfg, dataset=DATA, reward_func=_length_reward, formatters=[lambda ex: ex["text"]] * 2
+        agents,
+        cfg,
+        dataset=DATA,
+        reward_func=_length_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
     )
     assert not trainer.run.update_pool.parallel

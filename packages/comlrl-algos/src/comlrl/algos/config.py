@@ -158,17 +158,20 @@ class TrainConfig(BaseModel):
     device: str = "auto"
     trust_remote_code: bool = False
     agent_devices: list[str] | None = Field(
-        None, description="One device per agent (e.g. [cuda:0, cuda:1]): agent i's model, "
+        None,
+        description="One device per agent (e.g. [cuda:0, cuda:1]): agent i's model, "
         "its batches and its update live on device i (model parallel over agents). None: "
-        "every agent on `device`."
+        "every agent on `device`.",
     )
     reference_devices: list[str] | None = Field(
-        None, description="One device per agent for the KL reference copies (kl_coef > 0, "
-        "no LoRA); None: each beside its agent."
+        None,
+        description="One device per agent for the KL reference copies (kl_coef > 0, "
+        "no LoRA); None: each beside its agent.",
     )
     lora: LoraSettings | None = Field(
-        None, description="Train LoRA adapters on a frozen base instead of whole models "
-        "(pip install 'comlrl-algos[lora]'); None: full fine-tuning."
+        None,
+        description="Train LoRA adapters on a frozen base instead of whole models "
+        "(pip install 'comlrl-algos[lora]'); None: full fine-tuning.",
     )
     # --- task ---------------------------------------------------------------------
     task: TaskConfig = Field(default_factory=TaskConfig)
@@ -180,26 +183,32 @@ class TrainConfig(BaseModel):
     top_k: int = Field(0, ge=0)
     joint_mode: Literal["align", "cross"] = "align"
     generation_backend: Literal["native", "vllm"] = Field(
-        "native", description="native: CoMLRL's sampler on the training model; vllm: a "
+        "native",
+        description="native: CoMLRL's sampler on the training model; vllm: a "
         "colocated vLLM engine per agent, weights pushed after every update (pip install "
-        "'comlrl-algos[vllm]', CUDA only; settings in the vllm section)."
+        "'comlrl-algos[vllm]', CUDA only; settings in the vllm section).",
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     # --- multi-turn ---------------------------------------------------------------
     num_turns: int = Field(
-        1, ge=1, description="T, the most turns per episode; turns after the first see the "
-        "task's feedback (Task.feedback) or the prompts of a transition callback."
+        1,
+        ge=1,
+        description="T, the most turns per episode; turns after the first see the "
+        "task's feedback (Task.feedback) or the prompts of a transition callback.",
     )
     gamma: float = Field(1.0, ge=0, le=1, description="Discount of later turns in the returns.")
     early_termination_threshold: float | None = Field(
-        None, description="End a joint action's episode when its reward is above this "
+        None,
+        description="End a joint action's episode when its reward is above this "
         "(termination_scope=joint_action), or stop expanding a node whose mean reward is above "
-        "it (node, CoMLRL 1.4.3's rule). None: only Feedback.done and num_turns end episodes."
+        "it (node, CoMLRL 1.4.3's rule). None: only Feedback.done and num_turns end episodes.",
     )
     termination_scope: Literal["joint_action", "node"] = "joint_action"
     max_branches: int | None = Field(
-        None, ge=1, description="Expand at most this many joint actions per node (None: all, "
-        "K**(T-1) leaves per example)."
+        None,
+        ge=1,
+        description="Expand at most this many joint actions per node (None: all, "
+        "K**(T-1) leaves per example).",
     )
     branch_select: Literal["top", "random"] = Field(
         "top", description="Which joint actions max_branches keeps: highest reward, or random."
@@ -207,8 +216,9 @@ class TrainConfig(BaseModel):
     # --- estimator and loss ------------------------------------------------------
     estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
     advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
-        "auto", description="Divide advantages by a std of the returns: auto = the "
-        "estimator's own convention (grpo: group; rloo, remax, reinforce: none)."
+        "auto",
+        description="Divide advantages by a std of the returns: auto = the "
+        "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
     )
     advantage_eps: float = Field(1e-6, gt=0)
     loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
@@ -218,74 +228,93 @@ class TrainConfig(BaseModel):
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     # --- optimisation -------------------------------------------------------------
     learning_rate: float = Field(
-        1e-3, gt=0, description="1e-3 suits the built-in 260K-parameter stories260k with "
-        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5."
+        1e-3,
+        gt=0,
+        description="1e-3 suits the built-in 260K-parameter stories260k with "
+        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5.",
     )
     optimizer: Literal["radam", "adamw", "sgd"] = Field(
-        "radam", description="radam (default): Adam with the variance of its adaptive step "
+        "radam",
+        description="radam (default): Adam with the variance of its adaptive step "
         "rectified in early steps (Liu et al. 2020), which needs no warm-up and keeps small "
-        "batches at high learning rates from collapsing; adamw: plain AdamW; sgd: no momentum."
+        "batches at high learning rates from collapsing; adamw: plain AdamW; sgd: no momentum.",
     )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1, description="Prompts per step.")
     micro_batch_size: int | None = Field(
-        None, ge=1, description="Sequences per forward/backward (rounded down to whole "
-        "groups of G); None = all at once."
+        None,
+        ge=1,
+        description="Sequences per forward/backward (rounded down to whole "
+        "groups of G); None = all at once.",
     )
     parallel_agents: bool = Field(
-        True, description="Sample, forward and update the agents concurrently (one thread "
+        True,
+        description="Sample, forward and update the agents concurrently (one thread "
         "each, intra-op threads shared out) when that can help: CPU with at least one "
         "intra-op thread per agent, or one GPU per agent. Agents that share one model object "
-        "are never updated concurrently."
+        "are never updated concurrently.",
     )
     shared_prefix: bool = Field(
-        True, description="Run each prompt through the model once per update and share its "
-        "KV cache among its G completions (same gradient, less work)."
+        True,
+        description="Run each prompt through the model once per update and share its "
+        "KV cache among its G completions (same gradient, less work).",
     )
     data_parallel: Literal["ddp", "fsdp2", "none"] = Field(
-        "ddp", description="Only under an initialised torch.distributed process group "
+        "ddp",
+        description="Only under an initialised torch.distributed process group "
         "(torchrun): how each agent's gradient is averaged over the ranks. ddp: "
         "DistributedDataParallel (bucketed all-reduce overlapped with the last backward); "
         "none: no wrapper, the gradient is all-reduced once after the local backward passes; "
         "fsdp2: torch.distributed.fsdp.fully_shard per decoder layer (parameters, gradients "
         "and optimizer state sharded; weights gathered for each rollout, checkpoints gathered "
         "to rank 0). Either way the update equals one process's "
-        "update over the global batch (comlrl.algos.distributed)."
+        "update over the global batch (comlrl.algos.distributed).",
     )
     sampling_rng: Literal["agent", "prompt"] = Field(
-        "agent", description="agent: each agent draws from its own seeded stream (per rank "
+        "agent",
+        description="agent: each agent draws from its own seeded stream (per rank "
         "under torchrun: seeded from seed and rank). prompt: every prompt's completions are "
         "drawn from a stream keyed by (seed, step, prompt's place in the global batch, turn, "
         "node, agent), so the rollout does not depend on the number of ranks (native "
-        "sampling backend only)."
+        "sampling backend only).",
     )
     fused_logprobs: bool = Field(
-        True, description="Compute the update's log-probs from the last hidden states and "
+        True,
+        description="Compute the update's log-probs from the last hidden states and "
         "the lm_head weight in chunks of tokens, never materialising the [tokens, vocab] "
         "logits (same values and gradient, far less memory at large vocabularies such as "
         "Qwen's 151,936). Models it cannot handle exactly (lm_head bias, logit soft-capping "
-        "or scaling, ...) fall back to the materialised logits with a warning."
+        "or scaling, ...) fall back to the materialised logits with a warning.",
     )
     num_steps: int = Field(160, ge=1)
     seed: int = 0
-    shuffle: bool = Field(True, description="Shuffle the dataset every epoch; False = dataset order.")
+    shuffle: bool = Field(
+        True, description="Shuffle the dataset every epoch; False = dataset order."
+    )
     # --- outputs ------------------------------------------------------------------
     output_dir: str = "runs/default"
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
-    log_samples: int = Field(4, ge=0, description="Joint actions per step written to samples.jsonl.")
+    log_samples: int = Field(
+        4, ge=0, description="Joint actions per step written to samples.jsonl."
+    )
     progress: bool = True
     # --- evaluation and checkpoint retention (run lifecycle) -----------------------
     eval_every: int = Field(
-        0, ge=0, description="Evaluate every N steps on eval_split without updating (rows in "
-        "eval.jsonl); 0 = off."
+        0,
+        ge=0,
+        description="Evaluate every N steps on eval_split without updating (rows in "
+        "eval.jsonl); 0 = off.",
     )
     eval_split: str = Field(
-        "test", description="Task split to evaluate on (coop_humaneval's train and test are "
-        "disjoint)."
+        "test",
+        description="Task split to evaluate on (coop_humaneval's train and test are disjoint).",
     )
-    eval_greedy: bool = Field(True, description="Greedy (top_k=1) evaluation; false = sampled "
-                              "with the training temperature/top_p/top_k.")
+    eval_greedy: bool = Field(
+        True,
+        description="Greedy (top_k=1) evaluation; false = sampled "
+        "with the training temperature/top_p/top_k.",
+    )
     eval_num_samples: int = Field(
         1, ge=1, description="k, joint actions per problem for pass@k (sampled evaluation)."
     )
@@ -295,15 +324,17 @@ class TrainConfig(BaseModel):
     )
     # --- reporting (comlrl.algos.reporting) -----------------------------------------
     report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
-        ["jsonl"], description="Where metrics go: jsonl "
+        ["jsonl"],
+        description="Where metrics go: jsonl "
         "(metrics.jsonl, always written), tensorboard (output_dir/tensorboard; pip install "
         "'comlrl-algos[tensorboard]'), wandb (pip install 'comlrl-algos[wandb]'; "
-        "WANDB_MODE=offline works without network)."
+        "WANDB_MODE=offline works without network).",
     )
     wandb_project: str = Field("comlrl", description="W&B project name (report_to wandb).")
     reward_curve: bool = Field(
-        True, description="Write output_dir/reward_curve.png at the end of the run "
-        "(needs matplotlib: pip install 'comlrl-algos[plot]'; skipped with a notice without)."
+        True,
+        description="Write output_dir/reward_curve.png at the end of the run "
+        "(needs matplotlib: pip install 'comlrl-algos[plot]'; skipped with a notice without).",
     )
 
     @field_validator("report_to", mode="before")
@@ -341,7 +372,7 @@ class TrainConfig(BaseModel):
         if self.joint_mode == "cross" and self.num_generations**self.num_agents > 4096:
             raise ValueError(
                 f"joint_mode='cross' with G={self.num_generations} and {self.num_agents} agents "
-                f"makes {self.num_generations ** self.num_agents} joint actions per prompt; "
+                f"makes {self.num_generations**self.num_agents} joint actions per prompt; "
                 "use joint_mode='align' or a smaller G."
             )
         if self.max_branches is not None and self.num_turns == 1:
@@ -573,6 +604,8 @@ def load_config_data(
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a YAML mapping, got {type(loaded).__name__}")
+            raise ConfigError(
+                f"config file {str(p)!r} must hold a YAML mapping, got {type(loaded).__name__}"
+            )
         data = loaded
     return apply_overrides(data, overrides or [])

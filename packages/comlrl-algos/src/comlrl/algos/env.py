@@ -91,7 +91,9 @@ def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[str, ...
         )
     bad = [p for p in prompts if not isinstance(p, str)]
     if bad:
-        raise ValueError(f"{source} returned non-string prompts {bad!r}; return {num_agents} strings")
+        raise ValueError(
+            f"{source} returned non-string prompts {bad!r}; return {num_agents} strings"
+        )
     return tuple(prompts)
 
 
@@ -127,7 +129,11 @@ class TaskEnvironment(_RewardEnvironment):
         self._transition = transition
 
     def root(self, example: Mapping[str, Any]) -> Branch:
-        return Branch(_check_prompts(self.task.prompts(example, ()), self.num_agents, f"task {self.task.name!r}.prompts"))
+        return Branch(
+            _check_prompts(
+                self.task.prompts(example, ()), self.num_agents, f"task {self.task.name!r}.prompts"
+            )
+        )
 
     def step(
         self,
@@ -182,7 +188,9 @@ class CallbackEnvironment(_RewardEnvironment):
         self._transition = transition
 
     def root(self, example: Mapping[str, Any]) -> Branch:
-        return Branch(_check_prompts([f(example) for f in self.formatters], self.num_agents, "the formatters"))
+        return Branch(
+            _check_prompts([f(example) for f in self.formatters], self.num_agents, "the formatters")
+        )
 
     def step(
         self,
@@ -201,7 +209,9 @@ class CallbackEnvironment(_RewardEnvironment):
         prompts = self.next_prompts(example, external)
         checked = _check_prompts(prompts, self.num_agents, "external_transition")
         feedback = Feedback(texts=checked, info={"source": "external_transition"})
-        return Branch(checked, prompt_history, response_history, (*branch.feedback, feedback)), feedback
+        return Branch(
+            checked, prompt_history, response_history, (*branch.feedback, feedback)
+        ), feedback
 
     def next_prompts(self, example: Mapping[str, Any], external: Sequence[str]) -> Sequence[str]:
         """The agents' next prompts from what the transition returned (here: as they are;

@@ -57,9 +57,22 @@ _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Standard-library modules used as the tokenizer's training text: plain Python source
 # that exists in every CPython install (3.10+), giving code-shaped merges.
 _CORPUS_MODULES = [
-    "textwrap.py", "string.py", "heapq.py", "bisect.py", "fractions.py", "statistics.py",
-    "functools.py", "collections/__init__.py", "json/decoder.py", "json/encoder.py",
-    "argparse.py", "calendar.py", "difflib.py", "random.py", "shlex.py", "pprint.py",
+    "textwrap.py",
+    "string.py",
+    "heapq.py",
+    "bisect.py",
+    "fractions.py",
+    "statistics.py",
+    "functools.py",
+    "collections/__init__.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "argparse.py",
+    "calendar.py",
+    "difflib.py",
+    "random.py",
+    "shlex.py",
+    "pprint.py",
 ]
 
 
@@ -73,8 +86,8 @@ def _corpus() -> list[str]:
     # A few lines in the style of the default task's prompts, so common words merge too.
     texts.append(
         "Write a Python helper function named aux. Implement the function below; you may "
-        "call aux. Return only code.\n def solve(numbers: List[int]) -> int:\n    \"\"\" >>> "
-        "solve([1, 2, 3])\n    6\n    \"\"\"\n    return sum(numbers)\n"
+        'call aux. Return only code.\n def solve(numbers: List[int]) -> int:\n    """ >>> '
+        'solve([1, 2, 3])\n    6\n    """\n    return sum(numbers)\n'
     )
     return texts
 

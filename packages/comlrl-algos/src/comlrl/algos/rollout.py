@@ -163,7 +163,9 @@ def rollout(
     if len(agents) != env.num_agents:
         raise ValueError(f"{len(agents)} agents for an environment of {env.num_agents} agents")
     if sample_keys is not None and len(sample_keys) != len(examples):
-        raise ValueError(f"{len(sample_keys)} sample_keys for {len(examples)} examples; give one per example")
+        raise ValueError(
+            f"{len(sample_keys)} sample_keys for {len(examples)} examples; give one per example"
+        )
     rng = rng or random.Random(0)
     num_agents, g = len(agents), params.num_generations
     joint_index = joint_action_indices(num_agents, g, tree.joint_mode)
@@ -241,7 +243,10 @@ def rollout(
             break
         nodes, parents = next_nodes, next_parents
     returns = tree_returns(
-        [d["rewards"] for d in turns], [d["child"] for d in turns], [d["terminal"] for d in turns], tree.gamma
+        [d["rewards"] for d in turns],
+        [d["child"] for d in turns],
+        [d["terminal"] for d in turns],
+        tree.gamma,
     )
     return Rollout(
         examples=tuple(examples),
@@ -264,7 +269,10 @@ def _terminal(rewards: torch.Tensor, tree: TreeSettings, *, last: bool) -> torch
 
 
 def _select(
-    candidates: list[tuple[int, Branch]], rewards: torch.Tensor, tree: TreeSettings, rng: random.Random
+    candidates: list[tuple[int, Branch]],
+    rewards: torch.Tensor,
+    tree: TreeSettings,
+    rng: random.Random,
 ) -> list[tuple[int, Branch]]:
     """The joint actions of one node that open a child, in joint-action order."""
     limit = tree.max_branches

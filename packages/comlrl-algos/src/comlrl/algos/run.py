@@ -66,7 +66,9 @@ def build_optimizer(
         ValueError: an unknown name.
     """
     if name == "radam":
-        return torch.optim.RAdam(params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=True)
+        return torch.optim.RAdam(
+            params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=True
+        )
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if name == "sgd":
@@ -136,7 +138,9 @@ class DataStream:
         ValueError: on an empty dataset.
     """
 
-    def __init__(self, dataset: Sequence[Mapping[str, Any]], seed: int = 0, shuffle: bool = True) -> None:
+    def __init__(
+        self, dataset: Sequence[Mapping[str, Any]], seed: int = 0, shuffle: bool = True
+    ) -> None:
         if len(dataset) == 0:
             raise ValueError("the dataset is empty; nothing to train on.")
         self.dataset = dataset
@@ -240,11 +244,11 @@ def rollout_summary(
                 "rewards": turn.rewards.detach().float().cpu(),
                 "returns": turn.returns.detach().float().cpu(),
                 "terminal": turn.terminal.detach().cpu(),
-                "lengths": [
-                    s.batch.completion_mask.sum(dim=1).float().cpu() for s in turn.agents
-                ],
+                "lengths": [s.batch.completion_mask.sum(dim=1).float().cpu() for s in turn.agents],
                 "advantages": (
-                    [a.detach().float().cpu() for a in advantages[t]] if advantages is not None else None
+                    [a.detach().float().cpu() for a in advantages[t]]
+                    if advantages is not None
+                    else None
                 ),
             }
         )
@@ -260,10 +264,14 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
         entry: dict[str, Any] = {
             key: torch.cat([p[key] for p in parts]) for key in ("rewards", "returns", "terminal")
         }
-        entry["lengths"] = [torch.cat(xs) for xs in zip(*(p["lengths"] for p in parts), strict=True)]
+        entry["lengths"] = [
+            torch.cat(xs) for xs in zip(*(p["lengths"] for p in parts), strict=True)
+        ]
         advs = [p["advantages"] for p in parts]
         entry["advantages"] = (
-            None if any(a is None for a in advs) else [torch.cat(xs) for xs in zip(*advs, strict=True)]
+            None
+            if any(a is None for a in advs)
+            else [torch.cat(xs) for xs in zip(*advs, strict=True)]
         )
         merged.append(entry)
     return merged
@@ -328,7 +336,9 @@ def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
                     "parent": int(turn.parent[n]),
                     "prompts": [s.prompts[n] for s in turn.agents],
                     "joint_action": idx,
-                    "completions": [s.completions[n][g].text for s, g in zip(turn.agents, idx, strict=True)],
+                    "completions": [
+                        s.completions[n][g].text for s, g in zip(turn.agents, idx, strict=True)
+                    ],
                     "reward": float(turn.rewards[n, j]),
                     "return": float(turn.returns[n, j]),
                     "terminal": bool(turn.terminal[n, j]),

@@ -155,7 +155,9 @@ def update_policy(
                     logp,
                     adv[rows],
                     mask,
-                    old_logprobs=batch.behaviour_logprobs[rows] if settings.clip_ratio is not None else None,
+                    old_logprobs=batch.behaviour_logprobs[rows]
+                    if settings.clip_ratio is not None
+                    else None,
                     clip_ratio=settings.clip_ratio,
                     ref_logprobs=ref_logp[t][j] if ref_logp else None,
                     kl_coef=settings.kl_coef,
@@ -222,10 +224,15 @@ def _merge_ranks(
             if key != "grad_norm":
                 _add(merged_sums, merged_weights, key, value, rank_weights[key])
     if "grad_norm" in sums:
-        merged_sums["grad_norm"], merged_weights["grad_norm"] = sums["grad_norm"], weights["grad_norm"]
+        merged_sums["grad_norm"], merged_weights["grad_norm"] = (
+            sums["grad_norm"],
+            weights["grad_norm"],
+        )
     return merged_sums, merged_weights
 
 
-def _add(sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float) -> None:
+def _add(
+    sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float
+) -> None:
     sums[key] = sums.get(key, 0.0) + value
     weights[key] = weights.get(key, 0.0) + weight

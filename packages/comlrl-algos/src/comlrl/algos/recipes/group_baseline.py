@@ -58,8 +58,15 @@ from comlrl.algos.update import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
 
 __all__ = [
-    "GroupBaselineRun", "setup", "group_advantages", "train_step", "train", "save",
-    "evaluate", "checkpoint", "resume",
+    "GroupBaselineRun",
+    "setup",
+    "group_advantages",
+    "train_step",
+    "train",
+    "save",
+    "evaluate",
+    "checkpoint",
+    "resume",
 ]
 
 
@@ -127,7 +134,9 @@ def setup(
     """
     n = len(agents)
     if n != config.num_agents:
-        raise ConfigError(f"{n} agents were given but config.num_agents={config.num_agents}; make them agree.")
+        raise ConfigError(
+            f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
+        )
     if env.num_agents != n:
         raise ConfigError(f"the task is for {env.num_agents} agents but {n} agents were given.")
     if env.max_turns is not None and config.num_turns > env.max_turns:
@@ -142,7 +151,9 @@ def setup(
     if eval_dataset is not None:
         eval_dataset = list(eval_dataset)[: config.eval_limit]
         if not eval_dataset:
-            raise ConfigError(f"the evaluation set is empty (eval_split={config.eval_split!r}); give problems.")
+            raise ConfigError(
+                f"the evaluation set is empty (eval_split={config.eval_split!r}); give problems."
+            )
     elif config.eval_every:
         raise ConfigError(
             f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
@@ -295,7 +306,9 @@ def group_advantages(
         credited = credit_completions(turn.returns, turn.joint_index, g)  # [A, N_t, G]
         out.append(
             [
-                compute_advantages(credited[a], estimator=estimator, scale=scale, eps=eps).reshape(-1)  # type: ignore[arg-type]
+                compute_advantages(credited[a], estimator=estimator, scale=scale, eps=eps).reshape(
+                    -1
+                )  # type: ignore[arg-type]
                 for a in range(credited.shape[0])
             ]
         )
@@ -321,11 +334,18 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
     lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
     with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
         ro = rollout(
-            run.agents, examples[lo:hi], run.env, run.sampling, run.tree,
-            map_agents=run.sample_pool.map, rng=run.rng,
+            run.agents,
+            examples[lo:hi],
+            run.env,
+            run.sampling,
+            run.tree,
+            map_agents=run.sample_pool.map,
+            rng=run.rng,
             sample_keys=keys[lo:hi] if keys is not None else None,
         )
-    adv = group_advantages(ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps)
+    adv = group_advantages(
+        ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
+    )
     t1 = time.perf_counter()
 
     def update(a: int) -> dict[str, float]:
@@ -343,7 +363,9 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
     t2 = time.perf_counter()
     run.step += 1
     run.last_rollout = ro
-    summary = rollout_summary(ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv])
+    summary = rollout_summary(
+        ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv]
+    )
     metrics = summary_metrics(merge_summaries(dp.gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
@@ -394,12 +416,22 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     if run.eval_data is None:
         raise ConfigError("this run has no evaluation set; pass eval_dataset= to setup().")
     params = evaluation.eval_sampling(
-        cfg.eval_num_samples, cfg.max_new_tokens, greedy=cfg.eval_greedy,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+        cfg.eval_num_samples,
+        cfg.max_new_tokens,
+        greedy=cfg.eval_greedy,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
     )
     row, _ = evaluation.evaluate(
-        run.agents, run.env, run.eval_data, params, run.tree,
-        batch_size=cfg.batch_size, seed=cfg.seed, map_agents=run.sample_pool.map,
+        run.agents,
+        run.env,
+        run.eval_data,
+        params,
+        run.tree,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        map_agents=run.sample_pool.map,
     )  # fsdp2: called inside dp.full_weights (see train), so no collective runs here
     return {"step": run.step, **row}
 
@@ -414,14 +446,20 @@ def checkpoint(run: GroupBaselineRun) -> Path:
     path = ckpt.step_checkpoint_path(run.output_dir, run.step)
     models = _full_model_states(run)
     optimizer_states = (
-        [sync.optimizer_state_dict(opt) for sync, opt in zip(run.syncs, run.optimizers, strict=True)]
+        [
+            sync.optimizer_state_dict(opt)
+            for sync, opt in zip(run.syncs, run.optimizers, strict=True)
+        ]
         if run.syncs is not None
         else None
     )
     if not run.is_main:
         return path
     state = ckpt.capture_state(
-        step=run.step, optimizers=run.optimizers, data=run.data, rng=run.rng,
+        step=run.step,
+        optimizers=run.optimizers,
+        data=run.data,
+        rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
         optimizer_states=optimizer_states,
     )
@@ -440,14 +478,20 @@ def resume(run: GroupBaselineRun, path: str | Path) -> int:
     for i, agent in enumerate(run.agents):
         sync = run.syncs[i] if run.syncs is not None else None
         ckpt.load_agent_weights(
-            agent.model, Path(path) / f"agent_{i}",
+            agent.model,
+            Path(path) / f"agent_{i}",
             load_state_dict=sync.load_model_state_dict if sync is not None else None,
         )
     run.step = ckpt.restore_state(
-        state, optimizers=run.optimizers, data=run.data, rng=run.rng,
+        state,
+        optimizers=run.optimizers,
+        data=run.data,
+        rng=run.rng,
         generators=[getattr(a, "generator", None) for a in run.agents],
         load_optimizer=(
-            [sync.load_optimizer_state_dict for sync in run.syncs] if run.syncs is not None else None
+            [sync.load_optimizer_state_dict for sync in run.syncs]
+            if run.syncs is not None
+            else None
         ),
     )
     if run.world_size > 1:
@@ -495,14 +539,22 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     metrics = samples = evals = None
     if main:  # data parallel: rank 0 writes; every rank trains and takes part in evaluation
         run.output_dir.mkdir(parents=True, exist_ok=True)
-        reporters = build_reporters(cfg, run.output_dir)  # a missing extra fails here, before step 1
-        (run.output_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        reporters = build_reporters(
+            cfg, run.output_dir
+        )  # a missing extra fails here, before step 1
+        (run.output_dir / "config.yaml").write_text(
+            yaml.safe_dump(cfg.model_dump(), sort_keys=False)
+        )
         metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
         samples = JsonlWriter(run.output_dir / "samples.jsonl")
         evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
     history: list[dict[str, float]] = []
     bar = tqdm(
-        total=cfg.num_steps, initial=run.step, disable=not (cfg.progress and main), desc="train", unit="step"
+        total=cfg.num_steps,
+        initial=run.step,
+        disable=not (cfg.progress and main),
+        desc="train",
+        unit="step",
     )
     stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:

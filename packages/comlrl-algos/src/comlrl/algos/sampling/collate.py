@@ -103,7 +103,9 @@ def collate_completions(
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} groups of completions")
     sizes = {len(group) for group in completions}
     if len(sizes) != 1:
-        raise ValueError(f"every prompt needs the same number G of completions, got sizes {sorted(sizes)}")
+        raise ValueError(
+            f"every prompt needs the same number G of completions, got sizes {sorted(sizes)}"
+        )
     g = sizes.pop()
     flat = [c for group in completions for c in group]
     for i, c in enumerate(flat):

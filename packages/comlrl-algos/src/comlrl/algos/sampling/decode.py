@@ -77,7 +77,9 @@ def _is_fsdp(model: Any) -> bool:
 
 
 def _has_hooks(m: nn.Module) -> bool:
-    return bool(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None))
+    return bool(
+        m._forward_hooks or m._forward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None)
+    )
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -91,11 +93,15 @@ def _fused(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One ``(weight, bias)`` computing the given linears' outputs side by side."""
     bias = None
     if any(m.bias is not None for m in mods):
-        bias = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
+        bias = torch.cat(
+            [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods]
+        )
     return torch.cat([m.weight for m in mods]), bias
 
 
-def _linears(x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor:
+def _linears(
+    x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]
+) -> torch.Tensor:
     if len(parts) == 1:
         return F.linear(x, *parts[0])
     return torch.cat([F.linear(x, w, b) for w, b in parts], dim=-1)
@@ -152,7 +158,11 @@ class FastDecoder:
         layers = getattr(base, "layers", None)
         if base is None or layers is None or not len(layers):
             return "no model.model.layers"
-        embed, norm, head = getattr(base, "embed_tokens", None), getattr(base, "norm", None), getattr(model, "lm_head", None)
+        embed, norm, head = (
+            getattr(base, "embed_tokens", None),
+            getattr(base, "norm", None),
+            getattr(model, "lm_head", None),
+        )
         if (
             type(embed) is not nn.Embedding
             or _has_hooks(embed)
@@ -166,14 +176,24 @@ class FastDecoder:
             return "no model.model.rotary_emb"
         for i, layer in enumerate(layers):
             attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-            if attn is None or mlp is None or _has_hooks(layer) or _has_hooks(attn) or _has_hooks(mlp):
+            if (
+                attn is None
+                or mlp is None
+                or _has_hooks(layer)
+                or _has_hooks(attn)
+                or _has_hooks(mlp)
+            ):
                 return f"layer {i} has hooks or no self_attn/mlp"
             names = {n for n, _ in attn.named_children()}
             if names != {"q_proj", "k_proj", "v_proj", "o_proj"}:
-                return f"layer {i} attention has modules {sorted(names)} (expected q/k/v/o_proj only)"
+                return (
+                    f"layer {i} attention has modules {sorted(names)} (expected q/k/v/o_proj only)"
+                )
             if not all(_plain_linear(getattr(attn, n)) for n in names):
                 return f"layer {i} attention projections are not plain nn.Linear (adapters? quantized?)"
-            if not all(_plain_linear(getattr(mlp, n, None)) for n in ("gate_proj", "up_proj", "down_proj")):
+            if not all(
+                _plain_linear(getattr(mlp, n, None)) for n in ("gate_proj", "up_proj", "down_proj")
+            ):
                 return f"layer {i} MLP projections are not plain nn.Linear"
             if type(getattr(mlp, "act_fn", None)).__name__ not in _SILU_TYPES:
                 return f"layer {i} MLP activation is not SiLU"
@@ -224,7 +244,9 @@ class FastDecoder:
         layers = base.layers
         cache_layers = getattr(cache, "layers", None)
         if cache_layers is None or len(cache_layers) != len(layers):
-            raise ValueError("FastDecoder.start: the prefill cache does not match the model's layers")
+            raise ValueError(
+                "FastDecoder.start: the prefill cache does not match the model's layers"
+            )
         g = int(group_size)
         p, s = prompt_mask.shape
         self.layers = []
@@ -289,7 +311,9 @@ class FastDecoder:
         """
         t = self._step
         if t >= self._cos.shape[1]:
-            raise RuntimeError(f"FastDecoder.step: step {t} is past the {self._cos.shape[1]} positions given to start()")
+            raise RuntimeError(
+                f"FastDecoder.step: step {t} is past the {self._cos.shape[1]} positions given to start()"
+            )
         b = tokens.shape[0]
         p, g, s = self._prompts, self._group, self._prefix
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim

@@ -29,13 +29,21 @@ class HFDecodeStepper:
     """
 
     def __init__(
-        self, model: Any, cache: Any, prompt_mask: torch.Tensor, g: int, capacity: int, next_pos: torch.Tensor
+        self,
+        model: Any,
+        cache: Any,
+        prompt_mask: torch.Tensor,
+        g: int,
+        capacity: int,
+        next_pos: torch.Tensor,
     ) -> None:
         cache.batch_repeat_interleave(g)
         preallocate_cache(cache, capacity)
         p, s = prompt_mask.shape
         self.model, self.cache = model, cache
-        self.mask4d = torch.zeros(p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device)
+        self.mask4d = torch.zeros(
+            p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device
+        )
         self.mask4d[:, 0, 0, :s] = prompt_mask.bool().repeat_interleave(g, dim=0)
         self.pos, self.n = next_pos, s
 

@@ -42,7 +42,12 @@ __all__ = [
 #: Relative tolerance (of the largest |logit|) for the once-per-agent check that the fast
 #: decode step matches the model's own forward, per dtype. Float rounding differences are
 #: ~1e-6 relative in float32; a real mismatch (wrong rotary or attention maths) is ~1e-1.
-FAST_DECODE_RTOL = {torch.float32: 1e-3, torch.float64: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
+FAST_DECODE_RTOL = {
+    torch.float32: 1e-3,
+    torch.float64: 1e-3,
+    torch.bfloat16: 5e-2,
+    torch.float16: 2e-2,
+}
 
 
 #: Below this many parameters a CPU decode step is a few hundred microseconds of small
@@ -122,9 +127,7 @@ class NativeSampler:
         if err <= tol:
             self.fast_decode_status = "on"
             return fast_logits
-        self.fast_decode_status = (
-            f"off: first decode step differs from the model's forward by {err:.3g} (tolerance {tol:.3g})"
-        )
+        self.fast_decode_status = f"off: first decode step differs from the model's forward by {err:.3g} (tolerance {tol:.3g})"
         warnings.warn(
             f"agent {self.name!r}: fast decoding disagrees with {type(self.model).__name__}.forward "
             f"(max |logit difference| {err:.3g} > {tol:.3g}); using the model's own forward from now on.",
@@ -279,7 +282,9 @@ def sample_next(
         u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype, generator=generator)
     else:
         if not generator or cdf.shape[0] % len(generator):
-            raise ValueError(f"{cdf.shape[0]} rows cannot be split over {len(generator)} generators")
+            raise ValueError(
+                f"{cdf.shape[0]} rows cannot be split over {len(generator)} generators"
+            )
         per = cdf.shape[0] // len(generator)
         u = torch.cat(
             [torch.rand(per, 1, device=cdf.device, dtype=cdf.dtype, generator=g) for g in generator]
