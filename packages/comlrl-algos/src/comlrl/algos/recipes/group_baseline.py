@@ -306,9 +306,12 @@ def group_advantages(
         credited = credit_completions(turn.returns, turn.joint_index, g)  # [A, N_t, G]
         out.append(
             [
-                compute_advantages(credited[a], estimator=estimator, scale=scale, eps=eps).reshape(
-                    -1
-                )  # type: ignore[arg-type]
+                compute_advantages(
+                    credited[a],
+                    estimator=estimator,
+                    scale=scale,  # type: ignore[arg-type]
+                    eps=eps,
+                ).reshape(-1)
                 for a in range(credited.shape[0])
             ]
         )
