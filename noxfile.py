@@ -40,9 +40,12 @@ TORCH_SPEC = os.environ.get("COMLRL_TORCH_SPEC", "torch==2.13.0")
 RUFF_SPEC = "ruff==0.17.6"
 MYPY_SPEC = "mypy==2.4.1"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
-# The long torch sessions run their test files on two workers (CI has two cores); a file's
-# tests stay on one worker so module-scoped fixtures (reference runs) are built once.
+# The long sessions run their test files on two workers (CI has two cores); a file's tests
+# stay on one worker so module-scoped fixtures (reference runs) are built once. envs' tests
+# mostly wait on sandbox timeouts (measured on 2 cores: 93 s -> 53 s, 124 s -> 73 s with
+# the slow tests, three runs each without a failure).
 PARALLEL = {
+    "envs": ["-n", "2", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
@@ -159,6 +162,7 @@ def tests(session: nox.Session, package: str) -> None:
         # fail on an example that an earlier run did not try (run without it to explore).
         "--hypothesis-seed=0",
         *PARALLEL.get(package, []),
+        "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
         env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
     )
