@@ -451,31 +451,20 @@ def joint_pairs(pairs: Sequence[IterPair], pad_ids: Sequence[int], device: Any =
         ValueError: no pairs.
     """
     from comlrl.algos.recipes.preference import JointPreferencePairs
-    from comlrl.algos.records import PolicyBatch
+    from comlrl.algos.sampling.collate import pack_token_rows
 
     if not pairs:
         raise ValueError("joint_pairs needs at least one pair, got 0")
-    batches = []
-    for a, pad in enumerate(pad_ids):
-        prompts = [p.prompt_ids[a] for p in pairs for _ in range(2)]
-        comps = [ids for p in pairs for ids in (p.chosen_ids[a], p.rejected_ids[a])]
-        s, length = max(map(len, prompts)), max(1, max(map(len, comps)))
-        ids = torch.full((len(comps), s + length), int(pad), dtype=torch.int64)
-        attn = torch.zeros_like(ids)
-        for row, (p, c) in enumerate(zip(prompts, comps, strict=True)):
-            ids[row, s - len(p) : s] = torch.tensor(p, dtype=torch.int64)
-            ids[row, s : s + len(c)] = torch.tensor(c, dtype=torch.int64)
-            attn[row, s - len(p) : s + len(c)] = 1
-        mask = attn[:, s:].bool()
-        batches.append(
-            PolicyBatch(
-                ids.to(device),
-                attn.to(device),
-                mask.to(device),
-                torch.zeros(mask.shape, dtype=torch.float32, device=device),
-                2,
-            )
+    batches = tuple(
+        pack_token_rows(
+            [p.prompt_ids[a] for p in pairs],
+            [ids for p in pairs for ids in (p.chosen_ids[a], p.rejected_ids[a])],
+            group_size=2,
+            pad_token_id=int(pad),
+            device=device,
         )
+        for a, pad in enumerate(pad_ids)
+    )
     return JointPreferencePairs(
         examples=tuple(p.example for p in pairs),
         prompts=tuple(p.prompts for p in pairs),
@@ -483,7 +472,7 @@ def joint_pairs(pairs: Sequence[IterPair], pad_ids: Sequence[int], device: Any =
         rejected=tuple(p.rejected for p in pairs),
         chosen_reward=torch.tensor([p.chosen_reward for p in pairs], dtype=torch.float32),
         rejected_reward=torch.tensor([p.rejected_reward for p in pairs], dtype=torch.float32),
-        batches=tuple(batches),
+        batches=batches,
     )
 
 

@@ -51,6 +51,7 @@ from comlrl.algos.preference_losses import (
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout import TreeSettings, rollout
 from comlrl.algos.run import DataStream, build_optimizer, resolve_device
+from comlrl.algos.sampling.collate import pack_token_rows
 from comlrl.core import RewardBatch, SamplingParams
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import nn
@@ -264,24 +265,7 @@ def encode_completions(
             raise ValueError(
                 f"completion #{i} ({completions[i]!r}) has no tokens; use add_eos=True or drop it"
             )
-    s = max(len(ids) for ids in prompt_ids)
-    length = max(len(ids) for ids in comp_ids)
-    input_ids = torch.full((n * g, s + length), int(pad), dtype=torch.int64)
-    attention = torch.zeros((n * g, s + length), dtype=torch.int64)
-    for row in range(n * g):
-        p, c = prompt_ids[row // g], comp_ids[row]
-        input_ids[row, s - len(p) : s] = torch.tensor(p, dtype=torch.int64)
-        attention[row, s - len(p) : s] = 1
-        input_ids[row, s : s + len(c)] = torch.tensor(c, dtype=torch.int64)
-        attention[row, s : s + len(c)] = 1
-    mask = attention[:, s:].bool()
-    return PolicyBatch(
-        input_ids=input_ids.to(device),
-        attention_mask=attention.to(device),
-        completion_mask=mask.to(device),
-        behaviour_logprobs=torch.zeros(mask.shape, dtype=torch.float32, device=device),
-        group_size=g,
-    )
+    return pack_token_rows(prompt_ids, comp_ids, group_size=g, pad_token_id=int(pad), device=device)
 
 
 def sequence_logprobs(

@@ -18,7 +18,7 @@ from comlrl.algos.losses import completion_mask as _completion_mask
 from comlrl.algos.records import AgentSamples, PolicyBatch
 from comlrl.core import Completion
 
-__all__ = ["policy_batch", "to_completions", "collate_completions"]
+__all__ = ["policy_batch", "pack_token_rows", "to_completions", "collate_completions"]
 
 
 def policy_batch(
@@ -50,6 +50,62 @@ def policy_batch(
         behaviour_logprobs=logprobs.float().masked_fill(~mask, 0.0),
         group_size=g,
     )
+
+
+def pack_token_rows(
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    group_size: int,
+    pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> PolicyBatch:
+    """Pack token-id lists into a :class:`PolicyBatch`: ``N`` prompts left-padded, each
+    shared by its ``G`` completions (rows ``n * G .. n * G + G - 1``), right-padded.
+
+    Args:
+        prompt_ids: ``N`` prompts' token ids.
+        completion_ids: ``N * G`` completions' token ids, node-major.
+        group_size: ``G``.
+        pad_token_id: id written in the padding (masked out).
+        device: where the tensors go.
+
+    Returns:
+        ``input_ids [N * G, S + L]`` int64 (``L >= 1``), ``attention_mask`` 0/1,
+        ``completion_mask [N * G, L]`` bool over each completion's own tokens, and zero
+        ``behaviour_logprobs`` (offline tokens have none).
+
+    Raises:
+        ValueError: ``len(completion_ids) != N * G``.
+    """
+    n, g = len(prompt_ids), group_size
+    if len(completion_ids) != n * g:
+        raise ValueError(f"{len(completion_ids)} completions for {n} prompts x group_size={g}")
+    from torch.nn.utils.rnn import pad_sequence
+
+    def rows(seqs: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        return [torch.as_tensor(list(x), dtype=torch.int64) for x in seqs]
+
+    prompts, comps = rows(prompt_ids), rows(completion_ids)
+    # left padding: right-pad the reversed prompts, then reverse the columns back
+    left = pad_sequence([p.flip(0) for p in prompts], batch_first=True, padding_value=pad_token_id)
+    left = left.flip(1)
+    right = pad_sequence(comps, batch_first=True, padding_value=pad_token_id)
+    if right.shape[1] == 0:  # every completion empty: keep one (masked) column
+        right = torch.full((n * g, 1), int(pad_token_id), dtype=torch.int64)
+    s, length = left.shape[1], right.shape[1]
+    p_len = torch.tensor([len(p) for p in prompts])
+    c_len = torch.tensor([len(c) for c in comps])
+    p_mask = torch.arange(s)[None, :] >= (s - p_len)[:, None]
+    c_mask = torch.arange(length)[None, :] < c_len[:, None]
+    batch = PolicyBatch(
+        input_ids=torch.cat([left.repeat_interleave(g, dim=0), right], dim=1),
+        attention_mask=torch.cat([p_mask.long().repeat_interleave(g, dim=0), c_mask.long()], 1),
+        completion_mask=c_mask,
+        behaviour_logprobs=torch.zeros(c_mask.shape, dtype=torch.float32),
+        group_size=g,
+    )
+    return batch.to(device)
 
 
 def to_completions(
