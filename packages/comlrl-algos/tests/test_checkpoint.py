@@ -264,3 +264,26 @@ def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_p
     with pytest.raises(ckpt.CheckpointError, match="over 5 examples but the dataset now has 4"):
         other.resume(tmp_path / "run" / "checkpoints" / "step-000001")
     other.run.close()
+
+
+def test_atomic_folder_replaces_only_a_complete_folder(tmp_path: Path) -> None:
+    from comlrl.algos.run import atomic_folder
+
+    target = tmp_path / "reward_model"
+    with atomic_folder(target) as tmp:
+        (tmp / "a.txt").write_text("one")
+    assert (target / "a.txt").read_text() == "one"
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_folder(target) as tmp:
+            (tmp / "a.txt").write_text("two")
+            raise OSError("disk full")
+    assert (target / "a.txt").read_text() == "one"  # the old folder is untouched
+    assert ckpt.clean_partial_checkpoints(tmp_path) == []  # not under checkpoints/
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".reward_model.tmp-{os.getpid()}",
+        "reward_model",
+    ]
+    with atomic_folder(target) as tmp:
+        (tmp / "b.txt").write_text("three")
+    assert [p.name for p in target.iterdir()] == ["b.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["reward_model"]

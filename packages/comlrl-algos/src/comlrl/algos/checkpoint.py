@@ -20,7 +20,6 @@ random streams and step, and get the step back on restore.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.run import DataStream, save_agent_checkpoint
+from comlrl.algos.run import DataStream, atomic_folder, save_agent_checkpoint
 
 __all__ = [
     "CheckpointError",
@@ -192,19 +191,6 @@ def restore_state(
     return int(state["step"])
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(
     path: str | Path,
     agents: Sequence[Any],
@@ -226,24 +212,12 @@ def write_checkpoint(
         complete.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for i, agent in enumerate(agents):
-        sd = state_dicts[i] if state_dicts is not None else None
-        save_agent_checkpoint(agent, tmp / f"agent_{i}", state_dict=sd)
-    torch.save(dict(state), tmp / STATE_FILE)
-    write_meta(tmp, int(state["step"]), num_agents=len(agents))
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with atomic_folder(path) as tmp:
+        for i, agent in enumerate(agents):
+            sd = state_dicts[i] if state_dicts is not None else None
+            save_agent_checkpoint(agent, tmp / f"agent_{i}", state_dict=sd)
+        torch.save(dict(state), tmp / STATE_FILE)
+        write_meta(tmp, int(state["step"]), num_agents=len(agents))
     return path
 
 

@@ -13,8 +13,9 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -349,6 +350,45 @@ def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (a rename inside it) to disk where the OS allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Write a folder atomically: yields an empty temporary sibling
+    (``.<name>.tmp-<pid>``) to fill; when the block ends without an exception it replaces
+    ``path`` (an existing folder is moved aside to ``.<name>.old-<pid>`` first and removed
+    after the rename). After an exception the temporary folder stays for
+    :func:`comlrl.algos.checkpoint.clean_partial_checkpoints` and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    yield tmp
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def save_agent_checkpoint(
     agent: Any, path: str | Path, state_dict: Mapping[str, torch.Tensor] | None = None
 ) -> Path:
@@ -369,22 +409,12 @@ def save_agent_checkpoint(
         ``path/merged``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if state_dict is not None:
-        agent.model.save_pretrained(tmp, state_dict=dict(state_dict))
-    else:
-        agent.model.save_pretrained(tmp)
-    agent.tokenizer.save_pretrained(tmp)
-    if (tmp / "merged").is_dir():  # a LoRA agent's merged weights (merge_adapters: true)
-        agent.tokenizer.save_pretrained(tmp / "merged")
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
-    os.replace(tmp, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with atomic_folder(path) as tmp:
+        if state_dict is not None:
+            agent.model.save_pretrained(tmp, state_dict=dict(state_dict))
+        else:
+            agent.model.save_pretrained(tmp)
+        agent.tokenizer.save_pretrained(tmp)
+        if (tmp / "merged").is_dir():  # a LoRA agent's merged weights (merge_adapters: true)
+            agent.tokenizer.save_pretrained(tmp / "merged")
     return path

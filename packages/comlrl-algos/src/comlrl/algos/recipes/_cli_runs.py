@@ -623,24 +623,17 @@ def _save_reward_model(marlhf: Any, path: Path) -> None:
     """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
     (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
     (a temporary sibling folder, then renamed)."""
-    import os
-    import shutil
-
+    from comlrl.algos.run import atomic_folder
     from safetensors.torch import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     model = marlhf.reward_model
-    model.backbone.save_pretrained(tmp)
-    marlhf.reward_tokenizer.save_pretrained(tmp)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-        str(tmp / "head.safetensors"),
-    )
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    with atomic_folder(path) as tmp:
+        model.backbone.save_pretrained(tmp)
+        marlhf.reward_tokenizer.save_pretrained(tmp)
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+            str(tmp / "head.safetensors"),
+        )
 
 
 def _load_reward_model(marlhf: Any, path: Path) -> None:
