@@ -46,7 +46,6 @@ nothing in their code is changed. The reward curve has one mean per measured ste
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -54,32 +53,14 @@ import random
 import sys
 import time
 from collections import defaultdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+from _bench_common import dist_version, side_spec
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    spec: dict[str, Any] = json.loads(Path(args.spec).read_text())
-    for key, value in {
-        "WANDB_MODE": "disabled",
-        "WANDB_SILENT": "true",
-        "TQDM_DISABLE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }.items():
-        os.environ.setdefault(key, value)
+    spec, out_path = side_spec(__doc__.splitlines()[0])
 
     import numpy as np
     import torch
@@ -219,14 +200,14 @@ def main() -> int:
         "config": {**common, "method": method, "value_clip_range": spec.get("value_clip_range")},
         "versions": {
             "python": platform.python_version(),
-            "comlrl": _version("comlrl"),
+            "comlrl": dist_version("comlrl"),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
         },
         "torch_threads": torch.get_num_threads(),
         "spec": spec,
     }
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    out_path.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: result[k] for k in ("method", "prompts_per_s", "stage_s_per_step")}))
     return 0
 

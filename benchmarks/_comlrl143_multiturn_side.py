@@ -53,7 +53,6 @@ a ``_compute_rewards`` call belongs to the node generated just before it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -62,30 +61,14 @@ import random
 import sys
 import time
 from collections import defaultdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+from _bench_common import dist_version, side_spec
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    spec: dict[str, Any] = json.loads(Path(args.spec).read_text())
-
-    os.environ.setdefault("WANDB_MODE", "disabled")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    spec, out_path = side_spec(__doc__.splitlines()[0])
 
     import numpy as np
     import torch
@@ -394,17 +377,17 @@ def main() -> int:
         },
         "versions": {
             "python": platform.python_version(),
-            "comlrl": _version("comlrl"),
+            "comlrl": dist_version("comlrl"),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "numpy": np.__version__,
-            "datasets": _version("datasets"),
+            "datasets": dist_version("datasets"),
         },
         "torch_threads": torch.get_num_threads(),
         "executable": sys.executable,
         "spec": spec,
     }
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    out_path.write_text(json.dumps(result, indent=2))
     print(
         json.dumps(
             {

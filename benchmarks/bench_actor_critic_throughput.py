@@ -39,21 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("TQDM_DISABLE", "1")
+from _bench_common import dist_version, run_side  # noqa: E402
+
 TARGET_SPEEDUP = 5.0
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _quarters(values: list[float]) -> dict[str, float]:
@@ -162,22 +156,8 @@ def run_theirs(
         "seed": args.seed,
         "threads": args.threads,
     }
-    spec_path, out_path = work / f"spec_{method}.json", work / f"out_{method}.json"
-    spec_path.write_text(json.dumps(spec))
-    subprocess.run(
-        [
-            args.comlrl143_python,
-            str(REPO / "benchmarks" / "_comlrl143_actor_critic_side.py"),
-            "--spec",
-            str(spec_path),
-            "--out",
-            str(out_path),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "TQDM_DISABLE": "1", "WANDB_MODE": "disabled"},
-    )
-    return json.loads(out_path.read_text())
+    script = REPO / "benchmarks" / "_comlrl143_actor_critic_side.py"
+    return run_side(args.comlrl143_python, script, spec, work, method, quiet=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "torch_threads": args.threads,
             "python": platform.python_version(),
-            "torch": _version("torch"),
-            "transformers": _version("transformers"),
+            "torch": dist_version("torch"),
+            "transformers": dist_version("transformers"),
         },
         "git_commit": subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True

@@ -31,21 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("TQDM_DISABLE", "1")
+from _bench_common import dist_version, run_side  # noqa: E402
+
 TARGET_SPEEDUP = 5.0
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def run_ours(
@@ -131,21 +125,8 @@ def run_theirs(
         "seed": args.seed,
         "threads": args.threads,
     }
-    spec_path, out_path = work / f"spec_b{batch_size}.json", work / f"out_b{batch_size}.json"
-    spec_path.write_text(json.dumps(spec))
-    subprocess.run(
-        [
-            args.comlrl143_python,
-            str(REPO / "benchmarks" / "_comlrl143_multiturn_side.py"),
-            "--spec",
-            str(spec_path),
-            "--out",
-            str(out_path),
-        ],
-        check=True,
-        env={**os.environ, "TQDM_DISABLE": "1", "WANDB_MODE": "disabled"},
-    )
-    return json.loads(out_path.read_text())
+    script = REPO / "benchmarks" / "_comlrl143_multiturn_side.py"
+    return run_side(args.comlrl143_python, script, spec, work, f"b{batch_size}")
 
 
 def _median(trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -241,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "torch_threads": args.threads,
             "python": platform.python_version(),
-            "torch": _version("torch"),
-            "transformers": _version("transformers"),
+            "torch": dist_version("torch"),
+            "transformers": dist_version("transformers"),
         },
         "git_commit": subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
