@@ -27,6 +27,7 @@ Spec (JSON object; * = required):
     critic_type          str   "v"
     seed                 int   0
     threads              int   1    torch.set_num_threads
+    device               str   "cpu" agent_devices and critic_devices (cpu, cuda)
 
 What one step is on their side: ``train()`` takes one example at a time and plays its
 ``num_turns`` turns (one ``generate`` per agent per turn, G = 1; no early termination);
@@ -115,6 +116,8 @@ def main() -> int:
         early_termination_threshold=None,
         eval_interval=0,
         logging_steps=1,
+        agent_devices=str(spec.get("device", "cpu")),
+        critic_devices=str(spec.get("device", "cpu")),
     )
     seed = int(spec.get("seed", 0))
     torch.manual_seed(seed)

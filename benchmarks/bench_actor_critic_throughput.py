@@ -56,6 +56,14 @@ def _quarters(values: list[float]) -> dict[str, float]:
     return {"first_quarter": first, "last_quarter": last, "rise": last - first}
 
 
+def _device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(torch.device(device))}, torch {torch.__version__}"
+    return platform.processor() or platform.machine()
+
+
 def run_ours(
     args: argparse.Namespace, method: str, examples: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -84,6 +92,7 @@ def run_ours(
         advantage_normalization=True,
         batch_size=b,
         seed=args.seed,
+        device=args.device,
         shuffle=False,
         log_samples=0,
         progress=False,
@@ -155,6 +164,7 @@ def run_theirs(
         "critic_type": "v",
         "seed": args.seed,
         "threads": args.threads,
+        "device": args.device,
     }
     script = REPO / "benchmarks" / "_comlrl143_actor_critic_side.py"
     return run_side(args.comlrl143_python, script, spec, work, method, quiet=True)
@@ -177,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both sides")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where both sides put agents and critics (cpu, cuda): ours `device=`, CoMLRL "
+        "1.4.3's agent_devices/critic_devices",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--output", default=str(REPO / "benchmarks" / "results" / "actor_critic_throughput.json")
@@ -188,7 +204,34 @@ def main(argv: list[str] | None = None) -> int:
     ]
     from _story_reward import story_examples
 
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def write_result() -> None:
+        result = {
+            "benchmark": "actor-critic (IAC, MAAC; V critic, separate critics) throughput and "
+            f"learning, T=2, G=1, stories260k x2, story task, {args.device}",
+            "command": " ".join([Path(sys.executable).as_posix(), *sys.argv]),
+            "target_speedup": TARGET_SPEEDUP,
+            "setup": {
+                k: v for k, v in vars(args).items() if k not in ("comlrl143_python", "batch_size")
+            },
+            "rows": rows,
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "torch_threads": args.threads,
+                "device": _device_name(args.device),
+                "python": platform.python_version(),
+                "torch": dist_version("torch"),
+                "transformers": dist_version("transformers"),
+            },
+            "git_commit": subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+            ).stdout.strip(),
+        }
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(result, indent=2))
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for b, method in (
@@ -228,29 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
-    result = {
-        "benchmark": "actor-critic (IAC, MAAC; V critic, separate critics) throughput and "
-        "learning, T=2, G=1, stories260k x2, story task, CPU",
-        "command": " ".join([Path(sys.executable).as_posix(), *sys.argv]),
-        "target_speedup": TARGET_SPEEDUP,
-        "setup": {
-            k: v for k, v in vars(args).items() if k not in ("comlrl143_python", "batch_size")
-        },
-        "rows": rows,
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch_threads": args.threads,
-            "python": platform.python_version(),
-            "torch": dist_version("torch"),
-            "transformers": dist_version("transformers"),
-        },
-        "git_commit": subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-    }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2))
+            write_result()  # after every row: a run stopped part-way keeps its rows
     print(
         f"{'method':>6} {'batch':>5} {'ours p/s':>9} {'1.4.3 p/s':>9} {'x':>6} "
         f"{'ours turn-2 reward':>20} {'1.4.3 turn-2 reward':>20}"

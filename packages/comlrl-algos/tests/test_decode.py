@@ -56,8 +56,12 @@ def _tiny(kind: str, seed: int = 0, **overrides):  # type: ignore[no-untyped-def
     return model
 
 
-def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: int) -> float:  # type: ignore[no-untyped-def]
-    """Max |logit| difference between FastDecoder steps and full forwards of the same sequences."""
+def _fast_vs_forward(  # type: ignore[no-untyped-def]
+    model, prompt_lens: list[int], g: int, steps: int, seed: int, **start_kwargs
+) -> float:
+    """Max |logit| difference between FastDecoder steps and full forwards of the same
+    sequences, relative to the largest |logit| (``start_kwargs``: ``static``, ``cuda_graph``)."""
+    device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     v = model.config.vocab_size
     p, s = len(prompt_lens), max(prompt_lens)
@@ -67,6 +71,7 @@ def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: in
         mask[i, s - n :] = 1
     ids = ids.masked_fill(mask == 0, 0)
     new = torch.randint(2, v, (p * g, steps), generator=gen)  # teacher-forced tokens
+    ids, mask, new = ids.to(device), mask.to(device), new.to(device)
     with torch.no_grad():
         out = model(
             input_ids=ids,
@@ -77,8 +82,16 @@ def _fast_vs_forward(model, prompt_lens: list[int], g: int, steps: int, seed: in
         )
         fast = FastDecoder(model)
         start = mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
-        fast.start(out.past_key_values, mask, g, start + torch.arange(steps), s + steps)
-        got = torch.stack([fast.step(new[:, t]) for t in range(steps)], dim=1)  # [B, T, V]
+        fast.start(
+            out.past_key_values,
+            mask,
+            g,
+            start + torch.arange(steps, device=device),
+            s + steps,
+            **start_kwargs,
+        )
+        # clone: a CUDA graph's output buffer is overwritten by the next step
+        got = torch.stack([fast.step(new[:, t]).clone() for t in range(steps)], dim=1)
         full_ids = torch.cat([ids.repeat_interleave(g, 0), new], dim=1)
         full_mask = torch.cat([mask.repeat_interleave(g, 0), torch.ones_like(new)], dim=1)
         ref = model(
@@ -104,12 +117,74 @@ def test_fast_decode_steps_equal_the_models_forward(kind: str) -> None:
     g=st.integers(1, 4),
     steps=st.integers(1, 5),
     seed=st.integers(0, 2**16),
+    static=st.booleans(),
 )
 def test_fast_decode_matches_for_any_padding_and_group_size(
-    kind: str, prompt_lens: list[int], g: int, steps: int, seed: int
+    kind: str, prompt_lens: list[int], g: int, steps: int, seed: int, static: bool
 ) -> None:
     model = _tiny(kind, seed=seed % 7)
-    assert _fast_vs_forward(model, prompt_lens, g, steps, seed) < 1e-5
+    assert _fast_vs_forward(model, prompt_lens, g, steps, seed, static=static) < 1e-5
+
+
+def test_fixed_shape_steps_mask_the_slots_not_yet_written() -> None:
+    # The fixed-shape step (the CUDA graph's) attends over every completion slot; a slot
+    # not yet written must count for nothing. Poison the unwritten slots: if the mask
+    # let them through, the logits would move or turn NaN.
+    model = _tiny("llama")
+    base = _fast_vs_forward(model, [5, 2], g=2, steps=6, seed=3, static=True)
+    original = FastDecoder.start
+
+    def poisoned_start(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        for layer in self.layers:
+            layer.keys.fill_(1e4)
+            layer.values.fill_(1e4)
+
+    FastDecoder.start = poisoned_start  # type: ignore[method-assign]
+    try:
+        poisoned = _fast_vs_forward(model, [5, 2], g=2, steps=6, seed=3, static=True)
+    finally:
+        FastDecoder.start = original  # type: ignore[method-assign]
+    assert base < 1e-5 and poisoned < 1e-5
+
+
+def test_cuda_graph_needs_a_cuda_device() -> None:
+    model = _tiny("llama")
+    with pytest.raises(ValueError, match="cuda_graph=True needs a CUDA device"):
+        _fast_vs_forward(model, [3], g=1, steps=2, seed=0, cuda_graph=True)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("g", [1, 3])
+def test_cuda_graph_steps_equal_the_models_forward(kind: str, g: int) -> None:
+    model = _tiny(kind).cuda()
+    # TF32 is off by default for matmuls; float32 rounding on the GPU stays ~1e-6
+    assert _fast_vs_forward(model, [5, 9, 1], g=g, steps=7, seed=0, cuda_graph=True) < 1e-5
+    assert _fast_vs_forward(model, [5, 9, 1], g=g, steps=7, seed=0, static=True) < 1e-5
+
+
+@cuda
+def test_agent_samples_the_same_tokens_with_and_without_cuda_graphs(
+    tiny_model, tiny_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    model = tiny_model.cuda()
+    params = SamplingParams(num_generations=3, max_new_tokens=16)
+    batches = []
+    for graphs in (False, True):
+        agent = HFAgent(model, tiny_tokenizer, cuda_graphs=graphs)
+        for _ in range(2):
+            agent.seed(11)
+            batches.append(agent.sample(PROMPTS, params).batch)
+        assert agent.fast_decode_status == "on"
+    for other in batches[1:]:
+        assert torch.equal(other.input_ids, batches[0].input_ids)
+        torch.testing.assert_close(
+            other.behaviour_logprobs, batches[0].behaviour_logprobs, rtol=0, atol=1e-5
+        )
 
 
 def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,9 @@ class HFAgent:
             Mistral) through :class:`~comlrl.algos.sampling.decode.FastDecoder` (checked
             once against the model's forward; :attr:`fast_decode_status` says whether it
             is on and why not).
+        cuda_graphs: with fast decoding on a CUDA device, replay each decode step as a
+            CUDA graph (see :class:`~comlrl.algos.sampling.decode.FastDecoder`); set
+            False to launch its kernels one by one (e.g. to profile them).
         vllm_options: keyword arguments of
             :class:`~comlrl.algos.sampling.vllm_backend.VLLMBackend`
             (``gpu_memory_utilization``, ``behaviour_logprobs``, ``engine_kwargs``, ...)
@@ -70,6 +73,7 @@ class HFAgent:
         backend: str | GenerationBackend = "native",
         fast_decode: bool = True,
         vllm_options: dict[str, Any] | None = None,
+        cuda_graphs: bool = True,
     ) -> None:
         if isinstance(backend, str) and backend not in GENERATION_BACKENDS:
             raise ValueError(
@@ -102,6 +106,7 @@ class HFAgent:
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.generator: torch.Generator | None = None
         self._fast_decode = fast_decode
+        self._cuda_graphs = cuda_graphs
         pad = int(tokenizer.pad_token_id)
         if not isinstance(backend, str):
             self.generation_backend: GenerationBackend = backend
@@ -122,6 +127,7 @@ class HFAgent:
                 eos_token_ids=self.eos_token_ids,
                 mode=backend,
                 fast_decode=fast_decode,
+                cuda_graphs=cuda_graphs,
                 name=name,
             )
         #: the backend's name: ``"native"``, ``"hf"`` or ``"vllm"``.
@@ -149,6 +155,7 @@ class HFAgent:
             eos_token_ids=self.eos_token_ids,
             mode=gb.name,
             fast_decode=self._fast_decode,
+            cuda_graphs=self._cuda_graphs,
             name=self.name,
         )
 

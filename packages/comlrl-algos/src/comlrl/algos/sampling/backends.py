@@ -92,6 +92,7 @@ class NativeBackend:
         eos_token_ids: ids that end a completion.
         mode: ``"native"`` (:class:`NativeSampler`) or ``"hf"`` (``model.generate``).
         fast_decode: see :class:`NativeSampler`.
+        cuda_graphs: see :class:`NativeSampler`.
         name: agent name, for warnings.
 
     Raises:
@@ -108,6 +109,7 @@ class NativeBackend:
         eos_token_ids: Sequence[int],
         mode: str = "native",
         fast_decode: bool = True,
+        cuda_graphs: bool = True,
         name: str = "agent",
     ) -> None:
         if mode not in ("native", "hf"):
@@ -123,6 +125,7 @@ class NativeBackend:
             pad_token_id=self.pad_token_id,
             eos_token_ids=self.eos_token_ids,
             fast_decode=fast_decode,
+            cuda_graphs=cuda_graphs,
             name=name,
         )
 

@@ -16,6 +16,15 @@ architecture (no adapters, quantized linears, hooks or sliding windows); anythin
 keeps the Hugging Face path. ``HFAgent`` also checks the first decode step of each agent
 against the model's own forward and falls back if they disagree.
 
+On a CUDA device the step can run as one CUDA graph (``start(..., cuda_graph=True)``,
+which :class:`~comlrl.algos.sampling.native.NativeSampler` asks for by default): the first
+step runs eagerly on a side stream (warm-up), the second is captured and every later step
+replays it, so a step costs one graph launch instead of a few hundred kernel launches. A
+graph needs fixed shapes, so that mode keeps a zero-initialised cache of every future
+position and masks the positions not yet written with ``-inf`` (the same softmax as the
+growing cache: ``exp(-inf) = 0``); ``static=True`` runs that fixed-shape step without a
+graph (any device), which is how the CPU tests check it.
+
 Maths (per layer, one new token per row, Touvron et al. 2023 / Qwen2 technical report):
 ``h += o(attn(rope(q(n1(h))), rope(k(n1(h))), v(n1(h))))`` and
 ``h += down(silu(gate(n2(h))) * up(n2(h)))``, with ``n(x) = w * x / sqrt(mean(x^2) + eps)``
@@ -222,6 +231,9 @@ class FastDecoder:
         group_size: int,
         positions: torch.Tensor,
         capacity: int,
+        *,
+        static: bool = False,
+        cuda_graph: bool = False,
     ) -> None:
         """Take the prefill's KV cache and get ready for :meth:`step`.
 
@@ -235,9 +247,15 @@ class FastDecoder:
             positions: ``[B, T]`` int64 position ids of the ``T`` tokens that will be fed
                 to :meth:`step`, in order.
             capacity: ``S + T``, the cache length to preallocate.
+            static: run every step with the same tensor shapes (attention over all
+                ``capacity`` positions, the unwritten ones masked); same logits to float
+                rounding, a little more arithmetic.
+            cuda_graph: ``static``, and replay the step as a CUDA graph from the second
+                step on (a CUDA device only).
 
         Raises:
-            ValueError: the cache does not have one layer per decoder layer.
+            ValueError: the cache does not have one layer per decoder layer, or
+                ``cuda_graph=True`` for a cache that is not on a CUDA device.
         """
         model = self.model
         base = model.model
@@ -247,8 +265,17 @@ class FastDecoder:
             raise ValueError(
                 "FastDecoder.start: the prefill cache does not match the model's layers"
             )
+        if cuda_graph and prompt_mask.device.type != "cuda":
+            raise ValueError(
+                f"FastDecoder.start: cuda_graph=True needs a CUDA device; the prompts are on "
+                f"{prompt_mask.device}. Use cuda_graph=False (or static=True) there."
+            )
+        static = bool(static or cuda_graph)
         g = int(group_size)
         p, s = prompt_mask.shape
+        # The fixed-shape step attends over every completion slot, so the slots not yet
+        # written must hold finite numbers (zeros) for their masked scores to vanish.
+        new_cache = torch.Tensor.new_zeros if static else torch.Tensor.new_empty
         self.layers = []
         for layer, cl in zip(layers, cache_layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -273,14 +300,16 @@ class FastDecoder:
                     # to it together); only the completion part is per row.
                     prefix_keys=keys.transpose(-1, -2).contiguous(),
                     prefix_values=values.contiguous(),
-                    keys=keys.new_empty(p, self.num_kv_heads, g, self.head_dim, steps),
-                    values=values.new_empty(p, self.num_kv_heads, g, steps, self.head_dim),
+                    keys=new_cache(keys, (p, self.num_kv_heads, g, self.head_dim, steps)),
+                    values=new_cache(values, (p, self.num_kv_heads, g, steps, self.head_dim)),
                 )
             )
         dtype = self.layers[0].keys.dtype  # type: ignore[union-attr]
         # Additive attention bias [P, 1, 1, 1, capacity]: -inf on prompt padding, 0 elsewhere.
         bias = torch.zeros(p, 1, 1, 1, capacity, dtype=torch.float32, device=prompt_mask.device)
         bias[:, 0, 0, 0, :s].masked_fill_(prompt_mask == 0, float("-inf"))
+        if static:  # completion slots open one per step (see step)
+            bias[..., s:] = float("-inf")
         self._bias = bias
         self._prompts, self._group, self._prefix = p, g, s
         self._length = s
@@ -295,6 +324,18 @@ class FastDecoder:
         self._embed = base.embed_tokens.weight
         self._final_norm = (base.norm.weight, float(base.norm.variance_epsilon))
         self._head = model.lm_head.weight
+        self._static = static
+        self._graph: Any = None
+        self._graph_stream: Any = None
+        self._graph_out: torch.Tensor | None = None
+        self._cuda_graph = bool(cuda_graph)
+        if static:
+            b = p * g
+            # Inputs of the fixed-shape step, written in place before each step.
+            self._tokens_in = torch.zeros(b, dtype=torch.long, device=prompt_mask.device)
+            self._index = torch.zeros(1, dtype=torch.long, device=prompt_mask.device)
+        if cuda_graph:
+            self._graph_stream = torch.cuda.Stream(device=prompt_mask.device)
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -304,7 +345,8 @@ class FastDecoder:
             tokens: ``[B]`` int64 token ids (the rows' newest tokens).
 
         Returns:
-            ``[B, V]`` logits in the model's dtype.
+            ``[B, V]`` logits in the model's dtype. With ``cuda_graph`` the tensor is the
+            graph's output buffer, overwritten by the next step: use (or copy) it first.
 
         Raises:
             RuntimeError: more steps than the ``positions`` given to :meth:`start`.
@@ -314,16 +356,68 @@ class FastDecoder:
             raise RuntimeError(
                 f"FastDecoder.step: step {t} is past the {self._cos.shape[1]} positions given to start()"
             )
+        if not self._static:
+            c = self._length - self._prefix  # completion tokens already in the cache
+            logits = self._forward(
+                tokens, self._cos[:, t, None, :], self._sin[:, t, None, :], c, c + 1
+            )
+        else:
+            self._tokens_in.copy_(tokens)
+            self._index.fill_(t)
+            self._bias[..., self._prefix + t] = 0.0  # the slot this step writes becomes visible
+            logits = self._graph_step() if self._cuda_graph else self._static_forward()
+        self._length += 1
+        self._step = t + 1
+        return logits
+
+    def _static_forward(self) -> torch.Tensor:
+        """The fixed-shape step on ``_tokens_in`` at completion slot ``_index``."""
+        cos = self._cos.index_select(1, self._index)  # [B, 1, D]
+        sin = self._sin.index_select(1, self._index)
+        return self._forward(self._tokens_in, cos, sin, self._index, None)
+
+    def _graph_step(self) -> torch.Tensor:
+        """Step 0 eagerly on the side stream, step 1 captured, later steps replayed."""
+        stream = self._graph_stream
+        current = torch.cuda.current_stream()
+        if self._step == 0:
+            # Warm-up outside any graph: library handles and workspaces get created here.
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                logits = self._static_forward()
+            current.wait_stream(stream)
+            logits.record_stream(current)
+            return logits
+        if self._graph is None:
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the other agents' threads keep launching work meanwhile.
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                self._graph_out = self._static_forward()
+            self._graph = graph
+        self._graph.replay()
+        assert self._graph_out is not None
+        return self._graph_out
+
+    def _forward(
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slot: int | torch.Tensor,
+        visible: int | None,
+    ) -> torch.Tensor:
+        """The decoder maths for one token per row.
+
+        ``slot`` is the completion slot the new keys/values go to (an int, or a ``[1]``
+        int64 tensor for the fixed-shape step); the completion part of attention covers
+        slots ``[0, visible)``, or all slots (masked by ``_bias``) when ``visible`` is None.
+        """
         b = tokens.shape[0]
         p, g, s = self._prompts, self._group, self._prefix
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         rep = hq // hkv
         half = d // 2
-        n = self._length
-        c = n - s  # completion tokens already in the cache
-        cos = self._cos[:, t, None, :]  # [B, 1, D]
-        sin = self._sin[:, t, None, :]
-        bias = self._bias[..., : n + 1]
+        bias = self._bias if visible is None else self._bias[..., : s + visible]
         h = F.embedding(tokens, self._embed)  # [B, hidden]
         for layer in self.layers:
             x = _rms_norm(h, layer.norm1, layer.eps1)
@@ -336,19 +430,27 @@ class FastDecoder:
             assert keys is not None and values is not None
             assert prefix_keys is not None and prefix_values is not None
             # rows are prompt-major (p * G + g): [B, H, D] -> [P, H, G, D]
-            keys[..., c] = qk[:, hq:].view(p, g, hkv, d).transpose(1, 2)
-            values[:, :, :, c] = qkv[:, (hq + hkv) * d :].view(p, g, hkv, d).transpose(1, 2)
+            new_k = qk[:, hq:].view(p, g, hkv, d).transpose(1, 2)
+            new_v = qkv[:, (hq + hkv) * d :].view(p, g, hkv, d).transpose(1, 2)
+            if isinstance(slot, int):
+                keys[..., slot] = new_k
+                values[:, :, :, slot] = new_v
+                keys_seen, values_seen = keys[..., :visible], values[:, :, :, :visible]
+            else:
+                keys.index_copy_(4, slot, new_k.unsqueeze(-1))
+                values.index_copy_(3, slot, new_v.unsqueeze(3))
+                keys_seen, values_seen = keys, values
             q = qk[:, :hq].reshape(p, g, hkv, rep, d).transpose(1, 2)  # [P, hkv, G, rep, d]
             q_prefix = q.reshape(p, hkv, g * rep, d)
             scores = torch.cat(
                 [
                     torch.matmul(q_prefix, prefix_keys).view(p, hkv, g, rep, s),
-                    torch.matmul(q, keys[..., : c + 1]),
+                    torch.matmul(q, keys_seen),
                 ],
                 dim=-1,
-            )  # [P, hkv, G, rep, n + 1]
+            )  # [P, hkv, G, rep, S + visible]
             probs = torch.softmax(scores.float() * self.scaling + bias, dim=-1).to(q.dtype)
-            attn = torch.matmul(probs[..., s:], values[:, :, :, : c + 1])  # [P, hkv, G, rep, d]
+            attn = torch.matmul(probs[..., s:], values_seen)  # [P, hkv, G, rep, d]
             attn = attn + torch.matmul(
                 probs[..., :s].reshape(p, hkv, g * rep, s), prefix_values
             ).view(p, hkv, g, rep, d)
@@ -357,12 +459,11 @@ class FastDecoder:
             gu = _linears(x, layer.gate_up)
             gate, up = gu.chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, *layer.down)
-        self._length = n + 1
-        self._step = t + 1
         h = _rms_norm(h, *self._final_norm)
         return F.linear(h, self._head)
 
     def release(self) -> None:
         """Drop the KV cache and weight copies (call when decoding is done)."""
         self.layers = []
+        self._graph = self._graph_out = self._graph_stream = None
         self._bias = self._cos = self._sin = None  # type: ignore[assignment]

@@ -83,6 +83,9 @@ class NativeSampler:
             :class:`FastDecoder`; a model it does not support, or whose first fast step
             disagrees with its own forward (tolerance :data:`FAST_DECODE_RTOL`), decodes
             through ``model(...)`` and :attr:`fast_decode_status` says why.
+        cuda_graphs: on a CUDA device, replay the fast decode step as a CUDA graph (see
+            :class:`FastDecoder`; same tokens and log-probs to float rounding, one graph
+            launch per token instead of a few hundred kernel launches). Ignored elsewhere.
         name: used in warnings.
     """
 
@@ -93,9 +96,11 @@ class NativeSampler:
         pad_token_id: int,
         eos_token_ids: Sequence[int],
         fast_decode: bool = True,
+        cuda_graphs: bool = True,
         name: str = "agent",
     ) -> None:
         self.model = model
+        self.cuda_graphs = bool(cuda_graphs)
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.fast_decode = bool(fast_decode)
@@ -180,7 +185,14 @@ class NativeSampler:
         check = fast is not None and self.fast_decode_status == "unchecked"
         if fast is not None:
             steps = torch.arange(max(params.max_new_tokens - 1, 1), device=input_ids.device)
-            fast.start(cache, attention_mask, g, next_pos + steps, total)
+            fast.start(
+                cache,
+                attention_mask,
+                g,
+                next_pos + steps,
+                total,
+                cuda_graph=self.cuda_graphs and input_ids.device.type == "cuda",
+            )
             step_fn = fast.step
             if not check:
                 cache = None  # the fast decoder holds its own copy
