@@ -178,7 +178,15 @@ def test_marlhf_resumes_its_rl_phase_exactly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "marlhf"
-    argv = ["train", "algo=marlhf", "num_steps=3", "progress=false", *STORY, "batch_size=2"]
+    argv = [
+        "train",
+        "algo=marlhf",
+        "num_steps=3",
+        "progress=false",
+        *STORY,
+        "batch_size=2",
+        "eval_every=2",
+    ]
     argv += ["num_generations=2", "num_candidates=2", "num_collect_batches=2", "log_samples=1"]
     argv += ["reward.num_epochs=2", "save_every=1", "parallel_agents=false"]
     assert main([*argv, f"output_dir={out}"]) == 0

@@ -153,6 +153,12 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
     agents = [
         HFAgent(*load_model_and_tokenizer(str(stories260k)), name=f"author_{i}") for i in range(2)
     ]
+    task_calls: list[int] = []
+
+    def task_reward(c1, c2, *, example):  # type: ignore[no-untyped-def]
+        task_calls.append(1)
+        return story_reward(c1, c2, example=example)
+
     backbone, tok = load_model_and_tokenizer(str(stories260k))
     # Pairs with a clear preference (task-reward gap >= 0.25, two per prompt) from 20
     # batches of 4 prompts: ~114 training and ~30 held-out pairs (10 batches of one
@@ -175,7 +181,7 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
         reward_config=RewardModelConfig(learning_rate=1e-3, num_epochs=2, batch_size=8),
         dataset=story_examples(128),
         formatters=[lambda ex: ex["opening"]] * 2,
-        reward_func=story_reward,
+        reward_func=task_reward,
         num_collect_batches=20,
         eval_fraction=0.2,
     )
@@ -203,7 +209,12 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
             progress=False,
             log_samples=0,
             device="cpu",
-        )
+        ),
+        eval_dataset=story_examples(4, seed=9),
     )
+    task_calls.clear()
     row = rl.train_step()
     assert torch.isfinite(torch.tensor(row["reward_mean"]))
+    assert not task_calls  # the RL step climbs the learned reward ...
+    rl.evaluate()
+    assert task_calls  # ... and evaluation scores with the task's own

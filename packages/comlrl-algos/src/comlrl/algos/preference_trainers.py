@@ -374,15 +374,22 @@ class MARLHFTrainer:
 
         ``trainer_cls`` defaults to :class:`~comlrl.algos.MultiAgentTrainer`; it is called
         as ``trainer_cls(agents, config, dataset=..., formatters=..., reward_func=...,
-        **kwargs)``.
+        **kwargs)``, and with the default class evaluation (``eval_dataset=``,
+        ``config.eval_every``) is scored by the task's own reward (``eval_env`` is this
+        trainer's environment unless ``kwargs`` gives one): the learned reward is what the
+        policy climbs, the task reward is whether that helped.
         """
-        if trainer_cls is None:
-            from comlrl.algos.trainer import MultiAgentTrainer
+        from comlrl.algos.trainer import MultiAgentTrainer
 
+        if trainer_cls is None:
             trainer_cls = MultiAgentTrainer
         formatters = [
             (lambda ex, a=a: self.env.root(ex).prompts[a]) for a in range(len(self.agents))
         ]
+        if trainer_cls is MultiAgentTrainer or (
+            isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer)
+        ):
+            kwargs.setdefault("eval_env", self.env)
         return trainer_cls(
             self.agents,
             config,

@@ -55,6 +55,9 @@ class MultiAgentTrainer:
         eval_dataset: examples for evaluation (``config.eval_every``, :meth:`evaluate`);
             with a task and ``config.eval_every > 0`` it defaults to
             ``task.load(config.eval_split)``.
+        eval_env: the environment evaluation plays and scores in (default: the training
+            one), e.g. the task's true reward while training on a learned reward model
+            (:meth:`MARLHFTrainer.rl_trainer <comlrl.algos.MARLHFTrainer.rl_trainer>`).
 
     Raises:
         ConfigError: when the agents, task/formatters, dataset and config disagree
@@ -74,6 +77,7 @@ class MultiAgentTrainer:
         reward_func: Callable[..., Any] | None = None,
         transition: Transition | None = None,
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        eval_env: Environment | None = None,
     ) -> None:
         from comlrl.algos.advantages import ESTIMATORS
 
@@ -114,7 +118,9 @@ class MultiAgentTrainer:
             env = CallbackEnvironment(formatters, reward_func, transition)
             data = dataset if isinstance(dataset, Sequence) else list(dataset)
         self.env = env
-        self.run = group_baseline.setup(self.agents, config, env, data, eval_dataset)
+        self.run = group_baseline.setup(
+            self.agents, config, env, data, eval_dataset, eval_env=eval_env
+        )
 
     @property
     def step(self) -> int:

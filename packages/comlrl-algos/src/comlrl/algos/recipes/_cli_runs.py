@@ -201,9 +201,14 @@ class MARLHFRunConfig(TrainConfig):
         pairs_per_prompt: pairs kept per prompt, largest gap first.
         num_collect_batches: batches of ``batch_size`` prompts to sample pairs from.
         eval_fraction: share of the pair batches held out to evaluate the reward model.
+        eval_every: as in ``TrainConfig``, but on by default (every 40 steps): the RL phase
+            climbs the learned reward, and the evaluation rows (``eval.jsonl``) score the
+            agents with the task's own reward on ``eval_split``, which says whether that
+            helped.
     """
 
     output_dir: str = "runs/marlhf"
+    eval_every: int = Field(40, ge=0)
     reward_model: str | None = None
     reward: RewardModelConfig = Field(default_factory=lambda: RewardModelConfig(learning_rate=1e-3))
     num_candidates: int = Field(4, ge=2)
@@ -523,7 +528,7 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
     from comlrl.algos.agent import HFAgent
     from comlrl.algos.preference_trainers import MARLHFTrainer
     from comlrl.algos.preflight import check_model_names, prepare_task
-    from comlrl.algos.reporting import check_report_to, summary_line
+    from comlrl.algos.reporting import check_report_to, read_metrics, summary_line
     from comlrl.algos.run import JsonlWriter
     from comlrl.core import RewardFunctionError
 
@@ -616,7 +621,15 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
         return 130
     finally:
         task.close()
-    print(summary_line(history, out) + " (reward: the learned reward model's)")
+    line = summary_line(history, out) + " (reward: the learned reward model's)"
+    evals = read_metrics(out / "eval.jsonl")
+    if evals:
+        line += (
+            f"; task reward on {config.eval_split} (eval.jsonl): step {evals[0]['step']} "
+            f"{float(evals[0]['reward_mean']):.3f} -> step {evals[-1]['step']} "
+            f"{float(evals[-1]['reward_mean']):.3f}"
+        )
+    print(line)
     return 0
 
 

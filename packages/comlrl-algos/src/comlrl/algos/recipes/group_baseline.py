@@ -90,6 +90,9 @@ class GroupBaselineRun:
     step: int = 0
     last_rollout: Rollout | None = field(default=None, repr=False)
     eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
+    #: the environment whose reward scores :func:`evaluate` (None: ``env``; MARLHF trains
+    #: on a learned reward and evaluates on the task's own).
+    eval_env: Environment | None = field(default=None, repr=False)
     #: data parallel (:mod:`comlrl.algos.distributed`): this process's rank, the number of
     #: ranks, and per agent the gradient averaging (None in a single process).
     rank: int = 0
@@ -113,11 +116,14 @@ def setup(
     env: Environment,
     dataset: Sequence[Mapping[str, Any]],
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+    eval_env: Environment | None = None,
 ) -> GroupBaselineRun:
     """Check that agents, environment and config agree, then build optimizers and pools.
 
     ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
-    needed when ``config.eval_every > 0``.
+    needed when ``config.eval_every > 0``. ``eval_env`` (default ``env``) is the
+    environment evaluation plays and scores in: the same prompts and turns with another
+    reward, e.g. the task's true reward while training on a learned one.
 
     Under an initialised ``torch.distributed`` process group of ``K > 1`` ranks (every
     rank calls this with the same arguments) each agent's gradient is averaged by a
@@ -129,10 +135,15 @@ def setup(
 
     Raises:
         ConfigError: agent count, turn count or dataset do not fit, evaluation is on
-            without an evaluation set, or ``batch_size`` is not a multiple of the number of
-            ranks (before any training).
+            without an evaluation set, ``eval_env`` for another number of agents, or
+            ``batch_size`` is not a multiple of the number of ranks (before any training).
     """
     n = len(agents)
+    if eval_env is not None and eval_env.num_agents != n:
+        raise ConfigError(
+            f"eval_env is for {eval_env.num_agents} agents but {n} agents were given; "
+            "evaluate in an environment of the same task."
+        )
     if n != config.num_agents:
         raise ConfigError(
             f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
@@ -277,6 +288,7 @@ def setup(
         rng=random.Random(config.seed),
         output_dir=Path(config.output_dir),
         eval_data=eval_dataset,
+        eval_env=eval_env,
         rank=rank,
         world_size=world,
         syncs=syncs,
@@ -413,7 +425,8 @@ def _full_model_states(run: GroupBaselineRun) -> list[dict[str, torch.Tensor] | 
 
 def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     """The ``eval.jsonl`` row of the agents on ``run.eval_data`` (the training rollout,
-    greedy or sampled, no update; :mod:`comlrl.algos.evaluate`). Raises ConfigError
+    greedy or sampled, no update, scored in ``run.eval_env`` when set;
+    :mod:`comlrl.algos.evaluate`). Raises ConfigError
     without an evaluation set."""
     cfg = run.config
     if run.eval_data is None:
@@ -428,7 +441,7 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     )
     row, _ = evaluation.evaluate(
         run.agents,
-        run.env,
+        run.env if run.eval_env is None else run.eval_env,
         run.eval_data,
         params,
         run.tree,
