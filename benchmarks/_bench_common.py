@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +28,27 @@ def dist_version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def machine_info(threads: int, **extra: Any) -> dict[str, Any]:
+    """The ``machine`` block of a benchmark's JSON: platform, CPUs, torch threads, Python,
+    torch and transformers versions, plus ``extra`` (e.g. ``device=``)."""
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch_threads": threads,
+        **extra,
+        "python": platform.python_version(),
+        "torch": dist_version("torch"),
+        "transformers": dist_version("transformers"),
+    }
+
+
+def git_commit(repo: Path) -> str:
+    """``git rev-parse HEAD`` of ``repo`` ('' outside a git checkout)."""
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def run_side(

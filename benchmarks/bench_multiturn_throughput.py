@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("TQDM_DISABLE", "1")
-from _bench_common import dist_version, run_side  # noqa: E402
+from _bench_common import git_commit, machine_info, run_side  # noqa: E402
 
 TARGET_SPEEDUP = 5.0
 
@@ -217,17 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).as_posix(), *sys.argv]),
         "target_speedup": TARGET_SPEEDUP,
         "rows": rows,
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch_threads": args.threads,
-            "python": platform.python_version(),
-            "torch": dist_version("torch"),
-            "transformers": dist_version("transformers"),
-        },
-        "git_commit": subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "machine": machine_info(args.threads),
+        "git_commit": git_commit(REPO),
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2))
