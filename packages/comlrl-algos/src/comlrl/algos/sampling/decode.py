@@ -390,9 +390,17 @@ class FastDecoder:
             return logits
         if self._graph is None:
             graph = torch.cuda.CUDAGraph()
+            # capture_begin/end rather than torch.cuda.graph(), which also synchronizes the
+            # device and empties the caching allocator: a stall for the other agents' work
+            # and, for big models, fresh cudaMallocs for every update after every generate.
             # thread_local: the other agents' threads keep launching work meanwhile.
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                self._graph_out = self._static_forward()
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    self._graph_out = self._static_forward()
+                finally:
+                    graph.capture_end()
             self._graph = graph
         self._graph.replay()
         assert self._graph_out is not None
