@@ -281,3 +281,11 @@ def test_madpo_defaults_raise_the_reward(tmp_path: Path) -> None:
     q = len(rewards) // 4
     first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
     assert last > first + 0.08, f"training reward {first:.3f} -> {last:.3f}"
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "iac"])
+def test_eval_on_start_writes_the_baseline_row(algo: str, tmp_path: Path) -> None:
+    out = tmp_path / algo
+    argv = ["train", f"algo={algo}", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]
+    assert main([*argv, "eval_every=2", "eval_on_start=true", "eval_limit=2"]) == 0
+    assert [r["step"] for r in _rows(out / "eval.jsonl")] == [0, 2]

@@ -23,6 +23,7 @@ from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
 from comlrl.algos.trainer import MultiAgentTrainer
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(6)]
 
@@ -190,6 +191,54 @@ def test_evaluating_during_training_does_not_change_the_training_rows(
     rows = [json.loads(x) for x in (tmp_path / "eval" / "eval.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2] and rows[0]["num_problems"] == 2.0
     assert not (tmp_path / "plain" / "eval.jsonl").exists()
+
+
+def test_eval_on_start_adds_a_step_0_row_and_leaves_training_alone(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    def run(name: str, on_start: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+        cfg = TrainConfig(
+            num_steps=2,
+            batch_size=2,
+            num_generations=3,
+            max_new_tokens=8,
+            learning_rate=1e-2,
+            output_dir=str(tmp_path / name),
+            progress=False,
+            parallel_agents=False,
+            eval_every=2,
+            eval_on_start=on_start,
+            eval_limit=2,
+        )
+        trainer = MultiAgentTrainer(
+            _agents(tiny_tokenizer),
+            cfg,
+            dataset=DATA,
+            reward_func=_length_reward,
+            formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"],
+            eval_dataset=DATA[3:],
+        )
+        before = trainer.evaluate() if on_start else None
+        history = trainer.train()
+        path = tmp_path / name / "eval.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+        if before is not None:  # the step-0 row is the untrained agents' evaluation
+            assert rows[0] == {k: v for k, v in before.items() if not k.startswith("time/")}
+        return history, rows
+
+    plain, plain_evals = run("plain", on_start=False)
+    started, start_evals = run("start", on_start=True)
+    assert [r["step"] for r in plain_evals] == [2] and [r["step"] for r in start_evals] == [0, 2]
+    assert start_evals[1] == plain_evals[0]  # same weights, same evaluation streams
+    for a, b in zip(plain, started, strict=True):
+        assert a["reward_mean"] == b["reward_mean"] and a["loss/agent_0"] == b["loss/agent_0"]
+
+
+def test_eval_on_start_without_evaluation_is_refused() -> None:
+    with pytest.raises(ValidationError, match="eval_on_start=true but eval_every=0"):
+        TrainConfig(eval_on_start=True)
+    assert TrainConfig(eval_every=3, eval_on_start=True).eval_on_start
 
 
 def test_evaluation_needs_an_evaluation_set(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

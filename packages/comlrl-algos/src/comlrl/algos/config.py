@@ -306,6 +306,12 @@ class TrainConfig(BaseModel):
         description="Evaluate every N steps on eval_split without updating (rows in "
         "eval.jsonl); 0 = off.",
     )
+    eval_on_start: bool = Field(
+        False,
+        description="Also evaluate before the first step (an eval.jsonl row with step 0): "
+        "the baseline the later rows compare with. Needs eval_every > 0 (asking for it "
+        "with eval_every=0 is an error).",
+    )
     eval_split: str = Field(
         "test",
         description="Task split to evaluate on (coop_humaneval's train and test are disjoint).",
@@ -471,6 +477,11 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"eval_num_samples={self.eval_num_samples} with eval_greedy=true repeats one "
                 "completion; set eval_greedy=false for pass@k with k > 1, or eval_num_samples=1."
+            )
+        if self.eval_on_start and not self.eval_every and "eval_on_start" in self.model_fields_set:
+            raise ValueError(
+                "eval_on_start=true but eval_every=0 (evaluation is off); set eval_every=N "
+                "to evaluate every N steps, or drop eval_on_start."
             )
         return self
 

@@ -58,6 +58,7 @@ RESUME_SAFE_FIELDS = frozenset(
         "progress",
         "log_samples",
         "eval_every",
+        "eval_on_start",
         "eval_split",
         "eval_greedy",
         "eval_num_samples",

@@ -201,14 +201,15 @@ class MARLHFRunConfig(TrainConfig):
         pairs_per_prompt: pairs kept per prompt, largest gap first.
         num_collect_batches: batches of ``batch_size`` prompts to sample pairs from.
         eval_fraction: share of the pair batches held out to evaluate the reward model.
-        eval_every: as in ``TrainConfig``, but on by default (every 40 steps): the RL phase
-            climbs the learned reward, and the evaluation rows (``eval.jsonl``) score the
-            agents with the task's own reward on ``eval_split``, which says whether that
-            helped.
+        eval_every: as in ``TrainConfig``, but on by default (every 40 steps, and before
+            the first step: ``eval_on_start``): the RL phase climbs the learned reward, and
+            the evaluation rows (``eval.jsonl``) score the agents with the task's own reward
+            on ``eval_split``, which says whether that helped.
     """
 
     output_dir: str = "runs/marlhf"
     eval_every: int = Field(40, ge=0)
+    eval_on_start: bool = True
     reward_model: str | None = None
     reward: RewardModelConfig = Field(default_factory=lambda: RewardModelConfig(learning_rate=1e-3))
     num_candidates: int = Field(4, ge=2)

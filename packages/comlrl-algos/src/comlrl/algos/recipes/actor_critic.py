@@ -1091,7 +1091,7 @@ def evaluate(run: ActorCriticRun) -> dict[str, float]:
 
 def train(run: ActorCriticRun) -> list[dict[str, float]]:
     """Run ``config.num_steps`` steps: ``metrics.jsonl`` and ``samples.jsonl`` rows per step,
-    ``eval.jsonl`` every ``eval_every`` steps, ``config.yaml``, resumable step checkpoints
+    ``eval.jsonl`` every ``eval_every`` steps (and at step 0 with ``eval_on_start``), ``config.yaml``, resumable step checkpoints
     ``checkpoints/step-NNNNNN/`` every ``save_every`` steps and at the last step
     (:func:`checkpoint`), and ``final/`` (:func:`save`) in ``output_dir``. A run put back
     by :func:`resume` continues from its step.
@@ -1123,6 +1123,8 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
     )
     stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
+        if evals is not None and cfg.eval_on_start and base.step == 0:  # the baseline row
+            evals.write(evaluate(run))
         for _ in range(base.step, cfg.num_steps):
             row = train_step(run)
             history.append(row)

@@ -534,7 +534,7 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
-    ``eval_every`` steps), ``config.yaml``, step checkpoints (every ``save_every`` steps
+    ``eval_every`` steps, and at step 0 with ``eval_on_start``), ``config.yaml``, step checkpoints (every ``save_every`` steps
     and at the last step) and ``final/`` in ``output_dir``; every row also goes to the
     reporters of :func:`~comlrl.algos.reporting.build_reporters` (TensorBoard, W&B,
     ``reward_curve.png``). A run put back by
@@ -574,6 +574,11 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
     )
     stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
+        if cfg.eval_on_start and cfg.eval_every and run.step == 0:  # baseline row, own streams
+            with dp.full_weights(run.syncs):
+                if main:
+                    assert evals is not None
+                    evals.write(evaluate(run))
         for _ in range(run.step, cfg.num_steps):
             row = train_step(run)
             history.append(row)
