@@ -289,3 +289,19 @@ def test_eval_on_start_writes_the_baseline_row(algo: str, tmp_path: Path) -> Non
     argv = ["train", f"algo={algo}", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]
     assert main([*argv, "eval_every=2", "eval_on_start=true", "eval_limit=2"]) == 0
     assert [r["step"] for r in _rows(out / "eval.jsonl")] == [0, 2]
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "iac", "madpo"])
+def test_resuming_a_finished_run_says_so(
+    algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / algo
+    argv = ["train", f"algo={algo}", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]
+    assert main(argv) == 0
+    assert json.loads((out / "final" / "checkpoint.json").read_text())["step"] == 2
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert "finished at step 2" in capsys.readouterr().out
+    # longer, but save_every=0 left no optimizer state to continue from: refused, clearly
+    assert main(["train", "--resume", str(out), "num_steps=4"]) == 2
+    assert "without a step checkpoint (save_every=0)" in capsys.readouterr().err

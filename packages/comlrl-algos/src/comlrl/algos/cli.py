@@ -293,7 +293,7 @@ def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """
     from comlrl.algos.checkpoint import latest_checkpoint
     from comlrl.algos.config import ConfigError
-    from comlrl.algos.lifecycle import resume_config
+    from comlrl.algos.lifecycle import finished_step, resume_config
 
     flags = {
         "--config": args.config,
@@ -315,6 +315,16 @@ def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     recipe = _saved_recipe(args.resume)
     config = resume_config(args.resume, overrides, recipe.build_config)
     found = latest_checkpoint(args.resume)
+    finished = finished_step(args.resume)
+    if found is None and finished is not None:
+        if finished >= config.num_steps:
+            return recipe, config, None  # _run_train says there is nothing to do
+        raise ConfigError(
+            f"{args.resume!r} finished at step {finished} (final/) without a step checkpoint "
+            f"(save_every=0), so it cannot be continued to num_steps={config.num_steps}: the "
+            "optimizer state and random streams are gone. Start over with --overwrite (and "
+            "save_every=N to be able to extend a run later)."
+        )
     if found is None:
         raise ConfigError(
             f"nothing to resume in {args.resume!r}: no complete checkpoint under "

@@ -1141,6 +1141,7 @@ def train(run: ActorCriticRun) -> list[dict[str, float]]:
             if cfg.save_every and (base.step % cfg.save_every == 0 or base.step == cfg.num_steps):
                 checkpoint(run)
         save(run, "final")
+        ckpt.write_meta(base.output_dir / "final", base.step, num_agents=len(base.agents))
     finally:
         stop.__exit__()
         bar.close()
