@@ -377,32 +377,39 @@ class FastDecoder:
         return self._forward(self._tokens_in, cos, sin, self._index, None)
 
     def _graph_step(self) -> torch.Tensor:
-        """Step 0 eagerly on the side stream, step 1 captured, later steps replayed."""
+        """Step 0 eagerly on the side stream, step 1 captured, later steps replayed.
+
+        Everything runs with the decoder's device current (an agent on ``cuda:1`` may be
+        sampled from a thread whose current device is ``cuda:0``): a graph replays on the
+        current stream of the device it was captured on.
+        """
         stream = self._graph_stream
-        current = torch.cuda.current_stream()
-        if self._step == 0:
-            # Warm-up outside any graph: library handles and workspaces get created here.
-            stream.wait_stream(current)
-            with torch.cuda.stream(stream):
-                logits = self._static_forward()
-            current.wait_stream(stream)
-            logits.record_stream(current)
-            return logits
-        if self._graph is None:
-            graph = torch.cuda.CUDAGraph()
-            # capture_begin/end rather than torch.cuda.graph(), which also synchronizes the
-            # device and empties the caching allocator: a stall for the other agents' work
-            # and, for big models, fresh cudaMallocs for every update after every generate.
-            # thread_local: the other agents' threads keep launching work meanwhile.
-            stream.wait_stream(current)
-            with torch.cuda.stream(stream):
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    self._graph_out = self._static_forward()
-                finally:
-                    graph.capture_end()
-            self._graph = graph
-        self._graph.replay()
+        with torch.cuda.device(stream.device):
+            current = torch.cuda.current_stream()
+            if self._step == 0:
+                # Warm-up outside any graph: library handles and workspaces get created here.
+                stream.wait_stream(current)
+                with torch.cuda.stream(stream):
+                    logits = self._static_forward()
+                current.wait_stream(stream)
+                logits.record_stream(current)
+                return logits
+            if self._graph is None:
+                graph = torch.cuda.CUDAGraph()
+                # capture_begin/end rather than torch.cuda.graph(), which also synchronizes
+                # the device and empties the caching allocator: a stall for the other
+                # agents' work and, for big models, fresh cudaMallocs for every update after
+                # every generate. thread_local: the other agents' threads keep launching
+                # work meanwhile.
+                stream.wait_stream(current)
+                with torch.cuda.stream(stream):
+                    graph.capture_begin(capture_error_mode="thread_local")
+                    try:
+                        self._graph_out = self._static_forward()
+                    finally:
+                        graph.capture_end()
+                self._graph = graph
+            self._graph.replay()
         assert self._graph_out is not None
         return self._graph_out
 
