@@ -269,20 +269,6 @@ def test_recipes_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"\n{name} " in "\n" + listed
 
 
-def test_madpo_defaults_raise_the_reward(tmp_path: Path) -> None:
-    # The command as a user types it, all defaults (60 steps of 4 prompts on the built-in
-    # coop_story task). Measured: training reward first -> last quarter +0.17 / +0.17 /
-    # +0.18 / +0.20 for seeds 0-3 with the default RAdam; with AdamW (the old default)
-    # -0.06 and -0.08 for seeds 0 and 1. Asked: half the smallest measured rise.
-    out = tmp_path / "madpo"
-    assert main(["train", "algo=madpo", "progress=false", f"output_dir={out}"]) == 0
-    rewards = [row["reward_mean"] for row in _rows(out / "metrics.jsonl")]
-    assert len(rewards) == 60
-    q = len(rewards) // 4
-    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
-    assert last > first + 0.08, f"training reward {first:.3f} -> {last:.3f}"
-
-
 @pytest.mark.parametrize("algo", ["magrpo", "iac"])
 def test_eval_on_start_writes_the_baseline_row(algo: str, tmp_path: Path) -> None:
     out = tmp_path / algo
