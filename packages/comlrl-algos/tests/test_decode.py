@@ -126,7 +126,9 @@ def test_fast_decode_matches_for_any_padding_and_group_size(
     assert _fast_vs_forward(model, prompt_lens, g, steps, seed, static=static) < 1e-5
 
 
-def test_fixed_shape_steps_mask_the_slots_not_yet_written() -> None:
+def test_fixed_shape_steps_mask_the_slots_not_yet_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The fixed-shape step (the CUDA graph's) attends over every completion slot; a slot
     # not yet written must count for nothing. Poison the unwritten slots: if the mask
     # let them through, the logits would move or turn NaN.
@@ -140,11 +142,8 @@ def test_fixed_shape_steps_mask_the_slots_not_yet_written() -> None:
             layer.keys.fill_(1e4)
             layer.values.fill_(1e4)
 
-    FastDecoder.start = poisoned_start  # type: ignore[method-assign]
-    try:
-        poisoned = _fast_vs_forward(model, [5, 2], g=2, steps=6, seed=3, static=True)
-    finally:
-        FastDecoder.start = original  # type: ignore[method-assign]
+    monkeypatch.setattr(FastDecoder, "start", poisoned_start)
+    poisoned = _fast_vs_forward(model, [5, 2], g=2, steps=6, seed=3, static=True)
     assert base < 1e-5 and poisoned < 1e-5
 
 

@@ -159,30 +159,38 @@ def test_evaluation_repeats_and_leaves_the_training_streams_alone(tiny_tokenizer
     assert greedy[0][0].turns[0].agents[1].texts() == greedy[1][0].turns[0].agents[1].texts()
 
 
+def _length_trainer(tokenizer, out: Path, *, with_eval: bool, **overrides: object):  # type: ignore[no-untyped-def]
+    """Two tiny agents on DATA with the length reward, output in ``out`` (evaluation set
+    DATA[3:] when ``with_eval``); ``overrides`` go to the TrainConfig."""
+    cfg = TrainConfig(
+        **{
+            "num_steps": 3,
+            "batch_size": 2,
+            "num_generations": 3,
+            "max_new_tokens": 8,
+            "learning_rate": 1e-2,
+            "output_dir": str(out),
+            "progress": False,
+            "parallel_agents": False,
+            **overrides,
+        }
+    )
+    return MultiAgentTrainer(
+        _agents(tokenizer),
+        cfg,
+        dataset=DATA,
+        reward_func=_length_reward,
+        formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"],
+        eval_dataset=DATA[3:] if with_eval else None,
+    )
+
+
 def test_evaluating_during_training_does_not_change_the_training_rows(
     tiny_tokenizer, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     def run(name: str, **overrides: object) -> list[dict[str, float]]:
-        cfg = TrainConfig(
-            num_steps=3,
-            batch_size=2,
-            num_generations=3,
-            max_new_tokens=8,
-            learning_rate=1e-2,
-            output_dir=str(tmp_path / name),
-            progress=False,
-            parallel_agents=False,
-            **overrides,
-        )
-        trainer = MultiAgentTrainer(
-            _agents(tiny_tokenizer),
-            cfg,
-            dataset=DATA,
-            reward_func=_length_reward,
-            formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"],
-            eval_dataset=DATA[3:] if overrides else None,
-        )
-        return trainer.train()
+        out = tmp_path / name
+        return _length_trainer(tiny_tokenizer, out, with_eval=bool(overrides), **overrides).train()
 
     plain = run("plain")
     with_eval = run("eval", eval_every=2, eval_greedy=False, eval_num_samples=2, eval_limit=2)
@@ -196,35 +204,25 @@ def test_evaluating_during_training_does_not_change_the_training_rows(
 def test_eval_on_start_adds_a_step_0_row_and_leaves_training_alone(
     tiny_tokenizer, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
+    def untimed(row: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in row.items() if not k.startswith("time/")}
+
     def run(name: str, on_start: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-        cfg = TrainConfig(
+        trainer = _length_trainer(
+            tiny_tokenizer,
+            tmp_path / name,
+            with_eval=True,
             num_steps=2,
-            batch_size=2,
-            num_generations=3,
-            max_new_tokens=8,
-            learning_rate=1e-2,
-            output_dir=str(tmp_path / name),
-            progress=False,
-            parallel_agents=False,
             eval_every=2,
             eval_on_start=on_start,
             eval_limit=2,
         )
-        trainer = MultiAgentTrainer(
-            _agents(tiny_tokenizer),
-            cfg,
-            dataset=DATA,
-            reward_func=_length_reward,
-            formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n#"],
-            eval_dataset=DATA[3:],
-        )
         before = trainer.evaluate() if on_start else None
         history = trainer.train()
         path = tmp_path / name / "eval.jsonl"
-        rows = [json.loads(x) for x in path.read_text().splitlines()]
-        rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+        rows = [untimed(json.loads(x)) for x in path.read_text().splitlines()]
         if before is not None:  # the step-0 row is the untrained agents' evaluation
-            assert rows[0] == {k: v for k, v in before.items() if not k.startswith("time/")}
+            assert rows[0] == untimed(before)
         return history, rows
 
     plain, plain_evals = run("plain", on_start=False)
