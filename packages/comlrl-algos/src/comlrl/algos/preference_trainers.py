@@ -386,9 +386,7 @@ class MARLHFTrainer:
         formatters = [
             (lambda ex, a=a: self.env.root(ex).prompts[a]) for a in range(len(self.agents))
         ]
-        if trainer_cls is MultiAgentTrainer or (
-            isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer)
-        ):
+        if isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer):
             kwargs.setdefault("eval_env", self.env)
         return trainer_cls(
             self.agents,
