@@ -153,8 +153,8 @@ class MADPORunConfig(MADPOConfig, _CommandLineRun):
     task and outputs. ``learning_rate`` defaults to 1e-3, ``num_steps`` to 60 and
     ``optimizer`` to RAdam (Liu et al. 2020), which suit the built-in 260K-parameter
     stories260k (pretrained LLMs want about 1e-6 to 1e-5). Measured on the built-in
-    ``coop_story`` task, `comlrl train algo=madpo` with seeds 0-3: training reward, first ->
-    last quarter of the 60 steps, +0.17 to +0.20 with RAdam; AdamW's first steps at this
+    ``coop_story`` task, `comlrl train algo=madpo` with seeds 0-2: training reward, first ->
+    last quarter of the 60 steps, +0.20 / +0.17 / +0.18 with RAdam; AdamW's first steps at this
     rate (bias-corrected second moments from a single pair batch) overshoot and the reward
     fell (-0.06, -0.08 for seeds 0, 1).
 
