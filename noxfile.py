@@ -39,6 +39,7 @@ PACKAGES = ROOT / "packages"
 TORCH_SPEC = os.environ.get("COMLRL_TORCH_SPEC", "torch==2.13.0")
 RUFF_SPEC = "ruff==0.17.6"
 MYPY_SPEC = "mypy==2.4.1"
+IMPORT_LINTER_SPEC = "import-linter==2.16"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # The long sessions run their test files on two workers (CI has two cores); a file's tests
 # stay on one worker so module-scoped fixtures (reference runs) are built once. envs' tests
@@ -170,10 +171,14 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session(python=TORCH_PYTHON)
 def lint(session: nox.Session) -> None:
-    """``ruff check`` and ``ruff format --check`` over the repository (settings in pyproject.toml)."""
-    session.install(RUFF_SPEC)
+    """``ruff check`` and ``ruff format --check`` over the repository, then the import-linter
+    contracts (comlrl.algos' layers; settings in pyproject.toml)."""
+    session.install(RUFF_SPEC, IMPORT_LINTER_SPEC)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # import-linter reads the sources statically; the four src folders make the namespace.
+    src = os.pathsep.join(str(PACKAGES / p / "src") for p in sorted(os.listdir(PACKAGES)))
+    session.run("lint-imports", env={"PYTHONPATH": src})
 
 
 @nox.session(python=TORCH_PYTHON)

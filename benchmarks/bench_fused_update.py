@@ -1,10 +1,10 @@
 """Benchmark the update's log-prob forward + backward: fused vs materialised logits.
 
-Runs :func:`comlrl.algos.logprobs.completion_logprobs` (the update's own code path,
+Runs :func:`comlrl.algos.models.logprobs.completion_logprobs` (the update's own code path,
 ``shared_prefix=True``) on a Qwen2-0.5B-shaped model cut to its last layers: random weights,
 ``V = 151,936``, ``H = 896``, MLP 4864, 14 heads (2 KV), tied embeddings, ``--layers``
 decoder layers (default 1). The loss is ``-(logp * mask).sum()`` and the backward reaches
-every parameter, as in :func:`comlrl.algos.update.update_policy`.
+every parameter, as in :func:`comlrl.algos.training.update.update_policy`.
 
 Methods (each in a fresh subprocess, see below):
 - materialised:  ``fused=False``: ``[N, V]`` logits via ``logits_to_keep``, then
@@ -95,7 +95,7 @@ def _batch(tokens: int) -> Any:
 
 
 def child(case: dict[str, Any]) -> dict[str, Any]:
-    from comlrl.algos.logprobs import completion_logprobs, fused_logprobs_unsupported
+    from comlrl.algos.models.logprobs import completion_logprobs, fused_logprobs_unsupported
 
     model, batch = _model(case["layers"]), _batch(case["tokens"])
     method = case["method"]

@@ -112,7 +112,7 @@ def fast_vs_forward(model: Any, tok: Any) -> dict[str, Any]:
     )
     batch = samples.batch
     with torch.no_grad():
-        from comlrl.algos.logprobs import completion_logprobs
+        from comlrl.algos.models.logprobs import completion_logprobs
 
         logp = completion_logprobs(model, batch, slice(0, batch.num_prompts), shared_prefix=False)
     m = batch.completion_mask

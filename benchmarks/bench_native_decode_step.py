@@ -1,7 +1,7 @@
 """Per-call time of the native sampler (prefill + one-token decode steps) on CPU, and where
 the time goes (cProfile, top functions by own time).
 
-Measures :class:`comlrl.algos.sampling.native.NativeSampler.sample` for ``--rows`` prompts
+Measures :class:`comlrl.algos.rollout.sampling.native.NativeSampler.sample` for ``--rows`` prompts
 of ``--prompt-tokens`` random tokens and ``--new-tokens`` sampled tokens with the built-in
 stories260k model (or ``--model``), one torch thread by default. Prints a summary and
 writes JSON to ``--output``.
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path[:0] = [str(REPO / "packages" / p / "src") for p in ("comlrl-core", "comlrl-algos")]
 
     import torch
-    from comlrl.algos.models import builtin_model_path
-    from comlrl.algos.rollout import SamplingParams
-    from comlrl.algos.sampling.native import NativeSampler
+    from comlrl.algos.models.loading import builtin_model_path
+    from comlrl.algos.rollout.sampling.native import NativeSampler
+    from comlrl.algos.rollout.tree import SamplingParams
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)

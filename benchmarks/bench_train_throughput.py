@@ -112,7 +112,7 @@ def _machine(threads: int) -> dict[str, Any]:
 
 def prepare_models(work: Path, num_agents: int, seed: int) -> list[str]:
     """Save the built-in tiny Qwen2 (agent i seeded seed+i) and its tokenizer once."""
-    from comlrl.algos.models import build_default_model, build_default_tokenizer
+    from comlrl.algos.models.loading import build_default_model, build_default_tokenizer
 
     tok = build_default_tokenizer()
     dirs = []
@@ -129,10 +129,10 @@ def run_ours(
     args: argparse.Namespace, model_dirs: list[str], examples: list[dict], task: Any, work: Path
 ) -> dict[str, Any]:
     import torch
-    from comlrl.algos.agent import HFAgent
-    from comlrl.algos.config import TrainConfig
-    from comlrl.algos.models import load_model_and_tokenizer
-    from comlrl.algos.trainer import MAGRPOTrainer
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.recipes.group_baseline.trainer import MAGRPOTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training.config import TrainConfig
 
     cfg = TrainConfig(
         models=model_dirs,
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "train_throughput",
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "setup": {
-            "model": "built-in tiny random Qwen2 (comlrl.algos.models.build_default_model), "
+            "model": "built-in tiny random Qwen2 (comlrl.algos.models.loading.build_default_model), "
             "agent i seeded seed+i, saved with save_pretrained and loaded from disk by both",
             "model_dirs": model_dirs,
             "task": TASK_CLASS,
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             "completion (max_new_tokens tokens, past EOS) and a Python loop of per-token "
             "log_softmax.",
             "Generate: ours prefills each prompt once, then decodes all P*G rows per agent with "
-            "comlrl.algos.decode.FastDecoder (the model's own weights, no per-call Hugging Face "
+            "comlrl.algos.rollout.sampling.decode.FastDecoder (the model's own weights, no per-call Hugging Face "
             "overhead; checked once per agent against model.forward), the two agents "
             "concurrently; CoMLRL 1.4.3 calls model.generate once per prompt per agent "
             "(num_return_sequences=G).",

@@ -1,7 +1,7 @@
 """``comlrl train`` with a pause point, so a test can signal the run at a chosen place.
 
 Usage: ``python _lifecycle_driver.py WHERE STEP -- [comlrl train arguments]``. The driver runs
-the real ``comlrl`` entry point (:func:`comlrl.algos.cli.main`) with one function wrapped so
+the real ``comlrl`` entry point (:func:`comlrl.algos.cli.main.main`) with one function wrapped so
 that, at the chosen place, it prints ``PAUSED <where> <step>`` and waits for a line on
 stdin. The test then sends SIGKILL or SIGINT (and, for SIGINT, a line to let it go on).
 No sleeps or timings: the place is fixed by the pause, not by a clock.
@@ -21,9 +21,9 @@ import sys
 from typing import Any
 
 import torch
-from comlrl.algos import checkpoint as ckpt
-from comlrl.algos import cli
-from comlrl.algos.recipes import group_baseline as gb
+from comlrl.algos.cli import main as cli
+from comlrl.algos.recipes.group_baseline import recipe as gb
+from comlrl.algos.training import checkpoint as ckpt
 
 
 def _pause(where: str, step: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 def _comlrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("comlrl")
-    cmd = [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
     return subprocess.run(
         [*cmd, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.cli import main
+from comlrl.algos.cli.main import main
 
 TINY = ["num_steps=2", "progress=false"]
 STORY = ["task.kwargs.limit=4", "max_new_tokens=16"]
@@ -29,7 +29,7 @@ def _check_final(out: Path, agents: int) -> None:
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Send this process a real SIGINT (a terminal's Ctrl-C) right after the metrics row of
     ``step`` is written: the recipe's handler must finish the step, checkpoint and stop."""
-    from comlrl.algos.run import JsonlWriter
+    from comlrl.algos.training.steps import JsonlWriter
 
     original = JsonlWriter.write
 

@@ -5,7 +5,7 @@ without gradient clipping; and a two-turn run with feedback raises its last turn
 Seeded, CPU, one intra-op thread, so the runs repeat on one torch build. Each test also
 trains a control with a learning rate too small to move the weights, so a rise must come
 from training and not from the order of the prompts. Thresholds: the measured rises are
-+0.3 or more (see the numbers in ``comlrl.algos.run.build_optimizer``); the tests ask for
++0.3 or more (see the numbers in ``comlrl.algos.training.steps.build_optimizer``); the tests ask for
 half of that, and for the trained run to end above the control.
 """
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from comlrl.algos.env import TaskEnvironment
-from comlrl.algos.evaluate import eval_sampling, evaluate
-from comlrl.algos.models import build_default_tokenizer
-from comlrl.algos.rollout import TreeSettings
+from comlrl.algos.models.loading import build_default_tokenizer
+from comlrl.algos.rollout.environment import TaskEnvironment
+from comlrl.algos.rollout.evaluate import eval_sampling, evaluate
+from comlrl.algos.rollout.tree import TreeSettings
 from comlrl.core import Completion, SamplingParams, get_task
 
 

@@ -30,7 +30,7 @@ def _quarters(values: list[float]) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_two_lora_agents_on_one_base_learn_and_reload(stories260k: Path, tmp_path: Path) -> None:
-    from comlrl.algos.lora import unique_parameter_bytes
+    from comlrl.algos.models.lora import unique_parameter_bytes
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from comlrl.algos.cli import main
+from comlrl.algos.cli.main import main
 
 
 def test_madpo_defaults_raise_the_reward(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ GUARD_S = 900  # only against a hung child; nothing here measures time
 
 def _comlrl_cmd() -> list[str]:
     exe = shutil.which("comlrl", path=str(Path(sys.executable).parent)) or shutil.which("comlrl")
-    return [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli"]
+    return [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
 
 
 def _comlrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import sys
 from comlrl.trainers import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 
 try:  # stories260k, shipped with comlrl-algos; under CoMLRL 1.4.3 set COMLRL_EXAMPLE_MODEL
-    from comlrl.algos.models import builtin_model_path as _builtin
+    from comlrl.algos.models.loading import builtin_model_path as _builtin
 except ImportError:
     _builtin = None
 MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL") or str(_builtin())

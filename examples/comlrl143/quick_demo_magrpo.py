@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 try:  # stories260k, shipped with comlrl-algos; under CoMLRL 1.4.3 set COMLRL_EXAMPLE_MODEL
-    from comlrl.algos.models import builtin_model_path as _builtin
+    from comlrl.algos.models.loading import builtin_model_path as _builtin
 except ImportError:
     _builtin = None
 MODEL = os.environ.get("COMLRL_EXAMPLE_MODEL") or str(_builtin())

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos import checkpoint as ckpt
-from comlrl.algos.actor_critic_trainer import IACTrainer, MAACTrainer
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.models import build_default_model
-from comlrl.algos.recipes.actor_critic import ActorCriticConfig
-from comlrl.algos.value import Critic
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.models.value import Critic
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
+from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training import checkpoint as ckpt
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
 
@@ -145,7 +145,7 @@ def test_the_fused_critic_forward_changes_no_number(
     """With one iteration and no micro-batching the sampling-time values come from the
     value loss's own forward; a micro-batch size above the batch turns that off without
     changing any other computation, so both runs must give the same rows and weights."""
-    from comlrl.algos.recipes.actor_critic import _can_fuse_critic_forward
+    from comlrl.algos.recipes.actor_critic.recipe import _can_fuse_critic_forward
 
     fused = _trainer(tiny_tokenizer, tmp_path / "f", method, "separate", critic_type=kind)
     plain = _trainer(
@@ -172,7 +172,7 @@ def test_the_single_forward_actor_update_at_g1_changes_no_number(
     """With G = 1 the actors' log-probs come from one forward over prompt and completion
     instead of the shared-prefix split (prompt, then completion over its KV cache); both
     compute the same function, so the rows and the actors' weights must agree."""
-    from comlrl.algos.recipes import actor_critic
+    from comlrl.algos.recipes.actor_critic import recipe as actor_critic
 
     single = _trainer(tiny_tokenizer, tmp_path / "s", method, mode)
     assert single.ac_run.base.update.shared_prefix is False

@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 import pytest
 import torch
-from comlrl.algos.advantages import (
+from comlrl.algos.functional.advantages import (
     ESTIMATORS,
     Estimator,
     Scale,
     compute_advantages,
     register_estimator,
 )
-from comlrl.algos.losses import policy_loss
+from comlrl.algos.functional.losses import policy_loss
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 

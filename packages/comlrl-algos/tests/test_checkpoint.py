@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos import checkpoint as ckpt
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import ConfigError, TrainConfig
-from comlrl.algos.lifecycle import (
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training import checkpoint as ckpt
+from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.lifecycle import (
     StopAtStepBoundary,
     clear_run_outputs,
     existing_run_outputs,
     resume_config,
     truncate_jsonl,
 )
-from comlrl.algos.models import build_default_model
-from comlrl.algos.recipes import group_baseline
-from comlrl.algos.run import DataStream
-from comlrl.algos.trainer import MultiAgentTrainer
+from comlrl.algos.training.steps import DataStream
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
 
@@ -267,7 +267,7 @@ def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_p
 
 
 def test_atomic_folder_replaces_only_a_complete_folder(tmp_path: Path) -> None:
-    from comlrl.algos.run import atomic_folder
+    from comlrl.algos.training.steps import atomic_folder
 
     target = tmp_path / "reward_model"
     with atomic_folder(target) as tmp:

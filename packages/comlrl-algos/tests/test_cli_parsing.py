@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.cli import main, parse_args
-from comlrl.algos.config import ConfigError, TrainConfig
-from comlrl.algos.preflight import TaskInfo, check_model_names, check_task_fits, task_options
+from comlrl.algos.cli.main import main, parse_args
+from comlrl.algos.cli.preflight import TaskInfo, check_model_names, check_task_fits, task_options
+from comlrl.algos.training.config import ConfigError, TrainConfig
 
 
 def test_options_and_overrides_may_be_intermixed() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comlrl.algos.sampling.collate import pack_token_rows
+from comlrl.algos.rollout.sampling.collate import pack_token_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos import HFAgent
-from comlrl.algos.actor_critic_trainer import IACTrainer, MAACTrainer
-from comlrl.algos.config import ConfigError
-from comlrl.algos.devices import model_device
-from comlrl.algos.recipes.actor_critic import ActorCriticConfig, critic_placement
-from comlrl.algos.value import Critic
+from comlrl.algos.models.devices import model_device
+from comlrl.algos.models.value import Critic
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, critic_placement
+from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.training.config import ConfigError
 
 DATA = [{"p": "def f"}, {"p": "x ="}, {"p": "y ="}]
 CPU, GPU = torch.device("cpu"), [torch.device(f"cuda:{i}") for i in range(4)]
@@ -71,7 +71,7 @@ def test_critic_placement_per_method(four_gpus: None) -> None:
 
 
 def _agents(tok: Any, moves: list[tuple[str, str]]) -> list[HFAgent]:
-    from comlrl.algos.models import build_default_model
+    from comlrl.algos.models.loading import build_default_model
 
     agents = []
     for i in range(2):
@@ -93,7 +93,7 @@ def _record_moves(model: Any, name: str, moves: list[tuple[str, str]]) -> None:
 
 
 def _trainer(tok: Any, tmp_path: Path, method: str, moves: list[tuple[str, str]], **cfg: Any):  # type: ignore[no-untyped-def]
-    from comlrl.algos.models import build_default_model
+    from comlrl.algos.models.loading import build_default_model
 
     config = ActorCriticConfig(
         batch_size=2,

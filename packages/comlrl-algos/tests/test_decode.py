@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 import torch
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.sampling.decode import FastDecoder
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.sampling.decode import FastDecoder
 from comlrl.core import SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,7 +187,7 @@ def test_agent_samples_the_same_tokens_with_and_without_cuda_graphs(
 
 
 def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:
-    import comlrl.algos.sampling.decode as decode
+    import comlrl.algos.rollout.sampling.decode as decode
 
     model = _tiny("qwen2")
     fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1)

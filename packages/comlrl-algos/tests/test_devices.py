@@ -1,4 +1,4 @@
-"""Per-agent devices (comlrl.algos.devices, agent_devices / reference_devices): early
+"""Per-agent devices (comlrl.algos.models.devices, agent_devices / reference_devices): early
 validation with a fake device map (no GPU needed) and placement in the recipe's setup."""
 
 from __future__ import annotations
@@ -6,10 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 from comlrl.algos import HFAgent, TrainConfig
-from comlrl.algos.config import ConfigError, build_config
-from comlrl.algos.devices import agent_placement, device_exists, model_device, validate_devices
-from comlrl.algos.env import CallbackEnvironment
-from comlrl.algos.recipes import group_baseline
+from comlrl.algos.models.devices import (
+    agent_placement,
+    device_exists,
+    model_device,
+    validate_devices,
+)
+from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+from comlrl.algos.rollout.environment import CallbackEnvironment
+from comlrl.algos.training.config import ConfigError, build_config
 
 
 @pytest.fixture
@@ -81,7 +86,7 @@ def test_shared_lora_base_needs_one_device(four_gpus: None) -> None:
 
 
 def _agents(tiny_tokenizer, n: int = 2) -> list[HFAgent]:  # type: ignore[no-untyped-def]
-    from comlrl.algos.models import build_default_model
+    from comlrl.algos.models.loading import build_default_model
 
     return [
         HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer, name=f"a{i}")

@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import TrainConfig
-from comlrl.algos.diagnostics import (
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.diagnostics import (
     LearningSignalWatch,
     TrainingWarning,
     context_length,
     context_overflow,
     group_size_problem,
 )
-from comlrl.algos.models import build_default_model
-from comlrl.algos.trainer import MultiAgentTrainer
 
 DATA = [{"t": "x " * n} for n in (2, 4, 300, 600)]  # two short prompts, two long ones
 

@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import ConfigError, TrainConfig, load_config
-from comlrl.algos.env import CallbackEnvironment
-from comlrl.algos.evaluate import (
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.environment import CallbackEnvironment
+from comlrl.algos.rollout.evaluate import (
     eval_sampling,
     evaluate,
     joint_action_passed,
     pass_at_k,
     summarize_rollouts,
 )
-from comlrl.algos.models import build_default_model
-from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
-from comlrl.algos.trainer import MultiAgentTrainer
+from comlrl.algos.training.config import ConfigError, TrainConfig, load_config
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError

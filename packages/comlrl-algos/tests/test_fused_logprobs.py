@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos import logprobs as logprobs_module
-from comlrl.algos.logprobs import (
+from comlrl.algos.models import logprobs as logprobs_module
+from comlrl.algos.models.logprobs import (
     completion_logprobs,
     default_logprob_chunk_size,
     fused_logprobs_unsupported,
 )
 from comlrl.algos.records import PolicyBatch
-from comlrl.algos.update import UpdateSettings, update_policy
+from comlrl.algos.training.update import UpdateSettings, update_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -350,10 +350,10 @@ def test_update_policy_step_gives_the_same_parameters_with_and_without_fused_log
 def test_train_config_fused_logprobs_reaches_the_update_settings(
     tiny_tokenizer: Any, tmp_path: Any, fused: bool
 ) -> None:
-    from comlrl.algos.agent import HFAgent
-    from comlrl.algos.config import TrainConfig
-    from comlrl.algos.models import build_default_model
-    from comlrl.algos.trainer import MultiAgentTrainer
+    from comlrl.algos.models.loading import build_default_model
+    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training.config import TrainConfig
 
     assert TrainConfig().fused_logprobs is True  # the default
     cfg = TrainConfig(

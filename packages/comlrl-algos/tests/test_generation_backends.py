@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.logprobs import completion_logprobs
-from comlrl.algos.sampling.backends import GenerationBackend, NativeBackend
-from comlrl.algos.sampling.collate import policy_batch
-from comlrl.algos.sampling.native import sample_next
-from comlrl.algos.sampling.vllm_backend import (
+from comlrl.algos.models.logprobs import completion_logprobs
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.sampling.backends import GenerationBackend, NativeBackend
+from comlrl.algos.rollout.sampling.collate import policy_batch
+from comlrl.algos.rollout.sampling.native import sample_next
+from comlrl.algos.rollout.sampling.vllm_backend import (
     EngineSyncClient,
     VLLMApi,
     VLLMBackend,
@@ -435,7 +435,7 @@ def test_vllm_backend_rejects_bad_settings(tiny_model, tiny_tokenizer) -> None: 
 def test_vllm_requested_without_vllm_fails_early_with_the_install_hint(
     tiny_model, tiny_tokenizer
 ) -> None:  # type: ignore[no-untyped-def]
-    from comlrl.algos.config import ConfigError, build_config
+    from comlrl.algos.training.config import ConfigError, build_config
 
     with pytest.raises(RuntimeError, match=r"pip install 'comlrl-algos\[vllm\]'"):
         HFAgent(tiny_model, tiny_tokenizer, backend="vllm")

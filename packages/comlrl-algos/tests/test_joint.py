@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.advantages import compute_advantages
-from comlrl.algos.joint import (
+from comlrl.algos.functional.advantages import compute_advantages
+from comlrl.algos.functional.joint import (
     MAX_CROSS_JOINT_ACTIONS,
     credit_completions,
     joint_action_indices,

@@ -1,4 +1,4 @@
-"""LoRA agents (comlrl.algos.lora): reference log-probs, adapter isolation on a shared
+"""LoRA agents (comlrl.algos.models.lora): reference log-probs, adapter isolation on a shared
 base, memory, checkpoints, config errors. Uses the built-in stories260k (package data)."""
 
 from __future__ import annotations
@@ -8,22 +8,22 @@ from pathlib import Path
 import pytest
 import torch
 from comlrl.algos import HFAgent, TrainConfig, load_model_and_tokenizer
-from comlrl.algos.config import ConfigError, LoraSettings, build_config
-from comlrl.algos.logprobs import completion_logprobs
-from comlrl.algos.models import STORIES260K
+from comlrl.algos.models.loading import STORIES260K
+from comlrl.algos.models.logprobs import completion_logprobs
+from comlrl.algos.training.config import ConfigError, LoraSettings, build_config
 from comlrl.core import SamplingParams
 
 pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")
 
-from comlrl.algos import checkpoint as ckpt  # noqa: E402
-from comlrl.algos.lora import (  # noqa: E402
+from comlrl.algos.models.lora import (  # noqa: E402
     LoraPolicy,
     attach_lora,
     model_key,
     reference_model,
     unique_parameter_bytes,
 )
-from comlrl.algos.run import save_agent_checkpoint  # noqa: E402
+from comlrl.algos.training import checkpoint as ckpt  # noqa: E402
+from comlrl.algos.training.steps import save_agent_checkpoint  # noqa: E402
 
 IDS = torch.tensor([[1, 403, 261, 21, 300, 77]])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.losses import completion_mask, kl_penalty, policy_loss
+from comlrl.algos.functional.losses import completion_mask, kl_penalty, policy_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.models import (
+from comlrl.algos.models.loading import (
     BUILTIN_MODELS,
     DEFAULT_MODEL,
     STORIES260K,

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from comlrl.algos.config import ConfigError, TrainConfig, load_config_data
-from comlrl.algos.recipes.registry import (
+from comlrl.algos.cli.registry import (
     DEFAULT_RECIPE,
     RECIPES,
     build_recipe_config,
@@ -16,6 +15,7 @@ from comlrl.algos.recipes.registry import (
     recipe_names,
     resolve_recipe,
 )
+from comlrl.algos.training.config import ConfigError, TrainConfig, load_config_data
 
 EXPECTED = {
     "magrpo",
@@ -86,7 +86,7 @@ def test_without_algo_the_default_run_and_the_estimator_key_keep_working() -> No
 
 
 def test_a_user_registered_estimator_runs_under_the_group_baseline_loop() -> None:
-    from comlrl.algos.advantages import ESTIMATORS, register_estimator
+    from comlrl.algos.functional.advantages import ESTIMATORS, register_estimator
 
     register_estimator("halfmean_test", baseline=lambda r: 0.5 * r.mean(-1, keepdim=True))
     try:
@@ -151,7 +151,7 @@ def test_yaml_files_pick_the_recipe_with_an_algo_key(tmp_path: Path) -> None:
 
 
 def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
-    from comlrl.algos.recipes._cli_runs import read_jsonl_rows
+    from comlrl.algos.cli.runs import read_jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "a"}\n')

@@ -7,8 +7,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from comlrl.algos.config import ConfigError, load_config
-from comlrl.algos.preflight import prepare_task
+from comlrl.algos.cli.preflight import prepare_task
+from comlrl.algos.training.config import ConfigError, load_config
 
 remote = pytest.importorskip("comlrl.envs.remote", reason="comlrl-envs is not installed")
 

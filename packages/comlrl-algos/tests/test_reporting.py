@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos import reporting
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import ConfigError, TrainConfig
-from comlrl.algos.models import build_default_model
-from comlrl.algos.reporting import (
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training import reporting
+from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.reporting import (
     RewardCurveReporter,
     build_reporters,
     check_report_to,
@@ -23,7 +24,6 @@ from comlrl.algos.reporting import (
     rolling_mean,
     summary_line,
 )
-from comlrl.algos.trainer import MultiAgentTrainer
 
 ROWS = [
     {"step": s, "reward_mean": s / 10, "turn_0/reward_mean": s / 10, "turn_1/reward_mean": s / 5}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comlrl.algos.returns import tree_returns
+from comlrl.algos.functional.returns import tree_returns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

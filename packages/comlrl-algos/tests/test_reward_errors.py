@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import TrainConfig
-from comlrl.algos.models import build_default_model
-from comlrl.algos.trainer import MultiAgentTrainer
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training.config import TrainConfig
 from comlrl.core import RewardFunctionError
 
 DATA = [{"id": i, "text": f"x = {i}"} for i in range(4)]

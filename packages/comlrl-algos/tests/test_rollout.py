@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import TrainConfig
-from comlrl.algos.env import CallbackEnvironment, TaskEnvironment
-from comlrl.algos.models import build_default_model
-from comlrl.algos.returns import tree_returns
-from comlrl.algos.rollout import TreeSettings, rollout
-from comlrl.algos.trainer import MultiAgentTrainer
+from comlrl.algos.functional.returns import tree_returns
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.environment import CallbackEnvironment, TaskEnvironment
+from comlrl.algos.rollout.tree import TreeSettings, rollout
+from comlrl.algos.training.config import TrainConfig
 from comlrl.core import Completion, Feedback, RewardBatch, SamplingParams, Task
 
 EXAMPLES = [{"id": i, "prompt": f"def f{i}(x):"} for i in range(3)]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.agent import HFAgent
-from comlrl.algos.config import ConfigError, TrainConfig
-from comlrl.algos.logprobs import completion_logprobs
-from comlrl.algos.losses import policy_loss
-from comlrl.algos.models import build_default_model
-from comlrl.algos.trainer import MultiAgentTrainer, save_agent_checkpoint
-from comlrl.algos.update import UpdateSettings, update_policy
+from comlrl.algos.functional.losses import policy_loss
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.models.logprobs import completion_logprobs
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer, save_agent_checkpoint
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.update import UpdateSettings, update_policy
 from comlrl.core import RewardBatch, RewardFunctionError, SamplingParams, Task
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(6)]

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.recipes.actor_critic import ActorCriticConfig, joint_prompt
-from comlrl.algos.value import (
+from comlrl.algos.models.value import (
     MAX_PADDING_FRACTION,
     Critic,
     ValueHead,
@@ -15,6 +14,7 @@ from comlrl.algos.value import (
     load_value_head,
     save_value_head,
 )
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, joint_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,9 +1,9 @@
 """comlrl.algos: advantage estimators, policy-gradient losses, rollouts and training recipes.
 
-Names are exported lazily (PEP 562): ``import comlrl.algos.advantages`` (or ``losses``,
+Names are exported lazily (PEP 562): ``import comlrl.algos.functional.advantages`` (or ``losses``,
 ``joint``, ``returns``) loads torch and ``comlrl.kernels`` only, never ``transformers``;
 ``from comlrl.algos import HFAgent`` imports the sampling stack when it is first used.
-The rollout stage is ``comlrl.algos.rollout.rollout`` (the module shares its name).
+The rollout stage is :func:`comlrl.algos.rollout.tree.rollout`.
 """
 
 from __future__ import annotations
@@ -13,66 +13,66 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
-    "ESTIMATORS": "advantages",
-    "compute_advantages": "advantages",
-    "register_estimator": "advantages",
-    "completion_mask": "losses",
-    "kl_penalty": "losses",
-    "policy_loss": "losses",
-    "credit_completions": "joint",
-    "joint_action_indices": "joint",
-    "tree_returns": "returns",
+    "ESTIMATORS": "functional.advantages",
+    "compute_advantages": "functional.advantages",
+    "register_estimator": "functional.advantages",
+    "completion_mask": "functional.losses",
+    "kl_penalty": "functional.losses",
+    "policy_loss": "functional.losses",
+    "credit_completions": "functional.joint",
+    "joint_action_indices": "functional.joint",
+    "tree_returns": "functional.returns",
     "PolicyBatch": "records",
     "AgentSamples": "records",
     "TurnRollout": "records",
     "Rollout": "records",
-    "Branch": "env",
-    "TaskEnvironment": "env",
-    "CallbackEnvironment": "env",
-    "TreeSettings": "rollout",
-    "UpdateSettings": "update",
-    "update_policy": "update",
-    "HFAgent": "agent",
-    "ConfigError": "config",
-    "TaskConfig": "config",
-    "TrainConfig": "config",
-    "load_config": "config",
-    "DEFAULT_MODEL": "models",
-    "build_default_model": "models",
-    "build_default_tokenizer": "models",
-    "load_model_and_tokenizer": "models",
-    "MultiAgentTrainer": "trainer",
-    "MAGRPOTrainer": "trainer",
-    "MARLOOTrainer": "trainer",
-    "MAReMaxTrainer": "trainer",
-    "MAREINFORCETrainer": "trainer",
-    "save_agent_checkpoint": "run",
-    "dpo_loss": "preference_losses",
-    "multi_agent_dpo_loss": "preference_losses",
-    "bradley_terry_loss": "preference_losses",
-    "sft_nll": "preference_losses",
-    "select_preference_pairs": "preference_losses",
-    "SFTConfig": "recipes.preference",
-    "DPOConfig": "recipes.preference",
-    "MADPOConfig": "recipes.preference",
-    "RewardModelConfig": "recipes.preference",
-    "JointRewardModel": "recipes.preference",
-    "RewardModelReward": "recipes.preference",
-    "SFTTrainer": "preference_trainers",
-    "DPOTrainer": "preference_trainers",
-    "MADPOTrainer": "preference_trainers",
-    "MARLHFTrainer": "preference_trainers",
-    "discounted_returns": "gae",
-    "gae": "gae",
-    "tree_gae": "gae",
-    "q_advantages": "gae",
-    "value_loss": "gae",
-    "ValueHead": "value",
-    "Critic": "value",
-    "save_value_head": "value",
-    "load_value_head": "value",
-    "IACTrainer": "actor_critic_trainer",
-    "MAACTrainer": "actor_critic_trainer",
+    "Branch": "rollout.environment",
+    "TaskEnvironment": "rollout.environment",
+    "CallbackEnvironment": "rollout.environment",
+    "TreeSettings": "rollout.tree",
+    "UpdateSettings": "training.update",
+    "update_policy": "training.update",
+    "HFAgent": "rollout.agent",
+    "ConfigError": "training.config",
+    "TaskConfig": "training.config",
+    "TrainConfig": "training.config",
+    "load_config": "training.config",
+    "DEFAULT_MODEL": "models.loading",
+    "build_default_model": "models.loading",
+    "build_default_tokenizer": "models.loading",
+    "load_model_and_tokenizer": "models.loading",
+    "MultiAgentTrainer": "recipes.group_baseline.trainer",
+    "MAGRPOTrainer": "recipes.group_baseline.trainer",
+    "MARLOOTrainer": "recipes.group_baseline.trainer",
+    "MAReMaxTrainer": "recipes.group_baseline.trainer",
+    "MAREINFORCETrainer": "recipes.group_baseline.trainer",
+    "save_agent_checkpoint": "training.steps",
+    "dpo_loss": "functional.preference_losses",
+    "multi_agent_dpo_loss": "functional.preference_losses",
+    "bradley_terry_loss": "functional.preference_losses",
+    "sft_nll": "functional.preference_losses",
+    "select_preference_pairs": "functional.preference_losses",
+    "SFTConfig": "recipes.preference.recipe",
+    "DPOConfig": "recipes.preference.recipe",
+    "MADPOConfig": "recipes.preference.recipe",
+    "RewardModelConfig": "recipes.preference.recipe",
+    "JointRewardModel": "recipes.preference.recipe",
+    "RewardModelReward": "recipes.preference.recipe",
+    "SFTTrainer": "recipes.preference.trainers",
+    "DPOTrainer": "recipes.preference.trainers",
+    "MADPOTrainer": "recipes.preference.trainers",
+    "MARLHFTrainer": "recipes.preference.trainers",
+    "discounted_returns": "functional.gae",
+    "gae": "functional.gae",
+    "tree_gae": "functional.gae",
+    "q_advantages": "functional.gae",
+    "value_loss": "functional.gae",
+    "ValueHead": "models.value",
+    "Critic": "models.value",
+    "save_value_head": "models.value",
+    "load_value_head": "models.value",
+    "IACTrainer": "recipes.actor_critic.trainer",
+    "MAACTrainer": "recipes.actor_critic.trainer",
 }
 
 __all__ = [
@@ -153,34 +153,44 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from comlrl.algos.actor_critic_trainer import IACTrainer, MAACTrainer
-    from comlrl.algos.advantages import ESTIMATORS, compute_advantages, register_estimator
-    from comlrl.algos.agent import HFAgent
-    from comlrl.algos.config import ConfigError, TaskConfig, TrainConfig, load_config
-    from comlrl.algos.env import Branch, CallbackEnvironment, TaskEnvironment
-    from comlrl.algos.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
-    from comlrl.algos.joint import credit_completions, joint_action_indices
-    from comlrl.algos.losses import completion_mask, kl_penalty, policy_loss
-    from comlrl.algos.models import (
-        DEFAULT_MODEL,
-        build_default_model,
-        build_default_tokenizer,
-        load_model_and_tokenizer,
+    from comlrl.algos.functional.advantages import (
+        ESTIMATORS,
+        compute_advantages,
+        register_estimator,
     )
-    from comlrl.algos.preference_losses import (
+    from comlrl.algos.functional.gae import (
+        discounted_returns,
+        gae,
+        q_advantages,
+        tree_gae,
+        value_loss,
+    )
+    from comlrl.algos.functional.joint import credit_completions, joint_action_indices
+    from comlrl.algos.functional.losses import completion_mask, kl_penalty, policy_loss
+    from comlrl.algos.functional.preference_losses import (
         bradley_terry_loss,
         dpo_loss,
         multi_agent_dpo_loss,
         select_preference_pairs,
         sft_nll,
     )
-    from comlrl.algos.preference_trainers import (
-        DPOTrainer,
-        MADPOTrainer,
-        MARLHFTrainer,
-        SFTTrainer,
+    from comlrl.algos.functional.returns import tree_returns
+    from comlrl.algos.models.loading import (
+        DEFAULT_MODEL,
+        build_default_model,
+        build_default_tokenizer,
+        load_model_and_tokenizer,
     )
-    from comlrl.algos.recipes.preference import (
+    from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
+    from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+    from comlrl.algos.recipes.group_baseline.trainer import (
+        MAGRPOTrainer,
+        MAREINFORCETrainer,
+        MAReMaxTrainer,
+        MARLOOTrainer,
+        MultiAgentTrainer,
+    )
+    from comlrl.algos.recipes.preference.recipe import (
         DPOConfig,
         JointRewardModel,
         MADPOConfig,
@@ -188,16 +198,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         RewardModelReward,
         SFTConfig,
     )
-    from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
-    from comlrl.algos.returns import tree_returns
-    from comlrl.algos.rollout import TreeSettings
-    from comlrl.algos.run import save_agent_checkpoint
-    from comlrl.algos.trainer import (
-        MAGRPOTrainer,
-        MAREINFORCETrainer,
-        MAReMaxTrainer,
-        MARLOOTrainer,
-        MultiAgentTrainer,
+    from comlrl.algos.recipes.preference.trainers import (
+        DPOTrainer,
+        MADPOTrainer,
+        MARLHFTrainer,
+        SFTTrainer,
     )
-    from comlrl.algos.update import UpdateSettings, update_policy
-    from comlrl.algos.value import Critic, ValueHead, load_value_head, save_value_head
+    from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
+    from comlrl.algos.rollout.tree import TreeSettings
+    from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig, load_config
+    from comlrl.algos.training.steps import save_agent_checkpoint
+    from comlrl.algos.training.update import UpdateSettings, update_policy

@@ -3,8 +3,8 @@
 :class:`CompatTrainer` takes CoMLRL 1.4.3's constructor arguments, loads the agents,
 adapts the callbacks (:mod:`comlrl.trainers._callbacks`), translates the CoMLRL config
 dataclass into a validated :class:`comlrl.algos.TrainConfig` (or
-:class:`~comlrl.algos.recipes.actor_critic.ActorCriticConfig`) and builds the run with
-:func:`comlrl.algos.recipes.group_baseline.setup`. ``train()`` then calls the recipe's
+:class:`~comlrl.algos.recipes.actor_critic.recipe.ActorCriticConfig`) and builds the run with
+:func:`comlrl.algos.recipes.group_baseline.recipe.setup`. ``train()`` then calls the recipe's
 ``train_step`` ``num_steps`` times, ``evaluate()`` runs CoMLRL's evaluation protocol on
 the recipe's rollout, and ``save_model(dir)`` writes ``dir/agent_<i>`` in Hugging Face
 format. What differs from CoMLRL 1.4.3 on purpose is listed in ``docs/compat.md``.
@@ -193,7 +193,7 @@ def check_common_fields(args: Any) -> None:
             "parallel_training='mp' needs agent_devices (one device, or one per agent)."
         )
     args.parallel_training = mode
-    from comlrl.algos.devices import validate_devices
+    from comlrl.algos.models.devices import validate_devices
 
     fields = device_fields(args, int(args.num_agents))  # raises on a malformed spec
     fields["critic_devices"] = critic_device_names(args, int(args.num_agents))
@@ -447,7 +447,7 @@ class CompatTrainer:
         self.env_step = 0
 
     def _hf_agents(self) -> list[Any]:
-        from comlrl.algos.agent import HFAgent
+        from comlrl.algos.rollout.agent import HFAgent
 
         return [
             HFAgent(m, t, name=f"agent_{i}")
@@ -455,7 +455,7 @@ class CompatTrainer:
         ]
 
     def _our_config(self, cls: type, fields: dict[str, Any]) -> Any:
-        from comlrl.algos.config import ConfigError
+        from comlrl.algos.training.config import ConfigError
         from pydantic import ValidationError
 
         fields.setdefault("models", [n if n else "local-model" for n in self._names])
@@ -574,7 +574,7 @@ class CompatTrainer:
         """
         if self._eval_rows is None:
             return {}
-        from comlrl.algos import evaluate as evaluation
+        from comlrl.algos.rollout import evaluate as evaluation
         from comlrl.core import SamplingParams
 
         n = int(self.args.eval_num_samples if num_eval_samples is None else num_eval_samples)
@@ -638,7 +638,7 @@ class CompatTrainer:
         """Write every agent (weights and tokenizer, Hugging Face format) to
         ``output_dir/agent_<i>``; load one with ``AutoModelForCausalLM.from_pretrained``.
         Returns the folders."""
-        from comlrl.algos.run import save_agent_checkpoint
+        from comlrl.algos.training.steps import save_agent_checkpoint
 
         root = Path(output_dir)
         root.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ adapted to :mod:`comlrl.algos`' interfaces.
   :class:`comlrl.core.RewardBatch`.
 - :func:`build_formatters` turns ``None`` / one callable / ``A`` callables into ``A``
   per-agent formatters that take ``external_prompts=`` after the first turn.
-- :class:`CompatEnvironment` is a :class:`comlrl.algos.env.CallbackEnvironment` whose
+- :class:`CompatEnvironment` is a :class:`comlrl.algos.rollout.environment.CallbackEnvironment` whose
   later-turn prompts come from ``external_transition`` run through the formatters (or
   used as they are with ``external_prompt_passthrough``), as CoMLRL 1.4.3 builds them.
 """
@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.env import CallbackEnvironment
+from comlrl.algos.rollout.environment import CallbackEnvironment
 from comlrl.core import RewardBatch, RewardFunctionError, check_rewards
 
 __all__ = ["CompatReward", "CompatEnvironment", "Formatter", "build_formatters"]
@@ -234,7 +234,7 @@ def build_formatters(formatters: Any, num_agents: int) -> list[Formatter]:
 
 
 class CompatEnvironment(CallbackEnvironment):
-    """CoMLRL 1.4.3's multi-turn contract as an :class:`~comlrl.algos.env.Environment`.
+    """CoMLRL 1.4.3's multi-turn contract as an :class:`~comlrl.algos.rollout.environment.Environment`.
 
     Turn 0: agent ``a``'s prompt is ``formatters[a](example)``. After a joint action,
     ``external_transition(prompt=example["prompt"], agent_completions=..., num_agents=A,

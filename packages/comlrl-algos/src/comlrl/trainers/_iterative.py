@@ -441,17 +441,17 @@ def round_pairs(
 
 
 def joint_pairs(pairs: Sequence[IterPair], pad_ids: Sequence[int], device: Any = "cpu") -> Any:
-    """``P`` :class:`IterPair` s as one :class:`~comlrl.algos.recipes.preference.JointPreferencePairs`
+    """``P`` :class:`IterPair` s as one :class:`~comlrl.algos.recipes.preference.recipe.JointPreferencePairs`
     (per agent a :class:`~comlrl.algos.records.PolicyBatch` of ``2P`` rows, group size 2:
     chosen then rejected; prompts left-padded, completions right-padded with
-    ``pad_ids[a]``), for :func:`~comlrl.algos.recipes.preference.madpo_update` and the
+    ``pad_ids[a]``), for :func:`~comlrl.algos.recipes.preference.recipe.madpo_update` and the
     reward model's Bradley-Terry fit.
 
     Raises:
         ValueError: no pairs.
     """
-    from comlrl.algos.recipes.preference import JointPreferencePairs
-    from comlrl.algos.sampling.collate import pack_token_rows
+    from comlrl.algos.recipes.preference.recipe import JointPreferencePairs
+    from comlrl.algos.rollout.sampling.collate import pack_token_rows
 
     if not pairs:
         raise ValueError("joint_pairs needs at least one pair, got 0")
@@ -484,7 +484,7 @@ class Comparator:
 
     Args:
         args: the iterative config (``comparator_*`` fields, ``num_iterations``).
-        agents: the ``A`` current :class:`~comlrl.algos.agent.HFAgent` s (trained).
+        agents: the ``A`` current :class:`~comlrl.algos.rollout.agent.HFAgent` s (trained).
         model_kwargs: ``from_pretrained`` keyword arguments for ``comparator_policy="model"``
             names (the trainer's ``model_config``).
         seed: base seed of the comparator agents' sampling streams.
@@ -508,7 +508,7 @@ class Comparator:
         self.snapshots: dict[int, list[dict[str, torch.Tensor]]] = {}
 
     def _wrap(self, models: Sequence[Any]) -> list[Any]:
-        from comlrl.algos.agent import HFAgent
+        from comlrl.algos.rollout.agent import HFAgent
 
         wrapped = []
         for a, (model, agent) in enumerate(zip(models, self.agents, strict=True)):

@@ -1,5 +1,5 @@
 """CoMLRL 1.4.3's actor-critic trainers (``comlrl.trainers.actor_critic``) on
-:mod:`comlrl.algos.recipes.actor_critic`.
+:mod:`comlrl.algos.recipes.actor_critic.recipe`.
 
 :class:`IACTrainer`: independent actor-critic, one critic per agent (a separate model, or
 a value head on the agent's model with ``use_separate_critic=False``).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comlrl.algos.recipes.actor_critic import Method
+from comlrl.algos.recipes.actor_critic.recipe import Method
 from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
@@ -179,8 +179,9 @@ class ActorCriticTrainerBase(CompatTrainer):
         agents: Sequence[Any] | None = None,
         critics: Sequence[Any] | None = None,
     ) -> None:
-        from comlrl.algos.recipes import actor_critic, group_baseline
-        from comlrl.algos.recipes.actor_critic import ActorCriticConfig
+        from comlrl.algos.recipes.actor_critic import recipe as actor_critic
+        from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
+        from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 
         if metrics_callback is not None:
             raise UnsupportedFieldError(
@@ -246,7 +247,7 @@ class ActorCriticTrainerBase(CompatTrainer):
     def _critics(
         self, agents: list[Any], critic_model: Any, critics: Any, shared: bool
     ) -> list[Any]:
-        from comlrl.algos.value import Critic, ValueHead, hidden_size_of
+        from comlrl.algos.models.value import Critic, ValueHead, hidden_size_of
 
         kind = self.args.critic_type
         if shared:
@@ -288,11 +289,11 @@ class ActorCriticTrainerBase(CompatTrainer):
 
     @property
     def critics(self) -> list[Any]:
-        """The critics (:class:`comlrl.algos.value.Critic`): one per agent (IAC) or one (MAAC)."""
+        """The critics (:class:`comlrl.algos.models.value.Critic`): one per agent (IAC) or one (MAAC)."""
         return list(self._ac_run.critics)
 
     def _train_step(self) -> dict[str, float]:
-        from comlrl.algos.recipes import actor_critic
+        from comlrl.algos.recipes.actor_critic import recipe as actor_critic
 
         return actor_critic.train_step(self._ac_run)
 
@@ -302,7 +303,7 @@ class ActorCriticTrainerBase(CompatTrainer):
         ``agent_<i>/critic`` (IAC) or ``output_dir/critic`` (MAAC). Returns the folders."""
         paths = super().save_model(output_dir)
         root = Path(output_dir)
-        from comlrl.algos.value import save_value_head
+        from comlrl.algos.models.value import save_value_head
 
         for i, critic in enumerate(self._ac_run.critics):
             if critic.shared:
@@ -315,7 +316,7 @@ class ActorCriticTrainerBase(CompatTrainer):
 
 class IACTrainer(ActorCriticTrainerBase):
     """CoMLRL 1.4.3's ``IACTrainer`` arguments, trained by
-    :mod:`comlrl.algos.recipes.actor_critic` (``method="iac"``).
+    :mod:`comlrl.algos.recipes.actor_critic.recipe` (``method="iac"``).
 
     Args:
         agent_model: a name/path (``args.num_agents`` copies) or, for one agent, a model.
@@ -341,7 +342,7 @@ class IACTrainer(ActorCriticTrainerBase):
 class MAACTrainer(ActorCriticTrainerBase):
     """CoMLRL 1.4.3's ``MAACTrainer`` arguments: one centralised critic
     (``critic_model`` or ``critics=[one]``) reading every agent's prompt (``"v"``) or the
-    joint action (``"q"``), trained by :mod:`comlrl.algos.recipes.actor_critic`
+    joint action (``"q"``), trained by :mod:`comlrl.algos.recipes.actor_critic.recipe`
     (``method="maac"``). Arguments and errors as :class:`IACTrainer`; the critic head's
     hidden width is ``model_config["critic_value_head_hidden_dim"]`` as in CoMLRL 1.4.3."""
 
@@ -356,7 +357,7 @@ def __getattr__(name: str) -> Any:
 
         raise NotProvidedError(
             "comlrl.trainers.actor_critic.RolloutSample (CoMLRL 1.4.3's internal rollout "
-            "buffer record) is not provided; rollouts here are comlrl.algos.rollout.Rollout "
+            "buffer record) is not provided; rollouts here are comlrl.algos.rollout.tree.Rollout "
             "records (see docs/compat.md).",
             name=name,
         )

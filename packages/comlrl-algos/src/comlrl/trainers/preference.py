@@ -1,6 +1,6 @@
 """CoMLRL 1.4.3's preference trainers (``comlrl.trainers.preference``).
 
-:class:`MADPOTrainer` runs :func:`comlrl.algos.recipes.preference.madpo_step`: per
+:class:`MADPOTrainer` runs :func:`comlrl.algos.recipes.preference.recipe.madpo_step`: per
 prompt, ``preference_num_candidates`` joint actions are sampled and scored by the
 reward, pairs are formed by reward gap (largest first, ``preference_pairs_per_sample``
 kept) and every agent takes a step on its own term of the joint DPO loss (Rafailov et
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comlrl.algos.recipes.preference import JointRewardModel  # ours (docs/compat.md)
+from comlrl.algos.recipes.preference.recipe import JointRewardModel  # ours (docs/compat.md)
 from comlrl.trainers._base import (
     JOINT_MODES,
     CompatTrainer,
@@ -216,7 +216,7 @@ class MARLHFConfig(MADPOConfig):
 
 class MADPOTrainer(CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer`` arguments, trained by
-    :func:`comlrl.algos.recipes.preference.madpo_step` (see the module docstring).
+    :func:`comlrl.algos.recipes.preference.recipe.madpo_step` (see the module docstring).
 
     Args:
         agent_model, agents, num_agents, tokenizer, model_config, train_dataset,
@@ -258,7 +258,7 @@ class MADPOTrainer(CompatTrainer):
     ) -> None:
         import math
 
-        from comlrl.algos.recipes import preference
+        from comlrl.algos.recipes.preference import recipe as preference
         from comlrl.trainers._base import one_device
 
         cfg = args if args is not None else self.config_cls()
@@ -307,7 +307,7 @@ class MADPOTrainer(CompatTrainer):
             "num_steps": max(1, math.ceil(int(a.num_train_epochs) * len(self._train_rows) / batch)),
             "device": one_device(a, self.num_agents, type(self).__name__),
         }
-        from comlrl.algos.config import ConfigError
+        from comlrl.algos.training.config import ConfigError
         from pydantic import ValidationError
 
         try:
@@ -324,7 +324,7 @@ class MADPOTrainer(CompatTrainer):
         )
 
     def _train_step(self) -> dict[str, float]:
-        from comlrl.algos.recipes import preference
+        from comlrl.algos.recipes.preference import recipe as preference
 
         return preference.madpo_step(self._run)
 
@@ -540,8 +540,8 @@ class MARLHFTrainer(CompatTrainer):
         import math
 
         import torch
-        from comlrl.algos.preference_trainers import MARLHFTrainer as PreferenceStage
-        from comlrl.algos.recipes import preference
+        from comlrl.algos.recipes.preference import recipe as preference
+        from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
         from comlrl.trainers._base import _model_kwargs, one_device
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -877,7 +877,7 @@ class _IterativeRounds:
         return list(self._train_rows)
 
     def _collect_round(self, round_index: int) -> tuple[list[Any], dict[str, float]]:
-        from comlrl.algos.rollout import TreeSettings, rollout
+        from comlrl.algos.rollout.tree import TreeSettings, rollout
         from comlrl.core import SamplingParams
         from comlrl.trainers._iterative import round_pairs
 
@@ -919,7 +919,7 @@ class _IterativeRounds:
 
     def _save_policy(self, label: str) -> None:
         if self.args.policy_checkpoint_dir:
-            from comlrl.algos.run import save_agent_checkpoint
+            from comlrl.algos.training.steps import save_agent_checkpoint
 
             root = Path(self.args.policy_checkpoint_dir) / label
             for i, agent in enumerate(self._policy_agents()):
@@ -975,7 +975,7 @@ class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
     """CoMLRL 1.4.3's ``MADPOIterTrainer``: ``num_iterations`` rounds of fresh preference
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
-    joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.madpo_update`)
+    joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.recipe.madpo_update`)
     on the round's training pairs, ``train_batch_size`` pairs per step, against the
     frozen initial policy as reference.
 
@@ -1021,7 +1021,7 @@ class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
         self._wandb_log(row)
 
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference import madpo_update
+        from comlrl.algos.recipes.preference.recipe import madpo_update
         from comlrl.trainers._iterative import joint_pairs
 
         a = self.args
@@ -1108,7 +1108,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         self.rl_trainer._wandb_log(row)
 
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference import train_reward_model
+        from comlrl.algos.recipes.preference.recipe import train_reward_model
         from comlrl.trainers._iterative import joint_pairs, steps
 
         a, rl = self.args, self.rl_trainer

@@ -1,5 +1,5 @@
 """CoMLRL 1.4.3's REINFORCE-family trainers (``comlrl.trainers.reinforce``) on
-:mod:`comlrl.algos.recipes.group_baseline`.
+:mod:`comlrl.algos.recipes.group_baseline.recipe`.
 
 :class:`MAGRPOTrainer` (group-mean baseline; Shao et al. 2024 GRPO, Liu et al. 2025
 Dr. GRPO), :class:`MARLOOTrainer` (leave-one-out baseline; Kool et al. 2019, Ahmadian et
@@ -216,7 +216,7 @@ def group_baseline_config(
 
 class MAGRPOTrainer(CompatTrainer):
     """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
-    :mod:`comlrl.algos.recipes.group_baseline`.
+    :mod:`comlrl.algos.recipes.group_baseline.recipe`.
 
     Args:
         agent_model: a model name/path; ``num_agents`` independent copies are loaded.
@@ -274,8 +274,8 @@ class MAGRPOTrainer(CompatTrainer):
         model: Any = None,
         dataset_type: str | None = None,
     ) -> None:
-        from comlrl.algos.config import TrainConfig
-        from comlrl.algos.recipes import group_baseline
+        from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+        from comlrl.algos.training.config import TrainConfig
 
         if dataset_type is not None:
             raise UnsupportedFieldError(
@@ -324,7 +324,7 @@ class MAGRPOTrainer(CompatTrainer):
         )
 
     def _train_step(self) -> dict[str, float]:
-        from comlrl.algos.recipes import group_baseline
+        from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 
         return group_baseline.train_step(self._run)
 

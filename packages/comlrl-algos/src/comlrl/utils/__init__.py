@@ -25,7 +25,7 @@ class NotProvidedError(ImportError):
 
 #: CoMLRL 1.4.3's ``comlrl.utils.__all__`` names that are not provided -> what to use.
 _NOT_PROVIDED = {
-    "read_checkpoint_metadata": "comlrl.algos checkpoints (comlrl.algos.checkpoint)",
+    "read_checkpoint_metadata": "comlrl.algos checkpoints (comlrl.algos.training.checkpoint)",
     "build_formatters": "pass formatters= to the trainer (None, one, or one per agent)",
     "ensure_tokenizer": "transformers.AutoTokenizer.from_pretrained + ensure_pad_token",
     "apply_tokenizer_specials": "model_config={'special_tokens': {...}} on the trainer",
@@ -36,7 +36,7 @@ _NOT_PROVIDED = {
     "load_reference_models_from_sources": "reference_kl_enabled=True in the config",
     "reference_kl_coef": "the config's reference_kl_coef field",
     "reference_kl_enabled": "the config's reference_kl_enabled field",
-    "reference_kl_for_sequence": "comlrl.algos.losses (the k1/k2/k3 KL estimators)",
+    "reference_kl_for_sequence": "comlrl.algos.functional.losses (the k1/k2/k3 KL estimators)",
     "resolve_reference_devices": "reference_devices=None (models share the agents' device)",
     "validate_reference_kl_config": "the config dataclass, which validates itself",
     "call_reward_function": "the trainer, which calls reward_func in every 1.4.3 form",

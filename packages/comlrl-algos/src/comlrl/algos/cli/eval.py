@@ -1,0 +1,166 @@
+"""``comlrl eval``: evaluate trained agents on a task's evaluation split.
+
+``comlrl eval --model runs/x/final/agent_0 --model runs/x/final/agent_1 [--config FILE]
+[--output-dir DIR] [key=value ...]`` loads the agents, runs the training rollout without
+updating (:func:`comlrl.algos.recipes.group_baseline.recipe.evaluate`) on ``eval_split``, prints a
+summary and appends one row to ``DIR/eval.jsonl`` (default ``runs/x/evals/final``). Without ``--config`` it reads the run's
+own ``config.yaml`` when the models sit in a run folder (``runs/x/final/agent_0`` or
+``runs/x/checkpoints/step-N/agent_0``), so the task and sampling settings match training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_eval_parser", "run_eval", "find_run_config", "default_output_dir"]
+
+
+def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``eval`` sub-command to ``comlrl``'s sub-parsers."""
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate trained agents on the task's evaluation split",
+        description="Evaluate trained agents (greedy by default) on eval_split of the task: "
+        "per-turn rewards and, for code tasks, pass@k. Appends a row to OUTPUT_DIR/eval.jsonl.",
+    )
+    ev.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="an agent's checkpoint folder (e.g. runs/x/final/agent_0); repeat once per agent",
+    )
+    ev.add_argument("--config", "-c", help="YAML config (default: the run's config.yaml, if found)")
+    ev.add_argument(
+        "--output-dir",
+        help="where eval.jsonl goes (default: RUN/evals/<checkpoint> for a "
+        "checkpoint of a run, else eval/ beside the first model)",
+    )
+    ev.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="config overrides, e.g. eval_limit=20 eval_greedy=false eval_num_samples=5",
+    )
+    return ev
+
+
+def find_run_config(model: str | Path) -> Path | None:
+    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up."""
+    here = Path(model).resolve()
+    for parent in list(here.parents)[:3]:
+        if (parent / "config.yaml").is_file():
+            return parent / "config.yaml"
+    return None
+
+
+def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path:
+    """``RUN/evals/<checkpoint>`` for a checkpoint inside a run (e.g. ``runs/x/evals/final``,
+    ``runs/x/evals/step-000004``), else ``<model>/../eval``. Never inside the checkpoint
+    folder itself: step checkpoints are replaced whole and pruned by ``keep_last``."""
+    folder = Path(model).parent
+    if run_config is not None and Path(run_config).parent.resolve() in folder.resolve().parents:
+        return Path(run_config).parent / "evals" / folder.name
+    return folder / "eval"
+
+
+def _checkpoint_step(model: str | Path) -> int | None:
+    meta = Path(model).resolve().parent / "checkpoint.json"
+    try:
+        return int(json.loads(meta.read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _summary(row: dict[str, Any]) -> str:
+    keys = [k for k in row if k == "reward_mean" or k.startswith(("pass@", "solved_rate"))]
+    keys += [k for k in row if k.startswith("turn_") and k.endswith(("/reward_mean", "/pass_rate"))]
+    return ", ".join(f"{k}={row[k]:.4f}" for k in keys)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Load config, task and agents, evaluate, print and write the row. Returns an exit code."""
+    from comlrl.algos.training.config import ConfigError, load_config
+
+    models = list(args.model)
+    config_path = args.config or find_run_config(models[0])
+    overrides = [*args.overrides, "models=" + json.dumps(models)]
+    if len(models) > 1:
+        overrides.append(f"num_agents={len(models)}")
+    try:
+        config = load_config(config_path, overrides)
+    except ConfigError as exc:
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
+    config = config.model_copy(update={"kl_coef": 0.0, "progress": False})  # no reference model
+    out_dir = (
+        Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)
+    )
+
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.core import TaskNotFoundError, get_task
+
+    try:
+        task = get_task(config.task.name, **config.task.kwargs)
+    except TaskNotFoundError as exc:
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
+    except (TypeError, ValueError, OSError) as exc:
+        print(
+            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    if config.task.remote_workers:
+        from comlrl.algos.cli.preflight import _remote_task
+
+        try:
+            task = _remote_task(config, task)
+        except ConfigError as exc:
+            task.close()
+            print(f"comlrl: {exc}", file=sys.stderr)
+            return 2
+    try:
+        data = list(task.load(config.eval_split))[: config.eval_limit]
+        if not data:
+            raise ValueError("it has no problems (check eval_limit)")
+        agents = []
+        for i in range(config.num_agents):
+            model, tok = load_model_and_tokenizer(
+                config.model_for(i), dtype=config.dtype, trust_remote_code=config.trust_remote_code
+            )
+            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
+        trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
+        row = trainer.evaluate()
+    except (ConfigError, OSError, ValueError) as exc:
+        print(
+            f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        task.close()
+    trainer.run.close()
+    result: dict[str, Any] = {
+        "step": _checkpoint_step(models[0]),
+        "models": models,
+        "task": config.task.name,
+        "split": config.eval_split,
+        "greedy": config.eval_greedy,
+        "num_samples": config.eval_num_samples,
+        **{k: v for k, v in row.items() if k != "step"},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "eval.jsonl", "a") as fh:
+        fh.write(json.dumps(result) + "\n")
+    mode = "greedy" if config.eval_greedy else f"sampled, k={config.eval_num_samples}"
+    print(
+        f"eval {config.task.name}:{config.eval_split} ({int(result['num_problems'])} problems, {mode}, "
+        f"config: {config_path or 'defaults'}): {_summary(result)}; row appended to {out_dir / 'eval.jsonl'}"
+    )
+    return 0

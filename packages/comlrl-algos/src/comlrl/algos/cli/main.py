@@ -1,0 +1,413 @@
+"""The ``comlrl`` command line: ``comlrl train [--config FILE.yaml] [key=value ...]``.
+
+``comlrl train --resume runs/x`` continues a run from its newest step checkpoint;
+``torchrun --nproc-per-node=K -m comlrl train ...`` trains data parallel over ``K``
+processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a run resumes on
+any number of processes);
+``comlrl eval --model ... --model ...`` evaluates trained agents
+(:mod:`comlrl.algos.cli.eval`).
+
+With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
+two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
+trained with MAGRPO to write one story together (``coop_story``). ``key=value`` overrides
+and options may come in any order. ``comlrl tasks`` lists the task suites and their options.
+
+``algo=NAME`` (on the command line or in the YAML file) picks the recipe from
+:mod:`comlrl.algos.cli.registry` (``iac``, ``maac``, ``madpo``, ``marlhf``, ``dpo``,
+``sft``, the group-baseline family); ``comlrl recipes`` (or ``comlrl train algo=list``)
+lists them. Each recipe accepts its own config's keys and fails on any other, naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "main",
+    "build_parser",
+    "add_train_arguments",
+    "parse_args",
+    "run_train",
+    "run_tasks",
+    "run_recipes",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``comlrl`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="comlrl", description="Cooperative multi-LLM reinforcement learning."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train_arguments(
+        sub.add_parser(
+            "train",
+            help="train a team of agents (or one model: algo=sft, algo=dpo)",
+            description=_TRAIN_DESCRIPTION,
+            epilog=_train_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    sub.add_parser("tasks", help="list the registered task suites and their options")
+    sub.add_parser("recipes", help="list the training recipes (algo=NAME) with one line each")
+    from comlrl.algos.cli.eval import add_eval_parser
+
+    add_eval_parser(sub)
+    return parser
+
+
+_TRAIN_DESCRIPTION = (
+    "Train a team of LLM agents. Without --config, runs the built-in default "
+    "(2 agents, pretrained stories260k, MAGRPO, cooperative story writing) offline on CPU. "
+    "algo=NAME picks another recipe (list below; `comlrl recipes`). "
+    "Cooperative HumanEval: task.name=coop_humaneval models=[builtin:tiny-qwen2]. "
+    "Options and key=value overrides may come in any order."
+)
+
+
+def _train_epilog() -> str:
+    from comlrl.algos.cli.registry import describe_recipes
+
+    lines = "\n".join(f"  {line}" for line in describe_recipes())
+    return (
+        f"recipes (algo=NAME; default magrpo, or the one of estimator=...):\n{lines}\n\n"
+        "`comlrl train algo=NAME --print-config` shows a recipe's keys and defaults."
+    )
+
+
+def add_train_arguments(train: argparse.ArgumentParser) -> None:
+    """The options and ``key=value`` overrides of ``comlrl train``."""
+    train.add_argument("--config", "-c", help="YAML config file (fields of TrainConfig)")
+    train.add_argument(
+        "--model",
+        action="append",
+        help="model id or local path; once for all agents or once per agent (repeat the flag)",
+    )
+    train.add_argument("--output-dir", help="where metrics, samples and checkpoints go")
+    train.add_argument("--num-steps", type=int, help="number of training steps")
+    train.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its newest checkpoint (config from RUN_DIR/config.yaml; "
+        "overrides limited to num_steps, save_every, keep_last, eval_*, log_samples, progress)",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the outputs of an earlier run in output_dir (metrics, samples, eval, "
+        "checkpoints, final) before training",
+    )
+    train.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="config overrides, e.g. num_generations=8 task.kwargs.limit=16",
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``train``'s options and ``key=value`` overrides may be
+    intermixed (``comlrl train num_steps=2 --model X output_dir=y``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "train":
+        # argparse cannot intermix with subparsers, so `train` gets a parser of its own.
+        train = argparse.ArgumentParser(
+            prog="comlrl train",
+            description=_TRAIN_DESCRIPTION,
+            epilog=_train_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_train_arguments(train)
+        ns = train.parse_intermixed_args(args[1:])
+        ns.command = "train"
+        return ns
+    return build_parser().parse_args(args)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Validate the config, build agents and task, and train. Returns an exit code.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) it first joins the process group
+    (:func:`comlrl.algos.models.distributed.init_from_env`) and leaves it when done.
+    """
+    from comlrl.algos.models import distributed
+
+    owns_group = distributed.init_from_env()
+    try:
+        return _run_train(args)
+    finally:
+        if owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from comlrl.algos.cli.runs import RunRequest
+    from comlrl.algos.models import distributed
+    from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.config import ConfigError
+
+    try:
+        if args.resume:
+            recipe, config, resume_from = _resume_target(args)
+        else:
+            recipe, config = _fresh_config(args)
+            resume_from = None
+    except ConfigError as exc:
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
+    if recipe is None:  # algo=list
+        return run_recipes()
+    if args.print_config:
+        print(_config_text(recipe.name, config), end="")
+        return 0
+    world = distributed.rank_and_world()[1]
+    if world > 1 and not recipe.distributed:
+        print(
+            f"comlrl: algo={recipe.name} runs in one process; torchrun data parallelism is for "
+            "the group-baseline recipes (magrpo, mareinforce, marloo, maremax). Run it without "
+            "torchrun.",
+            file=sys.stderr,
+        )
+        return 2
+    finished = lifecycle.finished_step(args.resume) if args.resume else None
+    if finished is not None and finished >= config.num_steps:
+        print(
+            f"nothing to do: {args.resume} finished at step {finished} (final/); pass num_steps=N to train longer"
+        )
+        return 0
+    earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
+    distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
+    if earlier and not args.overwrite:
+        print(
+            f"comlrl: output_dir {config.output_dir!r} already holds a run ({', '.join(earlier)}); "
+            f"continue it with: comlrl train --resume {config.output_dir}, or start over with "
+            "--overwrite (deletes that run's metrics, samples, evaluations, checkpoints and final/), or "
+            "choose another output_dir.",
+            file=sys.stderr,
+        )
+        return 2
+    return recipe.run(config, RunRequest(clear_earlier=bool(earlier), resume_from=resume_from))
+
+
+def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The recipe and its validated config from ``--config``, overrides and flags
+    (``(None, None)`` for ``algo=list``).
+
+    Raises:
+        ConfigError: a bad file, override, recipe name, key or value.
+    """
+    from comlrl.algos.cli.registry import resolve_recipe
+    from comlrl.algos.training.config import apply_overrides, load_config_data
+
+    data = load_config_data(args.config, list(args.overrides))
+    if str(data.get("algo", "")).strip().lower() == "list":
+        return None, None
+    recipe, rest = resolve_recipe(data)
+    return recipe, recipe.build_config(apply_overrides(rest, _flag_overrides(args, recipe)))
+
+
+def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
+    """``--model``, ``--output-dir``, ``--num-steps`` as ``key=value`` overrides (after the
+    others, so the flags win)."""
+    out = []
+    if args.model:
+        out.append("models=" + json.dumps(args.model))
+        if len(args.model) > 1 and "num_agents" in recipe.config_class().model_fields:
+            out.append(f"num_agents={len(args.model)}")
+    if args.output_dir:
+        out.append(f"output_dir={json.dumps(args.output_dir)}")
+    if args.num_steps is not None:
+        out.append(f"num_steps={args.num_steps}")
+    return out
+
+
+def _config_text(algo: str, config: Any) -> str:
+    """The resolved config as YAML (``algo`` first), with the task's options and the
+    built-in models as comments."""
+    import yaml
+    from comlrl.algos.cli.preflight import task_info
+    from comlrl.algos.models.loading import BUILTIN_MODELS
+    from comlrl.algos.training.config import ConfigError, TaskConfig
+
+    text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
+    task = getattr(config, "task", None)
+    if isinstance(task, TaskConfig):
+        try:
+            info = task_info(task.name)
+            text += (
+                f"# task options of {info.name!r} (set as task.kwargs.<option>=...): "
+                f"{info.signature() or 'none'}\n"
+            )
+        except ConfigError as exc:
+            text += f"# task {task.name!r}: {exc}\n"
+    models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
+    return f"{text}# built-in models: {models}\n"
+
+
+def run_recipes() -> int:
+    """Print every registered recipe (``comlrl recipes``, ``comlrl train algo=list``)."""
+    from comlrl.algos.cli.registry import describe_recipes
+
+    for line in describe_recipes():
+        print(line)
+    print(
+        "pick one with: comlrl train algo=NAME [key=value ...]; "
+        "comlrl train algo=NAME --print-config shows its keys and defaults"
+    )
+    return 0
+
+
+def run_tasks() -> int:
+    """Print every registered task: name, agents, summary and constructor options."""
+    from comlrl.algos.cli.preflight import describe_tasks
+
+    infos = describe_tasks()
+    if not infos:
+        print("no task suites are registered; pip install comlrl-envs")
+        return 0
+    for info in infos:
+        agents = f"{info.num_agents} agents" if info.num_agents else "agents: ?"
+        print(f"{info.name}  ({agents}; {info.target})")
+        if info.summary:
+            print(f"    {info.summary}")
+        print(f"    options: {info.signature() or 'none'}")
+    print("set options with task.kwargs.<option>=VALUE, e.g. task.kwargs.limit=16")
+    return 0
+
+
+def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The recipe, the saved config (plus safe overrides) and newest checkpoint of
+    ``--resume RUN_DIR``.
+
+    Raises:
+        ConfigError: flags that conflict with --resume, a run of a recipe that cannot be
+            resumed, an unsafe override, or no checkpoint.
+    """
+    from comlrl.algos.training.checkpoint import latest_checkpoint
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.lifecycle import finished_step, resume_config
+
+    flags = {
+        "--config": args.config,
+        "--model": args.model,
+        "--output-dir": args.output_dir,
+        "--overwrite": args.overwrite,
+    }
+    clash = [name for name, value in flags.items() if value]
+    if clash:
+        raise ConfigError(
+            f"--resume takes the run's own config ({args.resume}/config.yaml) and folder; drop "
+            f"{', '.join(clash)} (to start over instead: comlrl train --overwrite ...)."
+        )
+    overrides = list(args.overrides)
+    if args.num_steps is not None:
+        overrides.append(f"num_steps={args.num_steps}")
+    if any(o.split("=", 1)[0].strip() == "algo" for o in overrides):
+        raise ConfigError("--resume continues the run's own recipe; drop algo=.")
+    recipe = _saved_recipe(args.resume)
+    config = resume_config(args.resume, overrides, recipe.build_config)
+    found = latest_checkpoint(args.resume)
+    finished = finished_step(args.resume)
+    if found is None and finished is not None:
+        if finished >= config.num_steps:
+            return recipe, config, None  # _run_train says there is nothing to do
+        raise ConfigError(
+            f"{args.resume!r} finished at step {finished} (final/) without a step checkpoint "
+            f"(save_every=0), so it cannot be continued to num_steps={config.num_steps}: the "
+            "optimizer state and random streams are gone. Start over with --overwrite (and "
+            "save_every=N to be able to extend a run later)."
+        )
+    if found is None:
+        raise ConfigError(
+            f"nothing to resume in {args.resume!r}: no complete checkpoint under "
+            f"{args.resume}/checkpoints (a run writes one every save_every steps and on Ctrl-C); "
+            "start it again with --overwrite."
+        )
+    return recipe, config, found
+
+
+def _saved_recipe(run_dir: str) -> Any:
+    """The recipe of the run in ``run_dir``, read from its ``config.yaml``: its ``algo``
+    key; else the only recipe whose config has every saved key (a group-baseline run's
+    ``estimator`` picks among those four).
+
+    Raises:
+        ConfigError: no readable ``config.yaml``, an unknown ``algo``, keys that fit no
+            recipe or more than one (e.g. ``iac`` and ``maac``: add ``algo:`` to the file),
+            or a recipe that cannot be resumed.
+    """
+    from pathlib import Path
+
+    import yaml
+    from comlrl.algos.cli.registry import RECIPES, get_recipe, resolve_recipe
+    from comlrl.algos.training.config import ConfigError, TrainConfig
+
+    path = Path(run_dir) / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except OSError:
+        raise ConfigError(
+            f"cannot resume {run_dir!r}: it has no config.yaml (is it the output_dir of a "
+            "comlrl train run?)"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{str(path)!r} must hold a YAML mapping")
+    if isinstance(saved.get("algo"), str):
+        recipe = get_recipe(saved["algo"])
+    elif set(saved) <= set(TrainConfig.model_fields):
+        recipe, _ = resolve_recipe({"estimator": saved.get("estimator", "grpo")})
+    else:
+        fits = {
+            r.name: r
+            for r in RECIPES.values()
+            if set(saved) <= set(r.config_class().model_fields)
+            and r.config != RECIPES["magrpo"].config
+        }
+        if len(fits) != 1:
+            what = f"algo={' or algo='.join(fits)}" if fits else "no registered recipe"
+            raise ConfigError(
+                f"{str(path)!r} has no algo: key and its keys fit {what}; add the line "
+                "`algo: NAME` (the recipe the run was started with) to it and resume again."
+            )
+        (recipe,) = fits.values()
+    if not recipe.resumable:
+        raise ConfigError(
+            f"{run_dir!r} is a run of algo={recipe.name}, which cannot be resumed "
+            f"(resumable: {', '.join(r.name for r in RECIPES.values() if r.resumable)}); "
+            "start a new run, e.g. from its final/ weights with --model."
+        )
+    return recipe
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``comlrl`` console script."""
+    from comlrl.algos.cli._warnings import show_training_warnings_plainly
+
+    args = parse_args(argv)
+    show_training_warnings_plainly()
+    if args.command == "train":
+        return run_train(args)
+    if args.command == "eval":
+        from comlrl.algos.cli.eval import run_eval
+
+        return run_eval(args)
+    if args.command == "tasks":
+        return run_tasks()
+    if args.command == "recipes":
+        return run_recipes()
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

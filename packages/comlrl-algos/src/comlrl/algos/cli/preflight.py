@@ -1,0 +1,243 @@
+"""Checks the command line runs before any model is loaded, and what it shows about tasks.
+
+:func:`prepare_task` builds the configured task, checks that it fits the config (number
+of agents, turns) and loads its examples, so a wrong ``num_agents``, a rejected task
+option or an empty dataset fails in a second with a message instead of after the models
+load (or as a traceback). :func:`task_options` reads a registered task's constructor
+options and their defaults (``comlrl tasks``, ``comlrl train --print-config``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from comlrl.algos.training.config import ConfigError, TrainConfig
+
+__all__ = [
+    "TaskInfo",
+    "check_model_names",
+    "check_task_fits",
+    "describe_tasks",
+    "prepare_task",
+    "task_info",
+    "task_options",
+]
+
+_GROUP = "comlrl.tasks"
+
+
+class TaskInfo:
+    """A registered task suite: its name, entry point, one-line summary and options.
+
+    Attributes:
+        name: registered name.
+        target: ``"module:attr"`` of its entry point.
+        summary: first line of its docstring.
+        options: constructor options in order, ``{name: default}`` (``inspect.Parameter.empty``
+            for a required one).
+        num_agents: agents the task is written for (``None`` when unknown).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        summary: str,
+        options: dict[str, Any],
+        num_agents: int | None,
+    ) -> None:
+        self.name = name
+        self.target = target
+        self.summary = summary
+        self.options = options
+        self.num_agents = num_agents
+
+    def signature(self) -> str:
+        """``"limit=None, min_words=10"``; a required option shows as its bare name."""
+        return ", ".join(
+            k if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in self.options.items()
+        )
+
+
+def task_options(factory: Any) -> dict[str, Any]:
+    """``{option: default}`` of a task class's (or factory's) keyword options, in order."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {
+        p.name: p.default
+        for p in params.values()
+        if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+
+
+def task_info(name: str) -> TaskInfo:
+    """Describe the task registered as ``name`` (loads its module, builds nothing).
+
+    Raises:
+        ConfigError: no task is registered under ``name`` (with close names).
+    """
+    for ep in metadata.entry_points(group=_GROUP):
+        if ep.name == name:
+            factory = ep.load()
+            doc = inspect.getdoc(factory) or ""
+            agents = getattr(factory, "num_agents", None)
+            return TaskInfo(
+                name=name,
+                target=ep.value,
+                summary=doc.splitlines()[0] if doc else "",
+                options=task_options(factory),
+                num_agents=agents if isinstance(agents, int) else None,
+            )
+    raise ConfigError(_unknown_task(name))
+
+
+def _unknown_task(name: str) -> str:
+    known = sorted(ep.name for ep in metadata.entry_points(group=_GROUP))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return (
+        f"no task named {name!r} is registered (registered: {known or 'none'}){hint} "
+        "Install the suite that provides it, e.g. `pip install comlrl-envs`."
+    )
+
+
+def describe_tasks() -> list[TaskInfo]:
+    """Every registered task, by name (one that fails to import shows the error as summary)."""
+    out = []
+    for ep in sorted(metadata.entry_points(group=_GROUP), key=lambda e: e.name):
+        try:
+            out.append(task_info(ep.name))
+        except Exception as exc:  # a broken suite must not hide the others
+            out.append(TaskInfo(ep.name, ep.value, f"(cannot import: {exc})", {}, None))
+    return out
+
+
+def check_model_names(models: list[str]) -> None:
+    """Check the names that can be checked without loading: built-in names and local paths.
+
+    Raises:
+        ConfigError: an unknown ``builtin:`` name, or a path-like name (``/``, ``./``,
+            ``../``, ``~``, more than one ``/``) that is not a directory.
+    """
+    import os
+
+    from comlrl.algos.models.loading import BUILTIN_MODELS, looks_like_path
+
+    for name in dict.fromkeys(models):
+        if name.startswith("builtin:") and name not in BUILTIN_MODELS:
+            raise ConfigError(
+                f"unknown built-in model {name!r}; choose one of {sorted(BUILTIN_MODELS)}"
+            )
+        if looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
+            raise ConfigError(
+                f"could not load model {name!r}: no such directory. Pass the folder that holds "
+                "config.json and the weights (save_pretrained format), or a Hugging Face Hub "
+                "id such as 'Qwen/Qwen2.5-0.5B'."
+            )
+
+
+def check_task_fits(config: TrainConfig, task: Any) -> None:
+    """Check the task's agent and turn counts against the config.
+
+    Raises:
+        ConfigError: ``task.num_agents != config.num_agents``, or ``config.num_turns`` above
+            the task's ``max_turns``.
+    """
+    n = getattr(task, "num_agents", None)
+    if isinstance(n, int) and n != config.num_agents:
+        raise ConfigError(
+            f"task {config.task.name!r} is written for {n} agents but num_agents="
+            f"{config.num_agents}; set num_agents={n} (and one model, or {n} models)."
+        )
+    max_turns = getattr(task, "max_turns", None)
+    if isinstance(max_turns, int) and config.num_turns > max_turns:
+        raise ConfigError(
+            f"num_turns={config.num_turns} but task {config.task.name!r} supports at most "
+            f"{max_turns} turn(s); lower num_turns or pick a multi-turn task."
+        )
+
+
+def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
+    """Build ``config.task``, check it against the config, and load its examples.
+
+    With ``task.remote_workers`` set, the task comes back wrapped in
+    :class:`comlrl.envs.remote.RemoteRewardTask`: its reward is scored on those workers
+    (checked now: they must answer and serve the same task and options).
+
+    Returns:
+        ``(task, examples)``; the caller closes the task.
+
+    Raises:
+        ConfigError: an unknown task, options the task rejects (with its options and
+            defaults), a task that does not fit the config (:func:`check_task_fits`), an
+            unknown split, no examples, or reward workers that do not answer or serve
+            another task.
+    """
+    from comlrl.core import TaskNotFoundError, get_task
+
+    name, kwargs = config.task.name, config.task.kwargs
+    try:
+        task = get_task(name, **kwargs)
+    except TaskNotFoundError:
+        raise ConfigError(_unknown_task(name)) from None
+    except (TypeError, ValueError, OSError) as exc:
+        try:
+            options = task_info(name).signature()
+        except ConfigError:
+            options = "?"
+        raise ConfigError(
+            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}\n  its options: {options}"
+        ) from None
+    try:
+        check_task_fits(config, task)
+        if config.task.remote_workers:
+            task = _remote_task(config, task)
+        try:
+            examples = list(task.load(config.task.split))
+        except (ValueError, KeyError, OSError) as exc:
+            raise ConfigError(
+                f"task {name!r} could not load split {config.task.split!r} "
+                f"(task.kwargs={kwargs!r}): {exc}"
+            ) from None
+        if not examples:
+            raise ConfigError(
+                f"task {name!r} has no examples in split {config.task.split!r} with "
+                f"task.kwargs={kwargs!r}; nothing to train on. Check task.split, "
+                "task.kwargs.limit and the data path."
+            )
+    except BaseException:
+        task.close()
+        raise
+    return task, examples
+
+
+def _remote_task(config: TrainConfig, task: Any) -> Any:
+    """``task`` with its reward sent to ``config.task.remote_workers``.
+
+    Raises:
+        ConfigError: comlrl-envs is not installed, or the workers do not answer or serve
+            another task (the message names each worker).
+    """
+    from comlrl.core import RewardFunctionError
+
+    try:
+        from comlrl.envs.remote import RemoteRewardTask
+    except ImportError as exc:
+        raise ConfigError(
+            f"task.remote_workers needs comlrl-envs (pip install comlrl-envs): {exc}"
+        ) from None
+    try:
+        return RemoteRewardTask(
+            task,
+            config.task.remote_workers,
+            task_kwargs=config.task.kwargs,
+            timeout_s=config.task.remote_timeout_s,
+        )
+    except (RewardFunctionError, ValueError) as exc:
+        raise ConfigError(f"task.remote_workers: {exc}") from None

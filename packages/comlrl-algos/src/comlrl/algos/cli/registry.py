@@ -1,0 +1,364 @@
+"""One registry of the training recipes by name: ``comlrl train algo=NAME ...``.
+
+Each :class:`Recipe` entry says which config class validates its settings, which keys a
+``key=value`` override or a YAML file may set (the config's fields, nothing else), what it
+presets for a small default run, and which function runs it end to end from the command
+line (task or data, agents or model, ``output_dir``, ``metrics.jsonl`` rows, final save;
+:mod:`comlrl.algos.cli.runs`). The command line only picks an entry and hands it
+the parsed mapping; the library API (trainers, recipe functions, configs) is unchanged.
+
+======================  =========================================================
+names                   recipe
+======================  =========================================================
+``magrpo`` (``grpo``)   group-mean baseline, std-scaled; the default
+``mareinforce``         no baseline (``reinforce``)
+``marloo`` (``rloo``)   leave-one-out baseline
+``maremax`` (``remax``) the group's best return as baseline
+``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
+``madpo``               multi-agent DPO on joint actions paired by reward gap
+``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
+``dpo`` / ``sft``       one model on ``data=rows.jsonl``
+======================  =========================================================
+
+Without ``algo``, ``estimator`` picks the group-baseline entry as it always has
+(``comlrl train estimator=rloo`` is ``marloo``). This module imports no torch: config
+classes and runners are named as ``"module:attribute"`` and imported when used, so
+``comlrl train --help`` and ``comlrl recipes`` stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from comlrl.algos.training.config import ConfigError
+
+__all__ = [
+    "Recipe",
+    "RECIPES",
+    "DEFAULT_RECIPE",
+    "get_recipe",
+    "recipe_names",
+    "resolve_recipe",
+    "build_recipe_config",
+    "describe_recipes",
+]
+
+DEFAULT_RECIPE = "magrpo"
+"""The entry ``comlrl train`` runs without ``algo`` or ``estimator``."""
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One registered training recipe.
+
+    Attributes:
+        name: the ``algo=`` name.
+        summary: one line for listings (``comlrl recipes``).
+        config: ``"module:Class"`` of the pydantic config the settings validate into.
+        runner: ``"module:function"``; ``function(config, request) -> exit code`` runs the
+            recipe end to end (:class:`comlrl.algos.cli.runs.RunRequest`).
+        presets: values used for keys the user leaves unset (e.g. the estimator of
+            ``marloo``, a smaller default ``output_dir``); shown by ``--print-config``.
+        fixed: keys the entry fixes; a user value that differs is an error (``marloo``
+            with ``estimator=grpo``).
+        aliases: further ``algo=`` names of the entry.
+        resumable: ``comlrl train --resume`` can continue its runs.
+        distributed: it may run under ``torchrun`` (data parallel over the ranks).
+    """
+
+    name: str
+    summary: str
+    config: str
+    runner: str
+    presets: Mapping[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    resumable: bool = False
+    distributed: bool = False
+
+    def config_class(self) -> type[Any]:
+        """The pydantic config class (imported on first use)."""
+        cls: type[Any] = _load(self.config)
+        return cls
+
+    def valid_keys(self) -> list[str]:
+        """The top-level keys its config accepts (``algo`` aside), sorted."""
+        return sorted(self.config_class().model_fields)
+
+    def build_config(self, data: Mapping[str, Any]) -> Any:
+        """Validate ``data`` (the YAML mapping with ``key=value`` overrides applied, without
+        ``algo``) into this recipe's config, after :attr:`presets` and :attr:`fixed`.
+
+        Raises:
+            ConfigError: a top-level key the config does not have (naming the key, this
+                recipe and its valid keys, and the recipes that do have it), a value that
+                contradicts :attr:`fixed`, or any invalid field (pydantic's checks, one
+                line per field).
+        """
+        valid = self.valid_keys()
+        unknown = [k for k in data if k not in valid]
+        if unknown:
+            raise ConfigError(_unknown_keys_message(self, unknown, valid))
+        for key, value in self.fixed.items():
+            if key in data and _normalise(key, data[key]) != value:
+                raise ConfigError(
+                    f"algo={self.name} fixes {key}={value!r} but the config sets "
+                    f"{key}={data[key]!r}; drop {key}, or pick the recipe of that "
+                    f"{key} (comlrl recipes lists them)."
+                )
+        merged = {**self.presets, **dict(data), **self.fixed}
+        return _validate(self.config_class(), merged, self.name)
+
+    def run(self, config: Any, request: Any) -> int:
+        """Run the recipe end to end; returns the command's exit code."""
+        code: int = _load(self.runner)(config, request)
+        return code
+
+
+def _normalise(key: str, value: Any) -> Any:
+    if key == "estimator" and isinstance(value, str):
+        from comlrl.algos.functional.advantages import ESTIMATORS
+
+        est = ESTIMATORS.get(value.lower())
+        return est.name if est is not None else value.lower()
+    return value
+
+
+def _validate(cls: type[Any], data: Mapping[str, Any], name: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return cls.model_validate(dict(data))
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+            value = err.get("input")
+            shown = repr(value) if not isinstance(value, dict) else "{...}"
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            msg = msg.removeprefix("Value error, ")
+            lines.append(f"  - {loc}: {msg} (got {shown})")
+        raise ConfigError(f"invalid config for algo={name}:\n" + "\n".join(lines)) from None
+
+
+def _unknown_keys_message(recipe: Recipe, unknown: list[str], valid: list[str]) -> str:
+    parts = []
+    for key in unknown:
+        hint = ""
+        close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+        owners = [
+            r.name
+            for r in RECIPES.values()
+            if r.name != recipe.name and key in r.config_class().model_fields
+        ]
+        if close:
+            hint = "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        elif owners:
+            hint = f"; it is a key of algo={', algo='.join(owners)}"
+        parts.append(f"{key!r}{hint}")
+    return (
+        f"unknown key{'s' if len(unknown) > 1 else ''} for algo={recipe.name}: "
+        f"{', '.join(parts)}\nValid keys of {recipe.name} "
+        f"({recipe.config.rpartition(':')[2]}): {', '.join(valid)}."
+    )
+
+
+_GB = "comlrl.algos.cli.runs"
+
+RECIPES: Mapping[str, Recipe] = MappingProxyType(
+    {
+        r.name: r
+        for r in (
+            Recipe(
+                "magrpo",
+                "MAGRPO: group-mean baseline divided by the group std (Shao et al. 2024); "
+                "the default",
+                "comlrl.algos.training.config:TrainConfig",
+                f"{_GB}:run_group_baseline",
+                fixed={"estimator": "grpo"},
+                aliases=("grpo",),
+                resumable=True,
+                distributed=True,
+            ),
+            Recipe(
+                "mareinforce",
+                "MAREINFORCE: policy gradient on the joint return, no baseline (Williams 1992)",
+                "comlrl.algos.training.config:TrainConfig",
+                f"{_GB}:run_group_baseline",
+                fixed={"estimator": "reinforce"},
+                aliases=("reinforce",),
+                resumable=True,
+                distributed=True,
+            ),
+            Recipe(
+                "marloo",
+                "MARLOO: leave-one-out group baseline (Kool et al. 2019; Ahmadian et al. 2024)",
+                "comlrl.algos.training.config:TrainConfig",
+                f"{_GB}:run_group_baseline",
+                fixed={"estimator": "rloo"},
+                aliases=("rloo",),
+                resumable=True,
+                distributed=True,
+            ),
+            Recipe(
+                "maremax",
+                "MAReMax: the group's best return as baseline (after Li et al. 2023)",
+                "comlrl.algos.training.config:TrainConfig",
+                f"{_GB}:run_group_baseline",
+                fixed={"estimator": "remax"},
+                aliases=("remax",),
+                resumable=True,
+                distributed=True,
+            ),
+            Recipe(
+                "iac",
+                "IAC: PPO actors, a critic per agent on its own prompt, GAE advantages",
+                "comlrl.algos.recipes.actor_critic.recipe:ActorCriticConfig",
+                f"{_GB}:run_iac",
+                presets={"output_dir": "runs/iac"},
+                resumable=True,
+            ),
+            Recipe(
+                "maac",
+                "MAAC: PPO actors, one centralised critic on every agent's prompt, GAE",
+                "comlrl.algos.recipes.actor_critic.recipe:ActorCriticConfig",
+                f"{_GB}:run_maac",
+                presets={"output_dir": "runs/maac"},
+                resumable=True,
+            ),
+            Recipe(
+                "madpo",
+                "MADPO: multi-agent DPO on joint actions sampled online, paired by reward gap",
+                f"{_GB}:MADPORunConfig",
+                f"{_GB}:run_madpo",
+                resumable=True,
+            ),
+            Recipe(
+                "marlhf",
+                "MARLHF: a joint reward model fit on reward-gap pairs, then MAGRPO on its reward",
+                f"{_GB}:MARLHFRunConfig",
+                f"{_GB}:run_marlhf",
+                presets={"output_dir": "runs/marlhf"},
+                resumable=True,
+            ),
+            Recipe(
+                "dpo",
+                "DPO of one model on prompt/chosen/rejected rows, data=FILE.jsonl "
+                "(Rafailov et al. 2023)",
+                f"{_GB}:DPORunConfig",
+                f"{_GB}:run_dpo",
+                resumable=True,
+            ),
+            Recipe(
+                "sft",
+                "SFT of one model on prompt/completion rows, data=FILE.jsonl",
+                f"{_GB}:SFTRunConfig",
+                f"{_GB}:run_sft",
+                resumable=True,
+            ),
+        )
+    }
+)
+"""Every recipe by canonical name."""
+
+_BY_ALIAS: dict[str, str] = {
+    alias: r.name for r in RECIPES.values() for alias in (r.name, *r.aliases)
+}
+
+
+def recipe_names() -> list[str]:
+    """Every accepted ``algo=`` value (names and aliases), sorted."""
+    return sorted(_BY_ALIAS)
+
+
+def get_recipe(name: str) -> Recipe:
+    """The entry registered under ``name`` (case-insensitive; aliases accepted).
+
+    Raises:
+        ConfigError: no such recipe (with the names and close matches).
+    """
+    key = str(name).strip().lower()
+    if key in _BY_ALIAS:
+        return RECIPES[_BY_ALIAS[key]]
+    close = difflib.get_close_matches(key, list(_BY_ALIAS), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise ConfigError(
+        f"unknown algo={name!r}{hint} Recipes: {', '.join(RECIPES)} "
+        f"(aliases: {', '.join(a for a in _BY_ALIAS if a not in RECIPES)}); "
+        "`comlrl recipes` describes them."
+    )
+
+
+def resolve_recipe(data: Mapping[str, Any]) -> tuple[Recipe, dict[str, Any]]:
+    """Pick the entry of a parsed config mapping and return it with ``algo`` removed.
+
+    ``algo`` names the entry. Without it, a group-baseline ``estimator`` picks its own
+    entry (``rloo`` -> ``marloo``; an estimator you registered yourself runs under
+    ``magrpo``'s loop with that estimator), else :data:`DEFAULT_RECIPE`.
+
+    Raises:
+        ConfigError: ``algo`` is not a string or names no recipe.
+    """
+    rest = dict(data)
+    algo = rest.pop("algo", None)
+    if algo is None:
+        estimator = rest.get("estimator")
+        if isinstance(estimator, str):
+            from comlrl.algos.functional.advantages import ESTIMATORS
+
+            est = ESTIMATORS.get(estimator.lower())
+            if est is not None and est.name in _BY_ALIAS:
+                recipe = RECIPES[_BY_ALIAS[est.name]]
+                if recipe.fixed.get("estimator") == est.name:
+                    return recipe, rest
+            return _custom_estimator(RECIPES[DEFAULT_RECIPE]), rest
+        return RECIPES[DEFAULT_RECIPE], rest
+    if not isinstance(algo, str):
+        raise ConfigError(f"algo must be a recipe name, got {algo!r}; `comlrl recipes` lists them")
+    return get_recipe(algo), rest
+
+
+def _custom_estimator(recipe: Recipe) -> Recipe:
+    """``magrpo``'s entry without its fixed estimator (a user-registered estimator)."""
+    return Recipe(
+        recipe.name,
+        recipe.summary,
+        recipe.config,
+        recipe.runner,
+        recipe.presets,
+        {},
+        recipe.aliases,
+        recipe.resumable,
+        recipe.distributed,
+    )
+
+
+def build_recipe_config(data: Mapping[str, Any]) -> tuple[Recipe, Any]:
+    """:func:`resolve_recipe` then :meth:`Recipe.build_config`: the entry and its validated
+    config from a YAML/override mapping (``algo`` included or not).
+
+    Raises:
+        ConfigError: as those two do.
+    """
+    recipe, rest = resolve_recipe(data)
+    return recipe, recipe.build_config(rest)
+
+
+def describe_recipes() -> list[str]:
+    """One line per recipe: ``name (aliases)  summary``, in registry order."""
+    width = max(len(_label(r)) for r in RECIPES.values())
+    return [f"{_label(r):<{width}}  {r.summary}" for r in RECIPES.values()]
+
+
+def _label(recipe: Recipe) -> str:
+    return recipe.name + (f" ({', '.join(recipe.aliases)})" if recipe.aliases else "")

@@ -1,0 +1,1 @@
+"""The actor-critic recipe family (IAC, MAAC): its config and loop (`recipe`) and its trainer object (`trainer`)."""

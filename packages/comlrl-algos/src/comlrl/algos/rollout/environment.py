@@ -1,0 +1,235 @@
+"""The environment a rollout talks to: prompts, joint reward, and the transition between turns.
+
+Two ways to describe a task, one interface (:class:`Environment`) for the rollout:
+
+- a :class:`comlrl.core.Task` (:class:`TaskEnvironment`): ``task.prompts(example,
+  history)`` builds every agent's prompt from the feedback of earlier turns,
+  ``task.reward`` scores joint actions, ``task.feedback`` answers a joint action;
+- CoMLRL's form (:class:`CallbackEnvironment`): one formatter per agent, a
+  ``reward_func``, and for multi-turn an ``external_transition(prompt,
+  agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent)``
+  returning the agents' next prompts (CoMLRL 1.4.3's contract).
+
+A :class:`Branch` is the state of one node of the rollout tree: the agents' current
+prompts and the prompts, responses and feedback along the path from the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from comlrl.core import Feedback, JointAction, RewardBatch, Task, as_joint_reward
+
+__all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
+
+#: CoMLRL 1.4.3's ``external_transition`` signature; returns the ``A`` next prompts.
+Transition = Callable[..., Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Branch:
+    """The state of one rollout-tree node.
+
+    Attributes:
+        prompts: the ``A`` agents' prompts at this node.
+        prompt_history: per agent, the prompts of earlier turns on this path, oldest first.
+        response_history: per agent, its completions on this path, oldest first.
+        feedback: the feedback of earlier turns on this path, oldest first.
+    """
+
+    prompts: tuple[str, ...]
+    prompt_history: tuple[tuple[str, ...], ...] = ()
+    response_history: tuple[tuple[str, ...], ...] = ()
+    feedback: tuple[Feedback, ...] = ()
+
+
+class Environment(Protocol):
+    """What :func:`comlrl.algos.rollout.tree.rollout` needs from a task."""
+
+    num_agents: int
+    #: the most turns the environment supports (``None``: no limit).
+    max_turns: int | None
+
+    def root(self, example: Mapping[str, Any]) -> Branch:
+        """The turn-0 node of ``example``."""
+        ...
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions (agent-major texts ``[A][K]``, ``K`` examples)."""
+        ...
+
+    def step(
+        self,
+        example: Mapping[str, Any],
+        branch: Branch,
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> tuple[Branch, Feedback]:
+        """The child node after ``joint_action`` at ``turn``, and the feedback given."""
+        ...
+
+
+def _extend(branch: Branch, texts: Sequence[str]) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    n = len(branch.prompts)
+    prompts = branch.prompt_history or tuple(() for _ in range(n))
+    responses = branch.response_history or tuple(() for _ in range(n))
+    return (
+        tuple(prompts[a] + (branch.prompts[a],) for a in range(n)),
+        tuple(responses[a] + (texts[a],) for a in range(n)),
+    )
+
+
+def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[str, ...]:
+    if not isinstance(prompts, (list, tuple)) or len(prompts) != num_agents:
+        raise ValueError(
+            f"{source} must return one prompt per agent ({num_agents} strings), got {prompts!r}"
+        )
+    bad = [p for p in prompts if not isinstance(p, str)]
+    if bad:
+        raise ValueError(
+            f"{source} returned non-string prompts {bad!r}; return {num_agents} strings"
+        )
+    return tuple(prompts)
+
+
+class _RewardEnvironment:
+    """The reward call shared by both environments (a batched :class:`JointReward`)."""
+
+    num_agents: int
+    _reward: Any
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions (agent-major texts ``[A][K]``, ``K`` examples)."""
+        return self._reward(completions, examples)  # type: ignore[no-any-return]
+
+
+class TaskEnvironment(_RewardEnvironment):
+    """A :class:`comlrl.core.Task` as an :class:`Environment`.
+
+    Args:
+        task: the task suite.
+        transition: optional CoMLRL-style ``external_transition`` that replaces the
+            task's own ``prompts(example, history)`` for turns after the first (the
+            task's ``feedback`` is still called, for ``done`` and the logs, when the task
+            implements it).
+    """
+
+    def __init__(self, task: Task, transition: Transition | None = None) -> None:
+        self.task = task
+        self.num_agents = int(task.num_agents)
+        self.max_turns: int | None = None if transition is not None else int(task.max_turns)
+        self._reward = as_joint_reward(task)
+        self._transition = transition
+
+    def root(self, example: Mapping[str, Any]) -> Branch:
+        return Branch(
+            _check_prompts(
+                self.task.prompts(example, ()), self.num_agents, f"task {self.task.name!r}.prompts"
+            )
+        )
+
+    def step(
+        self,
+        example: Mapping[str, Any],
+        branch: Branch,
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> tuple[Branch, Feedback]:
+        prompt_history, response_history = _extend(branch, joint_action.completions)
+        if self._transition is None:
+            feedback = self.task.feedback(example, joint_action, info, turn)
+            history = (*branch.feedback, feedback)
+            prompts: Sequence[str] = self.task.prompts(example, history)
+        else:
+            try:
+                feedback = self.task.feedback(example, joint_action, info, turn)
+            except NotImplementedError:
+                feedback = Feedback(texts=("",) * self.num_agents)
+            history = (*branch.feedback, feedback)
+            prompts = _call_transition(
+                self._transition, example, joint_action, prompt_history, response_history
+            )
+        checked = _check_prompts(prompts, self.num_agents, "the transition")
+        return Branch(checked, prompt_history, response_history, history), feedback
+
+
+class CallbackEnvironment(_RewardEnvironment):
+    """CoMLRL's form: per-agent formatters, a ``reward_func``, an optional transition.
+
+    Args:
+        formatters: ``A`` callables ``example -> prompt``.
+        reward_func: CoMLRL-style ``reward_func(completions_agent1, ...)`` or a batched
+            :class:`comlrl.core.JointReward` (see :func:`comlrl.core.as_joint_reward`).
+        transition: CoMLRL's ``external_transition(prompt=..., agent_completions=...,
+            num_agents=..., prompt_history_per_agent=..., response_history_per_agent=...)``
+            returning the ``A`` next prompts; ``prompt`` is ``example.get("prompt", "")``,
+            the histories run along this branch up to and including the current turn.
+            Without it the environment is single-turn.
+    """
+
+    def __init__(
+        self,
+        formatters: Sequence[Callable[[Mapping[str, Any]], str]],
+        reward_func: Callable[..., Any],
+        transition: Transition | None = None,
+    ) -> None:
+        self.formatters = list(formatters)
+        self.num_agents = len(self.formatters)
+        self.max_turns: int | None = None if transition is not None else 1
+        self._reward = as_joint_reward(reward_func)
+        self._transition = transition
+
+    def root(self, example: Mapping[str, Any]) -> Branch:
+        return Branch(
+            _check_prompts([f(example) for f in self.formatters], self.num_agents, "the formatters")
+        )
+
+    def step(
+        self,
+        example: Mapping[str, Any],
+        branch: Branch,
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> tuple[Branch, Feedback]:
+        if self._transition is None:
+            raise ValueError("this environment is single-turn: pass transition= for num_turns > 1")
+        prompt_history, response_history = _extend(branch, joint_action.completions)
+        external = _call_transition(
+            self._transition, example, joint_action, prompt_history, response_history
+        )
+        prompts = self.next_prompts(example, external)
+        checked = _check_prompts(prompts, self.num_agents, "external_transition")
+        feedback = Feedback(texts=checked, info={"source": "external_transition"})
+        return Branch(
+            checked, prompt_history, response_history, (*branch.feedback, feedback)
+        ), feedback
+
+    def next_prompts(self, example: Mapping[str, Any], external: Sequence[str]) -> Sequence[str]:
+        """The agents' next prompts from what the transition returned (here: as they are;
+        a subclass may format them, e.g. CoMLRL's formatters in ``comlrl.trainers``)."""
+        return external
+
+
+def _call_transition(
+    transition: Transition,
+    example: Mapping[str, Any],
+    joint_action: JointAction,
+    prompt_history: tuple[tuple[str, ...], ...],
+    response_history: tuple[tuple[str, ...], ...],
+) -> Sequence[str]:
+    return transition(
+        prompt=example.get("prompt", ""),
+        agent_completions=list(joint_action.completions),
+        num_agents=len(joint_action.completions),
+        prompt_history_per_agent=[list(h) for h in prompt_history],
+        response_history_per_agent=[list(h) for h in response_history],
+    )

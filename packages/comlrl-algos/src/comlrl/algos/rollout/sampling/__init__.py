@@ -1,0 +1,13 @@
+"""Sampling: the native loop with a shared-prefix KV cache and the fast Llama-family step.
+
+- :mod:`~comlrl.algos.rollout.sampling.native`: :class:`NativeSampler` and :func:`hf_generate`.
+- :mod:`~comlrl.algos.rollout.sampling.decode`: :class:`FastDecoder`, the lean decode step.
+- :mod:`~comlrl.algos.rollout.sampling.kv_cache`: preallocated KV caches.
+- :mod:`~comlrl.algos.rollout.sampling.collate`: completions to padded policy batches.
+- :mod:`~comlrl.algos.rollout.sampling.backends`: the generation-backend interface
+  (``native``, ``hf``) that :class:`~comlrl.algos.rollout.agent.HFAgent` calls.
+- :mod:`~comlrl.algos.rollout.sampling.vllm_backend`: a colocated vLLM engine per agent
+  (extra ``comlrl-algos[vllm]``).
+"""
+
+from __future__ import annotations

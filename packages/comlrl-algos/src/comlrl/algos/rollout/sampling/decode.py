@@ -1,0 +1,484 @@
+"""A lean decode step for Llama-family causal LMs (Llama, Qwen2, Mistral).
+
+During sampling a Hugging Face ``model(...)`` call per new token spends most of its time
+outside the maths for small and mid-sized models: module dispatch, mask construction,
+cache bookkeeping and output objects cost about 2 ms per call on a CPU, which is more than
+the arithmetic of a sub-10M-parameter model on a batch of 32 rows. :class:`FastDecoder`
+runs the same decoder-layer maths (RMSNorm, rotary embeddings, grouped-query attention,
+SwiGLU MLP, LM head) directly on the model's own parameter tensors with a preallocated KV
+cache, so a decode step is a few dozen tensor ops.
+
+It is used only for the one-token decode steps of :class:`comlrl.algos.rollout.agent.HFAgent`'s
+native sampler; the prompt prefill, the training forward and the reference model all go
+through the model's own ``forward``. :meth:`FastDecoder.for_model` accepts a model only
+when every module on the decode path is a plain ``torch.nn`` building block of a known
+architecture (no adapters, quantized linears, hooks or sliding windows); anything else
+keeps the Hugging Face path. ``HFAgent`` also checks the first decode step of each agent
+against the model's own forward and falls back if they disagree.
+
+On a CUDA device the step can run as one CUDA graph (``start(..., cuda_graph=True)``,
+which :class:`~comlrl.algos.rollout.sampling.native.NativeSampler` asks for by default): the first
+step runs eagerly on a side stream (warm-up), the second is captured and every later step
+replays it, so a step costs one graph launch instead of a few hundred kernel launches. A
+graph needs fixed shapes, so that mode keeps a zero-initialised cache of every future
+position and masks the positions not yet written with ``-inf`` (the same softmax as the
+growing cache: ``exp(-inf) = 0``); ``static=True`` runs that fixed-shape step without a
+graph (any device), which is how the CPU tests check it.
+
+Maths (per layer, one new token per row, Touvron et al. 2023 / Qwen2 technical report):
+``h += o(attn(rope(q(n1(h))), rope(k(n1(h))), v(n1(h))))`` and
+``h += down(silu(gate(n2(h))) * up(n2(h)))``, with ``n(x) = w * x / sqrt(mean(x^2) + eps)``
+computed in float32 and attention softmax in float32, matching ``transformers``' eager and
+SDPA code paths to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["FastDecoder", "SUPPORTED_MODEL_TYPES"]
+
+#: ``config.model_type`` values whose decoder layers :class:`FastDecoder` reproduces.
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
+
+#: Projections are fused (q|k|v and gate|up concatenated once per ``start``) only when the
+#: copies stay this small; fusing saves a few small ops per layer, which matters only for
+#: small models, and would double those weights' memory for big ones.
+_FUSE_MAX_ELEMENTS = 1 << 24
+
+#: Activation module classes that compute ``x * sigmoid(x)`` exactly (torch's and
+#: ``transformers.activations``').
+_SILU_TYPES = frozenset({"SiLU", "SiLUActivation"})
+
+
+@dataclass
+class _Layer:
+    norm1: torch.Tensor
+    eps1: float
+    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused or three separate
+    o: tuple[torch.Tensor, torch.Tensor | None]
+    norm2: torch.Tensor
+    eps2: float
+    gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused or two separate
+    down: tuple[torch.Tensor, torch.Tensor | None]
+    prefix_keys: torch.Tensor | None = None  # [P, Hkv, D, S] (keys stored transposed)
+    prefix_values: torch.Tensor | None = None  # [P, Hkv, S, D]
+    keys: torch.Tensor | None = None  # [P, Hkv, G, D, T] completion keys (transposed)
+    values: torch.Tensor | None = None  # [P, Hkv, G, T, D]
+
+
+def _plain_linear(m: Any) -> bool:
+    return type(m) is nn.Linear and not _has_hooks(m)
+
+
+def _is_fsdp(model: Any) -> bool:
+    """True for a model that ``torch.distributed.fsdp.fully_shard`` has wrapped."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch build without distributed support
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _has_hooks(m: nn.Module) -> bool:
+    return bool(
+        m._forward_hooks or m._forward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None)
+    )
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * x / sqrt(mean(x^2) + eps)`` in float32, cast back like ``transformers``."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _fused(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One ``(weight, bias)`` computing the given linears' outputs side by side."""
+    bias = None
+    if any(m.bias is not None for m in mods):
+        bias = torch.cat(
+            [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods]
+        )
+    return torch.cat([m.weight for m in mods]), bias
+
+
+def _linears(
+    x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]
+) -> torch.Tensor:
+    if len(parts) == 1:
+        return F.linear(x, *parts[0])
+    return torch.cat([F.linear(x, w, b) for w, b in parts], dim=-1)
+
+
+class FastDecoder:
+    """One-token decode steps for a Llama-family ``transformers`` causal LM.
+
+    Build it with :meth:`for_model` (``None`` when the model is not supported), call
+    :meth:`start` with the prefill's KV cache, then :meth:`step` once per new token.
+    The weights are read when :meth:`start` runs, so a decoder can be reused across
+    optimizer steps (call :meth:`start` again for each batch).
+
+    Args:
+        model: a ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` or ``MistralForCausalLM``
+            (checked by :meth:`for_model`).
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        cfg = model.config
+        self.num_heads = int(cfg.num_attention_heads)
+        self.num_kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.num_heads)
+        attn0 = model.model.layers[0].self_attn
+        self.head_dim = int(attn0.head_dim)
+        self.scaling = float(attn0.scaling)
+        self.layers: list[_Layer] = []
+        self._length = 0
+
+    # ------------------------------------------------------------------ support
+    @classmethod
+    def unsupported_reason(cls, model: Any, max_length: int | None = None) -> str | None:
+        """Why :class:`FastDecoder` cannot run ``model`` (``None`` when it can).
+
+        Args:
+            model: the causal LM.
+            max_length: the longest sequence (prompt plus completion) that will be
+                decoded; needed to accept models with a sliding window longer than it.
+        """
+        if _is_fsdp(model):
+            return (
+                "the model is sharded by FSDP2 (data_parallel='fsdp2'); decoding runs through "
+                "its forward, on the weights gathered for the rollout"
+            )
+        cfg = getattr(model, "config", None)
+        model_type = getattr(cfg, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            return f"model_type {model_type!r} is not one of {sorted(SUPPORTED_MODEL_TYPES)}"
+        if getattr(cfg, "hidden_act", None) != "silu":
+            return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
+        if (getattr(cfg, "pretraining_tp", 1) or 1) != 1:
+            return "pretraining_tp > 1"
+        base = getattr(model, "model", None)
+        layers = getattr(base, "layers", None)
+        if base is None or layers is None or not len(layers):
+            return "no model.model.layers"
+        embed, norm, head = (
+            getattr(base, "embed_tokens", None),
+            getattr(base, "norm", None),
+            getattr(model, "lm_head", None),
+        )
+        if (
+            type(embed) is not nn.Embedding
+            or _has_hooks(embed)
+            or not _plain_linear(head)
+            or getattr(head, "bias", None) is not None
+        ):
+            return "embedding or LM head is not a plain nn.Embedding / bias-free nn.Linear"
+        if norm is None or _has_hooks(norm) or _has_hooks(model) or _has_hooks(base):
+            return "hooks on the model (e.g. accelerate offloading) or no final norm"
+        if getattr(base, "rotary_emb", None) is None:
+            return "no model.model.rotary_emb"
+        for i, layer in enumerate(layers):
+            attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+            if (
+                attn is None
+                or mlp is None
+                or _has_hooks(layer)
+                or _has_hooks(attn)
+                or _has_hooks(mlp)
+            ):
+                return f"layer {i} has hooks or no self_attn/mlp"
+            names = {n for n, _ in attn.named_children()}
+            if names != {"q_proj", "k_proj", "v_proj", "o_proj"}:
+                return (
+                    f"layer {i} attention has modules {sorted(names)} (expected q/k/v/o_proj only)"
+                )
+            if not all(_plain_linear(getattr(attn, n)) for n in names):
+                return f"layer {i} attention projections are not plain nn.Linear (adapters? quantized?)"
+            if not all(
+                _plain_linear(getattr(mlp, n, None)) for n in ("gate_proj", "up_proj", "down_proj")
+            ):
+                return f"layer {i} MLP projections are not plain nn.Linear"
+            if type(getattr(mlp, "act_fn", None)).__name__ not in _SILU_TYPES:
+                return f"layer {i} MLP activation is not SiLU"
+            window = getattr(attn, "sliding_window", None)
+            if window is None and model_type == "mistral":
+                window = getattr(cfg, "sliding_window", None)
+            if window is not None and (max_length is None or max_length > int(window)):
+                return f"layer {i} uses a sliding window of {window} tokens"
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                ln = getattr(layer, n, None)
+                if ln is None or _has_hooks(ln) or not hasattr(ln, "variance_epsilon"):
+                    return f"layer {i} {n} is not an RMSNorm"
+        return None
+
+    @classmethod
+    def for_model(cls, model: Any, max_length: int | None = None) -> FastDecoder | None:
+        """A decoder for ``model``, or ``None`` when :meth:`unsupported_reason` says no."""
+        return None if cls.unsupported_reason(model, max_length) is not None else cls(model)
+
+    # ------------------------------------------------------------------ decoding
+    @torch.no_grad()
+    def start(
+        self,
+        cache: Any,
+        prompt_mask: torch.Tensor,
+        group_size: int,
+        positions: torch.Tensor,
+        capacity: int,
+        *,
+        static: bool = False,
+        cuda_graph: bool = False,
+    ) -> None:
+        """Take the prefill's KV cache and get ready for :meth:`step`.
+
+        Args:
+            cache: the ``past_key_values`` of the prompt prefill over ``P`` prompts
+                (a ``transformers`` ``DynamicCache``; layers with ``keys``/``values``
+                ``[P, Hkv, S, D]``).
+            prompt_mask: ``[P, S]`` attention mask of the prompts (1 = real token).
+            group_size: ``G``; each prompt's cache is repeated for its ``G`` rows
+                (``B = P * G``, prompt-major).
+            positions: ``[B, T]`` int64 position ids of the ``T`` tokens that will be fed
+                to :meth:`step`, in order.
+            capacity: ``S + T``, the cache length to preallocate.
+            static: run every step with the same tensor shapes (attention over all
+                ``capacity`` positions, the unwritten ones masked); same logits to float
+                rounding, a little more arithmetic.
+            cuda_graph: ``static``, and replay the step as a CUDA graph from the second
+                step on (a CUDA device only).
+
+        Raises:
+            ValueError: the cache does not have one layer per decoder layer, or
+                ``cuda_graph=True`` for a cache that is not on a CUDA device.
+        """
+        model = self.model
+        base = model.model
+        layers = base.layers
+        cache_layers = getattr(cache, "layers", None)
+        if cache_layers is None or len(cache_layers) != len(layers):
+            raise ValueError(
+                "FastDecoder.start: the prefill cache does not match the model's layers"
+            )
+        if cuda_graph and prompt_mask.device.type != "cuda":
+            raise ValueError(
+                f"FastDecoder.start: cuda_graph=True needs a CUDA device; the prompts are on "
+                f"{prompt_mask.device}. Use cuda_graph=False (or static=True) there."
+            )
+        static = bool(static or cuda_graph)
+        g = int(group_size)
+        p, s = prompt_mask.shape
+        # The fixed-shape step attends over every completion slot, so the slots not yet
+        # written must hold finite numbers (zeros) for their masked scores to vanish.
+        new_cache = torch.Tensor.new_zeros if static else torch.Tensor.new_empty
+        self.layers = []
+        for layer, cl in zip(layers, cache_layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            projs = [attn.q_proj, attn.k_proj, attn.v_proj]
+            gu = [mlp.gate_proj, mlp.up_proj]
+            fuse = sum(m.weight.numel() for m in projs + gu) <= _FUSE_MAX_ELEMENTS
+            qkv = [_fused(projs)] if fuse else [(m.weight, m.bias) for m in projs]
+            gate_up = [_fused(gu)] if fuse else [(m.weight, m.bias) for m in gu]
+            keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
+            steps = capacity - s
+            self.layers.append(
+                _Layer(
+                    norm1=layer.input_layernorm.weight,
+                    eps1=float(layer.input_layernorm.variance_epsilon),
+                    qkv=qkv,
+                    o=(attn.o_proj.weight, attn.o_proj.bias),
+                    norm2=layer.post_attention_layernorm.weight,
+                    eps2=float(layer.post_attention_layernorm.variance_epsilon),
+                    gate_up=gate_up,
+                    down=(mlp.down_proj.weight, mlp.down_proj.bias),
+                    # The prompt part of the cache is kept once per prompt (its G rows attend
+                    # to it together); only the completion part is per row.
+                    prefix_keys=keys.transpose(-1, -2).contiguous(),
+                    prefix_values=values.contiguous(),
+                    keys=new_cache(keys, (p, self.num_kv_heads, g, self.head_dim, steps)),
+                    values=new_cache(values, (p, self.num_kv_heads, g, steps, self.head_dim)),
+                )
+            )
+        dtype = self.layers[0].keys.dtype  # type: ignore[union-attr]
+        # Additive attention bias [P, 1, 1, 1, capacity]: -inf on prompt padding, 0 elsewhere.
+        bias = torch.zeros(p, 1, 1, 1, capacity, dtype=torch.float32, device=prompt_mask.device)
+        bias[:, 0, 0, 0, :s].masked_fill_(prompt_mask == 0, float("-inf"))
+        if static:  # completion slots open one per step (see step)
+            bias[..., s:] = float("-inf")
+        self._bias = bias
+        self._prompts, self._group, self._prefix = p, g, s
+        self._length = s
+        # Rotary cos/sin for every future step at once: [B, T, D] each.
+        probe = torch.empty(0, dtype=dtype, device=prompt_mask.device)
+        cos, sin = base.rotary_emb(probe, positions)
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == flip_halves(x) * [-sin_1, sin_2]: fold the sign into sin.
+        self._cos = cos.to(dtype)
+        self._sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(dtype)
+        self._step = 0
+        self._embed = base.embed_tokens.weight
+        self._final_norm = (base.norm.weight, float(base.norm.variance_epsilon))
+        self._head = model.lm_head.weight
+        self._static = static
+        self._graph: Any = None
+        self._graph_stream: Any = None
+        self._graph_out: torch.Tensor | None = None
+        self._cuda_graph = bool(cuda_graph)
+        if static:
+            b = p * g
+            # Inputs of the fixed-shape step, written in place before each step.
+            self._tokens_in = torch.zeros(b, dtype=torch.long, device=prompt_mask.device)
+            self._index = torch.zeros(1, dtype=torch.long, device=prompt_mask.device)
+        if cuda_graph:
+            self._graph_stream = torch.cuda.Stream(device=prompt_mask.device)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row and return the next-token logits.
+
+        Args:
+            tokens: ``[B]`` int64 token ids (the rows' newest tokens).
+
+        Returns:
+            ``[B, V]`` logits in the model's dtype. With ``cuda_graph`` the tensor is the
+            graph's output buffer, overwritten by the next step: use (or copy) it first.
+
+        Raises:
+            RuntimeError: more steps than the ``positions`` given to :meth:`start`.
+        """
+        t = self._step
+        if t >= self._cos.shape[1]:
+            raise RuntimeError(
+                f"FastDecoder.step: step {t} is past the {self._cos.shape[1]} positions given to start()"
+            )
+        if not self._static:
+            c = self._length - self._prefix  # completion tokens already in the cache
+            logits = self._forward(
+                tokens, self._cos[:, t, None, :], self._sin[:, t, None, :], c, c + 1
+            )
+        else:
+            self._tokens_in.copy_(tokens)
+            self._index.fill_(t)
+            self._bias[..., self._prefix + t] = 0.0  # the slot this step writes becomes visible
+            logits = self._graph_step() if self._cuda_graph else self._static_forward()
+        self._length += 1
+        self._step = t + 1
+        return logits
+
+    def _static_forward(self) -> torch.Tensor:
+        """The fixed-shape step on ``_tokens_in`` at completion slot ``_index``."""
+        cos = self._cos.index_select(1, self._index)  # [B, 1, D]
+        sin = self._sin.index_select(1, self._index)
+        return self._forward(self._tokens_in, cos, sin, self._index, None)
+
+    def _graph_step(self) -> torch.Tensor:
+        """Step 0 eagerly on the side stream, step 1 captured, later steps replayed.
+
+        Everything runs with the decoder's device current (an agent on ``cuda:1`` may be
+        sampled from a thread whose current device is ``cuda:0``): a graph replays on the
+        current stream of the device it was captured on.
+        """
+        stream = self._graph_stream
+        with torch.cuda.device(stream.device):
+            current = torch.cuda.current_stream()
+            if self._step == 0:
+                # Warm-up outside any graph: library handles and workspaces get created here.
+                stream.wait_stream(current)
+                with torch.cuda.stream(stream):
+                    logits = self._static_forward()
+                current.wait_stream(stream)
+                logits.record_stream(current)
+                return logits
+            if self._graph is None:
+                graph = torch.cuda.CUDAGraph()
+                # capture_begin/end rather than torch.cuda.graph(), which also synchronizes
+                # the device and empties the caching allocator: a stall for the other
+                # agents' work and, for big models, fresh cudaMallocs for every update after
+                # every generate. thread_local: the other agents' threads keep launching
+                # work meanwhile.
+                stream.wait_stream(current)
+                with torch.cuda.stream(stream):
+                    graph.capture_begin(capture_error_mode="thread_local")
+                    try:
+                        self._graph_out = self._static_forward()
+                    finally:
+                        graph.capture_end()
+                self._graph = graph
+            self._graph.replay()
+        assert self._graph_out is not None
+        return self._graph_out
+
+    def _forward(
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slot: int | torch.Tensor,
+        visible: int | None,
+    ) -> torch.Tensor:
+        """The decoder maths for one token per row.
+
+        ``slot`` is the completion slot the new keys/values go to (an int, or a ``[1]``
+        int64 tensor for the fixed-shape step); the completion part of attention covers
+        slots ``[0, visible)``, or all slots (masked by ``_bias``) when ``visible`` is None.
+        """
+        b = tokens.shape[0]
+        p, g, s = self._prompts, self._group, self._prefix
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        rep = hq // hkv
+        half = d // 2
+        bias = self._bias if visible is None else self._bias[..., : s + visible]
+        h = F.embedding(tokens, self._embed)  # [B, hidden]
+        for layer in self.layers:
+            x = _rms_norm(h, layer.norm1, layer.eps1)
+            qkv = _linears(x, layer.qkv)  # [B, (hq + 2 hkv) d]
+            qk = qkv[:, : (hq + hkv) * d].view(b, hq + hkv, d)
+            flipped = qk.view(b, hq + hkv, 2, half).flip(-2).reshape(b, hq + hkv, d)
+            qk = qk * cos + flipped * sin
+            keys, values = layer.keys, layer.values
+            prefix_keys, prefix_values = layer.prefix_keys, layer.prefix_values
+            assert keys is not None and values is not None
+            assert prefix_keys is not None and prefix_values is not None
+            # rows are prompt-major (p * G + g): [B, H, D] -> [P, H, G, D]
+            new_k = qk[:, hq:].view(p, g, hkv, d).transpose(1, 2)
+            new_v = qkv[:, (hq + hkv) * d :].view(p, g, hkv, d).transpose(1, 2)
+            if isinstance(slot, int):
+                keys[..., slot] = new_k
+                values[:, :, :, slot] = new_v
+                keys_seen, values_seen = keys[..., :visible], values[:, :, :, :visible]
+            else:
+                keys.index_copy_(4, slot, new_k.unsqueeze(-1))
+                values.index_copy_(3, slot, new_v.unsqueeze(3))
+                keys_seen, values_seen = keys, values
+            q = qk[:, :hq].reshape(p, g, hkv, rep, d).transpose(1, 2)  # [P, hkv, G, rep, d]
+            q_prefix = q.reshape(p, hkv, g * rep, d)
+            scores = torch.cat(
+                [
+                    torch.matmul(q_prefix, prefix_keys).view(p, hkv, g, rep, s),
+                    torch.matmul(q, keys_seen),
+                ],
+                dim=-1,
+            )  # [P, hkv, G, rep, S + visible]
+            probs = torch.softmax(scores.float() * self.scaling + bias, dim=-1).to(q.dtype)
+            attn = torch.matmul(probs[..., s:], values_seen)  # [P, hkv, G, rep, d]
+            attn = attn + torch.matmul(
+                probs[..., :s].reshape(p, hkv, g * rep, s), prefix_values
+            ).view(p, hkv, g, rep, d)
+            h = h + F.linear(attn.transpose(1, 2).reshape(b, hq * d), *layer.o)
+            x = _rms_norm(h, layer.norm2, layer.eps2)
+            gu = _linears(x, layer.gate_up)
+            gate, up = gu.chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, *layer.down)
+        h = _rms_norm(h, *self._final_norm)
+        return F.linear(h, self._head)
+
+    def release(self) -> None:
+        """Drop the KV cache and weight copies (call when decoding is done)."""
+        self.layers = []
+        self._graph = self._graph_out = self._graph_stream = None
+        self._bias = self._cos = self._sin = None  # type: ignore[assignment]

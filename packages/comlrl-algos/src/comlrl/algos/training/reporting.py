@@ -1,0 +1,394 @@
+"""Where a run's numbers go besides ``metrics.jsonl``: TensorBoard, W&B, the reward curve.
+
+A recipe's loop talks to a list of *reporters*, each with ``log(row)`` (one metrics row per
+step, the same dict that goes to ``metrics.jsonl``) and ``close()`` (end of the run, also
+after an error or Ctrl-C). :func:`build_reporters` makes the list from the config:
+
+- ``report_to: [tensorboard]``: :class:`TensorBoardReporter`, event files under
+  ``output_dir/tensorboard`` (extra ``comlrl-algos[tensorboard]``);
+- ``report_to: [wandb]``: :class:`WandbReporter`, one W&B run in project
+  ``wandb_project`` with the config attached (extra ``comlrl-algos[wandb]``);
+  ``WANDB_MODE=offline`` writes the run under ``output_dir/wandb`` without network
+  (``wandb sync`` uploads it later);
+- ``reward_curve: true`` (default): :class:`RewardCurveReporter`, ``reward_curve.png`` at
+  the end: per step, the mean joint reward of every turn and its rolling mean (extra
+  ``comlrl-algos[plot]``; without matplotlib, a one-line notice and no file);
+- always: :class:`~comlrl.algos.training.diagnostics.LearningSignalWatch`, which warns once when
+  every joint action has earned the same reward for many steps in a row.
+
+A missing extra is found by :func:`check_report_to` before any model is loaded.
+:func:`summary_line` is the run's closing line (first- and last-quarter mean reward).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from comlrl.algos.training.config import ConfigError, TrainConfig
+
+__all__ = [
+    "EXTRAS",
+    "Reporter",
+    "TensorBoardReporter",
+    "WandbReporter",
+    "RewardCurveReporter",
+    "build_reporters",
+    "check_report_to",
+    "close_reporters",
+    "missing_extra",
+    "plot_reward_curve",
+    "read_metrics",
+    "quarter_means",
+    "reward_series",
+    "rolling_mean",
+    "summary_line",
+]
+
+#: extra name -> (module it provides, what needs it).
+EXTRAS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboard", "report_to: tensorboard"),
+    "wandb": ("wandb", "report_to: wandb"),
+    "plot": ("matplotlib", "reward_curve.png"),
+}
+
+
+class Reporter(Protocol):
+    """Receives every step's metrics row; closed once at the end of the run."""
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        """Record one step's metrics (``row["step"]`` is the 1-based step)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release; called once, also when training stopped early."""
+        ...
+
+
+def missing_extra(extra: str) -> str | None:
+    """``None`` when the extra's package is importable, else the message that says so.
+
+    Raises:
+        KeyError: an extra not in :data:`EXTRAS`.
+    """
+    module, needed_by = EXTRAS[extra]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return (
+        f"{needed_by} needs the {module!r} package, which is not installed: "
+        f"pip install 'comlrl-algos[{extra}]'"
+    )
+
+
+def check_report_to(report_to: Iterable[str]) -> None:
+    """Check that every reporting target's package is installed (``jsonl`` needs none).
+
+    Raises:
+        ConfigError: names the target, the missing package and the install command.
+    """
+    problems = [
+        msg for name in report_to if name != "jsonl" and (msg := missing_extra(name)) is not None
+    ]
+    if problems:
+        raise ConfigError("; ".join(problems) + " (or drop it from report_to)")
+
+
+def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+class TensorBoardReporter:
+    """Every numeric metric as a TensorBoard scalar (tag = metrics key, x = step).
+
+    Args:
+        log_dir: folder of the event files (``output_dir/tensorboard``).
+    """
+
+    def __init__(self, log_dir: str | Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        step = int(row["step"])
+        for key, value in _scalars(row).items():
+            self._writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+class WandbReporter:
+    """Every numeric metric to one Weights & Biases run (x = step).
+
+    ``WANDB_MODE=offline`` (the wandb client's own setting) keeps the run on disk under
+    ``output_dir/wandb``; nothing is sent until ``wandb sync``.
+
+    Args:
+        project: W&B project.
+        output_dir: the run's output folder (W&B writes under ``output_dir/wandb``).
+        config: the run's configuration, attached to the W&B run.
+        name: the W&B run name (default: W&B's own).
+    """
+
+    def __init__(
+        self,
+        project: str,
+        output_dir: str | Path,
+        config: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        import wandb
+
+        self._run = wandb.init(
+            project=project, dir=str(output_dir), config=dict(config or {}), name=name
+        )
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        self._run.log(_scalars(row), step=int(row["step"]))
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def reward_series(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[list[int], list[float]]]:
+    """Per turn ``t``: the steps and values of ``turn_<t>/reward_mean`` (steps that reached
+    turn ``t``; rows without per-turn keys fall back to ``reward_mean`` as turn 0)."""
+    out: dict[int, tuple[list[int], list[float]]] = {}
+    for row in rows:
+        step = int(row["step"])
+        turns = {
+            int(k[len("turn_") : -len("/reward_mean")]): v
+            for k, v in row.items()
+            if k.startswith("turn_") and k.endswith("/reward_mean")
+        }
+        if not turns and "reward_mean" in row:
+            turns = {0: row["reward_mean"]}
+        for t, value in turns.items():
+            if value is not None and math.isfinite(float(value)):
+                steps, values = out.setdefault(t, ([], []))
+                steps.append(step)
+                values.append(float(value))
+    return dict(sorted(out.items()))
+
+
+def rolling_mean(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start).
+
+    Raises:
+        ValueError: ``window < 1``.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _default_window(n: int) -> int:
+    return max(1, min(25, round(n / 10)))
+
+
+def plot_reward_curve(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    window: int | None = None,
+    title: str | None = None,
+) -> Path:
+    """Write a PNG of the per-step mean joint reward and its rolling mean, one colour per turn.
+
+    Args:
+        rows: metrics rows (``step``, ``turn_<t>/reward_mean``), e.g. ``metrics.jsonl``.
+        path: the PNG to write.
+        window: rolling-mean window in steps (default: a tenth of the steps, 1 to 25).
+        title: figure title.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install 'comlrl-algos[plot]'``).
+        ValueError: no row has a reward.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+
+    series = reward_series(rows)
+    if not series:
+        raise ValueError("no metrics row has a reward (turn_<t>/reward_mean); nothing to plot")
+    n = max(len(steps) for steps, _ in series.values())
+    window = window or _default_window(n)
+    fig = Figure(figsize=(8, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    for t, (steps, values) in series.items():
+        color = f"C{t % 10}"
+        label = f"turn {t + 1}: " if len(series) > 1 else ""
+        ax.plot(steps, values, color=color, alpha=0.3, linewidth=1, label=f"{label}per step")
+        ax.plot(
+            steps,
+            rolling_mean(values, window),
+            color=color,
+            linewidth=2.2,
+            label=f"{label}rolling mean ({window} steps)",
+        )
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean joint reward")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, one per step (the last row of a step wins, so a
+    resumed run that redid steps counts them once), in step order; ``[]`` when the file is
+    missing. Lines that are not JSON objects with a ``step`` are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            by_step[int(row["step"])] = row
+    return [by_step[k] for k in sorted(by_step)]
+
+
+class RewardCurveReporter:
+    """Writes ``reward_curve.png`` when closed, over the whole run.
+
+    The rows come from ``metrics_path`` when it exists (so a resumed run's curve starts at
+    step 1), else from the rows this reporter was given. Without matplotlib it prints one
+    notice line to stderr and writes nothing.
+
+    Args:
+        path: the PNG to write.
+        title: figure title.
+        metrics_path: the run's ``metrics.jsonl``.
+    """
+
+    def __init__(
+        self, path: str | Path, title: str | None = None, metrics_path: str | Path | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.title = title
+        self.metrics_path = Path(metrics_path) if metrics_path is not None else None
+        self.rows: list[dict[str, Any]] = []
+        self.written: Path | None = None
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        self.rows.append({k: v for k, v in row.items() if k == "step" or k.endswith("reward_mean")})
+
+    def close(self) -> None:
+        if not self.rows:
+            return
+        if missing_extra("plot") is not None:
+            print(
+                f"comlrl: {self.path.name} skipped: matplotlib is not installed "
+                "(pip install 'comlrl-algos[plot]')",
+                file=sys.stderr,
+            )
+            return
+        rows = read_metrics(self.metrics_path) if self.metrics_path is not None else []
+        self.written = plot_reward_curve(rows or self.rows, self.path, title=self.title)
+
+
+def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporter]:
+    """The reporters ``config`` asks for (see the module docstring), in that order.
+
+    Raises:
+        ConfigError: a reporting target whose package is not installed.
+    """
+    from comlrl.algos.training.diagnostics import LearningSignalWatch
+
+    check_report_to(config.report_to)
+    output_dir = Path(output_dir)
+    reporters: list[Reporter] = []
+    if "tensorboard" in config.report_to:
+        reporters.append(TensorBoardReporter(output_dir / "tensorboard"))
+    if "wandb" in config.report_to:
+        reporters.append(
+            WandbReporter(config.wandb_project, output_dir, config.model_dump(), output_dir.name)
+        )
+    if config.reward_curve:
+        title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
+        reporters.append(
+            RewardCurveReporter(
+                output_dir / "reward_curve.png",
+                title=title,
+                metrics_path=output_dir / "metrics.jsonl",
+            )
+        )
+    reporters.append(LearningSignalWatch())
+    return reporters
+
+
+def close_reporters(reporters: Iterable[Reporter]) -> None:
+    """Close every reporter, even when one fails; then re-raise the first failure."""
+    first: BaseException | None = None
+    for reporter in reporters:
+        try:
+            reporter.close()
+        except Exception as exc:  # close the rest first
+            first = first or exc
+    if first is not None:
+        raise first
+
+
+def quarter_means(values: Sequence[float]) -> tuple[float, float]:
+    """Mean of the first and of the last quarter of ``values`` (at least one value each).
+
+    Raises:
+        ValueError: no values.
+    """
+    if not values:
+        raise ValueError("no values")
+    q = max(1, len(values) // 4)
+    return sum(values[:q]) / q, sum(values[-q:]) / q
+
+
+def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -> str:
+    """The closing line of a run, e.g. ``done: 160 steps, reward first quarter 0.51 -> last
+    quarter 0.71 (+0.20), ...; outputs in runs/default/ (...)``.
+
+    The quarters are over the whole run as ``output_dir/metrics.jsonl`` records it (a
+    resumed run included), or over ``history`` when that file has no rows.
+    """
+    out = Path(output_dir)
+    rows: Sequence[Mapping[str, Any]] = read_metrics(out / "metrics.jsonl") or history
+    files = ["metrics.jsonl", "samples.jsonl"]
+    if (out / "reward_curve.png").is_file():
+        files.append("reward_curve.png")
+    files.append("final/agent_*")
+    where = f"outputs in {out}/ ({', '.join(files)})"
+    if not rows:
+        return f"done: 0 steps; {where}"
+    first, last = quarter_means([float(r["reward_mean"]) for r in rows])
+    speed = float(rows[-1].get("prompts_per_s", float("nan")))
+    steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
+    return (
+        f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
+        f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
+    )

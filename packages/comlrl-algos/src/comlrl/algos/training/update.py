@@ -1,0 +1,238 @@
+"""One agent's policy-gradient update over the completions of every turn of a rollout.
+
+:func:`update_policy` takes the agent's :class:`~comlrl.algos.records.PolicyBatch` of each
+turn and the matching advantages, accumulates the gradient of
+:func:`comlrl.algos.functional.losses.policy_loss` over micro-batches (whole groups, so each prompt
+prefix is computed once) and takes one optimizer step per pass. Micro-batches are weighted
+by their share of the loss reduction's denominator, so the accumulated gradient equals
+the gradient of the loss over all turns' completions at once (tested).
+
+Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
+from comlrl.algos.models.devices import model_device
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks
+from comlrl.algos.records import PolicyBatch
+
+if TYPE_CHECKING:
+    from comlrl.algos.models.distributed import GradientSync
+
+__all__ = ["UpdateSettings", "update_policy"]
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How :func:`update_policy` turns advantages into an optimizer step.
+
+    Attributes:
+        temperature: sampling temperature (log-probs of the tempered policy).
+        loss_reduction: see :func:`comlrl.algos.functional.losses.policy_loss`.
+        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
+        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE.
+        kl_coef: weight of the reference KL (needs a reference model when > 0).
+        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
+        max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
+        micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
+            whole turn at once.
+        shared_prefix: compute each prompt once per micro-batch (same gradient).
+        fused_logprobs: compute log-probs from the last hidden states and the lm_head
+            weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
+            (same values and gradient; less memory at large vocabularies). Models it cannot
+            handle exactly fall back to the materialised logits with a warning; see
+            :func:`comlrl.algos.models.logprobs.fused_logprobs_unsupported`. Applies to the
+            reference model's log-probs too.
+    """
+
+    temperature: float = 1.0
+    loss_reduction: Reduction = "seq_mean_token_mean"
+    max_completion_length: int | None = None
+    clip_ratio: float | tuple[float, float] | None = None
+    kl_coef: float = 0.0
+    kl_estimator: KLEstimator = "k3"
+    num_iterations: int = 1
+    max_grad_norm: float | None = 1.0
+    micro_batch_size: int | None = None
+    shared_prefix: bool = True
+    fused_logprobs: bool = True
+
+
+def update_policy(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    *,
+    ref_model: Any | None = None,
+    sync: GradientSync | None = None,
+) -> dict[str, float]:
+    """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
+
+    Args:
+        model: the agent's causal LM (parameters being optimised).
+        optimizer: its optimizer.
+        batches: per turn ``t``, the agent's :class:`PolicyBatch` (``B_t`` rows).
+        advantages: per turn, ``[B_t]`` float advantages, row-aligned with the batch.
+        settings: loss and step settings.
+        ref_model: the frozen reference model for the KL term (``kl_coef > 0``): a copy,
+            or a LoRA agent's base with its adapter disabled
+            (:class:`~comlrl.algos.models.lora.LoraReference`). On another device than ``model``
+            its log-probs are computed there and moved over.
+        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.distributed.GradientSync`):
+            ``batches`` are this rank's share; the reduction's denominators (sequences,
+            or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
+            loss is weighted by its share of the global denominator times ``K``, and the
+            ranks' gradients are averaged, so the step equals one process's step over
+            every rank's completions. Every rank must call this together.
+
+    Returns:
+        Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
+        clipping is on), and per turn ``t`` the token-weighted ``turn_<t>/kl``,
+        ``turn_<t>/clip_fraction``, ``turn_<t>/ratio_mean`` of
+        :func:`~comlrl.algos.functional.losses.policy_loss`, plus their all-turn values. With
+        ``sync`` they are those of the global batch, the same on every rank.
+
+    Raises:
+        ValueError: mismatched batch/advantage counts or shapes, or ``kl_coef > 0``
+            without a reference model.
+    """
+    if len(batches) != len(advantages):
+        raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
+    for t, (batch, adv) in enumerate(zip(batches, advantages, strict=True)):
+        if adv.shape != (batch.completion_mask.shape[0],):
+            raise ValueError(
+                f"turn {t}: advantages {list(adv.shape)} do not match the "
+                f"{batch.completion_mask.shape[0]} rows of the batch"
+            )
+    if settings.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
+    device = next(model.parameters()).device
+    batches = [b.to(device) for b in batches]
+    chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
+    total_rows = float(sum(b.completion_mask.shape[0] for b in batches))
+    total_tokens = float(sum(b.completion_mask.sum() for b in batches))
+    if sync is not None:  # normalise by the global batch, not this rank's share
+        total_rows, total_tokens = sync.all_sum([total_rows, total_tokens])
+    total_tokens = max(1.0, total_tokens)
+    forward = sync.module if sync is not None else model
+    grad_scale = float(sync.world_size) if sync is not None else 1.0  # cancels the averaging
+    num_backward = sum(len(cs) for cs in chunks)
+    ref_logp: list[list[torch.Tensor]] = []
+    if ref_model is not None:  # on its own device when placed apart (reference_devices)
+        ref_device = model_device(ref_model)
+        with torch.no_grad():
+            ref_logp = [
+                [_logp(ref_model, b.to(ref_device), c, settings).to(device) for c in cs]
+                for b, cs in zip(batches, chunks, strict=True)
+            ]
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    passes = 0
+    for _ in range(settings.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        done = 0
+        for t, (batch, cs) in enumerate(zip(batches, chunks, strict=True)):
+            g = batch.group_size
+            adv = advantages[t].to(device)
+            for j, chunk in enumerate(cs):
+                rows = slice(chunk.start * g, chunk.stop * g)
+                done += 1
+                last = done == num_backward
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    logp = _logp(forward, batch, chunk, settings)
+                mask = batch.completion_mask[rows]
+                loss, metrics = policy_loss(
+                    logp,
+                    adv[rows],
+                    mask,
+                    old_logprobs=batch.behaviour_logprobs[rows]
+                    if settings.clip_ratio is not None
+                    else None,
+                    clip_ratio=settings.clip_ratio,
+                    ref_logprobs=ref_logp[t][j] if ref_logp else None,
+                    kl_coef=settings.kl_coef,
+                    kl_estimator=settings.kl_estimator,
+                    reduction=settings.loss_reduction,
+                    max_completion_length=settings.max_completion_length,
+                )
+                # Weight each micro-batch by its share of the reduction's denominator so
+                # the accumulated gradient equals the all-turns loss's gradient.
+                if settings.loss_reduction == "token_mean":
+                    weight = float(mask.sum()) / total_tokens
+                else:
+                    weight = logp.shape[0] / total_rows
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    (loss * (weight * grad_scale)).backward()
+                _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
+                tokens = metrics["num_tokens"]
+                for key in ("kl", "clip_fraction", "ratio_mean"):
+                    if key in metrics:
+                        _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
+                        _add(sums, weights, key, metrics[key] * tokens, tokens)
+        if sync is not None:
+            sync.finish()
+        if settings.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
+                norm = norm.full_tensor()
+            _add(sums, weights, "grad_norm", float(norm), 1.0)
+        optimizer.step()
+        passes += 1
+    if sync is not None:
+        sums, weights = _merge_ranks(sums, weights)
+    out = {}
+    for key, value in sums.items():
+        if key in ("loss", "grad_norm"):
+            out[key] = value / passes
+        else:
+            out[key] = value / weights[key] if weights[key] else 0.0
+    return out
+
+
+def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:
+    return completion_logprobs(
+        model,
+        batch,
+        chunk,
+        temperature=settings.temperature,
+        shared_prefix=settings.shared_prefix,
+        fused=settings.fused_logprobs,
+    )
+
+
+def _merge_ranks(
+    sums: dict[str, float], weights: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
+    completions at a later turn); ``grad_norm`` is already global and kept as is."""
+    from comlrl.algos.models.distributed import gather_objects
+
+    merged_sums: dict[str, float] = {}
+    merged_weights: dict[str, float] = {}
+    for rank_sums, rank_weights in gather_objects((sums, weights)):
+        for key, value in rank_sums.items():
+            if key != "grad_norm":
+                _add(merged_sums, merged_weights, key, value, rank_weights[key])
+    if "grad_norm" in sums:
+        merged_sums["grad_norm"], merged_weights["grad_norm"] = (
+            sums["grad_norm"],
+            weights["grad_norm"],
+        )
+    return merged_sums, merged_weights
+
+
+def _add(
+    sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float
+) -> None:
+    sums[key] = sums.get(key, 0.0) + value
+    weights[key] = weights.get(key, 0.0) + weight
