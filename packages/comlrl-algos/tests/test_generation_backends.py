@@ -442,7 +442,7 @@ def test_vllm_requested_without_vllm_fails_early_with_the_install_hint(
     with pytest.raises(ConfigError, match=r"generation_backend='vllm' but vLLM is not installed"):
         build_config({"generation_backend": "vllm"})
     opts = build_config({"vllm": {"gpu_memory_utilization": 0.5}}).generation_options()
-    assert opts == {"backend": "native"}
+    assert opts == {"backend": "native", "prompt_format": "auto"}
 
 
 @pytest.mark.skipif(vllm_unavailable_reason() is not None, reason=str(vllm_unavailable_reason()))

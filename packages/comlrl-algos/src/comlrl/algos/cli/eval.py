@@ -3,9 +3,13 @@
 ``comlrl eval --model runs/x/final/agent_0 --model runs/x/final/agent_1 [--config FILE]
 [--output-dir DIR] [key=value ...]`` loads the agents, runs the training rollout without
 updating (:func:`comlrl.algos.recipes.group_baseline.recipe.evaluate`) on ``eval_split``, prints a
-summary and appends one row to ``DIR/eval.jsonl`` (default ``runs/x/evals/final``). Without ``--config`` it reads the run's
-own ``config.yaml`` when the models sit in a run folder (``runs/x/final/agent_0`` or
-``runs/x/checkpoints/step-N/agent_0``), so the task and sampling settings match training.
+summary and appends one row to ``DIR/eval.jsonl`` (default ``runs/x/evals/final``). Every
+evaluated joint action (prompts as the models saw them, completions, reward, the task's
+verdict in ``info``) goes to ``DIR/eval_samples.jsonl`` (rewritten by each evaluation), so
+a low score can be read, not just seen; a progress bar counts the problems on stderr.
+Without ``--config`` it reads the run's own ``config.yaml`` when the models sit in a run
+folder (``runs/x/final/agent_0`` or ``runs/x/checkpoints/step-N/agent_0``), so the task
+and sampling settings match training. ``--model`` also takes a ``.gguf`` file.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
         "--model",
         action="append",
         required=True,
-        help="an agent's checkpoint folder (e.g. runs/x/final/agent_0); repeat once per agent",
+        help="an agent's checkpoint folder (e.g. runs/x/final/agent_0), Hub id or .gguf file; "
+        "repeat once per agent",
     )
     ev.add_argument("--config", "-c", help="YAML config (default: the run's config.yaml, if found)")
     ev.add_argument(
@@ -136,7 +141,7 @@ def run_eval(args: argparse.Namespace) -> int:
             )
             agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
         trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
-        row = trainer.evaluate()
+        row, rollouts = _evaluate_with_progress(trainer, data)
     except (ConfigError, OSError, ValueError) as exc:
         print(
             f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
@@ -158,9 +163,52 @@ def run_eval(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "eval.jsonl", "a") as fh:
         fh.write(json.dumps(result) + "\n")
+    samples_path = out_dir / "eval_samples.jsonl"
+    _write_samples(samples_path, rollouts, result["step"])
     mode = "greedy" if config.eval_greedy else f"sampled, k={config.eval_num_samples}"
     print(
         f"eval {config.task.name}:{config.eval_split} ({int(result['num_problems'])} problems, {mode}, "
-        f"config: {config_path or 'defaults'}): {_summary(result)}; row appended to {out_dir / 'eval.jsonl'}"
+        f"config: {config_path or 'defaults'}): {_summary(result)}; row appended to {out_dir / 'eval.jsonl'}, "
+        f"completions in {samples_path}"
     )
     return 0
+
+
+def _evaluate_with_progress(trainer: Any, data: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+    """The trainer's evaluation, with a progress bar over the problems and the rollouts kept."""
+    from comlrl.algos.rollout import evaluate as evaluation
+    from tqdm.auto import tqdm
+
+    run, cfg = trainer.run, trainer.config
+    params = evaluation.eval_sampling(
+        cfg.eval_num_samples,
+        cfg.max_new_tokens,
+        greedy=cfg.eval_greedy,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+    )
+    with tqdm(total=len(data), desc="eval", unit="problem", file=sys.stderr) as bar:
+        return evaluation.evaluate(
+            run.agents,
+            run.env if run.eval_env is None else run.eval_env,
+            data,
+            params,
+            run.tree,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            map_agents=run.sample_pool.map,
+            progress=bar.update,
+        )
+
+
+def _write_samples(path: Path, rollouts: list[Any], step: int | None) -> None:
+    """Every joint action of ``rollouts`` as one JSON row (written whole, then renamed)."""
+    from comlrl.algos.training.steps import sample_rows
+
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w") as fh:
+        for ro in rollouts:
+            for row in sample_rows(ro, step if step is not None else 0, limit=1 << 30):
+                fh.write(json.dumps(row, default=str) + "\n")
+    tmp.replace(path)

@@ -122,23 +122,32 @@ def check_model_names(models: list[str]) -> None:
     """Check the names that can be checked without loading: built-in names and local paths.
 
     Raises:
-        ConfigError: an unknown ``builtin:`` name, or a path-like name (``/``, ``./``,
-            ``../``, ``~``, more than one ``/``) that is not a directory.
+        ConfigError: an unknown ``builtin:`` name; a path-like name (``/``, ``./``,
+            ``../``, ``~``, more than one ``/``) that is neither a directory nor a ``.gguf``
+            file; a ``.gguf`` file without the ``gguf`` package installed.
     """
+    import importlib.util
     import os
 
-    from comlrl.algos.models.loading import BUILTIN_MODELS, looks_like_path
+    from comlrl.algos.models.loading import BUILTIN_MODELS, is_gguf_file, looks_like_path
 
     for name in dict.fromkeys(models):
         if name.startswith("builtin:") and name not in BUILTIN_MODELS:
             raise ConfigError(
                 f"unknown built-in model {name!r}; choose one of {sorted(BUILTIN_MODELS)}"
             )
+        if is_gguf_file(name):
+            if importlib.util.find_spec("gguf") is None:
+                raise ConfigError(
+                    f"model {name!r} is a GGUF file, which needs the `gguf` package: "
+                    "`pip install 'comlrl-algos[gguf]'` (or `pip install gguf`)."
+                )
+            continue
         if looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
             raise ConfigError(
-                f"could not load model {name!r}: no such directory. Pass the folder that holds "
-                "config.json and the weights (save_pretrained format), or a Hugging Face Hub "
-                "id such as 'Qwen/Qwen2.5-0.5B'."
+                f"could not load model {name!r}: no such directory or .gguf file. Pass the "
+                "folder that holds config.json and the weights (save_pretrained format), a "
+                ".gguf file, or a Hugging Face Hub id such as 'Qwen/Qwen2.5-0.5B'."
             )
 
 

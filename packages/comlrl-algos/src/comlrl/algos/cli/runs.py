@@ -83,6 +83,11 @@ class _CommandLineRun(BaseModel):
         "runs/default", description="Where metrics.jsonl, config.yaml and final/ go."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    prompt_format: Literal["auto", "chat", "raw"] = Field(
+        "auto",
+        description="chat: the tokenizer's chat template on the task's prompt messages; raw: "
+        "the prompt text; auto: chat when the tokenizer has a chat template.",
+    )
     trust_remote_code: bool = False
     progress: bool = True
     save_every: int = Field(
@@ -491,7 +496,11 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
             file=sys.stderr,
         )
         agents = [
-            HFAgent(*_load(config.model_for(i), config, config.seed + i), name=f"agent_{i}")
+            HFAgent(
+                *_load(config.model_for(i), config, config.seed + i),
+                name=f"agent_{i}",
+                prompt_format=config.prompt_format,
+            )
             for i in range(config.num_agents)
         ]
         trainer = MADPOTrainer(

@@ -11,10 +11,15 @@ download nothing:
   byte-level BPE tokenizer trained on the spot on source files of the running Python's
   standard library: a stand-in for code tasks' plumbing (it learns nothing useful).
 
-Other names are Hugging Face Hub ids or local directories. A name that looks like a path
-but is not a directory fails with "no such directory"; a Hub id that is not in the local
-cache fails in seconds, not after the Hub client's retries, when the Hub cannot be reached
-(or at once with ``HF_HUB_OFFLINE=1``).
+Other names are Hugging Face Hub ids, local directories (``save_pretrained`` format) or
+local GGUF files (``model.gguf``, as llama.cpp and many model hubs ship them; needs the
+``gguf`` package, extra ``comlrl-algos[gguf]``): transformers reads the file's tokenizer,
+chat template and config and dequantizes its weights to the run's ``dtype`` (Q4/Q8 blocks
+become float weights: the model trains as an ordinary float model, and checkpoints are
+written in ``save_pretrained`` format). A name that looks like a path but is neither a
+directory nor a file fails with "no such directory or file"; a Hub id that is not in the
+local cache fails in seconds, not after the Hub client's retries, when the Hub cannot be
+reached (or at once with ``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "BUILTIN_MODELS",
     "builtin_model_path",
     "looks_like_path",
+    "is_gguf_file",
     "build_default_tokenizer",
     "build_default_model",
     "load_model_and_tokenizer",
@@ -210,6 +216,56 @@ def looks_like_path(name: str) -> bool:
     )
 
 
+def is_gguf_file(name: str) -> bool:
+    """True for the path of an existing file whose name ends in ``.gguf``."""
+    path = os.path.expanduser(name)
+    return path.lower().endswith(".gguf") and os.path.isfile(path)
+
+
+def _load_gguf(path: str, torch_dtype: torch.dtype) -> tuple[Any, Any]:
+    """Load a GGUF file's tokenizer and model, dequantized to ``torch_dtype``.
+
+    The returned model is a plain float model: the ``quantization_config`` transformers
+    attaches to a GGUF-loaded model is dropped (the weights are no longer quantized, and
+    ``save_pretrained`` refuses a model that still carries it), so checkpoints are ordinary
+    ``save_pretrained`` folders.
+
+    Raises:
+        OSError: ``gguf`` is not installed (install the extra), or the file cannot be read.
+    """
+    try:
+        import gguf  # noqa: F401  (transformers' GGUF reader needs it)
+    except ImportError as exc:
+        raise OSError(
+            f"could not load model {path!r}: loading a GGUF file needs the `gguf` package. "
+            "Install it with `pip install 'comlrl-algos[gguf]'` (or `pip install gguf`)."
+        ) from exc
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise OSError(
+            f"could not load GGUF model {path!r}: {exc}. transformers reads GGUF files of "
+            "the architectures it lists in transformers.integrations.ggml (Llama, Qwen2, "
+            "Mistral, ...); convert others to save_pretrained format first."
+        ) from exc
+    for cfg in (model.config, getattr(model, "generation_config", None)):
+        if cfg is not None and getattr(cfg, "quantization_config", None) is not None:
+            delattr(cfg, "quantization_config")
+    for attr in ("hf_quantizer", "quantization_method"):
+        if getattr(model, attr, None) is not None:
+            setattr(model, attr, None)
+    if getattr(model, "is_quantized", False):
+        model.is_quantized = False  # type: ignore[assignment]
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout``."""
     url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -233,7 +289,8 @@ def load_model_and_tokenizer(
 
     Args:
         name_or_path: a built-in name (:data:`BUILTIN_MODELS`), a Hugging Face model id,
-            or a local directory.
+            a local directory (``save_pretrained`` format) or a local ``.gguf`` file
+            (dequantized to ``dtype``; needs ``gguf``).
         seed: weight seed for the built-in model (ignored otherwise).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         trust_remote_code: passed to ``from_pretrained``.
@@ -243,7 +300,8 @@ def load_model_and_tokenizer(
 
     Raises:
         ValueError: an unknown ``builtin:`` name.
-        OSError: a path-like name that is not a directory ("no such directory"); a Hub id
+        OSError: a path-like name that is neither a directory nor a ``.gguf`` file ("no such
+            directory or file"); a GGUF file without the ``gguf`` package; a Hub id
             that is not in the local cache while the Hub is unreachable or
             ``HF_HUB_OFFLINE=1`` (checked in seconds, before the Hub client's retries); a
             directory without model or tokenizer files.
@@ -261,12 +319,19 @@ def load_model_and_tokenizer(
         raise ValueError(
             f"unknown built-in model {name_or_path!r}; choose one of {sorted(BUILTIN_MODELS)}"
         )
+    if is_gguf_file(name_or_path):
+        return _load_gguf(os.path.expanduser(name_or_path), torch_dtype)
     local = os.path.isdir(os.path.expanduser(name_or_path))
-    if not local and looks_like_path(name_or_path):
+    if not local and (looks_like_path(name_or_path) or os.path.isfile(name_or_path)):
+        what = (
+            "a file that is not a .gguf file"
+            if os.path.isfile(name_or_path)
+            else "no such directory or file"
+        )
         raise OSError(
-            f"could not load model {name_or_path!r}: no such directory. Pass the folder that "
-            "holds config.json and the weights (save_pretrained format), or a Hugging Face "
-            "Hub id such as 'Qwen/Qwen2.5-0.5B'."
+            f"could not load model {name_or_path!r}: {what}. Pass the folder "
+            "that holds config.json and the weights (save_pretrained format), a .gguf file, "
+            "or a Hugging Face Hub id such as 'Qwen/Qwen2.5-0.5B'."
         )
     if local:
         name_or_path = os.path.expanduser(name_or_path)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from comlrl.algos.models.chat_template import render_prompts, resolve_prompt_format
 from comlrl.algos.records import AgentSamples
 from comlrl.algos.rollout.sampling.backends import (
     GENERATION_BACKENDS,
@@ -23,6 +24,7 @@ from comlrl.algos.rollout.sampling.backends import (
 from comlrl.algos.rollout.sampling.collate import policy_batch, to_completions
 from comlrl.algos.rollout.sampling.native import NativeSampler
 from comlrl.core import Completion, SamplingParams
+from comlrl.core.prompts import Prompt
 
 __all__ = ["HFAgent"]
 
@@ -53,6 +55,10 @@ class HFAgent:
         cuda_graphs: with fast decoding on a CUDA device, replay each decode step as a
             CUDA graph (see :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`); set
             False to launch its kernels one by one (e.g. to profile them).
+        prompt_format: how prompts reach the model (:mod:`comlrl.algos.models.chat_template`):
+            ``"chat"`` applies the tokenizer's chat template to the prompt's messages,
+            ``"raw"`` feeds its text, ``"auto"`` (default) is ``"chat"`` when the tokenizer
+            has a chat template. :attr:`prompt_format` holds the resolved choice.
         vllm_options: keyword arguments of
             :class:`~comlrl.algos.rollout.sampling.vllm_backend.VLLMBackend`
             (``gpu_memory_utilization``, ``behaviour_logprobs``, ``engine_kwargs``, ...)
@@ -61,6 +67,7 @@ class HFAgent:
     Raises:
         ValueError: no pad/EOS token, an unknown ``backend``, or ``vllm_options`` with
             another backend.
+        ValueError: ``prompt_format="chat"`` with a tokenizer that has no chat template.
         RuntimeError: ``backend="vllm"`` without vLLM or without a CUDA GPU.
     """
 
@@ -74,6 +81,7 @@ class HFAgent:
         fast_decode: bool = True,
         vllm_options: dict[str, Any] | None = None,
         cuda_graphs: bool = True,
+        prompt_format: str = "auto",
     ) -> None:
         if isinstance(backend, str) and backend not in GENERATION_BACKENDS:
             raise ValueError(
@@ -88,6 +96,8 @@ class HFAgent:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
+        #: ``"chat"`` or ``"raw"``: the resolved ``prompt_format``.
+        self.prompt_format = resolve_prompt_format(tokenizer, prompt_format, name=f"agent {name!r}")
         tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
             if tokenizer.eos_token_id is None:
@@ -196,10 +206,18 @@ class HFAgent:
         return next(self.model.parameters()).device
 
     @torch.no_grad()
+    def render(self, prompts: Sequence[Prompt]) -> list[str]:
+        """The model-input text of each prompt (chat template or plain text, per
+        :attr:`prompt_format`)."""
+        return render_prompts(self.tokenizer, prompts, self.prompt_format)
+
     def sample(
-        self, prompts: Sequence[str], params: SamplingParams, keys: Sequence[int] | None = None
+        self, prompts: Sequence[Prompt], params: SamplingParams, keys: Sequence[int] | None = None
     ) -> AgentSamples:
         """Sample ``G`` completions for each of ``N`` prompts in one batched call.
+
+        Prompts are rendered by :meth:`render`; the returned samples hold the rendered
+        texts (what the model saw).
 
         ``keys`` (``N`` seeds, native backend only): draw prompt ``n``'s completions from
         a stream seeded by ``keys[n]`` instead of the agent's stream, so they do not
@@ -226,7 +244,14 @@ class HFAgent:
                     f"agent {self.name!r}: {len(keys)} keys for {len(prompts)} prompts"
                 )
             generator = [torch.Generator(device=self.device).manual_seed(int(k)) for k in keys]
-        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
+        texts = self.render(prompts)
+        # A chat template writes its own special tokens (BOS, role markers) into the text.
+        enc = self.tokenizer(
+            texts,
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=self.prompt_format != "chat",
+        )
         input_ids = enc["input_ids"].to(self.device)
         attention_mask = enc["attention_mask"].to(self.device)
         ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, generator)
@@ -241,8 +266,8 @@ class HFAgent:
                 ),
             )
         groups = to_completions(batch, self.tokenizer, self.eos_token_ids)
-        return AgentSamples(tuple(prompts), tuple(tuple(g) for g in groups), batch)
+        return AgentSamples(tuple(texts), tuple(tuple(g) for g in groups), batch)
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """The :class:`comlrl.core.Agent` call: ``N`` lists of ``G`` completions."""
         return [list(group) for group in self.sample(prompts, params).completions]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from comlrl.core import Feedback, JointAction, RewardBatch, Task, as_joint_reward
+from comlrl.core.prompts import ChatPrompt, Prompt, prompt_text
 
 __all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
 
@@ -33,14 +34,15 @@ class Branch:
     """The state of one rollout-tree node.
 
     Attributes:
-        prompts: the ``A`` agents' prompts at this node.
+        prompts: the ``A`` agents' prompts at this node (``str`` or
+            :class:`comlrl.core.ChatPrompt`; the agent renders them).
         prompt_history: per agent, the prompts of earlier turns on this path, oldest first.
         response_history: per agent, its completions on this path, oldest first.
         feedback: the feedback of earlier turns on this path, oldest first.
     """
 
-    prompts: tuple[str, ...]
-    prompt_history: tuple[tuple[str, ...], ...] = ()
+    prompts: tuple[Prompt, ...]
+    prompt_history: tuple[tuple[Prompt, ...], ...] = ()
     response_history: tuple[tuple[str, ...], ...] = ()
     feedback: tuple[Feedback, ...] = ()
 
@@ -74,7 +76,9 @@ class Environment(Protocol):
         ...
 
 
-def _extend(branch: Branch, texts: Sequence[str]) -> tuple[tuple[tuple[str, ...], ...], ...]:
+def _extend(
+    branch: Branch, texts: Sequence[str]
+) -> tuple[tuple[tuple[Prompt, ...], ...], tuple[tuple[str, ...], ...]]:
     n = len(branch.prompts)
     prompts = branch.prompt_history or tuple(() for _ in range(n))
     responses = branch.response_history or tuple(() for _ in range(n))
@@ -84,15 +88,17 @@ def _extend(branch: Branch, texts: Sequence[str]) -> tuple[tuple[tuple[str, ...]
     )
 
 
-def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[str, ...]:
+def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[Prompt, ...]:
     if not isinstance(prompts, (list, tuple)) or len(prompts) != num_agents:
         raise ValueError(
-            f"{source} must return one prompt per agent ({num_agents} strings), got {prompts!r}"
+            f"{source} must return one prompt per agent ({num_agents} prompts: strings or "
+            f"comlrl.core.ChatPrompt), got {prompts!r:.300}"
         )
-    bad = [p for p in prompts if not isinstance(p, str)]
+    bad = [p for p in prompts if not isinstance(p, (str, ChatPrompt))]
     if bad:
         raise ValueError(
-            f"{source} returned non-string prompts {bad!r}; return {num_agents} strings"
+            f"{source} returned prompts that are neither strings nor ChatPrompts {bad!r:.300}; "
+            f"return {num_agents} of them"
         )
     return tuple(prompts)
 
@@ -147,7 +153,7 @@ class TaskEnvironment(_RewardEnvironment):
         if self._transition is None:
             feedback = self.task.feedback(example, joint_action, info, turn)
             history = (*branch.feedback, feedback)
-            prompts: Sequence[str] = self.task.prompts(example, history)
+            prompts: Sequence[Prompt] = self.task.prompts(example, history)
         else:
             try:
                 feedback = self.task.feedback(example, joint_action, info, turn)
@@ -208,7 +214,9 @@ class CallbackEnvironment(_RewardEnvironment):
         )
         prompts = self.next_prompts(example, external)
         checked = _check_prompts(prompts, self.num_agents, "external_transition")
-        feedback = Feedback(texts=checked, info={"source": "external_transition"})
+        feedback = Feedback(
+            texts=tuple(prompt_text(p) for p in checked), info={"source": "external_transition"}
+        )
         return Branch(
             checked, prompt_history, response_history, (*branch.feedback, feedback)
         ), feedback
@@ -223,13 +231,13 @@ def _call_transition(
     transition: Transition,
     example: Mapping[str, Any],
     joint_action: JointAction,
-    prompt_history: tuple[tuple[str, ...], ...],
+    prompt_history: tuple[tuple[Prompt, ...], ...],
     response_history: tuple[tuple[str, ...], ...],
 ) -> Sequence[str]:
     return transition(
         prompt=example.get("prompt", ""),
         agent_completions=list(joint_action.completions),
         num_agents=len(joint_action.completions),
-        prompt_history_per_agent=[list(h) for h in prompt_history],
+        prompt_history_per_agent=[[prompt_text(p) for p in h] for h in prompt_history],
         response_history_per_agent=[list(h) for h in response_history],
     )

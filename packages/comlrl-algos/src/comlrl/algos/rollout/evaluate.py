@@ -214,6 +214,7 @@ def evaluate(
     batch_size: int = 8,
     seed: int = 0,
     map_agents: Callable[[Callable[[int], Any], int], list[Any]] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[Rollout]]:
     """Roll every example of ``dataset`` out once, without updating; summarize.
 
@@ -226,6 +227,8 @@ def evaluate(
         batch_size: examples per rollout call.
         seed: seed of the evaluation streams (same seed, same weights: same result).
         map_agents: how to run the agents (e.g. ``AgentPool.map``); default sequential.
+        progress: called with the number of examples done after each batch (e.g. a
+            progress bar's ``update``).
 
     Returns:
         ``(row, rollouts)``: :func:`summarize_rollouts`'s row plus ``time/eval_s``
@@ -249,6 +252,8 @@ def evaluate(
             rollouts.append(
                 rollout(agents, batch, env, params, tree or TreeSettings(), rng=branch_rng, **extra)
             )
+            if progress is not None:
+                progress(len(batch))
     row = summarize_rollouts(rollouts)
     row["time/eval_s"] = time.perf_counter() - t0
     return row, rollouts

@@ -25,6 +25,7 @@ from comlrl.algos.records import AgentSamples, Rollout, TurnRollout, flat_texts
 from comlrl.algos.rollout.environment import Branch, Environment
 from comlrl.algos.rollout.sampling.collate import collate_completions
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
+from comlrl.core.prompts import Prompt, prompt_text
 
 __all__ = ["TreeSettings", "derive_seed", "rollout", "sample_agent"]
 
@@ -79,14 +80,19 @@ def derive_seed(*parts: int) -> int:
 
 
 def sample_agent(
-    agent: Agent, prompts: Sequence[str], params: SamplingParams, keys: Sequence[int] | None = None
+    agent: Agent,
+    prompts: Sequence[Prompt],
+    params: SamplingParams,
+    keys: Sequence[int] | None = None,
 ) -> AgentSamples:
     """One agent's ``G`` completions per prompt, as :class:`AgentSamples`.
 
     Uses the agent's ``sample`` method when it has one (:class:`~comlrl.algos.HFAgent`),
     else its :class:`comlrl.core.Agent` ``generate`` plus
     :func:`~comlrl.algos.rollout.sampling.collate.collate_completions`, which needs
-    ``agent.tokenizer`` (and puts the tensors on ``agent.model``'s device).
+    ``agent.tokenizer`` (and puts the tensors on ``agent.model``'s device). There the
+    prompts are tokenized as ``agent.render(prompts)`` when the agent has ``render`` (the
+    text its model saw, e.g. through a chat template), else as their plain text.
 
     ``keys`` (one seed per prompt) asks for prompt-keyed sampling: the agent's
     ``sample(prompts, params, keys=keys)`` draws each prompt's completions from a stream
@@ -115,7 +121,9 @@ def sample_agent(
     model = getattr(agent, "model", None)
     device = next(model.parameters()).device if model is not None else "cpu"
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return collate_completions(prompts, groups, tokenizer, pad_token_id=int(pad), device=device)
+    render = getattr(agent, "render", None)
+    texts = render(prompts) if callable(render) else [prompt_text(p) for p in prompts]
+    return collate_completions(texts, groups, tokenizer, pad_token_id=int(pad), device=device)
 
 
 def _sequential(fn: Callable[[int], T], n: int) -> list[T]:

@@ -155,6 +155,12 @@ class TrainConfig(BaseModel):
     )
     num_agents: int = Field(2, ge=1, le=16)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    prompt_format: Literal["auto", "chat", "raw"] = Field(
+        "auto",
+        description="chat: apply the tokenizer's chat template to the task's prompt messages "
+        "(instruct models); raw: feed the prompt text (base models); auto: chat when the "
+        "tokenizer has a chat template.",
+    )
     device: str = "auto"
     trust_remote_code: bool = False
     agent_devices: list[str] | None = Field(
@@ -466,10 +472,11 @@ class TrainConfig(BaseModel):
 
     def generation_options(self) -> dict[str, Any]:
         """``HFAgent`` keyword arguments for the generation backend (``backend``,
-        ``vllm_options``)."""
+        ``vllm_options``) and the ``prompt_format``."""
+        opts: dict[str, Any] = {"prompt_format": self.prompt_format}
         if self.generation_backend == "vllm":
-            return {"backend": "vllm", "vllm_options": self.vllm.model_dump()}
-        return {"backend": self.generation_backend}
+            return {**opts, "backend": "vllm", "vllm_options": self.vllm.model_dump()}
+        return {**opts, "backend": self.generation_backend}
 
     @model_validator(mode="after")
     def _eval_consistent(self) -> TrainConfig:

@@ -33,6 +33,7 @@ from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.steps import DataStream
 from comlrl.core import SamplingParams, Task
+from comlrl.core.prompts import prompt_text
 
 __all__ = ["SFTTrainer", "DPOTrainer", "MADPOTrainer", "MARLHFTrainer"]
 
@@ -363,7 +364,7 @@ class MARLHFTrainer:
         return RewardModelReward(
             self.reward_model,
             self.reward_tokenizer,
-            lambda ex: self.env.root(ex).prompts,
+            lambda ex: [prompt_text(p) for p in self.env.root(ex).prompts],
             max_length=self.reward_config.max_length,
         )
 
