@@ -15,9 +15,11 @@ provides) and are told which methods are theirs. The combined program is::
         <skeleton's class docstring, class attributes and __init__ (kept as given)>
         <agent 1's methods> <agent 2's methods>
 
-Each agent's completion may be indented method definitions (continuing the ``class``
-line its prompt ends with), a full ``class`` block, or top-level ``def``s taking ``self``
-(fenced or not). Only methods with a non-trivial body are kept; an agent's definitions of
+Prompts are :class:`comlrl.core.ChatPrompt` s (a system message with the agent's share, the
+skeleton and the request for only those methods in one fenced block) whose ``raw`` text,
+for base models, ends with ``class <Name>:``. Each agent's completion may be indented
+method definitions (continuing that ``class`` line), a full ``class`` block, or top-level
+``def``s taking ``self`` (fenced or not, with prose around them). Only methods with a non-trivial body are kept; an agent's definitions of
 the teammate's methods or of ``__init__`` are dropped; other extra methods (private
 helpers) are kept.
 
@@ -239,7 +241,10 @@ class ClassEvalTask(Task):
 
     Multi-turn: :meth:`feedback` gives each agent the verdict, the first failing test
     method (its source) and error, its own previous methods and the teammate's method
-    signatures; ``done`` when every test passed.
+    signatures (its ``info`` carries the joint action's ``completions``); ``done`` when
+    every test passed. Chat prompts continue the conversation with the agent's previous
+    completion and that feedback; ``raw`` texts are rebuilt with it as ``#`` comments
+    (see :mod:`comlrl.envs.code.chat_prompts`).
 
     Args:
         path: ``ClassEval_data.json`` or a file in its schema (required; the data is not

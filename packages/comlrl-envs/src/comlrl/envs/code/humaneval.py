@@ -5,20 +5,26 @@ entry point and may call ``aux`` (which it does not see: agents act decentrally)
 joint action is scored by running the combined program against the problem's real
 HumanEval ``test`` in the sandbox (:mod:`comlrl.envs.sandbox`).
 
-Prompts are written for base (completion) code models and work with chat models too:
+Prompts are :class:`comlrl.core.ChatPrompt` s (see :mod:`comlrl.envs.code.chat_prompts`):
+for instruct models a system message with the agent's role and a user message asking for
+only its function in one fenced block; their ``raw`` text, for base (completion) models:
 
-- agent 1's prompt shows the problem's signature and docstring and ends with
-  ``def aux(``; its completion continues the helper. A completion that restates
-  ``def aux(...)`` in full (with or without Markdown fences) is accepted as is.
-- agent 2's prompt ends with the original HumanEval prompt (imports, signature,
+- agent 1's text shows the problem's signature and docstring and ends with
+  ``def aux(``; its completion continues the helper. A completion that writes
+  ``def aux(...)`` in full (a chat answer: fenced or not, prose around it) is accepted.
+- agent 2's text ends with the original HumanEval prompt (imports, signature,
   docstring), so its completion is the function body. A completion that contains a full
   ``def <entry_point>(...)`` (fenced or not) is accepted as is; an unindented body is
   indented.
 
-Extraction keeps only imports, functions, classes and assignments (prints, example calls
-and ``__main__`` blocks are dropped), trims a truncated tail until the code parses, and
-enforces the roles syntactically: agent 1's definitions of the entry point and agent 2's
-definitions of ``aux`` are dropped. Combined program::
+Multi-turn: chat prompts continue the conversation (the agent's own completion, then the
+feedback); raw texts are rebuilt with the latest feedback as ``#`` comments.
+
+Extraction (:mod:`comlrl.envs.code.extract`) parses each fenced block on its own, keeps
+only imports, functions, classes and plain assignments (prints, example calls, asserts,
+tests and ``__main__`` blocks are dropped), trims a truncated tail until the code parses,
+and enforces the roles syntactically: agent 1's definitions of the entry point and agent
+2's definitions of ``aux`` are dropped (agent 1's ``aux`` always wins). Combined program::
 
     <prompt preamble: imports and given helper functions> + agent 1 code + agent 2 code
 """
@@ -196,9 +202,10 @@ class CoopHumanEvalTask(Task):
 
     Multi-turn (``max_turns`` > 1): :meth:`feedback` tells each agent how many tests
     passed, the first failing test (its source) and error, its own previous code and the
-    teammate's function signatures; :meth:`prompts` puts that feedback, as ``#`` comments,
-    between the instructions and the code of the next turn's prompts. ``done`` is set when
-    every test passed. Turn-0 prompts do not change.
+    teammate's function signatures; :meth:`prompts` continues each agent's chat
+    conversation with its previous completion and that feedback, and puts the feedback,
+    as ``#`` comments, between the instructions and the code of the ``raw`` text. ``done``
+    is set when every test passed. Turn-0 prompts do not change.
 
     Args:
         path: a local HumanEval-format ``.jsonl``, ``.jsonl.gz`` or ``.json`` file;
@@ -404,7 +411,8 @@ class CoopHumanEvalTask(Task):
             failing test and error, the agent's own extracted code, the teammate's
             function signatures; every piece capped, see :mod:`comlrl.envs.code.feedback`),
             ``done=True`` when every test passed, and ``info`` with ``status``,
-            ``passed``, ``total`` and ``turn``.
+            ``passed``, ``total``, ``turn`` and ``completions`` (the joint action's texts,
+            which the next chat prompts show as the agents' own earlier answers).
         """
         helper_text, main_text = joint_action.completions
         entry = example["entry_point"]
