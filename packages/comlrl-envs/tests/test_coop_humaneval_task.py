@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.core import RewardBatch, Task, get_task
+from comlrl.core import RewardBatch, Task, get_task, prompt_text
 from comlrl.envs import CoopHumanEvalTask
 from comlrl.envs.sandbox import CheckJob
 from hypothesis import HealthCheck, given, settings
@@ -198,7 +198,7 @@ def test_prompts_shape_and_content(task: CoopHumanEvalTask, rows_by_id: dict) ->
     ex = rows_by_id["HumanEval/38"]  # prompt also defines encode_cyclic
     prompts = task.prompts(ex)
     assert isinstance(prompts, list) and len(prompts) == task.num_agents == 2
-    helper_prompt, main_prompt = prompts
+    helper_prompt, main_prompt = map(prompt_text, prompts)
     assert helper_prompt.endswith("def aux(")
     assert "def decode_cyclic(s: str):" in helper_prompt and "def encode_cyclic" in helper_prompt
     assert main_prompt.endswith(ex["prompt"].lstrip("\n"))
@@ -208,7 +208,7 @@ def test_prompts_shape_and_content(task: CoopHumanEvalTask, rows_by_id: dict) ->
 def test_custom_helper_name(humaneval_file: Path, rows_by_id: dict) -> None:
     t = CoopHumanEvalTask(path=humaneval_file, helper_name="helper")
     try:
-        assert t.prompts(rows_by_id["HumanEval/0"])[0].endswith("def helper(")
+        assert prompt_text(t.prompts(rows_by_id["HumanEval/0"])[0]).endswith("def helper(")
         helper = HELPER_OK
         reward = t.reward(
             [[helper], ["    return helper(numbers) < threshold\n"]], [rows_by_id["HumanEval/0"]]

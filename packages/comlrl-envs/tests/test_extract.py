@@ -4,13 +4,17 @@ import ast
 
 import pytest
 from comlrl.envs.code.extract import (
+    code_blocks,
     complete_function,
     has_nontrivial_body,
     keep_definitions,
+    parse_code,
     parse_prefix,
     strip_code_fences,
 )
 from comlrl.envs.code.humaneval import split_prompt
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def test_strip_code_fences_keeps_python_blocks_only() -> None:
@@ -67,3 +71,113 @@ def test_split_prompt_separates_preamble_and_stub() -> None:
     assert pre.startswith("import math") and "def g" in pre and "def f" not in pre
     assert stub.startswith("def f(x):") and "doc" in stub
     assert split_prompt("not python (", "f") == ("", "not python (")
+
+
+CHAT_ANSWER = '''Sure! Here is the helper function:
+
+```python
+import math
+from typing import List
+
+def aux(numbers: List[float]) -> float:
+    """Smallest gap."""
+    s = sorted(numbers)
+    return min(b - a for a, b in zip(s, s[1:]))
+
+print(aux([1.0, 2.5]))
+result = aux([3.0, 1.0])
+```
+
+You can use it like this:
+
+```python
+assert aux([1.0, 2.0]) == 1.0
+if __name__ == "__main__":
+    print(aux([0.5, 0.7]))
+```
+
+```text
+1.5
+```
+This function sorts the list first.'''
+
+
+def test_code_blocks_of_a_chat_answer() -> None:
+    blocks = code_blocks(CHAT_ANSWER)
+    assert len(blocks) == 2 and blocks[0].startswith("import math")
+    assert "1.5\n" not in "".join(blocks)  # the ```text block is skipped
+    # no fences: prose before the first definition is dropped
+    assert code_blocks("Here it is.\ndef f():\n    return 1\n") == ["def f():\n    return 1\n"]
+    assert code_blocks("    return x") == ["    return x"]  # a raw body stays as it is
+    # an indented fenced block is dedented
+    assert code_blocks("```\n    def f():\n        return 1\n```") == ["def f():\n    return 1\n"]
+
+
+def test_parse_code_keeps_definitions_and_drops_examples_and_tests() -> None:
+    module = parse_code(CHAT_ANSWER)
+    assert module is not None
+    kept = keep_definitions(module)
+    assert "import math" in kept and "from typing import List" in kept
+    assert "def aux(numbers: List[float]) -> float:" in kept
+    for dropped in ("print(", "result =", "assert", "__main__"):
+        assert dropped not in kept
+    assert ast.parse(kept)
+
+
+def test_parse_code_survives_a_broken_block_and_a_truncated_tail() -> None:
+    text = (
+        "```python\ndef f(x):\n    return x +\n```\n"
+        "```python\ndef g(y):\n    return y\n\ndef h(z):\n    return [z,\n"
+    )
+    module = parse_code(text)
+    assert module is not None
+    names = [n.name for n in module.body if isinstance(n, ast.FunctionDef)]
+    assert names == ["g"]  # f's block and h's truncated definition are cut
+    assert parse_code("no code at all (") is None
+
+
+def test_prose_after_unfenced_code_is_trimmed() -> None:
+    module = parse_code("def f(x):\n    return 2 * x\n\nThis doubles x. It is fast.\n")
+    assert module is not None and keep_definitions(module) == "def f(x):\n    return 2 * x"
+
+
+def test_keep_definitions_drops_tests_and_example_runs_but_keeps_constants() -> None:
+    module = ast.parse(
+        "import re\nPATTERN = re.compile('a+')\nLIMIT = 10\n"
+        "def aux(x):\n    return x\n"
+        "def test_aux():\n    assert aux(1) == 1\n"
+        "class TestAux(unittest.TestCase):\n    def test_one(self):\n        pass\n"
+        "value: int = aux(2)\nout = [aux(i) for i in range(3)]\n"
+    )
+    kept = keep_definitions(module)
+    assert "PATTERN = re.compile" in kept and "LIMIT = 10" in kept and "def aux" in kept
+    for dropped in ("test_aux", "TestAux", "value", "out ="):
+        assert dropped not in kept
+
+
+_SNIPPETS = st.sampled_from(
+    [
+        "def aux(x):\n    return x + 1\n",
+        "print(aux(3))\n",
+        "import math\n",
+        "Here is the code.\n",
+        "```python\n",
+        "```\n",
+        "if __name__ == '__main__':\n    aux(1)\n",
+        "assert aux(1) == 2\n",
+        "def test_it():\n    assert True\n",
+        "    return [x,\n",
+    ]
+)
+
+
+@given(st.lists(_SNIPPETS, max_size=8))
+def test_extracted_code_always_parses_and_runs_nothing_at_import(parts: list[str]) -> None:
+    module = parse_code("".join(parts))
+    if module is None:
+        return
+    kept = keep_definitions(module)
+    tree = ast.parse(kept)  # what is kept always parses
+    for node in tree.body:
+        assert isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign))
+        assert not (isinstance(node, ast.FunctionDef) and node.name.startswith("test"))

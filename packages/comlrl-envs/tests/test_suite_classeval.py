@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.core import JointAction, get_task
+from comlrl.core import JointAction, get_task, prompt_text
 from comlrl.envs import ClassEvalTask
 from comlrl.envs.code.classeval import NON_STDLIB_MODULES
 from comlrl.envs.sandbox import SandboxLimits, SandboxPool
@@ -144,7 +144,7 @@ def test_half_the_methods_earn_partial_credit_and_feedback(
     assert batch.rewards[0] == pytest.approx(expected)
     fb = task.feedback(row, JointAction((0, 0), (good[0], "")), info, 0)
     assert not fb.done
-    prompts = task.prompts(row, [fb])
+    prompts = [prompt_text(p) for p in task.prompts(row, [fb])]
     assert "# Failing test: def test_" in prompts[1]
     assert "(you wrote no usable code)" in prompts[1]
     assert prompts[0].endswith("class ArrangementCalculator:\n")

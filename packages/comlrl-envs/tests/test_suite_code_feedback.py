@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.core import Feedback, JointAction
+from comlrl.core import Feedback, JointAction, prompt_text
 from comlrl.envs import CoopHumanEvalTask
 from comlrl.envs.code.feedback import MAX_CODE_CHARS, clip, feedback_comment_block, signatures
 
@@ -34,7 +34,7 @@ def test_failing_assert_and_code_reach_the_next_prompts(task, rows_by_id) -> Non
     ex = rows_by_id["HumanEval/0"]
     fb = turn(task, ex, HELPER_OK, "    return False\n")
     assert not fb.done and fb.info["status"] == "failed"
-    helper_prompt, main_prompt = task.prompts(ex, [fb])
+    helper_prompt, main_prompt = map(prompt_text, task.prompts(ex, [fb]))
     # the first failing unit of HumanEval/0 expects True
     assert "# Failing test: assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True" in (
         main_prompt
@@ -51,7 +51,7 @@ def test_failing_assert_and_code_reach_the_next_prompts(task, rows_by_id) -> Non
 def test_turn_zero_prompts_are_unchanged(task, rows_by_id) -> None:
     ex = rows_by_id["HumanEval/0"]
     assert task.prompts(ex) == task.prompts(ex, ())
-    assert "Feedback" not in task.prompts(ex)[0] + task.prompts(ex)[1]
+    assert "Feedback" not in prompt_text(task.prompts(ex)[0]) + prompt_text(task.prompts(ex)[1])
 
 
 def test_solved_joint_action_is_done(task, rows_by_id) -> None:

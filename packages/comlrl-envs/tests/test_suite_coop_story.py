@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from comlrl.core import get_task
+from comlrl.core import ChatPrompt, chat_messages, get_task, prompt_text
 from comlrl.envs import CoopStoryTask
 from comlrl.envs.writing import story_reward, story_seeds
 from comlrl.envs.writing.story import DEFAULT_WEIGHTS, check_weights
@@ -27,11 +27,36 @@ def test_seeds_and_disjoint_splits() -> None:
 def test_prompts_are_short_and_name_the_keywords() -> None:
     t = get_task("coop_story")
     for ex in t.load("train")[:50]:
-        begin, end = t.prompts(ex)
+        begin, end = map(prompt_text, t.prompts(ex))
         assert len(begin) < 120 and len(end) < 120
         for keyword in ex["keywords"]:
             assert keyword in begin.lower() and keyword in end.lower()
         assert end.endswith("In the end,")
+
+
+def test_raw_prompts_are_unchanged_for_base_models() -> None:
+    # the exact texts the stories260k default run saw before chat prompts existed
+    t = CoopStoryTask()
+    assert [prompt_text(p) for p in t.prompts(t.load("train")[0])] == [
+        "Once upon a time, a little boy named Joe went to the hill. He had a toy car.",
+        "Joe played with the toy car at the hill. In the end,",
+    ]
+    assert [prompt_text(p) for p in t.prompts(t.load("test")[0])] == [
+        "Once upon a time, a little girl named Mia went to the garden. She had a flower.",
+        "Mia played with the flower at the garden. In the end,",
+    ]
+
+
+def test_chat_prompts_give_each_agent_its_part_and_the_keywords() -> None:
+    t = CoopStoryTask(min_words=12, max_words=30)
+    ex = t.load("test")[0]
+    for part, prompt in zip(("beginning", "ending"), t.prompts(ex), strict=True):
+        assert isinstance(prompt, ChatPrompt)
+        system, user = chat_messages(prompt)
+        assert system["role"] == "system" and f"You write the {part}" in system["content"]
+        assert user["role"] == "user" and "12 to 30 words" in user["content"]
+        assert all(k in user["content"].lower() for k in ex["keywords"])
+        assert prompt.raw is not None and f'Start with: "{prompt.raw}"' in user["content"]
 
 
 def test_hand_checked_good_story() -> None:

@@ -7,7 +7,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from comlrl.core import get_task
+from comlrl.core import ChatPrompt, chat_messages, get_task, prompt_text
 from comlrl.envs import Gsm8kTask
 from comlrl.envs.math import answers_match, extract_answer, gold_answer, normalize_number
 from hypothesis import given
@@ -127,3 +127,19 @@ def test_real_gsm8k_file_parses() -> None:
     assert (len(train), len(test)) == (1056, 263)
     batch = t.reward([[r["answer"] for r in test], [f"#### {r['gold']}" for r in test]], test)
     assert batch.rewards == [1.0] * len(test)
+
+
+def test_prompts_chat_and_raw() -> None:
+    row = {"question": "  Tom has 3 apples and buys 4. How many now? ", "answer": "#### 7"}
+    reasoner, calculator = Gsm8kTask().prompts(row)
+    for prompt, style in ((reasoner, "step by step"), (calculator, "short arithmetic")):
+        assert isinstance(prompt, ChatPrompt)
+        system, user = chat_messages(prompt)
+        assert system["role"] == "system" and style in system["content"]
+        assert user["content"].startswith("Tom has 3 apples and buys 4. How many now?\n")
+        assert '"####"' in user["content"]
+    # base models see the completion-style texts
+    assert prompt_text(reasoner).endswith(
+        "Question: Tom has 3 apples and buys 4. How many now?\nAnswer:"
+    )
+    assert prompt_text(calculator).endswith("How many now?\nCalculation:")

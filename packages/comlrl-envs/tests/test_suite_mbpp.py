@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from comlrl.core import JointAction, get_task
+from comlrl.core import JointAction, get_task, prompt_text
 from comlrl.envs import MbppTask
 from comlrl.envs.code.mbpp import mbpp_to_humaneval
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool
@@ -118,7 +118,7 @@ def test_reward_levels_and_feedback(mbpp_task: MbppTask) -> None:
     assert batch.rewards[2] == 0.0
     fb = mbpp_task.feedback(ex, JointAction((0, 0), (helper, "    return s\n")), batch.infos[1], 0)
     assert not fb.done
-    prompts = mbpp_task.prompts(ex, [fb])
+    prompts = [prompt_text(p) for p in mbpp_task.prompts(ex, [fb])]
     assert "# Failing test: assert remove_Occ('hello', 'l') == 'heo'" in prompts[1]
     ok = mbpp_task.feedback(ex, JointAction((0, 0), (helper, main_ok)), batch.infos[0], 0)
     assert ok.done

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from comlrl.core import get_task
+from comlrl.core import ChatPrompt, chat_messages, get_task, prompt_text
 from comlrl.envs import ArxivTask, TldrTask
 from comlrl.envs.writing import (
     ARXIV_SPEC,
@@ -99,7 +99,7 @@ def test_local_directory_and_file(tmp_path: Path) -> None:
     (tmp_path / "validation.jsonl").write_text(json.dumps(rows[4]))
     t = TldrTask(path=tmp_path)
     assert len(t.load("train")) == 4 and len(t.load("test")) == 1
-    p1, p2 = t.prompts(t.load("test")[0])
+    p1, p2 = map(prompt_text, t.prompts(t.load("test")[0]))
     assert "post 4" in p1 and "post 4" in p2 and p1 != p2
     batch = t.reward([["a b c d e f g h"], [words(30)]], t.load("test"))
     assert 0 < batch.rewards[0] <= 1 and batch.infos[0]["level_reached"] >= 1
@@ -109,6 +109,30 @@ def test_local_directory_and_file(tmp_path: Path) -> None:
     assert isinstance(a, ArxivTask)
     assert [r["abstract_text"] for r in a.load("test")] == ["abstract 8", "abstract 9"]
     assert not {r["abstract_text"] for r in a.load("train")} & {"abstract 8", "abstract 9"}
+
+
+@pytest.mark.parametrize(
+    ("cls", "raw_ends", "parts"),
+    [
+        (TldrTask, ("Summary:", "Detailed summary:"), ("a concise summary", "a detailed summary")),
+        (
+            ArxivTask,
+            ("Introduction:", "Introduction (continued):"),
+            ("the background and the motivation;", "the method and its implications;"),
+        ),
+    ],
+)
+def test_prompts_chat_and_raw(cls: type, raw_ends: tuple[str, str], parts: tuple[str, str]) -> None:
+    task = cls()
+    prompts = task.prompts({task.field: "  The cat sat on the mat.  "})
+    for prompt, end, part in zip(prompts, raw_ends, parts, strict=True):
+        assert isinstance(prompt, ChatPrompt)
+        system, user = chat_messages(prompt)
+        assert system["role"] == "system" and f"You write {part}" in system["content"]
+        assert "\nThe cat sat on the mat.\n" in user["content"]
+        assert prompt_text(prompt).endswith(end) and "The cat sat on the mat." in prompt_text(
+            prompt
+        )
 
 
 def test_rows_with_split_field_and_errors(tmp_path: Path) -> None:

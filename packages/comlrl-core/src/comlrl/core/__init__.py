@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from comlrl.core.agent import Agent, SamplingParams
+from comlrl.core.prompts import ChatPrompt, Prompt, chat_messages, prompt_key, prompt_text
 from comlrl.core.records import Completion, Feedback, JointAction, TurnRecord
 from comlrl.core.reward import (
     JointReward,
@@ -22,6 +23,11 @@ from comlrl.core.task import (
 __all__ = [
     "Agent",
     "SamplingParams",
+    "ChatPrompt",
+    "Prompt",
+    "chat_messages",
+    "prompt_key",
+    "prompt_text",
     "Completion",
     "Feedback",
     "JointAction",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from comlrl.core.prompts import Prompt
 from comlrl.core.records import Completion
 
 __all__ = ["Agent", "SamplingParams"]
@@ -52,11 +53,13 @@ class Agent(Protocol):
 
     name: str
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """Sample ``params.num_generations`` completions for each prompt.
 
         Args:
-            prompts: ``P`` prompt strings.
+            prompts: ``P`` prompts: strings, or :class:`~comlrl.core.ChatPrompt` s (an
+                agent with a chat template applies it to their messages, one without
+                feeds :func:`~comlrl.core.prompt_text`; see :mod:`comlrl.core.prompts`).
             params: sampling settings; ``G = params.num_generations``.
 
         Returns:

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from comlrl.core.prompts import Prompt
+
 __all__ = ["Completion", "JointAction", "Feedback", "TurnRecord"]
 
 
@@ -97,7 +99,8 @@ class TurnRecord:
     Attributes:
         example: the task example (one dataset row) this turn belongs to.
         turn: turn index, 0-based.
-        prompts: ``A`` prompts, one per agent.
+        prompts: ``A`` prompts, one per agent: ``str`` or :class:`~comlrl.core.ChatPrompt`
+            (see :mod:`comlrl.core.prompts`).
         completions: ``A`` lists of ``G`` completions.
         joint_actions: the ``K`` joint actions that were scored.
         rewards: ``K`` joint rewards (float, task units; typically in ``[0, 1]``).
@@ -108,7 +111,7 @@ class TurnRecord:
 
     example: Mapping[str, Any]
     turn: int
-    prompts: Sequence[str]
+    prompts: Sequence[Prompt]
     completions: Sequence[Sequence[Completion]]
     joint_actions: Sequence[JointAction]
     rewards: Sequence[float]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from comlrl.core.prompts import Prompt
 from comlrl.core.records import Feedback, JointAction
 from comlrl.core.reward import RewardBatch
 
@@ -41,8 +42,13 @@ class Task(abc.ABC):
         """Return the examples (dataset rows as mappings) of ``split``."""
 
     @abc.abstractmethod
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """Return the ``A`` agents' prompts for ``example``.
+
+        Each prompt is a plain ``str`` (completion-style text) or a
+        :class:`~comlrl.core.ChatPrompt` (chat messages for instruct models, with a ``raw``
+        text form for base models); see :mod:`comlrl.core.prompts` for how an agent feeds
+        either to its model (``prompt_format``: chat template or raw text).
 
         Args:
             example: one task example.

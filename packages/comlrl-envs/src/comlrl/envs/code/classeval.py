@@ -15,9 +15,11 @@ provides) and are told which methods are theirs. The combined program is::
         <skeleton's class docstring, class attributes and __init__ (kept as given)>
         <agent 1's methods> <agent 2's methods>
 
-Each agent's completion may be indented method definitions (continuing the ``class``
-line its prompt ends with), a full ``class`` block, or top-level ``def``s taking ``self``
-(fenced or not). Only methods with a non-trivial body are kept; an agent's definitions of
+Prompts are :class:`comlrl.core.ChatPrompt` s (a system message with the agent's share, the
+skeleton and the request for only those methods in one fenced block) whose ``raw`` text,
+for base models, ends with ``class <Name>:``. Each agent's completion may be indented
+method definitions (continuing that ``class`` line), a full ``class`` block, or top-level
+``def``s taking ``self`` (fenced or not, with prose around them). Only methods with a non-trivial body are kept; an agent's definitions of
 the teammate's methods or of ``__init__`` are dropped; other extra methods (private
 helpers) are kept.
 
@@ -41,8 +43,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, RewardBatch, Task
-from comlrl.envs.code.extract import has_nontrivial_body, parse_prefix, strip_code_fences
+from comlrl.core import ChatPrompt, Feedback, JointAction, RewardBatch, Task
+from comlrl.envs.code.chat_prompts import continue_conversation, method_messages
+from comlrl.envs.code.extract import has_nontrivial_body, parse_code, parse_prefix
 from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
 from comlrl.envs.code.humaneval import default_split_ranges
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
@@ -238,7 +241,10 @@ class ClassEvalTask(Task):
 
     Multi-turn: :meth:`feedback` gives each agent the verdict, the first failing test
     method (its source) and error, its own previous methods and the teammate's method
-    signatures; ``done`` when every test passed.
+    signatures (its ``info`` carries the joint action's ``completions``); ``done`` when
+    every test passed. Chat prompts continue the conversation with the agent's previous
+    completion and that feedback; ``raw`` texts are rebuilt with it as ``#`` comments
+    (see :mod:`comlrl.envs.code.chat_prompts`).
 
     Args:
         path: ``ClassEval_data.json`` or a file in its schema (required; the data is not
@@ -340,10 +346,19 @@ class ClassEvalTask(Task):
         ]
 
     # --------------------------------------------------------------- prompts
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """``[agent1_prompt, agent2_prompt]``: instructions naming the agent's methods and
-        the teammate's, (later turns) the latest feedback as ``#`` comments, the full
-        skeleton, and ``class <Name>:`` so the completion continues with methods."""
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[ChatPrompt]:
+        """``[agent1_prompt, agent2_prompt]`` as chat prompts.
+
+        Chat form: a system message naming the agent's methods and the teammate's, and
+        the class skeleton with the request to write only those methods inside
+        ``class <Name>:`` in one fenced block; later turns continue the conversation (the
+        agent's previous completion, then the feedback; see
+        :mod:`comlrl.envs.code.chat_prompts`). ``raw`` form (base models): instructions
+        naming the agent's methods and the teammate's, (later turns) the latest feedback
+        as ``#`` comments, the full skeleton, and ``class <Name>:`` so the completion
+        continues with methods."""
         cls = example["class_name"]
         out = []
         for a in range(2):
@@ -353,13 +368,15 @@ class ClassEvalTask(Task):
                 theirs=", ".join(f"`{m}`" for m in theirs) or "nothing",
                 cls=cls,
             )
-            out.append(
+            raw = (
                 text
                 + feedback_comment_block(history, a)
                 + "\n# The class skeleton:\n"
                 + example["skeleton"].strip()
                 + f"\n\n\n# Your methods:\nclass {cls}:\n"
             )
+            first = method_messages(example["skeleton"], cls, mine, theirs, a, raw)
+            out.append(continue_conversation(first, history, a, raw))
         return out
 
     # ------------------------------------------------------------ extraction
@@ -372,19 +389,24 @@ class ClassEvalTask(Task):
     ) -> tuple[list[str], list[str], list[str]]:
         """Agent ``agent``'s code: ``(imports, method_sources, own_methods_defined)``.
 
+        Accepts indented methods continuing the raw prompt's ``class <Name>:`` line, or
+        (chat answers) fenced blocks, a whole ``class`` or top-level ``def``s taking
+        ``self``, with prose around them (see :func:`~comlrl.envs.code.extract.parse_code`).
+
         ``method_sources`` are unindented method definitions (non-trivial bodies only; the
         teammate's methods and ``__init__`` dropped); ``own_methods_defined`` names the
         agent's assigned methods among them. A method written without decorators gets
         the skeleton's (``decorators``: name -> decorator nodes, e.g. ``@staticmethod``).
         """
-        text = strip_code_fences(completion)
-        first = next((ln for ln in text.split("\n") if ln.strip()), "")
-        if first[:1].isspace():
-            text = "class _Part:\n" + text
-        parsed = parse_prefix(text)
-        if parsed is None:
+        first = next((ln for ln in completion.split("\n") if ln.strip()), "")
+        module: ast.Module | None
+        if "```" not in completion and first[:1].isspace():  # continues `class <Name>:`
+            parsed = parse_prefix("class _Part:\n" + completion)
+            module = parsed[1] if parsed is not None else None
+        else:  # fenced blocks (each dedented), or prose before the first def/class dropped
+            module = parse_code(completion)
+        if module is None:
             return [], [], []
-        module = parsed[1]
         theirs = set(example["agent_methods"][1 - agent]) | {"__init__"}
         imports: list[str] = []
         funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
@@ -519,6 +541,7 @@ class ClassEvalTask(Task):
                 "passed": info.get("passed"),
                 "total": info.get("total"),
                 "turn": turn,
+                "completions": tuple(joint_action.completions),
             },
         )
 

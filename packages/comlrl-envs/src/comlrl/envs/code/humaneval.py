@@ -5,20 +5,26 @@ entry point and may call ``aux`` (which it does not see: agents act decentrally)
 joint action is scored by running the combined program against the problem's real
 HumanEval ``test`` in the sandbox (:mod:`comlrl.envs.sandbox`).
 
-Prompts are written for base (completion) code models and work with chat models too:
+Prompts are :class:`comlrl.core.ChatPrompt` s (see :mod:`comlrl.envs.code.chat_prompts`):
+for instruct models a system message with the agent's role and a user message asking for
+only its function in one fenced block; their ``raw`` text, for base (completion) models:
 
-- agent 1's prompt shows the problem's signature and docstring and ends with
-  ``def aux(``; its completion continues the helper. A completion that restates
-  ``def aux(...)`` in full (with or without Markdown fences) is accepted as is.
-- agent 2's prompt ends with the original HumanEval prompt (imports, signature,
+- agent 1's text shows the problem's signature and docstring and ends with
+  ``def aux(``; its completion continues the helper. A completion that writes
+  ``def aux(...)`` in full (a chat answer: fenced or not, prose around it) is accepted.
+- agent 2's text ends with the original HumanEval prompt (imports, signature,
   docstring), so its completion is the function body. A completion that contains a full
   ``def <entry_point>(...)`` (fenced or not) is accepted as is; an unindented body is
   indented.
 
-Extraction keeps only imports, functions, classes and assignments (prints, example calls
-and ``__main__`` blocks are dropped), trims a truncated tail until the code parses, and
-enforces the roles syntactically: agent 1's definitions of the entry point and agent 2's
-definitions of ``aux`` are dropped. Combined program::
+Multi-turn: chat prompts continue the conversation (the agent's own completion, then the
+feedback); raw texts are rebuilt with the latest feedback as ``#`` comments.
+
+Extraction (:mod:`comlrl.envs.code.extract`) parses each fenced block on its own, keeps
+only imports, functions, classes and plain assignments (prints, example calls, asserts,
+tests and ``__main__`` blocks are dropped), trims a truncated tail until the code parses,
+and enforces the roles syntactically: agent 1's definitions of the entry point and agent
+2's definitions of ``aux`` are dropped (agent 1's ``aux`` always wins). Combined program::
 
     <prompt preamble: imports and given helper functions> + agent 1 code + agent 2 code
 """
@@ -36,12 +42,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, JointAction, RewardBatch, Task
+from comlrl.envs.code.chat_prompts import continue_conversation, helper_messages, main_messages
 from comlrl.envs.code.extract import (
     complete_function,
     defined_functions,
     has_nontrivial_body,
     keep_definitions,
+    parse_code,
     parse_prefix,
     strip_code_fences,
 )
@@ -194,9 +202,10 @@ class CoopHumanEvalTask(Task):
 
     Multi-turn (``max_turns`` > 1): :meth:`feedback` tells each agent how many tests
     passed, the first failing test (its source) and error, its own previous code and the
-    teammate's function signatures; :meth:`prompts` puts that feedback, as ``#`` comments,
-    between the instructions and the code of the next turn's prompts. ``done`` is set when
-    every test passed. Turn-0 prompts do not change.
+    teammate's function signatures; :meth:`prompts` continues each agent's chat
+    conversation with its previous completion and that feedback, and puts the feedback,
+    as ``#`` comments, between the instructions and the code of the ``raw`` text. ``done``
+    is set when every test passed. Turn-0 prompts do not change.
 
     Args:
         path: a local HumanEval-format ``.jsonl``, ``.jsonl.gz`` or ``.json`` file;
@@ -330,18 +339,26 @@ class CoopHumanEvalTask(Task):
         ]
 
     # --------------------------------------------------------------- prompts
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """The two agents' prompts: ``[helper_prompt, main_prompt]``.
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[ChatPrompt]:
+        """The two agents' prompts: ``[helper_prompt, main_prompt]``, as chat prompts.
 
-        On turn 0 (``history`` empty) agent 1's prompt shows the problem and ends with
-        ``def aux(``; agent 2's ends with the problem's own prompt. On later turns each
-        agent's latest feedback (see :meth:`feedback`) is inserted as ``#`` comments right
-        after the instructions; the rest is unchanged.
+        Chat form (instruct models; see :mod:`comlrl.envs.code.chat_prompts`): agent 1 is
+        shown the problem and asked for only ``def aux(...)`` in one fenced block; agent 2
+        for the whole entry point, which may call ``aux``. On later turns the conversation
+        continues: the agent's previous completion, then the feedback (see
+        :meth:`feedback`) and a request to write its part again.
+
+        ``raw`` form (base models; what :func:`comlrl.core.prompt_text` gives): on turn 0
+        agent 1's text shows the problem and ends with ``def aux(``; agent 2's ends with the
+        problem's own prompt. On later turns the latest feedback is inserted as ``#``
+        comments right after the instructions; the rest is unchanged.
         """
         entry = example["entry_point"]
         preamble, stub = split_prompt(example["prompt"], entry)
         fmt = {"helper": self.helper_name, "entry": entry}
-        helper_prompt = (
+        helper_raw = (
             _HELPER_INSTRUCTIONS.format(**fmt)
             + feedback_comment_block(history, 0)
             + ("\n" + preamble + "\n" if preamble else "")
@@ -350,13 +367,20 @@ class CoopHumanEvalTask(Task):
             + "\n    ...  # written by your teammate\n\n\n"
             + f"def {self.helper_name}("
         )
-        main_prompt = (
+        main_raw = (
             _MAIN_INSTRUCTIONS.format(**fmt)
             + feedback_comment_block(history, 1)
             + "\n"
             + example["prompt"].lstrip("\n")
         )
-        return [helper_prompt, main_prompt]
+        firsts = [
+            helper_messages(example["prompt"], entry, self.helper_name, helper_raw),
+            main_messages(example["prompt"], entry, self.helper_name, main_raw),
+        ]
+        return [
+            continue_conversation(first, history, a, raw)
+            for a, (first, raw) in enumerate(zip(firsts, (helper_raw, main_raw), strict=True))
+        ]
 
     # --------------------------------------------------------------- feedback
     def describe_unit(self, example: Mapping[str, Any], number: int) -> str | None:
@@ -387,7 +411,8 @@ class CoopHumanEvalTask(Task):
             failing test and error, the agent's own extracted code, the teammate's
             function signatures; every piece capped, see :mod:`comlrl.envs.code.feedback`),
             ``done=True`` when every test passed, and ``info`` with ``status``,
-            ``passed``, ``total`` and ``turn``.
+            ``passed``, ``total``, ``turn`` and ``completions`` (the joint action's texts,
+            which the next chat prompts show as the agents' own earlier answers).
         """
         helper_text, main_text = joint_action.completions
         entry = example["entry_point"]
@@ -407,30 +432,50 @@ class CoopHumanEvalTask(Task):
                 "passed": info.get("passed"),
                 "total": info.get("total"),
                 "turn": turn,
+                "completions": tuple(joint_action.completions),
             },
         )
 
     # ------------------------------------------------------------ extraction
     def extract_helper(self, completion: str, entry_point: str) -> str:
-        """Agent 1's code: imports and definitions, without any ``entry_point``."""
+        """Agent 1's code: imports and definitions, without any ``entry_point``.
+
+        A completion that writes ``def aux(`` anywhere (a chat answer: fenced blocks or
+        prose around a whole function) is parsed with
+        :func:`~comlrl.envs.code.extract.parse_code`; otherwise it is taken as the
+        continuation of the raw prompt's ``def aux(``. Tests, prints, example calls and
+        any definition of the entry point are dropped (the teammate writes it).
+        """
         text = strip_code_fences(completion)
-        if not _defines(text, self.helper_name):
-            text = f"def {self.helper_name}(" + text
-        parsed = parse_prefix(text)
-        if parsed is None:
+        if _defines(text, self.helper_name):
+            module = parse_code(completion)
+        else:
+            parsed = parse_prefix(f"def {self.helper_name}(" + text)
+            module = parsed[1] if parsed is not None else None
+        if module is None:
             return ""
-        return keep_definitions(parsed[1], {entry_point})
+        return keep_definitions(module, {entry_point})
 
     def extract_main(self, completion: str, example: Mapping[str, Any]) -> str:
-        """Agent 2's code: the entry point (prompt + body, or a full ``def``), no ``aux``."""
+        """Agent 2's code: the entry point (prompt + body, or a full ``def``), no ``aux``.
+
+        A completion that writes ``def <entry_point>(`` anywhere is parsed with
+        :func:`~comlrl.envs.code.extract.parse_code` (fences, prose, truncated tail); any
+        other is the body that continues the problem's prompt
+        (:func:`~comlrl.envs.code.extract.complete_function`). Agent 2's own definition of
+        ``aux``, if any, is dropped: agent 1's ``aux`` always wins (so the cooperation
+        bonus only counts calls of the teammate's helper).
+        """
         entry = example["entry_point"]
         text = strip_code_fences(completion)
-        if not _defines(text, entry):
-            text = complete_function(example["prompt"], text)
-        parsed = parse_prefix(text)
-        if parsed is None:
+        if _defines(text, entry):
+            module = parse_code(completion)
+        else:
+            parsed = parse_prefix(complete_function(example["prompt"], text))
+            module = parsed[1] if parsed is not None else None
+        if module is None:
             return ""
-        return keep_definitions(parsed[1], {self.helper_name})
+        return keep_definitions(module, {self.helper_name})
 
     def build_program(
         self, helper_completion: str, main_completion: str, example: Mapping[str, Any]

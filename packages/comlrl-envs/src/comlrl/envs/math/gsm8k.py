@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
 from comlrl.envs.math.answer import answers_match, extract_answer, gold_answer
 from comlrl.envs.writing._files import hub_rows, rows_for_split
 
@@ -45,6 +45,24 @@ A teammate solves the same problem separately; your team is right when you both 
 
 Question: {question}
 Calculation:"""
+
+_CHAT_ROLES = (
+    (
+        "You are agent 1 in a team of two solving a math word problem. You explain your "
+        "reasoning step by step in words; a teammate solves the same problem separately.",
+        "Reason step by step",
+    ),
+    (
+        "You are agent 2 in a team of two solving a math word problem. You write the "
+        "calculation as short arithmetic, one step per line; a teammate solves the same "
+        "problem separately.",
+        "Write the calculation as short arithmetic, one step per line",
+    ),
+)
+_CHAT_USER = (
+    "{question}\n\n{how}. Then write the final answer as a number on the last line, after "
+    '"####" (for example: #### 42).'
+)
 
 
 class Gsm8kTask(Task):
@@ -113,10 +131,28 @@ class Gsm8kTask(Task):
             out.append({**row, "gold": gold_answer(str(row["answer"]))})
         return out[: self.limit] if self.limit is not None else out
 
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """``[reasoner_prompt, calculator_prompt]`` (single-turn: ``history`` unused)."""
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[ChatPrompt]:
+        """``[reasoner_prompt, calculator_prompt]`` (single-turn: ``history`` unused).
+
+        Chat form: a system message with the agent's style (step-by-step reasoning / short
+        arithmetic) and a user message with the question and the answer format (the final
+        number after ``####`` on the last line). ``raw``: the completion-style text ending
+        in ``Answer:`` / ``Calculation:`` for base models.
+        """
         question = str(example["question"]).strip()
-        return [_REASONER.format(question=question), _CALCULATOR.format(question=question)]
+        raws = (_REASONER.format(question=question), _CALCULATOR.format(question=question))
+        return [
+            ChatPrompt(
+                (
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": _CHAT_USER.format(question=question, how=how)},
+                ),
+                raw=raw,
+            )
+            for (system, how), raw in zip(_CHAT_ROLES, raws, strict=True)
+        ]
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]

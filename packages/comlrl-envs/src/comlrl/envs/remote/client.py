@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, RewardBatch, RewardFunctionError, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, RewardFunctionError, Task
 from comlrl.envs.remote._protocol import (
     PROTOCOL_VERSION,
     TOKEN_ENV,
@@ -706,7 +706,7 @@ class RemoteRewardTask(Task):
         """The wrapped task's examples of ``split``."""
         return self.local.load(split)
 
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The wrapped task's prompts."""
         return self.local.prompts(example, history)
 

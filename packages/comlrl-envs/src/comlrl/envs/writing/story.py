@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
 from comlrl.envs.writing.rewards import STOPWORDS, band_score
 
 __all__ = [
@@ -306,15 +306,46 @@ class CoopStoryTask(Task):
         rows = [s for s in story_seeds() if (s["seed_id"] % 8 == 7) == (split == "test")]
         return rows[: self.limit] if self.limit is not None else rows
 
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """``[beginning_prompt, ending_prompt]`` (single-turn: ``history`` unused)."""
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[ChatPrompt]:
+        """``[beginning_prompt, ending_prompt]`` (single-turn: ``history`` unused).
+
+        ``raw`` (what base models such as stories260k see, unchanged): the story's first
+        sentences for agent 1, ``"<name> played with the <object> at the <place>. In the
+        end,"`` for agent 2. Chat form: a system message with the agent's part of the
+        story and a user message asking for that part (a few simple sentences, about
+        ``min_words``-``max_words`` words, naming the seed's name, object and place), with
+        the raw text as its first words.
+        """
         name, obj, place = example["name"], example["object"], example["place"]
         begin = (
             f"Once upon a time, a little {example['kind']} named {name} went to the {place}. "
             f"{example['pronoun']} had a {obj}."
         )
         end = f"{name} played with the {obj} at the {place}. In the end,"
-        return [begin, end]
+        words = f"{self.min_words} to {self.max_words} words"
+        system = (
+            "You and a teammate write one short, simple story for young children together. "
+            "You write the {part}; your teammate writes the {other}."
+        )
+        user = (
+            "Write the {part} of the story in {words}, about {name}, the {obj} and the "
+            '{place}. Start with: "{start}"\nWrite only the story text.'
+        )
+        out = []
+        for part, other, start in (("beginning", "ending", begin), ("ending", "beginning", end)):
+            fmt = {"part": part, "other": other, "words": words, "name": name, "obj": obj}
+            out.append(
+                ChatPrompt(
+                    (
+                        {"role": "system", "content": system.format(**fmt)},
+                        {"role": "user", "content": user.format(**fmt, place=place, start=start)},
+                    ),
+                    raw=start,
+                )
+            )
+        return out
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]

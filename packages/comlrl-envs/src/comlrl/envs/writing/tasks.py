@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
 from comlrl.envs.writing._files import hub_rows, rows_for_split
 from comlrl.envs.writing.rewards import (
     ARXIV_SPEC,
@@ -51,6 +51,8 @@ class WritingTask(Task):
     file_names: dict[str, tuple[str, ...]] = {}
     spec: WritingRewardSpec = TLDR_SPEC
     templates: tuple[str, str] = ("", "")
+    chat_roles: tuple[str, str] = ("", "")
+    chat_requests: tuple[str, str] = ("{text}", "{text}")
 
     def __init__(self, path: str | Path | None = None, *, limit: int | None = None) -> None:
         if limit is not None and limit < 0:
@@ -80,10 +82,28 @@ class WritingTask(Task):
         rows = [dict(r) for r in rows]
         return rows[: self.limit] if self.limit is not None else rows
 
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[str]:
-        """The two agents' prompts (single-turn: ``history`` unused)."""
+    def prompts(
+        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
+    ) -> list[ChatPrompt]:
+        """The two agents' prompts (single-turn: ``history`` unused).
+
+        Chat form: a system message with the agent's part (:attr:`chat_roles`) and a user
+        message with the text and what to write (:attr:`chat_requests`); ``raw``: the
+        completion-style :attr:`templates` text for base models.
+        """
         text = str(example[self.field]).strip()
-        return [t.format(text=text) for t in self.templates]
+        return [
+            ChatPrompt(
+                (
+                    {"role": "system", "content": role},
+                    {"role": "user", "content": request.format(text=text)},
+                ),
+                raw=template.format(text=text),
+            )
+            for role, request, template in zip(
+                self.chat_roles, self.chat_requests, self.templates, strict=True
+            )
+        ]
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
@@ -133,6 +153,19 @@ class TldrTask(WritingTask):
         "Instructions: cover more details in varied words, and use transition words "
         "(however, therefore, for example) so it reads smoothly.\nDetailed summary:",
     )
+    chat_roles = (
+        "You are agent 1 in a team of two summarizing a post. You write a concise summary; "
+        "your teammate writes a longer, detailed one.",
+        "You are agent 2 in a team of two summarizing a post. You write a detailed summary; "
+        "your teammate writes a short, concise one.",
+    )
+    chat_requests = (
+        "Post:\n{text}\n\nSummarize this post in one sentence or a few: brief and factual. "
+        "Write only the summary.",
+        "Post:\n{text}\n\nWrite a detailed summary of this post: cover more details in "
+        "varied words, and use transition words (however, therefore, for example) so it "
+        "reads smoothly. Write only the summary.",
+    )
 
 
 class ArxivTask(WritingTask):
@@ -165,4 +198,20 @@ class ArxivTask(WritingTask):
         "Abstract:\n{text}\n\nYour part: the method and its implications. A teammate "
         "writes the background and motivation; do not cover those.\nIntroduction "
         "(continued):",
+    )
+    chat_roles = (
+        "You are agent 1 in a team of two writing the introduction of a paper from its "
+        "abstract. You write the background and the motivation; your teammate writes the "
+        "method and its implications.",
+        "You are agent 2 in a team of two writing the introduction of a paper from its "
+        "abstract. You write the method and its implications; your teammate writes the "
+        "background and the motivation.",
+    )
+    chat_requests = (
+        "Abstract:\n{text}\n\nWrite the first half of the introduction: the background "
+        "and the motivation, in about 150 words. Do not describe the method. Write "
+        "only the text.",
+        "Abstract:\n{text}\n\nWrite the second half of the introduction: the method and "
+        "its implications, in about 200 words. Do not repeat the background. Write "
+        "only the text.",
     )
