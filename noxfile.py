@@ -20,6 +20,7 @@ pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -108,10 +109,14 @@ def _kernels_wheel(session: nox.Session) -> str:
             digest.update(str(path.relative_to(src)).encode())
             digest.update(path.read_bytes())
     out = ROOT / ".nox" / "_wheels" / digest.hexdigest()[:16]
-    wheels = list(out.glob("comlrl_kernels-*.whl"))
-    if not wheels:
-        session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src))
+    out.mkdir(parents=True, exist_ok=True)
+    # CI runs typecheck beside the tests: one builds the wheel, the other waits for it.
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         wheels = list(out.glob("comlrl_kernels-*.whl"))
+        if not wheels:
+            session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src))
+            wheels = list(out.glob("comlrl_kernels-*.whl"))
     return str(wheels[0])
 
 

@@ -131,23 +131,30 @@ def run_eval(args: argparse.Namespace) -> int:
             print(f"comlrl: {exc}", file=sys.stderr)
             return 2
     try:
-        data = list(task.load(config.eval_split))[: config.eval_limit]
-        if not data:
-            raise ValueError("it has no problems (check eval_limit)")
-        agents = []
-        for i in range(config.num_agents):
-            model, tok = load_model_and_tokenizer(
-                config.model_for(i), dtype=config.dtype, trust_remote_code=config.trust_remote_code
+        # What a user can get wrong (the split, the models) exits 2 with a message; an error
+        # while evaluating is a bug and keeps its traceback.
+        try:
+            data = list(task.load(config.eval_split))[: config.eval_limit]
+            if not data:
+                raise ValueError("it has no problems (check eval_limit)")
+            agents = []
+            for i in range(config.num_agents):
+                model, tok = load_model_and_tokenizer(
+                    config.model_for(i),
+                    dtype=config.dtype,
+                    trust_remote_code=config.trust_remote_code,
+                )
+                agents.append(
+                    HFAgent(model, tok, name=f"agent_{i}", **config.generation_options())
+                )
+            trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
+        except (ConfigError, OSError, ValueError) as exc:
+            print(
+                f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
+                file=sys.stderr,
             )
-            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
-        trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
+            return 2
         row, rollouts = _evaluate_with_progress(trainer, data)
-    except (ConfigError, OSError, ValueError) as exc:
-        print(
-            f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
-            file=sys.stderr,
-        )
-        return 2
     finally:
         task.close()
     trainer.run.close()

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from comlrl.core.prompts import prompt_text
+
 __all__ = [
     "TrainingWarning",
     "LearningSignalWatch",
@@ -133,9 +135,11 @@ def warn_if_cannot_learn(
                 continue
             if roots is None:
                 roots = [env.root(ex).prompts for ex in examples]
-            result = context_overflow(
-                [p[a] for p in roots], tokenizer, context, config.max_new_tokens, agent=a
-            )
+            # the text the model sees (chat template or plain text), as the agent renders it
+            render = getattr(agent, "render", None)
+            prompts = [p[a] for p in roots]
+            texts = render(prompts) if callable(render) else [prompt_text(p) for p in prompts]
+            result = context_overflow(texts, tokenizer, context, config.max_new_tokens, agent=a)
             if result.count:
                 found.append(result)
     if found:
