@@ -62,10 +62,69 @@ NON_STDLIB_MODULES = frozenset(
 _REQUIRED = ("task_id", "skeleton", "test", "class_name", "methods_info")
 
 _RUNNER = '''
+_COMLRL_DUNDERS = (
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
+    "__contains__", "__iter__", "__hash__", "__add__", "__radd__", "__sub__", "__rsub__",
+    "__abs__", "__round__", "__float__", "__int__", "__index__",
+)
+_COMLRL_MRO = type.__dict__["__mro__"]
+_COMLRL_VARS = type.__dict__["__dict__"]
+_COMLRL_C_KINDS = ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method")
+
+
+def _comlrl_program_answers(value, depth=0):
+    """Whether comparing or truth-testing value would run code that is not the stdlib's."""
+    if depth > 50:
+        return True
+    cls = type(value)
+    for klass in _COMLRL_MRO.__get__(cls, type):
+        attrs = _COMLRL_VARS.__get__(klass, type)
+        for name in _COMLRL_DUNDERS:
+            if name not in attrs or attrs[name] is None:
+                continue
+            fn = attrs[name]
+            kind = type(fn)
+            if kind.__name__ in _COMLRL_C_KINDS and kind.__module__ == "builtins":
+                continue
+            if kind is type(_comlrl_program_answers) and not fn.__code__.co_filename.startswith("<"):
+                continue
+            return True
+    if cls in (list, tuple, set, frozenset):
+        return any(_comlrl_program_answers(v, depth + 1) for v in value)
+    if cls is dict:
+        return any(
+            _comlrl_program_answers(k, depth + 1) or _comlrl_program_answers(v, depth + 1)
+            for k, v in value.items()
+        )
+    return False
+
+
+def _comlrl_guarded(assertion):
+    def guarded(*args, **kwargs):
+        for value in (*args, *kwargs.values()):
+            if _comlrl_program_answers(value):
+                raise AssertionError(
+                    f"{type(value).__name__}: the test would compare a value whose comparison "
+                    "the program defines"
+                )
+        return assertion(*args, **kwargs)
+
+    return guarded
+
+
 def _comlrl_run_test(candidate, case, method):
-    """Run one unittest test method; raise AssertionError with its failure, else True."""
+    """Run one unittest test method; raise AssertionError with its failure, else True.
+
+    Every assert* method of the test case refuses values whose comparison, truth value
+    or arithmetic the program's own code would answer (a returned object whose __eq__
+    is always True gets no credit).
+    """
+    test = case(method)
+    for name in dir(test):
+        if name.startswith("assert") and callable(getattr(test, name)):
+            setattr(test, name, _comlrl_guarded(getattr(test, name)))
     result = unittest.TestResult()
-    unittest.TestSuite([case(method)]).run(result)
+    unittest.TestSuite([test]).run(result)
     for _, trace in result.errors + result.failures:
         lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
         raise AssertionError(lines[-1][:300] if lines else "test failed")
@@ -335,7 +394,7 @@ class ClassEvalTask(Task):
     def reference_jobs(self, split: str = "test") -> list[CheckJob]:
         """Each class's reference ``solution_code`` of ``split`` as a sandbox job."""
         return [
-            CheckJob(r["reference_program"], r["check_test"], r["entry_point"])
+            CheckJob(r["reference_program"], r["check_test"], r["entry_point"], same_process=True)
             for r in self.load(split)
         ]
 
@@ -462,7 +521,7 @@ class ClassEvalTask(Task):
             if error is not None:
                 verdicts[i] = Verdict("syntax_error", 0, total, error=error)
                 continue
-            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"]))
+            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
             index.append(i)
         if jobs:
             if self._pool is None:

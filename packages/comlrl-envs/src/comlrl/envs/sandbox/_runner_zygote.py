@@ -189,6 +189,7 @@ def _zygote_warm_up():
     except Exception:
         pass
     try:  # filesystem isolation: the module, its libc prototypes and the mount plan
+        _runner._check_module()
         mounts = _runner._mounts_module()
         mounts.libc()
         mounts.base_plan()

@@ -57,7 +57,6 @@ that outlive the program's globals, e.g. stored in a module, is not called).
 
 from __future__ import annotations
 
-import marshal
 import os
 import secrets
 import shutil
@@ -71,6 +70,7 @@ from comlrl.envs.sandbox import zygote
 from comlrl.envs.sandbox._process import (
     RUNNER,
     drive,
+    encode_instructions,
     has_exited,
     kill_group,
     make_run_dir,
@@ -158,7 +158,7 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
     read_fd, write_fd = os.pipe()
     cfg = dict(payload)
     cfg.update(nonce=nonce, result_fd=write_fd, **runner_config(limits, run_dir, workdir))
-    data = marshal.dumps(cfg)
+    data = encode_instructions(cfg)
     start = time.perf_counter()
     proc: subprocess.Popen[bytes] | None = None
     try:

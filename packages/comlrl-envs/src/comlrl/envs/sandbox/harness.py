@@ -72,10 +72,13 @@ class TestPlan:
             body of ``check``; ``is_unit`` marks statements that contain an ``assert``
             and refer to the candidate.
         arg_name: the name of ``check``'s parameter (``"candidate"`` in HumanEval).
+        names: every name the test source refers to (sorted); those it does not define
+            and that are not builtins are looked up in the program (helpers, classes).
     """
 
     steps: tuple[tuple[str, bool], ...]
     arg_name: str
+    names: tuple[str, ...] = ()
 
     @property
     def num_units(self) -> int:
@@ -131,7 +134,8 @@ def split_test(test: str) -> TestPlan:
             isinstance(n, ast.Name) and n.id == arg for n in nodes
         )
         steps.append((ast.unparse(stmt), is_unit))
-    return TestPlan(tuple(steps), check.args.args[0].arg)
+    names = sorted({n.id for n in ast.walk(module) if isinstance(n, ast.Name)})
+    return TestPlan(tuple(steps), check.args.args[0].arg, tuple(names))
 
 
 @dataclass(slots=True)
@@ -195,14 +199,17 @@ def check_payload(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = None,
+    same_process: bool = False,
 ) -> dict[str, Any]:
     """The runner instructions for a check run (used by :func:`check_solution`)."""
     return {
+        "same_process": bool(same_process),
         "mode": "check",
         "code": program,
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
         "entry_point": entry_point,
         "arg_name": plan.arg_name,
+        "names": list(plan.names),
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
     }
@@ -230,6 +237,8 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
             error=f"process ended (exit code {result.returncode}) before the tests reported; "
             "no credit",
         )
+    if rec.get("tampered"):
+        return make("tampered", error="the candidate's process broke the harness protocol")
     errors = [str(e) for e in rec.get("errors", [])][:5]
     loaded = bool(rec.get("program_loaded", False))
     if "syntax_error" in rec:
@@ -257,6 +266,7 @@ def check_solution(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = 2.0,
+    same_process: bool = False,
 ) -> Verdict:
     """Run ``program`` in the sandbox and score it with ``test``'s ``check(entry_point)``.
 
@@ -270,6 +280,9 @@ def check_solution(
         assert_timeout_s: time budget of each test unit (``SIGALRM`` in the child); a unit
             past it fails and the next one runs. ``None`` disables it (only the wall-clock
             limit applies, and a hang then costs every unit).
+        same_process: run the tests in the program's own process (for tests that need
+            the candidate's live objects, e.g. ClassEval's ``unittest`` classes) instead
+            of the default two processes whose verdict the program cannot reach.
 
     Returns:
         A :class:`Verdict`; never raises for anything the program does.
@@ -279,7 +292,12 @@ def check_solution(
     """
     plan = split_test(test)
     payload = check_payload(
-        program, plan, entry_point, track_calls=track_calls, assert_timeout_s=assert_timeout_s
+        program,
+        plan,
+        entry_point,
+        track_calls=track_calls,
+        assert_timeout_s=assert_timeout_s,
+        same_process=same_process,
     )
     result = execute(payload, limits or SandboxLimits())
     return verdict_from_execution(result, plan.num_units)
