@@ -44,6 +44,7 @@ from typing import Any
 from comlrl.core import Feedback, JointAction, RewardBatch, Task
 from comlrl.envs.code.extract import has_nontrivial_body, parse_prefix, strip_code_fences
 from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
+from comlrl.envs.code.hacks import hack_signals
 from comlrl.envs.code.humaneval import default_split_ranges
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
 
@@ -499,7 +500,9 @@ class ClassEvalTask(Task):
         Returns:
             ``K`` rewards in ``[0, 1]`` and ``K`` infos: the sandbox verdict (``status``,
             ``passed``, ``total``, ``fraction``, ``error``, ``errors``, ...) plus
-            ``task_id``, ``methods_defined`` (per agent), ``reward_parts``.
+            ``task_id``, ``methods_defined`` (per agent), ``reward_parts`` and
+            ``hack_signals`` (``list[str]``, see :func:`comlrl.envs.code.hacks.hack_signals`;
+            empty when clean).
 
         Raises:
             ValueError: when the shapes disagree.
@@ -507,10 +510,12 @@ class ClassEvalTask(Task):
         k = self.check_joint_batch(completions, examples)
         verdicts: list[Verdict | None] = [None] * k
         defined_all: list[list[list[str]]] = []
+        signals: list[list[str]] = []
         jobs, index = [], []
         for i, ex in enumerate(examples):
             program, defined = self.build_program([completions[0][i], completions[1][i]], ex)
             defined_all.append(defined)
+            signals.append(list(hack_signals(program)))
             total = split_test(ex["check_test"]).num_units
             if not any(defined):
                 verdicts[i] = Verdict(
@@ -543,7 +548,10 @@ class ClassEvalTask(Task):
             rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
             info = verdict.as_info()
             info.update(
-                task_id=ex.get("task_id"), methods_defined=defined_all[i], reward_parts=parts
+                task_id=ex.get("task_id"),
+                methods_defined=defined_all[i],
+                reward_parts=parts,
+                hack_signals=signals[i],
             )
             infos.append(info)
         return RewardBatch(rewards, infos)
