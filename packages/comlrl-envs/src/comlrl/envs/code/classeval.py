@@ -68,6 +68,7 @@ _COMLRL_DUNDERS = (
     "__contains__", "__iter__", "__hash__", "__add__", "__radd__", "__sub__", "__rsub__",
     "__abs__", "__round__", "__float__", "__int__", "__index__",
 )
+_COMLRL_RESTORE = globals().get("__comlrl_restore__", lambda: None)
 _COMLRL_MRO = type.__dict__["__mro__"]
 _COMLRL_VARS = type.__dict__["__dict__"]
 _COMLRL_C_KINDS = ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method")
@@ -102,6 +103,7 @@ def _comlrl_program_answers(value, depth=0):
 
 def _comlrl_guarded(assertion):
     def guarded(*args, **kwargs):
+        _COMLRL_RESTORE()
         for value in (*args, *kwargs.values()):
             if _comlrl_program_answers(value):
                 raise AssertionError(
@@ -116,7 +118,9 @@ def _comlrl_guarded(assertion):
 def _comlrl_run_test(candidate, case, method):
     """Run one unittest test method; raise AssertionError with its failure, else True.
 
-    Every assert* method of the test case refuses values whose comparison, truth value
+    Run with CheckJob(same_process=True): __comlrl_restore__ (from the sandbox) puts
+    unittest back as it was before the program loaded. Skips count as failures. Every
+    assert* method of the test case refuses values whose comparison, truth value
     or arithmetic the program's own code would answer (a returned object whose __eq__
     is always True gets no credit).
     """
@@ -126,9 +130,12 @@ def _comlrl_run_test(candidate, case, method):
             setattr(test, name, _comlrl_guarded(getattr(test, name)))
     result = unittest.TestResult()
     unittest.TestSuite([test]).run(result)
+    _COMLRL_RESTORE()
     for _, trace in result.errors + result.failures:
         lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
         raise AssertionError(lines[-1][:300] if lines else "test failed")
+    if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
+        raise AssertionError(f"test {method} was skipped or marked as an expected failure")
     if result.testsRun != 1:
         raise AssertionError(f"test {method} did not run")
     return True

@@ -688,6 +688,7 @@ def _run_same_process(cfg, fd, info):
         base["syntax_error"] = _R._short(exc)
         _R._emit(fd, nonce, base)
         _R._exit(0)
+    snapshot = _snapshot(secrets.get("guard_modules", ()))
     ns = {"__name__": "__candidate__", "__builtins__": builtins}
     try:
         _R._exec(code, ns)
@@ -711,10 +712,12 @@ def _run_same_process(cfg, fd, info):
     tns["__builtins__"] = _R._dict(_R._PRISTINE_BUILTINS)
     tns["__name__"] = "__check__"
     tns[secrets["arg_name"]] = ns[entry_point]
+    tns["__comlrl_restore__"] = snapshot
     passed, results, errors = 0, [], []
     for source, is_unit in plan:
         ok, err = True, ""
         try:
+            snapshot()
             unit = _R._compile(source, "<test>", "exec")
             _R._signal(_R.signal.SIGALRM, _R._on_alarm)
             if unit_timeout:
@@ -742,3 +745,53 @@ def _run_same_process(cfg, fd, info):
     except _R._BaseException:
         pass
     _R._exit(0)
+
+
+_type_setattr = type.__setattr__
+_type_delattr = type.__delattr__
+_type_vars = type.__dict__["__dict__"].__get__
+
+
+def _snapshot(names):
+    """Import ``names`` now (before the program) and return a function that puts those
+    modules, their globals and their classes' attributes back as they are now.
+
+    A program in the tests' own process could otherwise patch what they use (say
+    ``unittest.TestCase.assertEqual`` or ``TestResult.addFailure``); the tests call the
+    returned function before every unit and every assertion.
+    """
+    saved = []
+    for name in names:
+        try:
+            __import__(name)
+        except BaseException:
+            continue
+        module = sys.modules[name]
+        classes = [
+            (cls, dict(_type_vars(cls)))
+            for cls in list(vars(module).values())
+            if type(cls) is type and getattr(cls, "__module__", None) == name
+        ]
+        saved.append((name, module, dict(vars(module)), classes))
+
+    def restore():
+        for name, module, globals_, classes in saved:
+            sys.modules[name] = module
+            current = vars(module)
+            for key in [k for k in current if k not in globals_]:
+                del current[key]
+            for key, value in globals_.items():
+                if current.get(key, restore) is not value:
+                    current[key] = value
+            for cls, attrs in classes:
+                now = _type_vars(cls)
+                for key in [k for k in now if k not in attrs]:
+                    _type_delattr(cls, key)
+                for key, value in attrs.items():
+                    if now.get(key, restore) is not value and key not in (
+                        "__dict__",
+                        "__weakref__",
+                    ):
+                        _type_setattr(cls, key, value)
+
+    return restore

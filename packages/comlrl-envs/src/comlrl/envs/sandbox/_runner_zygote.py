@@ -62,6 +62,8 @@ _ZYGOTE_PRELOAD = (
     "string",
     "operator",
     "copy",
+    # the tests' own imports in same-process (ClassEval) runs
+    "unittest",
 )
 # Signals a sandboxed program could send the zygote (without a PID namespace it is the
 # program's parent); ignored in the zygote, restored in each child.

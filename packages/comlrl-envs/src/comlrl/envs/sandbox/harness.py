@@ -204,6 +204,7 @@ def check_payload(
     """The runner instructions for a check run (used by :func:`check_solution`)."""
     return {
         "same_process": bool(same_process),
+        "guard_modules": list(_GUARDED) if same_process else [],
         "mode": "check",
         "code": program,
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
@@ -213,6 +214,10 @@ def check_payload(
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
     }
+
+
+_GUARDED = ("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader")
+"""Modules a ``same_process`` run imports before the program and restores before each test."""
 
 
 def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
