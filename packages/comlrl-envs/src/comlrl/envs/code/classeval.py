@@ -53,6 +53,7 @@ __all__ = [
     "load_classeval",
     "classeval_check_source",
     "NON_STDLIB_MODULES",
+    "SAME_PROCESS_UNTRUSTED",
 ]
 
 NON_STDLIB_MODULES = frozenset(
@@ -61,6 +62,15 @@ NON_STDLIB_MODULES = frozenset(
 """Third-party modules some ClassEval classes import; the sandbox cannot import them."""
 
 _REQUIRED = ("task_id", "skeleton", "test", "class_name", "methods_info")
+
+SAME_PROCESS_UNTRUSTED = frozenset(
+    {"builtins", "trace_hook", "gc", "frame_access", "module_patch", "class_assignment"}
+    | {"native", "signal"}
+)
+"""Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
+verdict: its tests run in the program's own process, where a program reaching frames,
+``gc``, trace hooks or patching modules could forge the outcome. No reference solution
+carries any of them."""
 
 _RUNNER = '''
 _COMLRL_DUNDERS = (
@@ -292,6 +302,13 @@ class ClassEvalTask(Task):
     0.10   the combined class loaded in the sandbox without error
     0.80   x fraction of test units (``test_*`` methods) passed
     =====  ===============================================================================
+
+    ClassEval's tests need the class's live objects, so they run in the program's own
+    process (``CheckJob(same_process=True)``; unittest restored before each assertion,
+    assertions refuse values whose comparisons the program wrote, skips fail). A program
+    that carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks,
+    module patching, ...) earns no test credit, since only the static check stands
+    between it and the verdict there.
 
     Methods left out or stubbed are absent from the class, so their tests fail: an empty
     answer earns 0, stubs earn 0, a program that exits early, crashes or times out earns
@@ -551,7 +568,8 @@ class ClassEvalTask(Task):
                 for a in range(2)
             }
             parts["program_loaded"] = 0.1 if verdict.program_loaded else 0.0
-            parts["tests"] = 0.8 * verdict.fraction
+            untrusted = sorted(set(signals[i]) & SAME_PROCESS_UNTRUSTED)
+            parts["tests"] = 0.0 if untrusted else 0.8 * verdict.fraction
             rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
             info = verdict.as_info()
             info.update(
