@@ -1,11 +1,15 @@
 """Child-side runner of the sandbox (executed as ``python -I -S -B _runner.py``).
 
 This file is never imported by the trainer. The parent starts it in a fresh session, in a
-throwaway working directory, with a scrubbed environment, and writes one JSON document to
-its stdin. The runner, *before any model-written code runs*:
+throwaway working directory, with a scrubbed environment, and writes two ``marshal``
+documents to its stdin. The runner, *before any model-written code runs*:
 
-1. reads the whole document from stdin and replaces fd 0 with ``/dev/null``;
-2. keeps the nonce and the result-pipe fd number (the "honest channel") in locals;
+1. reads the first instructions document from stdin (length-prefixed: the program,
+   limits, work dir; never a byte more);
+2. keeps the result-pipe fd number (the "honest channel") in a local; the second
+   document (the nonce, and in check mode the test plan) is read only when needed: in
+   check mode by the test process after it forked the candidate process
+   (``_runner_check.py``), so the program's process never holds it;
 3. moves into new network, PID and mount namespaces when the OS allows it
    (``unshare(2)`` via ``ctypes``; first without, then with a user namespace whose only
    id is the trainer's), builds the program's own root and moves into it, drops every
@@ -16,8 +20,9 @@ its stdin. The runner, *before any model-written code runs*:
    and the kernel kills every process left in the namespace, including ones that called
    ``setsid()`` to leave the process group.
 
-Then it runs the program (``mode="exec"``) or the program followed by a test plan
-(``mode="check"``) and writes nonce-tagged JSON lines to the result pipe. Only the lines
+Then it runs the program (``mode="exec"``), or, in ``mode="check"``, becomes the test
+process of ``_runner_check.py`` (the program runs in a candidate process it forks), and
+writes nonce-tagged JSON lines to the result pipe. Only the lines
 the runner writes are trusted by the parent; stdout/stderr are just captured text.
 
 Fork-server mode (``_runner.py --zygote FD``, see :mod:`comlrl.envs.sandbox.zygote`): the

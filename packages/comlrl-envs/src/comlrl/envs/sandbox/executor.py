@@ -32,7 +32,8 @@ Either way the child applies the same per-program isolation before the program r
   Where the OS allows no mount namespace the run is refused
   (:class:`~comlrl.envs.sandbox.limits.SandboxUnavailableError`) unless the caller opted
   out with ``filesystem="host"``;
-- a fresh temporary working directory, deleted afterwards;
+- a fresh temporary working directory, deleted afterwards (under ``"isolated"`` a private
+  tmpfs of ``file_size_mb`` mounted there, so what the program writes is bounded);
 - a scrubbed environment (``PATH``, ``LANG``, ``HOME``/``TMPDIR`` = the work dir);
 - stdin replaced by ``/dev/null`` once the runner has read its instructions;
 - stdout and stderr captured up to ``max_output_bytes`` each (the rest is read and
