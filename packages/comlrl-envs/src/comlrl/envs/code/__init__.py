@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from comlrl.envs.code.classeval import ClassEvalTask, classeval_check_source, load_classeval
 from comlrl.envs.code.coop_humaneval_che import CoopHumanEvalCheTask
+from comlrl.envs.code.hacks import HACK_SIGNALS, hack_signals
 from comlrl.envs.code.humaneval import (
     CoopHumanEvalTask,
     default_humaneval_path,
@@ -15,6 +16,7 @@ from comlrl.envs.code.humaneval import (
 from comlrl.envs.code.mbpp import MbppTask, load_mbpp, mbpp_to_humaneval
 
 __all__ = [
+    "HACK_SIGNALS",
     "ClassEvalTask",
     "CoopHumanEvalCheTask",
     "CoopHumanEvalTask",
@@ -22,6 +24,7 @@ __all__ = [
     "classeval_check_source",
     "default_humaneval_path",
     "default_split_ranges",
+    "hack_signals",
     "load_classeval",
     "load_humaneval",
     "load_mbpp",

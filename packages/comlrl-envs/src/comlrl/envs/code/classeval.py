@@ -47,6 +47,7 @@ from comlrl.core import ChatPrompt, Feedback, JointAction, RewardBatch, Task
 from comlrl.envs.code.chat_prompts import continue_conversation, method_messages
 from comlrl.envs.code.extract import has_nontrivial_body, parse_code, parse_prefix
 from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
+from comlrl.envs.code.hacks import hack_signals
 from comlrl.envs.code.humaneval import default_split_ranges
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
 
@@ -55,6 +56,7 @@ __all__ = [
     "load_classeval",
     "classeval_check_source",
     "NON_STDLIB_MODULES",
+    "SAME_PROCESS_UNTRUSTED",
 ]
 
 NON_STDLIB_MODULES = frozenset(
@@ -64,14 +66,89 @@ NON_STDLIB_MODULES = frozenset(
 
 _REQUIRED = ("task_id", "skeleton", "test", "class_name", "methods_info")
 
+SAME_PROCESS_UNTRUSTED = frozenset(
+    {"builtins", "trace_hook", "gc", "frame_access", "module_patch", "class_assignment"}
+    | {"native", "signal"}
+)
+"""Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
+verdict: its tests run in the program's own process, where a program reaching frames,
+``gc``, trace hooks or patching modules could forge the outcome. No reference solution
+carries any of them."""
+
 _RUNNER = '''
+_COMLRL_DUNDERS = (
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
+    "__contains__", "__iter__", "__hash__", "__add__", "__radd__", "__sub__", "__rsub__",
+    "__abs__", "__round__", "__float__", "__int__", "__index__",
+)
+_COMLRL_RESTORE = globals().get("__comlrl_restore__", lambda: None)
+_COMLRL_MRO = type.__dict__["__mro__"]
+_COMLRL_VARS = type.__dict__["__dict__"]
+_COMLRL_C_KINDS = ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method")
+
+
+def _comlrl_program_answers(value, depth=0):
+    """Whether comparing or truth-testing value would run code that is not the stdlib's."""
+    if depth > 50:
+        return True
+    cls = type(value)
+    for klass in _COMLRL_MRO.__get__(cls, type):
+        attrs = _COMLRL_VARS.__get__(klass, type)
+        for name in _COMLRL_DUNDERS:
+            if name not in attrs or attrs[name] is None:
+                continue
+            fn = attrs[name]
+            kind = type(fn)
+            if kind.__name__ in _COMLRL_C_KINDS and kind.__module__ == "builtins":
+                continue
+            if kind is type(_comlrl_program_answers) and not fn.__code__.co_filename.startswith("<"):
+                continue
+            return True
+    if cls in (list, tuple, set, frozenset):
+        return any(_comlrl_program_answers(v, depth + 1) for v in value)
+    if cls is dict:
+        return any(
+            _comlrl_program_answers(k, depth + 1) or _comlrl_program_answers(v, depth + 1)
+            for k, v in value.items()
+        )
+    return False
+
+
+def _comlrl_guarded(assertion):
+    def guarded(*args, **kwargs):
+        _COMLRL_RESTORE()
+        for value in (*args, *kwargs.values()):
+            if _comlrl_program_answers(value):
+                raise AssertionError(
+                    f"{type(value).__name__}: the test would compare a value whose comparison "
+                    "the program defines"
+                )
+        return assertion(*args, **kwargs)
+
+    return guarded
+
+
 def _comlrl_run_test(candidate, case, method):
-    """Run one unittest test method; raise AssertionError with its failure, else True."""
+    """Run one unittest test method; raise AssertionError with its failure, else True.
+
+    Run with CheckJob(same_process=True): __comlrl_restore__ (from the sandbox) puts
+    unittest back as it was before the program loaded. Skips count as failures. Every
+    assert* method of the test case refuses values whose comparison, truth value
+    or arithmetic the program's own code would answer (a returned object whose __eq__
+    is always True gets no credit).
+    """
+    test = case(method)
+    for name in dir(test):
+        if name.startswith("assert") and callable(getattr(test, name)):
+            setattr(test, name, _comlrl_guarded(getattr(test, name)))
     result = unittest.TestResult()
-    unittest.TestSuite([case(method)]).run(result)
+    unittest.TestSuite([test]).run(result)
+    _COMLRL_RESTORE()
     for _, trace in result.errors + result.failures:
         lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
         raise AssertionError(lines[-1][:300] if lines else "test failed")
+    if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
+        raise AssertionError(f"test {method} was skipped or marked as an expected failure")
     if result.testsRun != 1:
         raise AssertionError(f"test {method} did not run")
     return True
@@ -229,6 +306,13 @@ class ClassEvalTask(Task):
     0.80   x fraction of test units (``test_*`` methods) passed
     =====  ===============================================================================
 
+    ClassEval's tests need the class's live objects, so they run in the program's own
+    process (``CheckJob(same_process=True)``; unittest restored before each assertion,
+    assertions refuse values whose comparisons the program wrote, skips fail). A program
+    that carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks,
+    module patching, ...) earns no test credit, since only the static check stands
+    between it and the verdict there.
+
     Methods left out or stubbed are absent from the class, so their tests fail: an empty
     answer earns 0, stubs earn 0, a program that exits early, crashes or times out earns
     no test credit (the sandbox's honest channel, :mod:`comlrl.envs.sandbox.harness`). A
@@ -341,7 +425,7 @@ class ClassEvalTask(Task):
     def reference_jobs(self, split: str = "test") -> list[CheckJob]:
         """Each class's reference ``solution_code`` of ``split`` as a sandbox job."""
         return [
-            CheckJob(r["reference_program"], r["check_test"], r["entry_point"])
+            CheckJob(r["reference_program"], r["check_test"], r["entry_point"], same_process=True)
             for r in self.load(split)
         ]
 
@@ -462,7 +546,9 @@ class ClassEvalTask(Task):
         Returns:
             ``K`` rewards in ``[0, 1]`` and ``K`` infos: the sandbox verdict (``status``,
             ``passed``, ``total``, ``fraction``, ``error``, ``errors``, ...) plus
-            ``task_id``, ``methods_defined`` (per agent), ``reward_parts``.
+            ``task_id``, ``methods_defined`` (per agent), ``reward_parts`` and
+            ``hack_signals`` (``list[str]``, see :func:`comlrl.envs.code.hacks.hack_signals`;
+            empty when clean).
 
         Raises:
             ValueError: when the shapes disagree.
@@ -470,10 +556,12 @@ class ClassEvalTask(Task):
         k = self.check_joint_batch(completions, examples)
         verdicts: list[Verdict | None] = [None] * k
         defined_all: list[list[list[str]]] = []
+        signals: list[list[str]] = []
         jobs, index = [], []
         for i, ex in enumerate(examples):
             program, defined = self.build_program([completions[0][i], completions[1][i]], ex)
             defined_all.append(defined)
+            signals.append(list(hack_signals(program)))
             total = split_test(ex["check_test"]).num_units
             if not any(defined):
                 verdicts[i] = Verdict(
@@ -484,7 +572,7 @@ class ClassEvalTask(Task):
             if error is not None:
                 verdicts[i] = Verdict("syntax_error", 0, total, error=error)
                 continue
-            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"]))
+            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
             index.append(i)
         if jobs:
             if self._pool is None:
@@ -502,11 +590,15 @@ class ClassEvalTask(Task):
                 for a in range(2)
             }
             parts["program_loaded"] = 0.1 if verdict.program_loaded else 0.0
-            parts["tests"] = 0.8 * verdict.fraction
+            untrusted = sorted(set(signals[i]) & SAME_PROCESS_UNTRUSTED)
+            parts["tests"] = 0.0 if untrusted else 0.8 * verdict.fraction
             rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
             info = verdict.as_info()
             info.update(
-                task_id=ex.get("task_id"), methods_defined=defined_all[i], reward_parts=parts
+                task_id=ex.get("task_id"),
+                methods_defined=defined_all[i],
+                reward_parts=parts,
+                hack_signals=signals[i],
             )
             infos.append(info)
         return RewardBatch(rewards, infos)

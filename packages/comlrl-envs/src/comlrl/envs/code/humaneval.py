@@ -54,6 +54,7 @@ from comlrl.envs.code.extract import (
     strip_code_fences,
 )
 from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
+from comlrl.envs.code.hacks import hack_signals
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
 
 __all__ = [
@@ -334,7 +335,7 @@ class CoopHumanEvalTask(Task):
             ValueError: for an unknown split or a row without a reference solution.
         """
         return [
-            CheckJob(self.reference_program(row), row["test"], row["entry_point"])
+            CheckJob(self.reference_program(row), scored_test(row), row["entry_point"])
             for row in self.load(split)
         ]
 
@@ -506,19 +507,23 @@ class CoopHumanEvalTask(Task):
             ``K`` rewards in ``[0, 1]`` (levels in the class docstring) and ``K`` infos:
             the sandbox verdict (``status``, ``passed``, ``total``, ``fraction``,
             ``error``, ``errors``, ``duration_s``, ``calls``) plus ``task_id``,
-            ``helper_defined``, ``main_defined``, ``calls_helper`` and ``reward_parts``.
+            ``helper_defined``, ``main_defined``, ``calls_helper``, ``reward_parts`` and
+            ``hack_signals`` (``list[str]``: :func:`~comlrl.envs.code.hacks.hack_signals`
+            of the combined program, empty when clean).
 
         Raises:
             ValueError: when the shapes disagree (``A != 2`` or lengths differ from ``K``).
         """
         k = self.check_joint_batch(completions, examples)
         flags: list[dict[str, bool]] = []
+        signals: list[list[str]] = []
         verdicts: list[Verdict | None] = [None] * k
         jobs: list[CheckJob] = []
         job_index: list[int] = []
         for i in range(k):
             program, flag = self.build_program(completions[0][i], completions[1][i], examples[i])
             flags.append(flag)
+            signals.append(list(hack_signals(program)))
             error = _compile_error(program)
             if error is not None:
                 verdicts[i] = Verdict(
@@ -541,7 +546,10 @@ class CoopHumanEvalTask(Task):
                 continue
             jobs.append(
                 CheckJob(
-                    program, examples[i]["test"], examples[i]["entry_point"], (self.helper_name,)
+                    program,
+                    scored_test(examples[i]),
+                    examples[i]["entry_point"],
+                    (self.helper_name,),
                 )
             )
             job_index.append(i)
@@ -566,6 +574,7 @@ class CoopHumanEvalTask(Task):
                 main_defined=flag["main_defined"],
                 calls_helper=verdict.calls.get(self.helper_name, 0) > 0,
                 reward_parts=parts,
+                hack_signals=signals[i],
             )
             infos.append(info)
         return RewardBatch(rewards, infos)
@@ -592,6 +601,18 @@ class CoopHumanEvalTask(Task):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def scored_test(example: Mapping[str, Any]) -> str:
+    """The test source the sandbox scores ``example`` with: the prompt's own preamble
+    (imports and given helpers such as HumanEval/32's ``poly``), then the row's ``test``.
+
+    The tests run in a process of their own (:mod:`comlrl.envs.sandbox.harness`); with
+    the preamble there they call the problem's ``poly``/``encode_cyclic``, not a version
+    the program redefined.
+    """
+    preamble, _ = split_prompt(example["prompt"], example["entry_point"])
+    return f"{preamble}\n\n\n{example['test']}" if preamble else str(example["test"])
 
 
 @functools.lru_cache(maxsize=1024)

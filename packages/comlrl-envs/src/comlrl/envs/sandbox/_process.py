@@ -14,6 +14,7 @@ private names.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import selectors
 import signal
@@ -165,6 +166,24 @@ def runner_config(limits: SandboxLimits, run_dir: str, workdir: str) -> dict[str
             "max_processes": limits.max_processes,
         },
     }
+
+
+SECRET_KEYS = ("nonce", "plan", "arg_name", "assert_timeout_s", "names", "guard_modules")
+"""Instruction fields the runner reads only after a check run's candidate process forked."""
+
+
+def encode_instructions(cfg: dict[str, Any]) -> bytes:
+    """The runner's stdin: two ``marshal`` documents, the first length-prefixed.
+
+    The first holds what the candidate's process may see (program, limits, work dir);
+    the second (:data:`SECRET_KEYS`: the nonce and the test plan) is read by the runner
+    only after it forked the candidate's process in check mode, so the program never has
+    them in its memory (see ``_runner_check.py``).
+    """
+    public = {k: v for k, v in cfg.items() if k not in SECRET_KEYS}
+    first = marshal.dumps(public)
+    second = marshal.dumps({k: cfg[k] for k in SECRET_KEYS if k in cfg})
+    return len(first).to_bytes(8, "big") + first + second
 
 
 def parse_records(raw: bytes, nonce: str) -> tuple[list[dict[str, Any]], bool]:

@@ -1,11 +1,15 @@
 """Child-side runner of the sandbox (executed as ``python -I -S -B _runner.py``).
 
 This file is never imported by the trainer. The parent starts it in a fresh session, in a
-throwaway working directory, with a scrubbed environment, and writes one JSON document to
-its stdin. The runner, *before any model-written code runs*:
+throwaway working directory, with a scrubbed environment, and writes two ``marshal``
+documents to its stdin. The runner, *before any model-written code runs*:
 
-1. reads the whole document from stdin and replaces fd 0 with ``/dev/null``;
-2. keeps the nonce and the result-pipe fd number (the "honest channel") in locals;
+1. reads the first instructions document from stdin (length-prefixed: the program,
+   limits, work dir; never a byte more);
+2. keeps the result-pipe fd number (the "honest channel") in a local; the second
+   document (the nonce, and in check mode the test plan) is read only when needed: in
+   check mode by the test process after it forked the candidate process
+   (``_runner_check.py``), so the program's process never holds it;
 3. moves into new network, PID and mount namespaces when the OS allows it
    (``unshare(2)`` via ``ctypes``; first without, then with a user namespace whose only
    id is the trainer's), builds the program's own root and moves into it, drops every
@@ -16,8 +20,9 @@ its stdin. The runner, *before any model-written code runs*:
    and the kernel kills every process left in the namespace, including ones that called
    ``setsid()`` to leave the process group.
 
-Then it runs the program (``mode="exec"``) or the program followed by a test plan
-(``mode="check"``) and writes nonce-tagged JSON lines to the result pipe. Only the lines
+Then it runs the program (``mode="exec"``), or, in ``mode="check"``, becomes the test
+process of ``_runner_check.py`` (the program runs in a candidate process it forks), and
+writes nonce-tagged JSON lines to the result pipe. Only the lines
 the runner writes are trusted by the parent; stdout/stderr are just captured text.
 
 Fork-server mode (``_runner.py --zygote FD``, see :mod:`comlrl.envs.sandbox.zygote`): the
@@ -71,6 +76,8 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+_SELF = sys.modules[__name__]
 
 
 class _UnitTimeout(BaseException):
@@ -184,14 +191,14 @@ def _map_ids(uid, gid):
     _write_file("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
-def _refuse(fd, nonce, info, reason):
+def _refuse(fd, info, reason):
     """Report why the isolation asked for cannot be had, and end without running code."""
     info["refused"] = reason
-    _emit(fd, nonce, info)
+    _emit(fd, _secrets()["nonce"], info)
     _exit(125)
 
 
-def _isolate(cfg, fd, nonce):
+def _isolate(cfg, fd):
     info = {"kind": "isolation", "netns": False, "pidns": False, "userns": False}
     info["mountns"] = False
     info["executor"] = "fork" if _FORKED else "exec"
@@ -221,7 +228,7 @@ def _isolate(cfg, fd, nonce):
                 _map_ids(uid, gid)
             except OSError as exc:
                 if want_fs:
-                    _refuse(fd, nonce, info, f"could not map ids in a user namespace: {exc}")
+                    _refuse(fd, info, f"could not map ids in a user namespace: {exc}")
     if entered:
         info["netns"], info["pidns"] = want_net or inherited, want_pid
         info["mountns"] = want_fs
@@ -229,7 +236,6 @@ def _isolate(cfg, fd, nonce):
         if not entered:
             _refuse(
                 fd,
-                nonce,
                 info,
                 "unshare(CLONE_NEWNS) was refused, also inside a new user namespace",
             )
@@ -245,7 +251,7 @@ def _isolate(cfg, fd, nonce):
                         raise
             mounts.drop_privileges(info, info["userns"], _FORKED)
         except Exception as exc:
-            _refuse(fd, nonce, info, f"{_type(exc).__name__}: {exc}")
+            _refuse(fd, info, f"{_type(exc).__name__}: {exc}")
     lim = cfg["limits"]
 
     def setl(res, value):
@@ -385,100 +391,6 @@ def _counting(fn, counter, name):
     return wrapper
 
 
-def _run_check(cfg, fd, nonce):
-    plan = cfg["plan"]  # list of [source, is_unit] in order
-    entry_point = cfg["entry_point"]
-    arg_name = cfg["arg_name"]
-    unit_timeout = cfg.get("assert_timeout_s")
-    track = cfg.get("track_calls", [])
-    total = _len([1 for _, is_unit in plan if is_unit])
-    base = {
-        "kind": "verdict",
-        "passed": 0,
-        "total": total,
-        "program_loaded": False,
-        "calls": {},
-        "errors": [],
-    }
-    try:
-        code = _compile(cfg["code"], "<program>", "exec")
-    except (_SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-        base["syntax_error"] = _short(exc)
-        _emit(fd, nonce, base)
-        _exit(0)
-    ns = {"__name__": "__candidate__", "__builtins__": builtins}
-    try:
-        _exec(code, ns)
-    except _SystemExit:
-        # A program that exits while loading gets no verdict at all.
-        raise
-    except _BaseException as exc:
-        base["program_error"] = _short(exc)
-        _emit(fd, nonce, base)
-        _exit(0)
-    base["program_loaded"] = True
-    candidate = ns.get(entry_point)
-    if not _callable(candidate):
-        base["program_error"] = f"entry point {entry_point!r} is not defined as a function"
-        _emit(fd, nonce, base)
-        _exit(0)
-    counter = {}
-    for name in track:
-        fn = ns.get(name)
-        if _callable(fn):
-            ns[name] = _counting(fn, counter, name)
-    # Tests run against a snapshot of the builtins taken before the program ran, so a
-    # program that rebinds e.g. builtins.abs or builtins.isinstance cannot bend them.
-    tns = {k: v for k, v in ns.items() if k != "__builtins__"}
-    tns["__builtins__"] = _dict(_PRISTINE_BUILTINS)
-    tns["__name__"] = "__check__"
-    tns[arg_name] = ns[entry_point]
-    passed = 0
-    results = []
-    errors = []
-    for source, is_unit in plan:
-        try:
-            unit = _compile(source, "<test>", "exec")
-        except _BaseException as exc:
-            if is_unit:
-                results.append(False)
-            errors.append("test statement does not compile: " + _short(exc))
-            continue
-        ok = True
-        try:
-            _signal(signal.SIGALRM, _on_alarm)
-            if unit_timeout:
-                _setitimer(signal.ITIMER_REAL, unit_timeout)
-            _exec(unit, tns)
-        except _UnitTimeout:
-            ok = False
-            err = f"timed out after {unit_timeout}s"
-        except _BaseException as exc:
-            ok = False
-            err = _short(exc)
-        finally:
-            try:
-                _setitimer(signal.ITIMER_REAL, 0)
-            except _BaseException:
-                pass
-        if is_unit:
-            results.append(ok)
-            if ok:
-                passed += 1
-        if not ok and _len(errors) < 5:
-            errors.append((f"assert #{_len(results)}: " if is_unit else "setup: ") + err)
-    base["passed"] = passed
-    base["units"] = results
-    base["errors"] = errors
-    base["calls"] = {k: _int(v) for k, v in counter.items()}
-    _emit(fd, nonce, base)
-    try:
-        sys.__stdout__.flush()
-    except _BaseException:
-        pass
-    _exit(0)
-
-
 def _install_exit_builtins():
     """Provide ``exit``/``quit`` as ``site`` would (the child runs with ``-S``)."""
 
@@ -497,16 +409,43 @@ def _prepare():
         _PRISTINE_BUILTINS = dict(builtins.__dict__)
 
 
+def _read_fd(fd, n=None):
+    """``n`` bytes from ``fd`` (to EOF when ``None``), never reading past them."""
+    chunks = []
+    while n is None or n > 0:
+        chunk = os.read(fd, 1 << 16 if n is None else min(n, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if n is not None:
+            n -= _len(chunk)
+    return b"".join(chunks)
+
+
+_SECRETS = None  # the second instructions document: nonce and test plan
+
+
+def _secrets():
+    """Read the second document (the parent wrote it after the first) and close stdin.
+
+    In check mode the test process reads it only after the candidate process was forked,
+    so the candidate never holds the nonce or the tests in its memory.
+    """
+    global _SECRETS
+    if _SECRETS is None:
+        raw = _read_fd(0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - reads /dev/null now
+        _SECRETS = marshal.loads(raw)  # written by the trusted parent
+    return _SECRETS
+
+
 def main():
     _prepare()
-    raw = sys.stdin.buffer.read()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - reads /dev/null now
-    cfg = marshal.loads(raw)  # written by the trusted parent
-    del raw
-    nonce = cfg.pop("nonce")
+    size = _int.from_bytes(_read_fd(0, 8), "big")
+    cfg = marshal.loads(_read_fd(0, size))  # the first document, written by the parent
     fd = cfg.pop("result_fd")
     if _FORKED:
         # What Popen(cwd=..., env=...) does for an exec-started runner.
@@ -518,14 +457,22 @@ def main():
         for key, value in env.items():
             if os.environ.get(key) != value:
                 os.environ[key] = value
-    info = _isolate(cfg, fd, nonce)
+    check = _check_module() if cfg["mode"] == "check" else None  # (before the new root)
+    info = _isolate(cfg, fd)
+    if check is not None:
+        # Nothing that holds the result pipe may be traced or read by the candidate's
+        # process (``ptrace``, ``/proc/PID/mem``, ``/proc/PID/fd``): not dumpable.
+        try:
+            _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except Exception:
+            pass
     if info["pidns"]:
         _enter_pid_namespace()
+    if check is not None:
+        check.run_check(_SELF, cfg, fd, info)
+    nonce = _secrets()["nonce"]
     _emit(fd, nonce, info)
-    if cfg["mode"] == "check":
-        _run_check(cfg, fd, nonce)
-    else:
-        _run_exec(cfg, fd, nonce)
+    _run_exec(cfg, fd, nonce)
 
 
 # ------------------------------------------------------------------ fork server
@@ -541,6 +488,17 @@ def _load_sibling(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_CHECK = None  # _runner_check.py, loaded for check runs (the zygote loads it up front)
+
+
+def _check_module():
+    """Load ``_runner_check.py`` (check mode: test and candidate processes) once."""
+    global _CHECK
+    if _CHECK is None:
+        _CHECK = _load_sibling("_runner_check")
+    return _CHECK
 
 
 def _zygote_module():

@@ -15,7 +15,7 @@ the runner after ``unshare(CLONE_NEWNS | ...)`` and before any model code.
     site-packages / dist-packages inside those             covered by empty read-only tmpfs
     /dev/{null,zero,full,random,urandom}                   binds of the host's nodes
     /tmp                                                   private tmpfs (mode 1777)
-    <workdir>                                              read-write bind, the cwd
+    <workdir>                                              private tmpfs (file_size_mb), the cwd
 
 Symbolic links on the way to each path (``/lib -> usr/lib``, a venv's ``bin/python``)
 are recreated as links, so every path means inside what it meant outside. Each bind is
@@ -345,7 +345,15 @@ def enter_new_root(cfg, info):
                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                 "size=4k,nr_inodes=1,mode=0755",
             )
-    _bind(workdir, _placeholder(root, workdir, True), readonly=False)
+    # The work directory is a size-capped tmpfs of its own (not the host directory): what
+    # a program writes there is bounded (ENOSPC past it) and is gone with the namespace.
+    _mount(
+        "tmpfs",
+        _placeholder(root, workdir, True),
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={int(size_mb)}m,nr_inodes=4096,mode=0700",
+    )
     _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     info["fs_root"] = _pivot(root)
     os.chdir(workdir)

@@ -62,6 +62,8 @@ _ZYGOTE_PRELOAD = (
     "string",
     "operator",
     "copy",
+    # the tests' own imports in same-process (ClassEval) runs
+    "unittest",
 )
 # Signals a sandboxed program could send the zygote (without a PID namespace it is the
 # program's parent); ignored in the zygote, restored in each child.
@@ -189,6 +191,7 @@ def _zygote_warm_up():
     except Exception:
         pass
     try:  # filesystem isolation: the module, its libc prototypes and the mount plan
+        _runner._check_module()
         mounts = _runner._mounts_module()
         mounts.libc()
         mounts.base_plan()

@@ -32,7 +32,8 @@ Either way the child applies the same per-program isolation before the program r
   Where the OS allows no mount namespace the run is refused
   (:class:`~comlrl.envs.sandbox.limits.SandboxUnavailableError`) unless the caller opted
   out with ``filesystem="host"``;
-- a fresh temporary working directory, deleted afterwards;
+- a fresh temporary working directory, deleted afterwards (under ``"isolated"`` a private
+  tmpfs of ``file_size_mb`` mounted there, so what the program writes is bounded);
 - a scrubbed environment (``PATH``, ``LANG``, ``HOME``/``TMPDIR`` = the work dir);
 - stdin replaced by ``/dev/null`` once the runner has read its instructions;
 - stdout and stderr captured up to ``max_output_bytes`` each (the rest is read and
@@ -57,7 +58,6 @@ that outlive the program's globals, e.g. stored in a module, is not called).
 
 from __future__ import annotations
 
-import marshal
 import os
 import secrets
 import shutil
@@ -71,6 +71,7 @@ from comlrl.envs.sandbox import zygote
 from comlrl.envs.sandbox._process import (
     RUNNER,
     drive,
+    encode_instructions,
     has_exited,
     kill_group,
     make_run_dir,
@@ -158,7 +159,7 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
     read_fd, write_fd = os.pipe()
     cfg = dict(payload)
     cfg.update(nonce=nonce, result_fd=write_fd, **runner_config(limits, run_dir, workdir))
-    data = marshal.dumps(cfg)
+    data = encode_instructions(cfg)
     start = time.perf_counter()
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -190,7 +191,7 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
                 proc.stdin.close()
             except OSError:
                 pass
-        return drive(
+        result = drive(
             _ExecChild(proc),
             proc.stdout.fileno(),
             proc.stderr.fileno(),
@@ -199,6 +200,8 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
             limits,
             start,
         )
+        sweep_program_uid(result.isolation)
+        return result
     finally:
         if proc is not None and proc.returncode is None:
             kill_group(proc.pid)
@@ -210,6 +213,49 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
                     stream.close()
         os.close(read_fd)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+_PROGRAM_UID_BASE = 0x60000000  # _runner_mounts.UID_BASE: a program's own user ids
+
+
+def sweep_program_uid(isolation: Mapping[str, Any] | None) -> bool:
+    """Kill every process left under a finished program's own user id; ``True`` if run.
+
+    Without a PID namespace nothing kills a double-forked ``setsid()`` daemon with the
+    process group. When the trainer is root, an isolated program runs as a user id of
+    its own (``0x60000000 + runner pid``), so ``kill(-1, SIGKILL)`` sent *as that user*
+    reaches exactly what the program left, wherever it re-parented. Nothing is done for
+    runs in a PID namespace (the kernel already killed everything) or without an own
+    user id (a non-root trainer with ``pid_namespace=False``: such a daemon can outlive
+    the run; keep the PID namespace on).
+    """
+    iso = isolation or {}
+    uid = iso.get("uid")
+    if iso.get("pidns", True) or not isinstance(uid, int) or uid < _PROGRAM_UID_BASE:
+        return False
+    if os.geteuid() != 0:
+        return False
+    kill = shutil.which("kill") or "/bin/kill"
+    cmd = [kill, "-KILL", "-1"] if os.path.exists(kill) else None
+    if cmd is None:
+        cmd = [sys.executable, "-I", "-S", "-c", "import os; os.kill(-1, 9)"]
+    try:
+        subprocess.run(
+            cmd,
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            env={},
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
 
 
 def run_python(code: str, limits: SandboxLimits | None = None) -> ExecutionResult:

@@ -13,21 +13,47 @@ time:
   is the partial credit.
 - A unit fails when it raises anything (``AssertionError``, any exception, ``SystemExit``
   from a candidate calling ``sys.exit``) or runs past ``assert_timeout_s``.
-- The verdict is written by the runner to a dedicated pipe (not stdout), tagged with a
-  random nonce the runner read from stdin before the program ran, and only *after* all
-  units ran. A program that exits while loading (``os._exit(0)``, ``sys.exit(0)``,
-  ``raise SystemExit``), crashes, or is killed never produces a verdict, so it gets no
-  credit. Extra or malformed lines on the pipe mark the run as tampered (no credit).
-  Printing a fake verdict to stdout does nothing: stdout is never parsed.
-- The runner captures the functions it needs before the program runs, and the tests run
-  with a snapshot of the builtins taken before the program ran, so rebinding
-  ``print``/``exit``/``abs``/``isinstance``/... in ``builtins`` does not bend the tests.
+- The tests and the program run in two processes of the same sandbox (see
+  ``_runner_check.py``). The *test process* holds the result pipe, runs every test
+  statement and writes the verdict; it never executes the program. It forks the
+  *candidate process* before it reads the nonce and the test plan (they come second on
+  stdin), so the program never has them in memory; the test process is not dumpable, so
+  the program cannot ``ptrace`` it or open its memory or descriptors through ``/proc``.
+  The candidate process loads the program and answers calls over a private pipe pair.
+- Values cross as data: ``marshal`` bytes accepted only when every value is exactly one
+  of ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes`` or a
+  ``list``/``tuple``/``dict``/``set``/``frozenset`` of them (``type(x) is ...``,
+  recursively; subclasses such as ``Counter`` or a namedtuple arrive as their base data,
+  ``deque``/``Decimal``/``Fraction`` are rebuilt from plain data). Any other object stays
+  in the candidate process as a handle that can be called, iterated, indexed, printed or
+  have attributes read/set, but refuses ``==``, ``!=``, ordering, ``bool()`` and
+  arithmetic (the unit raises ``TypeError`` and fails). Floats compare as the benchmark
+  wrote them (``abs(a - b) < tol``, ``math.isclose``), with the test process's ``math``.
+- Names the test uses but does not define are looked up in the program: modules are
+  imported afresh in the test process, plain values copied, other objects become handles.
+  Builtins always come from the test process. (The HumanEval suites put the prompt's own
+  helpers before the test, see :func:`comlrl.envs.code.humaneval.scored_test`.)
+- The verdict goes to the result pipe, tagged with the nonce, after all units ran. A
+  program that exits or crashes while loading or inside a call (``os._exit``, a signal)
+  gets no verdict; ``SystemExit`` raised inside a call fails that unit. A unit's time
+  budget is enforced in both processes; a candidate that does not answer within it (plus
+  0.25 s) is killed and the remaining calls fail. Frames on the call pipe that the
+  harness's own candidate code would never send mark the run ``tampered`` (no credit).
+  Stdout is never parsed.
 
-Threat model: this stops the accidental and the cheap reward hacks above. It does not stop
-a program written to attack the harness from inside the same interpreter (walking the
-runner's frames to find the nonce, monkeypatching stdlib modules the tests import, or
-returning objects whose ``__eq__`` always answers ``True``). Nothing in-process could; the
-process limits still bound the damage.
+``same_process=True`` (ClassEval, whose ``unittest`` tests need the class's live
+objects): the tests run in the program's own process against a snapshot of the builtins
+taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
+and restored before each unit; the test source must guard its own comparisons (ClassEval's
+runner does, see :mod:`comlrl.envs.code.classeval`).
+
+Threat model: with two processes, nothing a program does inside its own process decides a
+comparison or reaches the verdict; what it controls is the data it returns and whether
+it answers, and the process limits bound the rest. Not protected: the per-function call
+counts (``track_calls``, reported by the candidate process), and, in ``same_process``
+runs, a program written to attack the harness from inside the interpreter (frames,
+``gc``, ``ctypes``), which ClassEval answers by voiding the test credit of programs with
+such hack signals (:func:`comlrl.envs.code.hack_signals`).
 """
 
 from __future__ import annotations
@@ -72,10 +98,13 @@ class TestPlan:
             body of ``check``; ``is_unit`` marks statements that contain an ``assert``
             and refer to the candidate.
         arg_name: the name of ``check``'s parameter (``"candidate"`` in HumanEval).
+        names: every name the test source refers to (sorted); those it does not define
+            and that are not builtins are looked up in the program (helpers, classes).
     """
 
     steps: tuple[tuple[str, bool], ...]
     arg_name: str
+    names: tuple[str, ...] = ()
 
     @property
     def num_units(self) -> int:
@@ -131,7 +160,8 @@ def split_test(test: str) -> TestPlan:
             isinstance(n, ast.Name) and n.id == arg for n in nodes
         )
         steps.append((ast.unparse(stmt), is_unit))
-    return TestPlan(tuple(steps), check.args.args[0].arg)
+    names = sorted({n.id for n in ast.walk(module) if isinstance(n, ast.Name)})
+    return TestPlan(tuple(steps), check.args.args[0].arg, tuple(names))
 
 
 @dataclass(slots=True)
@@ -195,17 +225,25 @@ def check_payload(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = None,
+    same_process: bool = False,
 ) -> dict[str, Any]:
     """The runner instructions for a check run (used by :func:`check_solution`)."""
     return {
+        "same_process": bool(same_process),
+        "guard_modules": list(_GUARDED) if same_process else [],
         "mode": "check",
         "code": program,
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
         "entry_point": entry_point,
         "arg_name": plan.arg_name,
+        "names": list(plan.names),
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
     }
+
+
+_GUARDED = ("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader")
+"""Modules a ``same_process`` run imports before the program and restores before each test."""
 
 
 def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
@@ -230,6 +268,8 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
             error=f"process ended (exit code {result.returncode}) before the tests reported; "
             "no credit",
         )
+    if rec.get("tampered"):
+        return make("tampered", error="the candidate's process broke the harness protocol")
     errors = [str(e) for e in rec.get("errors", [])][:5]
     loaded = bool(rec.get("program_loaded", False))
     if "syntax_error" in rec:
@@ -257,6 +297,7 @@ def check_solution(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = 2.0,
+    same_process: bool = False,
 ) -> Verdict:
     """Run ``program`` in the sandbox and score it with ``test``'s ``check(entry_point)``.
 
@@ -270,6 +311,9 @@ def check_solution(
         assert_timeout_s: time budget of each test unit (``SIGALRM`` in the child); a unit
             past it fails and the next one runs. ``None`` disables it (only the wall-clock
             limit applies, and a hang then costs every unit).
+        same_process: run the tests in the program's own process (for tests that need
+            the candidate's live objects, e.g. ClassEval's ``unittest`` classes) instead
+            of the default two processes whose verdict the program cannot reach.
 
     Returns:
         A :class:`Verdict`; never raises for anything the program does.
@@ -279,7 +323,12 @@ def check_solution(
     """
     plan = split_test(test)
     payload = check_payload(
-        program, plan, entry_point, track_calls=track_calls, assert_timeout_s=assert_timeout_s
+        program,
+        plan,
+        entry_point,
+        track_calls=track_calls,
+        assert_timeout_s=assert_timeout_s,
+        same_process=same_process,
     )
     result = execute(payload, limits or SandboxLimits())
     return verdict_from_execution(result, plan.num_units)

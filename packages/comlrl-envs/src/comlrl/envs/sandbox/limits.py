@@ -45,7 +45,9 @@ class SandboxLimits:
             means ``ceil(timeout_s) + 1``.
         memory_mb: address-space limit in MiB (``RLIMIT_AS``); ``None`` for none.
         file_size_mb: largest file the program may write, MiB (``RLIMIT_FSIZE``); also the
-            size of the private ``/tmp`` (a tmpfs) under ``filesystem="isolated"``.
+            size of the private ``/tmp`` and of the work directory (two tmpfs, so at most
+            ``2 * file_size_mb`` of written data in all) under ``filesystem="isolated"``;
+            writing past either fails with ``ENOSPC``/``EFBIG``.
         max_processes: ``RLIMIT_NPROC`` (per real user: under ``filesystem="isolated"``
             a root trainer runs each program as a user id of its own, so it counts that
             program's processes only; a non-root trainer's programs share its user id).

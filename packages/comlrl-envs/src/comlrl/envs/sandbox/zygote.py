@@ -62,7 +62,6 @@ interpreter exit, on :func:`shutdown`, or when the parent dies).
 from __future__ import annotations
 
 import atexit
-import marshal
 import os
 import secrets
 import select
@@ -80,6 +79,7 @@ from comlrl.envs.sandbox._process import (
     RUNNER,
     ChildHandle,
     drive,
+    encode_instructions,
     kill_group,
     make_run_dir,
     runner_config,
@@ -418,7 +418,7 @@ def _run_on(zygote: _Zygote, payload: Mapping[str, Any], limits: SandboxLimits) 
         netns_inherited=zygote.netns and not limits.allow_network,
         **runner_config(limits, run_dir, workdir),
     )
-    view = memoryview(marshal.dumps(cfg))
+    view = memoryview(encode_instructions(cfg))
     req_r, req_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()

@@ -1,0 +1,797 @@
+"""Check mode of the sandbox runner: the tests and the candidate in two processes.
+
+Loaded by ``_runner.py`` (``python -I -S -B``) through ``_load_sibling``; only the
+standard library. A check run is two processes inside the same sandbox:
+
+- the **test process** T (the runner itself) holds the result pipe and the nonce, reads
+  the test plan, runs every test statement, and writes the verdict. No model-written
+  code ever runs in T: T never executes the program.
+- the **candidate process** C, forked from T *before* T has read the test plan and the
+  nonce (they arrive on stdin after the fork, see ``_process.encode_instructions``), closes
+  the result pipe and stdin, loads the program, and then only answers T's requests on a
+  private pipe pair: call this function, get that attribute, iterate this object.
+
+What crosses from C to T is data: ``marshal`` bytes that T decodes and accepts only when
+every value is exactly ``None``/``bool``/``int``/``float``/``complex``/``str``/``bytes``
+or a ``tuple``/``list``/``dict``/``set``/``frozenset`` of such values (checked with
+``type(x) is ...``, recursively). Any other object stays in C; T gets an opaque
+:class:`_Remote` handle to it, which can be called, iterated, indexed, printed and have
+attributes read or set (each a request to C), but which refuses ``==``, ``!=``, ``bool()``
+and arithmetic (the unit raises ``TypeError`` and fails). So every comparison a test makes
+is between plain values built by T itself, with T's own (unpatched) ``==``, ``abs``,
+``math``... A program cannot answer a comparison, patch what the tests use, reach the
+tests' frames or source, or write to the result pipe: all of that lives in T.
+
+T is not dumpable (``PR_SET_DUMPABLE`` 0, set before the fork), so C cannot ``ptrace``
+it, read its memory or open its descriptors through ``/proc``. C may crash, exit, hang or
+kill T: every one of those ends without a verdict or with the units failed.
+
+Names the test uses that it does not define itself (a program-level helper, a class the
+test constructs) are looked up in C's namespace: modules are imported afresh in T (a
+program cannot hand the tests a patched ``math``), plain values are copied, anything
+else becomes a :class:`_Remote`. Builtins always come from T.
+"""
+
+import builtins
+import marshal
+import os
+import sys
+
+# Module-level names win over builtins: the candidate's process keeps working (and the
+# test process does not care) when a program rebinds or clears ``builtins``.
+from builtins import (  # noqa: A004, UP029
+    BaseException,
+    Ellipsis,
+    Exception,
+    OverflowError,
+    TypeError,
+    ValueError,
+    bytes,
+    dict,
+    frozenset,
+    getattr,
+    id,
+    int,
+    isinstance,
+    issubclass,
+    iter,
+    len,
+    list,
+    min,
+    object,
+    repr,
+    set,
+    setattr,
+    str,
+    tuple,
+    type,
+)
+
+_R = None  # the _runner module (set by run_check)
+_MAX_MESSAGE = 32 * 1024 * 1024  # largest frame either side accepts
+_MAX_DEPTH = 200  # nesting of a value crossing the pipe
+_GRACE_S = 0.25  # T waits this much past a unit's budget before it stops C
+_PLAIN_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_FORWARDED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
+PR_SET_DUMPABLE = 4
+
+
+class _Tampered(Exception):
+    """C broke the protocol (a frame or value our own C code never sends)."""
+
+
+class _CandidateGone(Exception):
+    """C ended (exited, crashed, or was stopped after a timeout)."""
+
+
+class _CallTimeout(BaseException):
+    """Raised in C by its own timer when one call runs past the unit's budget."""
+
+
+class CandidateError(Exception):
+    """An exception raised in the candidate process whose type is not a builtin."""
+
+
+# ---------------------------------------------------------------------- framing
+def _send(fd, obj):
+    data = marshal.dumps(obj)
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_exact(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(fd):
+    """One frame's bytes, or ``None`` at EOF. Raises ``_Tampered`` on a bad length."""
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    n = int.from_bytes(head, "big")
+    if n > _MAX_MESSAGE:
+        raise _Tampered(f"frame of {n} bytes")
+    body = _read_exact(fd, n)
+    if body is None:
+        return None
+    return body
+
+
+_PLAIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+_REBUILT = ("deque", "decimal", "fraction")
+
+
+def _special(x, t):
+    """``(kind, plain payload)`` for the stdlib values rebuilt on the other side."""
+    where = (getattr(t, "__module__", None), getattr(t, "__qualname__", None))
+    if where == ("collections", "deque"):
+        return "deque", (list(x), x.maxlen)
+    if where == ("decimal", "Decimal"):
+        return "decimal", str(x)
+    if where == ("fractions", "Fraction"):
+        return "fraction", (int(x.numerator), int(x.denominator))
+    return None
+
+
+def _rebuild(kind, payload):
+    """The value ``_special`` described, built from plain data with this process's stdlib."""
+    if kind == "deque":
+        import collections
+
+        items, maxlen = payload
+        return collections.deque(items, maxlen)
+    if kind == "decimal":
+        import decimal
+
+        return decimal.Decimal(payload)
+    if kind == "fraction":
+        import fractions
+
+        return fractions.Fraction(*payload)
+    raise ValueError(kind)
+
+
+# ------------------------------------------------------------ candidate process
+def _serve(cfg, code, rfd, wfd, tag):
+    """C: load the program, then answer T's requests until EOF (never returns)."""
+    refs = {}
+    ids = {}
+
+    def ref(obj):
+        key = id(obj)
+        if key not in ids:
+            ids[key] = len(refs)
+            refs[len(refs)] = obj
+        return (tag, ids[key])
+
+    pristine = _R._PRISTINE_BUILTINS
+
+    def enc(x, depth=0):
+        t = type(x)
+        if t in _PLAIN_ATOMS or x is Ellipsis:
+            return x
+        if depth > _MAX_DEPTH:
+            return ref(x)
+        if t is list:
+            return [enc(i, depth + 1) for i in x]
+        if t is tuple:
+            return tuple(enc(i, depth + 1) for i in x)
+        if t is dict:
+            return {enc(k, depth + 1): enc(v, depth + 1) for k, v in x.items()}
+        if t is set or t is frozenset:
+            return t(enc(i, depth + 1) for i in x)
+        if t is type and pristine.get(x.__name__) is x:
+            return (tag, "type", x.__name__)
+        special = _special(x, t)
+        if special is not None:
+            return (tag, special[0], enc(special[1], depth + 1))
+        for base in _PLAIN_BASES:  # a subclass (namedtuple, Counter, IntEnum...): its data
+            if isinstance(x, base):
+                return enc(base(x), depth)
+        return ref(x)
+
+    def dec(x):
+        t = type(x)
+        if t is tuple:
+            if len(x) >= 2 and type(x[0]) is bytes and x[0] == tag:
+                if len(x) == 2:
+                    return refs[x[1]]
+                if x[1] == "type":
+                    return pristine[x[2]]
+                return _rebuild(x[1], dec(x[2]))
+            return tuple(dec(i) for i in x)
+        if t is list:
+            return [dec(i) for i in x]
+        if t is dict:
+            return {dec(k): dec(v) for k, v in x.items()}
+        if t is set or t is frozenset:
+            return t(dec(i) for i in x)
+        return x
+
+    out, err = sys.stdout, sys.stderr  # the program may rebind sys.stdout
+
+    def flush():
+        for stream in (out, err):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
+    ns = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        _R._exec(code, ns)
+    except _R._SystemExit:
+        raise  # exiting while loading ends the run without a verdict
+    except _R._BaseException as exc:
+        flush()
+        _send(wfd, ("load_error", _R._short(exc)))
+        _R._exit(0)
+    entry = ns.get(cfg["entry_point"])
+    if not _R._callable(entry):
+        flush()
+        _send(
+            wfd, ("load_error", f"entry point {cfg['entry_point']!r} is not defined as a function")
+        )
+        _R._exit(0)
+    counter = {}
+    for name in cfg.get("track_calls", []):
+        fn = ns.get(name)
+        if _R._callable(fn):
+            ns[name] = _R._counting(fn, counter, name)
+    flush()
+    _send(wfd, ("loaded", ref(ns[cfg["entry_point"]])[1]))
+
+    def on_alarm(signum, frame):
+        raise _CallTimeout()
+
+    while True:
+        try:
+            raw = _recv(rfd)
+        except _Tampered:
+            _R._exit(1)
+        if raw is None:
+            flush()
+            _R._exit(0)
+        op, args = marshal.loads(raw)
+        if op == "resolve":
+            out = {}
+            for name in args[0]:
+                if name in ns and name != "__builtins__":
+                    obj = ns[name]
+                    if type(obj) is type(sys):
+                        out[name] = ("m", getattr(obj, "__name__", ""))
+                    else:
+                        out[name] = ("v", enc(obj))
+            _send(wfd, ("ok", out))
+            continue
+        if op == "stats":
+            _send(wfd, ("ok", {str(k): int(v) for k, v in counter.items()}))
+            continue
+        budget = args[-1]
+        try:
+            _R._signal(_R.signal.SIGALRM, on_alarm)
+            if budget:
+                _R._setitimer(_R.signal.ITIMER_REAL, budget)
+            target = refs[args[0]]
+            if op == "call":
+                value = target(*dec(args[1]), **dec(args[2]))
+            elif op == "getattr":
+                value = getattr(target, args[1])
+            elif op == "setattr":
+                setattr(target, args[1], dec(args[2]))
+                value = None
+            elif op == "iter":
+                value = list(target)
+            elif op == "len":
+                value = len(target)
+            elif op == "getitem":
+                value = target[dec(args[1])]
+            elif op == "contains":
+                value = dec(args[1]) in target
+            elif op == "str":
+                value = str(target)
+            elif op == "repr":
+                value = repr(target)
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            _R._setitimer(_R.signal.ITIMER_REAL, 0)
+            reply = ("ok", enc(value))
+        except _CallTimeout:
+            reply = ("timeout", budget)
+        except _R._BaseException as exc:
+            try:
+                _R._setitimer(_R.signal.ITIMER_REAL, 0)
+            except _R._BaseException:
+                pass
+            reply = ("raise", _R._type(exc).__name__, _R._short(exc))
+        flush()
+        try:
+            _send(wfd, reply)
+        except (ValueError, TypeError, OverflowError):  # unmarshallable, too deep
+            _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests"))
+
+
+# ----------------------------------------------------------------- test process
+class _Client:
+    """T's end of the pipe pair to C."""
+
+    def __init__(self, pid, wfd, rfd, tag, builtins_dict):
+        self.pid, self.wfd, self.rfd, self.tag = pid, wfd, rfd, tag
+        self.remotes = {}
+        self.builtins = builtins_dict
+        self.dead = None  # why C can no longer answer
+        self.exited = None  # C's wait status when it ended on its own
+        self.deadline = None  # monotonic end of the current unit's budget
+        self.waiting = False  # T is writing to or waiting on C
+
+    def stop(self, why):
+        if self.dead is None:
+            self.dead = why
+            try:
+                os.kill(self.pid, 9)
+            except OSError:
+                pass
+
+    def remote(self, key):
+        if key not in self.remotes:
+            self.remotes[key] = _Remote(self, key)
+        return self.remotes[key]
+
+    def to_wire(self, x, depth=0):
+        t = type(x)
+        if t in _PLAIN_ATOMS or x is Ellipsis:
+            return x
+        if t is _Remote:
+            return (self.tag, object.__getattribute__(x, "_key"))
+        if depth > _MAX_DEPTH:
+            raise ValueError("argument nested too deeply to send to the candidate")
+        if t is list:
+            return [self.to_wire(i, depth + 1) for i in x]
+        if t is tuple:
+            return tuple(self.to_wire(i, depth + 1) for i in x)
+        if t is dict:
+            return {self.to_wire(k, depth + 1): self.to_wire(v, depth + 1) for k, v in x.items()}
+        if t is set or t is frozenset:
+            return t(self.to_wire(i, depth + 1) for i in x)
+        if t is type and self.builtins.get(x.__name__) is x:
+            return (self.tag, "type", x.__name__)
+        special = _special(x, t)
+        if special is not None:
+            return (self.tag, special[0], self.to_wire(special[1], depth + 1))
+        raise TypeError(f"a {t.__name__} cannot be passed to the candidate's process")
+
+    def from_wire(self, x, depth=0):
+        t = type(x)
+        if t in _PLAIN_ATOMS or x is Ellipsis:
+            return x
+        if depth > _MAX_DEPTH:
+            raise _Tampered("value nested too deeply")
+        if t is tuple:
+            if len(x) >= 2 and type(x[0]) is bytes and x[0] == self.tag:
+                return self._tagged(x, depth)
+            return tuple(self.from_wire(i, depth + 1) for i in x)
+        if t is list:
+            return [self.from_wire(i, depth + 1) for i in x]
+        if t is dict:
+            return {
+                self.from_wire(k, depth + 1): self.from_wire(v, depth + 1) for k, v in x.items()
+            }
+        if t is set or t is frozenset:
+            return t(self.from_wire(i, depth + 1) for i in x)
+        raise _Tampered(f"a {t.__name__} crossed the pipe")
+
+    def _tagged(self, x, depth):
+        """A tagged tuple from C: a handle, a builtin type, or a rebuilt stdlib value."""
+        if len(x) == 2 and type(x[1]) is int:
+            return self.remote(x[1])
+        if len(x) == 3 and x[1] == "type" and type(x[2]) is str:
+            cls = self.builtins.get(x[2])
+            if type(cls) is type:
+                return cls
+        if len(x) == 3 and x[1] in _REBUILT:
+            try:
+                return _rebuild(x[1], self.from_wire(x[2], depth + 1))
+            except (TypeError, ValueError, ArithmeticError):
+                pass
+        raise _Tampered("bad tagged value")
+
+    def reply(self):
+        """The next decoded frame from C (a tuple), or raise ``_CandidateGone``."""
+        if self.dead is not None:
+            raise _CandidateGone(self.dead)
+        raw = _recv(self.rfd)
+        if raw is None:
+            self.exited = _R._wait_for(self.pid)
+            self.dead = "the candidate's process ended"
+            raise _CandidateGone(self.dead)
+        try:
+            msg = marshal.loads(raw)
+        except Exception:
+            raise _Tampered("undecodable frame") from None
+        if type(msg) is not tuple or not msg or type(msg[0]) is not str:
+            raise _Tampered("malformed frame")
+        return msg
+
+    def request(self, op, *args):
+        budget = 0.0
+        if self.deadline is not None:
+            budget = self.deadline - _monotonic()
+            if budget <= 0:
+                raise _R._UnitTimeout()
+        if self.dead is not None:
+            raise _CandidateGone(self.dead)
+        self.waiting = True
+        try:
+            _send(self.wfd, (op, (*args, budget)))
+            msg = self.reply()
+        except OSError:
+            raise _CandidateGone("the candidate's process ended") from None
+        self.waiting = False
+        kind = msg[0]
+        if kind == "ok" and len(msg) == 2:
+            return self.from_wire(msg[1])
+        if kind == "timeout":
+            raise _R._UnitTimeout()
+        if kind == "raise" and len(msg) == 3 and type(msg[1]) is str and type(msg[2]) is str:
+            raise _exception(self.builtins, msg[1], msg[2])
+        raise _Tampered(f"unexpected reply {kind!r}")
+
+
+def _monotonic():
+    import time
+
+    return time.monotonic()
+
+
+def _exception(bdict, name, message):
+    """The exception T raises for one that C reported (a builtin type when it is one)."""
+    cls = bdict.get(name)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        try:
+            return cls(message[len(name) + 2 :] if message.startswith(name + ": ") else message)
+        except Exception:
+            pass
+    return CandidateError(message)
+
+
+class _Remote:
+    """T's handle to an object that lives in C (never compared, never truth-tested)."""
+
+    __slots__ = ("_client", "_key")
+
+    def __init__(self, client, key):
+        object.__setattr__(self, "_client", client)
+        object.__setattr__(self, "_key", key)
+
+    def _ask(self, op, *args):
+        return object.__getattribute__(self, "_client").request(
+            op, object.__getattribute__(self, "_key"), *args
+        )
+
+    def _wire(self, x):
+        return object.__getattribute__(self, "_client").to_wire(x)
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", self._wire(args), self._wire(kwargs))
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name not in _FORWARDED_DUNDERS:
+            raise AttributeError(name)
+        return self._ask("getattr", name)
+
+    def __setattr__(self, name, value):
+        self._ask("setattr", name, self._wire(value))
+
+    def __iter__(self):
+        return iter(self._ask("iter"))
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __getitem__(self, key):
+        return self._ask("getitem", self._wire(key))
+
+    def __contains__(self, item):
+        return self._ask("contains", self._wire(item))
+
+    def __str__(self):
+        return self._ask("str")
+
+    def __repr__(self):
+        return self._ask("repr")
+
+    def _refuse(self, *args):
+        raise TypeError(
+            "a value of a non-builtin type from the candidate cannot be compared, "
+            "truth-tested or used in arithmetic by the tests"
+        )
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __abs__ = __neg__ = _refuse
+    __float__ = __int__ = __index__ = __round__ = __and__ = __or__ = __xor__ = _refuse
+    __hash__ = object.__hash__
+
+
+def run_check(runner, cfg, fd, info):
+    """T: compile, fork C, read the secrets, run the plan, write the verdict; exits."""
+    global _R
+    _R = runner
+    if cfg.get("same_process"):
+        _run_same_process(cfg, fd, info)
+    base = {"kind": "verdict", "passed": 0, "program_loaded": False, "calls": {}, "errors": []}
+    try:
+        code = _R._compile(cfg["code"], "<program>", "exec")
+    except (_R._SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        nonce = _R._secrets()["nonce"]
+        _R._emit(fd, nonce, info)
+        base["syntax_error"] = _R._short(exc)
+        _R._emit(fd, nonce, base)
+        _R._exit(0)
+    tag = os.urandom(16)
+    to_c_r, to_c_w = os.pipe()
+    to_t_r, to_t_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # C: nothing of the tests or the result channel may stay reachable
+        try:
+            os.close(fd)
+            os.close(to_c_w)
+            os.close(to_t_r)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            _R._libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        except BaseException:
+            _R._exit(1)
+        _serve(cfg, code, to_c_r, to_t_w, tag)
+        _R._exit(0)
+    os.close(to_c_r)
+    os.close(to_t_w)
+    secrets = _R._secrets()
+    nonce = secrets["nonce"]
+    _R._emit(fd, nonce, info)
+    client = _Client(pid, to_c_w, to_t_r, tag, _R._PRISTINE_BUILTINS)
+    try:
+        _run_plan(client, secrets, base)
+    except _Tampered as exc:
+        client.stop("tampered")
+        base = {"kind": "verdict", "passed": 0, "tampered": _R._str(exc), "errors": []}
+    except _CandidateGone:
+        # C ended before the tests could use it (exit while loading, crash): no verdict.
+        client.stop("gone")
+        _R._mirror(client.exited if client.exited is not None else 9)
+    client.stop("done")
+    _R._wait_for(pid)
+    _R._emit(fd, nonce, base)
+    try:
+        sys.__stdout__.flush()
+    except BaseException:
+        pass
+    _R._exit(0)
+
+
+def _run_plan(client, secrets, base):
+    msg = client.reply()
+    if msg[0] == "load_error" and len(msg) == 2:
+        base["program_error"] = _R._str(msg[1])
+        return
+    if msg[0] != "loaded" or len(msg) != 2 or type(msg[1]) is not int:
+        raise _Tampered("bad load report")
+    base["program_loaded"] = True
+    bdict = _R._dict(_R._PRISTINE_BUILTINS)
+    tns = {"__builtins__": bdict, "__name__": "__check__"}
+    arg_name = secrets["arg_name"]
+    wanted = [n for n in secrets.get("names", ()) if n not in bdict and n != arg_name]
+    if wanted:
+        _bind_names(client, tns, client.request("resolve", wanted))
+    tns[arg_name] = client.remote(msg[1])
+    unit_timeout = secrets.get("assert_timeout_s")
+    passed, results, errors = 0, [], []
+    for source, is_unit in secrets["plan"]:
+        try:
+            unit = _R._compile(source, "<test>", "exec")
+        except BaseException as exc:
+            if is_unit:
+                results.append(False)
+            errors.append("test statement does not compile: " + _R._short(exc))
+            continue
+        ok, err = True, ""
+        try:
+            _R._signal(_R.signal.SIGALRM, _R._on_alarm)
+            if unit_timeout:
+                client.deadline = _monotonic() + unit_timeout
+                _R._setitimer(_R.signal.ITIMER_REAL, unit_timeout + _GRACE_S)
+            _R._exec(unit, tns)
+        except _R._UnitTimeout:
+            ok, err = False, f"timed out after {unit_timeout}s"
+            if client.waiting:  # C did not answer within the budget and the grace
+                client.stop(f"stopped after a test unit timed out ({unit_timeout}s)")
+        except _Tampered:
+            raise
+        except _CandidateGone as exc:
+            if client.exited is not None:
+                raise  # C exited or crashed in a call: no verdict, as if in one process
+            ok, err = False, f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:
+            ok, err = False, _R._short(exc)
+        finally:
+            try:
+                _R._setitimer(_R.signal.ITIMER_REAL, 0)
+            except BaseException:
+                pass
+            client.deadline = None
+            client.waiting = False
+        if is_unit:
+            results.append(ok)
+            passed += 1 if ok else 0
+        if not ok and len(errors) < 5:
+            errors.append((f"assert #{len(results)}: " if is_unit else "setup: ") + err)
+    base["passed"] = passed
+    base["units"] = results
+    base["errors"] = errors
+    if client.dead is None:
+        try:
+            calls = client.request("stats")
+            base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
+        except (_CandidateGone, _R._UnitTimeout):
+            pass
+
+
+def _bind_names(client, tns, found):
+    """Bind the test's free names that the program defines (C's reply to ``resolve``)."""
+    if type(found) is not dict:
+        raise _Tampered("bad resolve reply")
+    for name, entry in found.items():
+        if type(name) is not str or type(entry) is not tuple or len(entry) != 2:
+            raise _Tampered("bad resolve entry")
+        kind, value = entry
+        if kind == "m" and type(value) is str:
+            try:
+                __import__(value)
+                tns[name] = sys.modules[value]
+            except BaseException:
+                pass
+        elif kind == "v":
+            tns[name] = value
+        else:
+            raise _Tampered("bad resolve entry")
+
+
+# ------------------------------------------------------------- one process (ClassEval)
+def _run_same_process(cfg, fd, info):
+    """The program and the tests in this one process (``same_process=True``); exits.
+
+    For tests that need the candidate's live objects (ClassEval's ``unittest`` classes).
+    Only the per-unit protections of the test source itself apply (ClassEval's runner
+    refuses comparisons that the program's own dunders would answer); a program written
+    to attack the harness from inside this process is not stopped here.
+    """
+    secrets = _R._secrets()
+    nonce = secrets["nonce"]
+    _R._emit(fd, nonce, info)
+    plan = secrets["plan"]
+    unit_timeout = secrets.get("assert_timeout_s")
+    total = len([1 for _, is_unit in plan if is_unit])
+    base = {"kind": "verdict", "passed": 0, "total": total, "program_loaded": False}
+    base.update(calls={}, errors=[])
+    try:
+        code = _R._compile(cfg["code"], "<program>", "exec")
+    except (_R._SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        base["syntax_error"] = _R._short(exc)
+        _R._emit(fd, nonce, base)
+        _R._exit(0)
+    snapshot = _snapshot(secrets.get("guard_modules", ()))
+    ns = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        _R._exec(code, ns)
+    except _R._SystemExit:
+        raise  # a program that exits while loading gets no verdict at all
+    except _R._BaseException as exc:
+        base["program_error"] = _R._short(exc)
+        _R._emit(fd, nonce, base)
+        _R._exit(0)
+    base["program_loaded"] = True
+    entry_point = cfg["entry_point"]
+    if not _R._callable(ns.get(entry_point)):
+        base["program_error"] = f"entry point {entry_point!r} is not defined as a function"
+        _R._emit(fd, nonce, base)
+        _R._exit(0)
+    counter = {}
+    for name in cfg.get("track_calls", []):
+        if _R._callable(ns.get(name)):
+            ns[name] = _R._counting(ns[name], counter, name)
+    tns = {k: v for k, v in ns.items() if k != "__builtins__"}
+    tns["__builtins__"] = _R._dict(_R._PRISTINE_BUILTINS)
+    tns["__name__"] = "__check__"
+    tns[secrets["arg_name"]] = ns[entry_point]
+    tns["__comlrl_restore__"] = snapshot
+    passed, results, errors = 0, [], []
+    for source, is_unit in plan:
+        ok, err = True, ""
+        try:
+            snapshot()
+            unit = _R._compile(source, "<test>", "exec")
+            _R._signal(_R.signal.SIGALRM, _R._on_alarm)
+            if unit_timeout:
+                _R._setitimer(_R.signal.ITIMER_REAL, unit_timeout)
+            _R._exec(unit, tns)
+        except _R._UnitTimeout:
+            ok, err = False, f"timed out after {unit_timeout}s"
+        except _R._BaseException as exc:
+            ok, err = False, _R._short(exc)
+        finally:
+            try:
+                _R._setitimer(_R.signal.ITIMER_REAL, 0)
+            except _R._BaseException:
+                pass
+        if is_unit:
+            results.append(ok)
+            passed += 1 if ok else 0
+        if not ok and len(errors) < 5:
+            errors.append((f"assert #{len(results)}: " if is_unit else "setup: ") + err)
+    base.update(passed=passed, units=results, errors=errors)
+    base["calls"] = {k: _R._int(v) for k, v in counter.items()}
+    _R._emit(fd, nonce, base)
+    try:
+        sys.__stdout__.flush()
+    except _R._BaseException:
+        pass
+    _R._exit(0)
+
+
+_type_setattr = type.__setattr__
+_type_delattr = type.__delattr__
+_type_vars = type.__dict__["__dict__"].__get__
+
+
+def _snapshot(names):
+    """Import ``names`` now (before the program) and return a function that puts those
+    modules, their globals and their classes' attributes back as they are now.
+
+    A program in the tests' own process could otherwise patch what they use (say
+    ``unittest.TestCase.assertEqual`` or ``TestResult.addFailure``); the tests call the
+    returned function before every unit and every assertion.
+    """
+    saved = []
+    for name in names:
+        try:
+            __import__(name)
+        except BaseException:
+            continue
+        module = sys.modules[name]
+        classes = [
+            (cls, dict(_type_vars(cls)))
+            for cls in list(vars(module).values())
+            if type(cls) is type and getattr(cls, "__module__", None) == name
+        ]
+        saved.append((name, module, dict(vars(module)), classes))
+
+    def restore():
+        for name, module, globals_, classes in saved:
+            sys.modules[name] = module
+            current = vars(module)
+            for key in [k for k in current if k not in globals_]:
+                del current[key]
+            for key, value in globals_.items():
+                if current.get(key, restore) is not value:
+                    current[key] = value
+            for cls, attrs in classes:
+                now = _type_vars(cls)
+                for key in [k for k in now if k not in attrs]:
+                    _type_delattr(cls, key)
+                for key, value in attrs.items():
+                    if now.get(key, restore) is not value and key not in (
+                        "__dict__",
+                        "__weakref__",
+                    ):
+                        _type_setattr(cls, key, value)
+
+    return restore
