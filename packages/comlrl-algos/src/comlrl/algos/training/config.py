@@ -225,7 +225,12 @@ class TrainConfig(BaseModel):
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
     num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
     kl_coef: float = Field(0.0, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3",
+        description="Reference KL as a loss term: k3 (gradient of KL(ref || policy), GRPO's) "
+        "or k2 (gradient of KL(policy || ref)); k1 has zero expected gradient as a loss and "
+        "is refused with kl_coef > 0 (Schulman 2020, Approximating KL Divergence).",
+    )
     # --- optimisation -------------------------------------------------------------
     learning_rate: float = Field(
         1e-3,
@@ -386,6 +391,10 @@ class TrainConfig(BaseModel):
                 f"max_branches={self.max_branches} limits multi-turn branching but num_turns=1; "
                 "set num_turns > 1 or leave max_branches unset."
             )
+        if self.kl_coef > 0 and self.kl_estimator == "k1":
+            from comlrl.algos.functional.losses import k1_loss_message
+
+            raise ValueError(k1_loss_message(self.kl_coef))
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "

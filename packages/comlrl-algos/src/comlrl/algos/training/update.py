@@ -39,7 +39,9 @@ class UpdateSettings:
         max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
         clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE.
         kl_coef: weight of the reference KL (needs a reference model when > 0).
-        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
+            ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
+            :func:`~comlrl.algos.functional.losses.kl_penalty`).
         num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
         max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
