@@ -381,6 +381,7 @@ def critic_advantages(
     lam: float,
     normalize: bool,
     eps: float = 1e-8,
+    num_turns: int | None = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
     """Per-completion advantages for the actors and regression targets for the critics.
 
@@ -392,6 +393,8 @@ def critic_advantages(
         gamma: discount; lam: GAE lambda (:func:`~comlrl.algos.functional.gae.tree_gae`).
         normalize: whiten each agent's advantages over all turns of the step
             (population std + ``eps``; skipped with fewer than 2).
+        num_turns: the turn limit an early end's reward is held for (None: the
+            rollout's turns).
 
     With a ``v`` critic the advantages are :func:`~comlrl.algos.functional.gae.tree_gae`'s GAE; with
     a ``q`` critic they are :func:`~comlrl.algos.functional.gae.q_advantages` (the lambda-return
@@ -420,6 +423,7 @@ def critic_advantages(
             [t.terminal for t in turns],
             gamma,
             lam,
+            num_turns=num_turns,
         )
         per_turn = []
         for t, turn in enumerate(turns):
@@ -804,6 +808,7 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         gamma=cfg.gamma,
         lam=cfg.gae_lambda,
         normalize=cfg.advantage_normalization,
+        num_turns=cfg.num_turns,
     )
     old = [torch.cat(v) for v in values]
     tgt = [torch.cat(t) for t in targets]
