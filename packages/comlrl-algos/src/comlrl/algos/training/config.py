@@ -104,7 +104,9 @@ class LoraSettings(BaseModel):
     Attributes:
         r: rank of each adapter.
         alpha: scale numerator; the update is scaled by ``alpha / r``.
-        dropout: dropout on the adapter's input, in ``[0, 1)``.
+        dropout: dropout on the adapter's input, in ``[0, 1)``. The policy-gradient and
+            DPO updates run in eval mode (the mode completions are sampled in), where it
+            is off; it acts in SFT and reward-model training.
         target_modules: names (suffixes) of the linear layers that get adapters, or
             ``"all-linear"`` (every linear layer but the LM head).
         shared_base: ``true``: one frozen base in memory for all agents, one named adapter

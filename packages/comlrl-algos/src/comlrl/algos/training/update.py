@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
 from comlrl.algos.models.devices import model_device
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
@@ -97,6 +97,10 @@ def update_policy(
             ranks' gradients are averaged, so the step equals one process's step over
             every rank's completions. Every rank must call this together.
 
+    The log-probs are computed in eval mode (:func:`~comlrl.algos.models.logprobs.sampling_mode`:
+    no dropout), the mode the completions were sampled in, so the first pass's ratio to
+    the behaviour log-probs is 1 up to round-off; each module's mode is restored after.
+
     Returns:
         Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
         clipping is on), and per turn ``t`` the token-weighted ``turn_<t>/kl``,
@@ -118,6 +122,19 @@ def update_policy(
             )
     if settings.kl_coef > 0 and ref_model is None:
         raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
+    with sampling_mode(model):  # sample and update in one mode: no dropout
+        return _update(model, optimizer, batches, advantages, settings, ref_model, sync)
+
+
+def _update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    ref_model: Any | None,
+    sync: GradientSync | None,
+) -> dict[str, float]:
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
     chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
