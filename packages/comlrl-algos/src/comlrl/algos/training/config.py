@@ -77,10 +77,11 @@ class VLLMConfig(BaseModel):
             engine may take (weights, activations, KV cache), in ``(0, 1]``; the
             training model, its gradients and optimizer state need the rest.
         behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
-            (of the tempered, top-k/top-p-filtered distribution it drew from); with
-            ``clip_ratio`` set, the PPO ratio against them corrects the engine/trainer
-            mismatch. ``recompute``: the training model's own log-probs (one more
-            forward per batch).
+            (the full tempered softmax's, as the update computes); with ``clip_ratio``
+            set, the PPO ratio against them corrects the engine/trainer numerics. Under
+            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
+            the training model's are used there. ``recompute``: the training model's
+            own log-probs always (one more forward per batch).
         engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
             ``enforce_eager``, ``model`` to name the checkpoint folder).
     """
