@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 NAMES = ("reinforce", "grpo", "rloo", "remax")
-BASELINE_OF = {"reinforce": "none", "grpo": "mean", "rloo": "loo", "remax": "max"}
+BASELINE_OF = {"reinforce": "none", "grpo": "mean", "rloo": "loo", "remax": "loo_max"}
 SCALES: tuple[Scale, ...] = ("none", "group", "batch")
 EPS = 1e-6
 # float64 inputs; the loop reference differs only by summation order.
@@ -57,6 +57,9 @@ def loop_reference(
                 b = (sum(values) - r) / (n - 1) if n > 1 else r
             elif baseline == "max":
                 b = max(values)
+            elif baseline == "loo_max":
+                others = [returns[j] for j in members if j != i]
+                b = max(others) if others else r
             else:
                 raise AssertionError(baseline)
             a = r - b
@@ -221,16 +224,52 @@ def test_adding_a_constant_to_a_group_leaves_baselined_advantages_unchanged(
 
 @PROPS
 @given(data=variable_groups(), scale=st.sampled_from(SCALES))
-def test_remax_advantages_are_never_positive_and_zero_at_the_max(
+def test_remax_is_positive_only_for_the_sole_group_max_and_zero_at_tied_maxima(
     data: tuple[torch.Tensor, torch.Tensor], scale: Scale
 ) -> None:
+    # Leave-one-out max: b_i = max of the other samples. Every sample but the one that
+    # alone holds the group max gets r - max <= 0 (0 at tied maxima); that one gets
+    # max - second max > 0; a singleton gets 0.
     returns, ids = data
     a = compute_advantages(returns, estimator="remax", group_ids=ids, scale=scale)
-    assert bool((a <= 0).all())
     for label in ids.unique():
         in_group = ids == label
-        at_max = in_group & (returns == returns[in_group].max())
-        assert bool((a[at_max] == 0).all())
+        group = returns[in_group]
+        at_max = in_group & (returns == group.max())
+        if group.numel() > 1 and int(at_max.sum()) == 1:
+            assert bool((a[at_max] > 0).all())
+            assert bool((a[in_group & ~at_max] < 0).all())
+        else:
+            assert bool((a[at_max] == 0).all())
+            assert bool((a[in_group] <= 0).all())
+
+
+@PROPS
+@given(data=variable_groups())
+def test_remax_baseline_does_not_depend_on_the_samples_own_return(
+    data: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    # Unbiasedness: changing r_i leaves b_i = r_i - A_i unchanged (groups of >= 2).
+    returns, ids = data
+    i = 0
+    assume(int((ids == ids[i]).sum()) >= 2)
+    before = returns - compute_advantages(returns, estimator="remax", group_ids=ids, scale="none")
+    moved = returns.clone()
+    moved[i] = moved[i] + 7.25
+    after = moved - compute_advantages(moved, estimator="remax", group_ids=ids, scale="none")
+    assert after[i].item() == before[i].item()
+
+
+def test_remax_unique_best_sample_gets_its_margin_over_the_runner_up() -> None:
+    # The group max with the sample itself included gave [-2, 0, -3]: the best sample was
+    # never reinforced. Leave-one-out: the best beats the runner-up by 2.
+    returns = torch.tensor([[1.0, 3.0, 0.0], [2.0, 2.0, 1.0]])
+    torch.testing.assert_close(
+        compute_advantages(returns, estimator="remax"),
+        torch.tensor([[-2.0, 2.0, -3.0], [0.0, 0.0, -1.0]]),
+        rtol=0,
+        atol=0,
+    )
 
 
 @PROPS
@@ -251,10 +290,11 @@ def test_estimators_stay_distinct_under_every_scale(
 ) -> None:
     returns, ids = data
     # Distinctness needs a group that varies (else mean/loo/max all give 0) whose mean
-    # and max are non-zero (else REINFORCE coincides with mean or max on it).
+    # and max are non-zero (else REINFORCE coincides with mean or max on it), of 3 or more
+    # samples: for G = 2 the best other sample is the mean of the others, so remax = rloo.
     first = ids == ids[0]
     group = returns[first]
-    assume(group.numel() >= 2 and _pstd(group.tolist()) > 0)
+    assume(group.numel() >= 3 and _pstd(group.tolist()) > 0)
     assume(group.mean().abs() > 1e-3 and group.max().abs() > 1e-3)
     results = {
         n: compute_advantages(returns, estimator=n, group_ids=ids, scale=scale) for n in NAMES
@@ -279,7 +319,10 @@ def test_four_estimators_give_different_advantages_and_gradients_with_group_scal
     # Hand-computed for group 0 (mean 0.375, population std 0.4146...).
     std0 = math.sqrt(((1 - 0.375) ** 2 + 2 * 0.375**2 + 0.125**2) / 4)
     torch.testing.assert_close(
-        advs["remax"][0], (returns[0] - 1.0) / (std0 + EPS), rtol=1e-6, atol=1e-6
+        advs["remax"][0],
+        torch.tensor([0.5, -1.0, -1.0, -0.5]) / (std0 + EPS),
+        rtol=1e-6,
+        atol=1e-6,
     )
     for x, y in itertools.combinations(NAMES, 2):
         assert not torch.allclose(advs[x], advs[y], rtol=1e-4, atol=1e-4), (x, y)
@@ -434,8 +477,8 @@ def test_estimator_objects_can_be_passed_directly() -> None:
     )
 )
 def test_default_scales_follow_each_estimators_definition(rows) -> None:  # type: ignore[no-untyped-def]
-    """Under defaults GRPO is (r - mean) / (std + eps) (DeepSeekMath eq. 3); RLOO, ReMax and
-    REINFORCE are unscaled. (Distinctness is checked on a fixed group below: on some groups
+    """Under defaults GRPO is (r - mean) / (std + eps) (DeepSeekMath eq. 3); RLOO, ReMax
+    (r minus the best of the other samples) and REINFORCE are unscaled. (Distinctness is checked on a fixed group below: on some groups
     two definitions coincide, e.g. [0, 0, 0, 0, 2], where 1 / std = G / (G - 1).)"""
     returns = torch.tensor(rows, dtype=torch.float64)
     mean, std = returns.mean(dim=1, keepdim=True), returns.std(dim=1, keepdim=True, correction=0)
@@ -444,10 +487,10 @@ def test_default_scales_follow_each_estimators_definition(rows) -> None:  # type
     torch.testing.assert_close(
         compute_advantages(returns, estimator="rloo"), g / (g - 1) * (returns - mean)
     )
-    torch.testing.assert_close(
-        compute_advantages(returns, estimator="remax"),
-        returns - returns.max(dim=1, keepdim=True).values,
-    )
+    top2 = returns.topk(2, dim=1).values
+    sole = (returns == top2[:, :1]) & (top2[:, :1] > top2[:, 1:])
+    loo_max = torch.where(sole, top2[:, 1:], top2[:, :1])
+    torch.testing.assert_close(compute_advantages(returns, estimator="remax"), returns - loo_max)
     torch.testing.assert_close(compute_advantages(returns, estimator="reinforce"), returns)
 
 

@@ -145,7 +145,12 @@ def test_tree_gae_on_a_chain_is_flat_gae(
     adv, targets = tree_gae(rs, vs, cs, ts, gamma, lam)
     d_last = d.clone()
     d_last[:, -1] = True
-    flat_adv, flat_targets = gae(r, v, d_last, gamma, lam)
+    # the tree holds a reward that ends an episode early for the turns it skips
+    r_held = r.clone()
+    for i in range(r.shape[0]):
+        first = int(d_last[i].nonzero()[0])
+        r_held[i, first] *= sum(gamma**k for k in range(len(rs) - first))
+    flat_adv, flat_targets = gae(r_held, v, d_last, gamma, lam)
     for t, alive in enumerate(rows):
         torch.testing.assert_close(adv[t].view(-1), flat_adv[alive, t], **TOL)
         torch.testing.assert_close(targets[t].view(-1), flat_targets[alive, t], **TOL)
@@ -184,6 +189,10 @@ def _loop_tree_gae(rs, vs, cs, ts, gamma: float, lam: float):  # type: ignore[no
         advs = [action(t, n, j) for j in range(k)]
         return sum(float(vs[t][n, j]) for j in range(k)) / k, sum(advs) / k
 
+    def reward(t: int, n: int, j: int) -> float:  # an early end is held for skipped turns
+        held = sum(gamma**i for i in range(len(rs) - t)) if bool(ts[t][n, j]) else 1.0
+        return float(rs[t][n, j]) * held
+
     def future(t: int, n: int, j: int) -> tuple[float, float]:
         if bool(ts[t][n, j]):
             return 0.0, 0.0
@@ -198,7 +207,7 @@ def _loop_tree_gae(rs, vs, cs, ts, gamma: float, lam: float):  # type: ignore[no
 
     def action(t: int, n: int, j: int) -> float:
         nv, na = future(t, n, j)
-        return float(rs[t][n, j]) + gamma * nv - float(vs[t][n, j]) + gamma * lam * na
+        return reward(t, n, j) + gamma * nv - float(vs[t][n, j]) + gamma * lam * na
 
     return [
         torch.tensor(
@@ -230,6 +239,30 @@ def test_tree_gae_with_lambda_one_targets_the_tree_returns(
     _, targets = tree_gae(rs, vs, cs, ts, gamma, 1.0)
     for got, want in zip(targets, tree_returns(rs, cs, ts, gamma), strict=True):
         torch.testing.assert_close(got, want, **TOL)
+
+
+def test_tree_gae_holds_an_early_success_for_the_turns_it_skips() -> None:
+    # issue 20's example with zero values: the first-turn success (1.0, ended) and the
+    # sibling (0.2) fixed next turn (1.0): advantages [2.0, 1.2] at lam = 1, not [1.0, 1.2]
+    rs = [torch.tensor([[1.0, 0.2]]), torch.tensor([[1.0, 1.0]])]
+    vs = [torch.zeros(1, 2), torch.zeros(1, 2)]
+    cs = [torch.tensor([[-1, 0]]), torch.full((1, 2), -1)]
+    ts = [torch.tensor([[True, False]]), torch.ones(1, 2, dtype=torch.bool)]
+    adv, _ = tree_gae(rs, vs, cs, ts, 1.0, 1.0)
+    torch.testing.assert_close(adv[0], torch.tensor([[2.0, 1.2]]))
+    # a tree cut short because every episode ended: held for the turn limit
+    adv, _ = tree_gae(
+        rs[:1],
+        vs[:1],
+        [torch.full((1, 2), -1)],
+        [torch.ones(1, 2, dtype=torch.bool)],
+        0.5,
+        1.0,
+        num_turns=3,
+    )
+    torch.testing.assert_close(adv[0], torch.tensor([[1.75, 0.35]]))
+    with pytest.raises(ValueError, match="num_turns=1 but the tree has 2 turns"):
+        tree_gae(rs, vs, cs, ts, 1.0, 1.0, num_turns=1)
 
 
 def test_bad_inputs_are_rejected_with_the_reason() -> None:

@@ -20,7 +20,7 @@ from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import GenerationBackend, NativeBackend
 from comlrl.algos.rollout.sampling.collate import policy_batch
-from comlrl.algos.rollout.sampling.native import sample_next
+from comlrl.algos.rollout.sampling.native import filtered_scores, sample_next
 from comlrl.algos.rollout.sampling.vllm_backend import (
     EngineSyncClient,
     VLLMApi,
@@ -92,7 +92,9 @@ class ModelEngine:
     """A fake ``vllm.LLM`` that samples from its own copy of a model (full forward per
     token, the tempered softmax, the native sampler's top-k/top-p), stops on
     ``stop_token_ids`` and returns ``n`` completions per prompt in *reversed* index order
-    (the backend must order them). Weight updates replace its copy's parameters."""
+    (the backend must order them). Weight updates replace its copy's parameters. Its
+    log-probs are vLLM's ``processed_logprobs``: those of the distribution after
+    temperature, top-k and top-p, renormalised over the kept tokens."""
 
     def __init__(self, model: Any) -> None:
         self.model = copy.deepcopy(model).eval()
@@ -133,7 +135,7 @@ class ModelEngine:
                         temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k
                     )
                     tok = int(sample_next(logits, params, gen))
-                    lp = torch.log_softmax(logits / sp.temperature, -1)[0, tok]
+                    lp = torch.log_softmax(filtered_scores(logits, params), -1)[0, tok]
                     toks.append(tok)
                     lps.append({tok: Logprob(float(lp), rank=1)})
                     ids.append(tok)
@@ -331,7 +333,8 @@ def test_vllm_backend_sends_token_prompts_and_the_agents_stopping_rule(
     enc = tiny_tokenizer(PROMPTS)
     assert [p["prompt_token_ids"] for p in prompts] == enc["input_ids"]  # no padding
     sp = sampling[0]
-    assert (sp.n, sp.max_tokens, sp.temperature, sp.top_k, sp.logprobs) == (3, 6, 0.8, 20, 0)
+    # top_k: the engine's log-probs would be the truncated distribution's; not asked
+    assert (sp.n, sp.max_tokens, sp.temperature, sp.top_k, sp.logprobs) == (3, 6, 0.8, 20, None)
     assert sp.stop_token_ids == agent.eos_token_ids and sp.ignore_eos and lora is None
     assert sampling[1].seed == sampling[0].seed + 3  # distinct seeds per prompt and completion
     batch = samples.batch
@@ -354,6 +357,57 @@ def test_vllm_engine_logprobs_match_the_training_model_once_weights_are_pushed(
     )
     # float32 forwards of the same weights (full sequence vs. KV cache): ~1e-6 apart
     torch.testing.assert_close(batch.behaviour_logprobs, ref, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "filters", [{"top_p": 0.6}, {"top_k": 5}, {"top_p": 0.8, "top_k": 20}], ids=str
+)
+def test_vllm_behaviour_logprobs_under_top_p_top_k_are_the_updates_distribution(
+    tiny_model, tiny_tokenizer, filters: dict[str, Any]
+) -> None:  # type: ignore[no-untyped-def]
+    # The engine's processed log-probs are of the truncated, renormalised distribution
+    # (log(p / Z), Z <= 1 the kept mass): against the update's full tempered softmax the
+    # PPO ratio would be Z on every token. Under a filter the engine is not asked and the
+    # training model's full tempered log-probs are used, so the first ratio is 1.
+    agent, engine = vllm_agent(tiny_model, tiny_tokenizer)
+    agent.seed(2)
+    params = SamplingParams(num_generations=3, max_new_tokens=8, temperature=0.9, **filters)
+    batch = agent.sample(PROMPTS, params).batch
+    assert engine.calls[-1][1][0].logprobs is None
+    ref = completion_logprobs(tiny_model, batch, slice(0, 2), temperature=0.9)
+    ref = ref.masked_fill(~batch.completion_mask, 0)
+    torch.testing.assert_close(batch.behaviour_logprobs, ref, rtol=0, atol=1e-4)
+    # without a filter the engine's own log-probs are used (they are the full softmax's)
+    agent.sample(PROMPTS, SamplingParams(num_generations=3, max_new_tokens=8, temperature=0.9))
+    assert engine.calls[-1][1][0].logprobs == 0
+
+
+def test_the_fake_engines_filtered_logprobs_are_above_the_full_softmaxs(
+    tiny_model, tiny_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    # the premise of the test above: at top_p = 0.6 processed log-probs exceed the full
+    # softmax's by -log Z > 0 wherever the filter dropped mass
+    logits = tiny_model(input_ids=torch.tensor([[5, 6, 7]])).logits[:, -1].detach()
+    params = SamplingParams(top_p=0.6)
+    full = torch.log_softmax(logits.float(), -1)
+    kept = torch.log_softmax(filtered_scores(logits, params), -1)
+    finite = torch.isfinite(kept)
+    assert bool((kept[finite] - full[finite] > 0.1).all())
+
+
+@pytest.mark.parametrize("filters", [{"top_p": 0.6}, {"top_k": 5}], ids=str)
+def test_native_behaviour_logprobs_under_top_p_top_k_are_the_full_tempered_softmaxs(
+    tiny_model, tiny_tokenizer, filters: dict[str, Any]
+) -> None:  # type: ignore[no-untyped-def]
+    agent = HFAgent(tiny_model, tiny_tokenizer)
+    agent.seed(4)
+    params = SamplingParams(num_generations=3, max_new_tokens=8, temperature=0.9, **filters)
+    batch = agent.sample(PROMPTS, params).batch
+    ref = completion_logprobs(tiny_model, batch, slice(0, 2), temperature=0.9)
+    ref = ref.masked_fill(~batch.completion_mask, 0)
+    torch.testing.assert_close(
+        batch.behaviour_logprobs.masked_fill(~batch.completion_mask, 0), ref, rtol=0, atol=1e-4
+    )
 
 
 def test_vllm_weights_are_pushed_after_an_optimizer_step_and_only_then(

@@ -108,6 +108,65 @@ def test_k1_and_k3_are_unbiased_estimates_of_the_exact_kl() -> None:
         assert abs(values.mean() - exact) < 5 * stderr, est
 
 
+def _expected_gradient(estimator: str, logits: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``E_{x~pi}[grad k(x)]`` exactly: every outcome ``x`` of the categorical weighted by
+    ``pi(x)`` (held fixed, as sampling is), its estimator differentiated in ``logits``."""
+    logits = logits.detach().requires_grad_(True)
+    logp = torch.log_softmax(logits, 0)
+    weights = logp.exp().detach()
+    values = kl_penalty(logp, ref, estimator)  # type: ignore[arg-type]
+    (grad,) = torch.autograd.grad((weights * values).sum(), logits)
+    return grad
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kl_estimators_expected_gradients_follow_the_stated_kl(seed: int) -> None:
+    # Exact enumeration over a 6-outcome categorical (Schulman 2020): as a loss term,
+    # k1's expected gradient is 0, k2's is grad KL(pi || ref), k3's is grad KL(ref || pi).
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, generator=gen, dtype=torch.float64)
+    ref = torch.log_softmax(torch.randn(6, generator=gen, dtype=torch.float64), 0)
+
+    def kl_grad(forward: bool) -> torch.Tensor:
+        x = logits.clone().requires_grad_(True)
+        logp = torch.log_softmax(x, 0)
+        if forward:  # KL(pi || ref)
+            kl = (logp.exp() * (logp - ref)).sum()
+        else:  # KL(ref || pi)
+            kl = (ref.exp() * (ref - logp)).sum()
+        (grad,) = torch.autograd.grad(kl, x)
+        return grad
+
+    forward, reverse = kl_grad(True), kl_grad(False)
+    assert not torch.allclose(forward, reverse, atol=1e-3)  # the two directions differ here
+    torch.testing.assert_close(
+        _expected_gradient("k1", logits, ref), torch.zeros(6, dtype=torch.float64), **TOL
+    )
+    torch.testing.assert_close(_expected_gradient("k2", logits, ref), forward, **TOL)
+    torch.testing.assert_close(_expected_gradient("k3", logits, ref), reverse, **TOL)
+
+
+def test_policy_loss_refuses_k1_as_a_loss_term_and_says_to_use_the_reward() -> None:
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    ref = torch.full((2, 3), -1.5)
+    with pytest.raises(ValueError, match=r"kl_estimator='k1' with kl_coef=0.1.*reward.*'k3'"):
+        policy_loss(logp, torch.ones(2), mask, ref_logprobs=ref, kl_coef=0.1, kl_estimator="k1")
+    # as a metric (kl_coef = 0) k1 is fine: its value is an unbiased KL estimate
+    _, metrics = policy_loss(logp, torch.ones(2), mask, ref_logprobs=ref, kl_estimator="k1")
+    assert metrics["kl"] == pytest.approx(0.5)
+
+
+def test_config_refuses_k1_with_a_positive_kl_coef() -> None:
+    from comlrl.algos.training.config import TrainConfig
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="k1 belongs in the reward"):
+        TrainConfig(kl_coef=0.05, kl_estimator="k1")
+    assert TrainConfig(kl_coef=0.0, kl_estimator="k1").kl_estimator == "k1"
+    assert TrainConfig(kl_coef=0.05, kl_estimator="k2").kl_estimator == "k2"
+
+
 def test_kl_rejects_unknown_estimator_and_shape_mismatch() -> None:
     with pytest.raises(ValueError, match=r"unknown KL estimator 'k4'.*'k3'"):
         kl_penalty(torch.zeros(2), torch.zeros(2), "k4")  # type: ignore[arg-type]

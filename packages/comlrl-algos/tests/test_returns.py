@@ -33,11 +33,45 @@ def test_a_hand_computed_tree_with_discount_termination_and_pruning() -> None:
     got = tree_returns(rewards, child, terminal, gamma=0.5)
     # leaves: V = 0.5 and 0.5
     torch.testing.assert_close(got[2], rewards[2])
-    # node 0: 0.5 (terminal); 1.0 + 0.5 * 0.5 = 1.25 -> V = 0.875
+    # node 0: 0.5 ends at turn 1 of 3, held for the skipped turn: 0.5 * (1 + 0.5) = 0.75;
+    #         1.0 + 0.5 * 0.5 = 1.25 -> V = 1.0
     # node 1: pruned 0.0 + 0.5 * 0.5 (its expanded sibling's future) = 0.25; 0.2 + 0.25 = 0.45 -> V = 0.35
-    torch.testing.assert_close(got[1], torch.tensor([[0.5, 1.25], [0.25, 0.45]]))
-    # root: 1 + 0.5 * 0.875 = 1.4375; 0 + 0.5 * 0.35 = 0.175
-    torch.testing.assert_close(got[0], torch.tensor([[1.4375, 0.175]]))
+    torch.testing.assert_close(got[1], torch.tensor([[0.75, 1.25], [0.25, 0.45]]))
+    # root: 1 + 0.5 * 1.0 = 1.5; 0 + 0.5 * 0.35 = 0.175
+    torch.testing.assert_close(got[0], torch.tensor([[1.5, 0.175]]))
+
+
+def test_an_early_success_is_not_pushed_below_a_sibling_fixed_next_turn() -> None:
+    # Issue 20's example: two turns, G = 2. Joint action 0 succeeds at once (1.0) and ends
+    # the episode; joint action 1 scores 0.2 and is fixed next turn (1.0 for both of its
+    # children). Without holding, returns were [1.0, 1.2] and the success had GRPO
+    # advantage -1. Held for the turn it skips: [2.0, 1.2], advantage +1.
+    from comlrl.algos.functional.advantages import compute_advantages
+
+    rewards = [torch.tensor([[1.0, 0.2]]), torch.tensor([[1.0, 1.0]])]
+    child = [torch.tensor([[-1, 0]]), torch.full((1, 2), -1)]
+    terminal = [torch.tensor([[True, False]]), torch.ones(1, 2, dtype=torch.bool)]
+    got = tree_returns(rewards, child, terminal, gamma=1.0)
+    torch.testing.assert_close(got[0], torch.tensor([[2.0, 1.2]]))
+    assert compute_advantages(got[0], estimator="grpo")[0, 0].item() >= 0
+    for gamma in (0.5, 0.9, 1.0):  # held under discount: 1 + gamma >= 0.2 + gamma * 1.0
+        got = tree_returns(rewards, child, terminal, gamma=gamma)
+        torch.testing.assert_close(got[0], torch.tensor([[1.0 + gamma, 0.2 + gamma]]))
+        for name in ("grpo", "rloo", "remax", "reinforce"):
+            adv = compute_advantages(got[0], estimator=name)[0]
+            assert adv[0].item() >= adv[1].item(), (gamma, name)
+
+
+def test_a_tree_that_stopped_early_holds_its_rewards_for_the_turn_limit() -> None:
+    # every episode ended at turn 0 of a 3-turn limit: the tree has one turn
+    rewards = [torch.tensor([[1.0, 0.5]])]
+    child = [torch.full((1, 2), -1)]
+    terminal = [torch.ones(1, 2, dtype=torch.bool)]
+    got = tree_returns(rewards, child, terminal, gamma=0.5, num_turns=3)
+    torch.testing.assert_close(got[0], torch.tensor([[1.75, 0.875]]))
+    torch.testing.assert_close(tree_returns(rewards, child, terminal, 0.5)[0], rewards[0])
+    with pytest.raises(ValueError, match="num_turns=0 but the tree has 1 turns"):
+        tree_returns(rewards, child, terminal, num_turns=0)
 
 
 def test_gamma_zero_gives_the_rewards_and_gamma_one_the_undiscounted_sum() -> None:
@@ -87,8 +121,8 @@ def _reference(rewards, child, terminal, gamma):  # type: ignore[no-untyped-def]
         c = int(child[t][n][j])
         if c >= 0:
             return r + gamma * value(t + 1, c)
-        if terminal[t][n][j]:
-            return r
+        if terminal[t][n][j]:  # held for the turns the episode skips
+            return r * sum(gamma**i for i in range(len(rewards) - t))
         futures = [value(t + 1, int(c2)) for c2 in child[t][n] if int(c2) >= 0]
         return r + gamma * (sum(futures) / len(futures) if futures else 0.0)
 

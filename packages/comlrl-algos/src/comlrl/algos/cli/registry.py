@@ -13,7 +13,7 @@ names                   recipe
 ``magrpo`` (``grpo``)   group-mean baseline, std-scaled; the default
 ``mareinforce``         no baseline (``reinforce``)
 ``marloo`` (``rloo``)   leave-one-out baseline
-``maremax`` (``remax``) the group's best return as baseline
+``maremax`` (``remax``) the best return of the other samples as baseline
 ``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
 ``madpo``               multi-agent DPO on joint actions paired by reward gap
 ``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
@@ -212,7 +212,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
             ),
             Recipe(
                 "maremax",
-                "MAReMax: the group's best return as baseline (after Li et al. 2023)",
+                "MAReMax: the best of the other samples' returns as baseline (after Li et al. 2023)",
                 "comlrl.algos.training.config:TrainConfig",
                 f"{_GB}:run_group_baseline",
                 fixed={"estimator": "remax"},

@@ -25,10 +25,11 @@ Conventions (shared with ``comlrl.kernels.group_advantages``):
   ``(A - mean(A)) / std(A)``, would turn REINFORCE, leave-one-out and max into the same
   update as the group mean; that is the trap this module avoids.)
 
-The per-group work (baseline and ``scale="group"``) for the built-in baselines is done by
-``comlrl.kernels.group_advantages`` (a dependency of this package: C++/CUDA when compiled,
-its pure-torch reference otherwise). Only user-defined callable baselines run in the small
-torch path of this module.
+The per-group work (baseline and ``scale="group"``) for the kernel baselines (``none``,
+``mean``, ``loo``, ``max``) is done by ``comlrl.kernels.group_advantages`` (a dependency of
+this package: C++/CUDA when compiled, its pure-torch reference otherwise). ReMax's
+leave-one-out max (:func:`loo_max_baseline`) and user-defined callable baselines run in the
+small torch path of this module.
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ __all__ = [
     "BaselineFn",
     "Estimator",
     "compute_advantages",
+    "loo_max_baseline",
     "register_estimator",
 ]
 
-#: Built-in baselines understood by ``comlrl.kernels.group_advantages``.
-BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max")
+#: Built-in baselines: ``none``, ``mean``, ``loo`` and ``max`` (the group max, the sample
+#: itself included) run in ``comlrl.kernels.group_advantages``; ``loo_max`` (the max of the
+#: *other* samples of the group, ReMax's baseline here) runs in :func:`loo_max_baseline`.
+BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max", "loo_max")
+_KERNEL_BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max")
 
 #: Accepted values of ``compute_advantages(scale=...)``; ``"auto"`` is each estimator's own.
 SCALES: tuple[str, ...] = ("auto", "none", "group", "batch")
@@ -104,7 +109,7 @@ def register_estimator(
 
     Args:
         name: registry key, e.g. ``"my_baseline"``.
-        baseline: one of ``"none"``, ``"mean"``, ``"loo"``, ``"max"``, or a callable
+        baseline: one of ``"none"``, ``"mean"``, ``"loo"``, ``"max"``, ``"loo_max"``, or a callable
             ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]`` (see
             :data:`BaselineFn`). A callable runs in pure torch, outside the kernels.
         reference: citation shown in docs and logs.
@@ -168,11 +173,44 @@ register_estimator(
 )
 register_estimator(
     "remax",
-    "max",
+    "loo_max",
     aliases=("maremax",),
     reference="Li et al. 2023, ReMax; there b is the return of a greedy rollout, "
-    "here b is the max return of the sampled group (no extra greedy generation)",
+    "here b_i is the max return of the other G-1 samples of the group (leave-one-out, so "
+    "b_i does not depend on sample i and the gradient stays unbiased; no extra generation)",
 )
+
+
+def loo_max_baseline(returns: Tensor, group_ids: Tensor, num_groups: int) -> Tensor:
+    """Leave-one-out max: ``b_i = max{ r_j : j in group(i), j != i }``.
+
+    Computed from the two largest returns of each group: ``b_i`` is the group max, except
+    for the sample that alone holds it, whose baseline is the second largest return. A
+    singleton group has no other sample: its baseline is the sample itself (advantage 0,
+    the convention of ``loo``). Because ``b_i`` does not depend on ``r_i`` (nor on the
+    completion that earned it), ``E[(r_i - b_i) grad log pi(y_i)] = E[r_i grad log pi(y_i)]``:
+    the baseline adds no bias (Kool et al. 2019's argument for leave-one-out baselines). The
+    group max with the sample included (baseline ``"max"``) depends on ``r_i`` and is biased.
+
+    Args:
+        returns: ``[M]`` floating returns.
+        group_ids: ``[M]`` int64 dense group labels in ``[0, num_groups)``.
+        num_groups: the number of groups.
+
+    Returns:
+        ``[M]`` baselines in the dtype of ``returns``.
+    """
+    neg_inf = torch.full((num_groups,), -torch.inf, dtype=returns.dtype, device=returns.device)
+    top = neg_inf.scatter_reduce(0, group_ids, returns, reduce="amax")
+    at_top = returns == top[group_ids]
+    holders = torch.zeros(num_groups, dtype=torch.int64, device=returns.device)
+    holders = holders.index_add(0, group_ids, at_top.to(torch.int64))
+    rest = torch.where(at_top, -torch.inf, returns)
+    second = neg_inf.scatter_reduce(0, group_ids, rest, reduce="amax")
+    sole = at_top & (holders[group_ids] == 1)
+    baseline = torch.where(sole, second[group_ids], top[group_ids])
+    # a singleton group's sole holder has no other sample: -inf -> the sample itself
+    return torch.where(torch.isinf(baseline), returns, baseline)
 
 
 def _check_finite(returns: Tensor) -> None:
@@ -253,14 +291,17 @@ def compute_advantages(
                                                   default; ``scale="none"`` gives Dr. GRPO
                                                   (Liu et al. 2025)
     rloo          mean of the other ``n - 1``     Kool et al. 2019; Ahmadian et al. 2024
-    remax         max of the group                Li et al. 2023 (ReMax uses the return of
-                                                  a greedy rollout; here the group max, so
-                                                  no extra generation is needed)
+    remax         max of the other ``n - 1``      Li et al. 2023 (ReMax uses the return of
+                                                  a greedy rollout; here the best of the
+                                                  other samples, so no extra generation is
+                                                  needed and the baseline is unbiased)
     ============  ==============================  =========================================
 
     ``mareinforce``, ``magrpo``, ``marloo`` and ``maremax`` are aliases. For a group of
-    fixed size ``G`` and the same ``scale``: ``A_rloo = G / (G - 1) * A_grpo``, and
-    ``A_remax <= 0``.
+    fixed size ``G`` and the same ``scale``: ``A_rloo = G / (G - 1) * A_grpo``; ``A_remax``
+    is ``r - max(group) <= 0`` for every sample but the one that alone holds the group
+    max, which gets ``max - second max > 0`` (the only positive advantage of its group;
+    tied maxima all get 0).
 
     ``scale`` (applied after the baseline, never re-centring):
 
@@ -279,8 +320,8 @@ def compute_advantages(
 
     Defined edge cases:
 
-    - A singleton group has advantage 0 under ``grpo``, ``rloo`` (no other sample: the
-      baseline is the sample itself) and ``remax``; ``r`` under ``reinforce``.
+    - A singleton group has advantage 0 under ``grpo``, ``rloo`` and ``remax`` (no other
+      sample: the leave-one-out baseline is the sample itself); ``r`` under ``reinforce``.
     - A group of equal returns has advantage 0 under ``grpo``, ``rloo`` and ``remax``,
       under every scale (``0 / (0 + eps) = 0``).
     - ``reinforce`` has no baseline: with ``scale="group"`` a zero-variance group
@@ -347,21 +388,22 @@ def compute_advantages(
         return values.clone()
 
     group_scale: Literal["none", "group"] = "group" if scale == "group" else "none"
-    if isinstance(est.baseline, str):
+    baseline = loo_max_baseline if est.baseline == "loo_max" else est.baseline
+    if isinstance(baseline, str):
         if ids is None:
             adv = group_advantages(
-                flat, group_size=group_size, baseline=est.baseline, scale=group_scale, eps=eps
+                flat, group_size=group_size, baseline=baseline, scale=group_scale, eps=eps
             )
         else:
             adv = group_advantages(
-                flat, group_ids=ids, baseline=est.baseline, scale=group_scale, eps=eps
+                flat, group_ids=ids, baseline=baseline, scale=group_scale, eps=eps
             )
         adv = adv.to(dtype)
     else:
         if ids is None:
             ids = torch.arange(num_groups, device=flat.device).repeat_interleave(group_size)
         adv = _custom_baseline_advantages(
-            flat, ids, num_groups, baseline=est.baseline, scale=group_scale, eps=eps
+            flat, ids, num_groups, baseline=baseline, scale=group_scale, eps=eps
         )
     if scale == "batch":
         adv = adv / (flat.std(correction=0) + eps)

@@ -29,6 +29,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from comlrl.algos.functional.returns import hold_factor
 from torch import Tensor
 
 __all__ = ["discounted_returns", "gae", "tree_gae", "q_advantages", "value_loss"]
@@ -160,6 +161,8 @@ def tree_gae(
     terminal: Sequence[Tensor],
     gamma: float,
     lam: float,
+    *,
+    num_turns: int | None = None,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """GAE over a multi-turn rollout tree, per joint action of every turn.
 
@@ -171,7 +174,10 @@ def tree_gae(
     ``A' = mean_k A_{c,k}``. Then (Schulman et al. 2016, eq. 11 and 16)
 
     - ``delta_j = r_j + gamma * V' - v_j`` and ``A_j = delta_j + gamma * lam * A'``;
-    - terminal joint actions: ``V' = A' = 0``;
+    - terminal joint actions: ``V' = A' = 0``, and a reward that ends the episode before
+      the turn limit ``T`` is held for the turns it skips, ``r_j * (1 + gamma + ... +
+      gamma**(T - 1 - t))``, as in :func:`~comlrl.algos.functional.returns.tree_returns`
+      (an early success is not ranked below a sibling fixed a turn later);
     - pruned ones (not terminal, no child under a branching limit): ``V'`` and ``A'``
       are the means over the expanded siblings of the same node (0 with none).
 
@@ -185,6 +191,7 @@ def tree_gae(
         terminal: per turn, ``[N_t, K]`` bool.
         gamma: discount in ``[0, 1]``.
         lam: GAE ``lambda`` in ``[0, 1]``.
+        num_turns: the turn limit ``T`` (None: ``len(rewards)``).
 
     Returns:
         ``(advantages, targets)``: per turn ``[N_t, K]`` float32 (float64 for float64
@@ -193,7 +200,8 @@ def tree_gae(
     Raises:
         ValueError: mismatched turn counts or shapes, ``gamma``/``lam`` outside
             ``[0, 1]``, non-finite rewards or values, a child index out of range, a
-            joint action that is terminal and expanded, or children at the last turn.
+            joint action that is terminal and expanded, children at the last turn, or
+            ``num_turns < len(rewards)``.
     """
     _check_discount("gamma", gamma)
     _check_discount("lam", lam)
@@ -202,10 +210,13 @@ def tree_gae(
             f"got {len(rewards)} turns of rewards, {len(values)} of values, {len(child)} of "
             f"child and {len(terminal)} of terminal; give one tensor per turn for each"
         )
-    num_turns = len(rewards)
-    advs: list[Tensor] = [torch.empty(0)] * num_turns
-    targets: list[Tensor] = [torch.empty(0)] * num_turns
-    for t in range(num_turns - 1, -1, -1):
+    depth = len(rewards)
+    horizon = depth if num_turns is None else num_turns
+    if horizon < depth:
+        raise ValueError(f"num_turns={num_turns} but the tree has {depth} turns")
+    advs: list[Tensor] = [torch.empty(0)] * depth
+    targets: list[Tensor] = [torch.empty(0)] * depth
+    for t in range(depth - 1, -1, -1):
         r, v, c, term = rewards[t], values[t], child[t], terminal[t].to(torch.bool)
         if r.dim() != 2 or not r.dtype.is_floating_point:
             raise ValueError(
@@ -223,9 +234,10 @@ def tree_gae(
         expanded = c >= 0
         if bool((expanded & term).any()):
             raise ValueError(f"turn {t}: a joint action cannot be terminal and expanded")
-        if t == num_turns - 1 and bool(expanded.any()):
+        if t == depth - 1 and bool(expanded.any()):
             raise ValueError(f"turn {t} is the last turn but has child indices >= 0")
-        if t == num_turns - 1 or not bool(expanded.any()):
+        r = torch.where(term, r * hold_factor(gamma, t, horizon), r)
+        if t == depth - 1 or not bool(expanded.any()):
             next_v = next_a = torch.zeros_like(r)
         else:
             n_next = advs[t + 1].shape[0]

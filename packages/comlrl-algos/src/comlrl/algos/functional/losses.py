@@ -19,6 +19,7 @@ from torch import Tensor
 
 __all__ = [
     "KL_ESTIMATORS",
+    "LOSS_KL_ESTIMATORS",
     "REDUCTIONS",
     "completion_mask",
     "kl_penalty",
@@ -27,6 +28,10 @@ __all__ = [
 
 #: Accepted values of ``kl_penalty(estimator=...)``.
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+#: The estimators whose gradient as a loss term regularises: k2 follows
+#: ``KL(pi || pi_ref)``, k3 ``KL(pi_ref || pi)``; k1's expected gradient is 0.
+LOSS_KL_ESTIMATORS: tuple[str, ...] = ("k2", "k3")
 
 #: Accepted values of ``policy_loss(reduction=...)``.
 REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_sum")
@@ -83,16 +88,36 @@ def completion_mask(
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
-    """Per-token estimate of ``KL(pi || pi_ref)`` from tokens sampled from ``pi``.
+    """Per-token estimators of a KL divergence between ``pi`` and ``pi_ref``, from tokens
+    sampled from ``pi``.
 
-    With ``d = ref_logprobs - logprobs`` (log of ``pi_ref / pi`` at the sampled token),
-    following Schulman 2020, "Approximating KL Divergence" (http://joschu.net/blog/kl-approx.html):
+    With ``d = ref_logprobs - logprobs`` (``log(pi_ref / pi)`` at the sampled token),
+    following Schulman 2020, "Approximating KL Divergence"
+    (http://joschu.net/blog/kl-approx.html). The *value* of each, averaged over samples
+    from ``pi``, estimates ``KL(pi || pi_ref)`` (k1 and k3 without bias, k2 with a small
+    bias). Their *gradients* as a loss term (the samples held fixed, only ``logprobs``
+    differentiated, ``E_{x~pi}[grad k(x)]``) follow different divergences:
 
-    - ``"k1"``: ``-d = logprobs - ref_logprobs`` (unbiased, high variance, can be < 0).
-    - ``"k2"``: ``0.5 * d**2`` (biased, low variance, >= 0).
-    - ``"k3"``: ``exp(d) - d - 1`` (unbiased, >= 0); the form in the GRPO objective,
-      Shao et al. 2024 (DeepSeekMath) eq. 4. Computed as ``expm1(d) - d``, which is
-      accurate for small ``d`` and never negative in floating point.
+    =====  ============================  ============================================
+    name   per-token value               expected gradient as a loss term
+    =====  ============================  ============================================
+    k1     ``-d = logp - ref_logp``      ``E[grad log pi] = 0``: no regularisation at
+                                         all, only variance. k1 belongs in the
+                                         *reward* (``r - beta * sum_t k1``, the
+                                         PPO-RLHF penalty of Ziegler et al. 2019),
+                                         where the policy gradient carries it;
+                                         :func:`policy_loss` refuses it as a loss.
+    k2     ``0.5 * d**2``                ``E[-d * grad log pi] = grad KL(pi || pi_ref)``
+    k3     ``exp(d) - d - 1``            ``E[(1 - pi_ref / pi) grad log pi]
+                                         = grad KL(pi_ref || pi)`` (the reverse
+                                         direction; the GRPO objective, Shao et al.
+                                         2024 (DeepSeekMath) eq. 4)
+    =====  ============================  ============================================
+
+    In a sequence these are the KLs of each token's next-token distributions at the
+    sampled prefixes. k3 is computed as ``expm1(d) - d``, which is accurate for small
+    ``d`` and never negative in floating point. Tested by exact enumeration over a small
+    categorical (``tests/test_losses.py``).
 
     Args:
         logprobs: ``[B, L]`` (any shape) log-probs under the policy ``pi``.
@@ -119,6 +144,17 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = 
     if estimator == "k2":
         return 0.5 * d * d
     return torch.expm1(d) - d
+
+
+def k1_loss_message(kl_coef: float) -> str:
+    """Why ``kl_estimator="k1"`` cannot be a loss term, and what to use instead."""
+    return (
+        f"kl_estimator='k1' with kl_coef={kl_coef}: as a loss term k1's expected gradient "
+        "is 0 (E_pi[grad log pi] = 0), so it regularises nothing. k1 belongs in the reward "
+        "as a penalty (reward - beta * sum_t (logp - ref_logp)); as a loss use "
+        "kl_estimator='k3' (gradient of KL(pi_ref || pi), the GRPO default) or 'k2' "
+        "(gradient of KL(pi || pi_ref))"
+    )
 
 
 def _clip_bounds(clip_ratio: float | tuple[float, float]) -> tuple[float, float]:
@@ -175,7 +211,10 @@ def policy_loss(
       ``clip_ratio`` is ``low = high = eps``; a pair ``(low, high)`` gives the
       asymmetric "clip-higher" of DAPO (Yu et al. 2025), e.g. ``(0.2, 0.28)``.
     - reference KL: ``l += kl_coef * kl_penalty(logp, ref_logprobs, kl_estimator)``
-      (GRPO, Shao et al. 2024 eq. 3-4).
+      (GRPO, Shao et al. 2024 eq. 3-4). ``"k3"`` (default) pulls toward the reference
+      along ``grad KL(pi_ref || pi)``, ``"k2"`` along ``grad KL(pi || pi_ref)``; ``"k1"``
+      has zero expected gradient as a loss and is refused when ``kl_coef > 0`` (it is
+      still reported as the ``kl`` metric, where its value is an unbiased estimate).
 
     Reductions over the valid (mask True) tokens, with ``n_i`` valid tokens in
     sequence i:
@@ -202,7 +241,8 @@ def policy_loss(
         clip_ratio: PPO clip ``eps`` or ``(low, high)``; None for no clipping.
         ref_logprobs: ``[B, L]`` reference-model log-probs, or None.
         kl_coef: weight of the KL term (>= 0); needs ``ref_logprobs`` when > 0.
-        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (see :func:`kl_penalty`).
+        kl_estimator: ``"k2"`` or ``"k3"`` as a loss (see :func:`kl_penalty`); ``"k1"``
+            only with ``kl_coef=0`` (a metric).
         reduction: ``"seq_mean_token_mean"``, ``"token_mean"`` or ``"seq_sum"``.
         max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L); ignored by the
             other reductions.
@@ -218,8 +258,9 @@ def policy_loss(
 
     Raises:
         ValueError: shape mismatches; ``logprobs`` not floating; unknown reduction or
-            KL estimator; invalid ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0``
-            without ``ref_logprobs``; ``max_completion_length`` < 1 or < L.
+            KL estimator; ``kl_estimator="k1"`` with ``kl_coef > 0``; invalid
+            ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0`` without ``ref_logprobs``;
+            ``max_completion_length`` < 1 or < L.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; use one of {list(REDUCTIONS)}")
@@ -245,6 +286,8 @@ def policy_loss(
         raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
     if kl_coef > 0 and ref_logprobs is None:
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
+    if kl_coef > 0 and kl_estimator not in LOSS_KL_ESTIMATORS:
+        raise ValueError(k1_loss_message(kl_coef))
     bounds = _clip_bounds(clip_ratio) if clip_ratio is not None else None
     if reduction == "seq_sum" and max_completion_length is not None:
         if (

@@ -18,8 +18,10 @@ prompt tokens, ``L`` completion tokens, ``H`` hidden size, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -31,6 +33,7 @@ __all__ = [
     "default_logprob_chunk_size",
     "fused_logprobs_unsupported",
     "prompt_chunks",
+    "sampling_mode",
 ]
 
 # Config fields (on the model's config or its text config) that change the logits after
@@ -45,6 +48,31 @@ _PROBED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary(
 _WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 _MAX_CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk
+
+
+@contextlib.contextmanager
+def sampling_mode(model: Any) -> Iterator[None]:
+    """Run the block with every module of ``model`` in eval mode, the mode the samplers
+    generate in (no dropout), and give each module its own mode back afterwards.
+
+    The updates compute their log-probs under it, so that the policy the ratio and the
+    reference terms see is the one that sampled: the first PPO ratio of a batch is exactly
+    1 and the DPO margin of a policy equal to its reference is 0, also for a model with
+    dropout > 0 (in train mode, dropout made them random: TRL's RL and DPO trainers turn
+    dropout off for the same reason). Gradients flow as usual. Objects without
+    ``modules()`` are left as they are.
+    """
+    modules = getattr(model, "modules", None)
+    if modules is None:
+        yield
+        return
+    modes = [(m, m.training) for m in modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def default_logprob_chunk_size(vocab_size: int) -> int:
@@ -141,18 +169,13 @@ def _probe(model: Any, decoder: Any, lm_head: torch.nn.Linear) -> str | None:
     """Compare the model's own logits with the decoder's hidden states times the weight."""
     weight = lm_head.weight
     ids = torch.arange(4, device=weight.device).remainder(weight.shape[0]).unsqueeze(0)
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
     try:
-        with torch.no_grad():
+        with sampling_mode(model), torch.no_grad():
             full = model(input_ids=ids, use_cache=False).logits
             hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
             ours = torch.nn.functional.linear(hidden, weight)
     except Exception as err:  # any failure here only means: use the materialised path
         return f"calling the decoder alone failed ({type(err).__name__}: {err})"
-    finally:
-        for m, training in modes:
-            m.training = training
     if full.shape != ours.shape:
         return (
             f"the model's logits {list(full.shape)} are not hidden @ lm_head.T {list(ours.shape)}"

@@ -258,7 +258,9 @@ class HFAgent:
         batch = policy_batch(
             input_ids, attention_mask, ids, logp, self.eos_token_ids, params.num_generations
         )
-        if self.generation_backend.recompute_logprobs:
+        valid = batch.completion_mask
+        unmeasured = bool(torch.isnan(batch.behaviour_logprobs[valid]).any())
+        if self.generation_backend.recompute_logprobs or unmeasured:
             batch = dataclasses.replace(
                 batch,
                 behaviour_logprobs=recompute_behaviour_logprobs(

@@ -45,7 +45,9 @@ class TreeSettings:
             episode (``termination_scope="joint_action"``), or a node whose mean reward is
             above it expands no child (``"node"``, CoMLRL 1.4.3's rule). ``None``: only
             the task's ``Feedback.done`` and the turn limit end episodes.
-        termination_scope: see above.
+        termination_scope: see above. An episode that ends before ``num_turns`` has its
+            last reward held for the turns it skips (see
+            :mod:`comlrl.algos.functional.returns`).
         max_branches: expand at most this many joint actions per node (``None``: all of
             them, a full tree of ``K**(T-1)`` leaves per example).
         branch_select: which ones when limited: ``"top"`` (highest reward, ties by
@@ -255,6 +257,7 @@ def rollout(
         [d["child"] for d in turns],
         [d["terminal"] for d in turns],
         tree.gamma,
+        num_turns=tree.num_turns,  # an early end's reward is held for the turns it skips
     )
     return Rollout(
         examples=tuple(examples),

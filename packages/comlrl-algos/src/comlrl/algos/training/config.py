@@ -77,10 +77,11 @@ class VLLMConfig(BaseModel):
             engine may take (weights, activations, KV cache), in ``(0, 1]``; the
             training model, its gradients and optimizer state need the rest.
         behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
-            (of the tempered, top-k/top-p-filtered distribution it drew from); with
-            ``clip_ratio`` set, the PPO ratio against them corrects the engine/trainer
-            mismatch. ``recompute``: the training model's own log-probs (one more
-            forward per batch).
+            (the full tempered softmax's, as the update computes); with ``clip_ratio``
+            set, the PPO ratio against them corrects the engine/trainer numerics. Under
+            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
+            the training model's are used there. ``recompute``: the training model's
+            own log-probs always (one more forward per batch).
         engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
             ``enforce_eager``, ``model`` to name the checkpoint folder).
     """
@@ -104,7 +105,9 @@ class LoraSettings(BaseModel):
     Attributes:
         r: rank of each adapter.
         alpha: scale numerator; the update is scaled by ``alpha / r``.
-        dropout: dropout on the adapter's input, in ``[0, 1)``.
+        dropout: dropout on the adapter's input, in ``[0, 1)``. The policy-gradient and
+            DPO updates run in eval mode (the mode completions are sampled in), where it
+            is off; it acts in SFT and reward-model training.
         target_modules: names (suffixes) of the linear layers that get adapters, or
             ``"all-linear"`` (every linear layer but the LM head).
         shared_base: ``true``: one frozen base in memory for all agents, one named adapter
@@ -231,7 +234,12 @@ class TrainConfig(BaseModel):
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
     num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
     kl_coef: float = Field(0.0, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3",
+        description="Reference KL as a loss term: k3 (gradient of KL(ref || policy), GRPO's) "
+        "or k2 (gradient of KL(policy || ref)); k1 has zero expected gradient as a loss and "
+        "is refused with kl_coef > 0 (Schulman 2020, Approximating KL Divergence).",
+    )
     # --- optimisation -------------------------------------------------------------
     learning_rate: float = Field(
         1e-3,
@@ -392,6 +400,10 @@ class TrainConfig(BaseModel):
                 f"max_branches={self.max_branches} limits multi-turn branching but num_turns=1; "
                 "set num_turns > 1 or leave max_branches unset."
             )
+        if self.kl_coef > 0 and self.kl_estimator == "k1":
+            from comlrl.algos.functional.losses import k1_loss_message
+
+            raise ValueError(k1_loss_message(self.kl_coef))
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "

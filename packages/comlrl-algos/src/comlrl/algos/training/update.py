@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
 from comlrl.algos.models.devices import model_device
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ class UpdateSettings:
         max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
         clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE.
         kl_coef: weight of the reference KL (needs a reference model when > 0).
-        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
+            ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
+            :func:`~comlrl.algos.functional.losses.kl_penalty`).
         num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
         max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
@@ -75,6 +77,7 @@ def update_policy(
     *,
     ref_model: Any | None = None,
     sync: GradientSync | None = None,
+    terms: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
 
@@ -94,6 +97,16 @@ def update_policy(
             loss is weighted by its share of the global denominator times ``K``, and the
             ranks' gradients are averaged, so the step equals one process's step over
             every rank's completions. Every rank must call this together.
+        terms: agents that share one model object: ``terms[t]`` says which agent's loss
+            term the batch ``t`` belongs to (e.g. ``[0, 0, 1, 1]`` for two agents of two
+            turns each). The loss is the *sum* of the terms, each reduced over its own
+            completions as if alone, so one optimizer step (one set of Adam moments)
+            follows the gradient of ``L_0 + L_1 + ...`` that separate models would each
+            follow their part of. ``None``: one term.
+
+    The log-probs are computed in eval mode (:func:`~comlrl.algos.models.logprobs.sampling_mode`:
+    no dropout), the mode the completions were sampled in, so the first pass's ratio to
+    the behaviour log-probs is 1 up to round-off; each module's mode is restored after.
 
     Returns:
         Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
@@ -103,8 +116,8 @@ def update_policy(
         ``sync`` they are those of the global batch, the same on every rank.
 
     Raises:
-        ValueError: mismatched batch/advantage counts or shapes, or ``kl_coef > 0``
-            without a reference model.
+        ValueError: mismatched batch/advantage counts or shapes, ``terms`` not one
+            label per batch, or ``kl_coef > 0`` without a reference model.
     """
     if len(batches) != len(advantages):
         raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
@@ -116,14 +129,41 @@ def update_policy(
             )
     if settings.kl_coef > 0 and ref_model is None:
         raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
+    if terms is not None and len(terms) != len(batches):
+        raise ValueError(f"terms has {len(terms)} labels for {len(batches)} batches; give one each")
+    labels = list(terms) if terms is not None else [0] * len(batches)
+    with sampling_mode(model):  # sample and update in one mode: no dropout
+        return _update(model, optimizer, batches, advantages, settings, ref_model, sync, labels)
+
+
+def _update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    ref_model: Any | None,
+    sync: GradientSync | None,
+    terms: list[int],
+) -> dict[str, float]:
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
     chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
-    total_rows = float(sum(b.completion_mask.shape[0] for b in batches))
-    total_tokens = float(sum(b.completion_mask.sum() for b in batches))
+    # each loss term is normalised by its own denominators (rows, tokens)
+    keys = sorted(set(terms))
+    local = [
+        float(
+            sum(b.completion_mask.shape[0] for b, k in zip(batches, terms, strict=True) if k == key)
+        )
+        for key in keys
+    ] + [
+        float(sum(b.completion_mask.sum() for b, k in zip(batches, terms, strict=True) if k == key))
+        for key in keys
+    ]
     if sync is not None:  # normalise by the global batch, not this rank's share
-        total_rows, total_tokens = sync.all_sum([total_rows, total_tokens])
-    total_tokens = max(1.0, total_tokens)
+        local = sync.all_sum(local)
+    total_rows = dict(zip(keys, local[: len(keys)], strict=True))
+    total_tokens = {k: max(1.0, v) for k, v in zip(keys, local[len(keys) :], strict=True)}
     forward = sync.module if sync is not None else model
     grad_scale = float(sync.world_size) if sync is not None else 1.0  # cancels the averaging
     num_backward = sum(len(cs) for cs in chunks)
@@ -168,9 +208,9 @@ def update_policy(
                 # Weight each micro-batch by its share of the reduction's denominator so
                 # the accumulated gradient equals the all-turns loss's gradient.
                 if settings.loss_reduction == "token_mean":
-                    weight = float(mask.sum()) / total_tokens
+                    weight = float(mask.sum()) / total_tokens[terms[t]]
                 else:
-                    weight = logp.shape[0] / total_rows
+                    weight = logp.shape[0] / total_rows[terms[t]]
                 with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
                     (loss * (weight * grad_scale)).backward()
                 _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)

@@ -381,6 +381,7 @@ def critic_advantages(
     lam: float,
     normalize: bool,
     eps: float = 1e-8,
+    num_turns: int | None = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
     """Per-completion advantages for the actors and regression targets for the critics.
 
@@ -392,6 +393,8 @@ def critic_advantages(
         gamma: discount; lam: GAE lambda (:func:`~comlrl.algos.functional.gae.tree_gae`).
         normalize: whiten each agent's advantages over all turns of the step
             (population std + ``eps``; skipped with fewer than 2).
+        num_turns: the turn limit an early end's reward is held for (None: the
+            rollout's turns).
 
     With a ``v`` critic the advantages are :func:`~comlrl.algos.functional.gae.tree_gae`'s GAE; with
     a ``q`` critic they are :func:`~comlrl.algos.functional.gae.q_advantages` (the lambda-return
@@ -420,6 +423,7 @@ def critic_advantages(
             [t.terminal for t in turns],
             gamma,
             lam,
+            num_turns=num_turns,
         )
         per_turn = []
         for t, turn in enumerate(turns):
@@ -804,14 +808,22 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         gamma=cfg.gamma,
         lam=cfg.gae_lambda,
         normalize=cfg.advantage_normalization,
+        num_turns=cfg.num_turns,
     )
     old = [torch.cat(v) for v in values]
     tgt = [torch.cat(t) for t in targets]
     t2 = time.perf_counter()
 
+    # actors that share one model object take one step on the sum of their losses
+    sharers: dict[int, list[int]] = {}
+    for a, agent in enumerate(base.agents):
+        sharers.setdefault(id(agent.model), []).append(a)
+    actor_stats: dict[int, dict[str, float]] = {}
+
     def update_actor(a: int) -> dict[str, float]:
         batches = ro.agent_batches(a)
         per_turn = [per_agent[a] for per_agent in adv]
+        members = sharers[id(base.agents[a].model)]
         if run.method == "iac" and run.critics[a].shared:
             return update_shared(
                 base.agents[a].model,
@@ -826,19 +838,26 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
                 coef=cfg.value_loss_coef,
                 clip_range=cfg.value_clip_range,
             )
-        stats = update_policy(
-            base.agents[a].model,
-            base.optimizers[a],
-            batches,
-            per_turn,
-            base.update,
-            ref_model=base.ref_models[a] if base.ref_models is not None else None,
-        )
+        stats: dict[str, float] = {}
+        if members[0] == a:  # the first sharer steps for all of them
+            stats = actor_stats[a] = update_policy(
+                base.agents[a].model,
+                base.optimizers[a],
+                [b for m in members for b in ro.agent_batches(m)],
+                [per_agent[m] for m in members for per_agent in adv],
+                base.update,
+                ref_model=base.ref_models[a] if base.ref_models is not None else None,
+                terms=[m for m in members for _ in ro.agent_batches(m)],
+            )
         if run.method == "iac":
-            stats.update(_critic_step(run, a, texts[a], old[a], tgt[a], live))
+            stats = {**stats, **_critic_step(run, a, texts[a], old[a], tgt[a], live)}
         return stats
 
     stats = base.update_pool.map(update_actor)
+    for a, agent in enumerate(base.agents):  # sharers report the shared step
+        first = sharers[id(agent.model)][0]
+        if first != a and first in actor_stats:
+            stats[a] = {**actor_stats[first], **stats[a]}
     critic_stats = (
         _critic_step(run, 0, texts[0], old[0], tgt[0], live) if run.method == "maac" else {}
     )

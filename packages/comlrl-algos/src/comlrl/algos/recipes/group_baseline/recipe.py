@@ -363,18 +363,30 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
     )
     t1 = time.perf_counter()
 
-    def update(a: int) -> dict[str, float]:
+    # agents that share one model object take one step on the sum of their losses (one
+    # set of optimizer moments, the first sharer's optimizer); the others report its stats
+    sharers: dict[int, list[int]] = {}
+    for a, agent in enumerate(run.agents):
+        sharers.setdefault(id(agent.model), []).append(a)
+
+    def update(a: int) -> dict[str, float] | None:
+        members = sharers[id(run.agents[a].model)]
+        if members[0] != a:
+            return None
+        batches = [b for m in members for b in ro.agent_batches(m)]
         return update_policy(
             run.agents[a].model,
             run.optimizers[a],
-            ro.agent_batches(a),
-            [per_agent[a] for per_agent in adv],
+            batches,
+            [per_agent[m] for m in members for per_agent in adv],
             run.update,
             ref_model=run.ref_models[a] if run.ref_models is not None else None,
             sync=run.syncs[a] if run.syncs is not None else None,
+            terms=[m for m in members for _ in ro.agent_batches(m)],
         )
 
-    stats = run.update_pool.map(update)
+    results = run.update_pool.map(update)
+    stats = [results[sharers[id(agent.model)][0]] or {} for agent in run.agents]
     t2 = time.perf_counter()
     run.step += 1
     run.last_rollout = ro

@@ -181,7 +181,8 @@ class MARLOOTrainer(MultiAgentTrainer):
 
 
 class MAReMaxTrainer(MultiAgentTrainer):
-    """Multi-agent ReMax: the group's best return as the baseline (after Li et al. 2023)."""
+    """Multi-agent ReMax: the best return of the other samples as the baseline (after Li et
+    al. 2023; leave-one-out, so unbiased)."""
 
     estimator = "remax"
 

@@ -45,7 +45,7 @@ from comlrl.algos.functional.preference_losses import (
     select_preference_pairs,
     sft_nll,
 )
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
@@ -627,7 +627,8 @@ def _dpo_batch(
 def _dpo_chunk(
     model: Any, ref_model: Any, batch: PolicyBatch, chunk: slice, config: DPOConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    logp, _ = sequence_logprobs(model, batch, chunk)  # [2b]: chosen, rejected, chosen, ...
+    with sampling_mode(model):  # no dropout: at the reference the margin is exactly 0
+        logp, _ = sequence_logprobs(model, batch, chunk)  # [2b]: chosen, rejected, ...
     with torch.no_grad():
         ref, _ = sequence_logprobs(ref_model, batch, chunk)
     return dpo_loss(
@@ -969,7 +970,7 @@ def madpo_setup(
 
 def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
     batch = batch.to(_device_of(model))
-    with torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(grad), sampling_mode(model):  # no dropout, as sampled
         seq, _ = sequence_logprobs(model, batch)
     return seq[0::2], seq[1::2]
 

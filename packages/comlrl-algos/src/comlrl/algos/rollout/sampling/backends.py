@@ -73,7 +73,11 @@ class GenerationBackend(Protocol):
 
         Returns:
             completion ids ``[B, L]`` int64 (pad id after a row's first EOS; ``L >= 1``)
-            and behaviour log-probs ``[B, L]`` float32 (nats; any value after EOS).
+            and behaviour log-probs ``[B, L]`` float32 (nats; any value after EOS): those
+            of the full tempered softmax ``log_softmax(logits / T)`` at the sampled
+            token, whatever top-p/top-k kept (the distribution the update computes), or
+            NaN where the backend did not measure them; the agent then recomputes them
+            with the training model.
         """
         ...
 

@@ -11,7 +11,10 @@ is the ``model.generate`` alternative for models with exotic caches.
 Behaviour log-probs are those of the tempered full softmax (``log_softmax(logits / T)``
 at the sampled token, computed by :func:`comlrl.kernels.token_logprobs`): top-p/top-k
 filters change which tokens can be drawn but are not renormalised into the log-probs,
-matching what the training forward recomputes.
+matching what the training forward recomputes, so the PPO ratio of the first update is
+1 under any filter (tested, and likewise for the vLLM backend, which recomputes them
+when a filter is on). The update treats the filtered sampler as the full tempered
+policy: the filter's truncation is a fixed part of sampling, not of the policy optimised.
 
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``S`` padded
 prompt length, ``L`` completion tokens, ``V`` vocabulary.
@@ -35,6 +38,7 @@ __all__ = [
     "SMALL_MODEL_PARAMS",
     "NativeSampler",
     "decode_threads",
+    "filtered_scores",
     "hf_generate",
     "sample_next",
 ]
@@ -264,6 +268,27 @@ def hf_generate(
     return completion_ids, logp
 
 
+def filtered_scores(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The scores :func:`sample_next` draws from: ``logits [B, V] / T`` in float32 with
+    the tokens top-k and then top-p drop set to ``-inf``.
+
+    ``softmax`` of them is the truncated, renormalised sampling distribution. Behaviour
+    log-probs are *not* taken from it but from the full ``log_softmax(logits / T)`` (the
+    distribution the update computes; see the module docstring).
+    """
+    scores = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        cum = sorted_scores.softmax(-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (keeps at least one)
+        drop = (cum - sorted_scores.softmax(-1)) >= params.top_p
+        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+    return scores
+
+
 def sample_next(
     logits: torch.Tensor,
     params: SamplingParams,
@@ -277,16 +302,7 @@ def sample_next(
     Raises:
         ValueError: ``B`` is not a multiple of the number of streams.
     """
-    scores = logits.float() / params.temperature
-    if params.top_k > 0 and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        # drop a token when the mass before it already reaches top_p (keeps at least one)
-        drop = (cum - sorted_scores.softmax(-1)) >= params.top_p
-        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+    scores = filtered_scores(logits, params)
     # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
     # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
     cdf = scores.softmax(-1).cumsum(-1)

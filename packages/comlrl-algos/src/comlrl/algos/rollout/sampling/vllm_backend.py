@@ -25,16 +25,19 @@ How it fits CoMLRL:
   model is pushed through vLLM's IPC weight transfer; a ``peft`` model is saved as an
   adapter and given to the engine as a ``LoRARequest`` (reloaded in place after each
   update), the engine keeping the frozen base weights.
-- Behaviour log-probs: ``"engine"`` takes the sampled token's log-prob from the engine
-  (``SamplingParams(logprobs=0)``, ``logprobs_mode="processed_logprobs"``: the tempered
-  distribution after top-k/top-p, i.e. the distribution the token was actually drawn
-  from). They differ from the training forward's by kernel numerics (bf16 matmuls,
-  other attention kernels) and, when top-p/top-k filter, by the renormalisation; with
-  ``clip_ratio`` set, the PPO importance ratio ``pi_theta / pi_behaviour`` against these
-  log-probs corrects that mismatch (the samples are off-policy by exactly that much).
-  ``"recompute"`` replaces them by the training model's own log-probs (the native
-  convention: full tempered softmax), one extra forward per batch, so the ratio is 1 at
-  the first iteration.
+- Behaviour log-probs are, as everywhere in CoMLRL, those of the full tempered softmax
+  ``log_softmax(logits / T)`` at the sampled token, the distribution the update computes
+  its log-probs from (one distribution for both, so the first PPO ratio is 1).
+  ``"engine"`` takes them from the engine (``SamplingParams(logprobs=0)``,
+  ``logprobs_mode="processed_logprobs"``) when no top-p/top-k filter is on: they
+  differ from the training forward's only by kernel numerics (bf16 matmuls, other
+  attention kernels), which the PPO ratio then corrects. Under top-p < 1 or top-k > 0
+  the engine's processed log-probs are those of the *truncated, renormalised*
+  distribution, ``log(p / Z)`` with ``Z <= 1`` the kept mass, so the ratio against the
+  update's full softmax would be ``Z`` on every token (mean 0.72 at top_p = 0.6, and
+  the clip zeroed most negative-advantage tokens): there the engine is not asked, the
+  log-probs come back NaN and the agent recomputes them with the training model (as
+  ``"recompute"`` always does, one extra forward per batch).
 
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``S`` padded
 prompt tokens, ``L`` completion tokens.
@@ -57,6 +60,7 @@ from comlrl.core import SamplingParams
 
 __all__ = [
     "BEHAVIOUR_LOGPROBS",
+    "filters_tokens",
     "VLLM_INSTALL_HINT",
     "VLLMApi",
     "VLLMBackend",
@@ -116,6 +120,13 @@ def load_vllm_api() -> VLLMApi:
             f"the 'vllm' generation backend needs vLLM ({exc}); {VLLM_INSTALL_HINT}"
         ) from exc
     return VLLMApi(sampling_params=VSamplingParams, lora_request=LoRARequest)
+
+
+def filters_tokens(params: SamplingParams) -> bool:
+    """True when top-p or top-k truncates the sampling distribution (``top_p < 1`` or
+    ``top_k > 0``): then vLLM's processed log-probs are renormalised over the kept tokens
+    and do not match the full tempered softmax the update uses."""
+    return params.top_p < 1.0 or params.top_k > 0
 
 
 def assemble_outputs(
@@ -462,7 +473,9 @@ class VLLMBackend:
         base = None
         if generator is not None:
             base = int(torch.randint(0, 2**31 - 1 - g * len(prompts), (1,), generator=generator))
-        want_engine_logp = self.behaviour_logprobs == "engine"
+        # under top-p/top-k the engine's log-probs are of the truncated distribution:
+        # leave them NaN so the agent recomputes the full tempered softmax's
+        want_engine_logp = self.behaviour_logprobs == "engine" and not filters_tokens(params)
         sampling = [
             self.api.sampling_params(
                 n=g,
