@@ -358,7 +358,7 @@ class ClassEvalTask(Task):
         as ``#`` comments, the full skeleton, and ``class <Name>:`` so the completion
         continues with methods."""
         cls = example["class_name"]
-        out = []
+        out: list[Prompt] = []
         for a in range(2):
             mine, theirs = example["agent_methods"][a], example["agent_methods"][1 - a]
             text = _INSTRUCTIONS.format(

@@ -331,7 +331,7 @@ class CoopStoryTask(Task):
             "Write the {part} of the story in {words}, about {name}, the {obj} and the "
             '{place}. Start with: "{start}"\nWrite only the story text.'
         )
-        out = []
+        out: list[Prompt] = []
         for part, other, start in (("beginning", "ending", begin), ("ending", "beginning", end)):
             fmt = {"part": part, "other": other, "words": words, "name": name, "obj": obj}
             out.append(
