@@ -121,3 +121,12 @@ def test_chat_prompt_round_trips_through_its_key(messages: list, raw: str | None
     assert prompt_text(p) == (
         raw if raw is not None else "\n\n".join(m["content"] for m in messages)
     )
+
+
+def test_chat_prompt_pickles_and_copies() -> None:
+    import copy
+    import pickle
+
+    p = ChatPrompt(({"role": "user", "content": "x"},), raw="r")
+    assert pickle.loads(pickle.dumps(p)) == p
+    assert copy.deepcopy(p) == p and {p: 1}[copy.copy(p)] == 1

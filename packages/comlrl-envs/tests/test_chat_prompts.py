@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from comlrl.core import ChatPrompt, Feedback, JointAction, chat_messages, prompt_text
 from comlrl.envs import CoopHumanEvalTask
-from comlrl.envs.code.chat_prompts import RETRY_REQUEST, continue_conversation
+from comlrl.envs.code.chat_prompts import RETRY_REQUEST, continue_conversation, helper_messages
 
 HELPER_ANSWER = """Here is the helper:
 
@@ -55,11 +55,17 @@ def test_turn_zero_chat_prompts_give_each_agent_its_role(task, rows_by_id) -> No
     assert isinstance(helper, ChatPrompt) and isinstance(main, ChatPrompt)
     (h_sys, h_user), (m_sys, m_user) = chat_messages(helper), chat_messages(main)
     assert [h_sys["role"], h_user["role"]] == ["system", "user"]
-    assert "You write a helper function `aux`" in h_sys["content"]
+    assert "You write a helper function named `aux`" in h_sys["content"]
     assert "You write the function `has_close_elements`" in m_sys["content"]
-    assert "```python\nfrom typing import List" in h_user["content"]
-    assert "Write only the function `aux`" in h_user["content"]
-    assert "Do not write `has_close_elements`" in h_user["content"]
+    # agent 1 is told the problem in words (signature + docstring) and the answer's shape
+    assert h_user["content"].startswith(
+        "Your teammate's function `has_close_elements(numbers: List[float], threshold: "
+        "float) -> bool`:\nCheck if in given list of numbers"
+    )
+    assert "Reply with only the function `aux`" in h_user["content"]
+    assert "```python\ndef aux(...):" in h_user["content"]
+    assert "(not `has_close_elements` itself)" in h_user["content"]
+    assert "```python\nfrom typing import List" in m_user["content"]
     assert "Write the whole function `has_close_elements`" in m_user["content"]
     assert "do not define it" in m_user["content"]
     # base models keep the completion-style texts
@@ -94,6 +100,12 @@ def test_feedback_turns_continue_the_conversation(task, rows_by_id) -> None:
         "assistant",
         "user",
     ]
+
+
+def test_helper_prompt_falls_back_to_the_code_when_there_is_no_docstring() -> None:
+    prompt = helper_messages("def f(x):\n    pass\n", "f", "aux", raw="def aux(")
+    assert "`f(...)`:\n```python\ndef f(x):\n    pass\n```" in chat_messages(prompt)[1]["content"]
+    assert prompt.raw == "def aux("
 
 
 def test_feedback_without_completions_is_folded_into_the_user_message() -> None:

@@ -136,9 +136,13 @@ def test_parse_code_survives_a_broken_block_and_a_truncated_tail() -> None:
     assert parse_code("no code at all (") is None
 
 
-def test_prose_after_unfenced_code_is_trimmed() -> None:
+def test_prose_around_unfenced_code_is_trimmed() -> None:
     module = parse_code("def f(x):\n    return 2 * x\n\nThis doubles x. It is fast.\n")
     assert module is not None and keep_definitions(module) == "def f(x):\n    return 2 * x"
+    # a prose line that looks like code ("import ... into") is skipped
+    text = "import this function into your module:\n\ndef g():\n    return 1\n"
+    module = parse_code(text)
+    assert module is not None and keep_definitions(module) == "def g():\n    return 1"
 
 
 def test_keep_definitions_drops_tests_and_example_runs_but_keeps_constants() -> None:

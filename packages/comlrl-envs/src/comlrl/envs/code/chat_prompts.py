@@ -22,6 +22,7 @@ Multi-turn (the choice, for every code suite):
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 from comlrl.core import ChatPrompt, Feedback
@@ -38,15 +39,20 @@ RETRY_REQUEST = "Fix the problem and write your part again in full, in one ```py
 """Closes every feedback message of a continued conversation."""
 
 _HELPER_SYSTEM = (
-    "You are agent 1 in a team of two Python programmers. You write a helper function "
-    "`{helper}`. Your teammate writes the function `{entry}` and calls your `{helper}`."
+    "You are a Python programmer in a team of two. You write a helper function named "
+    "`{helper}`. Your teammate writes `{entry}` and calls `{helper}`."
 )
+# The problem is told in words (signature + docstring text), not shown as code: shown the
+# entry point's stub, SmolLM2-135M-Instruct rewrote the entry point instead of `aux` on
+# 8 of 8 HumanEval test problems; told in words and shown the answer's shape, it wrote
+# `aux` on 6 of 8 (greedy, see tests/data/record_smollm2.py).
 _HELPER_USER = (
-    "Here is the problem:\n```python\n{problem}\n```\n"
-    "Write a helper function `{helper}` that does a useful part of this task.\n"
-    "Write only the function `{helper}` (the `def {helper}(...)` line and its body, with "
-    "any imports it needs) in one ```python code block. "
-    "Do not write `{entry}`, tests or example calls."
+    "Your teammate's function `{signature}`:\n{description}\n\n"
+    "Write the helper function `{helper}` that does one useful step of this task (not "
+    "`{entry}` itself). Reply with only the function `{helper}` (and any imports it needs) "
+    "in one ```python code block, like this:\n"
+    "```python\ndef {helper}(...):\n    # your code\n    return result\n```\n"
+    "Do not write tests or example calls."
 )
 _MAIN_SYSTEM = (
     "You are agent 2 in a team of two Python programmers. You write the function "
@@ -78,14 +84,40 @@ def _chat(system: str, user: str, raw: str) -> ChatPrompt:
 def helper_messages(problem: str, entry: str, helper: str, raw: str) -> ChatPrompt:
     """Agent 1's turn-0 prompt: write ``helper`` for the problem whose code is ``problem``.
 
+    The user message tells the problem in words: the entry point's signature and its
+    docstring's text (the whole ``problem`` as code when it does not parse or lacks
+    ``entry``), then the shape of the answer.
+
     Args:
         problem: the problem as code (imports, signature and docstring of ``entry``).
         entry: the entry point's name (written by the teammate).
         helper: the helper's name (``"aux"``).
         raw: the completion-style text for base models.
     """
-    fmt = {"problem": problem.strip("\n"), "entry": entry, "helper": helper}
+    signature, description = _describe(problem, entry)
+    fmt = {
+        "signature": signature,
+        "description": description,
+        "entry": entry,
+        "helper": helper,
+    }
     return _chat(_HELPER_SYSTEM.format(**fmt), _HELPER_USER.format(**fmt), raw)
+
+
+def _describe(problem: str, entry: str) -> tuple[str, str]:
+    """``(signature, docstring text)`` of ``entry`` in ``problem``; falls back to
+    ``("<entry>(...)", problem as a code block)``."""
+    try:
+        module = ast.parse(problem)
+    except (SyntaxError, ValueError):
+        module = None
+    for node in module.body if module is not None else []:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+            doc = ast.get_docstring(node) or ""
+            if doc.strip():
+                return f"{entry}({ast.unparse(node.args)}){returns}", doc.strip()
+    return f"{entry}(...)", f"```python\n{problem.strip(chr(10))}\n```"
 
 
 def main_messages(problem: str, entry: str, helper: str, raw: str) -> ChatPrompt:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, JointAction, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
 from comlrl.envs.code.chat_prompts import continue_conversation, method_messages
 from comlrl.envs.code.extract import has_nontrivial_body, parse_code, parse_prefix
 from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
@@ -430,9 +430,7 @@ class ClassEvalTask(Task):
         ]
 
     # --------------------------------------------------------------- prompts
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[ChatPrompt]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """``[agent1_prompt, agent2_prompt]`` as chat prompts.
 
         Chat form: a system message naming the agent's methods and the teammate's, and
@@ -444,7 +442,7 @@ class ClassEvalTask(Task):
         as ``#`` comments, the full skeleton, and ``class <Name>:`` so the completion
         continues with methods."""
         cls = example["class_name"]
-        out = []
+        out: list[Prompt] = []
         for a in range(2):
             mine, theirs = example["agent_methods"][a], example["agent_methods"][1 - a]
             text = _INSTRUCTIONS.format(

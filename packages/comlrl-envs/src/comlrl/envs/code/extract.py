@@ -97,12 +97,19 @@ def parse_code(text: str) -> ast.Module | None:
 
     Each block keeps its longest parseable prefix (:func:`parse_prefix`: a truncated tail
     or prose after the code is trimmed), so one broken block does not cost the others.
+    Unfenced text whose first definition-like line is prose is tried from the next one.
     Returns one module with the statements of every block that parsed, in order, or
     ``None`` when none did.
     """
     body: list[ast.stmt] = []
     for block in code_blocks(text):
         parsed = parse_prefix(block)
+        if parsed is None and "```" not in text:
+            # the first code-looking line was prose ("import this into ..."): try the next
+            for match in list(_CODE_START.finditer(block))[1:]:
+                parsed = parse_prefix(block[match.start() :])
+                if parsed is not None:
+                    break
         if parsed is not None:
             body.extend(parsed[1].body)
     if not body:

@@ -42,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, JointAction, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
 from comlrl.envs.code.chat_prompts import continue_conversation, helper_messages, main_messages
 from comlrl.envs.code.extract import (
     complete_function,
@@ -340,9 +340,7 @@ class CoopHumanEvalTask(Task):
         ]
 
     # --------------------------------------------------------------- prompts
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[ChatPrompt]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The two agents' prompts: ``[helper_prompt, main_prompt]``, as chat prompts.
 
         Chat form (instruct models; see :mod:`comlrl.envs.code.chat_prompts`): agent 1 is

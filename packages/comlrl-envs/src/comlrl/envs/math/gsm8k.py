@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, Prompt, RewardBatch, Task
 from comlrl.envs.math.answer import answers_match, extract_answer, gold_answer
 from comlrl.envs.writing._files import hub_rows, rows_for_split
 
@@ -131,9 +131,7 @@ class Gsm8kTask(Task):
             out.append({**row, "gold": gold_answer(str(row["answer"]))})
         return out[: self.limit] if self.limit is not None else out
 
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[ChatPrompt]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """``[reasoner_prompt, calculator_prompt]`` (single-turn: ``history`` unused).
 
         Chat form: a system message with the agent's style (step-by-step reasoning / short

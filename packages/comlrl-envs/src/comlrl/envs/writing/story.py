@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, Prompt, RewardBatch, Task
 from comlrl.envs.writing.rewards import STOPWORDS, band_score
 
 __all__ = [
@@ -306,9 +306,7 @@ class CoopStoryTask(Task):
         rows = [s for s in story_seeds() if (s["seed_id"] % 8 == 7) == (split == "test")]
         return rows[: self.limit] if self.limit is not None else rows
 
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[ChatPrompt]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """``[beginning_prompt, ending_prompt]`` (single-turn: ``history`` unused).
 
         ``raw`` (what base models such as stories260k see, unchanged): the story's first
@@ -333,7 +331,7 @@ class CoopStoryTask(Task):
             "Write the {part} of the story in {words}, about {name}, the {obj} and the "
             '{place}. Start with: "{start}"\nWrite only the story text.'
         )
-        out = []
+        out: list[Prompt] = []
         for part, other, start in (("beginning", "ending", begin), ("ending", "beginning", end)):
             fmt = {"part": part, "other": other, "words": words, "name": name, "obj": obj}
             out.append(

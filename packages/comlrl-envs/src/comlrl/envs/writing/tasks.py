@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, RewardBatch, Task
+from comlrl.core import ChatPrompt, Feedback, Prompt, RewardBatch, Task
 from comlrl.envs.writing._files import hub_rows, rows_for_split
 from comlrl.envs.writing.rewards import (
     ARXIV_SPEC,
@@ -82,9 +82,7 @@ class WritingTask(Task):
         rows = [dict(r) for r in rows]
         return rows[: self.limit] if self.limit is not None else rows
 
-    def prompts(
-        self, example: Mapping[str, Any], history: Sequence[Feedback] = ()
-    ) -> list[ChatPrompt]:
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The two agents' prompts (single-turn: ``history`` unused).
 
         Chat form: a system message with the agent's part (:attr:`chat_roles`) and a user
