@@ -267,7 +267,8 @@ def run_recipes() -> int:
 
 
 def run_tasks() -> int:
-    """Print every registered task: name, agents, summary and constructor options."""
+    """Print every registered task: name, agents, summary, constructor options and, where
+    the suite says (its ``data_source``), where its examples come from."""
     from comlrl.algos.cli.preflight import describe_tasks
 
     infos = describe_tasks()
@@ -280,6 +281,8 @@ def run_tasks() -> int:
         if info.summary:
             print(f"    {info.summary}")
         print(f"    options: {info.signature() or 'none'}")
+        if info.data:
+            print(f"    data: {info.data}")
     print("set options with task.kwargs.<option>=VALUE, e.g. task.kwargs.limit=16")
     return 0
 

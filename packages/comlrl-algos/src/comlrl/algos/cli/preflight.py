@@ -40,6 +40,8 @@ class TaskInfo:
         options: constructor options in order, ``{name: default}`` (``inspect.Parameter.empty``
             for a required one).
         num_agents: agents the task is written for (``None`` when unknown).
+        data: where its examples come from (the class's ``data_source`` string, e.g. a
+            local file it needs); ``""`` when the suite does not say.
     """
 
     def __init__(
@@ -49,12 +51,14 @@ class TaskInfo:
         summary: str,
         options: dict[str, Any],
         num_agents: int | None,
+        data: str = "",
     ) -> None:
         self.name = name
         self.target = target
         self.summary = summary
         self.options = options
         self.num_agents = num_agents
+        self.data = data
 
     def signature(self) -> str:
         """``"limit=None, min_words=10"``; a required option shows as its bare name."""
@@ -87,12 +91,14 @@ def task_info(name: str) -> TaskInfo:
             factory = ep.load()
             doc = inspect.getdoc(factory) or ""
             agents = getattr(factory, "num_agents", None)
+            data = getattr(factory, "data_source", "")
             return TaskInfo(
                 name=name,
                 target=ep.value,
                 summary=doc.splitlines()[0] if doc else "",
                 options=task_options(factory),
                 num_agents=agents if isinstance(agents, int) else None,
+                data=data if isinstance(data, str) else "",
             )
     raise ConfigError(_unknown_task(name))
 

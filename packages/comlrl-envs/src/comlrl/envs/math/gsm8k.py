@@ -100,6 +100,11 @@ class Gsm8kTask(Task):
     name = "gsm8k"
     num_agents = 2
     max_turns = 1
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "no copy ships: task.kwargs.path=<GSM8K .jsonl/.json or folder>, else the Hub's "
+        "openai/gsm8k (needs `datasets` and the network)"
+    )
 
     def __init__(self, path: str | Path | None = None, *, limit: int | None = None) -> None:
         if limit is not None and limit < 0:

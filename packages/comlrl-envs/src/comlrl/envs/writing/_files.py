@@ -10,12 +10,18 @@ A suite's ``path=`` may be:
   ``train`` (disjoint; deterministic).
 
 Without ``path`` the suite loads its Hugging Face dataset through ``datasets`` when that
-package is installed (it is optional: nothing here imports it at module level).
+package is installed (it is optional: nothing here imports it at module level). Before
+that, one TCP connection to the Hub's host (``HF_ENDPOINT``, 3 s) tells an offline machine
+at once, instead of after ``datasets``' retries (about 30 s); with ``HF_HUB_OFFLINE=1`` or
+``HF_DATASETS_OFFLINE=1`` (a copy in the ``datasets`` cache), or a proxy set, it is skipped.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,8 +109,10 @@ def hub_rows(dataset: str, split: str, config: str | None = None) -> list[dict[s
     """Rows of a Hugging Face dataset split via the optional ``datasets`` package.
 
     Raises:
-        FileNotFoundError: when ``datasets`` is not installed or the download fails; the
-            message says to pass ``path=`` to a local copy instead.
+        FileNotFoundError: when ``datasets`` is not installed, the Hub's host cannot be
+            reached (:func:`_hub_unreachable`, before any download is tried) or the
+            download fails; the message says to pass ``path=`` (``task.kwargs.path=``) to
+            a local copy instead.
     """
     try:
         import datasets  # type: ignore[import-not-found]
@@ -114,11 +122,46 @@ def hub_rows(dataset: str, split: str, config: str | None = None) -> list[dict[s
             f"{dataset!r}; pass path= to a local .jsonl/.json copy (or a directory with one "
             "file per split), or `pip install datasets`"
         ) from exc
+    local_copy = (
+        "pass path= to a local .jsonl/.json copy or a directory with one file per split "
+        "(on the command line: task.kwargs.path=FILE)"
+    )
+    unreachable = _hub_unreachable()
+    if unreachable is not None:
+        raise FileNotFoundError(
+            f"no path= given and the Hugging Face Hub cannot be reached to fetch {dataset!r} "
+            f"({unreachable}); {local_copy}, or set HF_HUB_OFFLINE=1 to read a copy from the "
+            "`datasets` cache"
+        )
     try:
         data = datasets.load_dataset(dataset, config, split=split)
     except Exception as exc:  # network, missing split, ...: one clear message
         raise FileNotFoundError(
             f"could not load {dataset!r} split {split!r} from the Hugging Face Hub "
-            f"({type(exc).__name__}: {exc}); pass path= to a local copy"
+            f"({type(exc).__name__}: {exc}); {local_copy}"
         ) from exc
     return [dict(row) for row in data]
+
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_unreachable(timeout_s: float = 3.0) -> str | None:
+    """Why the Hub's host (``HF_ENDPOINT``, default ``https://huggingface.co``) takes no TCP
+    connection within ``timeout_s`` seconds; ``None`` when it does, in offline mode (the
+    ``datasets`` cache answers) and behind a proxy (only the proxy can tell)."""
+    if any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_VARS
+    ):
+        return None
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{host}:{port}: {exc}"

@@ -141,6 +141,11 @@ class TldrTask(WritingTask):
     name = "tldr"
     field = "prompt"
     hub_dataset = "trl-lib/tldr"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "no copy ships: task.kwargs.path=<.jsonl/.json or folder>, else the Hub's "
+        "trl-lib/tldr (needs `datasets` and the network)"
+    )
     hub_splits = {"train": "train", "test": "test"}
     file_names = {"train": ("train",), "test": ("test", "validation", "val")}
     spec = TLDR_SPEC
@@ -185,6 +190,11 @@ class ArxivTask(WritingTask):
     name = "arxiv"
     field = "abstract_text"
     hub_dataset = "OpenMLRL/arXiv_abstract"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "no copy ships: task.kwargs.path=<.jsonl/.json or folder>, else the Hub's "
+        "OpenMLRL/arXiv_abstract (needs `datasets` and the network)"
+    )
     hub_splits = {"train": "train", "test": "val"}
     file_names = {"train": ("train",), "test": ("test", "val", "validation")}
     spec = ARXIV_SPEC
