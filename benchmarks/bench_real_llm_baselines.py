@@ -39,9 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import git_commit, machine_info  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_GGUF = (
-    REPO.parent / "shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
-)
+DEFAULT_GGUF = REPO.parent / "shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 TASKS = ["coop_humaneval", "coop_humaneval_che", "mbpp", "gsm8k", "coop_story"]
 #: Local data files of the suites that have no copy inside a package (``../shared/data``).
 TASK_KWARGS: dict[str, dict[str, Any]] = {

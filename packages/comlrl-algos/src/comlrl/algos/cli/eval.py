@@ -144,9 +144,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     dtype=config.dtype,
                     trust_remote_code=config.trust_remote_code,
                 )
-                agents.append(
-                    HFAgent(model, tok, name=f"agent_{i}", **config.generation_options())
-                )
+                agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
             trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
         except (ConfigError, OSError, ValueError) as exc:
             print(
