@@ -692,6 +692,7 @@ def _run_same_process(cfg, fd, info):
         _R._emit(fd, nonce, base)
         _R._exit(0)
     snapshot = _snapshot(secrets.get("guard_modules", ()))
+    _block_introspection()
     ns = {"__name__": "__candidate__", "__builtins__": builtins}
     try:
         _R._exec(code, ns)
@@ -798,3 +799,37 @@ def _snapshot(names):
                         _type_setattr(cls, key, value)
 
     return restore
+
+
+_BLOCKED_EVENTS = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys._current_frames",
+        "sys._current_exceptions",
+    }
+)
+
+
+def _block_introspection():
+    """Install an audit hook that ends a same-process run (no verdict) at the first walk of
+    the object graph (``gc``), trace/profile hook or ``ctypes`` call.
+
+    Audit hooks cannot be removed from Python, and the hook runs *before* the operation,
+    so a program never gets the handle it would need to undo it. ``sys._getframe`` and
+    traceback frames stay allowed, and so does building code objects: the standard library
+    uses them (``namedtuple``, ``unittest`` failure reports, ``unittest.mock``).
+    """
+    exit_, write, blocked = _R._exit, _R._write, _BLOCKED_EVENTS
+
+    def hook(event, args):
+        if event in blocked or event[:7] == "ctypes.":
+            try:
+                write(2, b"sandbox: blocked in a same-process check: " + event.encode() + b"\n")
+            finally:
+                exit_(126)
+
+    sys.addaudithook(hook)
