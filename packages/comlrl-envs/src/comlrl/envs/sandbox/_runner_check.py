@@ -46,6 +46,7 @@ from builtins import (  # noqa: A004, UP029
     OverflowError,
     TypeError,
     ValueError,
+    bytearray,
     bytes,
     dict,
     frozenset,
@@ -57,7 +58,7 @@ from builtins import (  # noqa: A004, UP029
     iter,
     len,
     list,
-    min,
+    max,
     object,
     repr,
     set,
@@ -100,29 +101,32 @@ def _send(fd, obj):
         data = data[os.write(fd, data) :]
 
 
-def _read_exact(fd, n):
-    chunks = []
-    while n:
-        chunk = os.read(fd, min(n, 1 << 20))
+_BUFFERS = {}  # fd -> bytes read past the last frame
+
+
+def _fill(fd, buf, n):
+    """``buf`` (a bytearray) grown to at least ``n`` bytes from ``fd``; ``None`` at EOF."""
+    while len(buf) < n:
+        chunk = os.read(fd, max(1 << 16, n - len(buf)))
         if not chunk:
             return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+        buf.extend(chunk)
+    return buf
 
 
 def _recv(fd):
     """One frame's bytes, or ``None`` at EOF. Raises ``_Tampered`` on a bad length."""
-    head = _read_exact(fd, 4)
-    if head is None:
+    buf = _fill(fd, _BUFFERS.pop(fd, None) or bytearray(), 4)
+    if buf is None:
         return None
-    n = int.from_bytes(head, "big")
+    n = int.from_bytes(buf[:4], "big")
     if n > _MAX_MESSAGE:
         raise _Tampered(f"frame of {n} bytes")
-    body = _read_exact(fd, n)
-    if body is None:
+    buf = _fill(fd, buf, 4 + n)
+    if buf is None:
         return None
-    return body
+    _BUFFERS[fd] = buf[4 + n :]
+    return bytes(buf[4 : 4 + n])
 
 
 _PLAIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
@@ -247,10 +251,23 @@ def _serve(cfg, code, rfd, wfd, tag):
         if _R._callable(fn):
             ns[name] = _R._counting(fn, counter, name)
     flush()
-    _send(wfd, ("loaded", ref(ns[cfg["entry_point"]])[1]))
+    found = {}  # the test's free names that the program defines (sent with "loaded")
+    for name in cfg.get("names", ()):
+        if name in ns and name != "__builtins__" and name not in pristine:
+            obj = ns[name]
+            if type(obj) is type(sys):
+                found[name] = ("m", getattr(obj, "__name__", ""))
+            else:
+                found[name] = ("v", enc(obj))
+    _send(wfd, ("loaded", ref(ns[cfg["entry_point"]])[1], found))
 
     def on_alarm(signum, frame):
         raise _CallTimeout()
+
+    try:
+        _R._signal(_R.signal.SIGALRM, on_alarm)  # per-call budgets (a program may replace it)
+    except BaseException:
+        pass
 
     while True:
         try:
@@ -261,23 +278,11 @@ def _serve(cfg, code, rfd, wfd, tag):
             flush()
             _R._exit(0)
         op, args = marshal.loads(raw)
-        if op == "resolve":
-            out = {}
-            for name in args[0]:
-                if name in ns and name != "__builtins__":
-                    obj = ns[name]
-                    if type(obj) is type(sys):
-                        out[name] = ("m", getattr(obj, "__name__", ""))
-                    else:
-                        out[name] = ("v", enc(obj))
-            _send(wfd, ("ok", out))
-            continue
         if op == "stats":
             _send(wfd, ("ok", {str(k): int(v) for k, v in counter.items()}))
             continue
         budget = args[-1]
         try:
-            _R._signal(_R.signal.SIGALRM, on_alarm)
             if budget:
                 _R._setitimer(_R.signal.ITIMER_REAL, budget)
             target = refs[args[0]]
@@ -560,7 +565,7 @@ def run_check(runner, cfg, fd, info):
     _R._emit(fd, nonce, info)
     client = _Client(pid, to_c_w, to_t_r, tag, _R._PRISTINE_BUILTINS)
     try:
-        _run_plan(client, secrets, base)
+        _run_plan(client, secrets, base, cfg.get("track_calls"))
     except _Tampered as exc:
         client.stop("tampered")
         base = {"kind": "verdict", "passed": 0, "tampered": _R._str(exc), "errors": []}
@@ -578,20 +583,18 @@ def run_check(runner, cfg, fd, info):
     _R._exit(0)
 
 
-def _run_plan(client, secrets, base):
+def _run_plan(client, secrets, base, track):
     msg = client.reply()
     if msg[0] == "load_error" and len(msg) == 2:
         base["program_error"] = _R._str(msg[1])
         return
-    if msg[0] != "loaded" or len(msg) != 2 or type(msg[1]) is not int:
+    if msg[0] != "loaded" or len(msg) != 3 or type(msg[1]) is not int:
         raise _Tampered("bad load report")
     base["program_loaded"] = True
     bdict = _R._dict(_R._PRISTINE_BUILTINS)
     tns = {"__builtins__": bdict, "__name__": "__check__"}
     arg_name = secrets["arg_name"]
-    wanted = [n for n in secrets.get("names", ()) if n not in bdict and n != arg_name]
-    if wanted:
-        _bind_names(client, tns, client.request("resolve", wanted))
+    _bind_names(client, tns, client.from_wire(msg[2]))
     tns[arg_name] = client.remote(msg[1])
     unit_timeout = secrets.get("assert_timeout_s")
     passed, results, errors = 0, [], []
@@ -637,7 +640,7 @@ def _run_plan(client, secrets, base):
     base["passed"] = passed
     base["units"] = results
     base["errors"] = errors
-    if client.dead is None:
+    if client.dead is None and track:
         try:
             calls = client.request("stats")
             base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
@@ -689,6 +692,7 @@ def _run_same_process(cfg, fd, info):
         _R._emit(fd, nonce, base)
         _R._exit(0)
     snapshot = _snapshot(secrets.get("guard_modules", ()))
+    _block_introspection()
     ns = {"__name__": "__candidate__", "__builtins__": builtins}
     try:
         _R._exec(code, ns)
@@ -795,3 +799,37 @@ def _snapshot(names):
                         _type_setattr(cls, key, value)
 
     return restore
+
+
+_BLOCKED_EVENTS = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys._current_frames",
+        "sys._current_exceptions",
+    }
+)
+
+
+def _block_introspection():
+    """Install an audit hook that ends a same-process run (no verdict) at the first walk of
+    the object graph (``gc``), trace/profile hook or ``ctypes`` call.
+
+    Audit hooks cannot be removed from Python, and the hook runs *before* the operation,
+    so a program never gets the handle it would need to undo it. ``sys._getframe`` and
+    traceback frames stay allowed, and so does building code objects: the standard library
+    uses them (``namedtuple``, ``unittest`` failure reports, ``unittest.mock``).
+    """
+    exit_, write, blocked = _R._exit, _R._write, _BLOCKED_EVENTS
+
+    def hook(event, args):
+        if event in blocked or event[:7] == "ctypes.":
+            try:
+                write(2, b"sandbox: blocked in a same-process check: " + event.encode() + b"\n")
+            finally:
+                exit_(126)
+
+    sys.addaudithook(hook)

@@ -44,16 +44,19 @@ time:
 ``same_process=True`` (ClassEval, whose ``unittest`` tests need the class's live
 objects): the tests run in the program's own process against a snapshot of the builtins
 taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
-and restored before each unit; the test source must guard its own comparisons (ClassEval's
-runner does, see :mod:`comlrl.envs.code.classeval`).
+and restored before each unit, and an audit hook that ends the run without a verdict at
+the first ``gc`` object-graph walk, trace/profile hook or ``ctypes`` call; the test source
+must guard its own comparisons (ClassEval's runner does, see
+:mod:`comlrl.envs.code.classeval`).
 
 Threat model: with two processes, nothing a program does inside its own process decides a
 comparison or reaches the verdict; what it controls is the data it returns and whether
 it answers, and the process limits bound the rest. Not protected: the per-function call
 counts (``track_calls``, reported by the candidate process), and, in ``same_process``
-runs, a program written to attack the harness from inside the interpreter (frames,
-``gc``, ``ctypes``), which ClassEval answers by voiding the test credit of programs with
-such hack signals (:func:`comlrl.envs.code.hack_signals`).
+runs, a program written to attack the harness from inside the interpreter through frames
+(``sys._getframe``, traceback frames: the standard library needs them, so they stay
+allowed), which ClassEval answers by voiding the test credit of programs with such hack
+signals (:func:`comlrl.envs.code.hack_signals`).
 """
 
 from __future__ import annotations
