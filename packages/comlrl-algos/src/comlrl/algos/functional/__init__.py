@@ -4,8 +4,9 @@ Nothing under :mod:`comlrl.algos.functional` imports transformers: import these 
 your own RL code with only torch installed. Modules:
 
 - :mod:`~comlrl.algos.functional.advantages`: group-baseline estimators (REINFORCE, GRPO mean,
-  leave-one-out, max) by name, and the optional std scaling.
-- :mod:`~comlrl.algos.functional.returns`: discounted returns down a multi-turn rollout tree.
+  leave-one-out mean, leave-one-out max) by name, and the optional std scaling.
+- :mod:`~comlrl.algos.functional.returns`: discounted returns down a multi-turn rollout tree
+  (an early end's reward held for the turns it skips).
 - :mod:`~comlrl.algos.functional.gae`: critic-based returns, GAE and the value loss.
 - :mod:`~comlrl.algos.functional.joint`: joint actions from per-agent completions and credit back.
 - :mod:`~comlrl.algos.functional.losses`: completion masks, reference KL, clipped surrogate.
