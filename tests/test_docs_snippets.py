@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 import shlex
 import subprocess
@@ -133,8 +134,6 @@ def _short_settings(argv: list[str]) -> list[str]:
     if ns.command != "train" or ns.print_config:
         return []
     if ns.resume:
-        import json
-
         step = max(json.loads(r)["step"] for r in _lines(Path(ns.resume) / "metrics.jsonl"))
         return [f"num_steps={step + 2}", "progress=false"]
     from comlrl.algos.cli.registry import resolve_recipe
