@@ -6,7 +6,9 @@ made). What a block is, is said by its info string:
 
 - ``bash``: one command per line (``\\`` continues a line, ``#`` starts a comment).
   ``comlrl ...`` runs in this process through :func:`comlrl.algos.cli.main.main` and must
-  return 0. To keep the test short, :func:`_short_settings` appends overrides to
+  return 0, and a command that starts a run must not reuse the ``output_dir`` of an
+  earlier one on the page (``no-test`` blocks included: a reader runs the Quickstart's
+  ``comlrl train``). To keep the test short, :func:`_short_settings` appends overrides to
   ``comlrl train`` / ``comlrl eval`` (``num_steps=2 batch_size=1 num_generations=2
   max_new_tokens=8 ...``, each only where the recipe has that key; ``save_every`` and
   ``eval_every`` become 1 where the command sets them; a ``--resume`` continues 2 steps
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 import shlex
 import subprocess
@@ -131,8 +134,6 @@ def _short_settings(argv: list[str]) -> list[str]:
     if ns.command != "train" or ns.print_config:
         return []
     if ns.resume:
-        import json
-
         step = max(json.loads(r)["step"] for r in _lines(Path(ns.resume) / "metrics.jsonl"))
         return [f"num_steps={step + 2}", "progress=false"]
     from comlrl.algos.cli.registry import resolve_recipe
@@ -152,12 +153,61 @@ def _lines(path: Path) -> list[str]:
     return [x for x in path.read_text().splitlines() if x.strip()]
 
 
-def run_bash(block: Block, cwd: Path) -> None:
+def fresh_output_dir(argv: list[str]) -> str | None:
+    """The ``output_dir`` of ``comlrl <argv>`` when it starts a new run (not ``--resume``,
+    ``--overwrite`` or ``--print-config``); ``None`` otherwise. Read without validating the
+    config, so a ``no-test`` command (GPU devices, a Hub id) is understood here too."""
+    from comlrl.algos.cli.main import parse_args
+    from comlrl.algos.cli.registry import resolve_recipe
+    from comlrl.algos.training.config import load_config_data
+
+    if argv[:1] != ["train"]:
+        return None
+    ns = parse_args(argv)
+    if ns.resume or ns.overwrite or ns.print_config:
+        return None
+    data = load_config_data(ns.config, list(ns.overrides))
+    if str(data.get("algo", "")).lower() == "list":
+        return None
+    recipe, rest = resolve_recipe(data)
+    out = ns.output_dir or rest.get("output_dir")
+    if out is None:
+        out = recipe.config_class().model_fields["output_dir"].default
+    return str(Path(out))
+
+
+def train_commands(block: Block) -> list[list[str]]:
+    """The ``comlrl train ...`` commands of a block, ``&&`` chains included (the
+    Quickstart's first command ends in one)."""
+    out = []
+    for command in shell_commands(block.text):
+        for part in command.split("&&"):
+            argv = shlex.split(part)
+            if argv[:2] == ["comlrl", "train"]:
+                out.append(argv[1:])
+    return out
+
+
+def check_no_collision(where: str, argv: list[str], used: dict[str, str]) -> None:
+    """A new run must not land in the ``output_dir`` of an earlier command on the page (run
+    by this test or not: a reader runs the Quickstart), which ``comlrl train`` refuses."""
+    out = fresh_output_dir(argv)
+    if out is None:
+        return
+    assert out not in used, (
+        f"{where}: `comlrl {' '.join(argv)}` writes to {out!r}, which {used[out]} already "
+        "used: give it its own output_dir="
+    )
+    used[out] = where
+
+
+def run_bash(block: Block, cwd: Path, used: dict[str, str]) -> None:
     from comlrl.algos.cli.main import main
 
     for command in shell_commands(block.text):
         argv = shlex.split(command)
         if argv[0] == "comlrl" and not set(argv) & {">", "|", "&&", ";", "<"}:
+            check_no_collision(block.where, argv[1:], used)
             code = main([*argv[1:], *_short_settings(argv[1:])])
             assert code == 0, f"{block.where}: `{command}` exited {code}"
         else:
@@ -210,10 +260,16 @@ def test_every_block_says_what_it_is() -> None:
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_the_blocks_of_a_page_run_as_pasted(page: str, offline: Path) -> None:
     runnable = [b for b in blocks(page) if b.lang != "text" and "no-test" not in b.flags]
-    ran = []
-    for block in runnable:
+    ran: list[str] = []
+    used: dict[str, str] = {}  # output_dir -> the block that started a run there
+    for block in blocks(page):
+        if block.lang == "bash" and block not in runnable:
+            for argv in train_commands(block):
+                check_no_collision(block.where, argv, used)
+        if block not in runnable:
+            continue
         if block.lang == "bash":
-            run_bash(block, offline)
+            run_bash(block, offline, used)
         elif block.lang == "python":
             run_python(block)
         elif block.lang == "yaml":

@@ -78,3 +78,43 @@ def test_model_names_are_checked_without_loading(tmp_path: Path) -> None:
         check_model_names(["builtin:stories260k", "./no/such"])
     with pytest.raises(ConfigError, match="unknown built-in model 'builtin:qwen'"):
         check_model_names(["builtin:qwen"])
+
+
+class _HubTask:
+    """A suite with no shipped copy of its data."""
+
+    num_agents = 2
+    data_source = "no copy ships: task.kwargs.path=FILE, else the Hub's org/set"
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+
+
+class _QuietTask:
+    """A suite that does not say where its data comes from."""
+
+    num_agents = 2
+
+
+def test_comlrl_tasks_says_where_a_suites_data_comes_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comlrl.algos.cli import preflight
+
+    class _EntryPoint:
+        def __init__(self, name: str, factory: type) -> None:
+            self.name, self.value, self._factory = name, f"tests:{factory.__name__}", factory
+
+        def load(self) -> type:
+            return self._factory
+
+    points = [_EntryPoint("hub_task", _HubTask), _EntryPoint("quiet_task", _QuietTask)]
+    monkeypatch.setattr(preflight.metadata, "entry_points", lambda group: points)
+    assert main(["tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(next(x for x in lines if x.startswith("hub_task ")))
+    assert lines[at + 2 : at + 4] == [
+        "    options: path=None",
+        "    data: no copy ships: task.kwargs.path=FILE, else the Hub's org/set",
+    ]
+    assert not any("data:" in x for x in lines[at + 4 :])  # the quiet suite says nothing
