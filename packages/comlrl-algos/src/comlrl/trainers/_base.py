@@ -376,6 +376,9 @@ class CompatTrainer:
     _run: Any
     #: the joint reward :meth:`evaluate` scores with; None: the training environment's
     eval_reward: Any = None
+    #: a reward function's ``A`` values for one joint action are per-agent rewards
+    #: (CoMLRL 1.4.3's IAC/MAAC); otherwise its first value is the joint reward
+    per_agent_rewards: bool = False
 
     def _init_common(
         self,
@@ -433,7 +436,13 @@ class CompatTrainer:
         self.formatters = build_formatters(formatters, self.num_agents)
         self.env = CompatEnvironment(
             self.formatters,
-            CompatReward(reward_func, self.num_agents, self.formatters[0], reward_processor),
+            CompatReward(
+                reward_func,
+                self.num_agents,
+                self.formatters[0],
+                reward_processor,
+                per_agent=self.per_agent_rewards,
+            ),
             external_transition if args.num_turns > 1 else None,
             passthrough=bool(args.external_prompt_passthrough),
         )

@@ -160,6 +160,9 @@ class ActorCriticTrainerBase(CompatTrainer):
     """
 
     method: Method = "iac"
+    #: CoMLRL 1.4.3: a reward function may return one value per agent (agent a trains on
+    #: the a-th); see CompatReward(per_agent=True)
+    per_agent_rewards = True
 
     def __init__(
         self,

@@ -198,16 +198,32 @@ class MAReMaxConfig(MAGRPOConfig):
     advantage_mode: str = "max"
 
 
+def advantage_scale(estimator: str, normalization: bool) -> str:
+    """Our ``advantage_scale`` for CoMLRL's ``advantage_normalization``.
+
+    ``"group"`` (divide by the group's population std of returns plus 1e-6, no
+    re-centring) for the estimators with a baseline. ``reinforce`` (``advantage_mode="raw"``)
+    has no baseline, so a zero-variance group would get ``r / 1e-6`` (``[1, 1, 1, 1] ->
+    [1e6] * 4``, with no gradient clipping); CoMLRL 1.4.3 z-scores there, which gives 0 but
+    turns MAREINFORCE into MAGRPO. Here ``raw`` is never scaled: its advantage is the return
+    (docs/compat.md, "Differences").
+    """
+    if not normalization or estimator == "reinforce":
+        return "none"
+    return "group"
+
+
 def group_baseline_config(
     args: MAGRPOConfig, num_agents: int, num_examples: int, has_eval: bool
 ) -> dict[str, Any]:
     """The :class:`comlrl.algos.TrainConfig` fields for a CoMLRL REINFORCE-family config."""
     fields = common_train_config(args, num_agents, num_examples, has_eval)
+    estimator = ADVANTAGE_MODES[str(args.advantage_mode).lower()]
     fields.update(
         num_generations=int(args.num_generations),
         joint_mode=JOINT_MODES[str(args.joint_mode).lower()],
-        estimator=ADVANTAGE_MODES[str(args.advantage_mode).lower()],
-        advantage_scale="group" if args.advantage_normalization else "none",
+        estimator=estimator,
+        advantage_scale=advantage_scale(estimator, bool(args.advantage_normalization)),
         loss_reduction="seq_sum",
         clip_ratio=None,
     )
