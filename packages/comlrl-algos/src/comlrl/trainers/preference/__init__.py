@@ -28,6 +28,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
     _reject,
+    check_config_fields,
 )
 from comlrl.trainers._centralized import (
     CentralizedComparatorAdapter,
@@ -126,6 +127,15 @@ class MADPOConfig:
             raise ValueError(
                 f"pair_selection={self.pair_selection!r}; use one of {self._pair_selections()}"
             )
+        check_config_fields(self)
+        self._check_turns()
+
+    def _check_turns(self) -> None:
+        if self.num_turns != 1:
+            raise UnsupportedFieldError(
+                f"{type(self).__name__}.num_turns={self.num_turns!r}: MADPO is single-turn "
+                "(num_turns=1), as in CoMLRL 1.4.3."
+            )
 
     def _pair_selections(self) -> tuple[str, ...]:
         return ("reward_gap", "all", "random")
@@ -177,6 +187,10 @@ class MARLHFConfig(MADPOConfig):
     value_clip_range: float | None = 0.2
     critic_value_head_hidden_dim: int | None = None
     value_head_hidden_dim: int | None = None
+
+    def _check_turns(self) -> None:
+        """CoMLRL 1.4.3 builds a multi-turn MARLHFConfig and refuses it at ``train()``;
+        MARLHFTrainer refuses it when built (before any model loads)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -314,8 +328,10 @@ class MADPOTrainer(CompatTrainer):
             config = preference.MADPOConfig(**fields)
         except ValidationError as exc:
             raise ConfigError(f"MADPOConfig does not translate:\n{exc}") from None
-        self._run = preference.madpo_setup(
-            self._hf_agents(), config, self.env, self._train_rows, None
+        self._defer_run(
+            lambda: preference.madpo_setup(
+                self._hf_agents(), config, self.env, self._train_rows, None
+            )
         )
         self._eval_every = (
             max(1, math.ceil(int(a.eval_interval) / batch))

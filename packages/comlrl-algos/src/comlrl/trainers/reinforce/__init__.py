@@ -23,6 +23,7 @@ from comlrl.trainers._base import (
     JOINT_MODES,
     CompatTrainer,
     UnsupportedFieldError,
+    check_config_fields,
     common_train_config,
 )
 
@@ -170,8 +171,7 @@ class MAGRPOConfig:
             )
         if str(self.joint_mode).lower() not in JOINT_MODES:
             raise ValueError(f"joint_mode={self.joint_mode!r}; use 'aligned' or 'cross'")
-        if self.reference_kl_enabled and self.reference_kl_coef < 0:
-            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef!r}")
+        check_config_fields(self)
 
 
 @accepts_legacy_fields
@@ -335,8 +335,10 @@ class MAGRPOTrainer(CompatTrainer):
             self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
         )
         config = self._our_config(TrainConfig, fields)
-        self._run = group_baseline.setup(
-            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+        self._defer_run(
+            lambda: group_baseline.setup(
+                self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+            )
         )
 
     def _train_step(self) -> dict[str, float]:
