@@ -392,7 +392,8 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
         if self.collaboration_mode != "centralized":
             raise ValueError(
                 f"CentralizedMAGRPOConfig.collaboration_mode={self.collaboration_mode!r}; it "
-                "must be 'centralized' (use MAGRPOConfig for separate agents)."
+                "must be 'centralized': centralized collaboration trains one joint policy (use "
+                "MAGRPOConfig for separate agents)."
             )
         if self.num_turns != 1:
             raise ValueError(
@@ -464,7 +465,7 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
             )
         if agents is not None and len(agents) != 1:
             raise ValueError(
-                f"centralized MAGRPO trains one joint policy; got {len(agents)} agents "
+                f"centralized MAGRPO trains exactly one actor (a joint policy); got {len(agents)} agents "
                 "(pass agents=[model] or agent_model=)."
             )
         if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
