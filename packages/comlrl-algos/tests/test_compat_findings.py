@@ -108,3 +108,35 @@ def test_actor_critic_agents_train_on_their_own_rewards(stories260k: str, method
     expected = [1.0, -1.0] if method == "iac" else [0.0]
     for c, value in enumerate(expected):
         torch.testing.assert_close(targets[c][0], torch.full_like(targets[c][0], value))
+
+
+# --- finding 7: semantics that differ from 1.4.3 ------------------------------------------
+# MADPO's pairs and reference-free loss: test_compat_trainers.py
+# (test_madpo_takes_dpo_steps_on_pairs_built_before_training). The two below document
+# choices kept (docs/compat.md says why; so does the tempered log-probs'): their code did
+# not change, so they pass on the old code too.
+def test_q_critic_advantage_keeps_a_signal_once_q_fits() -> None:
+    """IAC/MAAC critic_type='q': the baseline is the node's mean Q, not Q(h, a) of the
+    scored action (1.4.3), whose advantage target - Q(h, a) is 0 for every action once Q
+    fits the targets."""
+    from comlrl.algos.functional.gae import q_advantages
+
+    targets = torch.tensor([[1.0, 0.0, 2.0]])
+    fitted_q = targets.clone()
+    torch.testing.assert_close(q_advantages(targets, fitted_q), torch.tensor([[0.0, -1.0, 1.0]]))
+    torch.testing.assert_close(targets - fitted_q, torch.zeros(1, 3))  # 1.4.3's: no signal
+
+
+def test_cross_credit_mean_is_the_sum_up_to_a_constant() -> None:
+    """joint_mode='cross': a completion's credit is the mean of its G^(A-1) joint returns
+    (1.4.3: the sum), so the two differ by the same factor for every completion."""
+    from comlrl.algos.functional.joint import credit_completions
+
+    g, a = 3, 2
+    joint_index = torch.cartesian_prod(torch.arange(g), torch.arange(g))  # [G^A, A]
+    values = torch.arange(float(g**a)).view(1, -1)  # one node, K = G^A joint returns
+    mean = credit_completions(values, joint_index, g)  # [A, 1, G]
+    total = torch.stack(
+        [torch.stack([values[0][joint_index[:, i] == c].sum() for c in range(g)]) for i in range(a)]
+    ).view(a, 1, g)
+    torch.testing.assert_close(total, mean * g ** (a - 1))
