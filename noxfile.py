@@ -206,3 +206,116 @@ def demo(session: nox.Session) -> None:
     """Run the built-in default experiment (``comlrl train`` with no config)."""
     _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
     session.run("comlrl", "train", *session.posargs)
+
+
+#: CoMLRL 1.4.3's sdist (its tests/ folder is the suite the compat session runs)
+COMLRL_143 = "comlrl==1.4.3"
+#: 1.4.3 test files left out (``--ignore``): they import 1.4.3 internals we do not provide
+#: (docs/compat.md, "CoMLRL 1.4.3's test suite", gives the reason of each)
+COMPAT_IGNORED_FILES = [
+    "test_actor_critic.py",
+    "test_centralized_preference.py",
+    "test_checkpoint_assets.py",
+    "test_checkpoint_files.py",
+    "test_checkpoint_metadata.py",
+    "test_checkpoint_models.py",
+    "test_checkpoint_nested.py",
+    "test_checkpoint_preference.py",
+    "test_checkpoint_preference_specials.py",
+    "test_checkpoint_rl.py",
+    "test_checkpoint_rng.py",
+    "test_checkpoint_state.py",
+    "test_checkpoint_tokenizer_specials.py",
+    "test_joint_policy.py",
+]
+#: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
+#: group listed with its reason in docs/compat.md
+COMPAT_KNOWN_FAILURES = [
+    "test_centralized_comparator.py::test_centralized_split_preserves_candidate_and_agent_alignment",
+    "test_centralized_comparator.py::test_centralized_split_validates_adapter_output_count",
+    "test_centralized_comparator.py::test_decentralized_path_does_not_call_centralized_generation",
+    "test_centralized_magrpo.py::test_one_actor_training_uses_joint_prompt_and_task_rewards",
+    "test_centralized_magrpo.py::test_eval_passes_separate_roles_to_eval_logger",
+    "test_centralized_magrpo.py::test_loss_matches_full_joint_sequence_policy_gradient",
+    "test_centralized_magrpo.py::test_joint_actor_gets_one_reference_model",
+    "test_centralized_magrpo.py::test_wandb_does_not_claim_a_comparator",
+    "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
+    "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
+    "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
+    "test_magrpo.py::test_compute_rewards_wraps_completions_in_place",
+    "test_parallel_agent_tasks.py::test_ac_run_agent_tasks_keeps_index_order_in_mp",
+    "test_parallel_agent_tasks.py::test_ac_run_agent_tasks_is_sequential_when_mp_disabled",
+    "test_parallel_agent_tasks.py::test_iac_parallel_updates_enabled_only_for_mp_mode",
+    "test_parallel_agent_tasks.py::test_magrpo_run_agent_tasks_keeps_index_order_in_mp",
+    "test_parallel_agent_tasks.py::test_magrpo_reuses_one_worker_thread_per_agent",
+    "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
+    "test_preference.py::test_sequence_log_prob_accepts_inference_tensors",
+    "test_preference.py::test_preference_update_metrics_and_agent_order",
+    "test_preference.py::test_preference_pairs_and_distribution_use_raw_rewards",
+    "test_preference.py::test_reward_distribution_uses_declared_range_and_counts",
+    "test_preference.py::test_reward_distribution_requires_declared_reward_range",
+    "test_preference.py::test_reward_chart_axis_tick_labels",
+    "test_preference.py::test_reward_chart_empty_series",
+    "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
+    "test_preference.py::test_output_directories_follow_config_precedence",
+    "test_preference.py::test_explicit_output_directories_and_independent_caches",
+    "test_preference.py::test_replay_writer_uses_subclass_directory_override",
+    "test_reference_kl.py::test_magrpo_reference_kl_defaults_to_frozen_actor_copy",
+    "test_reference_kl.py::test_iac_reference_model_loads_from_actor_source",
+    "test_reference_kl.py::test_actor_critic_kl_shaping_is_noop_when_disabled",
+    "test_reference_kl.py::test_actor_critic_kl_shaping_penalizes_reward",
+    "test_reference_kl.py::test_magrpo_applies_reference_kl_to_returns",
+    "test_reference_kl.py::test_reference_kl_values_disabled_or_missing_models",
+    "test_reference_kl.py::test_reference_kl_values_keep_order_and_module_hook",
+    "test_reference_kl.py::test_reference_kl_values_restore_training_modes_and_rng",
+    "test_trainer_init.py::test_iac_separate_critics_get_one_optimizer_each",
+]
+
+
+def _comlrl143_tests(session: nox.Session) -> Path:
+    """1.4.3's ``tests/`` folder, unpacked from its sdist, downloaded once into
+    ``.nox/_comlrl143`` (``pip download --no-deps --no-binary :all:``)."""
+    cache = ROOT / ".nox" / "_comlrl143"
+    tests = cache / "tests"
+    if tests.is_dir():
+        return tests
+    cache.mkdir(parents=True, exist_ok=True)
+    sdists = list(cache.glob("comlrl-1.4.3.tar.gz"))
+    if not sdists:
+        session.run(
+            "python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            COMLRL_143, "-d", str(cache),
+        )  # fmt: skip
+        sdists = list(cache.glob("comlrl-1.4.3.tar.gz"))
+    import tarfile
+
+    with tarfile.open(sdists[0]) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("comlrl-1.4.3/tests/")]
+        tar.extractall(cache / "_unpacked", members=members, filter="data")
+    (cache / "_unpacked" / "comlrl-1.4.3" / "tests").rename(tests)
+    return tests
+
+
+@nox.session(python=TORCH_PYTHON)
+def compat(session: nox.Session) -> None:
+    """CoMLRL 1.4.3's own test suite, unmodified, against ``comlrl.trainers`` /
+    ``comlrl.utils``: its sdist's ``tests/`` folder (cached under ``.nox/_comlrl143``; only
+    the tests are unpacked, so its ``comlrl`` package cannot shadow ours) with its own
+    ``helpers.py``/``conftest.py`` imported the way its pytest config does, in a venv
+    holding our four packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
+    :data:`COMPAT_KNOWN_FAILURES` are left out (docs/compat.md gives each one's reason);
+    everything else must pass. Pass test files and pytest options to run
+    a part, e.g. ``nox -s compat -- test_magrpo.py -x``."""
+    tests = _comlrl143_tests(session)
+    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    ini = tests.parent / "pytest.ini"
+    ini.write_text("[pytest]\n")  # keeps the monorepo's pytest settings out of 1.4.3's suite
+    targets = session.posargs or ["."]
+    deselect = [arg for t in COMPAT_KNOWN_FAILURES for arg in ("--deselect", t)]
+    ignore = [arg for f in COMPAT_IGNORED_FILES for arg in ("--ignore", f)]
+    session.chdir(tests)
+    session.run(
+        "python", "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
+        "-p", "no:cacheprovider", "-q", "-ra", *ignore, *deselect,
+        env={"WANDB_MODE": "disabled"},
+    )  # fmt: skip

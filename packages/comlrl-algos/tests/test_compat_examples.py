@@ -1,9 +1,6 @@
-"""CoMLRL's published examples and the pre-1.4.3 names they use, against comlrl.trainers.
-
-``examples/comlrl143/`` holds CoMLRL's README "Usage", docs "Quick Start", the older
-"Quick Demo" and the "Shared Actor-Critic" example with only the swaps their headers list
-(model path, Hub dataset, sizes as config values), plus this repository's own 1.4.3-API
-scripts. Each runs here in a subprocess on stories260k in seconds.
+"""The pre-1.4.3 names CoMLRL's tutorials use, and the scripts of ``examples/comlrl143/``
+(our own, written against CoMLRL 1.4.3's API), against comlrl.trainers. Each script runs
+here in a subprocess on stories260k in seconds.
 """
 
 from __future__ import annotations
@@ -87,17 +84,18 @@ def test_model_keyword_warns_and_loads_the_agents() -> None:
 # --- the example scripts ----------------------------------------------------------------------
 SCRIPTS = {
     # script, arguments, what its output must show
-    "readme_usage": ([], ["MAGRPOTrainer(model=...) is CoMLRL's pre-1.4.3 name"]),
-    "quick_start": (["{out}"], ["saved: ['agent_0', 'agent_1']"]),
-    "quick_demo_legacy": (
+    "legacy_names": (
         ["{out}"],
         [
             "comlrl.trainers.magrpo is CoMLRL's pre-1.4.3 module",
             "MAGRPOConfig(learning_rate=...)",
+            "MAGRPOConfig(per_device_train_batch_size=...)",
+            "MAGRPOTrainer(model=...) is CoMLRL's pre-1.4.3 name",
             "saved: ['agent_0', 'agent_1']",
         ],
     ),
-    "shared_actor_critic": ([], ["IAC"]),
+    "processors_and_wandb": (["{out}"], ["eval: {", "saved: ['agent_0', 'agent_1']"]),
+    "per_agent_iac": (["{out}"], ["IAC steps: 2", "saved: ['agent_0', 'agent_1']"]),
     "quick_demo_magrpo": (["{out}"], ["saved: ['agent_0', 'agent_1']"]),
     "multi_turn_magrpo": ([], []),
     "actor_critic": (["iac-shared", "{out}"], []),

@@ -337,7 +337,6 @@ def _build(cls: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("cls", "args", "field"),
     [
-        (MADPOTrainer, MADPOConfig(pair_selection="random"), "pair_selection"),
         (MADPOTrainer, MADPOConfig(collaboration_mode="centralized"), "collaboration_mode"),
         (MARLHFTrainer, MARLHFConfig(num_turns=2), "num_turns"),
         (MARLHFTrainer, MARLHFConfig(joint_mode="cross"), "joint_mode"),
@@ -551,22 +550,54 @@ def test_iac_trains_a_step_and_saves_agents_and_critics(
     assert (critic_dir / "value_head.safetensors").is_file(), paths
 
 
-def test_madpo_takes_a_dpo_step_on_reward_gap_pairs(stories260k: str, tmp_path: Path) -> None:
+def test_madpo_takes_dpo_steps_on_pairs_built_before_training(
+    stories260k: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CoMLRL 1.4.3's MADPO (issue 20, finding 7): every pair is built from the initial
+    policy before the first update, train_batch_size counts pairs, and the loss has no
+    reference model. Before, each step sampled new pairs from the current policy and the
+    DPO loss used a frozen reference (first margin exactly 0, loss log 2)."""
+    from comlrl.algos.recipes.preference import recipe as preference
+
     torch.manual_seed(0)
+    scored: list[int] = []
+
+    def longer_second(c1: list[str], c2: list[str]) -> list[float]:
+        scored.append(1)
+        return [float(len(c2[0]) - len(c1[0]))]
+
+    seen_at_update: list[int] = []
+    update = preference.madpo_update
+
+    def counting_update(run: Any, pairs: Any) -> dict[str, float]:
+        seen_at_update.append(len(scored))
+        return update(run, pairs)
+
+    monkeypatch.setattr(preference, "madpo_update", counting_update)
     trainer = MADPOTrainer(
         agent_model=stories260k,
         num_agents=2,
         train_dataset=_dataset(),
-        reward_func=lambda c1, c2: [float(len(c2[0]) - len(c1[0]))],
+        reward_func=longer_second,
         args=MADPOConfig(
-            num_train_epochs=1, rollout_buffer_size=4, preference_num_candidates=4,
-            preference_pairs_per_sample=2, max_new_tokens=8, agent_learning_rate=1e-3,
+            num_train_epochs=2, rollout_buffer_size=2, train_batch_size=3,
+            preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=8,
+            agent_learning_rate=1e-3,
         ),
     )  # fmt: skip
     before = _weights(trainer.agents[1])
-    (row,) = trainer.train()
-    # at the first step policy == reference, so the DPO loss is exactly log 2 (float32)
-    torch.testing.assert_close(torch.tensor(row["loss/agent_0"]), torch.tensor(math.log(2.0)))
+    rows = trainer.train()
+    # 4 prompts x 4 candidates scored once, all before the first update
+    assert len(scored) == 4 * len(PROMPTS)
+    assert seen_at_update == [len(scored)] * len(rows)
+    assert rows[0]["margin"] != 0.0  # no reference: the policy's own log-prob gap
+    num_pairs = len(trainer.preference_pairs)
+    assert 1 <= num_pairs <= 2 * len(PROMPTS)
+    assert len(rows) == 2 * math.ceil(num_pairs / 3)
+    assert (
+        all(r["num_pairs"] <= 3 for r in rows)
+        and sum(r["num_pairs"] for r in rows) == 2 * num_pairs
+    )
     assert any(not torch.equal(before[k], v) for k, v in trainer.agents[1].state_dict().items())
     _assert_saved_equal(trainer.save_model(tmp_path / "dpo")[0], trainer.agents[0])
 

@@ -121,9 +121,23 @@ def load_agents(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if agent_model is None and agents is None:
-        raise ValueError(f"pass {label}= (a model name or path) or agents= (a list of models).")
+        raise ValueError(
+            f"Either {label} or agents must be provided: pass {label}= (a model name or "
+            "path) or agents= (a list of models)."
+        )
     if agent_model is not None and agents is not None:
-        raise ValueError(f"pass either {label}= or agents=, not both.")
+        # CoMLRL 1.4.3 accepts both when agents repeats the agent_model name A times
+        if not isinstance(agent_model, str) or any(a != agent_model for a in agents):
+            raise ValueError(
+                f"{label}={agent_model!r} and agents={list(agents)!r} conflict; pass "
+                f"{label}= alone, or agents= with one entry per agent."
+            )
+        if len(agents) != num_agents:
+            raise ValueError(
+                f"agents length ({len(agents)}) must equal num_agents={num_agents} when "
+                f"{label}= is given too."
+            )
+        agent_model = None
     if agents is not None:
         sources = list(agents)
     elif isinstance(agent_model, str):
@@ -155,7 +169,8 @@ def load_agents(
     elif _is_tokenizer_list(tokenizer):
         if len(tokenizer) != len(models):
             raise ValueError(
-                f"{len(tokenizer)} tokenizers for {len(models)} agents; give one per agent."
+                f"tokenizers length ({len(tokenizer)}) must equal the number of agents "
+                f"({len(models)}); give one tokenizer per agent, or one for all."
             )
         tokenizers = list(tokenizer)
     else:
@@ -177,22 +192,48 @@ def _reject(args: Any, field: str, ok: bool, what: str) -> None:
         )
 
 
-def check_common_fields(args: Any) -> None:
-    """Raise :class:`UnsupportedFieldError` for settings we do not implement, and
-    ``ValueError`` for device settings CoMLRL 1.4.3 also rejects."""
-    mode = str(args.parallel_training).strip().lower()
+def check_config_fields(cfg: Any, *, critic_devices: bool = False) -> None:
+    """The checks CoMLRL 1.4.3's configs make when built (call from ``__post_init__``):
+    ``parallel_training`` is ``'none'`` (``'null'``, None) or ``'mp'`` (stored
+    normalised), ``'mp'`` needs ``agent_devices`` (and, with ``critic_devices=True``,
+    IAC/MAAC's ``critic_devices``), ``reference_kl_coef >= 0``, and ``reference_devices`` (when the KL
+    is on) names 1 or ``num_agents`` devices.
+
+    Raises:
+        ValueError: naming the field.
+    """
+    raw = cfg.parallel_training
+    mode = "none" if raw is None else str(raw).strip().lower()
     if mode in ("null", "none"):
         mode = "none"
     if mode not in ("none", "mp"):
         raise ValueError(
-            f"parallel_training={args.parallel_training!r}: use 'none' (all agents on one "
-            "device) or 'mp' (agent i on agent_devices[i]), as in CoMLRL 1.4.3."
+            f"parallel_training={raw!r}: use 'none' (all agents on one device) or 'mp' "
+            "(agent i on agent_devices[i]), as in CoMLRL 1.4.3."
         )
-    if mode == "mp" and args.agent_devices is None:
-        raise ValueError(
-            "parallel_training='mp' needs agent_devices (one device, or one per agent)."
-        )
-    args.parallel_training = mode
+    if mode == "mp":
+        for field in ("agent_devices", "critic_devices") if critic_devices else ("agent_devices",):
+            if getattr(cfg, field) is None:
+                raise ValueError(
+                    f"parallel_training='mp' needs {field} (one device, or one per model)."
+                )
+    cfg.parallel_training = mode
+    coef = getattr(cfg, "reference_kl_coef", 0.0)
+    if coef is not None and coef < 0:
+        raise ValueError(f"reference_kl_coef must be >= 0, got {coef!r}")
+    refs = getattr(cfg, "reference_devices", None)
+    if getattr(cfg, "reference_kl_enabled", False) and refs is not None:
+        if not isinstance(refs, str) and len(refs) not in (1, int(cfg.num_agents)):
+            raise ValueError(
+                f"reference_devices length ({len(refs)}) must be 1 or num_agents="
+                f"{cfg.num_agents}: {list(refs)!r}"
+            )
+
+
+def check_common_fields(args: Any) -> None:
+    """Raise :class:`UnsupportedFieldError` for settings we do not implement, and
+    ``ValueError`` for device settings CoMLRL 1.4.3 also rejects."""
+    check_config_fields(args)
     from comlrl.algos.models.devices import validate_devices
 
     fields = device_fields(args, int(args.num_agents))  # raises on a malformed spec
@@ -372,10 +413,16 @@ class CompatTrainer:
     single_device: bool = False
     #: the CoMLRL config dataclass the trainer was built with
     args: Any
-    #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``)
-    _run: Any
+    #: the recipe's run state (``GroupBaselineRun`` or ``MADPORun``), built by
+    #: :meth:`_defer_run`'s callable (at construction when there is training data, else
+    #: on first use)
+    _run_state: Any = None
+    _build_run: Callable[[], Any] | None = None
     #: the joint reward :meth:`evaluate` scores with; None: the training environment's
     eval_reward: Any = None
+    #: a reward function's ``A`` values for one joint action are per-agent rewards
+    #: (CoMLRL 1.4.3's IAC/MAAC); otherwise its first value is the joint reward
+    per_agent_rewards: bool = False
 
     def _init_common(
         self,
@@ -404,10 +451,15 @@ class CompatTrainer:
         check_common_fields(args)
         if self.single_device:
             one_device(args, int(args.num_agents), type(self).__name__)
+        # CoMLRL 1.4.3's order: reward_func, the models, the transition; train_dataset may
+        # come later (it is needed by train())
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
-        if train_dataset is None:
-            raise ValueError("train_dataset is required (a datasets.Dataset or a list of dicts).")
+        if agent_model is None and agents is None:
+            raise ValueError(
+                "Either agent_model or agents must be provided: pass agent_model= (a model "
+                "name or path) or agents= (a list of models)."
+            )
         if args.num_turns > 1 and external_transition is None:
             raise ValueError(
                 f"num_turns={args.num_turns} needs external_transition= (it builds the next "
@@ -433,11 +485,19 @@ class CompatTrainer:
         self.formatters = build_formatters(formatters, self.num_agents)
         self.env = CompatEnvironment(
             self.formatters,
-            CompatReward(reward_func, self.num_agents, self.formatters[0], reward_processor),
+            CompatReward(
+                reward_func,
+                self.num_agents,
+                self.formatters[0],
+                reward_processor,
+                per_agent=self.per_agent_rewards,
+            ),
             external_transition if args.num_turns > 1 else None,
             passthrough=bool(args.external_prompt_passthrough),
         )
-        self._train_rows = as_examples(train_dataset, "train_dataset")
+        self._train_rows = (
+            as_examples(train_dataset, "train_dataset") if train_dataset is not None else []
+        )
         self._eval_rows = (
             as_examples(eval_dataset, "eval_dataset") if eval_dataset is not None else None
         )
@@ -445,6 +505,29 @@ class CompatTrainer:
         self._names = names
         self._wandb_run: Any = None
         self.env_step = 0
+
+    @property
+    def _run(self) -> Any:
+        if self._run_state is None:
+            if self._build_run is None or not self._train_rows:
+                raise ValueError(
+                    f"{type(self).__name__} has no training data: train_dataset is required to "
+                    "train (a datasets.Dataset or a list of dicts); pass train_dataset= when "
+                    "building the trainer."
+                )
+            self._run_state = self._build_run()
+        return self._run_state
+
+    @_run.setter
+    def _run(self, value: Any) -> None:
+        self._run_state = value
+
+    def _defer_run(self, build: Callable[[], Any]) -> None:
+        """Build the recipe's run with ``build()`` now when there is training data, else on
+        first use (CoMLRL 1.4.3 builds a trainer without ``train_dataset``)."""
+        self._build_run = build
+        if self._train_rows:
+            self._run_state = build()
 
     def _hf_agents(self) -> list[Any]:
         from comlrl.algos.rollout.agent import HFAgent

@@ -17,24 +17,16 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from comlrl.algos.recipes.actor_critic.recipe import AGENT_REWARDS_KEY
 from comlrl.algos.rollout.environment import CallbackEnvironment
 from comlrl.core import RewardBatch, RewardFunctionError, check_rewards
+from comlrl.utils.formatters import Formatter
+from comlrl.utils.formatters import build_formatters as _build_formatters
+from comlrl.utils.reward_utils import reward_values
 
 __all__ = ["CompatReward", "CompatEnvironment", "Formatter", "build_formatters"]
 
-#: ``formatter(example, external_prompts=None) -> prompt``.
-Formatter = Callable[..., str]
-
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
-
-def _as_floats(raw: Any) -> list[Any]:
-    """A reward function's return value as a list (tensor, list/tuple or one number)."""
-    if hasattr(raw, "detach") and hasattr(raw, "tolist"):  # a torch tensor
-        raw = raw.detach().cpu().tolist()
-    if isinstance(raw, (list, tuple)):
-        return list(raw)
-    return [raw]
 
 
 class CompatReward:
@@ -56,13 +48,19 @@ class CompatReward:
       from the chosen form is retried as ``f(*completions)``.
 
     Here ``c_a = [text]`` and ``prompts = [prompt_of(example)]`` (agent 0's turn-0 prompt).
-    The first returned value goes through ``processor``.
+    The first returned value goes through ``processor``. With ``per_agent`` (IAC, MAAC:
+    CoMLRL 1.4.3 gives agent ``a`` the ``a``-th value when the function returns ``A``
+    values), ``A`` returned values are each processed and kept in the reward info under
+    ``agent_rewards`` (agent ``a``'s reward, read by
+    :func:`comlrl.algos.recipes.actor_critic.recipe.agent_rewards`); the joint reward is
+    their mean.
 
     Args:
         func: the user's reward function.
         num_agents: ``A``.
         prompt_of: ``example -> prompt`` for the ``prompts`` argument.
         processor: ``float -> float`` applied to each reward (CoMLRL's ``reward_processor``).
+        per_agent: keep ``A`` returned values as per-agent rewards (see above).
 
     Raises:
         TypeError: ``func`` or ``processor`` not callable.
@@ -76,6 +74,7 @@ class CompatReward:
         num_agents: int,
         prompt_of: Callable[[Mapping[str, Any]], str],
         processor: Callable[[float], float] | None = None,
+        per_agent: bool = False,
     ) -> None:
         if not callable(func):
             raise TypeError(f"reward_func must be callable, got {type(func).__name__}: {func!r}")
@@ -87,6 +86,7 @@ class CompatReward:
         self.num_agents = num_agents
         self.prompt_of = prompt_of
         self.processor = processor
+        self.per_agent = per_agent
         self.__name__ = getattr(func, "__name__", type(func).__name__)
         try:
             self.signature: inspect.Signature | None = inspect.signature(func)
@@ -97,52 +97,14 @@ class CompatReward:
         self, prompts: list[str], completions: list[list[str]], batch_items: list[Mapping[str, Any]]
     ) -> list[Any]:
         """Call the user's function in its form; its values as a list (unprocessed)."""
-        func = self.func
-        if self.signature is None:
-            for attempt in (
-                lambda: func(*completions, batch_items=batch_items),
-                lambda: func(*completions),
-            ):
-                try:
-                    return _as_floats(attempt())
-                except TypeError:
-                    pass
-            return _as_floats(func(completions))
-        params = self.signature.parameters
-        has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        has_var_pos = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values())
-        # batch_items, and prompts after the first place, are keywords (docs/compat.md)
-        positional = [
-            p
-            for i, p in enumerate(params.values())
-            if p.kind in _POSITIONAL and p.name != "batch_items" and not (p.name == "prompts" and i)
-        ]
-        n, a = len(positional), self.num_agents
-        kwargs: dict[str, Any] = {}
-        if "batch_items" in params or has_var_kw:
-            kwargs["batch_items"] = batch_items
-        args: list[Any]
-        used_prompts = False
-        if has_var_pos:
-            args = list(completions)
-        elif a == 1:
-            used_prompts = n != 1
-            args = [prompts, completions[0]] if used_prompts else [completions[0]]
-        elif n == a + 1:
-            args, used_prompts = [prompts, *completions], True
-        elif n == 1:
-            args = [completions]
-        else:
-            args = list(completions)
-        if not used_prompts and ("prompts" in params or has_var_kw):
-            kwargs["prompts"] = prompts
-        try:
-            return _as_floats(func(*args, **kwargs))
-        except TypeError as exc:
-            try:
-                return _as_floats(func(*completions))
-            except TypeError:
-                raise exc from None
+        return reward_values(
+            self.func,
+            prompts,
+            completions,
+            num_agents=self.num_agents,
+            batch_items=batch_items,
+            signature=self.signature,
+        )
 
     def __call__(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
@@ -154,6 +116,7 @@ class CompatReward:
                 reward is not a finite number (NaN/inf are errors, not replaced).
         """
         values: list[Any] = []
+        infos: list[dict[str, Any]] = [{} for _ in examples]
         for k, example in enumerate(examples):
             texts = [[str(completions[a][k])] for a in range(self.num_agents)]
             shown = [t[0] for t in texts]
@@ -174,63 +137,37 @@ class CompatReward:
                     completions=shown,
                     example=example,
                 )
-            value = raw[0]
-            if self.processor is not None:
-                value = self.processor(float(value))
-            values.append(value)
-        return RewardBatch(check_rewards(values, completions, examples))
+            if self.per_agent and self.num_agents > 1 and len(raw) == self.num_agents:
+                own = [self._process(r) for r in raw]
+                checked = check_rewards(own, [[s] * len(own) for s in shown], [example] * len(own))
+                infos[k][AGENT_REWARDS_KEY] = checked
+                values.append(sum(checked) / len(checked))
+            else:
+                values.append(self._process(raw[0]))
+        return RewardBatch(check_rewards(values, completions, examples), infos)
 
-
-def _default_formatter(example: Mapping[str, Any], external_prompts: Any = None) -> str:
-    if external_prompts is not None:
-        return str(external_prompts)
-    return str(example.get("prompt", ""))
-
-
-def _wrap(fmt: Callable[..., str]) -> Formatter:
-    try:
-        takes_external = "external_prompts" in inspect.signature(fmt).parameters
-    except (TypeError, ValueError):
-        takes_external = False
-
-    def formatter(example: Mapping[str, Any], external_prompts: Any = None) -> str:
-        if takes_external and external_prompts is not None:
-            return fmt(example, external_prompts=external_prompts)
-        return fmt(example)
-
-    formatter.__wrapped__ = fmt  # type: ignore[attr-defined]
-    return formatter
+    def _process(self, value: Any) -> Any:
+        return self.processor(float(value)) if self.processor is not None else value
 
 
 def build_formatters(formatters: Any, num_agents: int) -> list[Formatter]:
-    """``A`` formatters from CoMLRL's ``formatters`` argument.
-
-    ``None``: every agent reads ``example["prompt"]``; one callable: shared by all agents;
-    a sequence: one per agent. A formatter that declares ``external_prompts`` receives the
-    transition's prompt after the first turn (the example's ``"prompt"`` is then that
-    prompt too); others are called with the example alone.
+    """``A`` formatters from CoMLRL's ``formatters`` argument
+    (:func:`comlrl.utils.formatters.build_formatters`; a formatter's own
+    ``external_prompts`` default applies on the first turn).
 
     Raises:
-        ValueError: a sequence whose length is not ``num_agents``, or something that is
-            neither None, a callable nor a sequence of callables.
+        ValueError: as :func:`comlrl.utils.formatters.build_formatters`.
     """
-    if formatters is None:
-        return [_default_formatter] * num_agents
-    if callable(formatters):
-        return [_wrap(formatters)] * num_agents
-    if isinstance(formatters, Sequence) and not isinstance(formatters, (str, bytes)):
-        if len(formatters) != num_agents:
-            raise ValueError(
-                f"{len(formatters)} formatters for num_agents={num_agents}; give one formatter "
-                "per agent or a single one for all."
-            )
-        bad = [f for f in formatters if not callable(f)]
-        if bad:
-            raise ValueError(f"formatters must be callables, got {bad!r}")
-        return [_wrap(f) for f in formatters]
-    raise ValueError(
-        f"formatters must be None, a callable or a list of callables, got {type(formatters).__name__}"
-    )
+    built = _build_formatters(formatters, num_agents, pass_none_external_prompts=False)
+    return [_as_text(f) for f in built]
+
+
+def _as_text(fmt: Formatter) -> Formatter:
+    def formatter(example: Mapping[str, Any], external_prompts: Any = None) -> str:
+        return str(fmt(example, external_prompts=external_prompts))
+
+    formatter.__wrapped__ = getattr(fmt, "__wrapped__", fmt)  # type: ignore[attr-defined]
+    return formatter
 
 
 class CompatEnvironment(CallbackEnvironment):

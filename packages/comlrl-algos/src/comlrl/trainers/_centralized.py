@@ -56,11 +56,11 @@ class TaggedCentralizedComparatorAdapter:
     def build_prompt(self, batch_item: Mapping[str, Any], agent_prompts: Sequence[str]) -> str:
         """The roles' prompts, then the required answer layout."""
         n = len(agent_prompts)
-        tasks = "\n\n".join(f"Role {i} task:\n{p}" for i, p in enumerate(agent_prompts))
-        layout = "\n".join(f"<agent_{i}>\n(role {i}'s output)\n</agent_{i}>" for i in range(n))
+        tasks = "\n\n".join(f"Agent {i} original prompt:\n{p}" for i, p in enumerate(agent_prompts))
+        layout = "\n".join(f"<agent_{i}>\n(agent {i}'s output)\n</agent_{i}>" for i in range(n))
         return (
-            f"Write the outputs of {n} cooperating roles, each answering its own task.\n\n"
-            f"{tasks}\n\nAnswer with one tagged section per role and nothing else:\n{layout}\n"
+            f"Write the outputs of {n} cooperating agents, each answering its own prompt.\n\n"
+            f"{tasks}\n\nAnswer with one tagged section per agent and nothing else:\n{layout}\n"
         )
 
     def parse_completion(

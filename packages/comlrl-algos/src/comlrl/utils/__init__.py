@@ -1,21 +1,43 @@
-"""comlrl.utils: the helpers of CoMLRL 1.4.3's ``comlrl.utils`` that user scripts import.
+"""comlrl.utils: CoMLRL 1.4.3's ``comlrl.utils`` helpers that user scripts import.
 
-Provided: :class:`RewardProcessors` (``reward_processor=`` factories; CoMLRL's
-tutorials use ``from comlrl.utils.reward_processor import RewardProcessors``) and
-:func:`ensure_pad_token`. The rest of 1.4.3's ``comlrl.utils.__all__`` are its trainers'
-internals (model loading, reference-KL, checkpoint and distributed plumbing); asking for
-one raises :class:`NotProvidedError` naming it and what to use instead (see
-docs/compat.md).
+Its module paths are kept: :mod:`comlrl.utils.reward_utils` (calling a reward function in
+1.4.3's forms, ``set_reward_range``), :mod:`comlrl.utils.formatters`,
+:mod:`comlrl.utils.reference_kl`, :mod:`comlrl.utils.wandb_utils`,
+:mod:`comlrl.utils.distributed`, :mod:`comlrl.utils.reward_processor`
+(``RewardProcessors``) and :mod:`comlrl.utils.tokenizer_utils` (``ensure_pad_token``).
+The rest of 1.4.3's ``comlrl.utils.__all__`` are its trainers' internals; asking for one
+raises :class:`NotProvidedError` naming it and what to use instead (docs/compat.md).
+
+Names load lazily (PEP 562): importing this package does not import torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from comlrl.utils.reward_processor import RewardProcessors
 from comlrl.utils.tokenizer_utils import ensure_pad_token
 
-__all__ = ["NotProvidedError", "RewardProcessors", "ensure_pad_token"]
+#: provided names -> their module under comlrl.utils
+_EXPORTS = {
+    "build_formatters": "formatters",
+    "call_reward_function": "reward_utils",
+    "normalize_reward_lengths": "reward_utils",
+    "resolve_reward_range": "reward_utils",
+    "set_reward_range": "reward_utils",
+    "DistributedContext": "distributed",
+    "local_context": "distributed",
+    "unwrap_model": "distributed",
+    "clone_reference_models": "reference_kl",
+    "reference_kl_coef": "reference_kl",
+    "reference_kl_enabled": "reference_kl",
+    "reference_kl_for_sequence": "reference_kl",
+    "resolve_reference_devices": "reference_kl",
+    "validate_reference_kl_config": "reference_kl",
+}
+
+__all__ = ["NotProvidedError", "RewardProcessors", "ensure_pad_token", *_EXPORTS]
 
 
 class NotProvidedError(ImportError):
@@ -26,30 +48,21 @@ class NotProvidedError(ImportError):
 #: CoMLRL 1.4.3's ``comlrl.utils.__all__`` names that are not provided -> what to use.
 _NOT_PROVIDED = {
     "read_checkpoint_metadata": "comlrl.algos checkpoints (comlrl.algos.training.checkpoint)",
-    "build_formatters": "pass formatters= to the trainer (None, one, or one per agent)",
     "ensure_tokenizer": "transformers.AutoTokenizer.from_pretrained + ensure_pad_token",
     "apply_tokenizer_specials": "model_config={'special_tokens': {...}} on the trainer",
     "resolve_tokenizers": "pass tokenizer= (one, or one per agent) to the trainer",
     "infer_model_name": "the trainer's model_name attribute",
     "resolve_model_sources": "pass agent_model= or agents= to the trainer",
-    "clone_reference_models": "reference_kl_enabled=True in the config",
     "load_reference_models_from_sources": "reference_kl_enabled=True in the config",
-    "reference_kl_coef": "the config's reference_kl_coef field",
-    "reference_kl_enabled": "the config's reference_kl_enabled field",
-    "reference_kl_for_sequence": "comlrl.algos.functional.losses (the k1/k2/k3 KL estimators)",
-    "resolve_reference_devices": "reference_devices=None (models share the agents' device)",
-    "validate_reference_kl_config": "the config dataclass, which validates itself",
-    "call_reward_function": "the trainer, which calls reward_func in every 1.4.3 form",
-    "normalize_reward_lengths": "the trainer (one reward per joint action is checked)",
-    "resolve_reward_range": "nothing: rewards are not range-clipped here",
-    "set_reward_range": "nothing: rewards are not range-clipped here",
-    "DistributedContext": "torchrun with comlrl.algos (data_parallel)",
-    "local_context": "torchrun with comlrl.algos (data_parallel)",
-    "unwrap_model": "the trainer's agents attribute (plain transformers models)",
 }
 
 
 def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"comlrl.utils.{module}"), name)
+        globals()[name] = value
+        return value
     if name in _NOT_PROVIDED:
         raise NotProvidedError(
             f"comlrl.utils.{name} (a CoMLRL 1.4.3 internal helper) is not provided by this "
@@ -57,3 +70,7 @@ def __getattr__(name: str) -> Any:
             name=name,
         )
     raise AttributeError(f"module 'comlrl.utils' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

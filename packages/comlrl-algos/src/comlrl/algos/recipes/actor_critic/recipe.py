@@ -371,6 +371,27 @@ def rollout_values(
     ]
 
 
+#: A reward info key holding one reward per agent (``comlrl.trainers``' IAC/MAAC, whose
+#: CoMLRL 1.4.3 reward functions may return ``A`` values for a joint action).
+AGENT_REWARDS_KEY = "agent_rewards"
+
+
+def agent_rewards(turns: Sequence[TurnRollout], a: int) -> list[torch.Tensor] | None:
+    """Agent ``a``'s rewards per turn (``[N_t, K]`` float32, like ``turn.rewards``) when
+    every reward info of every turn holds :data:`AGENT_REWARDS_KEY`, else None."""
+    if not turns or any(
+        len(t.infos) != t.rewards.numel() or any(AGENT_REWARDS_KEY not in i for i in t.infos)
+        for t in turns
+    ):
+        return None
+    return [
+        torch.tensor(
+            [float(i[AGENT_REWARDS_KEY][a]) for i in t.infos], dtype=t.rewards.dtype
+        ).view_as(t.rewards)
+        for t in turns
+    ]
+
+
 def critic_advantages(
     ro: Rollout,
     values: Sequence[Sequence[torch.Tensor]],
@@ -415,9 +436,13 @@ def critic_advantages(
     ]
     adv_out: list[list[torch.Tensor]] = [[torch.empty(0)] * num_agents for _ in turns]
     targets_out: list[list[torch.Tensor]] = []
-    for c in range(len(values)):
-        advs, targets = tree_gae(
-            [t.rewards for t in turns],
+    own = [agent_rewards(turns, a) for a in range(num_agents)]  # None: joint rewards only
+
+    def gae(
+        rewards: list[torch.Tensor] | None, c: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return tree_gae(
+            rewards if rewards is not None else [t.rewards for t in turns],
             joint[c],
             [t.child for t in turns],
             [t.terminal for t in turns],
@@ -425,15 +450,26 @@ def critic_advantages(
             lam,
             num_turns=num_turns,
         )
+
+    for c in range(len(values)):
+        # IAC: critic c learns agent c's own rewards when the reward gives one per agent
+        advs, targets = gae(own[c] if method == "iac" else None, c)
+        agents = range(num_agents) if method == "maac" else [c]
+        # MAAC with per-agent rewards: the critic fits the joint (mean) reward; agent a's
+        # advantage uses its own reward against the shared values
+        per_agent = {
+            a: gae(own[a], c) if method == "maac" and own[a] is not None else (advs, targets)
+            for a in agents
+        }
         per_turn = []
         for t, turn in enumerate(turns):
             g = turn.agents[0].batch.group_size
-            # Q: the lambda-return minus an action-independent baseline (q_advantages);
-            # G - Q(s, a) would cancel the policy gradient once the critic fits.
-            actor_adv = q_advantages(targets[t], joint[c][t]) if kind == "q" else advs[t]
-            credited = credit_completions(actor_adv, turn.joint_index, g)  # [A, N_t, G]
-            agents = range(num_agents) if method == "maac" else [c]
             for a in agents:
+                a_advs, a_targets = per_agent[a]
+                # Q: the lambda-return minus an action-independent baseline (q_advantages);
+                # G - Q(s, a) would cancel the policy gradient once the critic fits.
+                actor_adv = q_advantages(a_targets[t], joint[c][t]) if kind == "q" else a_advs[t]
+                credited = credit_completions(actor_adv, turn.joint_index, g)  # [A, N_t, G]
                 adv_out[t][a] = credited[a].reshape(-1).float()
             if kind == "v":
                 per_turn.append(targets[t].float())

@@ -893,7 +893,8 @@ def madpo_setup(
     optimizers; and, with an ``eval_dataset``, sample held-out pairs once from the initial
     policies (:func:`madpo_pair_metrics` measures their margin as training goes).
 
-    ``ref_models`` defaults to a deep copy of each agent's model, made here, once.
+    ``ref_models`` defaults to a deep copy of each agent's model, made here, once; an
+    entry ``None`` makes that agent's loss reference-free (``log pi_ref = 0``).
 
     Raises:
         ConfigError: agent counts disagree, agents share one model object (each agent
@@ -934,7 +935,8 @@ def madpo_setup(
         )
     refs = [copy.deepcopy(a.model) for a in agents] if ref_models is None else list(ref_models)
     for ref in refs:
-        ref.to(device).eval().requires_grad_(False)
+        if ref is not None:  # None: no reference for that agent (log pi_ref = 0)
+            ref.to(device).eval().requires_grad_(False)
     run = MADPORun(
         config=config,
         agents=list(agents),
@@ -969,6 +971,9 @@ def madpo_setup(
 
 
 def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if model is None:  # no reference model (reference-free DPO): log pi_ref = 0
+        zeros = torch.zeros(batch.input_ids.shape[0] // 2, device=batch.input_ids.device)
+        return zeros, zeros
     batch = batch.to(_device_of(model))
     with torch.set_grad_enabled(grad), sampling_mode(model):  # no dropout, as sampled
         seq, _ = sequence_logprobs(model, batch)

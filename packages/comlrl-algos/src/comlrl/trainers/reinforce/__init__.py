@@ -23,6 +23,7 @@ from comlrl.trainers._base import (
     JOINT_MODES,
     CompatTrainer,
     UnsupportedFieldError,
+    check_config_fields,
     common_train_config,
 )
 
@@ -170,8 +171,7 @@ class MAGRPOConfig:
             )
         if str(self.joint_mode).lower() not in JOINT_MODES:
             raise ValueError(f"joint_mode={self.joint_mode!r}; use 'aligned' or 'cross'")
-        if self.reference_kl_enabled and self.reference_kl_coef < 0:
-            raise ValueError(f"reference_kl_coef must be >= 0, got {self.reference_kl_coef!r}")
+        check_config_fields(self)
 
 
 @accepts_legacy_fields
@@ -198,16 +198,32 @@ class MAReMaxConfig(MAGRPOConfig):
     advantage_mode: str = "max"
 
 
+def advantage_scale(estimator: str, normalization: bool) -> str:
+    """Our ``advantage_scale`` for CoMLRL's ``advantage_normalization``.
+
+    ``"group"`` (divide by the group's population std of returns plus 1e-6, no
+    re-centring) for the estimators with a baseline. ``reinforce`` (``advantage_mode="raw"``)
+    has no baseline, so a zero-variance group would get ``r / 1e-6`` (``[1, 1, 1, 1] ->
+    [1e6] * 4``, with no gradient clipping); CoMLRL 1.4.3 z-scores there, which gives 0 but
+    turns MAREINFORCE into MAGRPO. Here ``raw`` is never scaled: its advantage is the return
+    (docs/compat.md, "Differences").
+    """
+    if not normalization or estimator == "reinforce":
+        return "none"
+    return "group"
+
+
 def group_baseline_config(
     args: MAGRPOConfig, num_agents: int, num_examples: int, has_eval: bool
 ) -> dict[str, Any]:
     """The :class:`comlrl.algos.TrainConfig` fields for a CoMLRL REINFORCE-family config."""
     fields = common_train_config(args, num_agents, num_examples, has_eval)
+    estimator = ADVANTAGE_MODES[str(args.advantage_mode).lower()]
     fields.update(
         num_generations=int(args.num_generations),
         joint_mode=JOINT_MODES[str(args.joint_mode).lower()],
-        estimator=ADVANTAGE_MODES[str(args.advantage_mode).lower()],
-        advantage_scale="group" if args.advantage_normalization else "none",
+        estimator=estimator,
+        advantage_scale=advantage_scale(estimator, bool(args.advantage_normalization)),
         loss_reduction="seq_sum",
         clip_ratio=None,
     )
@@ -319,8 +335,10 @@ class MAGRPOTrainer(CompatTrainer):
             self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
         )
         config = self._our_config(TrainConfig, fields)
-        self._run = group_baseline.setup(
-            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+        self._defer_run(
+            lambda: group_baseline.setup(
+                self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+            )
         )
 
     def _train_step(self) -> dict[str, float]:
@@ -374,7 +392,8 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
         if self.collaboration_mode != "centralized":
             raise ValueError(
                 f"CentralizedMAGRPOConfig.collaboration_mode={self.collaboration_mode!r}; it "
-                "must be 'centralized' (use MAGRPOConfig for separate agents)."
+                "must be 'centralized': centralized collaboration trains one joint policy (use "
+                "MAGRPOConfig for separate agents)."
             )
         if self.num_turns != 1:
             raise ValueError(
@@ -446,7 +465,7 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
             )
         if agents is not None and len(agents) != 1:
             raise ValueError(
-                f"centralized MAGRPO trains one joint policy; got {len(agents)} agents "
+                f"centralized MAGRPO trains exactly one actor (a joint policy); got {len(agents)} agents "
                 "(pass agents=[model] or agent_model=)."
             )
         if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:

@@ -1,10 +1,13 @@
 """CoMLRL 1.4.3's preference trainers (``comlrl.trainers.preference``).
 
-:class:`MADPOTrainer` runs :func:`comlrl.algos.recipes.preference.recipe.madpo_step`: per
-prompt, ``preference_num_candidates`` joint actions are sampled and scored by the
-reward, pairs are formed by reward gap (largest first, ``preference_pairs_per_sample``
-kept) and every agent takes a step on its own term of the joint DPO loss (Rafailov et
-al. 2023, eq. 7, with the joint log-ratio summed over agents) against a frozen reference.
+:class:`MADPOTrainer` is CoMLRL 1.4.3's MADPO: before training, per training prompt,
+``preference_num_candidates`` joint actions are sampled from the initial policy and scored
+by the reward, and pairs are formed within the prompt (``pair_selection``,
+``preference_pairs_per_sample`` kept; :mod:`comlrl.trainers._madpo_pairs`); then
+``num_train_epochs`` epochs over those pairs, ``train_batch_size`` pairs per step, every
+agent on its own term of the joint DPO loss (Rafailov et al. 2023, eq. 7, joint log-ratio
+summed over agents) without a reference model (``log pi_ref = 0``), as 1.4.3
+(:func:`comlrl.algos.recipes.preference.recipe.madpo_update`).
 
 :class:`MARLHFTrainer` fits a joint reward model on pairs labelled by the task reward
 (Bradley-Terry), then trains the agents with the MAGRPO family or IAC/MAAC on that model's
@@ -28,6 +31,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
     _reject,
+    check_config_fields,
 )
 from comlrl.trainers._centralized import (
     CentralizedComparatorAdapter,
@@ -126,6 +130,15 @@ class MADPOConfig:
             raise ValueError(
                 f"pair_selection={self.pair_selection!r}; use one of {self._pair_selections()}"
             )
+        check_config_fields(self)
+        self._check_turns()
+
+    def _check_turns(self) -> None:
+        if self.num_turns != 1:
+            raise UnsupportedFieldError(
+                f"{type(self).__name__}.num_turns={self.num_turns!r}: MADPO is single-turn "
+                "(num_turns=1), as in CoMLRL 1.4.3."
+            )
 
     def _pair_selections(self) -> tuple[str, ...]:
         return ("reward_gap", "all", "random")
@@ -178,6 +191,10 @@ class MARLHFConfig(MADPOConfig):
     critic_value_head_hidden_dim: int | None = None
     value_head_hidden_dim: int | None = None
 
+    def _check_turns(self) -> None:
+        """CoMLRL 1.4.3 builds a multi-turn MARLHFConfig and refuses it at ``train()``;
+        MARLHFTrainer refuses it when built (before any model loads)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         algorithm = str(self.rl_algorithm or "magrpo").strip().lower()
@@ -215,8 +232,8 @@ class MARLHFConfig(MADPOConfig):
 
 
 class MADPOTrainer(CompatTrainer):
-    """CoMLRL 1.4.3's ``MADPOTrainer`` arguments, trained by
-    :func:`comlrl.algos.recipes.preference.recipe.madpo_step` (see the module docstring).
+    """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
+    reference-free MADPO steps on them (see the module docstring and :meth:`train`).
 
     Args:
         agent_model, agents, num_agents, tokenizer, model_config, train_dataset,
@@ -314,19 +331,110 @@ class MADPOTrainer(CompatTrainer):
             config = preference.MADPOConfig(**fields)
         except ValidationError as exc:
             raise ConfigError(f"MADPOConfig does not translate:\n{exc}") from None
-        self._run = preference.madpo_setup(
-            self._hf_agents(), config, self.env, self._train_rows, None
+        # reference-free, as CoMLRL 1.4.3's MADPO: no frozen copies (log pi_ref = 0)
+        self._defer_run(
+            lambda: preference.madpo_setup(
+                self._hf_agents(),
+                config,
+                self.env,
+                self._train_rows,
+                None,
+                ref_models=[None] * self.num_agents,
+            )
         )
+        self.preference_pairs: list[Any] = []
         self._eval_every = (
             max(1, math.ceil(int(a.eval_interval) / batch))
             if self._eval_rows is not None and a.eval_interval > 0 and a.eval_num_samples > 0
             else 0
         )
 
-    def _train_step(self) -> dict[str, float]:
-        from comlrl.algos.recipes.preference import recipe as preference
+    def _build_pairs(self) -> list[Any]:
+        """Every preference pair, from the current (at the start: initial) policy: one
+        rollout per ``rollout_buffer_size`` training examples, in dataset order, and
+        :func:`~comlrl.trainers._madpo_pairs.rollout_pairs` within each prompt."""
+        import random
 
-        return preference.madpo_step(self._run)
+        from comlrl.algos.rollout.tree import TreeSettings, rollout
+        from comlrl.core import SamplingParams
+        from comlrl.trainers._madpo_pairs import rollout_pairs
+
+        a, run = self.args, self._run
+        params = SamplingParams(
+            num_generations=int(a.preference_num_candidates),
+            max_new_tokens=int(a.max_new_tokens),
+            temperature=float(a.temperature),
+            top_p=float(a.top_p),
+            top_k=int(a.top_k or 0),
+        )
+        tree = TreeSettings(num_turns=1, joint_mode="align")
+        rng = random.Random(int(run.config.seed) + 2)
+        size = int(a.rollout_buffer_size)
+        pairs: list[Any] = []
+        for start in range(0, len(self._train_rows), size):
+            ro = rollout(run.agents, self._train_rows[start : start + size], run.env, params, tree)
+            pairs.extend(
+                rollout_pairs(
+                    ro, mode=a.pair_selection, limit=a.preference_pairs_per_sample, rng=rng
+                )
+            )
+        return pairs
+
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+        """CoMLRL 1.4.3's MADPO: build every preference pair once from the initial policy
+        (:meth:`_build_pairs`, kept in :attr:`preference_pairs`), then
+        ``num_train_epochs`` epochs over them, shuffled each epoch, ``train_batch_size``
+        pairs per optimizer step of the reference-free MADPO loss
+        (:func:`~comlrl.algos.recipes.preference.recipe.madpo_update`); evaluation every
+        ``eval_interval`` steps (from step 0) with an ``eval_dataset``.
+
+        Returns:
+            One row per step: ``epoch``, ``step``, ``num_pairs``, ``loss``, ``margin``,
+            ``accuracy``, ``reward_gap_mean`` and per-agent terms; ``[]`` when every
+            candidate tied (no pair).
+
+        Raises:
+            UnsupportedFieldError: CoMLRL's checkpoint arguments (see
+                :meth:`CompatTrainer.train`).
+            ValueError: no ``train_dataset``.
+        """
+        import random
+
+        from comlrl.algos.recipes.preference.recipe import madpo_update
+        from comlrl.trainers._iterative import joint_pairs
+
+        if kwargs:
+            return super().train(**kwargs)  # raises, naming the arguments
+        a, run = self.args, self._run
+        self.preference_pairs = self._build_pairs()
+        if not self.preference_pairs:
+            warnings.warn(
+                "MADPO: every candidate of every prompt tied; no preference pair to train on.",
+                stacklevel=2,
+            )
+            return []
+        pad = [int(t.pad_token_id) for t in self.tokenizers]
+        eval_every = int(a.eval_interval) if self._eval_rows and a.eval_num_samples > 0 else 0
+        order_rng = random.Random(int(run.config.seed) + 3)
+        batch = int(a.train_batch_size)
+        history: list[dict[str, float]] = []
+        for epoch in range(int(a.num_train_epochs)):
+            order = list(self.preference_pairs)
+            order_rng.shuffle(order)
+            for start in range(0, len(order), batch):
+                part = order[start : start + batch]
+                if eval_every > 0 and run.step % eval_every == 0:
+                    self.evaluate()
+                row: dict[str, float] = {"epoch": float(epoch + 1), "num_pairs": len(part)}
+                row.update(madpo_update(run, joint_pairs(part, pad)))
+                run.step += 1
+                row["step"] = float(run.step)
+                self.env_step += (
+                    int(a.environment_steps_per_pair) * len(part) if a.use_environment_step else 1
+                )
+                history.append(row)
+                self._wandb_log(row)
+        return history
 
     def _check_args(self, cfg: MADPOConfig) -> None:
         """Raise :class:`UnsupportedFieldError` for settings MADPO does not implement."""
@@ -336,18 +444,13 @@ class MADPOTrainer(CompatTrainer):
             cfg.collaboration_mode == "decentralized",
             "only decentralized MADPO is implemented; set collaboration_mode='decentralized'.",
         )
-        _reject(
-            cfg,
-            "pair_selection",
-            cfg.pair_selection == "reward_gap",
-            "pairs are chosen by the largest reward gap; set pair_selection='reward_gap'.",
-        )
         _reject(cfg, "num_turns", cfg.num_turns == 1, "MADPO is single-turn here; set num_turns=1.")
         _reject(
             cfg,
             "reference_kl_enabled",
             not cfg.reference_kl_enabled,
-            "DPO already regularises towards the reference; set reference_kl_enabled=False.",
+            "MADPO here, as CoMLRL 1.4.3's, has no reference model; set "
+            "reference_kl_enabled=False.",
         )
 
 

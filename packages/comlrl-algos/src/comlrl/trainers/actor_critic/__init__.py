@@ -21,6 +21,7 @@ from comlrl.algos.recipes.actor_critic.recipe import Method
 from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
+    check_config_fields,
     common_train_config,
     critic_device_names,
     load_agents,
@@ -57,6 +58,7 @@ def _check_ac(cfg: Any) -> None:
         raise ValueError(f"critic_type={cfg.critic_type!r}; use 'v' (V(h)) or 'q' (Q(h, a))")
     if cfg.critic_learning_rate is None:
         cfg.critic_learning_rate = cfg.agent_learning_rate
+    check_config_fields(cfg, critic_devices=True)
 
 
 @dataclass
@@ -160,6 +162,9 @@ class ActorCriticTrainerBase(CompatTrainer):
     """
 
     method: Method = "iac"
+    #: CoMLRL 1.4.3: a reward function may return one value per agent (agent a trains on
+    #: the a-th); see CompatReward(per_agent=True)
+    per_agent_rewards = True
 
     def __init__(
         self,
@@ -190,6 +195,11 @@ class ActorCriticTrainerBase(CompatTrainer):
                 "or eval_dataset metrics from evaluate()."
             )
         cfg = args if args is not None else self.config_cls()
+        shared = not getattr(cfg, "use_separate_critic", True)
+        if shared and (critic_model is not None or critics is not None):
+            raise ValueError(
+                "critic_model/critics need use_separate_critic=True (a critic model per agent)."
+            )
         self._init_common(
             args=cfg,
             agent_model=agent_model,
@@ -210,16 +220,21 @@ class ActorCriticTrainerBase(CompatTrainer):
                 f"{self.num_agents} agents were given but args.num_agents={self.args.num_agents}; "
                 "make them agree."
             )
-        shared = not getattr(self.args, "use_separate_critic", True)
-        if shared and (critic_model is not None or critics is not None):
-            raise ValueError(
-                "critic_model/critics need use_separate_critic=True (a critic model per agent)."
-            )
         if not shared and critic_model is None and critics is None:
             raise ValueError(
-                "pass critic_model= (a name/path or model) or critics= (a list), or set "
-                "use_separate_critic=False for a value head on each agent's model."
+                "critics must be provided: pass critic_model= (a name/path or model) or "
+                "critics= (a list), or set use_separate_critic=False for a value head on each "
+                "agent's model."
             )
+        count = self.num_agents if self.method == "iac" else 1
+        if critics is not None and len(critics) != count:
+            raise ValueError(
+                f"critics length ({len(critics)}) must be {count} for {self.algorithm_name} "
+                f"({'one per agent' if self.method == 'iac' else 'one centralised critic'})."
+            )
+        self._critic_models = (
+            [] if shared else self._load_critic_models(critic_model, critics, count)
+        )
         fields = common_train_config(
             self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
         )
@@ -237,16 +252,41 @@ class ActorCriticTrainerBase(CompatTrainer):
             loss_reduction="seq_sum",
         )
         config = self._our_config(ActorCriticConfig, fields)
-        base = group_baseline.setup(
-            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
-        )
-        built = self._critics(base.agents, critic_model, critics, shared)
-        self._ac_run = actor_critic.attach(base, config, self.method, built)
-        self._run = base
 
-    def _critics(
-        self, agents: list[Any], critic_model: Any, critics: Any, shared: bool
-    ) -> list[Any]:
+        def build() -> Any:
+            base = group_baseline.setup(
+                self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+            )
+            built = self._critics(base.agents, shared)
+            self._ac_run = actor_critic.attach(base, config, self.method, built)
+            return base
+
+        self._defer_run(build)
+
+    def _load_critic_models(
+        self, critic_model: Any, critics: Any, count: int
+    ) -> list[tuple[Any, Any]]:
+        """The separate critics' ``(model, tokenizer)`` pairs, loaded or taken as given."""
+        given = critics if critics is not None else None
+        # a critic model object of the agents' tokenizer family reads the agent's tokenizer
+        models, tokenizers, _ = load_agents(
+            critic_model,
+            given,
+            count,
+            None
+            if all(isinstance(c, str) for c in (given or [critic_model]))
+            else self.tokenizers[:count],
+            self.model_config,
+            section="critic_model_kwargs",
+            label="critic_model",
+        )
+        if len(models) != count:
+            raise ValueError(
+                f"critics length ({len(models)}) must be {count} for {self.algorithm_name}."
+            )
+        return list(zip(models, tokenizers, strict=True))
+
+    def _critics(self, agents: list[Any], shared: bool) -> list[Any]:
         from comlrl.algos.models.value import Critic, ValueHead, hidden_size_of
 
         kind = self.args.critic_type
@@ -262,39 +302,39 @@ class ActorCriticTrainerBase(CompatTrainer):
                 )
                 for a in agents
             ]
-        count = len(agents) if self.method == "iac" else 1
-        given = critics if critics is not None else None
-        # a critic model object of the agents' tokenizer family reads the agent's tokenizer
-        models, tokenizers, _ = load_agents(
-            critic_model,
-            given,
-            count,
-            None
-            if all(isinstance(c, str) for c in (given or [critic_model]))
-            else self.tokenizers[:count],
-            self.model_config,
-            section="critic_model_kwargs",
-            label="critic_model",
-        )
-        if len(models) != count:
-            raise ValueError(f"{len(models)} critics for {self.algorithm_name}; it needs {count}.")
         if self.method == "iac":
             dim = self.args.critic_value_head_hidden_dim
         else:
             dim = self.model_config.get("critic_value_head_hidden_dim")
         return [
             Critic(m, t, ValueHead(hidden_size_of(m), dim), kind=kind)
-            for m, t in zip(models, tokenizers)
+            for m, t in self._critic_models
         ]
 
     @property
     def critics(self) -> list[Any]:
-        """The critics (:class:`comlrl.algos.models.value.Critic`): one per agent (IAC) or one (MAAC)."""
+        """The separate critic models (``transformers`` models, as in CoMLRL 1.4.3): one
+        per agent (IAC) or one (MAAC); empty with value heads on the agents
+        (``use_separate_critic=False``)."""
+        return [m for m, _ in self._critic_models]
+
+    @property
+    def value_critics(self) -> list[Any]:
+        """The recipe's critics (:class:`comlrl.algos.models.value.Critic`: trunk and value
+        head), value heads on the agents included."""
+        self._run  # noqa: B018 (builds the run on first use)
         return list(self._ac_run.critics)
+
+    @property
+    def critic_optimizers(self) -> list[Any]:
+        """The critics' optimizers (one per separate critic)."""
+        self._run  # noqa: B018 (builds the run on first use)
+        return [o for o in self._ac_run.critic_optimizers if o is not None]
 
     def _train_step(self) -> dict[str, float]:
         from comlrl.algos.recipes.actor_critic import recipe as actor_critic
 
+        self._run  # noqa: B018 (builds the run on first use)
         return actor_critic.train_step(self._ac_run)
 
     def save_model(self, output_dir: str | Path) -> list[Path]:
@@ -305,7 +345,7 @@ class ActorCriticTrainerBase(CompatTrainer):
         root = Path(output_dir)
         from comlrl.algos.models.value import save_value_head
 
-        for i, critic in enumerate(self._ac_run.critics):
+        for i, critic in enumerate(self.value_critics):
             if critic.shared:
                 save_value_head(critic.head, root / f"agent_{i}", kind=critic.kind)
             else:
