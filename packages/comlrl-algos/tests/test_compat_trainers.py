@@ -791,3 +791,23 @@ def test_centralized_magrpo_trains_one_policy_on_parsed_role_outputs(
     assert metrics["eval/rows"] == 1.0
     assert len(logged["roles"]) == 2 and len(logged["roles"][0]) == 2  # [role][example][turn]
     assert [p.name for p in trainer.save_model(tmp_path / "c")] == ["agent_0"]
+
+
+def test_formatter_strings_reach_the_model_as_they_are_even_with_a_chat_template(
+    stories260k: str,
+) -> None:
+    # CoMLRL 1.4.3 tokenizes the formatters' strings as they are; ours must not wrap them
+    # in a chat template (prompt_format=auto would, for an instruct model's tokenizer).
+    trainer = MAGRPOTrainer(
+        agent_model=stories260k,
+        num_agents=2,
+        train_dataset=_dataset(),
+        reward_func=lambda c1, c2, batch_items=None: [0.0] * len(c1),
+        formatters=[lambda ex: ex["prompt"], lambda ex: ex["prompt"] + ","],
+        args=MAGRPOConfig(num_train_epochs=1, num_generations=2, max_new_tokens=4, num_turns=1),
+    )
+    for tok in trainer.tokenizers:
+        tok.chat_template = "<|im_start|>{{ messages[0]['content'] }}"
+    agents = trainer._hf_agents()
+    assert [a.prompt_format for a in agents] == ["raw", "raw"]
+    assert agents[0].render(["The cat sat"]) == ["The cat sat"]

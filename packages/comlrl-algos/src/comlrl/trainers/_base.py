@@ -532,8 +532,9 @@ class CompatTrainer:
     def _hf_agents(self) -> list[Any]:
         from comlrl.algos.rollout.agent import HFAgent
 
+        # CoMLRL 1.4.3 tokenizes what the formatters return as it is: no chat template.
         return [
-            HFAgent(m, t, name=f"agent_{i}")
+            HFAgent(m, t, name=f"agent_{i}", prompt_format="raw")
             for i, (m, t) in enumerate(zip(self._models, self.tokenizers))
         ]
 

@@ -513,7 +513,12 @@ class Comparator:
         wrapped = []
         for a, (model, agent) in enumerate(zip(models, self.agents, strict=True)):
             model.to(next(agent.model.parameters()).device).eval().requires_grad_(False)
-            hf = HFAgent(model, agent.tokenizer, name=f"comparator_{a}")
+            hf = HFAgent(
+                model,
+                agent.tokenizer,
+                name=f"comparator_{a}",
+                prompt_format=getattr(agent, "prompt_format", "raw"),
+            )
             hf.seed(self.seed * 1_000_003 + a)
             wrapped.append(hf)
         return wrapped
