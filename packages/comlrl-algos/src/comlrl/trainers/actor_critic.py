@@ -238,7 +238,12 @@ class ActorCriticTrainerBase(CompatTrainer):
         )
         config = self._our_config(ActorCriticConfig, fields)
         base = group_baseline.setup(
-            self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+            self._hf_agents(),
+            config,
+            self.env,
+            self._train_rows,
+            self._eval_rows,
+            group_baseline=False,
         )
         built = self._critics(base.agents, critic_model, critics, shared)
         self._ac_run = actor_critic.attach(base, config, self.method, built)

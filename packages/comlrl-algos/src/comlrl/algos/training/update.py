@@ -13,7 +13,7 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,8 @@ def update_policy(
     *,
     ref_model: Any | None = None,
     sync: GradientSync | None = None,
+    extra_loss: Callable[[], Mapping[str, float]] | None = None,
+    extra_params: Sequence[torch.nn.Parameter] = (),
 ) -> dict[str, float]:
     """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
 
@@ -94,6 +96,12 @@ def update_policy(
             loss is weighted by its share of the global denominator times ``K``, and the
             ranks' gradients are averaged, so the step equals one process's step over
             every rank's completions. Every rank must call this together.
+        extra_loss: a second loss on the same optimizer step (a value head on the actor's
+            trunk: :func:`comlrl.algos.recipes.actor_critic.update.update_shared`): called
+            once per pass after the policy loss's backward, it runs its own backward and
+            returns its metrics, which are averaged over the passes.
+        extra_params: parameters outside ``model`` that the optimizer also steps (that
+            value head); gradient clipping takes them into the global norm.
 
     Returns:
         Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
@@ -179,10 +187,14 @@ def update_policy(
                     if key in metrics:
                         _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
                         _add(sums, weights, key, metrics[key] * tokens, tokens)
+        if extra_loss is not None:
+            for key, value in extra_loss().items():
+                _add(sums, weights, key, value, 1.0)
         if sync is not None:
             sync.finish()
         if settings.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            params = [*model.parameters(), *extra_params]
+            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
                 norm = norm.full_tensor()
             _add(sums, weights, "grad_norm", float(norm), 1.0)

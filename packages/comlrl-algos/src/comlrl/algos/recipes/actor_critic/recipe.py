@@ -40,9 +40,7 @@ from typing import Any, Literal
 import torch
 from comlrl.algos.functional.gae import q_advantages, tree_gae, value_loss
 from comlrl.algos.functional.joint import credit_completions
-from comlrl.algos.functional.losses import policy_loss
 from comlrl.algos.models.devices import model_device
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks
 from comlrl.algos.models.value import Critic, ValueHead, hidden_size_of, save_value_head
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRun
@@ -51,14 +49,8 @@ from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import rollout
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
-from comlrl.algos.training.steps import (
-    JsonlWriter,
-    build_optimizer,
-    rollout_metrics,
-    sample_rows,
-    save_agent_checkpoint,
-)
+from comlrl.algos.training.loop import RecipeLoop, StepResult, rewind_outputs, run_loop
+from comlrl.algos.training.steps import build_optimizer, rollout_metrics, save_agent_checkpoint
 from comlrl.algos.training.update import UpdateSettings, update_policy
 from pydantic import Field, model_validator
 
@@ -76,6 +68,7 @@ __all__ = [
     "planned_agent_devices",
     "setup",
     "attach",
+    "step",
     "train_step",
     "train",
     "save",
@@ -553,70 +546,23 @@ def update_shared(
     and one optimizer step per iteration (the optimizer holds the model's parameters and
     the head's, each group with its own learning rate).
 
-    The policy part is :func:`~comlrl.algos.functional.losses.policy_loss` over every turn's
-    completions, micro-batched by whole groups and weighted by each micro-batch's share
-    of the reduction as in :func:`~comlrl.algos.training.update.update_policy` (no reference KL
-    here). Returns ``loss`` (policy), ``clip_fraction``, ``ratio_mean``, ``grad_norm``
-    and :func:`update_critic`'s value metrics.
+    One code path with the actors' update: :func:`~comlrl.algos.training.update.update_policy`
+    (micro-batches, loss weighting, fused log-probs, clipping) with the value loss as its
+    ``extra_loss`` and the head as ``extra_params`` (no reference KL here). Returns
+    ``update_policy``'s metrics (``loss`` is the policy's) and :func:`update_critic`'s
+    value metrics.
     """
-    device = next(model.parameters()).device
-    batches = [b.to(device) for b in batches]
-    chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
-    total_rows = sum(b.completion_mask.shape[0] for b in batches)
-    total_tokens = max(1.0, float(sum(b.completion_mask.sum() for b in batches)))
-    params = [p for p in model.parameters() if p.requires_grad] + list(critic.head.parameters())
-    totals: dict[str, float] = {}
-    n = settings.num_iterations
-    for _ in range(n):
-        optimizer.zero_grad(set_to_none=True)
-        stats: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0}
-        for t, (batch, cs) in enumerate(zip(batches, chunks, strict=True)):
-            g = batch.group_size
-            adv = advantages[t].to(device)
-            for chunk in cs:
-                rows = slice(chunk.start * g, chunk.stop * g)
-                logp = completion_logprobs(
-                    model,
-                    batch,
-                    chunk,
-                    temperature=settings.temperature,
-                    shared_prefix=settings.shared_prefix,
-                )
-                mask = batch.completion_mask[rows]
-                loss, metrics = policy_loss(
-                    logp,
-                    adv[rows],
-                    mask,
-                    old_logprobs=batch.behaviour_logprobs[rows]
-                    if settings.clip_ratio is not None
-                    else None,
-                    clip_ratio=settings.clip_ratio,
-                    reduction=settings.loss_reduction,
-                    max_completion_length=settings.max_completion_length,
-                )
-                tokens = float(mask.sum())
-                weight = (
-                    tokens / total_tokens
-                    if settings.loss_reduction == "token_mean"
-                    else logp.shape[0] / total_rows
-                )
-                (loss * weight).backward()
-                stats["loss"] += float(loss.detach()) * weight
-                stats["clip_fraction"] += metrics["clip_fraction"] * tokens / total_tokens
-                stats["ratio_mean"] += metrics["ratio_mean"] * tokens / total_tokens
-        stats.update(
-            _value_chunks(
-                critic, texts, old_values, targets, clip_range, settings.micro_batch_size, coef
-            )
-        )
-        if settings.max_grad_norm is not None:
-            stats["grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-            )
-        optimizer.step()
-        for key, value in stats.items():
-            totals[key] = totals.get(key, 0.0) + value / n
-    return totals
+    return update_policy(
+        model,
+        optimizer,
+        batches,
+        advantages,
+        settings,
+        extra_loss=lambda: _value_chunks(
+            critic, texts, old_values, targets, clip_range, settings.micro_batch_size, coef
+        ),
+        extra_params=list(critic.head.parameters()),
+    )
 
 
 def _check_critics(
@@ -757,13 +703,18 @@ def setup(
     sampling, pools) followed by :func:`attach` (critics). ``critic_devices`` is checked
     before any model moves. Raises ConfigError as they do."""
     critic_placement(config, method, planned_agent_devices(config, len(agents)))
-    return attach(
-        group_baseline.setup(agents, config, env, dataset, eval_dataset), config, method, critics
-    )
+    base = group_baseline.setup(agents, config, env, dataset, eval_dataset, group_baseline=False)
+    return attach(base, config, method, critics)
 
 
 def train_step(run: ActorCriticRun) -> dict[str, float]:
-    """One step: rollout, critic values, GAE, actor and critic updates; the metrics row."""
+    """The metrics row of one :func:`step`."""
+    return step(run).row
+
+
+def step(run: ActorCriticRun) -> StepResult:
+    """One step: rollout, critic values, GAE, actor and critic updates; the metrics row
+    and the rollout."""
     cfg, base = run.config, run.base
     t0 = time.perf_counter()
     examples = base.data.next_batch(cfg.batch_size)
@@ -844,7 +795,6 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
     )
     t3 = time.perf_counter()
     base.step += 1
-    base.last_rollout = ro
     metrics = rollout_metrics(
         ro, [[per_agent[a] for a in range(len(base.agents))] for per_agent in adv]
     )
@@ -852,7 +802,7 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
     metrics.update({f"critic/{k}": v for k, v in critic_stats.items()})
     elapsed = t3 - t0
-    return {
+    row = {
         "step": base.step,
         **metrics,
         **{f"time/{k}": v for k, v in ro.timings.items()},
@@ -862,6 +812,7 @@ def train_step(run: ActorCriticRun) -> dict[str, float]:
         "tokens_per_s": metrics["num_tokens"] / elapsed,
         "prompts_per_s": len(examples) / elapsed,
     }
+    return StepResult(row, ro)
 
 
 def _has_dropout(model: Any) -> bool:
@@ -982,16 +933,17 @@ def _critic_state(run: ActorCriticRun) -> dict[str, Any]:
     }
 
 
-def checkpoint(run: ActorCriticRun) -> Path:
-    """Write ``output_dir/checkpoints/step-N`` atomically and return it.
+def checkpoint(run: ActorCriticRun, path: str | Path | None = None) -> Path:
+    """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``)
+    atomically and return it.
 
     The folder is :func:`comlrl.algos.training.checkpoint.write_checkpoint`'s (built under a
     temporary name, then renamed): ``agent_<i>/`` (Hugging Face weights) and
     ``training_state.pt`` holding the actors' optimizers (a shared-trunk head's moments
     are a parameter group there), the data stream, every random stream, the step and,
     under ``"critics"``, each critic's head and (separate critics) trunk weights and
-    optimizer state. ``torch.load(..., weights_only=True)`` reads it. Prunes to
-    ``config.keep_last``.
+    optimizer state. ``torch.load(..., weights_only=True)`` reads it. (The loop driver
+    prunes to ``keep_last``.)
 
     Raises:
         ConfigError: the run is data parallel (actor-critic checkpoints are single-process).
@@ -1010,12 +962,9 @@ def checkpoint(run: ActorCriticRun) -> Path:
         generators=[getattr(a, "generator", None) for a in base.agents],
     )
     state["critics"] = _critic_state(run)
-    path = ckpt.write_checkpoint(
-        ckpt.step_checkpoint_path(base.output_dir, base.step), base.agents, state
-    )
-    if run.config.keep_last:
-        ckpt.prune_checkpoints(base.output_dir, run.config.keep_last, keep=path)
-    return path
+    if path is None:
+        path = ckpt.step_checkpoint_path(base.output_dir, base.step)
+    return ckpt.write_checkpoint(path, base.agents, state)
 
 
 def resume(run: ActorCriticRun, path: str | Path) -> int:
@@ -1077,9 +1026,7 @@ def resume(run: ActorCriticRun, path: str | Path) -> int:
             raise ckpt.CheckpointError(
                 f"critic {i}'s saved state does not fit this run: {exc}"
             ) from None
-    ckpt.clean_partial_checkpoints(base.output_dir)
-    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
-        truncate_jsonl(base.output_dir / name, base.step)
+    rewind_outputs(base.output_dir, base.step)
     return base.step
 
 
@@ -1089,65 +1036,43 @@ def evaluate(run: ActorCriticRun) -> dict[str, float]:
     return group_baseline.evaluate(run.base)
 
 
-def train(run: ActorCriticRun) -> list[dict[str, float]]:
-    """Run ``config.num_steps`` steps: ``metrics.jsonl`` and ``samples.jsonl`` rows per step,
-    ``eval.jsonl`` every ``eval_every`` steps (and at step 0 with ``eval_on_start``), ``config.yaml``, resumable step checkpoints
+def train(
+    run: ActorCriticRun, *, record: dict[str, Any] | None = None, overwrite: bool = False
+) -> list[dict[str, float]]:
+    """Run ``config.num_steps`` steps under the loop driver
+    (:func:`comlrl.algos.training.loop.run_loop`), as the group-baseline recipe does:
+    ``metrics.jsonl`` and ``samples.jsonl`` rows per step, ``eval.jsonl`` every
+    ``eval_every`` steps (and at step 0 with ``eval_on_start``), ``config.yaml`` (with
+    ``algo``: what ``comlrl train --resume`` runs), the reporters of ``report_to``
+    (TensorBoard, W&B, ``reward_curve.png``), resumable step checkpoints
     ``checkpoints/step-NNNNNN/`` every ``save_every`` steps and at the last step
     (:func:`checkpoint`), and ``final/`` (:func:`save`) in ``output_dir``. A run put back
-    by :func:`resume` continues from its step.
+    by :func:`resume` continues from its step. ``record`` (default: ``algo`` and the
+    config) is what ``config.yaml`` holds; a fresh run refuses an ``output_dir`` that holds
+    another run unless ``overwrite``.
 
     Raises:
+        ConfigError: ``output_dir`` holds another run and ``overwrite`` is False.
         TrainingInterrupted: after Ctrl-C: the step in progress was finished and
             checkpointed (the exception names the checkpoint).
     """
-    import yaml
-    from tqdm.auto import tqdm
-
     cfg, base = run.config, run.base
     if base.step == 0:  # a resumed run has its random streams back from the checkpoint
         torch.manual_seed(cfg.seed)
-    base.output_dir.mkdir(parents=True, exist_ok=True)
-    (base.output_dir / "config.yaml").write_text(  # algo: what `comlrl train --resume` runs
-        yaml.safe_dump({"algo": run.method, **cfg.model_dump()}, sort_keys=False)
+    loop = RecipeLoop(
+        step=lambda: step(run),
+        checkpoint=lambda path: checkpoint(run, path),
+        save_final=lambda path: save(run, path.name),
+        evaluate=(lambda: evaluate(run)) if base.eval_data is not None else None,
+        start_step=base.step,
     )
-    history: list[dict[str, float]] = []
-    metrics = JsonlWriter(base.output_dir / "metrics.jsonl")
-    samples = JsonlWriter(base.output_dir / "samples.jsonl")
-    evals = JsonlWriter(base.output_dir / "eval.jsonl") if cfg.eval_every else None
-    bar = tqdm(
-        total=cfg.num_steps,
-        initial=base.step,
-        disable=not cfg.progress,
+    settings = group_baseline.loop_settings(
+        cfg,
+        record=record if record is not None else {"algo": run.method, **cfg.model_dump()},
         desc=run.method,
-        unit="step",
+        overwrite=overwrite,
     )
-    stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
-        if evals is not None and cfg.eval_on_start and base.step == 0:  # the baseline row
-            evals.write(evaluate(run))
-        for _ in range(base.step, cfg.num_steps):
-            row = train_step(run)
-            history.append(row)
-            metrics.write(row)
-            if cfg.log_samples and base.last_rollout is not None:
-                for sample in sample_rows(base.last_rollout, base.step, cfg.log_samples):
-                    samples.write(sample)
-            bar.update(1)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}")
-            if evals is not None and base.step % cfg.eval_every == 0:
-                evals.write(evaluate(run))
-            if stop.requested and base.step < cfg.num_steps:
-                raise TrainingInterrupted(base.step, checkpoint(run), base.output_dir)
-            if cfg.save_every and (base.step % cfg.save_every == 0 or base.step == cfg.num_steps):
-                checkpoint(run)
-        save(run, "final")
-        ckpt.write_meta(base.output_dir / "final", base.step, num_agents=len(base.agents))
+        return run_loop(loop, settings)
     finally:
-        stop.__exit__()
-        bar.close()
-        metrics.close()
-        samples.close()
-        if evals is not None:
-            evals.close()
         run.close()
-    return history
