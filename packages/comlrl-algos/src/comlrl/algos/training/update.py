@@ -97,7 +97,7 @@ def update_policy(
             ranks' gradients are averaged, so the step equals one process's step over
             every rank's completions. Every rank must call this together.
         extra_loss: a second loss on the same optimizer step (a value head on the actor's
-            trunk: :func:`comlrl.algos.recipes.actor_critic.update.update_shared`): called
+            trunk: :func:`comlrl.algos.recipes.actor_critic.critic.update_shared`): called
             once per pass after the policy loss's backward, it runs its own backward and
             returns its metrics, which are averaged over the passes.
         extra_params: parameters outside ``model`` that the optimizer also steps (that
