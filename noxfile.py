@@ -6,9 +6,10 @@ in ``tests/`` with all four packages installed:
 
 - the torch-free packages on the Pythons in :data:`PYTHONS_FOR` (``core`` on all of
   :data:`ALL_PYTHONS`, ``envs`` on 3.10, 3.11 and 3.13) that are on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
-  skipped with a message. On Pythons other than :data:`TORCH_PYTHON` the tests marked
-  ``slow`` (sweeps over every reference solution of a data set, 1000 sandbox timeouts)
-  are left out to keep CI short; they run on :data:`TORCH_PYTHON`;
+  skipped with a message. The tests marked ``slow`` (sweeps over every reference
+  solution of a data set, 1000 sandbox timeouts, the learning runs of the pretrained
+  model) are left out on every Python: ``nox -s slow`` runs them, once, on
+  :data:`TORCH_PYTHON` (``.ci/run`` runs both sessions);
 - the torch packages (``kernels``, ``algos``) and ``integration`` on :data:`TORCH_PYTHON`,
   the Python the pinned CPU torch wheel is installed for.
 
@@ -153,7 +154,23 @@ def tests(session: nox.Session, package: str) -> None:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
-    quick = [] if session.python == TORCH_PYTHON else ["-m", "not slow"]
+    _pytest(session, package, target, ["-m", "not slow"])
+
+
+@nox.session(python=TORCH_PYTHON)
+@nox.parametrize("package", ["envs", "integration"])
+def slow(session: nox.Session, package: str) -> None:
+    """The tests marked ``slow`` (the packages that have any), on :data:`TORCH_PYTHON` only."""
+    if package == "integration":
+        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        target = "tests"
+    else:
+        _install(session, [*LOCAL_DEPS[package], package], tested=package)
+        target = f"packages/comlrl-{package}/tests"
+    _pytest(session, package, target, ["-m", "slow"])
+
+
+def _pytest(session: nox.Session, package: str, target: str, marks: list[str]) -> None:
     session.run(
         "python",
         "-m",
@@ -163,7 +180,7 @@ def tests(session: nox.Session, package: str) -> None:
         "-ra",
         "-p",
         "no:cacheprovider",
-        *quick,
+        *marks,
         # One fixed seed for every property test: CI runs are reproducible and cannot
         # fail on an example that an earlier run did not try (run without it to explore).
         "--hypothesis-seed=0",

@@ -24,6 +24,7 @@ import torch
 from comlrl.algos.cli import main as cli
 from comlrl.algos.recipes.group_baseline import recipe as gb
 from comlrl.algos.training import checkpoint as ckpt
+from comlrl.algos.training import loop
 
 
 def _pause(where: str, step: int) -> None:
@@ -37,8 +38,8 @@ def main() -> int:
     if where == "after_checkpoint":
         original_checkpoint = gb.checkpoint
 
-        def checkpoint(run: Any) -> Any:
-            path = original_checkpoint(run)
+        def checkpoint(run: Any, path: Any = None) -> Any:
+            path = original_checkpoint(run, path)
             if run.step == step:
                 _pause(where, run.step)
             return path
@@ -69,7 +70,7 @@ def main() -> int:
 
         ckpt.torch.save = save  # type: ignore[assignment]
     elif where == "after_metrics":
-        original_writer = gb.JsonlWriter
+        original_writer = loop.JsonlWriter
 
         class Writer(original_writer):  # type: ignore[misc, valid-type]
             def write(self, row: Any) -> None:
@@ -77,23 +78,23 @@ def main() -> int:
                 if self.path.name == "metrics.jsonl" and row.get("step") == step + 1:
                     _pause(where, step + 1)
 
-        gb.JsonlWriter = Writer  # type: ignore[misc]
+        loop.JsonlWriter = Writer  # type: ignore[misc]
     else:
         raise SystemExit(f"unknown pause point {where!r}")
     return cli.main(args)
 
 
-# train_step increments run.step after the update; track the step a run starts from here.
+# step() increments run.step after the update; track the step a run starts from here.
 gb_run_step = [0]
-_original_train_step = gb.train_step
+_original_step = gb.step
 
 
-def _train_step(run: Any) -> Any:
+def _step(run: Any) -> Any:
     gb_run_step[0] = run.step
-    return _original_train_step(run)
+    return _original_step(run)
 
 
-gb.train_step = _train_step
+gb.step = _step
 
 if __name__ == "__main__":
     raise SystemExit(main())

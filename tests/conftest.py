@@ -17,8 +17,9 @@ def shared_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def stories260k(shared_dir: Path) -> Path:
-    path = shared_dir / "models" / "stories260k"
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"pretrained stories260k model not found at {path}")
-    return path
+def stories260k() -> Path:
+    """The pretrained stories260k model's folder: the copy comlrl-algos ships as package
+    data (``builtin:stories260k``), so these tests need nothing beside the checkout."""
+    from comlrl.algos.models.loading import builtin_model_path
+
+    return builtin_model_path()

@@ -158,6 +158,7 @@ def test_madpo_runs_on_the_default_task_and_resumes_exactly(
     cap = capsys.readouterr()
     assert "MADPO, 3 steps of 2 prompts x 4 candidates" in cap.err
     assert cap.out.strip().splitlines()[-1].startswith("done: 3 steps, reward_mean first quarter")
+    assert (out / "reward_curve.png").is_file()
     rows = _rows(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(isinstance(r["reward_mean"], float) and "num_pairs" in r for r in rows)
@@ -291,3 +292,73 @@ def test_resuming_a_finished_run_says_so(
     # longer, but save_every=0 left no optimizer state to continue from: refused, clearly
     assert main(["train", "--resume", str(out), "num_steps=4"]) == 2
     assert "without a step checkpoint (save_every=0)" in capsys.readouterr().err
+
+
+def test_a_bug_during_training_keeps_its_traceback_and_the_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only configuration errors exit 2 with a message: a ValueError raised by a training
+    step is a bug, so it propagates (traceback and all) and the run keeps its checkpoint."""
+    from comlrl.algos.recipes.group_baseline import recipe as gb
+
+    original = gb.step
+
+    def step(run: Any) -> Any:
+        if run.step == 1:
+            raise ValueError("a bug in step 2")
+        return original(run)
+
+    monkeypatch.setattr(gb, "step", step)
+    out = tmp_path / "bug"
+    argv = ["train", "num_steps=3", "progress=false", *STORY, "batch_size=2", "save_every=1"]
+    with pytest.raises(ValueError, match="a bug in step 2"):
+        main([*argv, f"output_dir={out}"])
+    assert (out / "checkpoints" / "step-000001" / "checkpoint.json").is_file()
+
+
+def test_a_bug_in_a_preference_step_keeps_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from comlrl.algos.recipes.preference import supervised as preference
+
+    calls: list[int] = []
+    original = preference.sft_nll
+
+    def sft_nll(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("a bug in step 2")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(preference, "sft_nll", sft_nll)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"prompt": "Once upon a time,", "completion": " Lily ran."}) + "\n")
+    out = tmp_path / "sft"
+    argv = ["train", "algo=sft", f"data={data}", *TINY, "batch_size=1", "save_every=1"]
+    with pytest.raises(ValueError, match="a bug in step 2"):
+        main([*argv, f"output_dir={out}"])
+    assert (out / "checkpoints" / "step-000001" / "checkpoint.json").is_file()
+
+
+def test_a_configuration_error_exits_2_with_a_message_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bad"
+    assert main(["train", *TINY, *STORY, "task.split=nope", f"output_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("comlrl: ") and "nope" in err and "Traceback" not in err
+    assert not (out / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("algo", ["iac", "maac", "madpo"])
+def test_every_rl_recipe_writes_tensorboard_events_and_a_reward_curve(
+    algo: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    out = tmp_path / algo
+    argv = ["train", f"algo={algo}", *TINY, *STORY, "report_to=[tensorboard]"]
+    argv += ["batch_size=2", f"output_dir={out}"]
+    assert main(argv) == 0
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert (out / "reward_curve.png").is_file()

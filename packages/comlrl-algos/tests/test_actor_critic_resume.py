@@ -172,11 +172,11 @@ def test_the_single_forward_actor_update_at_g1_changes_no_number(
     """With G = 1 the actors' log-probs come from one forward over prompt and completion
     instead of the shared-prefix split (prompt, then completion over its KV cache); both
     compute the same function, so the rows and the actors' weights must agree."""
-    from comlrl.algos.recipes.actor_critic import recipe as actor_critic
+    from comlrl.algos.recipes.actor_critic import setup as actor_critic_setup
 
     single = _trainer(tiny_tokenizer, tmp_path / "s", method, mode)
     assert single.ac_run.base.update.shared_prefix is False
-    monkeypatch.setattr(actor_critic, "actor_update_settings", lambda settings, g: settings)
+    monkeypatch.setattr(actor_critic_setup, "actor_update_settings", lambda settings, g: settings)
     split = _trainer(tiny_tokenizer, tmp_path / "p", method, mode)
     assert split.ac_run.base.update.shared_prefix is True
     for _ in range(2):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.recipe import _step
+from comlrl.algos.recipes.preference.encoding import _step
 
 
 @pytest.mark.parametrize("max_grad_norm", [None, 0.5, 1e6])

@@ -11,6 +11,7 @@ import torch
 from comlrl.algos.functional.losses import policy_loss
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
+from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer, save_agent_checkpoint
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config import ConfigError, TrainConfig
@@ -217,8 +218,8 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(
         for run in range(2):
             trainer = _trainer(tiny_tokenizer, tmp_path / str(run), seed=7)
             assert trainer.run.sample_pool.parallel
-            trainer.train_step()
-            ro = trainer.run.last_rollout
+            ro = group_baseline.step(trainer.run).rollout
+            assert ro is not None
             results.append(
                 (
                     [c.token_ids.tolist() for g in ro.turns[0].agents[1].completions for c in g],
@@ -261,8 +262,8 @@ def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(
             )
             for i, agent in enumerate(trainer.agents):
                 trainer.run.optimizers[i] = torch.optim.SGD(agent.model.parameters(), lr=1e-2)
-            trainer.train_step()
-            ro = trainer.run.last_rollout
+            ro = group_baseline.step(trainer.run).rollout
+            assert ro is not None
             samples.append(
                 [c.token_ids.tolist() for s in ro.turns[0].agents for g in s.completions for c in g]
             )

@@ -100,6 +100,17 @@ def run_eval(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
+    from comlrl.algos.training.lifecycle import CUSTOM_REWARD
+
+    if config.task.name.startswith(CUSTOM_REWARD):  # a library run on its own reward function
+        print(
+            f"comlrl: {config_path} records task.name={config.task.name!r}: the run was trained "
+            "on a reward function of its own, which comlrl eval cannot call; evaluate it in "
+            "Python (MultiAgentTrainer(...).evaluate()), or score it with a registered task's "
+            "reward by naming one: task.name=NAME (comlrl tasks lists them).",
+            file=sys.stderr,
+        )
+        return 2
     config = config.model_copy(update={"kl_coef": 0.0, "progress": False})  # no reference model
     out_dir = (
         Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)

@@ -187,13 +187,8 @@ def _run_train(args: argparse.Namespace) -> int:
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
     distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
     if earlier and not args.overwrite:
-        print(
-            f"comlrl: output_dir {config.output_dir!r} already holds a run ({', '.join(earlier)}); "
-            f"continue it with: comlrl train --resume {config.output_dir}, or start over with "
-            "--overwrite (deletes that run's metrics, samples, evaluations, checkpoints and final/), or "
-            "choose another output_dir.",
-            file=sys.stderr,
-        )
+        message = lifecycle.used_output_dir_message(config.output_dir, earlier, api=False)
+        print(f"comlrl: {message}", file=sys.stderr)
         return 2
     return recipe.run(config, RunRequest(clear_earlier=bool(earlier), resume_from=resume_from))
 

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar, Literal
 
 from comlrl.algos.models.loading import DEFAULT_MODEL
@@ -29,10 +27,9 @@ from comlrl.algos.recipes.preference.recipe import (
     MADPOConfig,
     RewardModelConfig,
     SFTConfig,
-    StepCheckpoints,
 )
 from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "RunRequest",
@@ -97,11 +94,18 @@ class _CommandLineRun(BaseModel):
         None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
     )
 
-    def step_checkpoints(self, request: RunRequest) -> StepCheckpoints:
-        """Where this run writes step checkpoints, and the one ``--resume`` continues from."""
-        return StepCheckpoints(
-            Path(self.output_dir), self.save_every, self.keep_last, request.resume_from
-        )
+    def run_outputs(self, request: RunRequest, algo: str) -> dict[str, Any]:
+        """The run-output arguments of the preference recipes' ``train_*`` functions: where
+        this run writes (``config.yaml`` records ``algo`` for ``--resume``), how often it
+        checkpoints, and the step checkpoint ``--resume`` continues from."""
+        return {
+            "output_dir": Path(self.output_dir),
+            "save_every": self.save_every,
+            "keep_last": self.keep_last,
+            "resume_from": request.resume_from,
+            "record": {"algo": algo, **self.model_dump()},
+            "progress": self.progress,
+        }
 
 
 class _OneModelRun(_CommandLineRun):
@@ -177,6 +181,15 @@ class MADPORunConfig(MADPOConfig, _CommandLineRun):
     task: TaskConfig = Field(default_factory=TaskConfig)
     eval_split: str | None = None
     eval_limit: int | None = Field(None, ge=1)
+    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        ["jsonl"], description="As TrainConfig.report_to: jsonl, tensorboard, wandb."
+    )
+    wandb_project: str = Field("comlrl", description="W&B project name (report_to wandb).")
+    reward_curve: bool = Field(True, description="Write output_dir/reward_curve.png at the end.")
+
+    _report_to_list = field_validator("report_to", mode="before")(
+        TrainConfig._report_to_list.__func__  # type: ignore[attr-defined]
+    )
 
     @model_validator(mode="after")
     def _models_fit(self) -> MADPORunConfig:
@@ -269,38 +282,9 @@ def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[di
     return rows
 
 
-class _StepLog:
-    """Writes each metrics row to ``metrics.jsonl`` (adding ``time/step_s`` and, for
-    recipes that do not time themselves, ``prompts_per_s``) and moves a progress bar."""
-
-    def __init__(
-        self, output_dir: Path, total: int, desc: str, progress: bool, prompts: int
-    ) -> None:
-        from comlrl.algos.training.steps import JsonlWriter
-        from tqdm.auto import tqdm
-
-        self.writer = JsonlWriter(output_dir / "metrics.jsonl")
-        self.bar = tqdm(total=total, disable=not progress, desc=desc, unit="step")
-        self.prompts = prompts
-        self.last = time.perf_counter()
-
-    def __call__(self, row: dict[str, float]) -> None:
-        now = time.perf_counter()
-        row.setdefault("time/step_s", now - self.last)
-        row.setdefault("prompts_per_s", self.prompts / max(now - self.last, 1e-9))
-        self.last = now
-        self.writer.write(row)
-        self.bar.update(1)
-        key = "reward_mean" if "reward_mean" in row else "loss"
-        if key in row:
-            self.bar.set_postfix({key.split("_")[0]: f"{row[key]:.3f}"})
-
-    def close(self) -> None:
-        self.bar.close()
-        self.writer.close()
-
-
 def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
+    """Clear an earlier run's outputs (``--overwrite``) and write ``config.yaml`` (with
+    ``algo``), before the recipe's loop starts."""
     import yaml
     from comlrl.algos.training.lifecycle import clear_run_outputs
 
@@ -312,17 +296,6 @@ def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
         yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
     )
     return out
-
-
-def _save_final(models: Sequence[tuple[Any, Any]], out: Path, step: int) -> None:
-    from comlrl.algos.training.checkpoint import write_meta
-    from comlrl.algos.training.steps import save_agent_checkpoint
-
-    for i, (model, tokenizer) in enumerate(models):
-        save_agent_checkpoint(
-            SimpleNamespace(model=model, tokenizer=tokenizer), out / "final" / f"agent_{i}"
-        )
-    write_meta(out / "final", step, num_agents=len(models))
 
 
 def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
@@ -469,12 +442,13 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
     """``algo=madpo``: :class:`~comlrl.algos.MADPOTrainer` on ``config.task``; each agent's
     final weights in ``final/agent_<i>``."""
     from comlrl.algos.cli.preflight import check_model_names, prepare_task
-    from comlrl.algos.recipes.preference.recipe import train_madpo
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.reporting import check_report_to, reporters_for
 
     try:
+        check_report_to(config.report_to)
         check_model_names(config.models)
         task, examples = prepare_task(
             TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
@@ -507,23 +481,29 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
             agents, config, task=task, dataset=examples, eval_dataset=eval_examples
         )
         out = _start_outputs(config, "madpo", request)
-        ckpts = config.step_checkpoints(request)
         if request.resume_from is not None:
             step = trainer.resume(request.resume_from, out)
             print(
                 f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
             )
-        log = _StepLog(out, config.num_steps, "madpo", config.progress, config.batch_size)
-        try:
-            history = train_madpo(trainer.run, on_step=log, checkpoints=ckpts)
-        finally:
-            log.close()
-        _save_final([(a.model, a.tokenizer) for a in agents], out, config.num_steps)
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        task.close()
+        return _err(str(exc))
+    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
+        history = trainer.train(
+            **{**config.run_outputs(request, "madpo"), "resume_from": None},
+            reporters=lambda out: reporters_for(
+                out,
+                report_to=config.report_to,
+                reward_curve=config.reward_curve,
+                title=f"{config.task.name} - {', '.join(config.models)} - MADPO",
+                wandb_project=config.wandb_project,
+                record=config.model_dump(),
+            ),
+        )
     except lifecycle.TrainingInterrupted as exc:
         print(f"comlrl: {exc.message()}", file=sys.stderr)
         return 130
-    except (OSError, ValueError) as exc:
-        return _err(str(exc))
     finally:
         task.close()
     print(_loss_summary(history, out, "reward_mean"))
@@ -539,6 +519,7 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.checkpoint import CheckpointError
     from comlrl.algos.training.reporting import check_report_to, read_metrics, summary_line
     from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
@@ -602,9 +583,14 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
         )
         out = _start_outputs(config, "marlhf", request)
         saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
-        if request.resume_from is not None and (saved_rm / "head.safetensors").is_file():
+        fitted = request.resume_from is not None and (saved_rm / "head.safetensors").is_file()
+        if fitted:
             _load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
-        else:
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        task.close()
+        return _err(str(exc))
+    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
+        if not fitted:
             (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
             marlhf.collect_pairs()
             writer = JsonlWriter(out / "reward_model_metrics.jsonl")
@@ -615,15 +601,19 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
                 writer.close()
             _save_reward_model(marlhf, saved_rm)
         _save_reward_model(marlhf, out / "final" / "reward_model")
-        trainer = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        try:
+            trainer = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        except ConfigError as exc:
+            return _err(str(exc))
         if request.resume_from is not None:
-            step = trainer.resume(request.resume_from)
+            try:
+                step = trainer.resume(request.resume_from)
+            except CheckpointError as exc:
+                return _err(f"cannot resume from {request.resume_from}: {exc}")
             print(
                 f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
             )
         history = trainer.train()
-    except (OSError, ValueError) as exc:
-        return _err(str(exc))
     except RewardFunctionError as exc:
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
         return 1
@@ -693,9 +683,8 @@ def run_sft(config: SFTRunConfig, request: RunRequest) -> int:
     """``algo=sft``: :func:`~comlrl.algos.recipes.preference.recipe.train_sft` on ``config.data``."""
     from comlrl.algos.recipes.preference.recipe import train_sft
 
-    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, log: _StepLog) -> Any:
-        ckpts = config.step_checkpoints(request)
-        return train_sft(model, tok, rows, config, held, on_step=log, checkpoints=ckpts)
+    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any) -> Any:
+        return train_sft(model, tok, rows, config, held, **config.run_outputs(request, "sft"))
 
     return _run_one_model(config, request, "sft", ("prompt", "completion"), train)
 
@@ -705,9 +694,8 @@ def run_dpo(config: DPORunConfig, request: RunRequest) -> int:
     (reference model: a frozen copy of the model as loaded)."""
     from comlrl.algos.recipes.preference.recipe import train_dpo
 
-    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, log: _StepLog) -> Any:
-        ckpts = config.step_checkpoints(request)
-        return train_dpo(model, tok, rows, config, held, on_step=log, checkpoints=ckpts)
+    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any) -> Any:
+        return train_dpo(model, tok, rows, config, held, **config.run_outputs(request, "dpo"))
 
     return _run_one_model(config, request, "dpo", ("prompt", "chosen", "rejected"), train)
 
@@ -737,7 +725,7 @@ def _run_one_model(
         f"{config.num_steps} steps of {config.batch_size} rows; outputs in {config.output_dir}/",
         file=sys.stderr,
     )
-    from comlrl.algos.training.checkpoint import read_checkpoint_meta
+    from comlrl.algos.training.checkpoint import CheckpointError, read_checkpoint_meta
     from comlrl.algos.training.lifecycle import TrainingInterrupted
 
     try:
@@ -748,16 +736,14 @@ def _run_one_model(
             print(
                 f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
             )
-        log = _StepLog(out, config.num_steps, algo, config.progress, config.batch_size)
-        try:
-            history = train(model, tok, rows, held, log)
-        finally:
-            log.close()
-        _save_final([(model, tok)], out, config.num_steps)
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        return _err(str(exc))
+    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
+        history = train(model, tok, rows, held)
+    except CheckpointError as exc:  # --resume's checkpoint, read before the first step
+        return _err(f"cannot resume from {request.resume_from}: {exc}")
     except TrainingInterrupted as exc:
         print(f"comlrl: {exc.message()}", file=sys.stderr)
         return 130
-    except (OSError, ValueError) as exc:  # CheckpointError is a ValueError
-        return _err(str(exc))
     print(_loss_summary(history, out))
     return 0

@@ -108,12 +108,18 @@ def context_overflow(
 
 
 def warn_if_cannot_learn(
-    config: Any, agents: Sequence[Any], env: Any, dataset: Sequence[Mapping[str, Any]]
+    config: Any,
+    agents: Sequence[Any],
+    env: Any,
+    dataset: Sequence[Mapping[str, Any]],
+    *,
+    group_baseline: bool = True,
 ) -> list[str]:
     """Warn (:class:`TrainingWarning`) about settings that stop a run from learning.
 
     Checks ``config.num_generations`` against ``config.estimator``
-    (:func:`group_size_problem`), and the turn-0 prompts of the first
+    (:func:`group_size_problem`; only with ``group_baseline``: a recipe whose baseline
+    is a critic, IAC/MAAC, does not use the estimator), and the turn-0 prompts of the first
     :data:`MAX_CHECKED_EXAMPLES` examples against each agent's context (agents without a
     ``tokenizer`` or a context length are skipped).
 
@@ -121,7 +127,9 @@ def warn_if_cannot_learn(
         The warning messages (empty when all is well).
     """
     messages = []
-    problem = group_size_problem(config.num_generations, config.estimator)
+    problem = (
+        group_size_problem(config.num_generations, config.estimator) if group_baseline else None
+    )
     if problem is not None:
         messages.append(problem)
     examples = [dataset[i] for i in range(min(len(dataset), MAX_CHECKED_EXAMPLES))]

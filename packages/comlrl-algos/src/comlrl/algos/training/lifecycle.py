@@ -31,6 +31,9 @@ __all__ = [
     "StopAtStepBoundary",
     "RUN_OUTPUTS",
     "existing_run_outputs",
+    "used_output_dir_message",
+    "CUSTOM_REWARD",
+    "run_record",
     "finished_step",
     "clear_run_outputs",
     "truncate_jsonl",
@@ -135,7 +138,9 @@ def existing_run_outputs(output_dir: str | Path) -> list[str]:
     """The outputs of an earlier run in ``output_dir`` that a new run would mix with.
 
     ``metrics.jsonl``, ``samples.jsonl``, ``eval.jsonl`` (non-empty files), ``checkpoints``
-    (with any step folder) and ``final``; a lone ``config.yaml`` does not count.
+    (with a ``step-*`` folder) and ``final`` (with ``checkpoint.json`` or an ``agent_*``
+    folder); a lone ``config.yaml`` does not count, nor does what a run writes before its
+    loop starts (MARLHF's fitted reward model in ``checkpoints/`` and ``final/``).
     """
     out = Path(output_dir)
     found = []
@@ -143,11 +148,63 @@ def existing_run_outputs(output_dir: str | Path) -> list[str]:
         if (out / name).is_file() and (out / name).stat().st_size > 0:
             found.append(name)
     ckpt = out / "checkpoints"
-    if ckpt.is_dir() and any(ckpt.iterdir()):
+    if ckpt.is_dir() and any(p.name.startswith("step-") for p in ckpt.iterdir()):
         found.append("checkpoints")
-    if (out / "final").exists():
+    final = out / "final"
+    if final.is_file() or (
+        final.is_dir() and ((final / "checkpoint.json").exists() or any(final.glob("agent_*")))
+    ):
         found.append("final")
     return found
+
+
+def used_output_dir_message(output_dir: str | Path, earlier: list[str], *, api: bool) -> str:
+    """Why a new run refuses ``output_dir`` (it holds ``earlier``, from
+    :func:`existing_run_outputs`) and the ways out: resume it, overwrite it, or choose
+    another folder; ``api``: in the library's words (``overwrite=True``, ``resume()``),
+    else the command line's (``--resume``, ``--overwrite``)."""
+    resume, overwrite = (
+        ("trainer.resume(<its latest step checkpoint>) before train()", "train(overwrite=True)")
+        if api
+        else (f"comlrl train --resume {output_dir}", "--overwrite")
+    )
+    return (
+        f"output_dir {str(output_dir)!r} already holds a run ({', '.join(earlier)}); "
+        f"continue it with: {resume}, or start over with {overwrite} (deletes that run's "
+        "metrics, samples, evaluations, checkpoints and final/), or choose another output_dir."
+    )
+
+
+#: ``task.name`` in the ``config.yaml`` of a run trained on a reward function of its own
+#: (``custom:<module>.<name>``): no registered task scores it (``comlrl eval`` refuses).
+CUSTOM_REWARD = "custom:"
+
+
+def run_record(
+    config: Any, *, algo: str | None = None, task: Any = None, reward_func: Any = None
+) -> dict[str, Any]:
+    """What a library run writes to ``config.yaml``: ``config.model_dump()`` with the task
+    it really trained on.
+
+    ``task.name`` becomes the given task object's ``name`` (its ``task.kwargs`` are dropped
+    when that is another task than the config names); without a task, a ``reward_func``
+    is recorded as ``custom:<module>.<qualname>`` (:data:`CUSTOM_REWARD`), so no one scores
+    the run with a registered task's reward by mistake. ``algo`` (the recipe's name) goes
+    first, as the command line writes it.
+    """
+    data = dict(config.model_dump())
+    section = dict(data.get("task") or {})
+    if task is not None:
+        name = getattr(task, "name", "") or type(task).__qualname__
+        if name != section.get("name"):
+            section.update(name=name, kwargs={})
+    elif reward_func is not None:
+        where = getattr(reward_func, "__module__", None) or "?"
+        what = getattr(reward_func, "__qualname__", None) or type(reward_func).__qualname__
+        section.update(name=f"{CUSTOM_REWARD}{where}.{what}", kwargs={})
+    if section:
+        data["task"] = section
+    return {"algo": algo, **data} if algo is not None else data
 
 
 def finished_step(output_dir: str | Path) -> int | None:

@@ -39,6 +39,7 @@ __all__ = [
     "WandbReporter",
     "RewardCurveReporter",
     "build_reporters",
+    "reporters_for",
     "check_report_to",
     "close_reporters",
     "missing_extra",
@@ -323,17 +324,44 @@ def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporte
     """
     from comlrl.algos.training.diagnostics import LearningSignalWatch
 
-    check_report_to(config.report_to)
+    title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
+    reporters = reporters_for(
+        output_dir,
+        report_to=config.report_to,
+        reward_curve=config.reward_curve,
+        title=title,
+        wandb_project=config.wandb_project,
+        record=config.model_dump(),
+    )
+    reporters.append(LearningSignalWatch())
+    return reporters
+
+
+def reporters_for(
+    output_dir: str | Path,
+    *,
+    report_to: Iterable[str],
+    reward_curve: bool,
+    title: str,
+    wandb_project: str = "comlrl",
+    record: Mapping[str, Any] | None = None,
+) -> list[Reporter]:
+    """TensorBoard (``output_dir/tensorboard``) and W&B as ``report_to`` names them, then
+    ``reward_curve.png`` (titled ``title``) when ``reward_curve``: for any recipe whose
+    rows carry ``reward_mean``.
+
+    Raises:
+        ConfigError: a reporting target whose package is not installed.
+    """
+    report_to = list(report_to)
+    check_report_to(report_to)
     output_dir = Path(output_dir)
     reporters: list[Reporter] = []
-    if "tensorboard" in config.report_to:
+    if "tensorboard" in report_to:
         reporters.append(TensorBoardReporter(output_dir / "tensorboard"))
-    if "wandb" in config.report_to:
-        reporters.append(
-            WandbReporter(config.wandb_project, output_dir, config.model_dump(), output_dir.name)
-        )
-    if config.reward_curve:
-        title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
+    if "wandb" in report_to:
+        reporters.append(WandbReporter(wandb_project, output_dir, record, output_dir.name))
+    if reward_curve:
         reporters.append(
             RewardCurveReporter(
                 output_dir / "reward_curve.png",
@@ -341,7 +369,6 @@ def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporte
                 metrics_path=output_dir / "metrics.jsonl",
             )
         )
-    reporters.append(LearningSignalWatch())
     return reporters
 
 

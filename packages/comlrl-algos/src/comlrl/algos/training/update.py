@@ -13,7 +13,7 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,8 @@ def update_policy(
     ref_model: Any | None = None,
     sync: GradientSync | None = None,
     terms: Sequence[int] | None = None,
+    extra_loss: Callable[[], Mapping[str, float]] | None = None,
+    extra_params: Sequence[torch.nn.Parameter] = (),
 ) -> dict[str, float]:
     """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
 
@@ -103,6 +105,12 @@ def update_policy(
             completions as if alone, so one optimizer step (one set of Adam moments)
             follows the gradient of ``L_0 + L_1 + ...`` that separate models would each
             follow their part of. ``None``: one term.
+        extra_loss: a second loss on the same optimizer step (a value head on the actor's
+            trunk: :func:`comlrl.algos.recipes.actor_critic.critic.update_shared`): called
+            once per pass after the policy loss's backward, it runs its own backward and
+            returns its metrics, which are averaged over the passes.
+        extra_params: parameters outside ``model`` that the optimizer also steps (that
+            value head); gradient clipping takes them into the global norm.
 
     The log-probs are computed in eval mode (:func:`~comlrl.algos.models.logprobs.sampling_mode`:
     no dropout), the mode the completions were sampled in, so the first pass's ratio to
@@ -133,7 +141,18 @@ def update_policy(
         raise ValueError(f"terms has {len(terms)} labels for {len(batches)} batches; give one each")
     labels = list(terms) if terms is not None else [0] * len(batches)
     with sampling_mode(model):  # sample and update in one mode: no dropout
-        return _update(model, optimizer, batches, advantages, settings, ref_model, sync, labels)
+        return _update(
+            model,
+            optimizer,
+            batches,
+            advantages,
+            settings,
+            ref_model,
+            sync,
+            labels,
+            extra_loss,
+            extra_params,
+        )
 
 
 def _update(
@@ -145,6 +164,8 @@ def _update(
     ref_model: Any | None,
     sync: GradientSync | None,
     terms: list[int],
+    extra_loss: Callable[[], Mapping[str, float]] | None = None,
+    extra_params: Sequence[torch.nn.Parameter] = (),
 ) -> dict[str, float]:
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
@@ -219,10 +240,14 @@ def _update(
                     if key in metrics:
                         _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
                         _add(sums, weights, key, metrics[key] * tokens, tokens)
+        if extra_loss is not None:
+            for key, value in extra_loss().items():
+                _add(sums, weights, key, value, 1.0)
         if sync is not None:
             sync.finish()
         if settings.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            params = [*model.parameters(), *extra_params]
+            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
                 norm = norm.full_tensor()
             _add(sums, weights, "grad_norm", float(norm), 1.0)

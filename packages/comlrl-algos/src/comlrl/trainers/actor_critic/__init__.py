@@ -255,7 +255,12 @@ class ActorCriticTrainerBase(CompatTrainer):
 
         def build() -> Any:
             base = group_baseline.setup(
-                self._hf_agents(), config, self.env, self._train_rows, self._eval_rows
+                self._hf_agents(),
+                config,
+                self.env,
+                self._train_rows,
+                self._eval_rows,
+                group_baseline=False,
             )
             built = self._critics(base.agents, shared)
             self._ac_run = actor_critic.attach(base, config, self.method, built)

@@ -101,7 +101,7 @@ def _send(fd, obj):
         data = data[os.write(fd, data) :]
 
 
-_BUFFERS = {}  # fd -> bytes read past the last frame
+_BUFFERS: dict[int, bytes] = {}  # fd -> bytes read past the last frame
 
 
 def _fill(fd, buf, n):

@@ -28,6 +28,7 @@ __all__ = ["IACTrainer", "MAACTrainer"]
 
 class _ActorCriticTrainer(MultiAgentTrainer):
     method: Method = "iac"
+    uses_estimator = False
 
     def __init__(
         self,
@@ -96,10 +97,11 @@ class _ActorCriticTrainer(MultiAgentTrainer):
         (:func:`comlrl.algos.recipes.actor_critic.recipe.checkpoint`); returns its folder."""
         return actor_critic.checkpoint(self.ac_run)
 
-    def train(self) -> list[dict[str, float]]:
-        """Run :func:`comlrl.algos.recipes.actor_critic.recipe.train`; closes the task after."""
+    def train(self, *, overwrite: bool = False) -> list[dict[str, float]]:
+        """Run :func:`comlrl.algos.recipes.actor_critic.recipe.train`; closes the task after.
+        ``overwrite`` as in :meth:`MultiAgentTrainer.train`."""
         try:
-            return actor_critic.train(self.ac_run)
+            return actor_critic.train(self.ac_run, record=self.record, overwrite=overwrite)
         finally:
             if self.task is not None:
                 self.task.close()
@@ -113,6 +115,7 @@ class IACTrainer(_ActorCriticTrainer):
     policy-gradient steps (Schulman et al. 2017)."""
 
     method = "iac"
+    algo = "iac"
 
 
 class MAACTrainer(_ActorCriticTrainer):
@@ -122,3 +125,4 @@ class MAACTrainer(_ActorCriticTrainer):
     :class:`IACTrainer`, with every agent credited from the shared critic."""
 
     method = "maac"
+    algo = "maac"

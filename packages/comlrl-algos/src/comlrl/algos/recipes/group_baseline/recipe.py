@@ -40,17 +40,22 @@ from comlrl.algos.rollout.tree import TreeSettings, derive_seed, rollout
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.diagnostics import warn_if_cannot_learn
-from comlrl.algos.training.lifecycle import StopAtStepBoundary, TrainingInterrupted, truncate_jsonl
-from comlrl.algos.training.reporting import build_reporters, close_reporters
+from comlrl.algos.training.loop import (
+    Collective,
+    LoopSettings,
+    RecipeLoop,
+    StepResult,
+    rewind_outputs,
+    run_loop,
+)
+from comlrl.algos.training.reporting import build_reporters
 from comlrl.algos.training.steps import (
     AgentPool,
     DataStream,
-    JsonlWriter,
     build_optimizer,
     merge_summaries,
     resolve_device,
     rollout_summary,
-    sample_rows,
     save_agent_checkpoint,
     summary_metrics,
 )
@@ -61,7 +66,9 @@ __all__ = [
     "GroupBaselineRun",
     "setup",
     "group_advantages",
+    "step",
     "train_step",
+    "loop_settings",
     "train",
     "save",
     "evaluate",
@@ -88,7 +95,6 @@ class GroupBaselineRun:
     rng: random.Random
     output_dir: Path
     step: int = 0
-    last_rollout: Rollout | None = field(default=None, repr=False)
     eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
     #: the environment whose reward scores :func:`evaluate` (None: ``env``; MARLHF trains
     #: on a learned reward and evaluates on the task's own).
@@ -117,8 +123,13 @@ def setup(
     dataset: Sequence[Mapping[str, Any]],
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
     eval_env: Environment | None = None,
+    *,
+    group_baseline: bool = True,
 ) -> GroupBaselineRun:
     """Check that agents, environment and config agree, then build optimizers and pools.
+
+    ``group_baseline=False``: the caller's baseline is not ``config.estimator`` (the
+    actor-critic recipes build their run here and add critics), so no warning about it.
 
     ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
     needed when ``config.eval_every > 0``. ``eval_env`` (default ``env``) is the
@@ -176,7 +187,7 @@ def setup(
             dp.shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    warn_if_cannot_learn(config, agents, env, dataset)
+    warn_if_cannot_learn(config, agents, env, dataset, group_baseline=group_baseline)
     if config.lora is not None:
         if world > 1:
             raise ConfigError(
@@ -331,7 +342,13 @@ def group_advantages(
 
 
 def train_step(run: GroupBaselineRun) -> dict[str, float]:
-    """One step: rollout, advantages, every agent's update; returns the metrics row.
+    """The metrics row of one :func:`step` (for callers that do not log samples)."""
+    return step(run).row
+
+
+def step(run: GroupBaselineRun) -> StepResult:
+    """One step: rollout, advantages, every agent's update; returns the metrics row and
+    the rollout (for ``samples.jsonl``).
 
     Data parallel (``run.world_size > 1``; every rank calls this together): this rank
     rolls out its share of the global batch, the update averages gradients over the
@@ -389,7 +406,6 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
     stats = [results[sharers[id(agent.model)][0]] or {} for agent in run.agents]
     t2 = time.perf_counter()
     run.step += 1
-    run.last_rollout = ro
     summary = rollout_summary(
         ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv]
     )
@@ -397,7 +413,7 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
     elapsed = t2 - t0
-    return {
+    row = {
         "step": run.step,
         **metrics,
         **{f"time/{k}": v for k, v in ro.timings.items()},
@@ -406,6 +422,7 @@ def train_step(run: GroupBaselineRun) -> dict[str, float]:
         "tokens_per_s": metrics["num_tokens"] / elapsed,
         "prompts_per_s": len(examples) / elapsed,
     }
+    return StepResult(row, ro)
 
 
 def save(run: GroupBaselineRun, tag: str) -> list[Path]:
@@ -464,14 +481,15 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     return {"step": run.step, **row}
 
 
-def checkpoint(run: GroupBaselineRun) -> Path:
-    """Write ``output_dir/checkpoints/step-N`` (agents + training state, atomically), then
-    prune to ``config.keep_last``; returns the folder.
+def checkpoint(run: GroupBaselineRun, path: str | Path | None = None) -> Path:
+    """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``):
+    agents + training state, atomically; returns the folder. (The loop driver prunes to
+    ``keep_last``.)
 
     Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
     to rank 0); rank 0 writes and every rank gets the folder's path back.
     """
-    path = ckpt.step_checkpoint_path(run.output_dir, run.step)
+    path = Path(path) if path is not None else ckpt.step_checkpoint_path(run.output_dir, run.step)
     models = _full_model_states(run)
     optimizer_states = (
         [
@@ -491,10 +509,7 @@ def checkpoint(run: GroupBaselineRun) -> Path:
         generators=[getattr(a, "generator", None) for a in run.agents],
         optimizer_states=optimizer_states,
     )
-    path = ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
-    if run.config.keep_last:
-        ckpt.prune_checkpoints(run.output_dir, run.config.keep_last, keep=path)
-    return path
+    return ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
 
 
 def resume(run: GroupBaselineRun, path: str | Path) -> int:
@@ -530,15 +545,53 @@ def resume(run: GroupBaselineRun, path: str | Path) -> int:
             if run.rank > 0 and hasattr(agent, "seed"):
                 agent.seed(_agent_seed(run.config.seed, i, run.rank, run.step))
     if run.is_main:
-        ckpt.clean_partial_checkpoints(run.output_dir)
-        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
-            truncate_jsonl(run.output_dir / name, run.step)
+        rewind_outputs(run.output_dir, run.step)
     dp.barrier()
     return run.step
 
 
-def train(run: GroupBaselineRun) -> list[dict[str, float]]:
-    """Run ``config.num_steps`` steps, logging metrics and samples, then checkpoint.
+def loop_settings(
+    config: TrainConfig,
+    *,
+    record: dict[str, Any] | None = None,
+    desc: str = "train",
+    overwrite: bool = False,
+) -> LoopSettings:
+    """The loop driver's settings of a :class:`TrainConfig` run (also IAC/MAAC's):
+    outputs in ``config.output_dir`` (``overwrite``: a fresh run deletes another run's
+    outputs there instead of refusing), ``config.yaml`` = ``record`` (default the config),
+    evaluation rows in ``eval.jsonl``, the reporters of ``config.report_to``."""
+    return LoopSettings(
+        num_steps=config.num_steps,
+        output_dir=Path(config.output_dir),
+        record=config.model_dump() if record is None else record,
+        save_every=config.save_every,
+        keep_last=config.keep_last,
+        eval_every=config.eval_every,
+        eval_on_start=config.eval_on_start and bool(config.eval_every),
+        log_samples=config.log_samples,
+        progress=config.progress,
+        desc=desc,
+        reporters=lambda out: build_reporters(config, out),
+        overwrite=overwrite,
+    )
+
+
+def collective(run: GroupBaselineRun) -> Collective:
+    """How the ranks of ``run`` agree (one process: the defaults)."""
+    return Collective(
+        is_main=run.is_main,
+        any_rank=dp.all_reduce_flag,
+        barrier=dp.barrier,
+        full_weights=lambda: dp.full_weights(run.syncs),
+    )
+
+
+def train(
+    run: GroupBaselineRun, *, record: dict[str, Any] | None = None, overwrite: bool = False
+) -> list[dict[str, float]]:
+    """Run ``config.num_steps`` steps under the loop driver
+    (:func:`comlrl.algos.training.loop.run_loop`) and return their metrics rows.
 
     Data parallel: every rank calls this; rank 0 alone writes (samples are those of its
     own share of the batch; evaluation runs on rank 0 while the others wait at the next
@@ -546,85 +599,29 @@ def train(run: GroupBaselineRun) -> list[dict[str, float]]:
 
     Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
     rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
-    ``eval_every`` steps, and at step 0 with ``eval_on_start``), ``config.yaml``, step checkpoints (every ``save_every`` steps
-    and at the last step) and ``final/`` in ``output_dir``; every row also goes to the
-    reporters of :func:`~comlrl.algos.training.reporting.build_reporters` (TensorBoard, W&B,
-    ``reward_curve.png``). A run put back by
-    :func:`resume` continues from its step.
+    ``eval_every`` steps, and at step 0 with ``eval_on_start``), ``config.yaml``
+    (``record``, default the config), step checkpoints (every ``save_every`` steps and at
+    the last step) and ``final/`` in ``output_dir``; every row also goes to the reporters
+    of :func:`~comlrl.algos.training.reporting.build_reporters` (TensorBoard, W&B,
+    ``reward_curve.png``). A run put back by :func:`resume` continues from its step.
+    A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite``.
 
     Raises:
+        ConfigError: ``output_dir`` holds another run and ``overwrite`` is False.
         TrainingInterrupted: after Ctrl-C: the step in progress was finished and
             checkpointed (the exception names the checkpoint).
     """
-    import yaml
-    from tqdm.auto import tqdm
-
-    cfg = run.config
-    main = run.is_main
     if run.step == 0:  # a resumed run has its random streams back from the checkpoint
-        torch.manual_seed(cfg.seed)
-    reporters: list[Any] = []
-    metrics = samples = evals = None
-    if main:  # data parallel: rank 0 writes; every rank trains and takes part in evaluation
-        run.output_dir.mkdir(parents=True, exist_ok=True)
-        reporters = build_reporters(
-            cfg, run.output_dir
-        )  # a missing extra fails here, before step 1
-        (run.output_dir / "config.yaml").write_text(
-            yaml.safe_dump(cfg.model_dump(), sort_keys=False)
-        )
-        metrics = JsonlWriter(run.output_dir / "metrics.jsonl")
-        samples = JsonlWriter(run.output_dir / "samples.jsonl")
-        evals = JsonlWriter(run.output_dir / "eval.jsonl") if cfg.eval_every else None
-    history: list[dict[str, float]] = []
-    bar = tqdm(
-        total=cfg.num_steps,
-        initial=run.step,
-        disable=not (cfg.progress and main),
-        desc="train",
-        unit="step",
+        torch.manual_seed(run.config.seed)
+    loop = RecipeLoop(
+        step=lambda: step(run),
+        checkpoint=lambda path: checkpoint(run, path),
+        save_final=lambda path: save(run, path.name),
+        evaluate=(lambda: evaluate(run)) if run.eval_data is not None else None,
+        start_step=run.step,
     )
-    stop = StopAtStepBoundary().__enter__()  # Ctrl-C: finish the step, checkpoint, raise
     try:
-        if cfg.eval_on_start and cfg.eval_every and run.step == 0:  # baseline row, own streams
-            with dp.full_weights(run.syncs):
-                if main:
-                    assert evals is not None
-                    evals.write(evaluate(run))
-        for _ in range(run.step, cfg.num_steps):
-            row = train_step(run)
-            history.append(row)
-            if metrics is not None:
-                metrics.write(row)
-            for reporter in reporters:
-                reporter.log(row)
-            if samples is not None and cfg.log_samples and run.last_rollout is not None:
-                for sample in sample_rows(run.last_rollout, run.step, cfg.log_samples):
-                    samples.write(sample)
-            bar.update(1)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if cfg.eval_every and run.step % cfg.eval_every == 0:
-                with dp.full_weights(run.syncs):  # every rank gathers; rank 0 evaluates
-                    if main:
-                        assert evals is not None
-                        evals.write(evaluate(run))
-            # every rank must stop at the same step, whichever saw the signal
-            if dp.all_reduce_flag(stop.requested) and run.step < cfg.num_steps:
-                path = checkpoint(run)
-                dp.barrier()
-                raise TrainingInterrupted(run.step, path, run.output_dir)
-            if cfg.save_every and (run.step % cfg.save_every == 0 or run.step == cfg.num_steps):
-                checkpoint(run)
-        save(run, "final")
-        if main:
-            ckpt.write_meta(run.output_dir / "final", run.step)
-        dp.barrier()  # no rank returns before the final weights are written
+        settings = loop_settings(run.config, record=record, overwrite=overwrite)
+        return run_loop(loop, settings, collective(run))
     finally:
-        stop.__exit__()
-        bar.close()
-        for writer in (metrics, samples, evals):
-            if writer is not None:
-                writer.close()
         run.close()
-        close_reporters(reporters)
-    return history

@@ -22,6 +22,7 @@ from comlrl.algos.rollout.environment import (
     TaskEnvironment,
     Transition,
 )
+from comlrl.algos.training import lifecycle
 from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.steps import save_agent_checkpoint
 from comlrl.core import Task
@@ -70,6 +71,10 @@ class MultiAgentTrainer:
     """
 
     estimator: str | None = None
+    #: whether ``config.estimator`` is the baseline (the actor-critic trainers: a critic)
+    uses_estimator: bool = True
+    #: the recipe's name in ``config.yaml`` (``None``: not recorded)
+    algo: str | None = None
 
     def __init__(
         self,
@@ -123,8 +128,18 @@ class MultiAgentTrainer:
             env = CallbackEnvironment(formatters, reward_func, transition)
             data = dataset if isinstance(dataset, Sequence) else list(dataset)
         self.env = env
+        #: what ``config.yaml`` records: the config, with the task or reward really used
+        self.record = lifecycle.run_record(
+            config, algo=self.algo, task=task, reward_func=reward_func
+        )
         self.run = group_baseline.setup(
-            self.agents, config, env, data, eval_dataset, eval_env=eval_env
+            self.agents,
+            config,
+            env,
+            data,
+            eval_dataset,
+            eval_env=eval_env,
+            group_baseline=self.uses_estimator,
         )
 
     @property
@@ -159,10 +174,18 @@ class MultiAgentTrainer:
         returns its step."""
         return group_baseline.resume(self.run, checkpoint)
 
-    def train(self) -> list[dict[str, float]]:
-        """Run :func:`comlrl.algos.recipes.group_baseline.recipe.train`; closes the task after."""
+    def train(self, *, overwrite: bool = False) -> list[dict[str, float]]:
+        """Run :func:`comlrl.algos.recipes.group_baseline.recipe.train`; closes the task after.
+
+        A fresh run refuses an ``output_dir`` that holds another run (as ``comlrl train``
+        does): :meth:`resume` it first, or pass ``overwrite=True`` to delete that run's
+        outputs.
+
+        Raises:
+            ConfigError: ``output_dir`` holds another run and ``overwrite`` is False.
+        """
         try:
-            return group_baseline.train(self.run)
+            return group_baseline.train(self.run, record=self.record, overwrite=overwrite)
         finally:
             if self.task is not None:
                 self.task.close()

@@ -76,17 +76,14 @@ class SFTTrainer:
             raise ConfigError("no eval_dataset was given to SFTTrainer")
         return recipe.evaluate_sft(self.model, self.tokenizer, self.eval_dataset, self.config)
 
-    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
-        """Run the loop; one metrics row per step. With ``checkpoints``
-        (:class:`~comlrl.algos.recipes.preference.recipe.StepCheckpoints`): step checkpoints,
-        Ctrl-C at a step boundary, and ``resume_from`` continues a run exactly."""
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. ``outputs`` (``output_dir``,
+        ``save_every``, ``keep_last``, ``resume_from``, ``record``, ``progress``) as in
+        :func:`~comlrl.algos.recipes.preference.recipe.train_sft`: with ``output_dir``, logs,
+        step checkpoints, Ctrl-C at a step boundary and ``final/``; ``resume_from``
+        continues a run exactly."""
         return recipe.train_sft(
-            self.model,
-            self.tokenizer,
-            self.dataset,
-            self.config,
-            self.eval_dataset,
-            checkpoints=checkpoints,
+            self.model, self.tokenizer, self.dataset, self.config, self.eval_dataset, **outputs
         )
 
 
@@ -127,10 +124,9 @@ class DPOTrainer:
             ref_model,
         )
 
-    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
-        """Run the loop; one metrics row per step. With ``checkpoints``
-        (:class:`~comlrl.algos.recipes.preference.recipe.StepCheckpoints`): step checkpoints,
-        Ctrl-C at a step boundary, and ``resume_from`` continues a run exactly (build the
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. ``outputs`` as in
+        :func:`~comlrl.algos.recipes.preference.recipe.train_dpo` (``resume_from``: build the
         trainer on the run's initial weights: the reference is their copy)."""
         return recipe.train_dpo(
             self.model,
@@ -139,7 +135,7 @@ class DPOTrainer:
             self.config,
             self.eval_dataset,
             ref_model=self.ref_model,
-            checkpoints=checkpoints,
+            **outputs,
         )
 
 
@@ -223,16 +219,17 @@ class MADPOTrainer:
         """Held-out reward and pair metrics."""
         return recipe.madpo_evaluate(self.run)
 
-    def train(self, checkpoints: recipe.StepCheckpoints | None = None) -> list[dict[str, float]]:
-        """Run the steps up to ``config.num_steps`` (from the resumed step, if any); with
-        ``checkpoints``, write step checkpoints and stop at a step boundary on Ctrl-C
-        (:func:`~comlrl.algos.recipes.preference.recipe.train_madpo`)."""
-        return recipe.train_madpo(self.run, checkpoints=checkpoints)
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the steps up to ``config.num_steps`` (from the resumed step, if any);
+        ``outputs`` (``output_dir``, ``save_every``, ``keep_last``, ``resume_from``,
+        ``record``, ``progress``) as in
+        :func:`~comlrl.algos.recipes.preference.recipe.train_madpo`."""
+        return recipe.train_madpo(self.run, **outputs)
 
-    def checkpoint(self, checkpoints: recipe.StepCheckpoints) -> Path:
-        """Write a resumable step checkpoint now
-        (:func:`~comlrl.algos.recipes.preference.recipe.madpo_checkpoint`); returns its folder."""
-        return recipe.madpo_checkpoint(self.run, checkpoints)
+    def checkpoint(self, path: str | Path) -> Path:
+        """Write a resumable step checkpoint now at ``path``
+        (:func:`~comlrl.algos.recipes.preference.recipe.madpo_checkpoint`); returns it."""
+        return recipe.madpo_checkpoint(self.run, path)
 
     def resume(self, checkpoint: str | Path, output_dir: str | Path | None = None) -> int:
         """Continue from a step checkpoint (agents, optimizers, data and random streams;
@@ -296,6 +293,7 @@ class MARLHFTrainer:
             raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
         self.config, self.reward_config = config, reward_config
         self.agents = _agents(agents)
+        self._source = {"task": task, "reward_func": reward_func}  # what config.yaml records
         self.env, self.dataset = _environment(
             len(self.agents), task, dataset, formatters, reward_func
         )
@@ -378,9 +376,11 @@ class MARLHFTrainer:
         **kwargs)``, and with the default class evaluation (``eval_dataset=``,
         ``config.eval_every``) is scored by the task's own reward (``eval_env`` is this
         trainer's environment unless ``kwargs`` gives one): the learned reward is what the
-        policy climbs, the task reward is whether that helped.
+        policy climbs, the task reward is whether that helped. Its ``config.yaml`` records
+        ``algo: marlhf`` and the task (or reward function) the pairs were scored with.
         """
         from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+        from comlrl.algos.training.lifecycle import run_record
 
         if trainer_cls is None:
             trainer_cls = MultiAgentTrainer
@@ -389,7 +389,7 @@ class MARLHFTrainer:
         ]
         if isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer):
             kwargs.setdefault("eval_env", self.env)
-        return trainer_cls(
+        trainer = trainer_cls(
             self.agents,
             config,
             dataset=self.dataset,
@@ -397,3 +397,6 @@ class MARLHFTrainer:
             reward_func=self.reward_function(),
             **kwargs,
         )
+        if isinstance(trainer, MultiAgentTrainer):
+            trainer.record = run_record(config, algo="marlhf", **self._source)
+        return trainer

@@ -1,4 +1,7 @@
-"""``task.remote_workers``: the config setting that sends the task's reward to workers."""
+"""``task.remote_workers``: the config setting that sends the task's reward to workers.
+
+A cross-package test (comlrl-algos' config and preflight, comlrl-envs' reward workers): it
+lives here, in the integration session that installs both, so CI runs it."""
 
 from __future__ import annotations
 
@@ -6,11 +9,10 @@ import json
 import socket
 from collections.abc import Iterator
 
+import comlrl.envs.remote as remote
 import pytest
 from comlrl.algos.cli.preflight import prepare_task
 from comlrl.algos.training.config import ConfigError, load_config
-
-remote = pytest.importorskip("comlrl.envs.remote", reason="comlrl-envs is not installed")
 
 
 @pytest.fixture

@@ -1,0 +1,141 @@
+"""The preference recipes' configs: optimizer and loop settings (:class:`PreferenceTrainConfig`),
+SFT, DPO, MADPO, and MARLHF's reward model (:class:`RewardModelConfig`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from comlrl.algos.training.config import ConfigError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "PreferenceTrainConfig",
+    "SFTConfig",
+    "DPOConfig",
+    "MADPOConfig",
+    "RewardModelConfig",
+]
+
+
+class _Validated(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> Any:
+        """Validate ``kwargs`` into this config; raises :class:`ConfigError` (a
+        ``ValueError``) naming every bad field, its value and the rule it broke."""
+        try:
+            return cls(**kwargs)
+        except ValidationError as exc:
+            lines = [
+                f"{'.'.join(str(x) for x in e['loc']) or '(config)'}: {e['msg']} (got {e.get('input')!r})"
+                for e in exc.errors()
+            ]
+            raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)) from None
+
+
+class PreferenceTrainConfig(_Validated):
+    """Optimizer and loop settings shared by the preference and SFT recipes.
+
+    Units: ``learning_rate`` per optimizer step, ``num_steps`` in optimizer steps, token
+    limits in tokens, ``batch_size`` in rows (SFT, DPO) or prompts (MADPO).
+    """
+
+    learning_rate: float = Field(1e-5, gt=0)
+    optimizer: Literal["adamw", "radam", "sgd"] = "adamw"
+    weight_decay: float = Field(0.0, ge=0)
+    num_steps: int = Field(100, ge=1)
+    batch_size: int = Field(8, ge=1)
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Rows per forward/backward (SFT, DPO); None: the whole batch."
+    )
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    eval_every: int = Field(
+        0, ge=0, description="Evaluate every this many steps (0: only at the end)."
+    )
+    seed: int = 0
+    device: str = "auto"
+
+
+class SFTConfig(PreferenceTrainConfig):
+    """Supervised fine-tuning on ``prompt``/``completion`` rows.
+
+    Attributes:
+        max_prompt_length: keep the last this many prompt tokens (``None``: all).
+        max_completion_length: keep the first this many completion tokens, EOS included.
+        add_eos: end every completion with the tokenizer's EOS token, so the model learns
+            to stop.
+    """
+
+    max_prompt_length: int | None = Field(None, ge=1)
+    max_completion_length: int | None = Field(None, ge=1)
+    add_eos: bool = True
+
+
+class DPOConfig(SFTConfig):
+    """DPO on ``prompt``/``chosen``/``rejected`` rows (see
+    :func:`~comlrl.algos.functional.preference_losses.dpo_loss` for ``beta``, ``label_smoothing``,
+    ``loss_type``)."""
+
+    beta: float = Field(0.1, gt=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
+
+    @model_validator(mode="after")
+    def _smoothing_needs_sigmoid(self) -> DPOConfig:
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ValueError(
+                f"label_smoothing={self.label_smoothing} applies to loss_type='sigmoid' only; "
+                "set label_smoothing=0 for IPO"
+            )
+        return self
+
+
+class MADPOConfig(PreferenceTrainConfig):
+    """Multi-agent DPO: sampling, pairing and loss settings (single-turn tasks).
+
+    Attributes:
+        num_agents: ``A``.
+        num_candidates: ``K``, candidates each agent samples per prompt (>= 2); with
+            ``joint_mode="align"`` the ``k``-th candidates of all agents form joint action
+            ``k``.
+        min_gap: the smallest reward gap (task units) that makes a pair.
+        pairs_per_prompt: pairs kept per prompt, largest gap first.
+        beta: DPO inverse temperature.
+        eval_num_samples: samples per held-out prompt in :func:`madpo_evaluate`'s reward.
+    """
+
+    num_agents: int = Field(2, ge=1, le=16)
+    num_candidates: int = Field(4, ge=2)
+    max_new_tokens: int = Field(48, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    joint_mode: Literal["align", "cross"] = "align"
+    min_gap: float = Field(0.0, ge=0)
+    pairs_per_prompt: int = Field(1, ge=1)
+    beta: float = Field(0.1, gt=0)
+    eval_num_samples: int = Field(4, ge=1)
+
+
+class RewardModelConfig(_Validated):
+    """Training of MARLHF's joint reward model on preference pairs.
+
+    Attributes:
+        learning_rate: per optimizer step.
+        num_epochs: passes over the training pairs.
+        batch_size: pairs per optimizer step.
+        max_length: keep the last this many tokens of each joint text (the head reads
+            the last one).
+        freeze_backbone: train the linear head only.
+    """
+
+    learning_rate: float = Field(1e-4, gt=0)
+    optimizer: Literal["adamw", "radam", "sgd"] = "adamw"
+    weight_decay: float = Field(0.0, ge=0)
+    num_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1)
+    max_length: int = Field(512, ge=2)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    freeze_backbone: bool = False
+    seed: int = 0

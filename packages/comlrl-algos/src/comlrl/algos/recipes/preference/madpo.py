@@ -1,0 +1,399 @@
+"""Multi-agent DPO (MADPO): per prompt each agent samples ``K`` candidates with
+:func:`comlrl.algos.rollout.tree.rollout`, the reward function scores the joint actions,
+:func:`preference_pairs` pairs them by reward gap, and every agent takes a step on
+:func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` against its own frozen
+reference model (:func:`madpo_setup`, :func:`madpo_step`, :func:`train_madpo`).
+
+Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
+``P`` pairs."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from comlrl.algos.functional.preference_losses import (
+    multi_agent_dpo_loss,
+)
+from comlrl.algos.models.logprobs import sampling_mode
+from comlrl.algos.recipes.preference.config import MADPOConfig
+from comlrl.algos.recipes.preference.encoding import _device_of, _step, sequence_logprobs
+from comlrl.algos.recipes.preference.outputs import (
+    _read_step,
+    _save_models,
+    _write_step,
+    loop_settings,
+)
+from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
+from comlrl.algos.records import PolicyBatch
+from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.rollout.tree import TreeSettings, rollout
+from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.loop import (
+    RecipeLoop,
+    StepResult,
+    run_loop,
+)
+from comlrl.algos.training.reporting import Reporter
+from comlrl.algos.training.steps import (
+    DataStream,
+    build_optimizer,
+    resolve_device,
+)
+from comlrl.core import SamplingParams
+
+__all__ = [
+    "MADPORun",
+    "madpo_setup",
+    "madpo_pair_metrics",
+    "madpo_step",
+    "madpo_update",
+    "madpo_evaluate",
+    "madpo_checkpoint",
+    "madpo_resume",
+    "train_madpo",
+]
+
+
+@dataclass
+class MADPORun:
+    """What a MADPO run holds between steps (built by :func:`madpo_setup`)."""
+
+    config: MADPOConfig
+    agents: list[Any]
+    ref_models: list[Any]
+    env: Environment
+    data: DataStream
+    optimizers: list[torch.optim.Optimizer]
+    sampling: SamplingParams
+    tree: TreeSettings
+    rng: random.Random
+    eval_pairs: JointPreferencePairs | None = None
+    eval_data: Sequence[Mapping[str, Any]] | None = None
+    step: int = 0
+
+
+def madpo_setup(
+    agents: Sequence[Any],
+    config: MADPOConfig,
+    env: Environment,
+    dataset: Sequence[Mapping[str, Any]],
+    eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    ref_models: Sequence[Any] | None = None,
+) -> MADPORun:
+    """Check agents, environment and config; freeze a reference model per agent; build
+    optimizers; and, with an ``eval_dataset``, sample held-out pairs once from the initial
+    policies (:func:`madpo_pair_metrics` measures their margin as training goes).
+
+    ``ref_models`` defaults to a deep copy of each agent's model, made here, once; an
+    entry ``None`` makes that agent's loss reference-free (``log pi_ref = 0``).
+
+    Raises:
+        ConfigError: agent counts disagree, agents share one model object (each agent
+            needs its own parameters and optimizer), a multi-turn environment limit below
+            1, an empty dataset, or ``ref_models`` of the wrong length.
+    """
+    n = len(agents)
+    if n != config.num_agents or env.num_agents != n:
+        raise ConfigError(
+            f"{n} agents, config.num_agents={config.num_agents}, task for {env.num_agents} agents; make them agree."
+        )
+    if len({id(a.model) for a in agents}) != n:
+        raise ConfigError(
+            "MADPO agents share a model object; give each agent its own model (e.g. load it twice)."
+        )
+    if ref_models is not None and len(ref_models) != n:
+        raise ConfigError(
+            f"{len(ref_models)} reference models for {n} agents; give one per agent or None."
+        )
+    try:
+        data = DataStream(dataset, seed=config.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    torch.manual_seed(config.seed)
+    device = resolve_device(config.device)
+    optimizers = []
+    for i, agent in enumerate(agents):
+        agent.model.to(device).train()
+        if hasattr(agent, "seed"):
+            agent.seed(config.seed * 1_000_003 + i)
+        optimizers.append(
+            build_optimizer(
+                [p for p in agent.model.parameters() if p.requires_grad],
+                config.optimizer,
+                lr=config.learning_rate,
+                weight_decay=config.weight_decay,
+            )
+        )
+    refs = [copy.deepcopy(a.model) for a in agents] if ref_models is None else list(ref_models)
+    for ref in refs:
+        if ref is not None:  # None: no reference for that agent (log pi_ref = 0)
+            ref.to(device).eval().requires_grad_(False)
+    run = MADPORun(
+        config=config,
+        agents=list(agents),
+        ref_models=refs,
+        env=env,
+        data=data,
+        optimizers=optimizers,
+        sampling=SamplingParams(
+            num_generations=config.num_candidates,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+        ),
+        tree=TreeSettings(num_turns=1, joint_mode=config.joint_mode),
+        rng=random.Random(config.seed),
+        eval_data=list(eval_dataset) if eval_dataset is not None else None,
+    )
+    if run.eval_data:
+        ro = rollout(
+            run.agents,
+            run.eval_data,
+            env,
+            run.sampling,
+            run.tree,
+            rng=random.Random(config.seed + 1),
+        )
+        run.eval_pairs = preference_pairs(
+            ro, min_gap=config.min_gap, pairs_per_prompt=config.pairs_per_prompt
+        )
+    return run
+
+
+def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if model is None:  # no reference model (reference-free DPO): log pi_ref = 0
+        zeros = torch.zeros(batch.input_ids.shape[0] // 2, device=batch.input_ids.device)
+        return zeros, zeros
+    batch = batch.to(_device_of(model))
+    with torch.set_grad_enabled(grad), sampling_mode(model):  # no dropout, as sampled
+        seq, _ = sequence_logprobs(model, batch)
+    return seq[0::2], seq[1::2]
+
+
+def madpo_pair_metrics(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]:
+    """MADPO loss, joint margin (nats) and accuracy of the current policies on ``pairs``,
+    without gradients (see :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss`).
+    Returns ``{}`` for no pairs."""
+    if len(pairs) == 0:
+        return {}
+    parts = []
+    for a, agent in enumerate(run.agents):
+        was_training = agent.model.training
+        agent.model.eval()
+        try:
+            parts.append(
+                (
+                    *_pair_logps(agent.model, pairs.batches[a], False),
+                    *_pair_logps(run.ref_models[a], pairs.batches[a], False),
+                )
+            )
+        finally:
+            agent.model.train(was_training)
+    stacked = [torch.stack([p[i].cpu() for p in parts]) for i in range(4)]
+    losses, m = multi_agent_dpo_loss(*stacked, beta=run.config.beta)
+    return {"loss": float(losses.mean()), **m}
+
+
+def madpo_step(run: MADPORun) -> dict[str, float]:
+    """One MADPO step: sample ``K`` candidates per agent for ``batch_size`` prompts, score
+    the joint actions, pair them by reward gap, and step every agent on its own term of
+    :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss`.
+
+    Every agent's log-probs keep their graph until the joint loss is formed (``A`` graphs
+    at once; use fewer prompts per step for large models). A step whose prompts give no
+    pair (every joint action ties or gaps are below ``min_gap``) samples and logs but
+    takes no optimizer step (``num_pairs = 0``).
+
+    Returns:
+        The metrics row: ``reward_mean``/``reward_max`` of all sampled joint actions,
+        ``num_pairs``, ``reward_gap_mean``, and with pairs ``loss``, ``loss/agent_<i>``,
+        ``margin`` (mean joint log-ratio margin before the step, nats), ``accuracy``,
+        ``margin/agent_<i>``, ``grad_norm/agent_<i>``.
+    """
+    cfg = run.config
+    examples = run.data.next_batch(cfg.batch_size)
+    ro = rollout(run.agents, examples, run.env, run.sampling, run.tree, rng=run.rng)
+    pairs = preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
+    rewards = ro.turns[0].rewards
+    run.step += 1
+    row: dict[str, float] = {
+        "step": run.step,
+        "reward_mean": float(rewards.mean()),
+        "reward_max": float(rewards.max()),
+        "num_pairs": len(pairs),
+    }
+    if len(pairs) == 0:
+        return row
+    row.update(madpo_update(run, pairs))
+    return row
+
+
+def madpo_update(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]:
+    """One optimizer step of every agent on its own term of
+    :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` over ``pairs`` (``P >= 1``
+    pairs from any source: :func:`madpo_step`'s rollout, or pairs built elsewhere, e.g.
+    against a comparator policy).
+
+    Returns:
+        ``reward_gap_mean``, ``loss``, ``loss/agent_<i>``, ``margin``, ``accuracy``,
+        ``margin/agent_<i>``, ``grad_norm/agent_<i>`` (see :func:`madpo_step`).
+
+    Raises:
+        ValueError: ``pairs`` is empty.
+    """
+    if len(pairs) == 0:
+        raise ValueError("madpo_update needs at least one preference pair, got 0")
+    cfg = run.config
+    row: dict[str, float] = {}
+    row["reward_gap_mean"] = float((pairs.chosen_reward - pairs.rejected_reward).mean())
+    parts = []
+    for a, agent in enumerate(run.agents):
+        chosen, rejected = _pair_logps(agent.model, pairs.batches[a], True)
+        ref_c, ref_r = _pair_logps(run.ref_models[a], pairs.batches[a], False)
+        parts.append((chosen, rejected, ref_c.to(chosen.device), ref_r.to(chosen.device)))
+    # Agents may sit on different devices: the cross-agent sums are detached, so gather
+    # the per-agent rows on the first agent's device.
+    dev = parts[0][0].device
+    stacked = [torch.stack([p[i].to(dev) for p in parts]) for i in range(4)]
+    losses, metrics = multi_agent_dpo_loss(*stacked, beta=cfg.beta)
+    for opt in run.optimizers:
+        opt.zero_grad(set_to_none=True)
+    losses.sum().backward()  # agent i's parameters only see L_i
+    for a, agent in enumerate(run.agents):
+        row[f"grad_norm/agent_{a}"] = _step(agent.model, run.optimizers[a], cfg.max_grad_norm)
+        row[f"loss/agent_{a}"] = float(losses[a].detach())
+    row["loss"] = float(losses.detach().mean())
+    row.update(metrics)
+    return row
+
+
+def madpo_evaluate(run: MADPORun) -> dict[str, float]:
+    """Held-out metrics: the mean reward of ``eval_num_samples`` sampled joint actions per
+    held-out prompt (:func:`comlrl.algos.rollout.evaluate.evaluate`), and the MADPO loss, margin
+    and accuracy on the held-out pairs sampled at setup. ``{}`` without an eval set."""
+    from comlrl.algos.rollout import evaluate as evaluation
+
+    if not run.eval_data:
+        return {}
+    cfg = run.config
+    params = SamplingParams(
+        num_generations=cfg.eval_num_samples,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+    )
+    row, _ = evaluation.evaluate(
+        run.agents,
+        run.env,
+        run.eval_data,
+        params,
+        run.tree,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+    )
+    out = {"eval/reward_mean": float(row["reward_mean"])}
+    if run.eval_pairs is not None:
+        out.update({f"eval/{k}": v for k, v in madpo_pair_metrics(run, run.eval_pairs).items()})
+    return out
+
+
+def madpo_checkpoint(run: MADPORun, path: str | Path) -> Path:
+    """Write the step checkpoint ``path`` for the run's step, atomically, in the one format
+    (:func:`comlrl.algos.training.checkpoint.write_checkpoint`): every agent's weights,
+    optimizers, the data stream, the run's, torch's, Python's and each agent's random
+    streams, and a fingerprint of the frozen reference models (not saved:
+    :func:`madpo_setup` rebuilds them from the initial weights). Returns the folder."""
+    return _write_step(
+        Path(path),
+        run.step,
+        [(a.model, a.tokenizer) for a in run.agents],
+        run.optimizers,
+        run.data,
+        run.rng,
+        [getattr(a, "generator", None) for a in run.agents],
+        run.ref_models,
+    )
+
+
+def madpo_resume(run: MADPORun, path: str | Path, output_dir: str | Path | None = None) -> int:
+    """Put a freshly set-up ``run`` (:func:`madpo_setup` on the initial weights) back at the
+    step checkpoint ``path`` of :func:`madpo_checkpoint` and return its step;
+    :func:`train_madpo` then continues as if never stopped. With ``output_dir``, its
+    logs are cut back to the step and half-written checkpoints are removed.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, does not fit the run (agents,
+            optimizers), or the reference models differ from the saved run's.
+    """
+    run.step = _read_step(
+        path,
+        output_dir,
+        [a.model for a in run.agents],
+        run.optimizers,
+        run.data,
+        run.rng,
+        [getattr(a, "generator", None) for a in run.agents],
+        run.ref_models,
+    )
+    return run.step
+
+
+def train_madpo(
+    run: MADPORun,
+    *,
+    output_dir: str | Path | None = None,
+    save_every: int = 0,
+    keep_last: int | None = None,
+    resume_from: str | Path | None = None,
+    record: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    overwrite: bool = False,
+    reporters: Callable[[Path], list[Reporter]] | None = None,
+) -> list[dict[str, float]]:
+    """Run :func:`madpo_step` s up to ``config.num_steps`` (from ``run.step``: a run put
+    back by :func:`madpo_resume` continues); :func:`madpo_evaluate` before the first
+    (``*_start`` keys on row 1), every ``eval_every`` steps and after the last.
+
+    Run outputs (the loop driver, :func:`comlrl.algos.training.loop.run_loop`): with
+    ``output_dir``, ``metrics.jsonl``, ``config.yaml`` (``record``, when given), step
+    checkpoints every ``save_every`` steps and at the last (0: only on Ctrl-C; the newest
+    ``keep_last`` kept) and ``final/agent_<i>`` are written there, and Ctrl-C stops at a
+    step boundary after a checkpoint (``reporters``, built in ``output_dir``, get every
+    row: TensorBoard, W&B, the reward curve); ``resume_from`` (a step checkpoint of this run)
+    continues from its step exactly as if never stopped. A fresh run refuses an
+    ``output_dir`` that holds another run unless ``overwrite``. (``resume_from`` is loaded when ``run.step`` is 0.)
+
+    Raises:
+        CheckpointError: ``resume_from`` does not fit the run.
+        TrainingInterrupted: Ctrl-C (with ``output_dir``), after the checkpoint.
+    """
+    settings = loop_settings(
+        run.config,
+        output_dir=output_dir,
+        save_every=save_every,
+        keep_last=keep_last,
+        record=record,
+        progress=progress,
+        desc="madpo",
+        overwrite=overwrite,
+        reporters=reporters,
+    )
+    if resume_from is not None and run.step == 0:
+        madpo_resume(run, resume_from, output_dir)
+    loop = RecipeLoop(
+        step=lambda: StepResult(madpo_step(run)),
+        checkpoint=lambda path: madpo_checkpoint(run, path),
+        save_final=lambda path: _save_models(path, [(a.model, a.tokenizer) for a in run.agents]),
+        evaluate=lambda: madpo_evaluate(run),
+        start_step=run.step,
+    )
+    return run_loop(loop, settings)

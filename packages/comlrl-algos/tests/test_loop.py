@@ -1,0 +1,191 @@
+"""The one loop driver (comlrl.algos.training.loop) as every recipe meets it: reporters for
+actor-critic runs, a used output_dir refused by the library as by the command line, the
+task or reward a run really used recorded in config.yaml, warnings only for what a recipe
+uses, and the shared-trunk critic's update on the actors' one code path."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
+from comlrl.algos.recipes.actor_critic.trainer import IACTrainer
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training import loop as loop_driver
+from comlrl.algos.training import update as update_module
+from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.diagnostics import TrainingWarning
+
+DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
+
+
+def _reward(c1: list[str], c2: list[str]) -> list[float]:
+    return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2, strict=True)]
+
+
+def _agents(tok: Any) -> list[HFAgent]:
+    torch.manual_seed(0)
+    return [
+        HFAgent(build_default_model(len(tok), seed=i), tok, name=f"agent_{i}") for i in range(2)
+    ]
+
+
+def _settings(out: Path, **overrides: Any) -> dict[str, Any]:
+    return {
+        "num_steps": 2,
+        "batch_size": 2,
+        "num_generations": 2,
+        "max_new_tokens": 4,
+        "learning_rate": 1e-2,
+        "output_dir": str(out),
+        "progress": False,
+        "parallel_agents": False,
+        **overrides,
+    }
+
+
+def _group_trainer(tok: Any, out: Path, **overrides: Any) -> MultiAgentTrainer:
+    return MultiAgentTrainer(
+        _agents(tok),
+        TrainConfig(**_settings(out, **overrides)),
+        dataset=DATA,
+        reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
+    )
+
+
+def test_a_library_run_refuses_a_used_output_dir_unless_told_to_overwrite(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    _group_trainer(tiny_tokenizer, out).train()
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(ConfigError, match="already holds a run") as caught:
+        _group_trainer(tiny_tokenizer, out).train()
+    assert "overwrite=True" in str(caught.value) and "resume" in str(caught.value)
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2  # nothing appended
+    _group_trainer(tiny_tokenizer, out, num_steps=1).train(overwrite=True)
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 1, "overwrite=True must start the logs afresh, not append"
+
+
+def test_config_yaml_records_a_custom_reward_function_as_such(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "custom"
+    _group_trainer(tiny_tokenizer, out, num_steps=1).train()
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["task"]["name"] == f"custom:{__name__}._reward"
+
+
+def test_comlrl_eval_refuses_to_score_a_custom_reward_run_with_a_task(
+    tiny_tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comlrl.algos.cli.main import main
+
+    out = tmp_path / "custom"
+    _group_trainer(tiny_tokenizer, out, num_steps=1).train()
+    assert main(["eval", "--model", str(out / "final" / "agent_0")]) == 2
+    err = capsys.readouterr().err
+    assert "reward function of its own" in err and "task.name=NAME" in err
+
+
+def test_actor_critic_runs_write_the_reporters_they_are_asked_for(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "iac"
+    cfg = ActorCriticConfig(
+        **_settings(out, num_generations=1, critic_mode="shared"),
+        report_to=["tensorboard"],
+        reward_curve=True,
+    )
+    trainer = IACTrainer(
+        _agents(tiny_tokenizer),
+        cfg,
+        dataset=DATA,
+        reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
+    )
+    trainer.train()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard events"
+    assert (out / "reward_curve.png").is_file()
+    assert yaml.safe_load((out / "config.yaml").read_text())["algo"] == "iac"
+
+
+def test_actor_critic_does_not_warn_about_an_estimator_it_does_not_use(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    cfg = ActorCriticConfig(
+        **_settings(tmp_path / "iac", num_generations=1, critic_mode="shared", estimator="rloo")
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        IACTrainer(
+            _agents(tiny_tokenizer),
+            cfg,
+            dataset=DATA,
+            reward_func=_reward,
+            formatters=[lambda ex: ex["text"]] * 2,
+        )
+    assert not [w for w in seen if issubclass(w.category, TrainingWarning)]
+    # the group-baseline recipe, which does use it, still warns
+    with pytest.warns(TrainingWarning, match="will not change"):
+        _group_trainer(tiny_tokenizer, tmp_path / "gb", num_generations=1, estimator="rloo")
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_shared_trunk_update_honours_fused_logprobs(
+    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fused: bool
+) -> None:
+    seen: list[bool] = []
+    original = update_module.completion_logprobs
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(bool(kwargs.get("fused")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(update_module, "completion_logprobs", spy)
+    cfg = ActorCriticConfig(
+        **_settings(tmp_path / "iac", num_generations=1, critic_mode="shared"),
+        fused_logprobs=fused,
+    )
+    trainer = IACTrainer(
+        _agents(tiny_tokenizer),
+        cfg,
+        dataset=DATA,
+        reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
+    )
+    row = trainer.train_step()
+    assert seen and set(seen) == {fused}
+    assert "value_loss/agent_0" in row or any(k.startswith("value") for k in row), sorted(row)
+
+
+def test_the_loop_hands_samples_from_the_step_result_not_from_the_run(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def step() -> loop_driver.StepResult:
+        calls.append(len(calls) + 1)
+        return loop_driver.StepResult({"step": len(calls), "loss": 1.0 / len(calls)})
+
+    def checkpoint(path: Path) -> None:  # a complete checkpoint, as list_checkpoints sees it
+        path.mkdir(parents=True)
+        (path / "training_state.pt").touch()
+        (path / "checkpoint.json").write_text("{}")
+
+    loop = loop_driver.RecipeLoop(step=step, checkpoint=checkpoint, save_final=lambda path: None)
+    history = loop_driver.run_loop(
+        loop, loop_driver.LoopSettings(num_steps=3, output_dir=tmp_path, save_every=1, keep_last=1)
+    )
+    assert [r["step"] for r in history] == [1, 2, 3]
+    assert all("time/step_s" in r for r in history)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003"]
+    assert not (tmp_path / "samples.jsonl").exists()
