@@ -3,8 +3,11 @@
 - :class:`StopAtStepBoundary`: the first Ctrl-C (SIGINT) asks the loop to stop after the
   step in progress; the recipe then checkpoints and raises :class:`TrainingInterrupted`.
   A second Ctrl-C stops at once (no checkpoint).
-- :func:`existing_run_outputs` / :func:`clear_run_outputs`: a new run refuses an output
+- :func:`existing_run_outputs` / :func:`clear_run_outputs` /
+  :func:`used_output_dir_message`: a new run (command line or library) refuses an output
   folder that holds another run's outputs unless told to overwrite them.
+- :func:`run_record`: what a library run writes to ``config.yaml``: its config with the task
+  (or ``custom:`` reward function) it really trained on.
 - :func:`truncate_jsonl`: on resume, log rows written after the checkpoint's step go.
 - :func:`resume_config`: a resumed run keeps its saved configuration; only the fields in
   :data:`RESUME_SAFE_FIELDS` (how long to run, how often to save, evaluate and log) may

@@ -1,0 +1,186 @@
+"""``comlrl train algo=marlhf``: sample reward-gap pairs, fit the joint reward model
+(saved so a resumed run skips the fit), then the group-baseline recipe on its reward."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from comlrl.algos.cli.run_configs import MARLHFRunConfig
+from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _quiet_transformers, _start_outputs
+from comlrl.algos.recipes.preference.recipe import (
+    MADPOConfig,
+)
+from comlrl.algos.training.config import ConfigError
+
+__all__ = [
+    "run_marlhf",
+    "REWARD_MODEL_DIR",
+]
+
+
+def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
+    """``algo=marlhf``: :class:`~comlrl.algos.MARLHFTrainer`: sample reward-gap pairs on
+    ``config.task``, fit the joint reward model (rows in ``reward_model_metrics.jsonl``,
+    weights in ``final/reward_model``), then the group-baseline recipe on its reward."""
+    import torch
+    from comlrl.algos.cli.preflight import check_model_names, prepare_task
+    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.checkpoint import CheckpointError
+    from comlrl.algos.training.reporting import check_report_to, read_metrics, summary_line
+    from comlrl.algos.training.steps import JsonlWriter
+    from comlrl.core import RewardFunctionError
+
+    backbone_name = config.reward_model or config.model_for(0)
+    try:
+        check_report_to(config.report_to)
+        check_model_names([*config.models, backbone_name])
+        task, examples = prepare_task(config)
+    except ConfigError as exc:
+        return _err(str(exc))
+    try:
+        eval_examples = None
+        if config.eval_every:
+            try:
+                eval_examples = list(task.load(config.eval_split))
+            except (ValueError, KeyError, OSError) as exc:
+                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+        _quiet_transformers()
+        print(
+            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"({len(examples)} examples), MARLHF: {config.num_collect_batches} batches of pairs, "
+            f"reward model {backbone_name}, then {config.num_steps} steps of estimator "
+            f"{config.estimator} on its reward; outputs in {config.output_dir}/",
+            file=sys.stderr,
+        )
+        torch.manual_seed(config.seed)
+        agents = [
+            HFAgent(
+                *_load(config.model_for(i), config, config.seed + i),
+                name=f"agent_{i}",
+                **config.generation_options(),
+            )
+            for i in range(config.num_agents)
+        ]
+        backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
+        pairing = MADPOConfig.build(
+            num_agents=config.num_agents,
+            num_candidates=config.num_candidates,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            joint_mode=config.joint_mode,
+            min_gap=config.min_gap,
+            pairs_per_prompt=config.pairs_per_prompt,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            device=config.device,
+        )
+        marlhf = MARLHFTrainer(
+            agents,
+            pairing,
+            reward_backbone=backbone,
+            reward_tokenizer=backbone_tok,
+            reward_config=config.reward,
+            task=task,
+            dataset=examples,
+            num_collect_batches=config.num_collect_batches,
+            eval_fraction=config.eval_fraction,
+        )
+        out = _start_outputs(config, "marlhf", request)
+        saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
+        fitted = request.resume_from is not None and (saved_rm / "head.safetensors").is_file()
+        if fitted:
+            _load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        task.close()
+        return _err(str(exc))
+    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
+        if not fitted:
+            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
+            marlhf.collect_pairs()
+            writer = JsonlWriter(out / "reward_model_metrics.jsonl")
+            try:
+                for row in marlhf.train_reward_model():
+                    writer.write(row)
+            finally:
+                writer.close()
+            _save_reward_model(marlhf, saved_rm)
+        _save_reward_model(marlhf, out / "final" / "reward_model")
+        try:
+            trainer = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        except ConfigError as exc:
+            return _err(str(exc))
+        if request.resume_from is not None:
+            try:
+                step = trainer.resume(request.resume_from)
+            except CheckpointError as exc:
+                return _err(f"cannot resume from {request.resume_from}: {exc}")
+            print(
+                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
+            )
+        history = trainer.train()
+    except RewardFunctionError as exc:
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        return 1
+    except lifecycle.TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    finally:
+        task.close()
+    line = summary_line(history, out) + " (reward: the learned reward model's)"
+    evals = read_metrics(out / "eval.jsonl")
+    if evals:
+        line += (
+            f"; task reward on {config.eval_split} (eval.jsonl): step {evals[0]['step']} "
+            f"{float(evals[0]['reward_mean']):.3f} -> step {evals[-1]['step']} "
+            f"{float(evals[-1]['reward_mean']):.3f}"
+        )
+    print(line)
+    return 0
+
+
+#: Folder under ``output_dir/checkpoints`` with MARLHF's fitted reward model: a resumed
+#: run's RL phase reads its reward from it instead of sampling pairs and fitting again.
+REWARD_MODEL_DIR = "reward_model"
+
+
+def _save_reward_model(marlhf: Any, path: Path) -> None:
+    """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
+    (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
+    (a temporary sibling folder, then renamed)."""
+    from comlrl.algos.training.steps import atomic_folder
+    from safetensors.torch import save_file
+
+    model = marlhf.reward_model
+    with atomic_folder(path) as tmp:
+        model.backbone.save_pretrained(tmp)
+        marlhf.reward_tokenizer.save_pretrained(tmp)
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+            str(tmp / "head.safetensors"),
+        )
+
+
+def _load_reward_model(marlhf: Any, path: Path) -> None:
+    """Load what :func:`_save_reward_model` wrote into ``marlhf.reward_model`` in place.
+
+    Raises:
+        CheckpointError: the folder cannot be read or does not fit the reward model.
+    """
+    from comlrl.algos.training.checkpoint import CheckpointError
+    from safetensors.torch import load_file
+
+    model = marlhf.reward_model
+    backbone = model.backbone
+    try:
+        saved = type(backbone).from_pretrained(str(path), dtype=next(backbone.parameters()).dtype)
+        backbone.load_state_dict(saved.state_dict(), strict=True)
+        model.head.load_state_dict(load_file(str(path / "head.safetensors")))
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"could not load the reward model {str(path)!r}: {exc}") from None
+    model.eval()

@@ -1,0 +1,126 @@
+"""What every ``comlrl train`` run shares: the request (:class:`RunRequest`), reading
+JSON-lines rows, starting the output folder, loading a model, the loss summary line, and
+the exit code of a configuration error (2, with a message)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from comlrl.algos.training.config import ConfigError
+
+__all__ = [
+    "RunRequest",
+    "read_jsonl_rows",
+]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What ``comlrl train`` decided before a recipe runs.
+
+    Attributes:
+        clear_earlier: ``--overwrite`` on an ``output_dir`` that holds a run: delete its
+            outputs once the models have loaded (so a failed load deletes nothing).
+        resume_from: the step checkpoint of ``--resume`` (recipes registered
+            ``resumable``).
+    """
+
+    clear_earlier: bool = False
+    resume_from: Path | None = None
+
+
+def _err(message: str) -> int:
+    print(f"comlrl: {message}", file=sys.stderr)
+    return 2
+
+
+def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file, each checked to hold string ``keys``.
+
+    Blank lines are skipped; every other line must be a JSON object.
+
+    Raises:
+        ConfigError: the file cannot be read, a line is not a JSON object (with its line
+            number), a row lacks one of ``keys`` or it is not a string, or no rows.
+    """
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} data {str(p)!r}: {exc}") from None
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"{p}:{number}: not valid JSON ({exc.msg}); write one JSON object per line"
+            ) from None
+        if not isinstance(row, dict):
+            raise ConfigError(
+                f"{p}:{number}: a JSON {type(row).__name__}, expected an object with keys {list(keys)}"
+            )
+        missing = [k for k in keys if not isinstance(row.get(k), str)]
+        if missing:
+            raise ConfigError(
+                f"{p}:{number}: lacks string field(s) {missing} (has {sorted(row)}); every "
+                f"{what} row needs {list(keys)}"
+            )
+        rows.append(row)
+    if not rows:
+        raise ConfigError(
+            f"{what} data {str(p)!r} has no rows; give one JSON object per line with {list(keys)}"
+        )
+    return rows
+
+
+def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
+    """Clear an earlier run's outputs (``--overwrite``) and write ``config.yaml`` (with
+    ``algo``), before the recipe's loop starts."""
+    import yaml
+    from comlrl.algos.training.lifecycle import clear_run_outputs
+
+    out = Path(config.output_dir)
+    if request.clear_earlier:
+        clear_run_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(
+        yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
+    )
+    return out
+
+
+def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
+    """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
+    from comlrl.algos.training.reporting import quarter_means
+
+    where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
+    if not history:
+        return f"done: 0 steps; {where}"
+    first, last = quarter_means([float(r[key]) for r in history])
+    n = len(history)
+    return (
+        f"done: {n} step{'s' if n != 1 else ''}, {key} first quarter {first:.3f} -> last "
+        f"quarter {last:.3f} ({last - first:+.3f}); {where}"
+    )
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
+
+
+def _load(name: str, config: Any, seed: int) -> tuple[Any, Any]:
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(
+        name, seed=seed, dtype=config.dtype, trust_remote_code=config.trust_remote_code
+    )

@@ -1,0 +1,160 @@
+"""The numbers a step logs about its rollout (:func:`rollout_metrics`; over data parallel
+ranks :func:`rollout_summary` + :func:`merge_summaries` + :func:`summary_metrics`) and the
+joint actions written to ``samples.jsonl`` (:func:`sample_rows`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from comlrl.algos.records import Rollout
+
+__all__ = [
+    "rollout_metrics",
+    "rollout_summary",
+    "merge_summaries",
+    "summary_metrics",
+    "sample_rows",
+]
+
+
+def rollout_metrics(
+    rollout: Rollout, advantages: Sequence[Sequence[torch.Tensor]] | None = None
+) -> dict[str, float]:
+    """Per-step and per-turn numbers of a rollout.
+
+    Keys: ``reward_mean/std/min/max`` and ``return_mean`` over turn-0 joint actions (the
+    team's reward on the task as posed), ``num_joint_actions``, ``num_tokens``; per turn
+    ``t``: ``turn_<t>/reward_mean``, ``/reward_std``, ``/return_mean``, ``/num_nodes``,
+    ``/terminal_fraction``; per turn and agent ``a``: ``turn_<t>/completion_len_mean/agent_<a>``
+    and, with ``advantages`` (per turn, per agent ``[B_t]``),
+    ``turn_<t>/advantage_mean/agent_<a>`` and ``/advantage_std/agent_<a>``; all-turn
+    ``completion_len_mean/agent_<a>``, ``completion_len_max/agent_<a>``,
+    ``advantage_mean/agent_<a>``, ``advantage_std/agent_<a>``.
+
+    The same numbers over several rollouts (data parallel ranks):
+    ``summary_metrics(merge_summaries([rollout_summary(ro_r, adv_r) for each rank r]))``.
+    """
+    return summary_metrics(rollout_summary(rollout, advantages))
+
+
+def rollout_summary(
+    rollout: Rollout, advantages: Sequence[Sequence[torch.Tensor]] | None = None
+) -> list[dict[str, Any]]:
+    """What :func:`rollout_metrics` reads, per turn, as small CPU tensors (picklable).
+
+    Per turn: ``rewards`` and ``returns`` ``[N_t, K]`` float32, ``terminal`` ``[N_t, K]``
+    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32) and
+    ``advantages`` (per agent ``[B_t]`` float32, or None).
+    """
+    out = []
+    for t, turn in enumerate(rollout.turns):
+        out.append(
+            {
+                "rewards": turn.rewards.detach().float().cpu(),
+                "returns": turn.returns.detach().float().cpu(),
+                "terminal": turn.terminal.detach().cpu(),
+                "lengths": [s.batch.completion_mask.sum(dim=1).float().cpu() for s in turn.agents],
+                "advantages": (
+                    [a.detach().float().cpu() for a in advantages[t]]
+                    if advantages is not None
+                    else None
+                ),
+            }
+        )
+    return out
+
+
+def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Concatenate :func:`rollout_summary` outputs turn by turn (a rollout may have fewer turns)."""
+    turns = max(len(s) for s in summaries)
+    merged = []
+    for t in range(turns):
+        parts = [s[t] for s in summaries if len(s) > t]
+        entry: dict[str, Any] = {
+            key: torch.cat([p[key] for p in parts]) for key in ("rewards", "returns", "terminal")
+        }
+        entry["lengths"] = [
+            torch.cat(xs) for xs in zip(*(p["lengths"] for p in parts), strict=True)
+        ]
+        advs = [p["advantages"] for p in parts]
+        entry["advantages"] = (
+            None
+            if any(a is None for a in advs)
+            else [torch.cat(xs) for xs in zip(*advs, strict=True)]
+        )
+        merged.append(entry)
+    return merged
+
+
+def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The :func:`rollout_metrics` row of a :func:`rollout_summary` (or merged summaries)."""
+    out: dict[str, float] = {}
+    first = summary[0]["rewards"].reshape(-1)
+    out["reward_mean"] = float(first.mean())
+    out["reward_std"] = float(first.std(unbiased=False))
+    out["reward_min"] = float(first.min())
+    out["reward_max"] = float(first.max())
+    out["return_mean"] = float(summary[0]["returns"].mean())
+    out["num_joint_actions"] = float(sum(t["rewards"].numel() for t in summary))
+    lengths: dict[int, list[torch.Tensor]] = {}
+    advs: dict[int, list[torch.Tensor]] = {}
+    for t, turn in enumerate(summary):
+        key = f"turn_{t}"
+        r = turn["rewards"].reshape(-1)
+        out[f"{key}/reward_mean"] = float(r.mean())
+        out[f"{key}/reward_std"] = float(r.std(unbiased=False))
+        out[f"{key}/return_mean"] = float(turn["returns"].mean())
+        out[f"{key}/num_nodes"] = float(turn["rewards"].shape[0])
+        out[f"{key}/terminal_fraction"] = float(turn["terminal"].float().mean())
+        for a, n in enumerate(turn["lengths"]):
+            lengths.setdefault(a, []).append(n)
+            out[f"{key}/completion_len_mean/agent_{a}"] = float(n.mean())
+            if turn["advantages"] is not None:
+                adv = turn["advantages"][a]
+                advs.setdefault(a, []).append(adv)
+                out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
+                out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
+    out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
+    for a, xs in lengths.items():
+        n = torch.cat(xs)
+        out[f"completion_len_mean/agent_{a}"] = float(n.mean())
+        out[f"completion_len_max/agent_{a}"] = float(n.max())
+    for a, xs in advs.items():
+        adv = torch.cat(xs)
+        out[f"advantage_mean/agent_{a}"] = float(adv.mean())
+        out[f"advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
+    return out
+
+
+def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` joint actions per turn of the first nodes, as JSON-ready rows."""
+    rows = []
+    for turn in ro.turns:
+        k = turn.joint_index.shape[0]
+        for i in range(min(limit, turn.num_nodes * k)):
+            n, j = divmod(i, k)
+            idx = turn.joint_index[j].tolist()
+            ex = ro.examples[int(turn.example_index[n])]
+            fb = turn.feedback[i] if turn.feedback else None
+            rows.append(
+                {
+                    "step": step,
+                    "turn": turn.turn,
+                    "example_id": ex.get("task_id", ex.get("id")),
+                    "node": n,
+                    "parent": int(turn.parent[n]),
+                    "prompts": [s.prompts[n] for s in turn.agents],
+                    "joint_action": idx,
+                    "completions": [
+                        s.completions[n][g].text for s, g in zip(turn.agents, idx, strict=True)
+                    ],
+                    "reward": float(turn.rewards[n, j]),
+                    "return": float(turn.returns[n, j]),
+                    "terminal": bool(turn.terminal[n, j]),
+                    "feedback": list(fb.texts) if fb is not None else None,
+                    "info": turn.infos[i] if turn.infos else {},
+                }
+            )
+    return rows
