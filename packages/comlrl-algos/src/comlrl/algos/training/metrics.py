@@ -33,6 +33,13 @@ def rollout_metrics(
     ``completion_len_mean/agent_<a>``, ``completion_len_max/agent_<a>``,
     ``advantage_mean/agent_<a>``, ``advantage_std/agent_<a>``.
 
+    When the task's reward infos carry ``hack_signals`` (the code suites of
+    :mod:`comlrl.envs`: the reward-hacking patterns found in a joint action's program,
+    :func:`comlrl.envs.code.hack_signals`), also ``hack_signals/count`` (joint actions of
+    all turns with at least one signal), ``hack_signals/fraction`` (of all joint actions)
+    and ``hack_signals/<signal>`` (joint actions showing that signal), so a policy drifting
+    toward hacks shows before its reward does.
+
     The same numbers over several rollouts (data parallel ranks):
     ``summary_metrics(merge_summaries([rollout_summary(ro_r, adv_r) for each rank r]))``.
     """
@@ -45,13 +52,15 @@ def rollout_summary(
     """What :func:`rollout_metrics` reads, per turn, as small CPU tensors (picklable).
 
     Per turn: ``rewards`` and ``returns`` ``[N_t, K]`` float32, ``terminal`` ``[N_t, K]``
-    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32) and
-    ``advantages`` (per agent ``[B_t]`` float32, or None).
+    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32),
+    ``advantages`` (per agent ``[B_t]`` float32, or None) and ``hacks`` (None when the
+    infos carry no ``hack_signals``, else ``{"flagged": n, "<signal>": n, ...}``).
     """
     out = []
     for t, turn in enumerate(rollout.turns):
         out.append(
             {
+                "hacks": _hack_counts(turn.infos),
                 "rewards": turn.rewards.detach().float().cpu(),
                 "returns": turn.returns.detach().float().cpu(),
                 "terminal": turn.terminal.detach().cpu(),
@@ -64,6 +73,20 @@ def rollout_summary(
             }
         )
     return out
+
+
+def _hack_counts(infos: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
+    """``{"flagged": joint actions with a signal, <signal>: joint actions with it}``, or
+    None when no info reports ``hack_signals``."""
+    if not any(isinstance(i, Mapping) and "hack_signals" in i for i in infos):
+        return None
+    counts = {"flagged": 0}
+    for info in infos:
+        signals = set(info.get("hack_signals") or ()) if isinstance(info, Mapping) else set()
+        counts["flagged"] += bool(signals)
+        for s in signals:
+            counts[str(s)] = counts.get(str(s), 0) + 1
+    return counts
 
 
 def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -84,6 +107,14 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
             if any(a is None for a in advs)
             else [torch.cat(xs) for xs in zip(*advs, strict=True)]
         )
+        hacks = [p.get("hacks") for p in parts if p.get("hacks") is not None]
+        entry["hacks"] = None
+        if hacks:
+            total: dict[str, int] = {}
+            for h in hacks:
+                for key, n in h.items():
+                    total[key] = total.get(key, 0) + n
+            entry["hacks"] = total
         merged.append(entry)
     return merged
 
@@ -117,6 +148,17 @@ def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
                 out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
                 out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
     out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
+    hacks = [turn["hacks"] for turn in summary if turn.get("hacks") is not None]
+    if hacks:
+        total: dict[str, int] = {}
+        for h in hacks:
+            for key, n in h.items():
+                total[key] = total.get(key, 0) + n
+        flagged = total.pop("flagged", 0)
+        out["hack_signals/count"] = float(flagged)
+        out["hack_signals/fraction"] = flagged / max(out["num_joint_actions"], 1.0)
+        for key, n in sorted(total.items()):
+            out[f"hack_signals/{key}"] = float(n)
     for a, xs in lengths.items():
         n = torch.cat(xs)
         out[f"completion_len_mean/agent_{a}"] = float(n.mean())
