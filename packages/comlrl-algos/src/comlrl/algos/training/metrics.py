@@ -89,6 +89,18 @@ def _hack_counts(infos: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     return counts
 
 
+def _sum_counts(parts: Sequence[Mapping[str, int] | None]) -> dict[str, int] | None:
+    """The key-wise sum of the count dicts in ``parts`` (None: no part had one)."""
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    total: dict[str, int] = {}
+    for counts in present:
+        for key, n in counts.items():
+            total[key] = total.get(key, 0) + n
+    return total
+
+
 def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Concatenate :func:`rollout_summary` outputs turn by turn (a rollout may have fewer turns)."""
     turns = max(len(s) for s in summaries)
@@ -107,14 +119,7 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
             if any(a is None for a in advs)
             else [torch.cat(xs) for xs in zip(*advs, strict=True)]
         )
-        hacks = [p.get("hacks") for p in parts if p.get("hacks") is not None]
-        entry["hacks"] = None
-        if hacks:
-            total: dict[str, int] = {}
-            for h in hacks:
-                for key, n in h.items():
-                    total[key] = total.get(key, 0) + n
-            entry["hacks"] = total
+        entry["hacks"] = _sum_counts([p.get("hacks") for p in parts])
         merged.append(entry)
     return merged
 
@@ -148,12 +153,8 @@ def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
                 out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
                 out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
     out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
-    hacks = [turn["hacks"] for turn in summary if turn.get("hacks") is not None]
-    if hacks:
-        total: dict[str, int] = {}
-        for h in hacks:
-            for key, n in h.items():
-                total[key] = total.get(key, 0) + n
+    total = _sum_counts([turn.get("hacks") for turn in summary])
+    if total is not None:
         flagged = total.pop("flagged", 0)
         out["hack_signals/count"] = float(flagged)
         out["hack_signals/fraction"] = flagged / max(out["num_joint_actions"], 1.0)
