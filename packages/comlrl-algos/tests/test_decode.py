@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.decode import FastDecoder
 from comlrl.core import SamplingParams
@@ -83,7 +84,7 @@ def _fast_vs_forward(  # type: ignore[no-untyped-def]
         fast = FastDecoder(model)
         start = mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
         fast.start(
-            out.past_key_values,
+            output_cache(out),
             mask,
             g,
             start + torch.arange(steps, device=device),

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from comlrl.algos.models.hf_cache import cache_kwargs, output_cache
 from comlrl.algos.records import PolicyBatch
 from comlrl.kernels import linear_token_logprobs, token_logprobs
 
@@ -286,7 +287,7 @@ def completion_logprobs(
                 input_ids=ids[:, s : s + length - 1],
                 attention_mask=mask[:, : s + length - 1],
                 position_ids=start + torch.arange(length - 1, device=ids.device),
-                past_key_values=cache[0],
+                past=cache[0],
                 use_cache=True,
             )  # [b, L - 1, H or V]
             feats = torch.cat([first, rest], dim=1)
@@ -312,12 +313,17 @@ def _run(
     model: Any,
     decoder: Any | None,
     keep: int | torch.Tensor,
-    cache: list[Any] | None = None,
+    caches: list[Any] | None = None,
+    past: Any | None = None,
     **inputs: Any,
 ) -> torch.Tensor:
     """Logits (``decoder is None``) or last hidden states at the positions ``keep`` selects:
-    an int ``k`` keeps the last ``k`` (0 = all), a 1-D tensor those positions. Appends the
-    returned KV cache to ``cache`` when given."""
+    an int ``k`` keeps the last ``k`` (0 = all), a 1-D tensor those positions. ``past``:
+    a KV cache to continue from; the returned KV cache is appended to ``caches`` when
+    given."""
+    callee = model if decoder is None else decoder
+    if past is not None:
+        inputs.update(cache_kwargs(callee, past))
     if decoder is None:
         out = model(**inputs, logits_to_keep=keep)
         feats = out.logits
@@ -331,8 +337,8 @@ def _run(
             if keep
             else hidden
         )
-    if cache is not None:
-        cache.append(out.past_key_values)
+    if caches is not None:
+        caches.append(output_cache(out))
     return feats  # type: ignore[no-any-return]
 
 

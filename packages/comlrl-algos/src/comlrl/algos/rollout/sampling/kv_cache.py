@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from comlrl.algos.models.hf_cache import cache_kwargs
 from transformers.cache_utils import DynamicLayer
 
 __all__ = ["HFDecodeStepper", "PreallocatedLayer", "preallocate_cache"]
@@ -54,7 +55,7 @@ class HFDecodeStepper:
             input_ids=tokens[:, None],
             attention_mask=self.mask4d[..., : self.n + 1],
             position_ids=self.pos,
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
         )
         self.pos = self.pos + 1

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.rollout.sampling.decode import FastDecoder
 from comlrl.algos.rollout.sampling.kv_cache import HFDecodeStepper
 from comlrl.core import SamplingParams
@@ -179,7 +180,7 @@ class NativeSampler:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.past_key_values
+        cache = output_cache(out)
         s = input_ids.shape[1]
         total = s + params.max_new_tokens
         logits = out.logits[:, -1].repeat_interleave(g, dim=0)
