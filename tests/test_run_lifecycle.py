@@ -276,3 +276,7 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(tmp_path: Path) 
     assert row["step"] == 1 and row["split"] == "test" and row["num_samples"] == 2
     assert 0.0 <= row["pass@1"] <= row["pass@2"] <= 1.0
     assert row["turn_0/num_nodes"] == 2.0
+    # the evaluated joint actions, with their verdicts, beside eval.jsonl (2 problems x 2)
+    samples = _rows(out / "evals" / "final" / "eval_samples.jsonl")
+    assert len(samples) == 4 and all("status" in s["info"] for s in samples)
+    assert "eval:" in ev.stderr  # the progress bar

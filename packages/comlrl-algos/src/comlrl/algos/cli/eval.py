@@ -192,30 +192,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def _evaluate_with_progress(trainer: Any, data: list[Any]) -> tuple[dict[str, Any], list[Any]]:
     """The trainer's evaluation, with a progress bar over the problems and the rollouts kept."""
-    from comlrl.algos.rollout import evaluate as evaluation
+    from comlrl.algos.recipes.group_baseline import recipe as group_baseline
     from tqdm.auto import tqdm
 
-    run, cfg = trainer.run, trainer.config
-    params = evaluation.eval_sampling(
-        cfg.eval_num_samples,
-        cfg.max_new_tokens,
-        greedy=cfg.eval_greedy,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
     with tqdm(total=len(data), desc="eval", unit="problem", file=sys.stderr) as bar:
-        return evaluation.evaluate(
-            run.agents,
-            run.env if run.eval_env is None else run.eval_env,
-            data,
-            params,
-            run.tree,
-            batch_size=cfg.batch_size,
-            seed=cfg.seed,
-            map_agents=run.sample_pool.map,
-            progress=bar.update,
-        )
+        return group_baseline.evaluate_rollouts(trainer.run, progress=bar.update)
 
 
 def _write_samples(path: Path, rollouts: list[Any], step: int | None) -> None:

@@ -24,6 +24,7 @@ step, evaluation and the loop, and every name is importable from here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "train",
     "save",
     "evaluate",
+    "evaluate_rollouts",
     "checkpoint",
     "resume",
 ]
@@ -183,6 +185,19 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
     greedy or sampled, no update, scored in ``run.eval_env`` when set;
     :mod:`comlrl.algos.rollout.evaluate`). Raises ConfigError
     without an evaluation set."""
+    row, _ = evaluate_rollouts(run)
+    return row
+
+
+def evaluate_rollouts(
+    run: GroupBaselineRun, progress: Callable[[int], None] | None = None
+) -> tuple[dict[str, float], list[Rollout]]:
+    """:func:`evaluate`'s row and the evaluation rollouts themselves (``comlrl eval`` writes
+    their joint actions); ``progress`` is called with the examples done after each batch.
+
+    Raises:
+        ConfigError: the run has no evaluation set.
+    """
     cfg = run.config
     if run.eval_data is None:
         raise ConfigError("this run has no evaluation set; pass eval_dataset= to setup().")
@@ -194,7 +209,7 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
         top_p=cfg.top_p,
         top_k=cfg.top_k,
     )
-    row, _ = evaluation.evaluate(
+    row, rollouts = evaluation.evaluate(
         run.agents,
         run.env if run.eval_env is None else run.eval_env,
         run.eval_data,
@@ -203,8 +218,9 @@ def evaluate(run: GroupBaselineRun) -> dict[str, float]:
         batch_size=cfg.batch_size,
         seed=cfg.seed,
         map_agents=run.sample_pool.map,
+        progress=progress,
     )  # fsdp2: called inside dp.full_weights (see train), so no collective runs here
-    return {"step": run.step, **row}
+    return {"step": run.step, **row}, rollouts
 
 
 def loop_settings(
