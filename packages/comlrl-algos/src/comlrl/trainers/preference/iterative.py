@@ -16,6 +16,8 @@ from comlrl.trainers._base import (
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 
+__all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
+
 
 # --- iterative preference refresh (CoMLRL 1.4.3's MADPOIter / MARLHFIter) -------------
 @dataclass

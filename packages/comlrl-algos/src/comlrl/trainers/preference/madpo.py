@@ -25,6 +25,8 @@ from comlrl.trainers._base import (
     check_config_fields,
 )
 
+__all__ = ["MADPOConfig", "MADPOTrainer"]
+
 
 @dataclass
 class MADPOConfig:

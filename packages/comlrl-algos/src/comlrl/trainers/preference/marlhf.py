@@ -24,6 +24,9 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers.preference.madpo import MADPOConfig
 
+__all__ = ["MARLHFConfig", "MARLHFTrainer"]
+
+
 #: CoMLRL 1.4.3's ``rl_algorithm`` names (and its one alias) -> the MAGRPO family's
 #: ``advantage_mode``; ``iac`` / ``maac`` run the actor-critic trainers.
 RL_ALGORITHMS = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
