@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.core import Feedback, JointAction, Task
-from comlrl.envs.sandbox import SandboxLimits, SandboxPool
+from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict
 
 __all__ = [
     "SandboxedSuite",
     "check_suite_args",
+    "clipped_reward",
     "compile_error",
     "default_split_ranges",
     "read_rows",
@@ -119,6 +120,12 @@ def compile_error(program: str) -> str | None:
     return None
 
 
+def clipped_reward(parts: Mapping[str, float]) -> float:
+    """The reward of one joint action: the sum of its ``parts``, clipped to ``[0, 1]`` and
+    rounded to 6 decimals."""
+    return round(min(1.0, max(0.0, sum(parts.values()))), 6)
+
+
 def turn_feedback(
     texts: Sequence[str], joint_action: JointAction, info: Mapping[str, Any], turn: int
 ) -> Feedback:
@@ -180,6 +187,25 @@ class SandboxedSuite(Task):
         self.ranges = {"train": train_range, "test": test_range}
         self._rows: list[dict[str, Any]] | None = None
         self._pool: SandboxPool | None = None
+
+    def _run_jobs(
+        self, verdicts: Sequence[Verdict | None], jobs: Sequence[CheckJob], index: Sequence[int]
+    ) -> list[Verdict]:
+        """Run ``jobs`` in the pool (all at once) and put each job's verdict at its joint
+        action's position ``index[j]`` of ``verdicts`` (``None`` where a job runs).
+
+        Returns:
+            one verdict per joint action.
+        """
+        out = list(verdicts)
+        if jobs:
+            ran = self._get_pool().check_many(
+                list(jobs), self.limits, assert_timeout_s=self.assert_timeout_s
+            )
+            for i, verdict in zip(index, ran, strict=True):
+                out[i] = verdict
+        assert all(v is not None for v in out)  # every joint action got a verdict
+        return [v for v in out if v is not None]
 
     def _get_pool(self) -> SandboxPool:
         if self._pool is None:

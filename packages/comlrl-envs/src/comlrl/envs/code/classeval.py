@@ -43,6 +43,7 @@ from typing import Any
 from comlrl.core import Feedback, JointAction, Prompt, RewardBatch
 from comlrl.envs.code._suite import (
     SandboxedSuite,
+    clipped_reward,
     compile_error,
     default_split_ranges,
     read_rows,
@@ -304,16 +305,10 @@ class ClassEvalTask(SandboxedSuite):
                 continue
             jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
             index.append(i)
-        if jobs:
-            ran = self._get_pool().check_many(
-                jobs, self.limits, assert_timeout_s=self.assert_timeout_s
-            )
-            for i, v in zip(index, ran, strict=True):
-                verdicts[i] = v
+        ran = self._run_jobs(verdicts, jobs, index)
         rewards, infos = [], []
         for i, ex in enumerate(examples):
-            verdict = verdicts[i]
-            assert verdict is not None
+            verdict = ran[i]
             parts = {
                 f"agent{a + 1}_methods": 0.05
                 * (len(defined_all[i][a]) / max(1, len(ex["agent_methods"][a])))
@@ -322,7 +317,7 @@ class ClassEvalTask(SandboxedSuite):
             parts["program_loaded"] = 0.1 if verdict.program_loaded else 0.0
             untrusted = sorted(set(signals[i]) & SAME_PROCESS_UNTRUSTED)
             parts["tests"] = 0.0 if untrusted else 0.8 * verdict.fraction
-            rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
+            rewards.append(clipped_reward(parts))
             info = verdict.as_info()
             info.update(
                 task_id=ex.get("task_id"),

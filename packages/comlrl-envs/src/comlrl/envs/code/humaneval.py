@@ -34,6 +34,7 @@ from typing import Any
 from comlrl.core import Feedback, JointAction, Prompt, RewardBatch
 from comlrl.envs.code._suite import (
     SandboxedSuite,
+    clipped_reward,
     compile_error,
     default_split_ranges,
     turn_feedback,
@@ -372,20 +373,14 @@ class CoopHumanEvalTask(SandboxedSuite):
                 )
             )
             job_index.append(i)
-        if jobs:
-            ran = self._get_pool().check_many(
-                jobs, self.limits, assert_timeout_s=self.assert_timeout_s
-            )
-            for i, result in zip(job_index, ran, strict=True):
-                verdicts[i] = result
+        ran = self._run_jobs(verdicts, jobs, job_index)
         rewards: list[float] = []
         infos: list[dict[str, Any]] = []
         for i in range(k):
-            verdict = verdicts[i]
-            assert verdict is not None  # every joint action got a verdict above
+            verdict = ran[i]
             flag = flags[i]
             parts = self._reward_parts(verdict, flag)
-            rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
+            rewards.append(clipped_reward(parts))
             info = verdict.as_info()
             info.update(
                 task_id=examples[i].get("task_id"),
