@@ -32,10 +32,6 @@ class NoLiveWorkersError(RemoteRewardError):
         self.errors = dict(errors)
 
 
-class _Transient(Exception):
-    """A failure worth retrying on another worker."""
-
-
 class TransientError(Exception):
     """A failure worth retrying on another worker (transport, timeout, HTTP 5xx, a
     malformed answer). Never leaves :class:`~comlrl.envs.remote.RemoteReward`."""
