@@ -14,6 +14,7 @@ names                   recipe
 ``mareinforce``         no baseline (``reinforce``)
 ``marloo`` (``rloo``)   leave-one-out baseline
 ``maremax`` (``remax``) the best return of the other samples as baseline
+``centralized_magrpo``  one joint policy for every role (split by ``role_format``)
 ``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
 ``madpo``               multi-agent DPO on joint actions paired by reward gap
 ``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
@@ -219,6 +220,17 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 aliases=("remax",),
                 resumable=True,
                 distributed=True,
+            ),
+            Recipe(
+                "centralized_magrpo",
+                "Centralized MAGRPO: one joint policy writes every role's output (role_format "
+                "splits it), group-mean baseline",
+                "comlrl.algos.cli.centralized_run:CentralizedRunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_magrpo",
+                presets={"output_dir": "runs/centralized_magrpo"},
+                fixed={"estimator": "grpo"},
+                aliases=("central_magrpo",),
+                resumable=True,
             ),
             Recipe(
                 "iac",
