@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from comlrl.algos.cli.run_steps import RunRequest
 from comlrl.algos.training.config import TrainConfig
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 __all__ = ["CentralizedRunConfig", "run_centralized_magrpo", "build_centralized_trainer"]
 
