@@ -18,6 +18,8 @@ names                   recipe
 ``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
 ``madpo``               multi-agent DPO on joint actions paired by reward gap
 ``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
+``madpo_iter``          rounds of pairs against a comparator policy, replay, DPO steps
+``marlhf_iter``         rounds of comparator pairs, a reward model refit, MAGRPO steps
 ``dpo`` / ``sft``       one model on ``data=rows.jsonl``
 ======================  =========================================================
 
@@ -262,6 +264,20 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 f"{_GB}:run_marlhf",
                 presets={"output_dir": "runs/marlhf"},
                 resumable=True,
+            ),
+            Recipe(
+                "madpo_iter",
+                "MADPO-Iter: rounds of fresh pairs against a comparator policy (current, a "
+                "frozen model, or the policy k rounds ago), replayed, then joint DPO steps",
+                "comlrl.algos.cli.iterative_run:MADPOIterRunConfig",
+                "comlrl.algos.cli.iterative_run:run_madpo_iter",
+            ),
+            Recipe(
+                "marlhf_iter",
+                "MARLHF-Iter: rounds of comparator pairs, a reward model refit on them, then "
+                "MAGRPO steps on its reward",
+                "comlrl.algos.cli.iterative_run:MARLHFIterRunConfig",
+                "comlrl.algos.cli.iterative_run:run_marlhf_iter",
             ),
             Recipe(
                 "dpo",
