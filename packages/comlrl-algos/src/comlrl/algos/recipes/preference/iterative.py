@@ -41,6 +41,7 @@ __all__ = [
     "select_comparison_pairs",
     "lambda_decay_weights",
     "PreferenceReplay",
+    "row_tokens",
     "round_pairs",
     "joint_pairs",
     "pair_steps",
@@ -201,7 +202,10 @@ class PreferenceReplay:
         return picked
 
 
-def _row_tokens(batch: Any, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def row_tokens(batch: Any, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Row ``row`` of a :class:`~comlrl.algos.records.PolicyBatch` as ``(prompt ids,
+    completion ids)``: the prompt without its left padding, the completion's own tokens
+    (through EOS when one was sampled)."""
     width = batch.completion_mask.shape[1]
     start = batch.input_ids.shape[1] - width
     ids, attn = batch.input_ids[row].cpu(), batch.attention_mask[row].cpu()
@@ -244,7 +248,7 @@ def round_pairs(
                 )
                 g = [s.batch.group_size for s in agents]
                 tokens.append(
-                    [_row_tokens(s.batch, n * g[a] + picks[a]) for a, s in enumerate(agents)]
+                    [row_tokens(s.batch, n * g[a] + picks[a]) for a, s in enumerate(agents)]
                 )
             pairs.append(
                 IterPair(

@@ -57,6 +57,7 @@ __all__ = [
     "madpo_iter_step",
     "train_madpo_iter",
     "MARLHFIterRun",
+    "fit_fresh_reward_model",
     "refit_reward_model",
     "marlhf_iter_step",
     "train_marlhf_iter",
@@ -243,22 +244,40 @@ class MARLHFIterRun:
             }
 
 
+def fit_fresh_reward_model(
+    model: Any,
+    tokenizer: Any,
+    config: Any,
+    initial: Mapping[str, torch.Tensor],
+    pairs: Sequence[IterPair],
+    pad_ids: Sequence[int],
+    round_index: int,
+) -> list[dict[str, float]]:
+    """Load ``initial`` into the reward model and fit it on ``pairs`` (Bradley-Terry,
+    :func:`~comlrl.algos.recipes.preference.reward_model.train_reward_model` with
+    ``config``); returns the fit's rows, each with ``iteration`` (``round_index + 1``)."""
+    model.load_state_dict(dict(initial))
+    rows = train_reward_model(model, tokenizer, [joint_pairs(pairs, pad_ids)], config)
+    for row in rows:
+        row["iteration"] = float(round_index + 1)
+    return rows
+
+
 def refit_reward_model(
     run: MARLHFIterRun, pairs: Sequence[IterPair], round_index: int
 ) -> dict[str, float]:
-    """Reset the reward model to its initial weights and fit it on ``pairs``; returns the
-    fit's last row as ``reward_model/*`` keys (every row, with ``iteration``, is appended
-    to ``run.reward_model_rows``)."""
-    run.reward_model.load_state_dict(run.reward_init)
-    rows = train_reward_model(
+    """:func:`fit_fresh_reward_model` on the run's reward model; returns the fit's last
+    row as ``reward_model/*`` keys (every row goes to ``run.reward_model_rows``)."""
+    rows = fit_fresh_reward_model(
         run.reward_model,
         run.reward_tokenizer,
-        [joint_pairs(pairs, _pad_ids(run.rl.agents))],
         run.reward_config,
+        run.reward_init,
+        pairs,
+        _pad_ids(run.rl.agents),
+        round_index,
     )
     run.fitted = True
-    for row in rows:
-        row["iteration"] = float(round_index + 1)
     run.reward_model_rows.extend(rows)
     return {f"reward_model/{k}": float(v) for k, v in rows[-1].items() if k != "iteration"}
 
