@@ -32,6 +32,7 @@ def test_centralized_magrpo_trains_one_joint_policy_and_resumes_exactly(
     argv += ["batch_size=2", "log_samples=2", "save_every=1", "eval_every=2", "eval_limit=2"]
     assert main([*argv, f"output_dir={out}"]) == 0
     cap = capsys.readouterr()
+    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples), " in cap.err
     assert "centralized MAGRPO (one joint policy, sentences role format)" in cap.err
     rows = _rows(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]

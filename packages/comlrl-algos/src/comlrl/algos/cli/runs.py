@@ -108,9 +108,12 @@ def run_policy_gradient(
         return _err(str(exc))
     _quiet_transformers()
     world = distributed.rank_and_world()[1]
+    who = f"{config.num_agents} agents"
+    if num_models is not None and num_models != config.num_agents:
+        who = f"{num_models} policy for {config.num_agents} roles"
     if main:
         print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
             f"({len(examples)} examples), {label}, {config.num_steps} step"
             f"{'s' if config.num_steps != 1 else ''} "
             f"of {config.batch_size} prompts x {config.num_generations} completions; "
