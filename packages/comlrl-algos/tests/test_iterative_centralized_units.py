@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.recipes.preference.comparator import Comparator
-from comlrl.algos.recipes.preference.config import MADPOIterConfig
+from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay
 from comlrl.algos.recipes.preference.rounds import IterativeRounds
 from comlrl.algos.rollout.centralized import (
@@ -175,9 +175,9 @@ def test_iterative_config_names_a_field_its_mode_does_not_read(
     fields: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        MADPOIterConfig.build(**fields)
+        IterativeMADPOConfig.build(**fields)
 
 
 def test_rounds_of_a_run() -> None:
-    cfg = MADPOIterConfig.build(steps_per_round=4)
+    cfg = IterativeMADPOConfig.build(steps_per_round=4)
     assert [cfg.num_rounds(n) for n in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]

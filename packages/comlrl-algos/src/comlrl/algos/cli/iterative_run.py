@@ -9,8 +9,8 @@ from typing import Any, Literal
 from comlrl.algos.cli.run_configs import MADPORunConfig
 from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _loss_summary, _quiet_transformers
 from comlrl.algos.recipes.preference.config import (
+    IterativeMADPOConfig,
     IterativeSection,
-    MADPOIterConfig,
     RewardModelConfig,
 )
 from comlrl.algos.training.config import ConfigError, TrainConfig
@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 __all__ = ["MADPOIterRunConfig", "MARLHFIterRunConfig", "run_madpo_iter", "run_marlhf_iter"]
 
 
-class MADPOIterRunConfig(MADPORunConfig, MADPOIterConfig):
+class MADPOIterRunConfig(MADPORunConfig, IterativeMADPOConfig):
     """``algo=madpo_iter``: :class:`~comlrl.algos.cli.run_configs.MADPORunConfig` (agents,
     task, DPO and sampling settings; ``pairs_per_prompt`` current-vs-comparator pairs per
     prompt) plus the rounds (:class:`~comlrl.algos.recipes.preference.config.IterativeSection`:

@@ -1,6 +1,6 @@
 """The preference recipes' configs: optimizer and loop settings (:class:`PreferenceTrainConfig`),
 SFT, DPO, MADPO, MARLHF's reward model (:class:`RewardModelConfig`), and the rounds of
-iterative preference refresh (:class:`IterativeSection`, :class:`MADPOIterConfig`)."""
+iterative preference refresh (:class:`IterativeSection`, :class:`IterativeMADPOConfig`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = [
     "MADPOConfig",
     "RewardModelConfig",
     "IterativeSection",
-    "MADPOIterConfig",
+    "IterativeMADPOConfig",
 ]
 
 
@@ -219,7 +219,7 @@ class IterativeSection(_Validated):
         return -(-num_steps // self.steps_per_round)
 
 
-class MADPOIterConfig(MADPOConfig, IterativeSection):
+class IterativeMADPOConfig(MADPOConfig, IterativeSection):
     """MADPO-Iter: :class:`MADPOConfig` (sampling, DPO loss, ``pairs_per_prompt`` per
     prompt against the comparator; ``min_gap`` is unused: any non-tie pairs) plus the
     rounds (:class:`IterativeSection`)."""

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.preference.comparator import Comparator
-from comlrl.algos.recipes.preference.config import IterativeSection, MADPOIterConfig
+from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
 from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, joint_pairs
 from comlrl.algos.recipes.preference.madpo import (
     MADPORun,
@@ -180,7 +180,7 @@ def train_madpo_iter(
     (outputs as :func:`~comlrl.algos.recipes.preference.madpo.train_madpo`; evaluation,
     :func:`~comlrl.algos.recipes.preference.madpo.madpo_evaluate`, in ``eval.jsonl``)."""
     cfg = run.madpo.config
-    assert isinstance(cfg, MADPOIterConfig)
+    assert isinstance(cfg, IterativeMADPOConfig)
     settings = loop_settings(
         cfg,
         output_dir=output_dir,
