@@ -1,26 +1,28 @@
-"""A real instruct LLM learning a cooperative code task on CPU, with a control that cannot learn.
+"""A real instruct LLM learning a cooperative task on CPU, beside a control that cannot learn.
 
-What it runs, with the ``comlrl`` commands a user would type (each printed before it runs):
+What it runs, as the ``comlrl`` commands a user would type (each printed before it runs):
 
-1. ``comlrl eval``: the untrained team (two copies of the model) on the first
-   ``--eval-limit`` held-out problems (the task's test split, disjoint from its train
-   split), sampled at the training temperature, ``--eval-samples`` joint actions per
-   problem, fixed seed: the mean joint reward and pass@k *before*;
-2. ``comlrl train``: MAGRPO (``estimator=grpo``) for ``--steps`` steps at ``--lr``;
-3. ``comlrl eval`` of the trained pair (``final/agent_0``, ``final/agent_1``) with the same
-   problems, settings and seed: *after*;
-4. the control: the same ``comlrl train`` with ``learning_rate=0`` (every update runs, the
-   weights cannot move), then the same ``comlrl eval`` of its ``final/`` pair.
+1. ``comlrl eval``: the untrained team (two copies of the model) on the task's held-out test
+   split (``coop_story``: 40 seeds disjoint from the 280 training seeds), sampled at the
+   training temperature, ``--eval-samples`` joint actions per problem, fixed seed: the mean
+   joint reward *before*;
+2. at the same time, two ``comlrl train`` runs (MAGRPO, ``estimator=grpo``), one torch thread
+   each: the learning run at ``--lr`` and the control at ``learning_rate=0`` (every update
+   runs; the weights cannot move);
+3. ``comlrl eval`` of each run's ``final/`` pair with the same problems, settings and seed
+   (again side by side): *after* and *control*.
 
-With ``learning_rate=0`` the control's ``final/`` weights equal the initial ones, so its
-``after`` must equal ``before`` exactly (a check that the evaluation is paired and
-deterministic); its training reward curve is the untrained policy's reward with sampling
-noise, the line the learning run must rise above.
+The control's ``final/`` weights equal the initial ones, so its evaluation must equal *before*
+exactly (this checks that the evaluation is paired and deterministic), and its training curve
+is the untrained policy's reward with sampling noise: the line the learning run must rise
+above. One torch thread per process makes each run's numbers independent of what runs beside
+it.
 
-Writes ``--out`` (JSON: machine, commands, settings, wall times, the before/after/control
-evaluations and both runs' per-step rewards) and ``--plot`` (the two reward curves and the
-held-out numbers). Default model: SmolLM2-135M-Instruct's GGUF file in ``../shared/models``;
-default task: two-agent MBPP from ``../shared/data/mbpp.jsonl`` (``--data``).
+Writes ``--out`` (JSON: machine, commands, settings, wall times, the three evaluations and both
+runs' per-step rewards) and ``--plot`` (both reward curves, the held-out numbers in the title).
+Default model: SmolLM2-135M-Instruct's GGUF file in ``../shared/models``; default task: the
+built-in ``coop_story`` (no data file). ``--task mbpp --task-path ../shared/data/mbpp.jsonl
+--max-new-tokens 160`` runs the code task instead.
 
     python benchmarks/real_llm_learning_run.py \\
         --out benchmarks/results/real_llm_learning_run.json \\
@@ -46,14 +48,6 @@ from _bench_common import git_commit, machine_info  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 DEFAULT_MODEL = SHARED / "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_DATA = SHARED / "data/mbpp.jsonl"
-
-
-def torch_threads() -> int:
-    """The intra-op thread count torch uses in the ``comlrl`` processes (its default)."""
-    import torch
-
-    return torch.get_num_threads()
 
 
 def comlrl_exe() -> str:
@@ -62,20 +56,26 @@ def comlrl_exe() -> str:
     return str(beside) if beside.exists() else "comlrl"
 
 
-def run(cmd: list[str], log: Path) -> float:
-    """Run ``cmd`` (printed first), its output appended to ``log``; return its wall seconds.
+def run(cmds: list[list[str]], logs: list[Path]) -> float:
+    """Run ``cmds`` side by side (each printed first, one torch thread each, output into its
+    log); return the wall seconds until the last one ends.
 
     Raises:
-        SystemExit: the command failed (its log's tail is printed).
+        SystemExit: a command failed (its log's tail is printed).
     """
-    print("$ " + shlex.join(cmd), flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
-    with open(log, "a") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+    procs = []
+    for cmd, log in zip(cmds, logs, strict=True):
+        print("$ OMP_NUM_THREADS=1 " + shlex.join(cmd), flush=True)
+        with open(log, "a") as f:
+            procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env))
+    codes = [p.wait() for p in procs]
     wall = time.perf_counter() - start
-    if code != 0:
-        print(log.read_text()[-3000:])
-        raise SystemExit(f"command failed with exit code {code}: {shlex.join(cmd)}")
+    for code, cmd, log in zip(codes, cmds, logs, strict=True):
+        if code != 0:
+            print(log.read_text()[-3000:])
+            raise SystemExit(f"command failed with exit code {code}: {shlex.join(cmd)}")
     print(f"  ({wall:.0f} s)", flush=True)
     return wall
 
@@ -133,19 +133,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="a .gguf file, folder or Hub id")
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="MBPP's mbpp.jsonl")
+    ap.add_argument("--task", default="coop_story", help="a task suite (comlrl tasks)")
+    ap.add_argument("--task-path", default=None, help="task.kwargs.path (e.g. mbpp.jsonl)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=3e-5)
-    ap.add_argument("--batch-size", type=int, default=2, help="prompts per step")
-    ap.add_argument(
-        "--group", type=int, default=4, help="num_generations: joint actions per prompt"
-    )
-    ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--eval-limit", type=int, default=16, help="held-out problems")
-    ap.add_argument("--eval-samples", type=int, default=2, help="sampled joint actions per problem")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--batch-size", type=int, default=4, help="prompts per step")
+    ap.add_argument("--group", type=int, default=4, help="num_generations per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--eval-limit", type=int, default=None, help="held-out problems (all)")
+    ap.add_argument("--eval-samples", type=int, default=2, help="joint actions per problem")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default="runs/real-llm-learning", help="the runs' folders")
-    ap.add_argument("--skip-control", action="store_true")
     ap.add_argument("--out", default="benchmarks/results/real_llm_learning_run.json")
     ap.add_argument("--plot", default="docs/img/real_llm_learning_run.png")
     args = ap.parse_args()
@@ -154,94 +152,73 @@ def main() -> None:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    log = work / "commands.log"
     exe = comlrl_exe()
-    task = [
-        "task.name=mbpp",
-        f"task.kwargs.path={args.data}",
-        f"max_new_tokens={args.max_new_tokens}",
-        f"seed={args.seed}",
-    ]
-    evaluation = [
-        f"eval_limit={args.eval_limit}",
-        "eval_greedy=false",
-        f"eval_num_samples={args.eval_samples}",
-    ]
-    training = [
-        f"num_steps={args.steps}",
-        f"batch_size={args.batch_size}",
-        f"num_generations={args.group}",
-    ]
+    task = [f"task.name={args.task}", f"max_new_tokens={args.max_new_tokens}", f"seed={args.seed}"]
+    if args.task_path:
+        task.append(f"task.kwargs.path={args.task_path}")
+    evaluation = ["eval_greedy=false", f"eval_num_samples={args.eval_samples}"]
+    if args.eval_limit:
+        evaluation.append(f"eval_limit={args.eval_limit}")
+    training = [f"num_steps={args.steps}", f"batch_size={args.batch_size}"]
+    training.append(f"num_generations={args.group}")
+    runs = {"learning": args.lr, "control": 0.0}
 
-    def evaluate(models: list[str], out: Path) -> tuple[dict[str, Any], float]:
-        cmd = [
-            exe,
-            "eval",
-            *[a for m in models for a in ("--model", m)],
-            *task,
-            *evaluation,
-            "--output-dir",
-            str(out),
-        ]
-        wall = run(cmd, log)
-        return last_eval_row(out), wall
+    def eval_cmd(models: list[str], out: Path) -> list[str]:
+        flags = [a for m in models for a in ("--model", m)]
+        return [exe, "eval", *flags, *task, *evaluation, "--output-dir", str(out)]
 
-    def train(lr: float, out: Path) -> float:
-        return run(
-            [
-                exe,
-                "train",
-                "--model",
-                args.model,
-                *task,
-                *training,
-                f"learning_rate={lr:g}",
-                f"output_dir={out}",
-            ],
-            log,
-        )
+    def train_cmd(lr: float, out: Path) -> list[str]:
+        lr_key = f"learning_rate={lr:g}"
+        return [exe, "train", "--model", args.model, *task, *training, lr_key, f"output_dir={out}"]
 
     result: dict[str, Any] = {
-        "what": "MAGRPO on two-agent MBPP with a real instruct LLM on CPU; held-out eval before/after; lr=0 control",
-        "machine": machine_info(torch_threads(), load_average_1m_at_start=os.getloadavg()[0]),
+        "what": f"MAGRPO on two-agent {args.task} with a real instruct LLM on CPU: held-out "
+        "evaluation before and after, and a learning_rate=0 control",
+        "machine": machine_info(1, load_average_1m_at_start=os.getloadavg()[0]),
         "commit": git_commit(REPO),
         "model": args.model,
         "settings": vars(args),
+        "commands": {},
         "runs": {},
         "eval": {},
         "wall_s": {},
     }
     started = time.perf_counter()
-    result["eval"]["before"], result["wall_s"]["eval_before"] = evaluate(
-        [args.model, args.model], work / "eval_before"
-    )
-    for name, lr in (("learning", args.lr), ("control", 0.0)):
-        if name == "control" and args.skip_control:
-            continue
-        run_dir = work / name
-        result["wall_s"][f"train_{name}"] = train(lr, run_dir)
-        final = [str(run_dir / "final" / f"agent_{i}") for i in range(2)]
+    before = eval_cmd([args.model, args.model], work / "eval_before")
+    result["commands"]["eval_before"] = shlex.join(before)
+    result["wall_s"]["eval_before"] = run([before], [work / "eval_before.log"])
+    result["eval"]["before"] = last_eval_row(work / "eval_before")
+
+    trains = {name: train_cmd(lr, work / name) for name, lr in runs.items()}
+    result["commands"].update({f"train_{n}": shlex.join(c) for n, c in trains.items()})
+    logs = [work / f"train_{n}.log" for n in runs]
+    result["wall_s"]["train_side_by_side"] = run(list(trains.values()), logs)
+
+    finals = {n: [str(work / n / "final" / f"agent_{i}") for i in range(2)] for n in runs}
+    evals = {n: eval_cmd(finals[n], work / n / "eval_after") for n in runs}
+    result["commands"].update({f"eval_{n}": shlex.join(c) for n, c in evals.items()})
+    logs = [work / f"eval_{n}.log" for n in runs]
+    result["wall_s"]["eval_after_side_by_side"] = run(list(evals.values()), logs)
+    for name, lr in runs.items():
         key = "after" if name == "learning" else "control"
-        result["eval"][key], result["wall_s"][f"eval_{key}"] = evaluate(
-            final, run_dir / "eval_after"
-        )
-        result["runs"][name] = {"learning_rate": lr, "step_rewards": step_rewards(run_dir)}
+        result["eval"][key] = last_eval_row(work / name / "eval_after")
+        result["runs"][name] = {"learning_rate": lr, "step_rewards": step_rewards(work / name)}
     result["wall_s"]["total"] = time.perf_counter() - started
     result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
+
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    keys = ("reward_mean", "pass@1", f"pass@{args.eval_samples}")
     for name, row in result["eval"].items():
-        print(f"{name:>7}: " + ", ".join(f"{k}={row.get(k, float('nan')):.4f}" for k in keys))
+        print(f"held-out {name:>7}: reward_mean={row['reward_mean']:.4f}")
     for name, r in result["runs"].items():
         ys = r["step_rewards"]
         q = max(1, len(ys) // 4)
-        print(
-            f"{name:>8} training reward: first quarter {sum(ys[:q]) / q:.3f} -> last quarter {sum(ys[-q:]) / q:.3f}"
-        )
-    print(f"wall: {json.dumps({k: round(v) for k, v in result['wall_s'].items()})}; JSON in {out}")
-    if "control" in result["runs"] and args.plot:
+        first, last = sum(ys[:q]) / q, sum(ys[-q:]) / q
+        print(f"{name:>8} training reward: first quarter {first:.3f} -> last quarter {last:.3f}")
+    walls = {k: round(v) for k, v in result["wall_s"].items()}
+    print(f"wall seconds: {json.dumps(walls)}; JSON in {out}")
+    if args.plot:
         plot(result, Path(args.plot))
         print(f"plot in {args.plot}")
 

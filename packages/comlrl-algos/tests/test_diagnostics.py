@@ -75,6 +75,24 @@ def test_reinforce_and_larger_groups_do_not_warn(tiny_tokenizer: Any, tmp_path: 
     assert _training_warnings(record) == []
 
 
+def test_learning_rate_0_is_a_control_run_that_warns_and_keeps_the_weights(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    import torch
+
+    with pytest.warns(TrainingWarning, match="learning_rate=0: a control run"):
+        trainer = _trainer(tiny_tokenizer, tmp_path, learning_rate=0.0, num_steps=2)
+    before = [
+        {k: v.detach().clone() for k, v in a.model.state_dict().items()} for a in trainer.agents
+    ]
+    trainer.train()
+    for agent, weights in zip(trainer.agents, before, strict=True):
+        after = agent.model.state_dict()
+        assert all(torch.equal(after[k], v) for k, v in weights.items())
+    with pytest.raises(ValueError, match="learning_rate"):
+        TrainConfig(learning_rate=-1e-5)
+
+
 def test_prompts_past_the_context_are_counted(tiny_tokenizer: Any) -> None:
     prompts = [d["t"] for d in DATA]
     lengths = [len(tiny_tokenizer(p)["input_ids"]) for p in prompts]

@@ -167,9 +167,10 @@ class OptimisationSection(BaseModel):
 
     learning_rate: float = Field(
         1e-3,
-        gt=0,
+        ge=0,
         description="1e-3 suits the built-in 260K-parameter stories260k with "
-        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5.",
+        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5. 0 makes a "
+        "control run: every rollout and update runs, the weights stay as loaded (warned).",
     )
     optimizer: Literal["radam", "adamw", "sgd"] = Field(
         "radam",

@@ -1,6 +1,7 @@
 """Warnings for runs that cannot learn, said once and clearly instead of training silently.
 
 - :func:`warn_if_cannot_learn` (before the first step, from the recipe's ``setup``):
+  ``learning_rate=0`` (a control run: the weights stay as loaded),
   ``num_generations=1`` with a group baseline (every advantage is 0), and prompts that
   with ``max_new_tokens`` do not fit the model's context (``max_position_embeddings``),
   with how many prompts are affected.
@@ -117,7 +118,8 @@ def warn_if_cannot_learn(
 ) -> list[str]:
     """Warn (:class:`TrainingWarning`) about settings that stop a run from learning.
 
-    Checks ``config.num_generations`` against ``config.estimator``
+    Checks ``config.learning_rate`` (0: a control run whose weights stay as loaded),
+    ``config.num_generations`` against ``config.estimator``
     (:func:`group_size_problem`; only with ``group_baseline``: a recipe whose baseline
     is a critic, IAC/MAAC, does not use the estimator), and the turn-0 prompts of the first
     :data:`MAX_CHECKED_EXAMPLES` examples against each agent's context (agents without a
@@ -127,6 +129,11 @@ def warn_if_cannot_learn(
         The warning messages (empty when all is well).
     """
     messages = []
+    if getattr(config, "learning_rate", None) == 0:
+        messages.append(
+            "learning_rate=0: a control run; every rollout and update runs but the weights "
+            "stay as loaded, so the reward can only change by sampling noise."
+        )
     problem = (
         group_size_problem(config.num_generations, config.estimator) if group_baseline else None
     )
