@@ -269,14 +269,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_preference.py::test_reward_chart_empty_series",
     "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
     "test_preference.py::test_explicit_output_directories_and_independent_caches",
-    "test_reference_kl.py::test_magrpo_reference_kl_defaults_to_frozen_actor_copy",
-    "test_reference_kl.py::test_iac_reference_model_loads_from_actor_source",
-    "test_reference_kl.py::test_actor_critic_kl_shaping_is_noop_when_disabled",
-    "test_reference_kl.py::test_actor_critic_kl_shaping_penalizes_reward",
-    "test_reference_kl.py::test_magrpo_applies_reference_kl_to_returns",
-    "test_reference_kl.py::test_reference_kl_values_disabled_or_missing_models",
-    "test_reference_kl.py::test_reference_kl_values_keep_order_and_module_hook",
-    "test_reference_kl.py::test_reference_kl_values_restore_training_modes_and_rng",
     "test_trainer_init.py::test_iac_separate_critics_get_one_optimizer_each",
 ]
 

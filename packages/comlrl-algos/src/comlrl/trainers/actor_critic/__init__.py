@@ -26,6 +26,10 @@ from comlrl.trainers._base import (
     critic_device_names,
     load_agents,
 )
+from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
+
+# 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
+from comlrl.utils.reference_kl import reference_kl_for_sequence  # noqa: F401
 
 __all__ = ["ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
 
@@ -155,7 +159,7 @@ class MAACConfig:
         _check_ac(self)
 
 
-class ActorCriticTrainerBase(CompatTrainer):
+class ActorCriticTrainerBase(ReferenceKLHooks143, CompatTrainer):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
     ``train()``/``evaluate()``/``save_model()``. Use a subclass; ``method`` picks the recipe.
