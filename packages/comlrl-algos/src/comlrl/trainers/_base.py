@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
+from comlrl.trainers._tasks143 import AgentTasks143
 
 __all__ = [
     "CompatTrainer",
@@ -399,7 +400,7 @@ def _import_wandb() -> Any:
     return wandb
 
 
-class CompatTrainer:
+class CompatTrainer(AgentTasks143):
     """Shared implementation of the CoMLRL 1.4.3 trainer front (see the module docstring).
 
     Subclasses set :attr:`config_cls`, :attr:`algorithm_name` and implement
@@ -479,6 +480,11 @@ class CompatTrainer:
             agent_model, agents, num_agents, tokenizer, self.model_config
         )
         self.num_agents = len(models)
+        self.parallel_training = str(args.parallel_training)
+        placement = device_fields(args, self.num_agents)
+        self.agent_devices = (
+            placement.get("agent_devices") or [placement.get("device", "auto")] * self.num_agents
+        )
         self.model_name = names[0]
         self.tokenizers = tokenizers
         self.tokenizer = tokenizers[0]
