@@ -259,7 +259,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
-    "test_magrpo.py::test_compute_rewards_wraps_completions_in_place",
     "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
     "test_preference.py::test_reward_chart_empty_series",
     "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
@@ -292,18 +291,61 @@ def _comlrl143_tests(session: nox.Session) -> Path:
     return tests
 
 
+#: venvs of other sessions that hold our four packages with algos' extras and the test
+#: tools (``tests(integration)``, ``slow(integration)``); the compat session runs in one of
+#: them when its installed ``comlrl`` sources equal this checkout's
+COMPAT_REUSABLE_VENVS = ["tests-python-3-11-package-integration", "slow-package-integration"]
+#: run by a candidate venv's Python: exit 0 when every ``comlrl.<name>`` subpackage of
+#: ``packages/*/src`` (argv[1]) is importable with the same ``.py`` files, and the test
+#: dependencies of 1.4.3's suite import
+_SAME_SOURCES = """
+import importlib, pathlib, sys
+for src in sorted(pathlib.Path(sys.argv[1]).glob("*/src/comlrl/*")):
+    if not (src / "__init__.py").is_file():
+        continue
+    mod = importlib.import_module("comlrl." + src.name)
+    installed = pathlib.Path(mod.__file__).parent
+    files = lambda d: {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*.py")}
+    if files(installed) != files(src):
+        sys.exit(f"comlrl.{src.name}: installed sources differ from {src}")
+import datasets, hypothesis, pytest, transformers
+"""
+
+
+def _compat_python(session: nox.Session) -> str | None:
+    """The Python of a venv in :data:`COMPAT_REUSABLE_VENVS` whose installed ``comlrl``
+    sources equal this checkout's (then nothing is installed), else None."""
+    for name in COMPAT_REUSABLE_VENVS:
+        python = ROOT / ".nox" / name / "bin" / "python"
+        if not python.is_file():
+            continue
+        check = subprocess.run(
+            [str(python), "-c", _SAME_SOURCES, str(PACKAGES)], capture_output=True, text=True
+        )
+        if check.returncode == 0:
+            session.log(f"compat: reusing .nox/{name} (its comlrl sources equal this checkout's)")
+            return str(python)
+        session.log(f"compat: not reusing .nox/{name}: {check.stderr.strip()[-200:]}")
+    return None
+
+
 @nox.session(python=TORCH_PYTHON)
 def compat(session: nox.Session) -> None:
     """CoMLRL 1.4.3's own test suite, unmodified, against ``comlrl.trainers`` /
     ``comlrl.utils``: its sdist's ``tests/`` folder (cached under ``.nox/_comlrl143``; only
     the tests are unpacked, so its ``comlrl`` package cannot shadow ours) with its own
-    ``helpers.py``/``conftest.py`` imported the way its pytest config does, in a venv
-    holding our four packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
+    ``helpers.py``/``conftest.py`` imported the way its pytest config does. It runs in the
+    integration tests' venv when that holds this checkout (:func:`_compat_python`: nothing
+    to install, as in CI after ``nox -s tests``), else in its own venv holding our four
+    packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
     :data:`COMPAT_KNOWN_FAILURES` are left out (docs/compat.md gives each one's reason);
     everything else must pass. Pass test files and pytest options to run
     a part, e.g. ``nox -s compat -- test_magrpo.py -x``."""
     tests = _comlrl143_tests(session)
-    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    python = _compat_python(session)
+    if python is None:
+        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        python = "python"
     ini = tests.parent / "pytest.ini"
     ini.write_text("[pytest]\n")  # keeps the monorepo's pytest settings out of 1.4.3's suite
     targets = session.posargs or ["."]
@@ -311,7 +353,7 @@ def compat(session: nox.Session) -> None:
     ignore = [arg for f in COMPAT_IGNORED_FILES for arg in ("--ignore", f)]
     session.chdir(tests)
     session.run(
-        "python", "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
+        python, "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
         "-p", "no:cacheprovider", "-q", "-ra", *ignore, *deselect,
-        env={"WANDB_MODE": "disabled"},
+        env={"WANDB_MODE": "disabled"}, external=True,
     )  # fmt: skip

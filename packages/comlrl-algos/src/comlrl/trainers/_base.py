@@ -135,6 +135,7 @@ class CompatTrainer(AgentTasks143):
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.reward_func = reward_func
+        self.reward_processor = reward_processor
         self.external_transition = external_transition
         models, tokenizers, names = load_agents(
             agent_model, agents, num_agents, tokenizer, self.model_config
