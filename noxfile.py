@@ -230,7 +230,6 @@ COMLRL_143 = "comlrl==1.4.3"
 #: 1.4.3 test files left out (``--ignore``): they import 1.4.3 internals we do not provide
 #: (docs/compat.md, "CoMLRL 1.4.3's test suite", gives the reason of each)
 COMPAT_IGNORED_FILES = [
-    "test_actor_critic.py",
     "test_centralized_preference.py",
     "test_checkpoint_assets.py",
     "test_checkpoint_files.py",
@@ -248,6 +247,12 @@ COMPAT_IGNORED_FILES = [
 #: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
 #: group listed with its reason in docs/compat.md
 COMPAT_KNOWN_FAILURES = [
+    "test_actor_critic.py::test_ac_step_reads_mask_from_rollout_metadata",
+    "test_actor_critic.py::test_ac_step_matches_analytic_gradients",
+    "test_actor_critic.py::test_maac_single_turn_does_not_dispatch_multi_turn_reward_override",
+    "test_actor_critic.py::test_log_metrics_logs_each_call_directly",
+    "test_actor_critic.py::test_evaluate_collects_rollouts_in_eval_mode",
+    "test_actor_critic.py::test_wandb_init_reports_actor_critic_config",
     "test_centralized_comparator.py::test_centralized_split_preserves_candidate_and_agent_alignment",
     "test_centralized_comparator.py::test_centralized_split_validates_adapter_output_count",
     "test_centralized_comparator.py::test_decentralized_path_does_not_call_centralized_generation",

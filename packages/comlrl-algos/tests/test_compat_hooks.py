@@ -91,3 +91,31 @@ def test_iac_value_heads_with_reference_kl_train_and_measure_the_kl(stories260k:
     history = trainer.train()
     kl = [v for k, v in history[-1].items() if "kl" in k and k.endswith("agent_0")]
     assert kl and kl[0] > 0, history[-1]
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_sequence_stats_sum_the_response_token_log_probs(
+    prompt: int, length: int, seed: int
+) -> None:
+    """1.4.3's ``_compute_sequence_stats`` against a loop over the response tokens."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, prompt + length, 5, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, 5, (2, prompt + length), generator=g)
+    got = object.__new__(IACTrainer)._compute_sequence_stats(ids, logits, prompt, length)
+    want = torch.zeros(2, dtype=torch.float64)
+    for b in range(2):
+        for t in range(prompt, prompt + length):
+            want[b] += torch.log_softmax(logits[b, t - 1], -1)[ids[b, t]]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+
+
+def test_expand_rewards_follows_1_4_3_precedence() -> None:
+    trainer = object.__new__(IACTrainer)
+    trainer.args = SimpleNamespace(num_agents=2)
+    assert trainer._expand_rewards([1.0, 2.0], 2) == [
+        [1.0, 2.0],
+        [1.0, 2.0],
+    ]  # per generation first
+    assert trainer._expand_rewards([1.0, 2.0], 3) == [[1.0] * 3, [2.0] * 3]
+    with pytest.raises(ValueError, match="got 4"):
+        trainer._expand_rewards([1.0] * 4, 3)

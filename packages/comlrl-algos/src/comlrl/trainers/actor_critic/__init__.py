@@ -26,14 +26,22 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
+from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
 
 # 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
 from comlrl.utils.reference_kl import reference_kl_for_sequence  # noqa: F401
 
-__all__ = ["ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
+__all__ = [
+    "ActorCriticTrainerBase",
+    "IACConfig",
+    "IACTrainer",
+    "MAACConfig",
+    "MAACTrainer",
+    "RolloutSample",
+]
 
 
-class ActorCriticTrainerBase(ReferenceKLHooks143, CompatTrainer):
+class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
     ``train()``/``evaluate()``/``save_model()``. Use a subclass; ``method`` picks the recipe.
@@ -272,16 +280,3 @@ class MAACTrainer(ActorCriticTrainerBase):
     config_cls: type = MAACConfig
     algorithm_name = "MAAC"
     method = "maac"
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RolloutSample":
-        from comlrl.utils import NotProvidedError
-
-        raise NotProvidedError(
-            "comlrl.trainers.actor_critic.RolloutSample (CoMLRL 1.4.3's internal rollout "
-            "buffer record) is not provided; rollouts here are comlrl.algos.rollout.tree.Rollout "
-            "records (see docs/compat.md).",
-            name=name,
-        )
-    raise AttributeError(f"module 'comlrl.trainers.actor_critic' has no attribute {name!r}")
