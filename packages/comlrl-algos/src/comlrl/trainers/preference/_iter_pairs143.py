@@ -80,12 +80,76 @@ class IterativePairHooks143:
         num_candidates: int,
         **_: Any,
     ) -> list[dict[str, Any]]:
-        """The same from round ``iteration_idx``'s comparator policy."""
-        comparator = self._comparator.agents_for(int(iteration_idx))  # type: ignore[attr-defined]
-        models = [getattr(agent, "model", agent) for agent in comparator]
+        """The same from round ``iteration_idx``'s comparator policy: the current agents
+        for ``comparator_policy="current"``, else the comparator's agents
+        (:class:`comlrl.trainers._iterative.Comparator`);
+        ``comparator_generation_mode="centralized"`` goes to
+        :meth:`_generate_centralized_comparator_outputs_for_item`."""
+        a = self.args
+        if str(getattr(a, "comparator_generation_mode", "decentralized")) == "centralized":
+            return self._generate_centralized_comparator_outputs_for_item(
+                batch_item, iteration_idx=iteration_idx, num_candidates=num_candidates
+            )
+        if str(getattr(a, "comparator_policy", "current")) == "current":
+            models = list(self.agents)  # type: ignore[attr-defined]
+        else:
+            comparator = self._comparator.agents_for(int(iteration_idx))  # type: ignore[attr-defined]
+            models = [getattr(agent, "model", agent) for agent in comparator]
         return self._generate_policy_outputs_for_item(
             models, batch_item, num_candidates=num_candidates
         )
+
+    def _generate_centralized_comparator_outputs_for_item(
+        self, batch_item: Mapping[str, Any], **_: Any
+    ) -> list[dict[str, Any]]:
+        """1.4.3's centralized comparator sampling: not supported here.
+
+        Raises:
+            UnsupportedFieldError: always (``comparator_generation_mode="centralized"``).
+        """
+        from comlrl.trainers._fields import UnsupportedFieldError
+
+        raise UnsupportedFieldError(
+            "comparator_generation_mode='centralized' is not supported by comlrl.trainers; "
+            "set comparator_generation_mode='decentralized'."
+        )
+
+    def _split_centralized_comparator_outputs(
+        self, completions: Sequence[str], *, batch_item: Mapping[str, Any], prompt: str
+    ) -> list[dict[str, Any]]:
+        """1.4.3's split of a centralized comparator's joint completions into one output
+        per agent (``prompts``, ``batch_items``, ``completions`` as ``[1][K]``) with
+        ``centralized_comparator_adapter.parse_completion``.
+
+        Raises:
+            ValueError: no completions, or a parse that does not give ``A`` outputs.
+            TypeError: a parse that is one string or holds a non-string.
+        """
+        if not completions:
+            raise ValueError("the centralized comparator produced no candidates")
+        adapter = self.centralized_comparator_adapter  # type: ignore[attr-defined]
+        per_agent: list[list[str]] = [[] for _ in range(int(self.num_agents))]
+        for text in completions:
+            parsed = adapter.parse_completion(str(text), batch_item, int(self.num_agents))
+            if isinstance(parsed, (str, bytes)):
+                raise TypeError(
+                    "centralized_comparator_adapter.parse_completion must return a sequence "
+                    f"of strings, not one string: {parsed!r}"
+                )
+            parsed = list(parsed)
+            if len(parsed) != int(self.num_agents):
+                raise ValueError(
+                    "centralized_comparator_adapter.parse_completion must return exactly "
+                    f"{self.num_agents} outputs; got {len(parsed)}: {parsed!r}"
+                )
+            if not all(isinstance(p, str) for p in parsed):
+                raise TypeError(f"parse_completion outputs must all be strings: {parsed!r}")
+            for agent, output in enumerate(parsed):
+                per_agent[agent].append(output)
+        return [
+            {"prompts": [prompt], "batch_items": [batch_item], "completions": [texts]}
+            for texts in per_agent
+        ]
 
     def _compute_raw_and_processed_rewards(
         self,
