@@ -119,3 +119,15 @@ def test_expand_rewards_follows_1_4_3_precedence() -> None:
     assert trainer._expand_rewards([1.0, 2.0], 3) == [[1.0] * 3, [2.0] * 3]
     with pytest.raises(ValueError, match="got 4"):
         trainer._expand_rewards([1.0] * 4, 3)
+
+
+def test_agents_and_optimizers_can_be_assigned_only_before_the_run_exists() -> None:
+    trainer = object.__new__(MAGRPOTrainer)
+    trainer.agents = ["a", "b"]
+    trainer.optimizers = ["o", "p"]
+    assert trainer.agents == ["a", "b"] and trainer.optimizers == ["o", "p"]
+    trainer._run_state = object()  # a built recipe run holds the models
+    with pytest.raises(AttributeError, match="agents cannot be replaced"):
+        trainer.agents = ["c"]
+    with pytest.raises(AttributeError, match="optimizers cannot be replaced"):
+        trainer.optimizers = ["q"]

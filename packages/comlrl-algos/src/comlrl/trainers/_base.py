@@ -234,8 +234,21 @@ class CompatTrainer(AgentTasks143):
 
     @agents.setter
     def agents(self, models: Sequence[Any]) -> None:
-        """Replace the models (1.4.3's tests assign ``trainer.agents``)."""
+        """Replace the models before the recipe run is built (1.4.3's tests assign
+        ``trainer.agents`` on trainers they assemble by hand).
+
+        Raises:
+            AttributeError: the run is built (it holds the models and their optimizers).
+        """
+        self._refuse_after_run("agents")
         self._models = list(models)
+
+    def _refuse_after_run(self, name: str) -> None:
+        if self.__dict__.get("_run_state") is not None:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} cannot be replaced once the recipe run is built "
+                f"(it holds the models and their optimizers); build a new trainer instead."
+            )
 
     @property
     def config(self) -> Any:
@@ -250,7 +263,13 @@ class CompatTrainer(AgentTasks143):
 
     @optimizers.setter
     def optimizers(self, optimizers: Sequence[Any]) -> None:
-        """Use these optimizers in the 1.4.3 hooks (1.4.3's tests assign them)."""
+        """Use these optimizers in the 1.4.3 hooks, before the recipe run is built (1.4.3's
+        tests assign them).
+
+        Raises:
+            AttributeError: the run is built.
+        """
+        self._refuse_after_run("optimizers")
         self.__dict__["_optimizers_given"] = list(optimizers)
 
     def _base_run(self) -> Any:
