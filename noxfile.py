@@ -261,7 +261,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_centralized_magrpo.py::test_one_actor_training_uses_joint_prompt_and_task_rewards",
     "test_centralized_magrpo.py::test_eval_passes_separate_roles_to_eval_logger",
     "test_centralized_magrpo.py::test_loss_matches_full_joint_sequence_policy_gradient",
-    "test_centralized_magrpo.py::test_joint_actor_gets_one_reference_model",
     "test_centralized_magrpo.py::test_wandb_does_not_claim_a_comparator",
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",

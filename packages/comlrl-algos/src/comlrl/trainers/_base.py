@@ -318,7 +318,8 @@ class CompatTrainer(AgentTasks143):
                 if eval_every and run.step % eval_every == 0:
                     self.evaluate()
                 row = self._train_step()
-                self.env_step += cfg.batch_size
+                # 1.4.3's environment steps: the joint actions scored (the W&B step)
+                self.env_step += int(row.get("num_joint_actions", cfg.batch_size))
                 history.append(row)
                 self._wandb_log(row)
                 bar.update(1)
