@@ -162,7 +162,9 @@ def test_madpo_runs_on_the_default_task_and_resumes_exactly(
     rows = _rows(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(isinstance(r["reward_mean"], float) and "num_pairs" in r for r in rows)
-    assert "eval/reward_mean" in rows[1] and "eval/reward_mean_start" in rows[0]
+    evals = _rows(out / "eval.jsonl")  # before step 1, at step 2, after the last
+    assert [r["step"] for r in evals] == [0, 2, 3] and "eval/reward_mean" in evals[1]
+    assert not any(k.startswith("eval/") for r in rows for k in r)
     _check_final(out, 2)
     saved = (out / "config.yaml").read_text()
     assert saved.startswith("algo: madpo\n") and "num_candidates: 4" in saved

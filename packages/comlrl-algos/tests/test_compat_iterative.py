@@ -228,14 +228,14 @@ def test_madpo_iter_rounds_replay_history_comparator_and_save(
     # k = 2: rounds 0 and 1 compare with the initial policy (snapshot 0; round 0's is the
     # current policy itself), round 2 with the policy after round 0 (snapshot 1); no
     # snapshot outlives the last round that reads it
-    assert trainer._comparator.used == [0, 0, 1]
-    assert trainer._comparator.snapshots == {}
+    assert trainer.rounds.comparator.used == [0, 0, 1]
+    assert trainer.rounds.comparator.snapshots == {}
     # the policy checkpoints: initial and after each round, as 1.4.3 names them
     names = sorted(p.name for p in (tmp_path / "policies").iterdir())
     assert names == ["initial", "iteration_0000", "iteration_0001", "iteration_0002"]
     _assert_saved_equal(tmp_path / "policies" / "initial" / "agent_0", _as_model(initial))
     # round 2's comparator held exactly the weights written after round 0
-    comparator = trainer._comparator._frozen[1].model
+    comparator = trainer.rounds.comparator.frozen[1].model
     _assert_saved_equal(tmp_path / "policies" / "iteration_0000" / "agent_1", comparator)
     paths = trainer.save_model(tmp_path / "out")
     assert [p.name for p in paths] == ["agent_0", "agent_1"]

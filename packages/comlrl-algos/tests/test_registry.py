@@ -26,6 +26,9 @@ EXPECTED = {
     "maac",
     "madpo",
     "marlhf",
+    "madpo_iter",
+    "marlhf_iter",
+    "centralized_magrpo",
     "dpo",
     "sft",
 }

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from comlrl.envs.sandbox import SandboxLimits, SandboxPool, check_solution, run_python, zygote
+from comlrl.envs.sandbox import (
+    SandboxLimits,
+    SandboxPool,
+    _zygotes,
+    check_solution,
+    run_python,
+    zygote,
+)
 
 if TYPE_CHECKING:
     from conftest import Beacon
@@ -312,8 +319,8 @@ def test_falls_back_to_exec_when_fork_is_unavailable(monkeypatch: pytest.MonkeyP
 
 
 def test_falls_back_to_exec_when_a_zygote_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(zygote, "_RUNNER", "/nonexistent/_runner.py")
-    monkeypatch.setattr(zygote, "_READY_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(_zygotes, "_RUNNER", "/nonexistent/_runner.py")
+    monkeypatch.setattr(_zygotes, "_READY_TIMEOUT_S", 5.0)
     monkeypatch.setattr(zygote, "_WARNED", False)
     with pytest.warns(RuntimeWarning, match="zygote"):
         res = run_python("print(4)", FORK)
@@ -356,13 +363,13 @@ def test_without_a_zygote_namespace_each_child_makes_its_own(
 ) -> None:
     # A zygote that could not unshare answers plain "ready": its children must then make
     # their own namespace (the previous behaviour), not run on the host's network.
-    real = zygote._Zygote.__init__
+    real = _zygotes.Zygote.__init__
 
     def no_netns(self, netns: bool = False) -> None:  # type: ignore[no-untyped-def]
         real(self, False)
         self.wants_netns = netns
 
-    monkeypatch.setattr(zygote._Zygote, "__init__", no_netns)
+    monkeypatch.setattr(_zygotes.Zygote, "__init__", no_netns)
     host = os.readlink("/proc/self/ns/net")
     res = run_python(_NETNS, HOSTFS)
     if not res.isolation.get("netns"):

@@ -16,6 +16,7 @@ and options may come in any order. ``comlrl tasks`` lists the task suites and th
 :mod:`comlrl.algos.cli.registry` (``iac``, ``maac``, ``madpo``, ``marlhf``, ``dpo``,
 ``sft``, the group-baseline family); ``comlrl recipes`` (or ``comlrl train algo=list``)
 lists them. Each recipe accepts its own config's keys and fails on any other, naming it.
+What ``--resume`` continues is found by :mod:`comlrl.algos.cli.resume`.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from comlrl.algos.cli.resume import resume_target
     from comlrl.algos.cli.runs import RunRequest
     from comlrl.algos.models import distributed
     from comlrl.algos.training import lifecycle
@@ -157,7 +159,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
     try:
         if args.resume:
-            recipe, config, resume_from = _resume_target(args)
+            recipe, config, resume_from = resume_target(args)
         else:
             recipe, config = _fresh_config(args)
             resume_from = None
@@ -280,112 +282,6 @@ def run_tasks() -> int:
             print(f"    data: {info.data}")
     print("set options with task.kwargs.<option>=VALUE, e.g. task.kwargs.limit=16")
     return 0
-
-
-def _resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """The recipe, the saved config (plus safe overrides) and newest checkpoint of
-    ``--resume RUN_DIR``.
-
-    Raises:
-        ConfigError: flags that conflict with --resume, a run of a recipe that cannot be
-            resumed, an unsafe override, or no checkpoint.
-    """
-    from comlrl.algos.training.checkpoint import latest_checkpoint
-    from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.lifecycle import finished_step, resume_config
-
-    flags = {
-        "--config": args.config,
-        "--model": args.model,
-        "--output-dir": args.output_dir,
-        "--overwrite": args.overwrite,
-    }
-    clash = [name for name, value in flags.items() if value]
-    if clash:
-        raise ConfigError(
-            f"--resume takes the run's own config ({args.resume}/config.yaml) and folder; drop "
-            f"{', '.join(clash)} (to start over instead: comlrl train --overwrite ...)."
-        )
-    overrides = list(args.overrides)
-    if args.num_steps is not None:
-        overrides.append(f"num_steps={args.num_steps}")
-    if any(o.split("=", 1)[0].strip() == "algo" for o in overrides):
-        raise ConfigError("--resume continues the run's own recipe; drop algo=.")
-    recipe = _saved_recipe(args.resume)
-    config = resume_config(args.resume, overrides, recipe.build_config)
-    found = latest_checkpoint(args.resume)
-    finished = finished_step(args.resume)
-    if found is None and finished is not None:
-        if finished >= config.num_steps:
-            return recipe, config, None  # _run_train says there is nothing to do
-        raise ConfigError(
-            f"{args.resume!r} finished at step {finished} (final/) without a step checkpoint "
-            f"(save_every=0), so it cannot be continued to num_steps={config.num_steps}: the "
-            "optimizer state and random streams are gone. Start over with --overwrite (and "
-            "save_every=N to be able to extend a run later)."
-        )
-    if found is None:
-        raise ConfigError(
-            f"nothing to resume in {args.resume!r}: no complete checkpoint under "
-            f"{args.resume}/checkpoints (a run writes one every save_every steps and on Ctrl-C); "
-            "start it again with --overwrite."
-        )
-    return recipe, config, found
-
-
-def _saved_recipe(run_dir: str) -> Any:
-    """The recipe of the run in ``run_dir``, read from its ``config.yaml``: its ``algo``
-    key; else the only recipe whose config has every saved key (a group-baseline run's
-    ``estimator`` picks among those four).
-
-    Raises:
-        ConfigError: no readable ``config.yaml``, an unknown ``algo``, keys that fit no
-            recipe or more than one (e.g. ``iac`` and ``maac``: add ``algo:`` to the file),
-            or a recipe that cannot be resumed.
-    """
-    from pathlib import Path
-
-    import yaml
-    from comlrl.algos.cli.registry import RECIPES, get_recipe, resolve_recipe
-    from comlrl.algos.training.config import ConfigError, TrainConfig
-
-    path = Path(run_dir) / "config.yaml"
-    try:
-        saved = yaml.safe_load(path.read_text())
-    except OSError:
-        raise ConfigError(
-            f"cannot resume {run_dir!r}: it has no config.yaml (is it the output_dir of a "
-            "comlrl train run?)"
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{str(path)!r} is not valid YAML: {exc}") from None
-    if not isinstance(saved, dict):
-        raise ConfigError(f"{str(path)!r} must hold a YAML mapping")
-    if isinstance(saved.get("algo"), str):
-        recipe = get_recipe(saved["algo"])
-    elif set(saved) <= set(TrainConfig.model_fields):
-        recipe, _ = resolve_recipe({"estimator": saved.get("estimator", "grpo")})
-    else:
-        fits = {
-            r.name: r
-            for r in RECIPES.values()
-            if set(saved) <= set(r.config_class().model_fields)
-            and r.config != RECIPES["magrpo"].config
-        }
-        if len(fits) != 1:
-            what = f"algo={' or algo='.join(fits)}" if fits else "no registered recipe"
-            raise ConfigError(
-                f"{str(path)!r} has no algo: key and its keys fit {what}; add the line "
-                "`algo: NAME` (the recipe the run was started with) to it and resume again."
-            )
-        (recipe,) = fits.values()
-    if not recipe.resumable:
-        raise ConfigError(
-            f"{run_dir!r} is a run of algo={recipe.name}, which cannot be resumed "
-            f"(resumable: {', '.join(r.name for r in RECIPES.values() if r.resumable)}); "
-            "start a new run, e.g. from its final/ weights with --model."
-        )
-    return recipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,9 +14,12 @@ names                   recipe
 ``mareinforce``         no baseline (``reinforce``)
 ``marloo`` (``rloo``)   leave-one-out baseline
 ``maremax`` (``remax``) the best return of the other samples as baseline
+``centralized_magrpo``  one joint policy for every role (split by ``role_format``)
 ``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
 ``madpo``               multi-agent DPO on joint actions paired by reward gap
 ``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
+``madpo_iter``          rounds of pairs against a comparator policy, replay, DPO steps
+``marlhf_iter``         rounds of comparator pairs, a reward model refit, MAGRPO steps
 ``dpo`` / ``sft``       one model on ``data=rows.jsonl``
 ======================  =========================================================
 
@@ -221,6 +224,17 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 distributed=True,
             ),
             Recipe(
+                "centralized_magrpo",
+                "Centralized MAGRPO: one joint policy writes every role's output (role_format "
+                "splits it), group-mean baseline",
+                "comlrl.algos.cli.centralized_run:CentralizedRunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_magrpo",
+                presets={"output_dir": "runs/centralized_magrpo"},
+                fixed={"estimator": "grpo"},
+                aliases=("central_magrpo",),
+                resumable=True,
+            ),
+            Recipe(
                 "iac",
                 "IAC: PPO actors, a critic per agent on its own prompt, GAE advantages",
                 "comlrl.algos.recipes.actor_critic.recipe:ActorCriticConfig",
@@ -250,6 +264,20 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 f"{_GB}:run_marlhf",
                 presets={"output_dir": "runs/marlhf"},
                 resumable=True,
+            ),
+            Recipe(
+                "madpo_iter",
+                "MADPO-Iter: rounds of fresh pairs against a comparator policy (current, a "
+                "frozen model, or the policy k rounds ago), replayed, then joint DPO steps",
+                "comlrl.algos.cli.iterative_run:MADPOIterRunConfig",
+                "comlrl.algos.cli.iterative_run:run_madpo_iter",
+            ),
+            Recipe(
+                "marlhf_iter",
+                "MARLHF-Iter: rounds of comparator pairs, a reward model refit on them, then "
+                "MAGRPO steps on its reward",
+                "comlrl.algos.cli.iterative_run:MARLHFIterRunConfig",
+                "comlrl.algos.cli.iterative_run:run_marlhf_iter",
             ),
             Recipe(
                 "dpo",

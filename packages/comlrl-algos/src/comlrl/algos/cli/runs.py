@@ -39,6 +39,7 @@ __all__ = [
     "MADPORunConfig",
     "MARLHFRunConfig",
     "read_jsonl_rows",
+    "run_policy_gradient",
     "run_group_baseline",
     "run_iac",
     "run_maac",
@@ -57,14 +58,14 @@ def run_group_baseline(config: TrainConfig, request: RunRequest) -> int:
     :class:`~comlrl.algos.MultiAgentTrainer` with ``config.estimator``."""
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 
-    return _run_policy_gradient(config, request, MultiAgentTrainer, f"estimator {config.estimator}")
+    return run_policy_gradient(config, request, MultiAgentTrainer, f"estimator {config.estimator}")
 
 
 def run_iac(config: Any, request: RunRequest) -> int:
     """``algo=iac``: :class:`~comlrl.algos.IACTrainer` (a critic per agent)."""
     from comlrl.algos.recipes.actor_critic.trainer import IACTrainer
 
-    return _run_policy_gradient(
+    return run_policy_gradient(
         config, request, IACTrainer, f"IAC ({config.critic_mode} {config.critic_type}-critics)"
     )
 
@@ -73,16 +74,23 @@ def run_maac(config: Any, request: RunRequest) -> int:
     """``algo=maac``: :class:`~comlrl.algos.MAACTrainer` (one centralised critic)."""
     from comlrl.algos.recipes.actor_critic.trainer import MAACTrainer
 
-    return _run_policy_gradient(
+    return run_policy_gradient(
         config, request, MAACTrainer, f"MAAC (centralised {config.critic_type}-critic)"
     )
 
 
-def _run_policy_gradient(
-    config: TrainConfig, request: RunRequest, trainer_cls: Callable[..., Any], label: str
+def run_policy_gradient(
+    config: TrainConfig,
+    request: RunRequest,
+    trainer_cls: Callable[..., Any],
+    label: str,
+    *,
+    num_models: int | None = None,
 ) -> int:
     """Task -> agents -> trainer -> train -> summary, the run ``comlrl train`` has always
-    made (for the actor-critic trainers too: the same task, agents and outputs)."""
+    made (for the actor-critic trainers too: the same task, agents and outputs).
+    ``trainer_cls(agents, config, task=, dataset=)`` builds the trainer; ``num_models``
+    agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1)."""
     import torch
     from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.models import distributed
@@ -100,9 +108,12 @@ def _run_policy_gradient(
         return _err(str(exc))
     _quiet_transformers()
     world = distributed.rank_and_world()[1]
+    who = f"{config.num_agents} agents"
+    if num_models is not None and num_models != config.num_agents:
+        who = f"{num_models} policy for {config.num_agents} roles"
     if main:
         print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
             f"({len(examples)} examples), {label}, {config.num_steps} step"
             f"{'s' if config.num_steps != 1 else ''} "
             f"of {config.batch_size} prompts x {config.num_generations} completions; "
@@ -118,7 +129,7 @@ def _run_policy_gradient(
     torch.manual_seed(config.seed)
     agents = []
     try:
-        for i in range(config.num_agents):
+        for i in range(config.num_agents if num_models is None else num_models):
             model, tok = _load(config.model_for(i), config, config.seed + i)
             agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
         trainer = trainer_cls(agents, config, task=task, dataset=examples)

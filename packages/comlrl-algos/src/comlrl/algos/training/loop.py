@@ -128,9 +128,10 @@ class LoopSettings:
         keep_last: keep the newest this many step checkpoints (``None``: all).
         eval_every: evaluate every this many steps (0: never, unless ``eval_at_end``).
         eval_on_start: evaluate once before the first step (a fresh run only).
-        eval_rows: ``"eval_jsonl"``: evaluation rows (``{"step": N, ...}``) go to
-            ``eval.jsonl``; ``"metrics"``: they are merged into that step's metrics row,
-            the one before the first step as ``<key>_start`` on row 1 (SFT, DPO, MADPO).
+        eval_rows: ``"eval_jsonl"``: evaluation rows go to ``eval.jsonl``, stamped
+            ``{"step": N, ...}`` (0: before the first step); ``"metrics"``: they are merged
+            into that step's metrics row, the one before the first step as
+            ``<key>_start`` on row 1.
         eval_at_end: also evaluate after the last step.
         log_samples: joint actions per turn written to ``samples.jsonl`` per step.
         progress: show a progress bar.
@@ -170,14 +171,17 @@ def rewind_outputs(output_dir: str | Path, step: int) -> None:
 
 
 @contextlib.contextmanager
-def _writers(settings: LoopSettings, main: bool) -> Iterator[dict[str, JsonlWriter]]:
+def _writers(
+    settings: LoopSettings, main: bool, evaluates: bool
+) -> Iterator[dict[str, JsonlWriter]]:
     writers: dict[str, JsonlWriter] = {}
     try:
         if main and settings.output_dir is not None:
             writers["metrics"] = JsonlWriter(settings.output_dir / "metrics.jsonl")
             if settings.log_samples:
                 writers["samples"] = JsonlWriter(settings.output_dir / "samples.jsonl")
-            if settings.eval_rows == "eval_jsonl" and settings.eval_every:
+            when = settings.eval_every or settings.eval_at_end or settings.eval_on_start
+            if settings.eval_rows == "eval_jsonl" and evaluates and when:
                 writers["eval"] = JsonlWriter(settings.output_dir / "eval.jsonl")
         yield writers
     finally:
@@ -232,7 +236,10 @@ def run_loop(
     )
     stop = StopAtStepBoundary() if out is not None else None
     try:
-        with _writers(settings, main) as writers, stop or contextlib.nullcontext():
+        with (
+            _writers(settings, main, recipe.evaluate is not None) as writers,
+            stop or contextlib.nullcontext(),
+        ):
 
             def evaluate() -> dict[str, float]:
                 assert recipe.evaluate is not None
@@ -243,7 +250,7 @@ def run_loop(
             if recipe.evaluate is not None and step == 0 and settings.eval_on_start:
                 start = evaluate()
                 if "eval" in writers:
-                    writers["eval"].write(start)
+                    writers["eval"].write({"step": 0, **start})
             last = time.perf_counter()
             for _ in range(step, settings.num_steps):
                 result = recipe.step()
@@ -275,7 +282,7 @@ def run_loop(
                 if due and settings.eval_rows == "eval_jsonl":
                     row_eval = evaluate()
                     if "eval" in writers:
-                        writers["eval"].write(row_eval)
+                        writers["eval"].write({"step": step, **row_eval})
                 if out is None:
                     continue
                 # every rank stops at the same step, whichever saw the signal

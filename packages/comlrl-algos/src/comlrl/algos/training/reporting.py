@@ -18,19 +18,27 @@ after an error or Ctrl-C). :func:`build_reporters` makes the list from the confi
 
 A missing extra is found by :func:`check_report_to` before any model is loaded.
 :func:`summary_line` is the run's closing line (first- and last-quarter mean reward).
+Reading the metrics back, the plot and the summary line live in
+:mod:`comlrl.algos.training.run_summary` (re-exported here).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.run_summary import (
+    plot_reward_curve,
+    quarter_means,
+    read_metrics,
+    reward_series,
+    rolling_mean,
+    summary_line,
+)
 
 __all__ = [
     "EXTRAS",
@@ -163,120 +171,6 @@ class WandbReporter:
         self._run.finish()
 
 
-def reward_series(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[list[int], list[float]]]:
-    """Per turn ``t``: the steps and values of ``turn_<t>/reward_mean`` (steps that reached
-    turn ``t``; rows without per-turn keys fall back to ``reward_mean`` as turn 0)."""
-    out: dict[int, tuple[list[int], list[float]]] = {}
-    for row in rows:
-        step = int(row["step"])
-        turns = {
-            int(k[len("turn_") : -len("/reward_mean")]): v
-            for k, v in row.items()
-            if k.startswith("turn_") and k.endswith("/reward_mean")
-        }
-        if not turns and "reward_mean" in row:
-            turns = {0: row["reward_mean"]}
-        for t, value in turns.items():
-            if value is not None and math.isfinite(float(value)):
-                steps, values = out.setdefault(t, ([], []))
-                steps.append(step)
-                values.append(float(value))
-    return dict(sorted(out.items()))
-
-
-def rolling_mean(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over the last ``window`` values (fewer at the start).
-
-    Raises:
-        ValueError: ``window < 1``.
-    """
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def _default_window(n: int) -> int:
-    return max(1, min(25, round(n / 10)))
-
-
-def plot_reward_curve(
-    rows: Sequence[Mapping[str, Any]],
-    path: str | Path,
-    *,
-    window: int | None = None,
-    title: str | None = None,
-) -> Path:
-    """Write a PNG of the per-step mean joint reward and its rolling mean, one colour per turn.
-
-    Args:
-        rows: metrics rows (``step``, ``turn_<t>/reward_mean``), e.g. ``metrics.jsonl``.
-        path: the PNG to write.
-        window: rolling-mean window in steps (default: a tenth of the steps, 1 to 25).
-        title: figure title.
-
-    Returns:
-        ``path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install 'comlrl-algos[plot]'``).
-        ValueError: no row has a reward.
-    """
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
-
-    series = reward_series(rows)
-    if not series:
-        raise ValueError("no metrics row has a reward (turn_<t>/reward_mean); nothing to plot")
-    n = max(len(steps) for steps, _ in series.values())
-    window = window or _default_window(n)
-    fig = Figure(figsize=(8, 4.5), dpi=100)
-    ax = fig.add_subplot()
-    for t, (steps, values) in series.items():
-        color = f"C{t % 10}"
-        label = f"turn {t + 1}: " if len(series) > 1 else ""
-        ax.plot(steps, values, color=color, alpha=0.3, linewidth=1, label=f"{label}per step")
-        ax.plot(
-            steps,
-            rolling_mean(values, window),
-            color=color,
-            linewidth=2.2,
-            label=f"{label}rolling mean ({window} steps)",
-        )
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean joint reward")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=9)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl``, one per step (the last row of a step wins, so a
-    resumed run that redid steps counts them once), in step order; ``[]`` when the file is
-    missing. Lines that are not JSON objects with a ``step`` are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
-            by_step[int(row["step"])] = row
-    return [by_step[k] for k in sorted(by_step)]
-
-
 class RewardCurveReporter:
     """Writes ``reward_curve.png`` when closed, over the whole run.
 
@@ -382,40 +276,3 @@ def close_reporters(reporters: Iterable[Reporter]) -> None:
             first = first or exc
     if first is not None:
         raise first
-
-
-def quarter_means(values: Sequence[float]) -> tuple[float, float]:
-    """Mean of the first and of the last quarter of ``values`` (at least one value each).
-
-    Raises:
-        ValueError: no values.
-    """
-    if not values:
-        raise ValueError("no values")
-    q = max(1, len(values) // 4)
-    return sum(values[:q]) / q, sum(values[-q:]) / q
-
-
-def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -> str:
-    """The closing line of a run, e.g. ``done: 160 steps, reward first quarter 0.51 -> last
-    quarter 0.71 (+0.20), ...; outputs in runs/default/ (...)``.
-
-    The quarters are over the whole run as ``output_dir/metrics.jsonl`` records it (a
-    resumed run included), or over ``history`` when that file has no rows.
-    """
-    out = Path(output_dir)
-    rows: Sequence[Mapping[str, Any]] = read_metrics(out / "metrics.jsonl") or history
-    files = ["metrics.jsonl", "samples.jsonl"]
-    if (out / "reward_curve.png").is_file():
-        files.append("reward_curve.png")
-    files.append("final/agent_*")
-    where = f"outputs in {out}/ ({', '.join(files)})"
-    if not rows:
-        return f"done: 0 steps; {where}"
-    first, last = quarter_means([float(r["reward_mean"]) for r in rows])
-    speed = float(rows[-1].get("prompts_per_s", float("nan")))
-    steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
-    return (
-        f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
-        f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
-    )

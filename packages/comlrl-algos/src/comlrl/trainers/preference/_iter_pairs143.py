@@ -82,7 +82,8 @@ class IterativePairHooks143:
     ) -> list[dict[str, Any]]:
         """The same from round ``iteration_idx``'s comparator policy: the current agents
         for ``comparator_policy="current"``, else the comparator's agents
-        (:class:`comlrl.trainers._iterative.Comparator`);
+        (``self.rounds.comparator``, a
+        :class:`comlrl.algos.recipes.preference.comparator.Comparator`);
         ``comparator_generation_mode="centralized"`` goes to
         :meth:`_generate_centralized_comparator_outputs_for_item`."""
         a = self.args
@@ -93,7 +94,8 @@ class IterativePairHooks143:
         if str(getattr(a, "comparator_policy", "current")) == "current":
             models = list(self.agents)  # type: ignore[attr-defined]
         else:
-            comparator = self._comparator.agents_for(int(iteration_idx))  # type: ignore[attr-defined]
+            rounds = self.rounds  # type: ignore[attr-defined]
+            comparator = rounds.comparator.agents_for(int(iteration_idx))
             models = [getattr(agent, "model", agent) for agent in comparator]
         return self._generate_policy_outputs_for_item(
             models, batch_item, num_candidates=num_candidates

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from comlrl.algos.recipes.preference.rounds import run_rounds
 from comlrl.trainers._base import (
     CompatTrainer,
     _reject,
@@ -143,36 +143,31 @@ class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
 
 
 class _IterativeRounds:
-    """The round loop shared by :class:`MADPOIterTrainer` and :class:`MARLHFIterTrainer`
-    (see :mod:`comlrl.trainers._iterative`); a subclass gives :meth:`_policy_agents`,
-    :meth:`_scoring_env` and :meth:`_train_round`."""
+    """1.4.3's round schedule shared by :class:`MADPOIterTrainer` and
+    :class:`MARLHFIterTrainer`: every training prompt each round, mapped onto
+    :func:`comlrl.algos.recipes.preference.rounds.run_rounds`; a subclass gives
+    :meth:`_policy_agents`, :meth:`_scoring_env`, :meth:`_train_round` and :meth:`_log`.
+
+    Attributes:
+        rounds: the :class:`~comlrl.algos.recipes.preference.rounds.IterativeRounds`
+            (comparator, replay; its ``history`` is :attr:`round_history`).
+    """
 
     args: Any
     env_step: int
-    round_history: list[dict[str, float]]
     _train_rows: list[dict[str, Any]]
 
     def _setup_rounds(self, agents: Sequence[Any], seed: int) -> None:
-        import random
-
         from comlrl.trainers._base import _model_kwargs
-        from comlrl.trainers._iterative import Comparator, PreferenceReplay
+        from comlrl.trainers._iterative import rounds_from_args
 
-        a = self.args
-        self._comparator = Comparator(a, agents, _model_kwargs(self._model_config()), seed + 7919)
-        self._replay = PreferenceReplay(
-            a.preference_replay_mode,
-            a.preference_replay_k,
-            a.preference_replay_lambda,
-            a.preference_replay_sample_size,
-            random.Random(seed + 1),
-        )
-        self._pair_rng = random.Random(seed + 2)
-        self._order_rng = random.Random(seed + 3)
-        self.round_history = []
+        model_config = dict(getattr(self, "model_config", {}) or {})
+        self.rounds = rounds_from_args(self.args, agents, _model_kwargs(model_config), seed)
 
-    def _model_config(self) -> dict[str, Any]:
-        return dict(getattr(self, "model_config", {}) or {})
+    @property
+    def round_history(self) -> list[dict[str, float]]:
+        """One row per round (pair counts, mean current/comparator reward)."""
+        return self.rounds.history
 
     def _policy_agents(self) -> list[Any]:
         raise NotImplementedError
@@ -183,102 +178,30 @@ class _IterativeRounds:
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
         raise NotImplementedError
 
-    def _rows(self) -> list[dict[str, Any]]:
-        return list(self._train_rows)
-
-    def _collect_round(self, round_index: int) -> tuple[list[Any], dict[str, float]]:
-        from comlrl.algos.rollout.tree import TreeSettings, rollout
-        from comlrl.core import SamplingParams
-        from comlrl.trainers._iterative import round_pairs
-
-        a = self.args
-        k = int(a.preference_num_candidates)
-        params = [
-            SamplingParams(
-                num_generations=n,
-                max_new_tokens=int(a.max_new_tokens),
-                temperature=float(a.temperature),
-                top_p=float(a.top_p),
-                top_k=int(a.top_k or 0),
-            )
-            for n in (k, int(a.comparator_num_candidates or k))
-        ]
-        tree = TreeSettings(num_turns=1, joint_mode="align")
-        agents = self._policy_agents()
-        comparator = self._comparator.agents_for(round_index)
-        env = self._scoring_env(round_index)
-        rows, batch = self._rows(), int(a.train_batch_size or a.rollout_buffer_size)
-        pairs: list[Any] = []
-        sums = {"current_reward_mean": 0.0, "comparator_reward_mean": 0.0}
-        for start in range(0, len(rows), batch):
-            chunk = rows[start : start + batch]
-            ro_cur = rollout(agents, chunk, env, params[0], tree)
-            ro_cmp = rollout(comparator, chunk, env, params[1], tree)
-            found, stats = round_pairs(
-                ro_cur,
-                ro_cmp,
-                round_index=round_index,
-                mode=a.pair_selection,
-                limit=a.preference_pairs_per_sample,
-                rng=self._pair_rng,
-            )
-            pairs.extend(found)
-            for key in sums:
-                sums[key] += stats[key] * len(chunk)
-        return pairs, {key: v / len(rows) for key, v in sums.items()}
-
-    def _save_policy(self, label: str) -> None:
-        if self.args.policy_checkpoint_dir:
-            from comlrl.algos.training.steps import save_agent_checkpoint
-
-            root = Path(self.args.policy_checkpoint_dir) / label
-            for i, agent in enumerate(self._policy_agents()):
-                save_agent_checkpoint(agent, root / f"agent_{i}")
-
     def _log(self, row: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
+    def _save_policy(self, label: str) -> None:
+        from comlrl.algos.training.steps import save_agent_checkpoint
+
+        root = Path(self.args.policy_checkpoint_dir) / label
+        for i, agent in enumerate(self._policy_agents()):
+            save_agent_checkpoint(agent, root / f"agent_{i}")
+
     def _run_rounds(self) -> list[dict[str, float]]:
-        """``num_iterations`` rounds: pairs against the comparator, replay, training."""
-        from tqdm.auto import tqdm
-
-        history: list[dict[str, float]] = []
-        self._comparator.start()
-        self._save_policy("initial")
-        total = 0
-        for r in tqdm(range(int(self.args.num_iterations)), desc=type(self).__name__, disable=True):
-            pairs, stats = self._collect_round(r)
-            train_pairs = self._replay.add_and_select(pairs)
-            total += len(pairs)
-            row = {
-                "iter/current_iteration": float(r + 1),
-                "iter/current_preference_pairs": float(len(pairs)),
-                "iter/total_preference_pairs": float(total),
-                "iter/train_preference_pairs": float(len(train_pairs)),
-                **{f"iter/{k}": v for k, v in stats.items()},
-            }
-            self.round_history.append(row)
-            self._log(row)
-            if train_pairs:
-                history.extend(self._train_round(train_pairs, r))
-            self._comparator.finish_round(r)
-            self._save_policy(f"iteration_{r:04d}")
-        if total == 0:
-            warnings.warn(
-                f"{type(self).__name__}: every current/comparator joint action tied under the "
-                "reward in every round; no pairs, no training (raise preference_num_candidates "
-                "or the temperature).",
-                stacklevel=3,
-            )
-        return history
-
-    def _pair_batches(self, pairs: list[Any], epochs: int, batch: int) -> list[list[Any]]:
-        out: list[list[Any]] = []
-        for _ in range(epochs):
-            order = list(pairs)
-            self._order_rng.shuffle(order)
-            out.extend(order[i : i + batch] for i in range(0, len(order), batch))
-        return out
+        """``num_iterations`` rounds over every training prompt."""
+        a = self.args
+        return run_rounds(
+            self.rounds,
+            int(a.num_iterations),
+            examples=list(self._train_rows),
+            batch_size=int(a.train_batch_size or a.rollout_buffer_size),
+            env_for=self._scoring_env,
+            train_round=self._train_round,
+            log=self._log,
+            save_policy=self._save_policy if a.policy_checkpoint_dir else None,
+            name=type(self).__name__,
+        )
 
 
 class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
@@ -338,7 +261,7 @@ class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
         pad = [int(t.pad_token_id) for t in self.tokenizers]
         history = []
         eval_every = int(a.eval_interval) if self._eval_rows and a.eval_num_samples > 0 else 0
-        batches = self._pair_batches(pairs, int(a.num_train_epochs), int(a.train_batch_size))
+        batches = self.rounds.pair_batches(pairs, int(a.num_train_epochs), int(a.train_batch_size))
         for part in batches:
             if eval_every > 0 and self._run.step % eval_every == 0:
                 self.evaluate()
@@ -418,21 +341,20 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         self.rl_trainer._wandb_log(row)
 
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference.recipe import train_reward_model
-        from comlrl.trainers._iterative import joint_pairs, steps
+        from comlrl.algos.recipes.preference.iterative_loops import fit_fresh_reward_model
+        from comlrl.trainers._iterative import steps
 
         a, rl = self.args, self.rl_trainer
-        self.reward_model.load_state_dict(self._reward_init)  # a fresh reward model each round
-        pad = [int(t.pad_token_id) for t in self.tokenizers]
-        rm_rows = train_reward_model(
+        rm_rows = fit_fresh_reward_model(  # a fresh reward model each round
             self.reward_model,
             self.reward_tokenizer,
-            [joint_pairs(pairs, pad)],
             self._preference.reward_config,
+            self._reward_init,
+            pairs,
+            [int(t.pad_token_id) for t in self.tokenizers],
+            round_index,
         )
         self._reward_trained = True
-        for row in rm_rows:
-            row["iteration"] = float(round_index + 1)
         self.reward_model_history.extend(rm_rows)
         rl._wandb_log({f"reward_model/{k}": v for k, v in rm_rows[-1].items()})
         rl.env.reward = self._preference.reward_function()

@@ -89,7 +89,7 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
         **kwargs: Any,
     ) -> None:
         from comlrl.trainers._callbacks import CompatReward, build_formatters
-        from comlrl.trainers._centralized import CentralizedReward, check_adapter, split_roles
+        from comlrl.trainers._centralized import centralized_callbacks, check_adapter
 
         config = args if args is not None else CentralizedMAGRPOConfig()
         if getattr(config, "collaboration_mode", None) != "centralized":
@@ -117,17 +117,16 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
         self.centralized_adapter = centralized_adapter
         self.num_roles = num_agents
         role_formatters = build_formatters(formatters, num_agents)
-
-        def joint_prompt(item: Any) -> str:
-            prompt = centralized_adapter.build_prompt(item, [f(item) for f in role_formatters])
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise ValueError(
-                    f"centralized_adapter.build_prompt returned {prompt!r}; it must build a "
-                    "non-empty prompt."
-                )
-            return prompt
-
-        self._split = lambda text, item: split_roles(centralized_adapter, text, item, num_agents)
+        role_reward = CompatReward(
+            reward_func, num_agents, role_formatters[0], kwargs.get("reward_processor")
+        )
+        joint_prompt, joint_reward = centralized_callbacks(
+            lambda item: [f(item) for f in role_formatters],
+            role_reward,
+            num_agents,
+            centralized_adapter,
+        )
+        self._joint_reward = joint_reward
         super().__init__(
             agents=agents,
             num_agents=1,
@@ -137,17 +136,14 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
             args=config,
             **kwargs,
         )
-        role_reward = CompatReward(
-            reward_func, num_agents, role_formatters[0], kwargs.get("reward_processor")
-        )
-        self.env.reward = CentralizedReward(centralized_adapter, role_reward, num_agents)
+        self.env.reward = joint_reward
 
     def _eval_role_completions(
         self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
     ) -> list[list[list[str]]]:
         roles: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
         for turns, item in zip(completions[0], rows, strict=True):
-            parsed = [self._split(text, item) for text in turns]
+            parsed = [self._joint_reward.split(text, item) for text in turns]
             for r in range(self.num_roles):
                 roles[r].append([p[r] for p in parsed])
         return roles

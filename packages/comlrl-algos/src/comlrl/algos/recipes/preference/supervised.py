@@ -121,8 +121,8 @@ def train_sft(
     Each step takes ``config.batch_size`` rows in a seeded shuffled order and accumulates
     micro-batches weighted by their share of the batch's completion tokens, so the
     gradient equals the whole batch's. With an ``eval_dataset`` the held-out NLL
-    (:func:`evaluate_sft`) is logged before training, every ``eval_every`` steps and at
-    the end.
+    (:func:`evaluate_sft`) is written to ``output_dir/eval.jsonl`` before training
+    (``step`` 0), every ``eval_every`` steps and at the end.
 
     Run outputs (the loop driver, :func:`comlrl.algos.training.loop.run_loop`): with
     ``output_dir``, ``metrics.jsonl``, ``config.yaml`` (``record``, when given), step
@@ -135,8 +135,8 @@ def train_sft(
 
     Returns:
         One metrics row per step (``step``, ``loss``, ``grad_norm``, ``num_tokens``,
-        ``time/step_s``, ``prompts_per_s``), with ``eval/nll`` on the rows where
-        evaluation ran; a resumed run returns the rows of the steps it ran.
+        ``time/step_s``, ``prompts_per_s``); a resumed run returns the rows of the steps it
+        ran. Evaluation rows (``eval/nll``) go to ``output_dir/eval.jsonl``.
 
     Raises:
         ConfigError: rows without string ``prompt``/``completion`` fields, or an empty set.
@@ -285,8 +285,8 @@ def train_dpo(
     frozen (``requires_grad=False``, eval mode). Each step takes ``config.batch_size``
     pairs; chosen and rejected share one prompt forward (``G = 2``); micro-batches are
     weighted by their share of the pairs. With an ``eval_dataset``, :func:`evaluate_dpo`
-    runs before training (``*_start`` keys on row 1), every ``eval_every`` steps and at
-    the end.
+    runs before training (``step`` 0), every ``eval_every`` steps and at the end, one
+    row each in ``output_dir/eval.jsonl``.
 
     Run outputs (the loop driver, :func:`comlrl.algos.training.loop.run_loop`): with
     ``output_dir``, ``metrics.jsonl``, ``config.yaml`` (``record``, when given), step

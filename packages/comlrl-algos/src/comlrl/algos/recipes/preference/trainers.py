@@ -13,36 +13,22 @@ the recipe's loop in :meth:`train`; the maths and the loops live in the recipe.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from comlrl.algos.recipes.preference import recipe
+from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
+from comlrl.algos.recipes.preference.marlhf_trainer import MARLHFTrainer
 from comlrl.algos.recipes.preference.recipe import (
     DPOConfig,
-    JointPreferencePairs,
-    JointRewardModel,
     MADPOConfig,
-    RewardModelConfig,
-    RewardModelReward,
     SFTConfig,
 )
-from comlrl.algos.rollout.environment import CallbackEnvironment, Environment, TaskEnvironment
-from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.steps import DataStream
-from comlrl.core import SamplingParams, Task
-from comlrl.core.prompts import prompt_text
+from comlrl.algos.training.config import ConfigError
+from comlrl.core import Task
 
 __all__ = ["SFTTrainer", "DPOTrainer", "MADPOTrainer", "MARLHFTrainer"]
-
-
-def _check_config(config: Any, cls: type) -> None:
-    if not isinstance(config, cls):
-        raise ConfigError(
-            f"expected a {cls.__name__}, got {type(config).__name__}; build it with {cls.__name__}.build(...)"
-        )
 
 
 class SFTTrainer:
@@ -62,7 +48,7 @@ class SFTTrainer:
         dataset: Sequence[Mapping[str, Any]],
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        _check_config(config, SFTConfig)
+        check_config(config, SFTConfig)
         keys = ("prompt", "completion")
         self.dataset = recipe._rows(dataset, keys, "SFT")
         self.eval_dataset = (
@@ -107,7 +93,7 @@ class DPOTrainer:
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
         ref_model: Any | None = None,
     ) -> None:
-        _check_config(config, DPOConfig)
+        check_config(config, DPOConfig)
         keys = ("prompt", "chosen", "rejected")
         self.dataset = recipe._rows(dataset, keys, "DPO")
         self.eval_dataset = (
@@ -137,39 +123,6 @@ class DPOTrainer:
             ref_model=self.ref_model,
             **outputs,
         )
-
-
-def _environment(
-    num_agents: int,
-    task: Task | None,
-    dataset: Sequence[Mapping[str, Any]] | None,
-    formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None,
-    reward_func: Callable[..., Any] | None,
-) -> tuple[Environment, list[Mapping[str, Any]]]:
-    if task is not None:
-        if formatters is not None or reward_func is not None:
-            raise ConfigError("pass either task= or formatters= + reward_func=, not both.")
-        return TaskEnvironment(task), list(dataset) if dataset is not None else list(
-            task.load("train")
-        )
-    if formatters is None or reward_func is None or dataset is None:
-        raise ConfigError(
-            "without a task, pass dataset=, formatters= (one per agent) and reward_func=."
-        )
-    if len(formatters) != num_agents:
-        raise ConfigError(
-            f"{len(formatters)} formatters for {num_agents} agents; give one per agent."
-        )
-    return CallbackEnvironment(formatters, reward_func), list(dataset)
-
-
-def _agents(agents: Sequence[Any]) -> list[Any]:
-    from comlrl.algos.rollout.agent import HFAgent
-
-    return [
-        a if not isinstance(a, tuple) else HFAgent(a[0], a[1], name=f"agent_{i}")
-        for i, a in enumerate(agents)
-    ]
 
 
 class MADPOTrainer:
@@ -203,10 +156,10 @@ class MADPOTrainer:
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
         ref_models: Sequence[Any] | None = None,
     ) -> None:
-        _check_config(config, MADPOConfig)
+        check_config(config, MADPOConfig)
         self.config = config
-        self.agents = _agents(agents)
-        self.env, data = _environment(len(self.agents), task, dataset, formatters, reward_func)
+        self.agents = as_agents(agents)
+        self.env, data = environment(len(self.agents), task, dataset, formatters, reward_func)
         self.run = recipe.madpo_setup(
             self.agents, config, self.env, data, eval_dataset, ref_models=ref_models
         )
@@ -241,162 +194,3 @@ class MADPOTrainer:
             CheckpointError: the checkpoint is incomplete or does not fit this run.
         """
         return recipe.madpo_resume(self.run, checkpoint, output_dir)
-
-
-class MARLHFTrainer:
-    """MARLHF: learn a joint reward model from reward-gap preferences, then run RL on it.
-
-    :meth:`collect_pairs` samples ``K`` candidates per agent on ``num_collect_batches``
-    batches of the training prompts (the rollout machinery) and pairs the joint actions by
-    the task reward's gap (as :class:`MADPOTrainer` does); :meth:`train_reward_model` fits
-    :class:`JointRewardModel` (``reward_backbone`` + a linear head) with the
-    Bradley-Terry loss; :meth:`reward_function` wraps it as a joint reward and
-    :meth:`rl_trainer` builds any RL trainer (default
-    :class:`~comlrl.algos.MultiAgentTrainer`) whose reward is the learned model.
-
-    Args:
-        agents, task, dataset, formatters, reward_func: as :class:`MADPOTrainer`; the
-            reward function labels the pairs.
-        config: a :class:`MADPOConfig` (sampling and pairing; its optimizer fields are
-            unused here).
-        reward_backbone: the reward model's LM (a ``transformers`` model; it is trained).
-        reward_tokenizer: its tokenizer.
-        reward_config: a :class:`RewardModelConfig`.
-        num_collect_batches: batches of ``config.batch_size`` prompts to sample pairs from.
-        eval_fraction: share of the pairs held out to evaluate the reward model.
-
-    Raises:
-        ConfigError: as :class:`MADPOTrainer`, or ``eval_fraction`` outside ``[0, 1)``.
-    """
-
-    def __init__(
-        self,
-        agents: Sequence[Any],
-        config: MADPOConfig,
-        *,
-        reward_backbone: Any,
-        reward_tokenizer: Any,
-        reward_config: RewardModelConfig | None = None,
-        task: Task | None = None,
-        dataset: Sequence[Mapping[str, Any]] | None = None,
-        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
-        reward_func: Callable[..., Any] | None = None,
-        num_collect_batches: int = 8,
-        eval_fraction: float = 0.2,
-    ) -> None:
-        _check_config(config, MADPOConfig)
-        reward_config = reward_config or RewardModelConfig()
-        _check_config(reward_config, RewardModelConfig)
-        if num_collect_batches < 1:
-            raise ConfigError(f"num_collect_batches must be >= 1, got {num_collect_batches}")
-        if not 0.0 <= eval_fraction < 1.0:
-            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
-        self.config, self.reward_config = config, reward_config
-        self.agents = _agents(agents)
-        self._source = {"task": task, "reward_func": reward_func}  # what config.yaml records
-        self.env, self.dataset = _environment(
-            len(self.agents), task, dataset, formatters, reward_func
-        )
-        if not self.dataset:
-            raise ConfigError("the training dataset is empty")
-        self.num_collect_batches, self.eval_fraction = num_collect_batches, eval_fraction
-        self.reward_model = JointRewardModel(
-            reward_backbone, freeze_backbone=reward_config.freeze_backbone
-        )
-        self.reward_tokenizer = reward_tokenizer
-        self.pairs: list[JointPreferencePairs] = []
-
-    def collect_pairs(self) -> list[JointPreferencePairs]:
-        """Sample and pair joint actions (no training); returns one record per batch."""
-        cfg = self.config
-        run = recipe.MADPORun(
-            config=cfg,
-            agents=self.agents,
-            ref_models=[],
-            env=self.env,
-            data=DataStream(self.dataset, seed=cfg.seed),
-            optimizers=[],
-            sampling=SamplingParams(
-                num_generations=cfg.num_candidates,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k,
-            ),
-            tree=TreeSettings(num_turns=1, joint_mode=cfg.joint_mode),
-            rng=random.Random(cfg.seed),
-        )
-        for i, agent in enumerate(self.agents):
-            if hasattr(agent, "seed"):
-                agent.seed(cfg.seed * 1_000_003 + i)
-        self.pairs = []
-        for _ in range(self.num_collect_batches):
-            ro = rollout(
-                run.agents,
-                run.data.next_batch(cfg.batch_size),
-                self.env,
-                run.sampling,
-                run.tree,
-                rng=run.rng,
-            )
-            self.pairs.append(
-                recipe.preference_pairs(
-                    ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt
-                )
-            )
-        return self.pairs
-
-    def train_reward_model(self) -> list[dict[str, float]]:
-        """Fit the reward model on the collected pairs (collecting first if needed); the
-        last ``eval_fraction`` of the batches are held out."""
-        if not self.pairs:
-            self.collect_pairs()
-        held = int(round(len(self.pairs) * self.eval_fraction))
-        train, held_out = self.pairs[: len(self.pairs) - held], self.pairs[len(self.pairs) - held :]
-        return recipe.train_reward_model(
-            self.reward_model, self.reward_tokenizer, train, self.reward_config, held_out or None
-        )
-
-    def reward_function(self) -> RewardModelReward:
-        """The learned joint reward, for any recipe's ``reward_func``."""
-        return RewardModelReward(
-            self.reward_model,
-            self.reward_tokenizer,
-            lambda ex: [prompt_text(p) for p in self.env.root(ex).prompts],
-            max_length=self.reward_config.max_length,
-        )
-
-    def rl_trainer(
-        self, config: TrainConfig, trainer_cls: type | None = None, **kwargs: Any
-    ) -> Any:
-        """An RL trainer over the same agents and prompts, rewarded by the learned model.
-
-        ``trainer_cls`` defaults to :class:`~comlrl.algos.MultiAgentTrainer`; it is called
-        as ``trainer_cls(agents, config, dataset=..., formatters=..., reward_func=...,
-        **kwargs)``, and with the default class evaluation (``eval_dataset=``,
-        ``config.eval_every``) is scored by the task's own reward (``eval_env`` is this
-        trainer's environment unless ``kwargs`` gives one): the learned reward is what the
-        policy climbs, the task reward is whether that helped. Its ``config.yaml`` records
-        ``algo: marlhf`` and the task (or reward function) the pairs were scored with.
-        """
-        from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-        from comlrl.algos.training.lifecycle import run_record
-
-        if trainer_cls is None:
-            trainer_cls = MultiAgentTrainer
-        formatters = [
-            (lambda ex, a=a: self.env.root(ex).prompts[a]) for a in range(len(self.agents))
-        ]
-        if isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer):
-            kwargs.setdefault("eval_env", self.env)
-        trainer = trainer_cls(
-            self.agents,
-            config,
-            dataset=self.dataset,
-            formatters=formatters,
-            reward_func=self.reward_function(),
-            **kwargs,
-        )
-        if isinstance(trainer, MultiAgentTrainer):
-            trainer.record = run_record(config, algo="marlhf", **self._source)
-        return trainer

@@ -1,0 +1,294 @@
+"""``comlrl train algo=madpo_iter`` and ``algo=marlhf_iter``: iterative preference refresh
+against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative_loops`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+from comlrl.algos.cli.run_configs import MADPORunConfig
+from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _loss_summary, _quiet_transformers
+from comlrl.algos.recipes.preference.config import (
+    IterativeMADPOConfig,
+    IterativeSection,
+    RewardModelConfig,
+)
+from comlrl.algos.training.config import ConfigError, TrainConfig
+from pydantic import Field, model_validator
+
+__all__ = ["MADPOIterRunConfig", "MARLHFIterRunConfig", "run_madpo_iter", "run_marlhf_iter"]
+
+
+class MADPOIterRunConfig(MADPORunConfig, IterativeMADPOConfig):
+    """``algo=madpo_iter``: :class:`~comlrl.algos.cli.run_configs.MADPORunConfig` (agents,
+    task, DPO and sampling settings; ``pairs_per_prompt`` current-vs-comparator pairs per
+    prompt) plus the rounds (:class:`~comlrl.algos.recipes.preference.config.IterativeSection`:
+    ``steps_per_round``, ``comparator``, ``replay_mode``, ...)."""
+
+    output_dir: str = "runs/madpo_iter"
+
+    @model_validator(mode="after")
+    def _aligned(self) -> MADPOIterRunConfig:
+        _check_aligned(self.joint_mode)
+        return self
+
+
+class MARLHFIterRunConfig(TrainConfig, IterativeSection):
+    """``algo=marlhf_iter``: :class:`~comlrl.algos.training.config.TrainConfig` for the RL
+    steps (MAGRPO on the learned reward) plus the rounds
+    (:class:`~comlrl.algos.recipes.preference.config.IterativeSection`) and the reward model.
+
+    Attributes:
+        reward_model: the reward model's backbone (None: agent 0's model).
+        reward: how it is fitted each round (from its initial weights).
+        num_candidates: ``K``, current candidates per agent per prompt in a round (>= 1).
+        pairs_per_prompt: current-vs-comparator pairs kept per prompt.
+        scoring_reward: ``task`` (pairs ordered by the task reward) or ``reward_model``
+            (by the previous round's reward model; round 0 has none and uses the task's).
+        eval_every: on by default (every 40 steps and before the first): the evaluation
+            (``eval.jsonl``) scores the agents with the task's reward on ``eval_split``.
+    """
+
+    output_dir: str = "runs/marlhf_iter"
+    eval_every: int = Field(40, ge=0)
+    eval_on_start: bool = True
+    reward_model: str | None = None
+    reward: RewardModelConfig = Field(default_factory=lambda: RewardModelConfig(learning_rate=1e-3))
+    num_candidates: int = Field(4, ge=1)
+    pairs_per_prompt: int = Field(1, ge=1)
+    scoring_reward: Literal["task", "reward_model"] = "task"
+
+    @model_validator(mode="after")
+    def _single_turn_aligned(self) -> MARLHFIterRunConfig:
+        _check_aligned(self.joint_mode)
+        if self.num_turns != 1:
+            raise ValueError(f"marlhf_iter is single-turn; got num_turns={self.num_turns}")
+        return self
+
+
+def _check_aligned(joint_mode: str) -> None:
+    if joint_mode != "align":
+        raise ValueError(
+            f"joint_mode={joint_mode!r}: the rounds compare current and comparator joint "
+            "actions index by index; set joint_mode=align"
+        )
+
+
+def _sampling(config: Any) -> Any:
+    from comlrl.core import SamplingParams
+
+    return SamplingParams(
+        num_generations=config.num_candidates,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+    )
+
+
+def _loader(config: Any) -> Any:
+    """``name -> model`` for ``comparator_models`` (frozen, loaded as the agents are)."""
+    return lambda name: _load(name, config, config.seed + 7919)[0]
+
+
+def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
+    """``algo=madpo_iter``: MADPO-Iter on ``config.task``
+    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_madpo_iter`)."""
+    from comlrl.algos.cli.preflight import check_model_names, prepare_task
+    from comlrl.algos.recipes.preference.iterative_loops import (
+        MADPOIterRun,
+        build_rounds,
+        train_madpo_iter,
+    )
+    from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.reporting import check_report_to, reporters_for
+
+    try:
+        check_report_to(config.report_to)
+        check_model_names([*config.models, *(config.comparator_models or [])])
+        task, examples = prepare_task(
+            TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
+        )
+    except ConfigError as exc:
+        return _err(str(exc))
+    try:
+        eval_examples = None
+        if config.eval_split is not None:
+            try:
+                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
+            except (ValueError, KeyError, OSError) as exc:
+                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+        _quiet_transformers()
+        print(
+            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"({len(examples)} examples), MADPO-Iter against the {config.comparator} comparator, "
+            f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps; "
+            f"outputs in {config.output_dir}/",
+            file=sys.stderr,
+        )
+        agents = [
+            HFAgent(
+                *_load(config.model_for(i), config, config.seed + i),
+                name=f"agent_{i}",
+                prompt_format=config.prompt_format,
+            )
+            for i in range(config.num_agents)
+        ]
+        madpo = MADPOTrainer(
+            agents, config, task=task, dataset=examples, eval_dataset=eval_examples
+        ).run
+        rounds = build_rounds(
+            config,
+            madpo.agents,
+            _sampling(config),
+            pairs_per_prompt=config.pairs_per_prompt,
+            num_rounds=config.num_rounds(config.num_steps),
+            seed=config.seed,
+            load=_loader(config),
+        )
+    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        task.close()
+        return _err(str(exc))
+    outputs = config.run_outputs(request, "madpo_iter")
+    outputs.pop("resume_from")  # not resumable (registry): --resume is refused before this
+    try:  # a bug from here on keeps its traceback
+        history = train_madpo_iter(
+            MADPOIterRun(madpo, rounds),
+            **outputs,
+            overwrite=request.clear_earlier,
+            reporters=lambda out: reporters_for(
+                out,
+                report_to=config.report_to,
+                reward_curve=config.reward_curve,
+                title=f"{config.task.name} - {', '.join(config.models)} - MADPO-Iter",
+                wandb_project=config.wandb_project,
+                record=config.model_dump(),
+            ),
+        )
+    except lifecycle.TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    finally:
+        task.close()
+    from pathlib import Path
+
+    print(_loss_summary(history, Path(config.output_dir), "reward_mean"))
+    return 0
+
+
+def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
+    """``algo=marlhf_iter``: MARLHF-Iter on ``config.task``
+    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_marlhf_iter`); the
+    reward model's fit rows in ``reward_model_metrics.jsonl``, its last fit in
+    ``final/reward_model``."""
+    import torch
+    from comlrl.algos.cli.marlhf_run import _save_reward_model
+    from comlrl.algos.cli.preflight import check_model_names, prepare_task
+    from comlrl.algos.recipes.preference.config import MADPOConfig
+    from comlrl.algos.recipes.preference.iterative_loops import (
+        MARLHFIterRun,
+        build_rounds,
+        train_marlhf_iter,
+    )
+    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.reporting import check_report_to, summary_line
+    from comlrl.algos.training.steps import DataStream, JsonlWriter
+    from comlrl.core import RewardFunctionError
+
+    backbone_name = config.reward_model or config.model_for(0)
+    try:
+        check_report_to(config.report_to)
+        check_model_names([*config.models, backbone_name, *(config.comparator_models or [])])
+        task, examples = prepare_task(config)
+    except ConfigError as exc:
+        return _err(str(exc))
+    try:
+        eval_examples = None
+        if config.eval_every:
+            try:
+                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
+            except (ValueError, KeyError, OSError) as exc:
+                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+        _quiet_transformers()
+        print(
+            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
+            f"({len(examples)} examples), MARLHF-Iter against the {config.comparator} comparator, "
+            f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
+            f"{config.steps_per_round} steps of estimator {config.estimator}; outputs in "
+            f"{config.output_dir}/",
+            file=sys.stderr,
+        )
+        torch.manual_seed(config.seed)
+        agents = [
+            HFAgent(
+                *_load(config.model_for(i), config, config.seed + i),
+                name=f"agent_{i}",
+                **config.generation_options(),
+            )
+            for i in range(config.num_agents)
+        ]
+        backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
+        marlhf = MARLHFTrainer(
+            agents,
+            MADPOConfig(num_agents=config.num_agents, seed=config.seed, device=config.device),
+            reward_backbone=backbone,
+            reward_tokenizer=backbone_tok,
+            reward_config=config.reward,
+            task=task,
+            dataset=examples,
+        )
+        rl = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        run = MARLHFIterRun(
+            rl=rl.run,
+            rounds=build_rounds(
+                config,
+                rl.run.agents,
+                _sampling(config),
+                pairs_per_prompt=config.pairs_per_prompt,
+                num_rounds=config.num_rounds(config.num_steps),
+                seed=config.seed,
+                load=_loader(config),
+            ),
+            task_env=marlhf.env,
+            reward_env=rl.env,
+            reward_model=marlhf.reward_model,
+            reward_tokenizer=marlhf.reward_tokenizer,
+            reward_config=config.reward,
+            data=DataStream(examples, seed=config.seed + 1),
+            section=config,
+            batch_size=config.batch_size,
+            scoring_reward=config.scoring_reward,
+        )
+    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        task.close()
+        return _err(str(exc))
+    if request.clear_earlier:
+        lifecycle.clear_run_outputs(config.output_dir)
+    out = rl.run.output_dir
+    try:  # a bug from here on keeps its traceback
+        history = train_marlhf_iter(
+            run,
+            record=lifecycle.run_record(config, algo="marlhf_iter", task=task),
+            save_final=lambda path: _save_reward_model(marlhf, path / "reward_model"),
+        )
+    except RewardFunctionError as exc:
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        return 1
+    except lifecycle.TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    finally:
+        task.close()
+        if run.reward_model_rows:
+            writer = JsonlWriter(out / "reward_model_metrics.jsonl")
+            try:
+                for row in run.reward_model_rows:
+                    writer.write(row)
+            finally:
+                writer.close()
+    print(summary_line(history, out) + " (reward: the learned reward model's)")
+    return 0

@@ -1,0 +1,210 @@
+"""The rounds of iterative preference refresh (:mod:`.iterative`): what every round of
+MADPO-Iter and MARLHF-Iter does before its training, and the plain round loop.
+
+:class:`IterativeRounds` holds the comparator (:mod:`.comparator`), the replay and the
+random streams of pairing and ordering; :meth:`IterativeRounds.begin` samples a round's
+current and comparator candidates on a list of prompts, pairs them and picks the round's
+training pairs; :meth:`IterativeRounds.finish` lets the comparator snapshot the policy.
+:func:`run_rounds` runs ``R`` rounds with a caller's training callback (the form CoMLRL
+1.4.3's trainers take: every training prompt each round); the step-driven recipes of
+:mod:`.iterative_loops` call :meth:`~IterativeRounds.begin` themselves, under the loop
+driver.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from comlrl.algos.recipes.preference.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, round_pairs
+from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.rollout.tree import TreeSettings, rollout
+from comlrl.core import SamplingParams
+
+__all__ = ["IterativeRounds", "run_rounds"]
+
+
+class IterativeRounds:
+    """The round machinery of one iterative run.
+
+    Args:
+        comparator: the comparator policy (its ``agents`` are the current agents).
+        replay: every round's pairs and the choice of a round's training pairs.
+        sampling: the current agents' sampling (``num_generations`` = ``K``).
+        comparator_sampling: the comparator's (``num_generations`` = ``K'``).
+        pair_selection: :data:`~comlrl.algos.recipes.preference.iterative.PAIR_SELECTIONS`.
+        pairs_per_prompt: pairs kept per prompt (``None``: all).
+        seed: seeds the pairing (``seed + 2``) and ordering (``seed + 3``) streams.
+
+    Attributes:
+        history: one row per round begun (``iter/*`` keys, see :meth:`begin`).
+        total_pairs: pairs generated so far.
+    """
+
+    def __init__(
+        self,
+        comparator: Comparator,
+        replay: PreferenceReplay,
+        *,
+        sampling: SamplingParams,
+        comparator_sampling: SamplingParams,
+        pair_selection: str,
+        pairs_per_prompt: int | None,
+        seed: int,
+    ) -> None:
+        self.comparator = comparator
+        self.replay = replay
+        self.sampling, self.comparator_sampling = sampling, comparator_sampling
+        self.pair_selection, self.pairs_per_prompt = pair_selection, pairs_per_prompt
+        self.pair_rng = random.Random(seed + 2)
+        self.order_rng = random.Random(seed + 3)
+        self.history: list[dict[str, float]] = []
+        self.total_pairs = 0
+        self.started = False
+
+    @property
+    def agents(self) -> list[Any]:
+        """The current (trained) agents."""
+        return self.comparator.agents
+
+    def collect(
+        self,
+        round_index: int,
+        env: Environment,
+        examples: Sequence[Mapping[str, Any]],
+        batch_size: int,
+    ) -> tuple[list[IterPair], dict[str, float]]:
+        """Round ``round_index``'s pairs on ``examples`` (in batches of ``batch_size``
+        prompts), scored by ``env``'s reward.
+
+        Returns:
+            ``(pairs, stats)``: ``stats`` holds ``current_reward_mean`` and
+            ``comparator_reward_mean`` over every sampled joint action.
+        """
+        if not self.started:
+            self.comparator.start()
+            self.started = True
+        tree = TreeSettings(num_turns=1, joint_mode="align")
+        comparator = self.comparator.agents_for(round_index)
+        pairs: list[IterPair] = []
+        sums = {"current_reward_mean": 0.0, "comparator_reward_mean": 0.0}
+        for start in range(0, len(examples), batch_size):
+            chunk = list(examples[start : start + batch_size])
+            ro_cur = rollout(self.agents, chunk, env, self.sampling, tree)
+            ro_cmp = rollout(comparator, chunk, env, self.comparator_sampling, tree)
+            found, stats = round_pairs(
+                ro_cur,
+                ro_cmp,
+                round_index=round_index,
+                mode=self.pair_selection,
+                limit=self.pairs_per_prompt,
+                rng=self.pair_rng,
+            )
+            pairs.extend(found)
+            for key in sums:
+                sums[key] += stats[key] * len(chunk)
+        return pairs, {key: v / max(1, len(examples)) for key, v in sums.items()}
+
+    def begin(
+        self,
+        round_index: int,
+        env: Environment,
+        examples: Sequence[Mapping[str, Any]],
+        batch_size: int,
+    ) -> tuple[list[IterPair], dict[str, float]]:
+        """Start round ``round_index``: :meth:`collect`, store its pairs in the replay and
+        pick the round's training pairs.
+
+        Returns:
+            ``(training pairs, round row)``; the row (also appended to :attr:`history`):
+            ``iter/current_iteration`` (1-based), ``iter/current_preference_pairs``,
+            ``iter/total_preference_pairs``, ``iter/train_preference_pairs``,
+            ``iter/current_reward_mean``, ``iter/comparator_reward_mean``.
+        """
+        pairs, stats = self.collect(round_index, env, examples, batch_size)
+        train_pairs = self.replay.add_and_select(pairs)
+        self.total_pairs += len(pairs)
+        row = {
+            "iter/current_iteration": float(round_index + 1),
+            "iter/current_preference_pairs": float(len(pairs)),
+            "iter/total_preference_pairs": float(self.total_pairs),
+            "iter/train_preference_pairs": float(len(train_pairs)),
+            **{f"iter/{k}": v for k, v in stats.items()},
+        }
+        self.history.append(row)
+        return train_pairs, row
+
+    def finish(self, round_index: int) -> None:
+        """After round ``round_index``'s training (the history comparator's snapshot)."""
+        self.comparator.finish_round(round_index)
+
+    def pair_batches(
+        self, pairs: Sequence[IterPair], epochs: int, batch: int
+    ) -> list[list[IterPair]]:
+        """``epochs`` passes over ``pairs``, each shuffled by the ordering stream, in
+        batches of ``batch``."""
+        out: list[list[IterPair]] = []
+        for _ in range(epochs):
+            order = list(pairs)
+            self.order_rng.shuffle(order)
+            out.extend(order[i : i + batch] for i in range(0, len(order), batch))
+        return out
+
+    def split(self, pairs: Sequence[IterPair], parts: int) -> list[list[IterPair]]:
+        """One shuffled pass over ``pairs`` in ``parts`` consecutive chunks whose sizes
+        differ by at most one (the earlier chunks larger; empty ones when
+        ``len(pairs) < parts``)."""
+        order = list(pairs)
+        self.order_rng.shuffle(order)
+        base, extra = divmod(len(order), parts)
+        out, start = [], 0
+        for i in range(parts):
+            size = base + (1 if i < extra else 0)
+            out.append(order[start : start + size])
+            start += size
+        return out
+
+
+def run_rounds(
+    rounds: IterativeRounds,
+    num_rounds: int,
+    *,
+    examples: Sequence[Mapping[str, Any]],
+    batch_size: int,
+    env_for: Callable[[int], Environment],
+    train_round: Callable[[list[IterPair], int], list[dict[str, float]]],
+    log: Callable[[Mapping[str, Any]], Any] | None = None,
+    save_policy: Callable[[str], Any] | None = None,
+    name: str = "iterative",
+) -> list[dict[str, float]]:
+    """``num_rounds`` rounds on every prompt of ``examples``: :meth:`IterativeRounds.begin`
+    (scored in ``env_for(round)``), ``train_round(training pairs, round)`` when there are
+    any, :meth:`IterativeRounds.finish`; ``save_policy("initial")`` before round 0 and
+    ``save_policy("iteration_XXXX")`` after each round. Warns when no round found a pair.
+
+    Returns:
+        The rows ``train_round`` returned, in order (the round rows are in
+        ``rounds.history`` and went to ``log``).
+    """
+    history: list[dict[str, float]] = []
+    if save_policy is not None:
+        save_policy("initial")
+    for r in range(num_rounds):
+        train_pairs, row = rounds.begin(r, env_for(r), examples, batch_size)
+        if log is not None:
+            log(row)
+        if train_pairs:
+            history.extend(train_round(train_pairs, r))
+        rounds.finish(r)
+        if save_policy is not None:
+            save_policy(f"iteration_{r:04d}")
+    if rounds.total_pairs == 0:
+        warnings.warn(
+            f"{name}: every current/comparator joint action tied under the reward in every "
+            "round; no pairs, no training (raise the candidates or the temperature).",
+            stacklevel=3,
+        )
+    return history

@@ -1,0 +1,139 @@
+"""``comlrl train algo=centralized_magrpo | madpo_iter | marlhf_iter``: the recipes that were
+only reachable through ``comlrl.trainers`` run end to end from the command line (a few
+steps of the built-in stories260k, in-process) and write the loop driver's outputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from comlrl.algos.cli.main import main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cli_recipes import (  # noqa: E402  (the shared run checks)
+    STORY,
+    _assert_same_outputs,
+    _check_final,
+    _interrupted_and_resumed,
+)
+
+
+def _rows(path: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_centralized_magrpo_trains_one_joint_policy_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "central"
+    argv = ["train", "algo=centralized_magrpo", "num_steps=3", "progress=false", *STORY]
+    argv += ["batch_size=2", "log_samples=2", "save_every=1", "eval_every=2", "eval_limit=2"]
+    assert main([*argv, f"output_dir={out}"]) == 0
+    cap = capsys.readouterr()
+    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples), " in cap.err
+    assert "centralized MAGRPO (one joint policy, sentences role format)" in cap.err
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # one trained policy, and the sentence split gives the story reward something to score
+    assert "completion_len_mean/agent_0" in rows[0] and "completion_len_mean/agent_1" not in rows[0]
+    assert max(r["reward_max"] for r in rows) > 0.0
+    _check_final(out, 1)
+    assert not (out / "final" / "agent_1").exists()
+    assert [r["step"] for r in _rows(out / "eval.jsonl")] == [2]
+    sample = _rows(out / "samples.jsonl")[0]
+    assert len(sample["prompts"]) == 1 and "In the end," in sample["prompts"][0]
+    assert (out / "config.yaml").read_text().startswith("algo: centralized_magrpo\n")
+    run = tmp_path / "central-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3)
+    _assert_same_outputs(run, out)
+
+
+def test_centralized_magrpo_checks_its_keys_before_any_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["train", "algo=centralized_magrpo", f"output_dir={tmp_path / 'x'}"]
+    assert main([*base, "models=[a,b]"]) == 2
+    assert "trains one joint policy but models lists 2" in capsys.readouterr().err
+    assert main([*base, "role_format=xml"]) == 2
+    assert "role_format" in capsys.readouterr().err
+    assert main([*base, "estimator=rloo"]) == 2
+    assert "fixes estimator='grpo'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_madpo_iter_runs_rounds_against_the_history_comparator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "madpo_iter"
+    argv = ["train", "algo=madpo_iter", "num_steps=4", "steps_per_round=2", "progress=false"]
+    argv += [*STORY, "batch_size=2", "eval_split=test", "eval_limit=2", "eval_every=2"]
+    argv += ["comparator=history", "comparator_history_k=2", "replay_mode=all_history"]
+    assert main([*argv, f"output_dir={out}"]) == 0
+    assert "MADPO-Iter against the history comparator, 2 rounds of 2 steps" in (
+        capsys.readouterr().err
+    )
+    rows = _rows(out / "metrics.jsonl")
+    assert [(r["step"], r["iteration"]) for r in rows] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0)]
+    # each round's training pairs are spread over its two steps (one shuffled pass)
+    for first, second in (rows[:2], rows[2:]):
+        assert first["num_pairs"] + second["num_pairs"] == first["iter/train_preference_pairs"]
+    # all_history: round 2's pool holds both rounds' pairs
+    assert rows[2]["iter/total_preference_pairs"] == (
+        rows[0]["iter/current_preference_pairs"] + rows[2]["iter/current_preference_pairs"]
+    )
+    assert any("loss" in r for r in rows)
+    evals = _rows(out / "eval.jsonl")
+    assert [r["step"] for r in evals] == [0, 2, 4] and evals[0]["eval/margin"] == 0.0
+    _check_final(out, 2)
+    assert (out / "config.yaml").read_text().startswith("algo: madpo_iter\n")
+
+
+def test_marlhf_iter_refits_the_reward_model_each_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "marlhf_iter"
+    argv = ["train", "algo=marlhf_iter", "num_steps=2", "steps_per_round=1", "progress=false"]
+    argv += [*STORY, "batch_size=2", "num_generations=2", "num_candidates=2", "eval_every=2"]
+    argv += ["eval_limit=2", "comparator=model", "comparator_models=[builtin:stories260k]"]
+    argv += ["scoring_reward=reward_model", "reward.num_epochs=1", "parallel_agents=false"]
+    assert main([*argv, f"output_dir={out}"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done: 2 steps")
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1.0, 2.0]
+    # round 1 orders its pairs by the task reward (in [0, 1]), round 2 by round 1's reward
+    # model, whose head starts at zero and moved by one small step: scores near 0
+    assert rows[0]["iter/comparator_reward_mean"] > 0.05
+    assert abs(rows[1]["iter/comparator_reward_mean"]) < 0.05
+    # one fit per round (one epoch of one batch of <= 4 pairs)
+    fits = _rows(out / "reward_model_metrics.jsonl")
+    assert [f["iteration"] for f in fits] == [1.0, 2.0]
+    assert (out / "final" / "reward_model" / "head.safetensors").is_file()
+    # evaluation keeps the task reward
+    assert [r["step"] for r in _rows(out / "eval.jsonl")] == [0, 2]
+    _check_final(out, 2)
+
+
+def test_iterative_recipes_check_their_keys_and_refuse_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["train", "algo=madpo_iter", f"output_dir={tmp_path / 'x'}"]
+    for extra, message in [
+        (["replay_mode=nearest_k"], "replay_mode='nearest_k' needs replay_k"),
+        (["comparator=model"], "comparator='model' needs comparator_models"),
+        (["comparator_history_k=3"], "needs comparator='history'"),
+        (["joint_mode=cross"], "set joint_mode=align"),
+        (["num_collect_batches=2"], "unknown key"),
+    ]:
+        assert main([*base, *extra]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+    assert main(["train", "algo=marlhf_iter", "scoring_reward=oracle"]) == 2
+    assert "scoring_reward" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    # the rounds' replay and comparator snapshots are not checkpointed: no --resume
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("algo: madpo_iter\n")
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "cannot be resumed" in capsys.readouterr().err
