@@ -230,7 +230,6 @@ COMLRL_143 = "comlrl==1.4.3"
 #: 1.4.3 test files left out (``--ignore``): they import 1.4.3 internals we do not provide
 #: (docs/compat.md, "CoMLRL 1.4.3's test suite", gives the reason of each)
 COMPAT_IGNORED_FILES = [
-    "test_actor_critic.py",
     "test_centralized_preference.py",
     "test_checkpoint_assets.py",
     "test_checkpoint_files.py",
@@ -243,48 +242,33 @@ COMPAT_IGNORED_FILES = [
     "test_checkpoint_rng.py",
     "test_checkpoint_state.py",
     "test_checkpoint_tokenizer_specials.py",
-    "test_joint_policy.py",
 ]
 #: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
 #: group listed with its reason in docs/compat.md
 COMPAT_KNOWN_FAILURES = [
-    "test_centralized_comparator.py::test_centralized_split_preserves_candidate_and_agent_alignment",
-    "test_centralized_comparator.py::test_centralized_split_validates_adapter_output_count",
-    "test_centralized_comparator.py::test_decentralized_path_does_not_call_centralized_generation",
+    "test_joint_policy.py::test_marlhf_joint_loss_calls_sequence_log_prob_hook",
+    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective",
+    "test_joint_policy.py::test_joint_loss_validates_alignment_and_handles_empty_batch",
+    "test_joint_policy.py::test_joint_actor_trains_and_evaluates_with_variable_role_counts",
+    "test_joint_policy.py::test_generation_with_eos_in_prompt_preserves_joint_boundaries_and_kl",
+    "test_joint_policy.py::test_real_generation_can_feed_joint_backward",
+    "test_actor_critic.py::test_ac_step_reads_mask_from_rollout_metadata",
+    "test_actor_critic.py::test_ac_step_matches_analytic_gradients",
+    "test_actor_critic.py::test_maac_single_turn_does_not_dispatch_multi_turn_reward_override",
+    "test_actor_critic.py::test_log_metrics_logs_each_call_directly",
+    "test_actor_critic.py::test_evaluate_collects_rollouts_in_eval_mode",
+    "test_actor_critic.py::test_wandb_init_reports_actor_critic_config",
     "test_centralized_magrpo.py::test_one_actor_training_uses_joint_prompt_and_task_rewards",
     "test_centralized_magrpo.py::test_eval_passes_separate_roles_to_eval_logger",
     "test_centralized_magrpo.py::test_loss_matches_full_joint_sequence_policy_gradient",
-    "test_centralized_magrpo.py::test_joint_actor_gets_one_reference_model",
     "test_centralized_magrpo.py::test_wandb_does_not_claim_a_comparator",
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
-    "test_magrpo.py::test_compute_rewards_wraps_completions_in_place",
-    "test_parallel_agent_tasks.py::test_ac_run_agent_tasks_keeps_index_order_in_mp",
-    "test_parallel_agent_tasks.py::test_ac_run_agent_tasks_is_sequential_when_mp_disabled",
-    "test_parallel_agent_tasks.py::test_iac_parallel_updates_enabled_only_for_mp_mode",
-    "test_parallel_agent_tasks.py::test_magrpo_run_agent_tasks_keeps_index_order_in_mp",
-    "test_parallel_agent_tasks.py::test_magrpo_reuses_one_worker_thread_per_agent",
     "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
-    "test_preference.py::test_sequence_log_prob_accepts_inference_tensors",
-    "test_preference.py::test_preference_update_metrics_and_agent_order",
-    "test_preference.py::test_preference_pairs_and_distribution_use_raw_rewards",
-    "test_preference.py::test_reward_distribution_uses_declared_range_and_counts",
-    "test_preference.py::test_reward_distribution_requires_declared_reward_range",
-    "test_preference.py::test_reward_chart_axis_tick_labels",
     "test_preference.py::test_reward_chart_empty_series",
     "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
-    "test_preference.py::test_output_directories_follow_config_precedence",
     "test_preference.py::test_explicit_output_directories_and_independent_caches",
-    "test_preference.py::test_replay_writer_uses_subclass_directory_override",
-    "test_reference_kl.py::test_magrpo_reference_kl_defaults_to_frozen_actor_copy",
-    "test_reference_kl.py::test_iac_reference_model_loads_from_actor_source",
-    "test_reference_kl.py::test_actor_critic_kl_shaping_is_noop_when_disabled",
-    "test_reference_kl.py::test_actor_critic_kl_shaping_penalizes_reward",
-    "test_reference_kl.py::test_magrpo_applies_reference_kl_to_returns",
-    "test_reference_kl.py::test_reference_kl_values_disabled_or_missing_models",
-    "test_reference_kl.py::test_reference_kl_values_keep_order_and_module_hook",
-    "test_reference_kl.py::test_reference_kl_values_restore_training_modes_and_rng",
     "test_trainer_init.py::test_iac_separate_critics_get_one_optimizer_each",
 ]
 
@@ -313,18 +297,62 @@ def _comlrl143_tests(session: nox.Session) -> Path:
     return tests
 
 
+#: venvs of other sessions that hold our four packages with algos' extras and the test
+#: tools (``tests(integration)``, ``slow(integration)``); the compat session runs in one of
+#: them when its installed ``comlrl`` sources equal this checkout's
+COMPAT_REUSABLE_VENVS = ["tests-python-3-11-package-integration", "slow-package-integration"]
+#: run by a candidate venv's Python: exit 0 when every ``comlrl.<name>`` subpackage of
+#: ``packages/*/src`` (argv[1]) is importable and holds each of its ``.py`` files
+#: unchanged, and the test dependencies of 1.4.3's suite import
+_SAME_SOURCES = """
+import importlib, pathlib, sys
+for src in sorted(pathlib.Path(sys.argv[1]).glob("*/src/comlrl/*")):
+    if not (src / "__init__.py").is_file():
+        continue
+    mod = importlib.import_module("comlrl." + src.name)
+    installed = pathlib.Path(mod.__file__).parent
+    for path in src.rglob("*.py"):  # a build may add files (kernels' _build_info.py)
+        copy = installed / path.relative_to(src)
+        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
+            sys.exit(f"comlrl.{src.name}: installed {copy} differs from {path}")
+import datasets, hypothesis, pytest, transformers
+"""
+
+
+def _compat_python(session: nox.Session) -> str | None:
+    """The Python of a venv in :data:`COMPAT_REUSABLE_VENVS` whose installed ``comlrl``
+    sources equal this checkout's (then nothing is installed), else None."""
+    for name in COMPAT_REUSABLE_VENVS:
+        python = ROOT / ".nox" / name / "bin" / "python"
+        if not python.is_file():
+            continue
+        check = subprocess.run(
+            [str(python), "-c", _SAME_SOURCES, str(PACKAGES)], capture_output=True, text=True
+        )
+        if check.returncode == 0:
+            session.log(f"compat: reusing .nox/{name} (its comlrl sources equal this checkout's)")
+            return str(python)
+        session.log(f"compat: not reusing .nox/{name}: {check.stderr.strip()[-200:]}")
+    return None
+
+
 @nox.session(python=TORCH_PYTHON)
 def compat(session: nox.Session) -> None:
     """CoMLRL 1.4.3's own test suite, unmodified, against ``comlrl.trainers`` /
     ``comlrl.utils``: its sdist's ``tests/`` folder (cached under ``.nox/_comlrl143``; only
     the tests are unpacked, so its ``comlrl`` package cannot shadow ours) with its own
-    ``helpers.py``/``conftest.py`` imported the way its pytest config does, in a venv
-    holding our four packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
+    ``helpers.py``/``conftest.py`` imported the way its pytest config does. It runs in the
+    integration tests' venv when that holds this checkout (:func:`_compat_python`: nothing
+    to install, as in CI after ``nox -s tests``), else in its own venv holding our four
+    packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
     :data:`COMPAT_KNOWN_FAILURES` are left out (docs/compat.md gives each one's reason);
     everything else must pass. Pass test files and pytest options to run
     a part, e.g. ``nox -s compat -- test_magrpo.py -x``."""
     tests = _comlrl143_tests(session)
-    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    python = _compat_python(session)
+    if python is None:
+        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        python = "python"
     ini = tests.parent / "pytest.ini"
     ini.write_text("[pytest]\n")  # keeps the monorepo's pytest settings out of 1.4.3's suite
     targets = session.posargs or ["."]
@@ -332,7 +360,7 @@ def compat(session: nox.Session) -> None:
     ignore = [arg for f in COMPAT_IGNORED_FILES for arg in ("--ignore", f)]
     session.chdir(tests)
     session.run(
-        "python", "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
+        python, "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
         "-p", "no:cacheprovider", "-q", "-ra", *ignore, *deselect,
-        env={"WANDB_MODE": "disabled"},
+        env={"WANDB_MODE": "disabled"}, external=True,
     )  # fmt: skip

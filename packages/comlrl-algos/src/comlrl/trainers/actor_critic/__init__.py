@@ -13,7 +13,6 @@ value loss weighted by ``value_loss_coef`` and clipped with ``value_clip_range``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,141 +20,28 @@ from comlrl.algos.recipes.actor_critic.recipe import Method
 from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
-    check_config_fields,
     common_train_config,
     critic_device_names,
     load_agents,
 )
+from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
+from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
+from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
 
-__all__ = ["ActorCriticTrainerBase", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer"]
+# 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
+from comlrl.utils.reference_kl import reference_kl_for_sequence  # noqa: F401
 
-
-def _check_ac(cfg: Any) -> None:
-    if cfg.rollout_buffer_size < 1:
-        raise ValueError(f"rollout_buffer_size must be >= 1, got {cfg.rollout_buffer_size!r}")
-    if cfg.train_batch_size is None:
-        cfg.train_batch_size = cfg.rollout_buffer_size
-    for name in (
-        "train_batch_size",
-        "num_agents",
-        "num_turns",
-        "num_generations",
-        "eval_batch_size",
-        "logging_steps",
-    ):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)!r}")
-    for name in ("eval_interval", "eval_num_samples"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
-    if cfg.num_turns > 1 and cfg.num_generations != 1:
-        raise ValueError(
-            f"num_turns={cfg.num_turns} needs num_generations=1 (as in CoMLRL 1.4.3), got "
-            f"{cfg.num_generations}"
-        )
-    cfg.critic_type = (cfg.critic_type or "v").lower()
-    if cfg.critic_type not in ("v", "q"):
-        raise ValueError(f"critic_type={cfg.critic_type!r}; use 'v' (V(h)) or 'q' (Q(h, a))")
-    if cfg.critic_learning_rate is None:
-        cfg.critic_learning_rate = cfg.agent_learning_rate
-    check_config_fields(cfg, critic_devices=True)
+__all__ = [
+    "ActorCriticTrainerBase",
+    "IACConfig",
+    "IACTrainer",
+    "MAACConfig",
+    "MAACTrainer",
+    "RolloutSample",
+]
 
 
-@dataclass
-class IACConfig:
-    """CoMLRL 1.4.3's ``IACConfig``: the same fields and defaults.
-
-    Units as :class:`comlrl.trainers.reinforce.MAGRPOConfig`; ``value_clip_range`` in
-    reward units; ``critic_learning_rate`` None = ``agent_learning_rate``. With
-    ``use_separate_critic=False`` the value head sits on the agent's model
-    (``value_head_hidden_dim``); otherwise each agent has a critic model
-    (``critic_value_head_hidden_dim``).
-
-    Raises:
-        ValueError: a count below its minimum, ``num_turns > 1`` with
-            ``num_generations != 1``, or an unknown ``critic_type``.
-    """
-
-    agent_learning_rate: float = 5e-6
-    critic_learning_rate: float | None = 5e-6
-    rollout_buffer_size: int = 8
-    train_batch_size: int | None = None
-    value_clip_range: float | None = 0.2
-    value_loss_coef: float = 0.6
-    advantage_normalization: bool = True
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    top_p: float = 0.6
-    top_k: int | None = None
-    num_train_epochs: int = 40
-    use_separate_critic: bool = True
-    critic_type: str = "v"
-    critic_value_head_hidden_dim: int | None = None
-    value_head_hidden_dim: int | None = None
-    num_agents: int = 2
-    num_turns: int = 2
-    parallel_training: str = "none"
-    agent_devices: str | Sequence[str] | None = None
-    critic_devices: str | Sequence[str] | None = None
-    external_prompt_passthrough: bool = False
-    discount: float = 1.0
-    num_generations: int = 1
-    eval_interval: int = 16
-    eval_num_samples: int = 4
-    eval_batch_size: int = 1
-    early_termination_threshold: float | None = -0.2
-    logging_steps: int = 1
-    reference_kl_enabled: bool = False
-    reference_kl_coef: float = 0.1
-    reference_devices: str | Sequence[str] | None = None
-
-    def __post_init__(self) -> None:
-        _check_ac(self)
-
-
-@dataclass
-class MAACConfig:
-    """CoMLRL 1.4.3's ``MAACConfig``: the same fields and defaults (one centralised
-    critic; units as :class:`IACConfig`).
-
-    Raises:
-        ValueError: as :class:`IACConfig`.
-    """
-
-    agent_learning_rate: float = 5e-6
-    critic_learning_rate: float = 5e-6
-    rollout_buffer_size: int = 8
-    train_batch_size: int | None = None
-    value_loss_coef: float = 0.6
-    advantage_normalization: bool = True
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    top_p: float = 0.6
-    top_k: int | None = None
-    num_train_epochs: int = 40
-    num_agents: int = 2
-    num_generations: int = 1
-    num_turns: int = 2
-    parallel_training: str = "none"
-    agent_devices: str | Sequence[str] | None = None
-    critic_devices: str | Sequence[str] | None = None
-    external_prompt_passthrough: bool = False
-    discount: float = 1.0
-    critic_type: str = "v"
-    early_termination_threshold: float | None = -0.2
-    eval_interval: int = 16
-    eval_num_samples: int = 4
-    eval_batch_size: int = 1
-    logging_steps: int = 1
-    reference_kl_enabled: bool = False
-    reference_kl_coef: float = 0.1
-    reference_devices: str | Sequence[str] | None = None
-
-    def __post_init__(self) -> None:
-        _check_ac(self)
-
-
-class ActorCriticTrainerBase(CompatTrainer):
+class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
     ``train()``/``evaluate()``/``save_model()``. Use a subclass; ``method`` picks the recipe.
@@ -394,16 +280,3 @@ class MAACTrainer(ActorCriticTrainerBase):
     config_cls: type = MAACConfig
     algorithm_name = "MAAC"
     method = "maac"
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RolloutSample":
-        from comlrl.utils import NotProvidedError
-
-        raise NotProvidedError(
-            "comlrl.trainers.actor_critic.RolloutSample (CoMLRL 1.4.3's internal rollout "
-            "buffer record) is not provided; rollouts here are comlrl.algos.rollout.tree.Rollout "
-            "records (see docs/compat.md).",
-            name=name,
-        )
-    raise AttributeError(f"module 'comlrl.trainers.actor_critic' has no attribute {name!r}")

@@ -26,6 +26,11 @@ from comlrl.trainers._base import (
     check_config_fields,
     common_train_config,
 )
+from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
+from comlrl.trainers.reinforce._hooks143 import MAGRPOHooks143
+
+# 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
+from comlrl.utils.reference_kl import reference_kl_for_sequence  # noqa: F401
 
 __all__ = [
     "CentralizedMAGRPOConfig",
@@ -230,7 +235,7 @@ def group_baseline_config(
     return fields
 
 
-class MAGRPOTrainer(CompatTrainer):
+class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
     :mod:`comlrl.algos.recipes.group_baseline.recipe`.
 

@@ -118,11 +118,6 @@ class ActorCriticConfig(TrainConfig):
                             "critic_mode='shared' puts its value head on that agent's own "
                             "model; drop critic_devices or use critic_mode='separate'."
                         )
-        if self.critic_mode == "shared" and self.kl_coef > 0:
-            raise ValueError(
-                "critic_mode='shared' does not support kl_coef > 0 yet; use "
-                "critic_mode='separate' or kl_coef=0."
-            )
         return self
 
     @property

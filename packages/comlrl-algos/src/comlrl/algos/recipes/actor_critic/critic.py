@@ -324,6 +324,7 @@ def update_shared(
     *,
     coef: float,
     clip_range: float | None,
+    ref_model: Any = None,
 ) -> dict[str, float]:
     """Actor and value head on one trunk: ``policy_loss + coef * value_loss``, one backward
     and one optimizer step per iteration (the optimizer holds the model's parameters and
@@ -331,7 +332,8 @@ def update_shared(
 
     One code path with the actors' update: :func:`~comlrl.algos.training.update.update_policy`
     (micro-batches, loss weighting, fused log-probs, clipping) with the value loss as its
-    ``extra_loss`` and the head as ``extra_params`` (no reference KL here). Returns
+    ``extra_loss`` and the head as ``extra_params``; ``ref_model`` (a frozen copy of the
+    trunk, or None) adds the reference KL term as for the actors. Returns
     ``update_policy``'s metrics (``loss`` is the policy's) and :func:`update_critic`'s
     value metrics.
     """
@@ -345,4 +347,5 @@ def update_shared(
             critic, texts, old_values, targets, clip_range, settings.micro_batch_size, coef
         ),
         extra_params=list(critic.head.parameters()),
+        ref_model=ref_model,
     )

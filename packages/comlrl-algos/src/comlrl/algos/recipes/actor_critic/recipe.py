@@ -167,6 +167,7 @@ def step(run: ActorCriticRun) -> StepResult:
                 tgt[a],
                 coef=cfg.value_loss_coef,
                 clip_range=cfg.value_clip_range,
+                ref_model=base.ref_models[a] if base.ref_models is not None else None,
             )
         stats: dict[str, float] = {}
         if members[0] == a:  # the first sharer steps for all of them

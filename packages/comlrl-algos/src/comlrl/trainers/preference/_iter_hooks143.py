@@ -1,0 +1,201 @@
+"""CoMLRL 1.4.3's private hooks of ``MADPOIterTrainer``, as thin adapters over ours.
+
+1.4.3's test suite calls them directly: the output folders (replay shards, reward
+histograms, policy snapshots) and their precedence, one round's replay shard on disk, and
+the reward histogram's bins and JSON records (the pair generation of one prompt against the
+comparator: :mod:`comlrl.trainers.preference._iter_pairs143`). ``MADPOIterTrainer`` reaches them through :class:`MADPOTrainer`; our round loop
+(:mod:`comlrl.trainers._iterative`) does not go through them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from comlrl.trainers.preference._iter_pairs143 import IterativePairHooks143, Pair143
+
+__all__ = ["IterativeHooks143", "ReplayShard", "output_path"]
+
+#: bins of 1.4.3's reward histograms over the declared ``reward_range``
+REWARD_BINS = 16
+
+
+@dataclass(frozen=True)
+class ReplayShard:
+    """One round's preference pairs written to disk (1.4.3's replay shard record)."""
+
+    iteration: int
+    path: str
+    num_pairs: int
+
+
+def output_path(directory: str, configured: Any, wandb_config: Any) -> str:
+    """Absolute folder ``directory`` goes to, by CoMLRL 1.4.3's precedence: the
+    ``configured`` path itself; else ``<base>/<directory>`` with ``base`` the first
+    non-empty of ``wandb_config["output_dir"]``,
+    ``wandb_config["config_sections"]["output"]["base_dir"]`` and ``wandb_config["dir"]``;
+    else ``<cwd>/<directory>``. ``~`` is not expanded (as 1.4.3)."""
+    if configured:
+        return os.path.abspath(str(configured))
+    base: Any = None
+    if isinstance(wandb_config, Mapping):
+        sections = wandb_config.get("config_sections")
+        output = sections.get("output") if isinstance(sections, Mapping) else None
+        section_base = output.get("base_dir") if isinstance(output, Mapping) else None
+        base = wandb_config.get("output_dir") or section_base or wandb_config.get("dir")
+    return os.path.abspath(os.path.join(str(base) if base else os.getcwd(), directory))
+
+
+def _pair_record(pair: Any) -> dict[str, Any]:
+    """A pair (our :class:`~comlrl.trainers._iterative.IterPair` or a :class:`Pair143`)
+    as a JSON record: prompts, winner/loser completions and rewards."""
+    if isinstance(pair, Pair143):
+        won, lost = pair.winner_completions, pair.loser_completions
+        rewards = (pair.winner_reward, pair.loser_reward)
+    else:
+        won, lost = pair.chosen, pair.rejected
+        rewards = (pair.chosen_reward, pair.rejected_reward)
+    return {
+        "prompts": list(pair.prompts),
+        "winner_completions": list(won),
+        "loser_completions": list(lost),
+        "winner_reward": float(rewards[0]),
+        "loser_reward": float(rewards[1]),
+    }
+
+
+def _finite(values: Sequence[Any]) -> list[float]:
+    return [float(v) for v in values if math.isfinite(float(v))]
+
+
+class IterativeHooks143(IterativePairHooks143):
+    """1.4.3's private ``MADPOIterTrainer`` methods (see the module docstring)."""
+
+    args: Any
+    wandb_config: Any
+    reward_func: Any
+    num_agents: int
+
+    # --- output folders (1.4.3's iterative trainers) -----------------------------------
+    def _resolve_output_dir(
+        self, directory: str, *, cache_attribute: str, config_attribute: str | None = None
+    ) -> str:
+        """1.4.3's output folder: cached on ``cache_attribute`` after the first call (which
+        creates it); see :func:`output_path` for the precedence."""
+        cached = getattr(self, cache_attribute, None)
+        if cached:
+            return str(cached)
+        configured = getattr(self.args, config_attribute, None) if config_attribute else None
+        path = output_path(directory, configured, getattr(self, "wandb_config", None))
+        os.makedirs(path, exist_ok=True)
+        setattr(self, cache_attribute, path)
+        return path
+
+    def _preference_replay_dir(self) -> str:
+        """1.4.3's replay-shard folder (``preference_replay_dir`` or ``<base>/preference_replay``)."""
+        return self._resolve_output_dir(
+            "preference_replay",
+            cache_attribute="_preference_replay_dir_path",
+            config_attribute="preference_replay_dir",
+        )
+
+    def _reward_distribution_dir(self) -> str:
+        """1.4.3's reward-histogram folder (``<base>/reward_distributions``)."""
+        return self._resolve_output_dir(
+            "reward_distributions", cache_attribute="_reward_distribution_dir_path"
+        )
+
+    def _policy_checkpoint_dir(self) -> str:
+        """1.4.3's policy-snapshot folder (``policy_checkpoint_dir`` or
+        ``<base>/policy_checkpoints``)."""
+        return self._resolve_output_dir(
+            "policy_checkpoints",
+            cache_attribute="_policy_checkpoint_dir_path",
+            config_attribute="policy_checkpoint_dir",
+        )
+
+    def _write_iteration_preference_pairs(
+        self, iteration_idx: int, pairs: Sequence[Any]
+    ) -> ReplayShard | None:
+        """1.4.3's replay shard: ``iteration_XXXX.json`` (1-based) in
+        :meth:`_preference_replay_dir` with the round's pairs (``prompts``, chosen and
+        rejected completions and rewards); ``None`` when there are no pairs."""
+        iteration = int(iteration_idx) + 1
+        path = os.path.join(self._preference_replay_dir(), f"iteration_{iteration:04d}.json")
+        records = [_pair_record(p) for p in pairs]
+        payload = {"iteration": iteration, "num_pairs": len(records), "pairs": records}
+        with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, ensure_ascii=False)
+        os.replace(f"{path}.tmp", path)
+        return ReplayShard(iteration, path, len(records)) if records else None
+
+    # --- reward histograms (1.4.3's ``log_reward_distribution``) ---------------------
+    def _reward_distribution_bin_edges(self) -> np.ndarray:
+        """``REWARD_BINS + 1`` edges over ``reward_func.reward_range`` (cached).
+
+        Raises:
+            ValueError: the reward function declares no ``reward_range``.
+        """
+        from comlrl.utils.reward_utils import resolve_reward_range
+
+        span = getattr(self, "_reward_distribution_range", None)
+        if span is None:
+            span = resolve_reward_range(self.reward_func)
+            if span is None:
+                raise ValueError(
+                    "log_reward_distribution=True requires reward_func.reward_range (the raw "
+                    "reward's (minimum, maximum)); declare it with "
+                    "comlrl.utils.set_reward_range(reward_func, low, high)."
+                )
+            self._reward_distribution_range = span
+        return np.linspace(float(span[0]), float(span[1]), REWARD_BINS + 1)
+
+    def _reward_distribution_counts(
+        self, rewards: Sequence[float], bin_edges: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Histogram counts of ``rewards`` clipped into the edges' range, and the edges."""
+        if len(rewards) == 0:
+            return np.zeros(len(bin_edges) - 1, dtype=int), bin_edges
+        clipped = np.clip(np.asarray(rewards, dtype=float), bin_edges[0], bin_edges[-1])
+        counts, edges = np.histogram(clipped, bins=bin_edges)
+        return counts, edges
+
+    def _reward_distribution_json_series(
+        self, rewards: Sequence[float], bin_edges: np.ndarray
+    ) -> dict[str, Any]:
+        """1.4.3's JSON record of one reward series: count, mean, bin counts, raw values
+        (non-finite rewards dropped)."""
+        values = _finite(rewards)
+        counts, _ = self._reward_distribution_counts(values, bin_edges)
+        return {
+            "sample_count": len(values),
+            "mean": float(np.mean(values)) if values else None,
+            "counts": [int(c) for c in counts],
+            "raw_rewards": values,
+        }
+
+    def _record_iteration_reward_distribution(
+        self, *, target_rewards: Sequence[float], comparator_rewards: Sequence[float]
+    ) -> None:
+        """Collect a round's raw rewards for its histogram (when ``log_reward_distribution``)."""
+        if not getattr(self.args, "log_reward_distribution", False):
+            return
+        store = self.__dict__.setdefault(
+            "_iteration_reward_distribution", {"target": [], "comparator": []}
+        )
+        store["target"].extend(_finite(target_rewards))
+        store["comparator"].extend(_finite(comparator_rewards))
+
+    @staticmethod
+    def _format_axis_tick(value: float) -> str:
+        """1.4.3's chart tick label: integers bare, else 1/2/3 decimals for |v| >= 1 /
+        >= 0.1 / below."""
+        if abs(value - round(value)) < 1e-9:
+            return str(int(round(value)))
+        digits = 1 if abs(value) >= 1.0 else 2 if abs(value) >= 0.1 else 3
+        return f"{value:.{digits}f}"

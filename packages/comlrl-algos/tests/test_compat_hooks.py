@@ -1,0 +1,133 @@
+"""comlrl.trainers: CoMLRL 1.4.3's private trainer hooks (thin adapters over ours)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from comlrl.trainers import IACConfig, IACTrainer, MADPOIterTrainer, MAGRPOTrainer
+from comlrl.trainers.preference._iter_hooks143 import output_path
+from hypothesis import given
+from hypothesis import strategies as st
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
+
+
+@pytest.fixture(scope="module")
+def stories260k() -> str:
+    path = SHARED / "models" / "stories260k"
+    if not path.is_dir():
+        pytest.skip(
+            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
+        )
+    return str(path)
+
+
+def test_output_path_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    sections = {"config_sections": {"output": {"base_dir": "s"}}, "dir": "w"}
+    assert output_path("d", "given", {"output_dir": "o"}) == str(tmp_path / "given")
+    assert output_path("d", None, {"output_dir": "o", **sections}) == str(tmp_path / "o" / "d")
+    assert output_path("d", None, sections) == str(tmp_path / "s" / "d")
+    assert output_path("d", None, {"output_dir": "", "dir": "w"}) == str(tmp_path / "w" / "d")
+    assert output_path("d", None, None) == str(tmp_path / "d")
+
+
+@given(st.floats(-1000, 1000, allow_nan=False))
+def test_axis_tick_label_reads_back_within_its_precision(value: float) -> None:
+    label = MADPOIterTrainer._format_axis_tick(value)
+    digits = len(label.split(".")[1]) if "." in label else 0
+    assert abs(float(label) - value) <= 0.5 * 10**-digits + 1e-9
+
+
+def test_reward_histogram_clips_into_the_declared_range() -> None:
+    trainer = object.__new__(MADPOIterTrainer)
+    trainer.reward_func = lambda *_: []
+    trainer._reward_distribution_range = (0.0, 1.0)
+    edges = trainer._reward_distribution_bin_edges()
+    counts, _ = trainer._reward_distribution_counts([-5.0, 0.0, 0.99, 7.0], edges)
+    assert (len(edges), int(counts[0]), int(counts[-1]), int(counts.sum())) == (17, 2, 2, 4)
+    series = trainer._reward_distribution_json_series([0.5, math.inf], edges)
+    assert series["sample_count"] == 1 and series["raw_rewards"] == [0.5]
+
+
+def test_reference_kl_shaping_hooks_follow_1_4_3() -> None:
+    trainer = object.__new__(MAGRPOTrainer)
+    trainer.args = SimpleNamespace(reference_kl_enabled=True, reference_kl_coef=0.5)
+    shaped = trainer._apply_reference_kl_to_returns(
+        torch.tensor([1.0, 2.0, 3.0]), {"reference_kls": [0.2, 0.4]}
+    )
+    torch.testing.assert_close(shaped, torch.tensor([0.9, 1.8, 3.0]), rtol=0, atol=1e-6)
+    assert trainer._kl_shaped_reward(1.0, {"reference_kls": [0.4]}, 1) == (
+        1.0,
+        {"reference_kl": 0.0, "reference_kl_penalty": 0.0, "environment_reward": 1.0},
+    )
+    trainer.args.reference_kl_enabled = False
+    assert trainer._reference_kl_values(0, None, torch.zeros(1, 2), None, 1, [1]) == []
+
+
+def test_iac_value_heads_with_reference_kl_train_and_measure_the_kl(stories260k: str) -> None:
+    """IAC with value heads on the agents (1.4.3's ``use_separate_critic=False``) and
+    ``reference_kl_enabled`` builds, gives each agent a frozen reference copy, and its
+    second step measures a positive KL (the first step moved the policy away)."""
+    torch.manual_seed(0)
+    trainer = IACTrainer(
+        agent_model=stories260k,
+        reward_func=lambda c1, c2: [float(len(b)) / 10 for b in c2],
+        train_dataset=[{"prompt": "Once upon a time"}, {"prompt": "The cat sat"}],
+        args=IACConfig(
+            num_turns=1, num_train_epochs=2, max_new_tokens=8, rollout_buffer_size=2,
+            agent_learning_rate=1e-2, use_separate_critic=False, reference_kl_enabled=True,
+            reference_kl_coef=0.5,
+        ),
+    )  # fmt: skip
+    refs: list[Any] = trainer.reference_models
+    assert len(refs) == 2 and refs[0] is not trainer.agents[0]
+    assert not any(p.requires_grad for p in refs[0].parameters())
+    history = trainer.train()
+    kl = [v for k, v in history[-1].items() if "kl" in k and k.endswith("agent_0")]
+    assert kl and kl[0] > 0, history[-1]
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_sequence_stats_sum_the_response_token_log_probs(
+    prompt: int, length: int, seed: int
+) -> None:
+    """1.4.3's ``_compute_sequence_stats`` against a loop over the response tokens."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, prompt + length, 5, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, 5, (2, prompt + length), generator=g)
+    got = object.__new__(IACTrainer)._compute_sequence_stats(ids, logits, prompt, length)
+    want = torch.zeros(2, dtype=torch.float64)
+    for b in range(2):
+        for t in range(prompt, prompt + length):
+            want[b] += torch.log_softmax(logits[b, t - 1], -1)[ids[b, t]]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+
+
+def test_expand_rewards_follows_1_4_3_precedence() -> None:
+    trainer = object.__new__(IACTrainer)
+    trainer.args = SimpleNamespace(num_agents=2)
+    assert trainer._expand_rewards([1.0, 2.0], 2) == [
+        [1.0, 2.0],
+        [1.0, 2.0],
+    ]  # per generation first
+    assert trainer._expand_rewards([1.0, 2.0], 3) == [[1.0] * 3, [2.0] * 3]
+    with pytest.raises(ValueError, match="got 4"):
+        trainer._expand_rewards([1.0] * 4, 3)
+
+
+def test_agents_and_optimizers_can_be_assigned_only_before_the_run_exists() -> None:
+    trainer = object.__new__(MAGRPOTrainer)
+    trainer.agents = ["a", "b"]
+    trainer.optimizers = ["o", "p"]
+    assert trainer.agents == ["a", "b"] and trainer.optimizers == ["o", "p"]
+    trainer._run_state = object()  # a built recipe run holds the models
+    with pytest.raises(AttributeError, match="agents cannot be replaced"):
+        trainer.agents = ["c"]
+    with pytest.raises(AttributeError, match="optimizers cannot be replaced"):
+        trainer.optimizers = ["q"]
