@@ -83,6 +83,10 @@ def main() -> int:
 
     def make_formatter(a: int):
         def fmt(item):
+            # "_prompts": the prompts exactly as our agents render them (a chat model's
+            # template applied), so both sides send the same text; else the task's own.
+            if "_prompts" in item:
+                return item["_prompts"][a]
             return task.prompts(item)[a]
 
         return fmt
