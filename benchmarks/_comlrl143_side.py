@@ -59,6 +59,7 @@ def main() -> int:
     _extend_namespace(spec["our_src_dirs"])
 
     import transformers
+    from comlrl.core.prompts import prompt_text  # ours, through the extended namespace
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
     task_mod, task_cls = spec["task_class"].rsplit(":", 1)
@@ -83,7 +84,13 @@ def main() -> int:
 
     def make_formatter(a: int):
         def fmt(item):
-            return task.prompts(item)[a]
+            # "_prompts": the prompts exactly as our agents render them (a chat model's
+            # template applied), so both sides send the same text; else the task's own.
+            if "_prompts" in item:
+                return item["_prompts"][a]
+            # a ChatPrompt's text form: what our agents send a tokenizer without a
+            # chat template (1.4.3's tokenizer call takes strings only)
+            return prompt_text(task.prompts(item)[a])
 
         return fmt
 

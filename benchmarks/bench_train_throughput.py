@@ -130,6 +130,7 @@ def run_ours(
 ) -> dict[str, Any]:
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.recipes.group_baseline.recipe import step as group_baseline_step
     from comlrl.algos.recipes.group_baseline.trainer import MAGRPOTrainer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training.config import TrainConfig
@@ -166,10 +167,11 @@ def run_ours(
     t0 = time.perf_counter()
     sandbox_jobs = sandbox_jobs_no_main = 0
     for _ in range(args.steps):
-        history.append(trainer.train_step())
+        result = group_baseline_step(trainer.run)  # what train_step runs, with its rollout
+        history.append(result.row)
         # Joint actions that reached the sandbox (did not fail the task's ast pre-check),
         # and those of them whose reward could not depend on the sandbox (no entry point).
-        for info in trainer.run.last_rollout.turns[0].infos:
+        for info in result.rollout.turns[0].infos:
             if info.get("status") not in ("syntax_error", "not_run"):
                 sandbox_jobs += 1
                 sandbox_jobs_no_main += not info.get("main_defined", True)

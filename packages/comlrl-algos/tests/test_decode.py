@@ -285,3 +285,32 @@ def test_a_disagreeing_fast_step_falls_back_to_the_models_forward(
     assert agent.fast_decode_status.startswith("off: first decode step differs")
     # The run continued on the model's own forward: same samples as never using it.
     assert torch.equal(got.input_ids, expected.input_ids)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 40),
+    hidden=st.sampled_from([8, 48, 64, 96, 576, 1000]),
+    scale=st.floats(1e-3, 1e3),
+    seed=st.integers(0, 2**16),
+)
+def test_float32_rms_norm_is_bitwise_the_explicit_float32_formula(
+    rows: int, hidden: int, scale: float, seed: int
+) -> None:
+    # The decode step's float32 RMSNorm is one F.rms_norm call; it must equal the
+    # transformers formula bit for bit, or sampled tokens could change.
+    from comlrl.algos.rollout.sampling.decode import _rms_norm
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, hidden, generator=gen) * scale
+    w = torch.randn(hidden, generator=gen)
+    explicit = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+    assert torch.equal(_rms_norm(x, w, 1e-5), explicit)
+
+
+@given(heads=st.integers(1, 6), half=st.integers(1, 16))
+def test_rolling_by_half_the_head_swaps_the_halves(heads: int, half: int) -> None:
+    # The rotary step uses x.roll(d/2) for [x2, x1] (the sign lives in the sin table).
+    x = torch.randn(3, heads, 2 * half)
+    swapped = x.view(3, heads, 2, half).flip(-2).reshape(3, heads, 2 * half)
+    assert torch.equal(x.roll(half, dims=-1), swapped)

@@ -275,9 +275,12 @@ def filtered_scores(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
     ``softmax`` of them is the truncated, renormalised sampling distribution. Behaviour
     log-probs are *not* taken from it but from the full ``log_softmax(logits / T)`` (the
-    distribution the update computes; see the module docstring).
+    distribution the update computes; see the module docstring). With float32 logits,
+    ``T = 1`` and no filter the result is ``logits`` itself: do not modify it in place.
     """
-    scores = logits.float() / params.temperature
+    scores = logits.float()
+    if params.temperature != 1.0:  # x / 1.0 == x: skip the op (it is per decode step)
+        scores = scores / params.temperature
     if params.top_k > 0 and params.top_k < scores.shape[-1]:
         kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
