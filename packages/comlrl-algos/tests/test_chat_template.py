@@ -106,6 +106,13 @@ def test_a_gguf_model_without_the_gguf_package_fails_before_loading(
     )
     with pytest.raises(ConfigError, match=r"GGUF file, which needs the `gguf` package"):
         check_model_names([str(f)])
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "accelerate" else real(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"missing: accelerate\)"):
+        check_model_names([str(f)])
 
 
 def test_prompt_format_reaches_the_agents_from_the_config() -> None:

@@ -143,10 +143,14 @@ def check_model_names(models: list[str]) -> None:
                 f"unknown built-in model {name!r}; choose one of {sorted(BUILTIN_MODELS)}"
             )
         if is_gguf_file(name):
-            if importlib.util.find_spec("gguf") is None:
+            missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+            if missing:
+                # transformers' GGUF reader imports gguf, and its loader refuses GGUF files
+                # without accelerate
                 raise ConfigError(
-                    f"model {name!r} is a GGUF file, which needs the `gguf` package: "
-                    "`pip install 'comlrl-algos[gguf]'` (or `pip install gguf`)."
+                    f"model {name!r} is a GGUF file, which needs the `gguf` package and "
+                    f"`accelerate` (missing: {', '.join(missing)}): "
+                    f"`pip install 'comlrl-algos[gguf]'` (or `pip install {' '.join(missing)}`)."
                 )
             continue
         if looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
