@@ -25,7 +25,6 @@ from comlrl.trainers._base import (
     check_config_fields,
 )
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
-from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 
 __all__ = ["MADPOConfig", "MADPOTrainer"]
 
@@ -119,7 +118,7 @@ class MADPOConfig:
         return ("reward_gap", "all", "random")
 
 
-class MADPOTrainer(IterativeHooks143, PreferenceHooks143, CompatTrainer):
+class MADPOTrainer(PreferenceHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
     reference-free MADPO steps on them (see the module docstring and :meth:`train`).
 
