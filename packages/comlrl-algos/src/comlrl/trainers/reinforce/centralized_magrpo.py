@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer, accepts_legacy_fields
+from comlrl.trainers.reinforce._centralized_hooks143 import CentralizedLossHooks143
 
 __all__ = ["CentralizedMAGRPOConfig", "CentralizedMAGRPOTrainer"]
 
@@ -43,7 +44,7 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
             )
 
 
-class CentralizedMAGRPOTrainer(MAGRPOTrainer):
+class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
     """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: one joint policy, trained with the
     MAGRPO objective on the task reward of its parsed role outputs.
 
