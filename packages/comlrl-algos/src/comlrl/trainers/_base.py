@@ -200,8 +200,16 @@ class CompatTrainer(AgentTasks143):
         from comlrl.algos.rollout.agent import HFAgent
 
         # CoMLRL 1.4.3 tokenizes what the formatters return as it is: no chat template.
+        # It samples with model.generate: a model whose generate was replaced on the
+        # instance (a scripted or custom policy) samples through it ("hf" backend).
         return [
-            HFAgent(m, t, name=f"agent_{i}", prompt_format="raw")
+            HFAgent(
+                m,
+                t,
+                name=f"agent_{i}",
+                prompt_format="raw",
+                backend="hf" if "generate" in vars(m) else "native",
+            )
             for i, (m, t) in enumerate(zip(self._models, self.tokenizers))
         ]
 

@@ -139,6 +139,12 @@ class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
         )
         self.env.reward = joint_reward
 
+    @property
+    def _centralized_eval_items(self) -> list[Any]:
+        """1.4.3's examples held for the evaluation in progress: ours keeps none between
+        evaluations (the roles' outputs are split per evaluation), so always empty."""
+        return []
+
     def _eval_role_completions(
         self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
     ) -> list[list[list[str]]]:
