@@ -290,7 +290,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_actor_critic.py::test_log_metrics_logs_each_call_directly",
     "test_actor_critic.py::test_evaluate_collects_rollouts_in_eval_mode",
     "test_actor_critic.py::test_wandb_init_reports_actor_critic_config",
-    "test_centralized_magrpo.py::test_wandb_does_not_claim_a_comparator",
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",

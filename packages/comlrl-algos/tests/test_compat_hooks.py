@@ -178,3 +178,22 @@ def test_preference_configs_check_collaboration_mode_as_143() -> None:
     )
     with pytest.raises(ValueError, match="actor index 0"):
         MADPOIterConfig(collaboration_mode="centralized", comparator_centralized_agent_index=1)
+
+
+def test_wandb_run_config_comes_from_the_trainer_and_magrpo_module_exposes_wandb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import comlrl.trainers.reinforce.magrpo as magrpo_module
+    from comlrl.trainers._wandb import start_run
+
+    fake = SimpleNamespace(init=lambda **kwargs: kwargs)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    trainer = SimpleNamespace(_wandb_run_config=lambda: {"algorithm": "MAGRPO", "num_roles": 2})
+    init = start_run({"project": "p", "config_sections": {"x": 1}}, trainer)
+    assert init["project"] == "p"
+    assert init["config"] == {"algorithm": "MAGRPO", "num_roles": 2, "x": 1}
+    assert magrpo_module.wandb is fake  # 1.4.3's module attribute, imported on use
+    with pytest.raises(AttributeError, match="no_such_name"):
+        magrpo_module.no_such_name  # noqa: B018

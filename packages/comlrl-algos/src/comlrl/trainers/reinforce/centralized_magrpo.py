@@ -139,6 +139,13 @@ class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
         )
         self.env.reward = joint_reward
 
+    def _wandb_run_config(self) -> dict[str, Any]:
+        """1.4.3's run config of centralized MAGRPO: ``algorithm="MAGRPO"`` (the config's
+        ``collaboration_mode`` says it is centralized), ``num_roles`` and
+        ``num_actor_models=1``, beside the config's fields."""
+        return {**super()._wandb_run_config(), "algorithm": "MAGRPO",
+                "num_roles": self.num_roles, "num_actor_models": 1}  # fmt: skip
+
     @property
     def _centralized_eval_items(self) -> list[Any]:
         """1.4.3's examples held for the evaluation in progress: ours keeps none between
