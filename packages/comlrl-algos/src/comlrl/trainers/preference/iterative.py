@@ -237,7 +237,6 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     def _check_args(self, cfg: MADPOConfig) -> None:
         from comlrl.trainers._iterative import check_iterative_supported
 
-        check_iterative_supported(cfg)
         for field, ok, what in (
             ("collaboration_mode", cfg.collaboration_mode == "decentralized",
              "only decentralized MADPOIter is implemented; set collaboration_mode='decentralized'."),
@@ -245,6 +244,8 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
              "DPO already regularises towards the reference; set reference_kl_enabled=False."),
         ):  # fmt: skip
             _reject(cfg, field, ok, what)
+        # after collaboration_mode: "centralized" also sets comparator_generation_mode
+        check_iterative_supported(cfg)
 
     def _policy_agents(self) -> list[Any]:
         return list(self._run.agents)
