@@ -79,6 +79,31 @@ def test_behaviour_logprobs_match_the_training_forward_under_left_padding(
         torch.testing.assert_close(logp[m], gb.behaviour_logprobs[m], atol=1e-4, rtol=1e-4)
 
 
+def test_hf_backend_recomputes_logprobs_when_generate_returns_only_sequences(
+    tiny_model, tiny_tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A replaced ``generate`` that returns no step logits (a scripted policy) still gives
+    behaviour log-probs: one forward pass recomputes them (tol 1e-5)."""
+    from types import SimpleNamespace
+
+    original = tiny_model.generate
+
+    def sequences_only(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(sequences=original(*args, **kwargs).sequences)
+
+    monkeypatch.setattr(tiny_model, "generate", sequences_only)
+    agent = HFAgent(tiny_model, tiny_tokenizer, backend="hf")
+    torch.manual_seed(2)
+    gb = agent.sample(
+        PROMPTS, SamplingParams(num_generations=2, max_new_tokens=8, temperature=0.7)
+    ).batch
+    m = gb.completion_mask
+    assert bool(torch.isfinite(gb.behaviour_logprobs).all())
+    with torch.no_grad():
+        logp = completion_logprobs(tiny_model, gb, slice(0, 2), temperature=0.7)
+    torch.testing.assert_close(gb.behaviour_logprobs[m], logp[m].float(), atol=1e-5, rtol=1e-5)
+
+
 def test_shared_prefix_forward_gives_the_plain_forwards_log_probs_and_gradient(
     tiny_model, tiny_tokenizer
 ) -> None:  # type: ignore[no-untyped-def]

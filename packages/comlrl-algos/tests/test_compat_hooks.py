@@ -131,3 +131,69 @@ def test_agents_and_optimizers_can_be_assigned_only_before_the_run_exists() -> N
         trainer.agents = ["c"]
     with pytest.raises(AttributeError, match="optimizers cannot be replaced"):
         trainer.optimizers = ["q"]
+
+
+class _Embedder(torch.nn.Module):
+    """A backbone whose hidden state of token ``t`` is ``[t]`` (1.4.3's reward-model
+    double: no ``last_hidden_state``, only ``hidden_states``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(hidden_size=1)
+        self.embedding = torch.nn.Embedding(10, 1)
+        with torch.no_grad():
+            self.embedding.weight.copy_(torch.arange(10, dtype=torch.float)[:, None])
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> SimpleNamespace:
+        return SimpleNamespace(hidden_states=[self.embedding(input_ids)])
+
+
+def test_marlhf_joint_reward_model_reads_hidden_states_and_names_head_reward_head() -> None:
+    from comlrl.trainers.preference.marlhf import JointRewardModel
+
+    model = JointRewardModel(_Embedder())
+    assert model.reward_head is model.head
+    with torch.no_grad():
+        model.reward_head.weight.fill_(2.0)
+    ids = torch.tensor([[7, 8, 0], [0, 7, 9]])
+    scores = model(ids, torch.tensor([[1, 1, 0], [0, 1, 1]]))
+    torch.testing.assert_close(scores, torch.tensor([16.0, 18.0]), rtol=0, atol=1e-6)
+
+
+def test_centralized_collaboration_imports_but_cannot_be_built() -> None:
+    from comlrl.trainers.preference.collaboration import CentralizedCollaboration
+    from comlrl.utils import NotProvidedError
+
+    with pytest.raises(NotProvidedError, match="CentralizedCollaboration"):
+        CentralizedCollaboration(None, [], None, 2)
+
+
+def test_preference_configs_check_collaboration_mode_as_143() -> None:
+    from comlrl.trainers.preference import MADPOConfig, MADPOIterConfig
+
+    with pytest.raises(ValueError, match="collaboration_mode='joint'"):
+        MADPOConfig(collaboration_mode="joint")
+    assert MADPOIterConfig(collaboration_mode="Centralized").comparator_generation_mode == (
+        "centralized"
+    )
+    with pytest.raises(ValueError, match="actor index 0"):
+        MADPOIterConfig(collaboration_mode="centralized", comparator_centralized_agent_index=1)
+
+
+def test_wandb_run_config_comes_from_the_trainer_and_magrpo_module_exposes_wandb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import comlrl.trainers.reinforce.magrpo as magrpo_module
+    from comlrl.trainers._wandb import start_run
+
+    fake = SimpleNamespace(init=lambda **kwargs: kwargs)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    trainer = SimpleNamespace(_wandb_run_config=lambda: {"algorithm": "MAGRPO", "num_roles": 2})
+    init = start_run({"project": "p", "config_sections": {"x": 1}}, trainer)
+    assert init["project"] == "p"
+    assert init["config"] == {"algorithm": "MAGRPO", "num_roles": 2, "x": 1}
+    assert magrpo_module.wandb is fake  # 1.4.3's module attribute, imported on use
+    with pytest.raises(AttributeError, match="no_such_name"):
+        magrpo_module.no_such_name  # noqa: B018

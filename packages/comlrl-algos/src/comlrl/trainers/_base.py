@@ -15,6 +15,7 @@ named above are re-exported here (the trainers import them from this module).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ from comlrl.trainers._fields import (
 )
 from comlrl.trainers._loading import _model_kwargs, as_examples, load_agents
 from comlrl.trainers._tasks143 import AgentTasks143
-from comlrl.trainers._wandb import _import_wandb, log_row, wandb_disabled
+from comlrl.trainers._wandb import _import_wandb, log_row, start_run, wandb_disabled
 
 __all__ = [
     "ADVANTAGE_MODES",
@@ -200,8 +201,16 @@ class CompatTrainer(AgentTasks143):
         from comlrl.algos.rollout.agent import HFAgent
 
         # CoMLRL 1.4.3 tokenizes what the formatters return as it is: no chat template.
+        # It samples with model.generate: a model whose generate was replaced on the
+        # instance (a scripted or custom policy) samples through it ("hf" backend).
         return [
-            HFAgent(m, t, name=f"agent_{i}", prompt_format="raw")
+            HFAgent(
+                m,
+                t,
+                name=f"agent_{i}",
+                prompt_format="raw",
+                backend="hf" if "generate" in vars(m) else "native",
+            )
             for i, (m, t) in enumerate(zip(self._models, self.tokenizers))
         ]
 
@@ -277,6 +286,16 @@ class CompatTrainer(AgentTasks143):
 
     def _train_step(self) -> dict[str, float]:
         raise NotImplementedError
+
+    def _wandb_run_config(self) -> dict[str, Any]:
+        """The W&B run's config: ``algorithm`` and the config's fields."""
+        return {"algorithm": self.algorithm_name, **dataclasses.asdict(self.args)}
+
+    def _init_wandb(self) -> None:
+        """1.4.3's ``_init_wandb``: start the W&B run now (not at the first logged row);
+        nothing without ``wandb_config`` or when a run is already started."""
+        if self.wandb_config is not None and self._wandb_run is None:
+            self._wandb_run = start_run(self.wandb_config, self)
 
     def _wandb_log(self, row: Mapping[str, Any]) -> None:
         """Log ``row``'s numbers to W&B at ``env_step`` (starting the run on first use);

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["log_row", "wandb_disabled"]
+__all__ = ["log_row", "optional_wandb", "start_run", "wandb_disabled"]
 
 
 def wandb_disabled() -> bool:
@@ -31,26 +31,48 @@ def _import_wandb() -> Any:
     return wandb
 
 
+def start_run(cfg: Mapping[str, Any], trainer: Any) -> Any:
+    """Start a W&B run from ``cfg`` (``project``, ``entity``, ``name``/``run_name``, ``dir``,
+    ``tags``, ``id``, ``resume``); its config is ``trainer._wandb_run_config()`` when the
+    trainer has one (else ``algorithm`` and ``trainer.args``' fields), with ``cfg``'s
+    ``config_sections`` joined. Returns the run."""
+    wandb = _import_wandb()
+    if hasattr(trainer, "_wandb_run_config"):
+        run_config = dict(trainer._wandb_run_config())
+    else:
+        run_config = {"algorithm": trainer.algorithm_name, **dataclasses.asdict(trainer.args)}
+    if isinstance(cfg.get("config_sections"), dict):
+        run_config.update(cfg["config_sections"])
+    init = {
+        "project": cfg.get("project"),
+        "entity": cfg.get("entity"),
+        "name": cfg.get("name") or cfg.get("run_name"),
+        "config": run_config,
+    }
+    for key in ("dir", "tags", "id", "resume"):
+        if key in cfg:
+            init[key] = cfg[key]
+    return wandb.init(**init)
+
+
 def log_row(run: Any, cfg: Mapping[str, Any], trainer: Any, row: Mapping[str, Any]) -> Any:
     """Log ``row``'s numbers at ``trainer.env_step`` to the W&B ``run``, which is started
-    from ``cfg`` (``project``, ``entity``, ``name``/``run_name``, ``dir``, ``tags``, ``id``,
-    ``resume``; ``config_sections`` join the run config beside ``trainer.args``' fields)
-    when ``run`` is None. Returns the run."""
+    from ``cfg`` (:func:`start_run`) when ``run`` is None. Returns the run."""
     if run is None:
-        wandb = _import_wandb()
-        run_config = {"algorithm": trainer.algorithm_name, **dataclasses.asdict(trainer.args)}
-        if isinstance(cfg.get("config_sections"), dict):
-            run_config.update(cfg["config_sections"])
-        init = {
-            "project": cfg.get("project"),
-            "entity": cfg.get("entity"),
-            "name": cfg.get("name") or cfg.get("run_name"),
-            "config": run_config,
-        }
-        for key in ("dir", "tags", "id", "resume"):
-            if key in cfg:
-                init[key] = cfg[key]
-        run = wandb.init(**init)
+        run = start_run(cfg, trainer)
     numbers = {k: v for k, v in row.items() if isinstance(v, (int, float))}
     run.log(numbers, step=trainer.env_step)
     return run
+
+
+def optional_wandb(name: str, module: str) -> Any:
+    """A module ``__getattr__`` body for 1.4.3's module attribute ``wandb``: the wandb
+    module (imported on first use, not when the module loads), or None when it is not
+    installed, as 1.4.3's optional import; any other ``name`` raises AttributeError."""
+    if name != "wandb":
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    try:
+        import wandb
+    except ImportError:
+        return None
+    return wandb

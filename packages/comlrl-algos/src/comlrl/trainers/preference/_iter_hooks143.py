@@ -3,7 +3,7 @@
 1.4.3's test suite calls them directly: the output folders (replay shards, reward
 histograms, policy snapshots) and their precedence, one round's replay shard on disk, and
 the reward histogram's bins and JSON records (the pair generation of one prompt against the
-comparator: :mod:`comlrl.trainers.preference._iter_pairs143`). ``MADPOIterTrainer`` reaches them through :class:`MADPOTrainer`; our round loop
+comparator: :mod:`comlrl.trainers.preference._iter_pairs143`). They are among ``MADPOIterTrainer``'s bases; our round loop
 (:mod:`comlrl.trainers._iterative`) does not go through them.
 """
 

@@ -2,8 +2,9 @@
 
 Provided: :func:`joint_sequence_log_prob`, the log-probability of one joint response
 (every role's text in one sequence) under one joint actor. Not provided: 1.4.3's
-``CentralizedCollaboration`` (centralized MADPO/MARLHF training; ``collaboration_mode=
-"centralized"`` raises ``UnsupportedFieldError`` in those trainers, see docs/compat.md).
+``CentralizedCollaboration`` (centralized MADPO/MARLHF training): the name imports, building
+one raises ``NotProvidedError``; ``collaboration_mode="centralized"`` raises
+``UnsupportedFieldError`` in those trainers (see docs/compat.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["joint_sequence_log_prob"]
+__all__ = ["CentralizedCollaboration", "joint_sequence_log_prob"]
 
 
 def _response_tokens(tokenizer: Any, completion_ids: torch.Tensor) -> list[int]:
@@ -59,16 +60,20 @@ def joint_sequence_log_prob(
     return token_logprobs(logits, targets, temperature=1.0).sum()
 
 
-def __getattr__(name: str) -> Any:
-    if name == "CentralizedCollaboration":
+class CentralizedCollaboration:
+    """1.4.3's centralized MADPO/MARLHF collaboration (one joint actor writing every
+    role's text): importable so 1.4.3 scripts load, but not provided here.
+
+    Raises:
+        NotProvidedError: always, when built (see the module docstring).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         from comlrl.utils import NotProvidedError
 
         raise NotProvidedError(
             "comlrl.trainers.preference.collaboration.CentralizedCollaboration (CoMLRL "
             "1.4.3's centralized MADPO/MARLHF) is not provided; collaboration_mode="
             "'centralized' is supported by CentralizedMAGRPOTrainer only (see docs/compat.md).",
-            name=name,
+            name="CentralizedCollaboration",
         )
-    raise AttributeError(
-        f"module 'comlrl.trainers.preference.collaboration' has no attribute {name!r}"
-    )

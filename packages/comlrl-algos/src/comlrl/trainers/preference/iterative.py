@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os  # noqa: F401  (1.4.3's module attribute: its tests patch ``iterative.os.makedirs``)
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     _reject,
 )
+from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 
@@ -204,7 +206,7 @@ class _IterativeRounds:
         )
 
 
-class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
+class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     """CoMLRL 1.4.3's ``MADPOIterTrainer``: ``num_iterations`` rounds of fresh preference
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
@@ -235,7 +237,6 @@ class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
     def _check_args(self, cfg: MADPOConfig) -> None:
         from comlrl.trainers._iterative import check_iterative_supported
 
-        check_iterative_supported(cfg)
         for field, ok, what in (
             ("collaboration_mode", cfg.collaboration_mode == "decentralized",
              "only decentralized MADPOIter is implemented; set collaboration_mode='decentralized'."),
@@ -243,6 +244,8 @@ class MADPOIterTrainer(_IterativeRounds, MADPOTrainer):
              "DPO already regularises towards the reference; set reference_kl_enabled=False."),
         ):  # fmt: skip
             _reject(cfg, field, ok, what)
+        # after collaboration_mode: "centralized" also sets comparator_generation_mode
+        check_iterative_supported(cfg)
 
     def _policy_agents(self) -> list[Any]:
         return list(self._run.agents)

@@ -25,7 +25,6 @@ from comlrl.trainers._base import (
     check_config_fields,
 )
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
-from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 
 __all__ = ["MADPOConfig", "MADPOTrainer"]
 
@@ -105,8 +104,31 @@ class MADPOConfig:
             raise ValueError(
                 f"pair_selection={self.pair_selection!r}; use one of {self._pair_selections()}"
             )
+        self._check_collaboration_mode()
         check_config_fields(self)
         self._check_turns()
+
+    def _check_collaboration_mode(self) -> None:
+        """1.4.3's ``collaboration_mode`` check: ``decentralized`` or ``centralized``
+        (stored lower-case); ``centralized`` has one actor, index 0, and sets an iterative
+        config's ``comparator_generation_mode`` to ``centralized`` (the trainers then
+        refuse it: only decentralized preference training is implemented here)."""
+        mode = str(self.collaboration_mode).strip().lower()
+        if mode not in ("decentralized", "centralized"):
+            raise ValueError(
+                f"collaboration_mode={self.collaboration_mode!r}: use 'decentralized' or "
+                "'centralized'."
+            )
+        self.collaboration_mode = mode
+        if mode == "centralized":
+            index = getattr(self, "comparator_centralized_agent_index", 0)
+            if index != 0:
+                raise ValueError(
+                    "collaboration_mode='centralized' trains one joint actor, actor index 0; "
+                    f"got comparator_centralized_agent_index={index!r}."
+                )
+            if hasattr(self, "comparator_generation_mode"):
+                self.comparator_generation_mode = "centralized"
 
     def _check_turns(self) -> None:
         if self.num_turns != 1:
@@ -119,7 +141,7 @@ class MADPOConfig:
         return ("reward_gap", "all", "random")
 
 
-class MADPOTrainer(IterativeHooks143, PreferenceHooks143, CompatTrainer):
+class MADPOTrainer(PreferenceHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
     reference-free MADPO steps on them (see the module docstring and :meth:`train`).
 
@@ -167,6 +189,12 @@ class MADPOTrainer(IterativeHooks143, PreferenceHooks143, CompatTrainer):
         from comlrl.trainers._base import one_device
 
         cfg = args if args is not None else self.config_cls()
+        if getattr(cfg, "collaboration_mode", None) == "centralized" and agents is not None:
+            if not isinstance(agents, str) and len(agents) != 1:
+                raise ValueError(
+                    "collaboration_mode='centralized' trains exactly one actor (the joint "
+                    f"policy); got {len(agents)} agents."
+                )
         if isinstance(cfg, MADPOConfig):
             self._check_args(cfg)
         if centralized_comparator_adapter is not None:

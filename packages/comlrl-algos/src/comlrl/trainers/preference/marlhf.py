@@ -26,8 +26,9 @@ from comlrl.trainers.preference._marlhf_config import (
     _actor_critic_fields,
     _check_marlhf,
 )
+from comlrl.trainers.preference._reward_model143 import JointRewardModel
 
-__all__ = ["MARLHFConfig", "MARLHFTrainer"]
+__all__ = ["JointRewardModel", "MARLHFConfig", "MARLHFTrainer"]
 
 
 class MARLHFTrainer(CompatTrainer):

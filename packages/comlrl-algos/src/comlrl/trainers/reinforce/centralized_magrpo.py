@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer, accepts_legacy_fields
+from comlrl.trainers.reinforce._centralized_hooks143 import CentralizedLossHooks143
 
 __all__ = ["CentralizedMAGRPOConfig", "CentralizedMAGRPOTrainer"]
 
@@ -43,7 +44,7 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
             )
 
 
-class CentralizedMAGRPOTrainer(MAGRPOTrainer):
+class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
     """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: one joint policy, trained with the
     MAGRPO objective on the task reward of its parsed role outputs.
 
@@ -137,6 +138,19 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
             **kwargs,
         )
         self.env.reward = joint_reward
+
+    def _wandb_run_config(self) -> dict[str, Any]:
+        """1.4.3's run config of centralized MAGRPO: ``algorithm="MAGRPO"`` (the config's
+        ``collaboration_mode`` says it is centralized), ``num_roles`` and
+        ``num_actor_models=1``, beside the config's fields."""
+        return {**super()._wandb_run_config(), "algorithm": "MAGRPO",
+                "num_roles": self.num_roles, "num_actor_models": 1}  # fmt: skip
+
+    @property
+    def _centralized_eval_items(self) -> list[Any]:
+        """1.4.3's examples held for the evaluation in progress: ours keeps none between
+        evaluations (the roles' outputs are split per evaluation), so always empty."""
+        return []
 
     def _eval_role_completions(
         self, completions: list[list[list[str]]], rows: list[dict[str, Any]]

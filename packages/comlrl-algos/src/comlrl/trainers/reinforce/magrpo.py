@@ -1,7 +1,10 @@
 """CoMLRL 1.4.3's module path ``comlrl.trainers.reinforce.magrpo``: MAGRPO's config and trainer
-(defined in :mod:`comlrl.trainers.reinforce`)."""
+(defined in :mod:`comlrl.trainers.reinforce`), and 1.4.3's module attribute ``wandb`` (the
+wandb module, imported on first use, or None when it is not installed)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from comlrl.trainers.reinforce import (
     MAGRPOConfig,
@@ -9,3 +12,9 @@ from comlrl.trainers.reinforce import (
 )
 
 __all__ = ["MAGRPOConfig", "MAGRPOTrainer"]
+
+
+def __getattr__(name: str) -> Any:
+    from comlrl.trainers._wandb import optional_wandb
+
+    return optional_wandb(name, __name__)

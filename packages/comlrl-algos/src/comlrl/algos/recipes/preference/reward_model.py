@@ -79,17 +79,22 @@ class JointRewardModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` float32 of ``input_ids [B, S]`` (left or right padded;
         ``attention_mask [B, S]`` 1 on real tokens, at least one per row)."""
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        hidden = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-        ).last_hidden_state  # [B, S, H]
+        hidden = self._hidden(input_ids, attention_mask)  # [B, S, H]
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         last = (positions * attention_mask).argmax(dim=-1)  # index of the last real token
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         return self.head(pooled.float()).squeeze(-1)
+
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The decoder's last hidden states ``[B, S, H]`` (positions count real tokens
+        only, so left padding does not shift them)."""
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state
 
 
 def _encode_texts(

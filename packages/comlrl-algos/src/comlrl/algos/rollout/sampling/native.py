@@ -244,7 +244,9 @@ def hf_generate(
 
     Returns:
         completion ids ``[B, L]`` and behaviour log-probs ``[B, L]`` (float32) of the
-        tempered full softmax, from the raw step logits ``generate`` returns.
+        tempered full softmax, from the raw step logits ``generate`` returns; NaN (unmeasured:
+        :class:`~comlrl.algos.rollout.agent.HFAgent` recomputes them with one forward pass)
+        when it returns none (a replaced or custom ``generate``).
     """
     out = model.generate(
         input_ids=input_ids,
@@ -262,6 +264,8 @@ def hf_generate(
     )
     completion_ids = out.sequences[:, input_ids.shape[1] :]
     b, length = completion_ids.shape
+    if not getattr(out, "logits", None):
+        return completion_ids, torch.full((b, length), float("nan"), device=completion_ids.device)
     logits = torch.stack(out.logits, dim=1)  # [B, L, V], raw (pre-temperature)
     logp = token_logprobs(
         logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature

@@ -1,0 +1,66 @@
+"""CoMLRL 1.4.3's private ``CentralizedMAGRPOTrainer._compute_loss_with_gradients``, as a
+thin adapter over ours: :func:`comlrl.trainers.preference.collaboration.joint_sequence_log_prob`
+(1.4.3's scoring of one joint response) and our advantage estimators
+(:func:`comlrl.algos.functional.advantages.compute_advantages`). 1.4.3's test suite calls
+it directly; our recipe does not go through it (it scores tempered log-probs, see
+docs/compat.md, "Differences")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["CentralizedLossHooks143"]
+
+
+class CentralizedLossHooks143:
+    """1.4.3's ``_compute_loss_with_gradients`` of the joint actor (see the module docstring)."""
+
+    args: Any
+    tokenizer: Any
+    advantage_mode: str
+
+    #: 1.4.3's KL shaping of the returns (:class:`comlrl.trainers._kl_hooks143.ReferenceKLHooks143`)
+    _apply_reference_kl_to_returns: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor]
+
+    def _compute_loss_with_gradients(
+        self, model: Any, data: Mapping[str, Any], returns: Sequence[float]
+    ) -> torch.Tensor:
+        """1.4.3's loss of one prompt's joint responses: ``mean_k(-A_k * log pi(y_k | x))``
+        with ``log pi`` the untempered log-probability of the whole joint response ``y_k``
+        through its first EOS (``data["completion_input_ids"][0][k]``, after the prompt
+        ``data["prompt_input_ids"][0]``), and ``A`` our advantages of ``returns`` (shaped by
+        ``data["reference_kls"]`` when the reference KL is on, as 1.4.3 does) for
+        ``self.advantage_mode`` and ``advantage_normalization``. A float32 scalar with
+        gradients; 0 (accepting ``backward()``) for no responses.
+
+        Raises:
+            ValueError: the responses and ``returns`` differ in number.
+        """
+        from comlrl.algos.functional.advantages import compute_advantages
+        from comlrl.trainers._fields import ADVANTAGE_MODES
+        from comlrl.trainers.preference.collaboration import joint_sequence_log_prob
+        from comlrl.trainers.reinforce import advantage_scale
+
+        completions = list(data["completion_input_ids"][0])
+        if len(completions) != len(returns):
+            raise ValueError(
+                f"{len(completions)} joint responses do not align with their returns "
+                f"({len(returns)}); pass one return per response."
+            )
+        if not completions:
+            return torch.zeros((), requires_grad=True)
+        prompt = data["prompt_input_ids"][0]
+        shaped = self._apply_reference_kl_to_returns(
+            torch.tensor([float(r) for r in returns], dtype=torch.float32), data
+        )
+        estimator = ADVANTAGE_MODES[str(self.advantage_mode).lower()]
+        scale = advantage_scale(estimator, bool(self.args.advantage_normalization))
+        advantages = compute_advantages(shaped[None], estimator=estimator, scale=scale)[0]  # type: ignore[arg-type]
+        terms = [
+            -float(a) * joint_sequence_log_prob(model, self.tokenizer, prompt, ids)
+            for a, ids in zip(advantages.tolist(), completions, strict=True)
+        ]
+        return torch.stack(terms).mean()
