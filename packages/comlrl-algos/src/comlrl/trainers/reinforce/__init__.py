@@ -335,7 +335,7 @@ class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
         mode = str(self.args.advantage_mode).lower()
         if mode not in ADVANTAGE_MODES:
             raise UnsupportedFieldError(f"advantage_mode={self.args.advantage_mode!r}")
-        self.advantage_mode = mode
+        self.advantage_mode: str = mode
         fields = group_baseline_config(
             self.args, self.num_agents, len(self._train_rows), self._eval_rows is not None
         )
