@@ -297,7 +297,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
     "test_preference.py::test_reward_chart_empty_series",
     "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
-    "test_trainer_init.py::test_iac_separate_critics_get_one_optimizer_each",
 ]
 
 

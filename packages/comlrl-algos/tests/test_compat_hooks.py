@@ -93,6 +93,30 @@ def test_iac_value_heads_with_reference_kl_train_and_measure_the_kl(stories260k:
     assert kl and kl[0] > 0, history[-1]
 
 
+def test_iac_separate_critics_have_optimizers_without_train_dataset(stories260k: str) -> None:
+    """1.4.3 builds one optimizer per separate critic at construction; a trainer without
+    ``train_dataset`` (whose recipe run is never built) has them too, over each critic's
+    trunk and value head."""
+    trainer = IACTrainer(
+        agent_model=stories260k,
+        critic_model=stories260k,
+        reward_func=lambda c1, c2: [0.0 for _ in c1],
+        args=IACConfig(num_turns=1, use_separate_critic=True, critic_learning_rate=3e-4),
+    )
+    optimizers = trainer.critic_optimizers
+    assert len(optimizers) == 2 and optimizers[0] is not optimizers[1]
+    trunk = {id(p) for p in trainer.critics[0].parameters()}
+    params = [p for g in optimizers[0].param_groups for p in g["params"]]
+    assert trunk < {id(p) for p in params}  # the trunk and the head's parameters
+    assert {g["lr"] for g in optimizers[0].param_groups} == {3e-4}
+    shared = IACTrainer(
+        agent_model=stories260k,
+        reward_func=lambda c1, c2: [0.0 for _ in c1],
+        args=IACConfig(num_turns=1, use_separate_critic=False),
+    )
+    assert shared.critic_optimizers == []
+
+
 @given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
 def test_sequence_stats_sum_the_response_token_log_probs(
     prompt: int, length: int, seed: int

@@ -153,6 +153,27 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
             return base
 
         self._defer_run(build)
+        # CoMLRL 1.4.3 builds each separate critic's optimizer at construction; without
+        # train_dataset our run (which owns them) is not built, so they are built here
+        self._unbuilt_critic_optimizers = (
+            [] if shared or self._run_state is not None else self._critic_optimizers_now(config)
+        )
+
+    def _critic_optimizers_now(self, config: Any) -> list[Any]:
+        """1.4.3's construction-time critic optimizers: one per separate critic (its trunk
+        and value head), as :func:`~comlrl.algos.recipes.actor_critic.setup.attach` builds
+        them (``config.optimizer``, ``critic_lr``, ``weight_decay``)."""
+        from comlrl.algos.training.steps import build_optimizer
+
+        return [
+            build_optimizer(
+                list(critic.parameters()),
+                config.optimizer,
+                lr=config.critic_lr,
+                weight_decay=config.weight_decay,
+            )
+            for critic in self._critics([], shared=False)
+        ]
 
     def _load_critic_models(
         self, critic_model: Any, critics: Any, count: int
@@ -218,7 +239,10 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
 
     @property
     def critic_optimizers(self) -> list[Any]:
-        """The critics' optimizers (one per separate critic)."""
+        """The critics' optimizers (one per separate critic), built at construction as in
+        CoMLRL 1.4.3, also for a trainer without ``train_dataset``."""
+        if self._run_state is None and not self._train_rows:
+            return list(self._unbuilt_critic_optimizers)
         self._run  # noqa: B018 (builds the run on first use)
         return [o for o in self._ac_run.critic_optimizers if o is not None]
 
