@@ -295,8 +295,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
     "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
-    "test_preference.py::test_reward_chart_empty_series",
-    "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
 ]
 
 

@@ -56,13 +56,19 @@ def start_run(cfg: Mapping[str, Any], trainer: Any) -> Any:
 
 
 def log_row(run: Any, cfg: Mapping[str, Any], trainer: Any, row: Mapping[str, Any]) -> Any:
-    """Log ``row``'s numbers at ``trainer.env_step`` to the W&B ``run``, which is started
-    from ``cfg`` (:func:`start_run`) when ``run`` is None. Returns the run."""
+    """Log ``row``'s numbers (and wandb media objects) at ``trainer.env_step`` to the W&B
+    ``run``, which is started from ``cfg`` (:func:`start_run`) when ``run`` is None.
+    Returns the run."""
     if run is None:
         run = start_run(cfg, trainer)
-    numbers = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-    run.log(numbers, step=trainer.env_step)
+    # numbers, and W&B's own media objects (1.4.3's reward charts are wandb.Html)
+    values = {k: v for k, v in row.items() if isinstance(v, (int, float)) or _is_media(v)}
+    run.log(values, step=trainer.env_step)
     return run
+
+
+def _is_media(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "wandb"
 
 
 def optional_wandb(name: str, module: str) -> Any:
