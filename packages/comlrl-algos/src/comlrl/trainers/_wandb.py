@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["log_row", "optional_wandb", "start_run", "wandb_disabled"]
+__all__ = ["log_row", "optional_wandb", "start_run", "wandb_disabled", "wandb_installed"]
 
 
 def wandb_disabled() -> bool:
@@ -17,6 +17,13 @@ def wandb_disabled() -> bool:
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
     flag = os.environ.get("WANDB_DISABLED", "").strip().lower()
     return mode == "disabled" or flag in ("1", "true", "yes")
+
+
+def wandb_installed() -> bool:
+    """Whether ``import wandb`` would find the package (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("wandb") is not None
 
 
 def _import_wandb() -> Any:
