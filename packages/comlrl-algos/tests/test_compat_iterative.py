@@ -252,7 +252,7 @@ def _as_model(state: dict[str, torch.Tensor]) -> Any:
 
 
 def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
-    stories260k: str, tmp_path: Path
+    stories260k: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch.manual_seed(0)
     task_calls: list[int] = []
@@ -261,17 +261,21 @@ def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
         task_calls.append(1)
         return [float(len(c2[0]) > len(c1[0]))]
 
+    from comlrl.utils import set_reward_range
+
+    monkeypatch.chdir(tmp_path)  # reward_distributions/ goes to the working directory
     trainer = MARLHFIterTrainer(
         agent_model=stories260k,
         num_agents=2,
         train_dataset=[{"prompt": p} for p in PROMPTS],
-        reward_func=reward,
+        reward_func=set_reward_range(reward, 0.0, 1.0),
         args=MARLHFIterConfig(
             num_iterations=2, num_train_epochs=1, rollout_buffer_size=4,
             preference_num_candidates=4, max_new_tokens=8, agent_learning_rate=1e-3,
             reward_learning_rate=1e-3, reward_train_batch_size=2, reward_model_device=None,
             num_generations=2, eval_interval=0, comparator_policy="model",
             comparator_model_name=stories260k, preference_replay_mode="all_history",
+            log_reward_distribution=True,
         ),
     )  # fmt: skip
     before = {k: v.clone() for k, v in trainer.agents[0].state_dict().items()}
@@ -293,6 +297,13 @@ def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
     # the learned reward is a real-valued score, the task reward a 0/1 indicator
     assert {history[-1]["reward_min"], history[-1]["reward_max"]} - {0.0, 1.0}
     assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    # log_reward_distribution: each round's histogram over the task reward's 0/1 values
+    for r in (1, 2):
+        data = json.loads(
+            (tmp_path / "reward_distributions" / f"iteration_{r:04d}.json").read_text()
+        )
+        counts = data["candidate"]["target"]["counts"]
+        assert sum(counts) == len(PROMPTS) * 4 and counts[0] + counts[-1] == sum(counts)
     paths = trainer.save_model(tmp_path / "marlhf_iter")
     assert [p.name for p in paths] == ["agent_0", "agent_1"]
     _assert_saved_equal(paths[1], trainer.agents[1])
