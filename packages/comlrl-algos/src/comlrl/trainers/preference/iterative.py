@@ -1,7 +1,5 @@
-"""CoMLRL 1.4.3's iterative preference trainers ``MADPOIterConfig/Trainer`` and
-``MARLHFIterConfig/Trainer`` (module path ``comlrl.trainers.preference.iterative``), and
-1.4.3's module attribute ``wandb`` (the wandb module, imported on first use, or None when
-it is not installed; the reward charts are ``wandb.Html`` objects)."""
+"""CoMLRL 1.4.3's ``MADPOIterConfig/Trainer``, ``MARLHFIterConfig/Trainer`` (module path
+``comlrl.trainers.preference.iterative``) and module attribute ``wandb`` (None without it)."""
 
 from __future__ import annotations
 
@@ -176,8 +174,6 @@ class _IterativeRounds:
 
         model_config = dict(getattr(self, "model_config", {}) or {})
         charts = distribution_log(self.args, self.reward_func, getattr(self, "wandb_config", None))
-        if charts is not None:
-            self._reward_distribution_range = charts.reward_range
         self.rounds = rounds_from_args(self.args, agents, _model_kwargs(model_config), seed, charts)
 
     @property
