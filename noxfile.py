@@ -285,19 +285,10 @@ COMPAT_KNOWN_FAILURES = [
     "test_joint_policy.py::test_joint_loss_validates_alignment_and_handles_empty_batch[True]",
     "test_joint_policy.py::test_generation_with_eos_in_prompt_preserves_joint_boundaries_and_kl",
     "test_joint_policy.py::test_real_generation_can_feed_joint_backward",
-    "test_actor_critic.py::test_ac_step_reads_mask_from_rollout_metadata",
-    "test_actor_critic.py::test_ac_step_matches_analytic_gradients",
     "test_actor_critic.py::test_maac_single_turn_does_not_dispatch_multi_turn_reward_override",
-    "test_actor_critic.py::test_log_metrics_logs_each_call_directly",
-    "test_actor_critic.py::test_evaluate_collects_rollouts_in_eval_mode",
-    "test_actor_critic.py::test_wandb_init_reports_actor_critic_config",
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
-    "test_parallel_agent_tasks.py::test_maac_drains_agent_buffers_serially_in_mp_mode",
-    "test_preference.py::test_reward_chart_empty_series",
-    "test_preference.py::test_reward_chart_geometry_labels_and_escaping",
-    "test_trainer_init.py::test_iac_separate_critics_get_one_optimizer_each",
 ]
 
 
