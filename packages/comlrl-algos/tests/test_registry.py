@@ -29,6 +29,7 @@ EXPECTED = {
     "madpo_iter",
     "marlhf_iter",
     "centralized_magrpo",
+    "centralized_madpo",
     "dpo",
     "sft",
 }
