@@ -12,7 +12,51 @@ from typing import Any
 
 import torch
 
-__all__ = ["CentralizedLossHooks143"]
+__all__ = ["CentralizedLossHooks143", "joint_policy_loss"]
+
+
+def joint_policy_loss(
+    data: Mapping[str, Any],
+    returns: Sequence[float],
+    *,
+    log_prob: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    advantage_mode: str,
+    normalize: bool,
+    shape_returns: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor],
+) -> torch.Tensor:
+    """1.4.3's loss of one prompt's joint responses: ``mean_k(-A_k * log pi(y_k | x))``
+    with ``log_prob(prompt_ids, response_ids)`` the log-probability of the whole joint
+    response ``y_k`` (``data["completion_input_ids"][0][k]``, after the prompt
+    ``data["prompt_input_ids"][0]``), and ``A`` our advantages (``advantage_mode``,
+    ``normalize``) of ``returns`` after ``shape_returns`` (1.4.3's reference-KL shaping by
+    ``data["reference_kls"]``). A float32 scalar with gradients; 0 (accepting
+    ``backward()``) for no responses.
+
+    Raises:
+        ValueError: the responses and ``returns`` differ in number.
+    """
+    from comlrl.algos.functional.advantages import compute_advantages
+    from comlrl.trainers._fields import ADVANTAGE_MODES
+    from comlrl.trainers.reinforce import advantage_scale
+
+    completions = list(data["completion_input_ids"][0])
+    if len(completions) != len(returns):
+        raise ValueError(
+            f"{len(completions)} joint responses do not align with their returns "
+            f"({len(returns)}); pass one return per response."
+        )
+    if not completions:
+        return torch.zeros((), requires_grad=True)
+    prompt = data["prompt_input_ids"][0]
+    shaped = shape_returns(torch.tensor([float(r) for r in returns], dtype=torch.float32), data)
+    estimator = ADVANTAGE_MODES[str(advantage_mode).lower()]
+    scale = advantage_scale(estimator, bool(normalize))
+    advantages = compute_advantages(shaped[None], estimator=estimator, scale=scale)[0]  # type: ignore[arg-type]
+    terms = [
+        -float(a) * log_prob(prompt, ids)
+        for a, ids in zip(advantages.tolist(), completions, strict=True)
+    ]
+    return torch.stack(terms).mean()
 
 
 class CentralizedLossHooks143:
@@ -28,39 +72,23 @@ class CentralizedLossHooks143:
     def _compute_loss_with_gradients(
         self, model: Any, data: Mapping[str, Any], returns: Sequence[float]
     ) -> torch.Tensor:
-        """1.4.3's loss of one prompt's joint responses: ``mean_k(-A_k * log pi(y_k | x))``
-        with ``log pi`` the untempered log-probability of the whole joint response ``y_k``
-        through its first EOS (``data["completion_input_ids"][0][k]``, after the prompt
-        ``data["prompt_input_ids"][0]``), and ``A`` our advantages of ``returns`` (shaped by
-        ``data["reference_kls"]`` when the reference KL is on, as 1.4.3 does) for
-        ``self.advantage_mode`` and ``advantage_normalization``. A float32 scalar with
-        gradients; 0 (accepting ``backward()``) for no responses.
+        """1.4.3's loss of one prompt's joint responses (:func:`joint_policy_loss`) with
+        ``log pi`` the untempered log-probability of each whole joint response through its
+        first EOS (:func:`comlrl.trainers.preference.collaboration.joint_sequence_log_prob`)
+        and our advantages for ``self.advantage_mode`` and ``advantage_normalization``.
 
         Raises:
             ValueError: the responses and ``returns`` differ in number.
         """
-        from comlrl.algos.functional.advantages import compute_advantages
-        from comlrl.trainers._fields import ADVANTAGE_MODES
         from comlrl.trainers.preference.collaboration import joint_sequence_log_prob
-        from comlrl.trainers.reinforce import advantage_scale
 
-        completions = list(data["completion_input_ids"][0])
-        if len(completions) != len(returns):
-            raise ValueError(
-                f"{len(completions)} joint responses do not align with their returns "
-                f"({len(returns)}); pass one return per response."
-            )
-        if not completions:
-            return torch.zeros((), requires_grad=True)
-        prompt = data["prompt_input_ids"][0]
-        shaped = self._apply_reference_kl_to_returns(
-            torch.tensor([float(r) for r in returns], dtype=torch.float32), data
+        return joint_policy_loss(
+            data,
+            returns,
+            log_prob=lambda prompt, ids: joint_sequence_log_prob(
+                model, self.tokenizer, prompt, ids
+            ),
+            advantage_mode=self.advantage_mode,
+            normalize=bool(self.args.advantage_normalization),
+            shape_returns=self._apply_reference_kl_to_returns,
         )
-        estimator = ADVANTAGE_MODES[str(self.advantage_mode).lower()]
-        scale = advantage_scale(estimator, bool(self.args.advantage_normalization))
-        advantages = compute_advantages(shaped[None], estimator=estimator, scale=scale)[0]  # type: ignore[arg-type]
-        terms = [
-            -float(a) * joint_sequence_log_prob(model, self.tokenizer, prompt, ids)
-            for a, ids in zip(advantages.tolist(), completions, strict=True)
-        ]
-        return torch.stack(terms).mean()
