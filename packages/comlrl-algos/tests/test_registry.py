@@ -30,6 +30,7 @@ EXPECTED = {
     "marlhf_iter",
     "centralized_magrpo",
     "centralized_madpo",
+    "centralized_marlhf",
     "dpo",
     "sft",
 }

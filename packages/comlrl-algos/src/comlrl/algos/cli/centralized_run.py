@@ -1,14 +1,15 @@
-"""``comlrl train algo=centralized_magrpo | centralized_madpo``: one joint policy plays
-every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO
-group baseline or with DPO on pairs of its joint responses (MADPO with one agent: the
-joint DPO loss on the log-probability of the whole joint response)."""
+"""``comlrl train algo=centralized_magrpo | centralized_madpo | centralized_marlhf``: one
+joint policy plays every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained
+with the MAGRPO group baseline, with DPO on pairs of its joint responses (MADPO with one
+agent: the joint DPO loss on the log-probability of the whole joint response), or with
+MAGRPO on a reward model fit on those pairs' joint texts (MARLHF with one agent)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from comlrl.algos.cli.run_configs import MADPORunConfig
+from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
 from comlrl.algos.cli.run_steps import RunRequest
 from comlrl.algos.training.config import TrainConfig
 from pydantic import model_validator
@@ -18,6 +19,8 @@ __all__ = [
     "CentralizedMADPORunConfig",
     "run_centralized_magrpo",
     "run_centralized_madpo",
+    "CentralizedMARLHFRunConfig",
+    "run_centralized_marlhf",
     "build_centralized_trainer",
     "build_centralized_madpo_trainer",
 ]
@@ -165,24 +168,29 @@ def build_centralized_madpo_trainer(
     prompt is the role format's joint prompt of the task's role prompts and its reward the
     task's joint reward of the parsed role outputs (held-out reward the same way)."""
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+
+    formatters, reward = _joint_inputs(task, config.num_agents, config.role_format)
+    return MADPOTrainer(
+        agents,
+        config.policy_config(),
+        dataset=examples,
+        formatters=formatters,
+        reward_func=reward,
+        eval_dataset=eval_examples,
+    )
+
+
+def _joint_inputs(task: Any, num_roles: int, role_format: str) -> tuple[list[Any], Any]:
+    """The joint policy's one formatter and its reward on ``task``
+    (:func:`~comlrl.algos.rollout.centralized.centralized_callbacks`)."""
     from comlrl.algos.rollout.centralized import ROLE_FORMATS, centralized_callbacks
     from comlrl.algos.rollout.environment import TaskEnvironment
 
     env = TaskEnvironment(task)
     joint_prompt, reward = centralized_callbacks(
-        lambda ex: env.root(ex).prompts,
-        env.reward,
-        config.num_agents,
-        ROLE_FORMATS[config.role_format](),
+        lambda ex: env.root(ex).prompts, env.reward, num_roles, ROLE_FORMATS[role_format]()
     )
-    return MADPOTrainer(
-        agents,
-        config.policy_config(),
-        dataset=examples,
-        formatters=[joint_prompt],
-        reward_func=reward,
-        eval_dataset=eval_examples,
-    )
+    return [joint_prompt], reward
 
 
 def run_centralized_madpo(config: CentralizedMADPORunConfig, request: RunRequest) -> int:
@@ -197,4 +205,53 @@ def run_centralized_madpo(config: CentralizedMADPORunConfig, request: RunRequest
         label=f"centralized MADPO (one joint policy, {config.role_format} role format)",
         num_models=1,
         build=build_centralized_madpo_trainer,
+    )
+
+
+class CentralizedMARLHFRunConfig(MARLHFRunConfig):
+    """:class:`~comlrl.algos.cli.run_configs.MARLHFRunConfig` for centralized
+    collaboration: ``num_agents`` is the role count, ``models`` names the one joint
+    policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Pairs of joint responses
+    (by the task's joint reward of their parsed roles) fit the joint reward model on the
+    joint prompt and response; then MAGRPO trains the policy on that model's scores."""
+
+    output_dir: str = "runs/centralized_marlhf"
+    role_format: Literal["sentences", "tagged"] = "sentences"
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CentralizedMARLHFRunConfig:
+        if len(self.models) != 1:
+            raise ValueError(
+                f"centralized MARLHF trains one joint policy but models lists "
+                f"{len(self.models)}: {self.models!r}; give one model"
+            )
+        if self.num_turns != 1:
+            raise ValueError(
+                f"centralized MARLHF is single-turn; got num_turns={self.num_turns}, set num_turns=1"
+            )
+        return self
+
+    def policy_config(self) -> MARLHFRunConfig:
+        """The joint policy's own config (its RL phase): these settings for one agent."""
+        data = self.model_dump(exclude={"role_format"})
+        data["num_agents"] = 1
+        for key in ("agent_devices", "reference_devices"):  # per role: the one policy's
+            if isinstance(data.get(key), list):
+                data[key] = data[key][:1]
+        return MARLHFRunConfig.model_validate(data)
+
+
+def run_centralized_marlhf(config: CentralizedMARLHFRunConfig, request: RunRequest) -> int:
+    """``algo=centralized_marlhf``: :func:`comlrl.algos.cli.marlhf_run.run_marlhf` with one
+    joint policy (its final weights in ``final/agent_0``, the reward model's in
+    ``final/reward_model``)."""
+    from comlrl.algos.cli.marlhf_run import run_marlhf
+
+    return run_marlhf(
+        config,
+        request,
+        algo="centralized_marlhf",
+        num_models=1,
+        joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
+        rl_config=config.policy_config(),
     )
