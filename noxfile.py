@@ -271,8 +271,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-max-True]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-False]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-True]",
-    "test_joint_policy.py::test_generation_with_eos_in_prompt_preserves_joint_boundaries_and_kl",
-    "test_joint_policy.py::test_real_generation_can_feed_joint_backward",
     "test_actor_critic.py::test_ac_step_reads_mask_from_rollout_metadata",
     "test_actor_critic.py::test_ac_step_matches_analytic_gradients",
     "test_actor_critic.py::test_maac_single_turn_does_not_dispatch_multi_turn_reward_override",

@@ -148,3 +148,35 @@ def test_centralized_marlhf_fits_its_reward_model_on_joint_text_then_trains_the_
     with pytest.raises(ValueError, match="align with their returns"):
         data = {"prompt_input_ids": torch.tensor([[3]]), "completion_input_ids": [[]]}
         trainer._compute_loss_with_gradients(actor, data, [1.0])
+
+
+def test_centralized_magrpo_generate_completions_keeps_joint_ids_and_reference_kl() -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    tok = _tokenizer()
+    actor = _model(tok)
+    trainer = CentralizedMAGRPOTrainer(
+        centralized_adapter=_Halves(),
+        agents=[actor],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        args=CentralizedMAGRPOConfig(
+            agent_devices="cpu", max_new_tokens=5, num_generations=3, temperature=1.0,
+            top_p=1.0, top_k=None, reference_kl_enabled=True, reference_devices=["cpu"],
+        ),
+    )  # fmt: skip
+    data = trainer._generate_completions(actor, ROWS[:2], num_return_sequences=3)
+    assert [p.tolist() for p in data["prompt_input_ids"]] == [
+        tok.encode("first task second task")
+    ] * 2
+    ids = [c for row in data["completion_input_ids"] for c in row]
+    assert data["response_lens"] == [len(c) for c in ids] and len(ids) == 6
+    assert all(0 < n <= 5 for n in data["response_lens"])
+    # the reference is a copy of the initial policy: KL 0 (float32 rounding only)
+    assert data["reference_kls"] == pytest.approx([0.0] * 6, abs=1e-6)
+    with torch.no_grad():
+        actor.transformer.wte.weight.add_(torch.randn_like(actor.transformer.wte.weight))
+    moved = trainer._generate_completions(actor, ROWS[:1], num_return_sequences=3)
+    assert all(kl > 1e-4 for kl in moved["reference_kls"])

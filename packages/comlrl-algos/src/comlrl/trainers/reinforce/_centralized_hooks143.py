@@ -69,6 +69,85 @@ class CentralizedLossHooks143:
     #: 1.4.3's KL shaping of the returns (:class:`comlrl.trainers._kl_hooks143.ReferenceKLHooks143`)
     _apply_reference_kl_to_returns: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor]
 
+    formatters: list[Any]
+    _reference_kl_values: Callable[..., list[float]]
+
+    def _generate_completions(
+        self,
+        agent: Any,
+        batch_items: Sequence[Mapping[str, Any]],
+        num_return_sequences: int = 1,
+        max_new_tokens: int | None = None,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
+        """1.4.3's sampling of the joint actor ``agent``: the joint prompt per item
+        (``formatters[0]``), ``num_return_sequences`` joint responses each, through our
+        :class:`~comlrl.algos.rollout.agent.HFAgent` sampler (a ``generate`` replaced on the
+        model instance is used, as the trainer's own sampling does) under
+        ``torch.inference_mode``. ``min_new_tokens`` and other ``generate`` options are
+        accepted and ignored (our sampler stops at EOS).
+
+        Returns:
+            ``prompts``, ``batch_items``, ``completions`` (``[item][G]`` texts),
+            ``prompt_input_ids`` (a tensor per item, its real tokens: an EOS inside the
+            prompt is kept), ``completion_input_ids`` (``[item][G]`` tensors through the
+            first EOS), ``response_lens`` (their lengths, items in order) and
+            ``reference_kls`` (1.4.3's summed k3 KL to the reference per response, in the
+            same order; ``[]`` when the reference KL is off).
+        """
+        from comlrl.algos.rollout.agent import HFAgent
+        from comlrl.core import SamplingParams
+
+        a = self.args
+        prompts = [self.formatters[0](dict(item)) for item in batch_items]
+        params = SamplingParams(
+            num_generations=int(num_return_sequences),
+            max_new_tokens=int(max_new_tokens or a.max_new_tokens),
+            temperature=float(a.temperature),
+            top_p=float(a.top_p),
+            top_k=int(a.top_k or 0),
+        )
+        backend = "hf" if "generate" in vars(agent) else "native"
+        sampler = HFAgent(
+            agent, self.tokenizer, name="agent_0", prompt_format="raw", backend=backend
+        )
+        g = params.num_generations
+        with torch.inference_mode():
+            samples = sampler.sample(prompts, params)
+            ids, mask = samples.batch.input_ids, samples.batch.completion_mask
+            width = ids.shape[1] - mask.shape[1]  # prompt width (left-padded)
+            attention = samples.batch.attention_mask.bool()
+            prompt_ids = [
+                ids[n * g, :width][attention[n * g, :width]].clone() for n in range(len(prompts))
+            ]
+            completion_ids = [
+                [ids[n * g + k, width:][mask[n * g + k]].clone() for k in range(g)]
+                for n in range(len(prompts))
+            ]
+        lens = [int(c.numel()) for row in completion_ids for c in row]
+        kls: list[float] = []
+        pad = int(self.tokenizer.pad_token_id or 0)
+        for prompt, row in zip(prompt_ids, completion_ids, strict=True):
+            longest = max(int(c.numel()) for c in row)
+            seqs = torch.full((g, len(prompt) + longest), pad, dtype=torch.long)
+            attn = torch.zeros_like(seqs)
+            for k, c in enumerate(row):
+                seqs[k, : len(prompt) + len(c)] = torch.cat([prompt, c])
+                attn[k, : len(prompt) + len(c)] = 1
+            device = next(agent.parameters()).device
+            kls += self._reference_kl_values(
+                0, agent, seqs.to(device), attn.to(device), len(prompt), [len(c) for c in row]
+            )
+        return {
+            "prompts": prompts,
+            "batch_items": list(batch_items),
+            "completions": samples.texts(),
+            "prompt_input_ids": prompt_ids,
+            "completion_input_ids": completion_ids,
+            "response_lens": lens,
+            "reference_kls": kls,
+        }
+
     def _compute_loss_with_gradients(
         self, model: Any, data: Mapping[str, Any], returns: Sequence[float]
     ) -> torch.Tensor:
