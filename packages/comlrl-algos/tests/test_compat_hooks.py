@@ -190,12 +190,34 @@ def test_marlhf_joint_reward_model_reads_hidden_states_and_names_head_reward_hea
     torch.testing.assert_close(scores, torch.tensor([16.0, 18.0]), rtol=0, atol=1e-6)
 
 
-def test_centralized_collaboration_imports_but_cannot_be_built() -> None:
-    from comlrl.trainers.preference.collaboration import CentralizedCollaboration
-    from comlrl.utils import NotProvidedError
+def test_centralized_collaboration_splits_roles_for_the_task_reward_only() -> None:
+    from types import SimpleNamespace
 
-    with pytest.raises(NotProvidedError, match="CentralizedCollaboration"):
-        CentralizedCollaboration(None, [], None, 2)
+    from comlrl.trainers.preference import TaggedCentralizedComparatorAdapter
+    from comlrl.trainers.preference.collaboration import CentralizedCollaboration
+
+    seen: list[tuple[list[str], list[str], list[str]]] = []
+
+    def reward(left: list[str], right: list[str], *, prompts: list[str]) -> list[float]:
+        seen.append((left, right, prompts))
+        return [float(len(left[0]) + 10 * len(right[0]))]
+
+    collab = CentralizedCollaboration(
+        TaggedCentralizedComparatorAdapter(), [lambda x: "L", lambda x: "R"], reward, 2
+    )
+    item = {"id": 1}
+    assert "Agent 1 original prompt:\nR" in collab.build_prompt(item)
+    joint = "<agent_0> ab </agent_0> <agent_1> c </agent_1>"
+    # 2 + 10 * 1; an unparsable response gives every role "" (0 here)
+    assert collab([joint, "no tags"], batch_items=[item]) == [12.0, 0.0]
+    assert seen[0] == (["ab"], ["c"], ["L"])
+    with pytest.raises(ValueError, match="batch_items"):
+        collab([joint])
+    assert collab.split_eval([[[joint]]], [item]) == [[["ab"]], [["c"]]]
+    sample = SimpleNamespace(agent_idx=0, completion=joint, metadata={"batch_item": item})
+    roles = collab.wrap_metrics_callback(lambda rows: rows)([sample])
+    assert [(r.agent_idx, r.completion) for r in roles] == [(0, "ab"), (1, "c")]
+    assert sample.completion == joint
 
 
 def test_preference_configs_check_collaboration_mode_as_143() -> None:
