@@ -53,6 +53,15 @@ PARALLEL = {
     "algos": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
+#: torch sessions whose pytest workers get one intra-op (OpenMP) thread each. Two workers on
+#: two cores with torch's default (a thread per core) put four OpenMP threads on two cores,
+#: and an idle OpenMP thread spins before it sleeps: CPU time spent waiting. Measured on
+#: the 2-core machine (with other jobs on it): test_actor_critic_resume.py 64.6 user + 0.9
+#: sys CPU-s with the default, 11.8 + 0.9 with one thread; test_evaluate.py 15.3 + 0.8 vs
+#: 9.6 + 0.8. A test that needs threads sets them (torch.set_num_threads); an
+#: OMP_NUM_THREADS in the environment wins. kernels keeps the default: its tests run the
+#: C++ kernels' threaded path, which takes its thread count from torch.
+ONE_THREAD_PER_WORKER = {"algos", "integration"}
 ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH_PYTHON = "3.11"
 TORCH_FREE = ["core", "envs"]
@@ -250,7 +259,14 @@ def _pytest(
         *PARALLEL.get(package, []),
         "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
-        env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
+        env={
+            "COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1"),
+            **(
+                {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                if package in ONE_THREAD_PER_WORKER
+                else {}
+            ),
+        },
         external=python != "python",
     )
 
