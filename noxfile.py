@@ -47,12 +47,16 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # The long sessions run their test files on two workers (CI has two cores); a file's tests
 # stay on one worker so module-scoped fixtures (reference runs) are built once. envs' tests
 # mostly wait on sandbox timeouts (measured on 2 cores: 93 s -> 53 s, 124 s -> 73 s with
-# the slow tests, three runs each without a failure).
+# the slow tests, three runs each without a failure), so ``tests(envs)`` runs four workers
+# (measured on the 2-core machine with other jobs on it: 128 s -> 83 s wall, 45.1 -> 45.9
+# CPU-s, 482 passed each time); envs' slow tests (sweeps of every reference solution:
+# CPU-bound, each under a sandbox timeout) keep two.
 PARALLEL = {
-    "envs": ["-n", "2", "--dist", "loadfile"],
+    "envs": ["-n", "4", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
+SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
 #: torch sessions whose pytest workers get one intra-op (OpenMP) thread each. Two workers on
 #: two cores with torch's default (a thread per core) put four OpenMP threads on two cores,
 #: and an idle OpenMP thread spins before it sleeps: CPU time spent waiting. Measured on
@@ -236,13 +240,19 @@ def slow(session: nox.Session, package: str) -> None:
     else:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
-    _pytest(session, package, target, ["-m", "slow"], python=python)
+    _pytest(session, package, target, ["-m", "slow"], python=python, parallel=SLOW_PARALLEL)
 
 
 def _pytest(
-    session: nox.Session, package: str, target: str, marks: list[str], python: str = "python"
+    session: nox.Session,
+    package: str,
+    target: str,
+    marks: list[str],
+    python: str = "python",
+    parallel: dict[str, list[str]] = PARALLEL,
 ) -> None:
-    """pytest over ``target`` with ``python`` (this session's venv, or a path to another's)."""
+    """pytest over ``target`` with ``python`` (this session's venv, or a path to another's),
+    on the workers ``parallel`` gives ``package`` (none: one process)."""
     session.run(
         python,
         "-m",
@@ -256,7 +266,7 @@ def _pytest(
         # One fixed seed for every property test: CI runs are reproducible and cannot
         # fail on an example that an earlier run did not try (run without it to explore).
         "--hypothesis-seed=0",
-        *PARALLEL.get(package, []),
+        *parallel.get(package, []),
         "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
         env={
