@@ -9,7 +9,8 @@ in ``tests/`` with all four packages installed:
   skipped with a message. The tests marked ``slow`` (sweeps over every reference
   solution of a data set, 1000 sandbox timeouts, the learning runs of the pretrained
   model) are left out on every Python: ``nox -s slow`` runs them, once, on
-  :data:`TORCH_PYTHON` (``.ci/run`` runs both sessions);
+  :data:`TORCH_PYTHON` (``.ci/run`` runs both sessions; ``slow(integration)`` and
+  ``compat`` reuse ``tests(integration)``'s venv when it holds this checkout);
 - the torch packages (``kernels``, ``algos``) and ``integration`` on :data:`TORCH_PYTHON`,
   the Python the pinned CPU torch wheel is installed for.
 
@@ -46,12 +47,25 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # The long sessions run their test files on two workers (CI has two cores); a file's tests
 # stay on one worker so module-scoped fixtures (reference runs) are built once. envs' tests
 # mostly wait on sandbox timeouts (measured on 2 cores: 93 s -> 53 s, 124 s -> 73 s with
-# the slow tests, three runs each without a failure).
+# the slow tests, three runs each without a failure), so ``tests(envs)`` runs four workers
+# (measured on the 2-core machine with other jobs on it: 128 s -> 83 s wall, 45.1 -> 45.9
+# CPU-s, 482 passed each time); envs' slow tests (sweeps of every reference solution:
+# CPU-bound, each under a sandbox timeout) keep two.
 PARALLEL = {
-    "envs": ["-n", "2", "--dist", "loadfile"],
+    "envs": ["-n", "4", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
+SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
+#: torch sessions whose pytest workers get one intra-op (OpenMP) thread each. Two workers on
+#: two cores with torch's default (a thread per core) put four OpenMP threads on two cores,
+#: and an idle OpenMP thread spins before it sleeps: CPU time spent waiting. Measured on
+#: the 2-core machine (with other jobs on it): test_actor_critic_resume.py 64.6 user + 0.9
+#: sys CPU-s with the default, 11.8 + 0.9 with one thread; test_evaluate.py 15.3 + 0.8 vs
+#: 9.6 + 0.8. A test that needs threads sets them (torch.set_num_threads); an
+#: OMP_NUM_THREADS in the environment wins. kernels keeps the default: its tests run the
+#: C++ kernels' threaded path, which takes its thread count from torch.
+ONE_THREAD_PER_WORKER = {"algos", "integration"}
 ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH_PYTHON = "3.11"
 TORCH_FREE = ["core", "envs"]
@@ -116,7 +130,10 @@ def _kernels_wheel(session: nox.Session) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         wheels = list(out.glob("comlrl_kernels-*.whl"))
         if not wheels:
-            session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src))
+            # run_install: an install step, so that `nox --install-only` builds it too
+            session.run_install(
+                "python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)
+            )
             wheels = list(out.glob("comlrl_kernels-*.whl"))
     return str(wheels[0])
 
@@ -144,12 +161,62 @@ MATRIX = [(py, pkg) for pkg in TORCH_FREE for py in PYTHONS_FOR[pkg]] + [
 ]
 
 
+#: venvs that hold our four packages with algos' extras and the test tools, as
+#: :func:`_install_all` makes them: ``tests(integration)``'s (built first in CI), then
+#: ``slow(integration)``'s. ``slow(integration)`` and ``compat`` run in one of them when its
+#: installed ``comlrl`` sources equal this checkout's (:func:`_reusable_python`), so CI
+#: installs torch and the extras for the cross-package tests once, not three times.
+REUSABLE_VENVS = [
+    f"tests-python-{TORCH_PYTHON.replace('.', '-')}-package-integration",
+    "slow-package-integration",
+]
+#: run by a candidate venv's Python: exit 0 when every ``comlrl.<name>`` subpackage of
+#: ``packages/*/src`` (argv[1]) is importable and holds each of its ``.py`` files
+#: unchanged, and the extras and test tools that the reusing sessions need import (a
+#: missing ``peft`` or ``gguf`` would turn tests into skips, not failures)
+_SAME_SOURCES = """
+import importlib, pathlib, sys
+for src in sorted(pathlib.Path(sys.argv[1]).glob("*/src/comlrl/*")):
+    if not (src / "__init__.py").is_file():
+        continue
+    mod = importlib.import_module("comlrl." + src.name)
+    installed = pathlib.Path(mod.__file__).parent
+    for path in src.rglob("*.py"):  # a build may add files (kernels' _build_info.py)
+        copy = installed / path.relative_to(src)
+        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
+            sys.exit(f"comlrl.{src.name}: installed {copy} differs from {path}")
+import datasets, gguf, hypothesis, peft, pytest, transformers, xdist
+"""
+
+
+def _install_all(session: nox.Session) -> None:
+    """The four packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests)."""
+    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+
+
+def _reusable_python(session: nox.Session) -> str | None:
+    """The Python of a venv in :data:`REUSABLE_VENVS` whose installed ``comlrl`` sources
+    equal this checkout's, else None (then the caller installs)."""
+    for name in REUSABLE_VENVS:
+        python = ROOT / ".nox" / name / "bin" / "python"
+        if not python.is_file():
+            continue
+        check = subprocess.run(
+            [str(python), "-c", _SAME_SOURCES, str(PACKAGES)], capture_output=True, text=True
+        )
+        if check.returncode == 0:
+            session.log(f"reusing .nox/{name} (its comlrl sources equal this checkout's)")
+            return str(python)
+        session.log(f"not reusing .nox/{name}: {check.stderr.strip()[-200:]}")
+    return None
+
+
 @nox.session
 @nox.parametrize(("python", "package"), MATRIX)
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests in a venv with only its declared dependencies."""
     if package == "integration":
-        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        _install_all(session)
         target = "tests"
     else:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
@@ -161,19 +228,33 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python=TORCH_PYTHON)
 @nox.parametrize("package", ["envs", "integration"])
 def slow(session: nox.Session, package: str) -> None:
-    """The tests marked ``slow`` (the packages that have any), on :data:`TORCH_PYTHON` only."""
+    """The tests marked ``slow`` (the packages that have any), on :data:`TORCH_PYTHON` only.
+    ``integration`` runs in ``tests(integration)``'s venv when that holds this checkout
+    (:func:`_reusable_python`; ``.ci/run`` runs it after ``nox -s tests``)."""
+    python = "python"
     if package == "integration":
-        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        python = _reusable_python(session) or "python"
+        if python == "python":
+            _install_all(session)
         target = "tests"
     else:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
-    _pytest(session, package, target, ["-m", "slow"])
+    _pytest(session, package, target, ["-m", "slow"], python=python, parallel=SLOW_PARALLEL)
 
 
-def _pytest(session: nox.Session, package: str, target: str, marks: list[str]) -> None:
+def _pytest(
+    session: nox.Session,
+    package: str,
+    target: str,
+    marks: list[str],
+    python: str = "python",
+    parallel: dict[str, list[str]] = PARALLEL,
+) -> None:
+    """pytest over ``target`` with ``python`` (this session's venv, or a path to another's),
+    on the workers ``parallel`` gives ``package`` (none: one process)."""
     session.run(
-        "python",
+        python,
         "-m",
         "pytest",
         target,
@@ -185,10 +266,18 @@ def _pytest(session: nox.Session, package: str, target: str, marks: list[str]) -
         # One fixed seed for every property test: CI runs are reproducible and cannot
         # fail on an example that an earlier run did not try (run without it to explore).
         "--hypothesis-seed=0",
-        *PARALLEL.get(package, []),
+        *parallel.get(package, []),
         "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
-        env={"COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1")},
+        env={
+            "COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1"),
+            **(
+                {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                if package in ONE_THREAD_PER_WORKER
+                else {}
+            ),
+        },
+        external=python != "python",
     )
 
 
@@ -222,7 +311,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=TORCH_PYTHON)
 def demo(session: nox.Session) -> None:
     """Run the built-in default experiment (``comlrl train`` with no config)."""
-    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    _install_all(session)
     session.run("comlrl", "train", *session.posargs)
 
 
@@ -302,61 +391,22 @@ def _comlrl143_tests(session: nox.Session) -> Path:
     return tests
 
 
-#: venvs of other sessions that hold our four packages with algos' extras and the test
-#: tools (``tests(integration)``, ``slow(integration)``); the compat session runs in one of
-#: them when its installed ``comlrl`` sources equal this checkout's
-COMPAT_REUSABLE_VENVS = ["tests-python-3-11-package-integration", "slow-package-integration"]
-#: run by a candidate venv's Python: exit 0 when every ``comlrl.<name>`` subpackage of
-#: ``packages/*/src`` (argv[1]) is importable and holds each of its ``.py`` files
-#: unchanged, and the test dependencies of 1.4.3's suite import
-_SAME_SOURCES = """
-import importlib, pathlib, sys
-for src in sorted(pathlib.Path(sys.argv[1]).glob("*/src/comlrl/*")):
-    if not (src / "__init__.py").is_file():
-        continue
-    mod = importlib.import_module("comlrl." + src.name)
-    installed = pathlib.Path(mod.__file__).parent
-    for path in src.rglob("*.py"):  # a build may add files (kernels' _build_info.py)
-        copy = installed / path.relative_to(src)
-        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
-            sys.exit(f"comlrl.{src.name}: installed {copy} differs from {path}")
-import datasets, hypothesis, pytest, transformers
-"""
-
-
-def _compat_python(session: nox.Session) -> str | None:
-    """The Python of a venv in :data:`COMPAT_REUSABLE_VENVS` whose installed ``comlrl``
-    sources equal this checkout's (then nothing is installed), else None."""
-    for name in COMPAT_REUSABLE_VENVS:
-        python = ROOT / ".nox" / name / "bin" / "python"
-        if not python.is_file():
-            continue
-        check = subprocess.run(
-            [str(python), "-c", _SAME_SOURCES, str(PACKAGES)], capture_output=True, text=True
-        )
-        if check.returncode == 0:
-            session.log(f"compat: reusing .nox/{name} (its comlrl sources equal this checkout's)")
-            return str(python)
-        session.log(f"compat: not reusing .nox/{name}: {check.stderr.strip()[-200:]}")
-    return None
-
-
 @nox.session(python=TORCH_PYTHON)
 def compat(session: nox.Session) -> None:
     """CoMLRL 1.4.3's own test suite, unmodified, against ``comlrl.trainers`` /
     ``comlrl.utils``: its sdist's ``tests/`` folder (cached under ``.nox/_comlrl143``; only
     the tests are unpacked, so its ``comlrl`` package cannot shadow ours) with its own
     ``helpers.py``/``conftest.py`` imported the way its pytest config does. It runs in the
-    integration tests' venv when that holds this checkout (:func:`_compat_python`: nothing
+    integration tests' venv when that holds this checkout (:func:`_reusable_python`: nothing
     to install, as in CI after ``nox -s tests``), else in its own venv holding our four
     packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
     :data:`COMPAT_KNOWN_FAILURES` are left out (docs/compat.md gives each one's reason);
     everything else must pass. Pass test files and pytest options to run
     a part, e.g. ``nox -s compat -- test_magrpo.py -x``."""
     tests = _comlrl143_tests(session)
-    python = _compat_python(session)
+    python = _reusable_python(session)
     if python is None:
-        _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+        _install_all(session)
         python = "python"
     ini = tests.parent / "pytest.ini"
     ini.write_text("[pytest]\n")  # keeps the monorepo's pytest settings out of 1.4.3's suite

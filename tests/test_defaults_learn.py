@@ -3,10 +3,13 @@ pretrained stories260k model, a cooperative story reward (``tests/_story.py``), 
 without gradient clipping; and a two-turn run with feedback raises its last turn's reward.
 
 Seeded, CPU, one intra-op thread, so the runs repeat on one torch build. Each test also
-trains a control with a learning rate too small to move the weights, so a rise must come
-from training and not from the order of the prompts. Thresholds: the measured rises are
-+0.3 or more (see the numbers in ``comlrl.algos.training.steps.build_optimizer``); the tests ask for
-half of that, and for the trained run to end above the control.
+compares with a control trained with a learning rate too small to move the weights, so a
+rise must come from training and not from the order of the prompts. The clipped and
+unclipped runs share one control (``one_prompt_control``): a 1e-12 step leaves the weights
+as they were whether or not the gradient was clipped first, so both controls would sample
+the same completions on the same prompts. Thresholds: the measured rises are +0.3 or more
+(see the numbers in ``comlrl.algos.training.steps.build_optimizer``); the tests ask for half
+of that, and for the trained run to end above the control.
 """
 
 from __future__ import annotations
@@ -33,40 +36,50 @@ def _agents(model_dir: Path) -> list[HFAgent]:
     ]
 
 
+def _train_one_prompt_per_step(
+    model_dir: Path, out: Path, lr: float, max_grad_norm: float | None
+) -> list[float]:
+    """96 steps of one prompt (4 completions of 48 tokens per agent); the reward means."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = TrainConfig(
+        num_agents=2,
+        models=[str(model_dir)],
+        num_steps=96,
+        batch_size=1,
+        num_generations=4,
+        max_new_tokens=48,
+        learning_rate=lr,
+        max_grad_norm=max_grad_norm,
+        output_dir=str(out),
+        progress=False,
+        log_samples=0,
+        seed=0,
+    )
+    trainer = MultiAgentTrainer(
+        _agents(model_dir),
+        config,
+        dataset=story_examples(128),
+        reward_func=story_reward,
+        formatters=[lambda ex: ex["opening"]] * 2,
+    )
+    return [row["reward_mean"] for row in trainer.train()]
+
+
+@pytest.fixture(scope="module")
+def one_prompt_control(stories260k: Path, tmp_path_factory: pytest.TempPathFactory) -> list[float]:
+    """The control of both one-prompt-per-step runs (lr 1e-12: the weights do not move)."""
+    out = tmp_path_factory.mktemp("control")
+    return _train_one_prompt_per_step(stories260k, out, 1e-12, max_grad_norm=1.0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("max_grad_norm", [1.0, None], ids=["clipped", "unclipped"])
 def test_defaults_learn_at_one_prompt_per_step_and_lr_1e_3(
-    stories260k: Path, tmp_path: Path, max_grad_norm: float | None
+    stories260k: Path, tmp_path: Path, max_grad_norm: float | None, one_prompt_control: list[float]
 ) -> None:
-    torch.set_num_threads(1)
-
-    def train(lr: float) -> list[float]:
-        torch.manual_seed(0)
-        config = TrainConfig(
-            num_agents=2,
-            models=[str(stories260k)],
-            num_steps=96,
-            batch_size=1,
-            num_generations=4,
-            max_new_tokens=48,
-            learning_rate=lr,
-            max_grad_norm=max_grad_norm,
-            output_dir=str(tmp_path / str(lr)),
-            progress=False,
-            log_samples=0,
-            seed=0,
-        )
-        trainer = MultiAgentTrainer(
-            _agents(stories260k),
-            config,
-            dataset=story_examples(128),
-            reward_func=story_reward,
-            formatters=[lambda ex: ex["opening"]] * 2,
-        )
-        return [row["reward_mean"] for row in trainer.train()]
-
-    first, last = _quarters(train(1e-3))
-    c_first, c_last = _quarters(train(1e-12))
+    first, last = _quarters(_train_one_prompt_per_step(stories260k, tmp_path, 1e-3, max_grad_norm))
+    c_first, c_last = _quarters(one_prompt_control)
     assert last > first + 0.15, (
         f"reward did not rise: first quarter {first:.3f}, last quarter {last:.3f}"
     )
