@@ -5,6 +5,8 @@
 - :func:`linear_token_logprobs`: the same fused with the lm_head matmul, chunked over
   tokens so the full logits never exist.
 - :func:`group_advantages`: per-group baselines (none/mean/loo/max) and std scaling.
+- :func:`linear_rows`: ``F.linear`` for a few float32 CPU rows (the GEMVs of a decode
+  step) at memory speed; ``F.linear`` serves everything else.
 
 Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
 spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from ._dispatch import BackendUnavailableError, backend_info, use_backend
 from ._group_advantages import group_advantages
+from ._linear_rows import linear_rows
 from ._linear_token_logprobs import linear_token_logprobs
 from ._token_logprobs import token_logprobs
 
@@ -23,6 +26,7 @@ __all__ = [
     "BackendUnavailableError",
     "backend_info",
     "group_advantages",
+    "linear_rows",
     "linear_token_logprobs",
     "token_logprobs",
     "use_backend",
