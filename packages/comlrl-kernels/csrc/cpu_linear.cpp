@@ -13,7 +13,7 @@
 // vector accumulators in registers (AVX2: 3 x 4 of 16 ymm registers; AVX-512: 4 x 4 of 32
 // zmm), so each weight byte is loaded from memory once and each x vector load feeds kNW
 // FMAs. x stays in L1/L2 (rows * k * 4 bytes). Order of the sum per output: kLanes
-// interleaved partial sums over i (step kLanes), added lane by lane, then the scalar tail
+// interleaved partial sums over i (step kLanes), added as a tree, then the scalar tail
 // i >= k - k % kLanes, then the bias: a different order from BLAS, so results match
 // F.linear to rounding, not bit for bit.
 #include <cstdint>
@@ -48,10 +48,31 @@ inline vf load(const float* p) {
   __builtin_memcpy(&v, p, sizeof v);  // an unaligned vector load
   return v;
 }
+// Sum of the lanes as a tree (halves added until 4 lanes remain): a few shuffles and
+// adds, where a lane-by-lane loop costs kLanes - 1 dependent adds per output.
+typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
+typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+inline float hsum4(v4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 inline float hsum(vf v) {
-  float s = v[0];
-  for (int l = 1; l < kLanes; ++l) s += v[l];
-  return s;
+  if constexpr (kLanes == 16) {
+    v8 lo, hi;
+    __builtin_memcpy(&lo, &v, sizeof lo);
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    const v8 s8 = lo + hi;
+    v4 a, b;
+    __builtin_memcpy(&a, &s8, sizeof a);
+    __builtin_memcpy(&b, reinterpret_cast<const char*>(&s8) + sizeof a, sizeof b);
+    return hsum4(a + b);
+  } else if constexpr (kLanes == 8) {
+    v4 a, b;
+    __builtin_memcpy(&a, &v, sizeof a);
+    __builtin_memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
+    return hsum4(a + b);
+  } else {
+    v4 a;
+    __builtin_memcpy(&a, &v, sizeof a);
+    return hsum4(a);
+  }
 }
 #else  // other compilers: scalar code through the same template
 constexpr int kLanes = 1;

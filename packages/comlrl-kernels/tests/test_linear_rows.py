@@ -13,7 +13,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from comlrl.kernels import BackendUnavailableError, _dispatch, linear_rows, use_backend
+from comlrl.kernels import (
+    BackendUnavailableError,
+    FewRowsLinear,
+    _dispatch,
+    linear_rows,
+    use_backend,
+)
 from comlrl.kernels._linear_rows import MAX_ROWS, linear_rows_unsupported
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -203,3 +209,36 @@ def test_mismatched_shapes_raise_value_error_naming_them() -> None:
         linear_rows(torch.randn(2, 5), torch.randn(3, 4))
     with pytest.raises(ValueError, match=r"bias \(4,\)"):
         linear_rows(torch.randn(2, 4), torch.randn(3, 4), torch.randn(4))
+
+
+@needs_cpu
+def test_few_rows_linear_serves_supported_calls_from_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = Spy(_dispatch._cpu)
+    monkeypatch.setattr(_dispatch, "cpu_module", lambda: spy)
+    x, w, b = operands(5, 33, 7, True, seed=6)
+    op = FewRowsLinear(w, b)
+    assert op.native
+    assert_within_bound(op(x), x, w, b)
+    assert_within_bound(op(x.t().contiguous().t()), x, w, b)  # copied, then the kernel
+    assert spy.calls == 2
+    # more rows, another dtype, a gradient to record: F.linear, exactly
+    for xi in (torch.randn(MAX_ROWS + 1, 33), x.double()):
+        wi, bi = (w.double(), b.double()) if xi.dtype == torch.float64 else (w, b)  # type: ignore[union-attr]
+        torch.testing.assert_close(FewRowsLinear(wi, bi)(xi), F.linear(xi, wi, bi), rtol=0, atol=0)
+    xg = x.clone().requires_grad_(True)
+    op(xg).sum().backward()
+    assert xg.grad is not None
+    assert spy.calls == 2
+
+
+@needs_cpu
+def test_few_rows_linear_takes_the_backend_in_force_when_made() -> None:
+    x, w, _ = operands(2, 16, 4, False, seed=7)
+    with use_backend("torch"):
+        op = FewRowsLinear(w)
+    assert not op.native
+    torch.testing.assert_close(op(x), F.linear(x, w), rtol=0, atol=0)
+    with use_backend("cpu"), pytest.raises(BackendUnavailableError, match="unit inner stride"):
+        FewRowsLinear(w.t().contiguous().t())

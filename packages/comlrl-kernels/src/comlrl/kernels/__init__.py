@@ -6,7 +6,8 @@
   tokens so the full logits never exist.
 - :func:`group_advantages`: per-group baselines (none/mean/loo/max) and std scaling.
 - :func:`linear_rows`: ``F.linear`` for a few float32 CPU rows (the GEMVs of a decode
-  step) at memory speed; ``F.linear`` serves everything else.
+  step) at memory speed; ``F.linear`` serves everything else. :class:`FewRowsLinear`
+  checks the weight once for loops that call it many times.
 
 Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
 spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 from ._dispatch import BackendUnavailableError, backend_info, use_backend
 from ._group_advantages import group_advantages
-from ._linear_rows import linear_rows
+from ._linear_rows import FewRowsLinear, linear_rows
 from ._linear_token_logprobs import linear_token_logprobs
 from ._token_logprobs import token_logprobs
 
 __all__ = [
     "BackendUnavailableError",
+    "FewRowsLinear",
     "backend_info",
     "group_advantages",
     "linear_rows",

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from . import _dispatch as dispatch
 
-__all__ = ["MAX_ROWS", "linear_rows", "linear_rows_unsupported"]
+__all__ = ["MAX_ROWS", "FewRowsLinear", "linear_rows", "linear_rows_unsupported"]
 
 #: Most rows the C++ kernel takes; more go to ``F.linear``. Measured (one thread, float32,
 #: the SmolLM2-135M shapes 960x576, 3072x576, 576x1536, 49152x576; load 7-8 on 2 cores):
@@ -126,3 +126,72 @@ def linear_rows(
         return y.view(*x.shape[:-1], n)
 
     return dispatch.run("linear_rows", backend, native, lambda: F.linear(x, weight, bias))[0]
+
+
+class FewRowsLinear:
+    """``F.linear(x, weight, bias)`` with the weight checked once: for decode loops.
+
+    :func:`linear_rows` checks every operand and asks the dispatcher on each call, which
+    costs several microseconds: over the ~120 linears of a decode step that is more than
+    the kernel saves on small weights. Here the weight and bias are checked, and the
+    backend picked (:func:`~comlrl.kernels.use_backend` / ``COMLRL_KERNELS_BACKEND`` as
+    they are now), when the object is made; a call only checks ``x``.
+
+    Args:
+        weight: ``[N, K]``; the kernel serves when it is float32 on CPU with unit inner
+            stride (see :func:`linear_rows_unsupported`), else every call is ``F.linear``.
+        bias: ``[N]`` or None.
+
+    Calling it with ``x [R, K]`` returns ``[R, N]``: from the kernel when :attr:`native`
+    and ``x`` is a float32 CPU matrix of ``1 <= R <= MAX_ROWS`` rows and no gradient is
+    being recorded for it or the weight, else from ``F.linear`` (same values to rounding:
+    see :func:`linear_rows`).
+
+    Raises:
+        ValueError: ``weight`` and ``bias`` shapes do not fit.
+        BackendUnavailableError: the ``cpu`` backend is forced and the weight cannot go
+            to the kernel.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        if weight.dim() != 2:
+            raise ValueError(f"FewRowsLinear: weight must be [N, K], got {tuple(weight.shape)}")
+        _check_shapes(weight.new_empty(1, weight.shape[1]), weight, bias)
+        self.weight = weight
+        self.bias = None if bias is None else bias.contiguous()
+        with torch.no_grad():  # the weight's own requires_grad is checked per call
+            reason = linear_rows_unsupported(weight.new_empty(1, weight.shape[1]), weight, bias)
+        #: whether calls can go to the C++ kernel (else every call is ``F.linear``).
+        self.native = dispatch.select("linear_rows", weight.device, reason) == "cpu"
+        self._n, self._k = int(weight.shape[0]), int(weight.shape[1])
+        self._w_stride = int(weight.stride(0)) if self._n > 1 else self._k
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [R, K]`` -> ``[R, N]`` (see the class docstring)."""
+        rows = x.shape[0] if x.dim() == 2 else 0
+        if (
+            not self.native
+            or not 1 <= rows <= MAX_ROWS
+            or x.dtype != torch.float32
+            or x.device.type != "cpu"
+            or x.shape[1] != self._k
+            or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+        ):
+            return F.linear(x, self.weight, self.bias)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        y = torch.empty(rows, self._n, dtype=torch.float32)
+        b = self.bias
+        dispatch.cpu_module().linear_rows(
+            x.data_ptr(),
+            rows,
+            self._k,
+            self._k,
+            self.weight.data_ptr(),
+            self._n,
+            self._w_stride,
+            0 if b is None else b.data_ptr(),
+            y.data_ptr(),
+            dispatch.num_threads(),
+        )
+        return y
