@@ -13,7 +13,7 @@ Usage::
     python packages/comlrl-kernels/benchmarks/bench_linear_rows.py --rows 1,4,8,16,24,32 \\
         --out packages/comlrl-kernels/benchmarks/results/cpu_linear_rows.json
 
-``COMLRL_KERNELS_CPU_ISA=avx2`` (or ``base``) caps the kernel's instruction set.
+``COMLRL_KERNELS_CPU_ISA=base`` runs the kernel's baseline build.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     result: dict[str, Any] = {
         "benchmark": "linear_rows",
-        "isa": _dispatch._cpu.linear_isa(),
+        "isa": _dispatch._cpu.isa(),
         "threads": args.threads,
         "xsum_gb_s": xsum_gb_s(),
         "environment": environment(torch.device("cpu")),

@@ -5,9 +5,8 @@
 // Threads: std::thread over contiguous row ranges; the count comes from the caller
 // (Python passes torch.get_num_threads()), capped so each thread gets >= 256K elements.
 // Instruction set: the AVX2+FMA+F16C build of the row kernels when the CPU has them
-// (x86-64 builds only), else the baseline build; linear_rows also has an AVX-512 build.
-// COMLRL_KERNELS_CPU_ISA=base forces the baseline, =avx2 caps linear_rows at AVX2 (used
-// by the tests and benchmarks to cover each build).
+// (x86-64 builds only), else the baseline build. COMLRL_KERNELS_CPU_ISA=base forces the
+// baseline (used by the tests to cover both).
 #include "cpu_kernels.h"
 
 #include <algorithm>
@@ -35,19 +34,6 @@ const char* active_isa() {
   return supported ? "avx2" : "base";
 #else
   return "base";
-#endif
-}
-
-const char* linear_isa() {
-  const char* row_isa = active_isa();
-#if COMLRL_HAVE_AVX512
-  const char* forced = std::getenv("COMLRL_KERNELS_CPU_ISA");
-  if (std::strcmp(row_isa, "avx2") != 0 || (forced && std::strcmp(forced, "avx2") == 0))
-    return row_isa;
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported ? "avx512" : row_isa;
-#else
-  return row_isa;
 #endif
 }
 
@@ -198,20 +184,15 @@ void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t
                                 " x_stride=" + std::to_string(x_stride) +
                                 " w_stride=" + std::to_string(w_stride));
   const LinearArgs args{x, x_stride, weight, w_stride, bias, y, n, rows, k};
-  const char* isa = linear_isa();
-  const bool avx512 = std::strcmp(isa, "avx512") == 0, avx2 = std::strcmp(isa, "avx2") == 0;
+  const bool avx2 = use_avx2();
   // A GEMV streams 4 bytes of weight per element at ~25 GB/s, ~160 us per 1M elements:
   // a thread gets >= 2M weight elements (8 MB) to be worth its start-up.
   parallel_rows(
       n, k, num_threads,
       [&](std::int64_t lo, std::int64_t hi) {
-#if COMLRL_HAVE_AVX512
-        if (avx512) return isa_avx512::linear_rows(args, lo, hi);
-#endif
 #if COMLRL_HAVE_AVX2
         if (avx2) return isa_avx2::linear_rows(args, lo, hi);
 #endif
-        (void)avx512;
         (void)avx2;
         isa_base::linear_rows(args, lo, hi);
       },

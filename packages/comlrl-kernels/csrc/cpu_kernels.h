@@ -51,7 +51,4 @@ void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t
 // Instruction set the row kernels run with now: "avx2" or "base".
 const char* active_isa();
 
-// Instruction set linear_rows runs with now: "avx512", "avx2" or "base".
-const char* linear_isa();
-
 }  // namespace comlrl::cpu

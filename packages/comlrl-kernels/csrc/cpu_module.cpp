@@ -79,10 +79,6 @@ PYBIND11_MODULE(_cpu, m) {
       py::arg("x"), py::arg("rows"), py::arg("k"), py::arg("x_stride"), py::arg("weight"),
       py::arg("n"), py::arg("w_stride"), py::arg("bias"), py::arg("y"), py::arg("num_threads"));
 
-  m.def("linear_isa", &comlrl::cpu::linear_isa,
-        "Instruction set linear_rows runs with now: 'avx512', 'avx2' or 'base' "
-        "(COMLRL_KERNELS_CPU_ISA=base or =avx2 caps it).");
-
   m.def("isa", &comlrl::cpu::active_isa,
         "Instruction set of the row kernels now: 'avx2' or 'base' "
         "(COMLRL_KERNELS_CPU_ISA=base forces the baseline).");

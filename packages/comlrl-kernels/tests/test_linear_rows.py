@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 needs_cpu = pytest.mark.skipif(_dispatch._cpu is None, reason="_cpu module not built")
-ISAS = ["base", "avx2", "auto"]  # COMLRL_KERNELS_CPU_ISA: each build the machine can run
+ISAS = ["base", "auto"]  # COMLRL_KERNELS_CPU_ISA: the baseline and the best build here
 U = 2.0**-24
 
 
@@ -97,8 +97,8 @@ def test_kernel_is_within_the_float32_sum_bound_of_the_exact_result(
 @pytest.mark.parametrize("k", [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 576])
 @pytest.mark.parametrize("bias", [False, True])
 def test_edge_shapes_every_row_count(monkeypatch: pytest.MonkeyPatch, k: int, bias: bool) -> None:
-    # K around the vector widths (4/8/16 lanes), N around the weight-row blocks (2/3/4),
-    # rows 1..MAX_ROWS around the row tiles (4), on each instruction-set build.
+    # K around the vector widths and unrolled blocks (4/8 lanes, x2), odd N, rows
+    # 1..MAX_ROWS around the row tiles (4), on each instruction-set build.
     for isa in ISAS:
         monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", isa)
         for n in (1, 2, 3, 4, 5, 7, 9):
@@ -111,11 +111,11 @@ def test_edge_shapes_every_row_count(monkeypatch: pytest.MonkeyPatch, k: int, bi
 
 @needs_cpu
 def test_leading_dimensions_are_rows() -> None:
-    x, w, b = operands(6, 40, 11, True, seed=1)
+    x, w, b = operands(4, 40, 11, True, seed=1)
     with use_backend("cpu"):
-        y = linear_rows(x.view(2, 3, 40), w, b)
-    assert y.shape == (2, 3, 11)
-    assert_within_bound(y.view(6, 11), x, w, b)
+        y = linear_rows(x.view(2, 2, 40), w, b)
+    assert y.shape == (2, 2, 11)
+    assert_within_bound(y.view(4, 11), x, w, b)
 
 
 @needs_cpu
@@ -217,7 +217,7 @@ def test_few_rows_linear_serves_supported_calls_from_the_kernel(
 ) -> None:
     spy = Spy(_dispatch._cpu)
     monkeypatch.setattr(_dispatch, "cpu_module", lambda: spy)
-    x, w, b = operands(5, 33, 7, True, seed=6)
+    x, w, b = operands(3, 33, 7, True, seed=6)
     op = FewRowsLinear(w, b)
     assert op.native
     assert_within_bound(op(x), x, w, b)

@@ -60,8 +60,5 @@ def linear_rows(
 ) -> None:
     """y [rows, n] = x [rows, k] @ weight[n, k].T (+ bias [n]), float32."""
 
-def linear_isa() -> str:
-    """'avx512', 'avx2' or 'base': the instruction set linear_rows runs with now."""
-
 def isa() -> str:
     """'avx2' or 'base': the instruction set the row kernels run with now."""

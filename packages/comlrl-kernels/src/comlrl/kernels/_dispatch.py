@@ -248,9 +248,7 @@ def backend_info() -> dict[str, str]:
                 info[f"{op}@{dev}"] = f"unavailable: {exc}"
         info[op] = info[f"{op}@cuda"] if gpu else info[f"{op}@cpu"]
     info["_cpu"] = (
-        f"built; isa {_cpu.isa()}, linear_rows isa {_cpu.linear_isa()}"
-        if _cpu is not None
-        else f"not available: {_CPU_ERROR}"
+        f"built; isa {_cpu.isa()}" if _cpu is not None else f"not available: {_CPU_ERROR}"
     )
     if _cuda is None:
         info["_cuda"] = f"not available: {_CUDA_ERROR}"

@@ -20,10 +20,11 @@ from . import _dispatch as dispatch
 
 __all__ = ["MAX_ROWS", "FewRowsLinear", "linear_rows", "linear_rows_unsupported"]
 
-#: Most rows the C++ kernel takes; more go to ``F.linear``. Measured (one thread, float32,
-#: the SmolLM2-135M shapes 960x576, 3072x576, 576x1536, 49152x576; load 7-8 on 2 cores):
-#: the kernel is 1.06-1.7x torch at 16 rows, 0.67-1.1x at 24 and 0.8-1.2x at 32-64.
-MAX_ROWS = 16
+#: Most rows the C++ kernel takes; more go to ``F.linear``. Measured with
+#: ``benchmarks/bench_linear_rows.py`` (one thread, float32, the SmolLM2-135M shapes
+#: 960x576, 3072x576, 576x1536, 49152x576; load ~10 on 2 cores): the kernel is 1.7-2.5x
+#: torch at 1 row, 0.85-3.3x at 4 rows, 0.67-1.24x at 8 and 0.44-1.07x at 12-16 rows.
+MAX_ROWS = 4
 
 
 def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
