@@ -150,6 +150,34 @@ def _matmul_gflops(threads: int, n: int = 1024, repeats: int = 5) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def _gemv_ms_per_step(model: Any, rows: int, backend: str, repeats: int = 5) -> float:
+    """Best-of-``repeats`` time of one decode step's linears alone (q|k|v, o, gate|up and
+    down per layer, then the LM head; fused as FastDecoder fuses them) on ``rows`` rows,
+    on backend ``backend`` ("auto": the C++ kernel, "torch": F.linear), in ms."""
+    import torch
+    from comlrl.algos.rollout.sampling.decode_linear import apply_linear, as_linear, fused
+    from comlrl.kernels import use_backend
+
+    with use_backend(backend), torch.no_grad():
+        lins = []
+        for layer in model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            lins.append(fused([attn.q_proj, attn.k_proj, attn.v_proj]))
+            lins.append((attn.o_proj.weight, attn.o_proj.bias))
+            lins.append(fused([mlp.gate_proj, mlp.up_proj]))
+            lins.append((mlp.down_proj.weight, mlp.down_proj.bias))
+        lins.append((model.lm_head.weight, None))
+        ops = [as_linear(w, b, rows) for w, b in lins]
+        xs = [torch.randn(rows, w.shape[1]) for w, _ in lins]
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for op, x in zip(ops, xs):
+                apply_linear(x, op)
+            best = min(best, time.perf_counter() - t0)
+    return best * 1000
+
+
 def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
@@ -183,7 +211,12 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     for rows in args.decode_rows:
         texts = agent.render([task.prompts(ex)[0] for ex in examples[:rows]])
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out["rows"].append(_decode_row(model, tok, enc["input_ids"], enc["attention_mask"], args))
+        r = _decode_row(model, tok, enc["input_ids"], enc["attention_mask"], args)
+        r["linears_only_ms_per_step"] = {
+            "ours_kernel": _gemv_ms_per_step(model, rows, "auto"),
+            "ours_torch_gemv": _gemv_ms_per_step(model, rows, "torch"),
+        }
+        out["rows"].append(r)
     bw_runs.append(_bandwidth_gb_s(args.decode_threads, repeats=args.bandwidth_repeats))
     bw = max(bw_runs)
     out["hardware"]["read_bandwidth_gb_s"] = bw
@@ -204,6 +237,7 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
             f"{tps['ours_torch_gemv']:.1f}, generate {tps['hf_generate']:.1f}, limit "
             f"{r['limit_tokens_per_s']:.1f} (bandwidth {bw:.1f} GB/s); time over the limit's: "
             + ", ".join(f"{k} {v:.2f}x" for k, v in r["over_limit"].items())
+            + f"; linears alone ms/step: {r['linears_only_ms_per_step']}"
             + f"; same tokens as generate: {r['same_tokens']}; load {r['loadavg_1m']}",
             flush=True,
         )
