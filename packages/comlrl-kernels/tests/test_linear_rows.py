@@ -140,6 +140,7 @@ def test_strided_layouts_are_served_by_the_kernel(monkeypatch: pytest.MonkeyPatc
 def test_threads_split_columns_without_changing_results() -> None:
     # 2 threads need >= 2 x 2M weight elements; each column is computed the same way.
     x, w, b = operands(3, 256, 16500, True, seed=3)
+    assert b is not None
     outs = []
     for threads in (1, 2):
         y = torch.empty(3, 16500)

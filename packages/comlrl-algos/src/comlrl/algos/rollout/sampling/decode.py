@@ -184,12 +184,12 @@ class FastDecoder:
             fuse = sum(m.weight.numel() for m in projs + gu) <= FUSE_MAX_ELEMENTS
             rows = p * g
             qkv = [
-                as_linear(*wb, rows)
-                for wb in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
+                as_linear(w, b, rows)
+                for w, b in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
             ]
             gate_up = [
-                as_linear(*wb, rows)
-                for wb in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
+                as_linear(w, b, rows)
+                for w, b in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
             ]
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s

@@ -10,6 +10,8 @@ exactly as before.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 import torch.nn.functional as F
 from comlrl.kernels import FewRowsLinear
@@ -40,7 +42,7 @@ FUSE_MAX_ELEMENTS = 1 << 24
 KERNEL_MIN_ELEMENTS = 1 << 18
 
 #: A linear as the step applies it: ``(weight, bias)`` for ``F.linear``, or the kernel.
-Linear = tuple[torch.Tensor, torch.Tensor | None] | FewRowsLinear
+Linear: TypeAlias = tuple[torch.Tensor, torch.Tensor | None] | FewRowsLinear
 
 
 def fused(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
