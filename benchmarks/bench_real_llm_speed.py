@@ -13,11 +13,15 @@ once (our loader, i.e. transformers' GGUF reader, dequantized to float32, then
 ``save_pretrained`` into ``--work-dir``), and both sides load that folder.
 
 ``decode``: greedy generation of ``--decode-new-tokens`` tokens for ``--decode-rows``
-prompts, our sampler (one prefill, then :class:`FastDecoder` steps) vs Hugging Face
-``model.generate`` (greedy, ``min_new_tokens`` = ``max_new_tokens`` so both make every
-token), and what the hardware allows: a decode step must read every weight once (bytes
-over the measured memory bandwidth) and do ``2 * params * rows`` FLOPs (over the measured
-float32 matmul rate); the larger of the two is the limit.
+prompts, our sampler (one prefill, then :class:`FastDecoder` steps) with its linears on
+the C++ few-row GEMV (``comlrl.kernels.FewRowsLinear``, "ours_kernel") and on torch's
+``F.linear`` (``use_backend("torch")``, "ours_torch_gemv"), vs Hugging Face
+``model.generate`` (greedy, ``min_new_tokens`` = ``max_new_tokens`` so all make every
+token), alternating, best of ``--decode-repeats``, and what the hardware allows: a decode
+step must read every weight once (bytes over the streaming bandwidth: the best
+``x.sum()`` over 512 MiB, measured before and after the decode runs) and do
+``2 * params * rows`` FLOPs (over the measured float32 matmul rate); the larger of the two
+is the limit. The 1-minute load average is recorded with every row.
 
 Usage (from the repo root)::
 
@@ -146,6 +150,34 @@ def _matmul_gflops(threads: int, n: int = 1024, repeats: int = 5) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def _gemv_ms_per_step(model: Any, rows: int, backend: str, repeats: int = 5) -> float:
+    """Best-of-``repeats`` time of one decode step's linears alone (q|k|v, o, gate|up and
+    down per layer, then the LM head; fused as FastDecoder fuses them) on ``rows`` rows,
+    on backend ``backend`` ("auto": the C++ kernel, "torch": F.linear), in ms."""
+    import torch
+    from comlrl.algos.rollout.sampling.decode_linear import apply_linear, as_linear, fused
+    from comlrl.kernels import use_backend
+
+    with use_backend(backend), torch.no_grad():
+        lins = []
+        for layer in model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            lins.append(fused([attn.q_proj, attn.k_proj, attn.v_proj]))
+            lins.append((attn.o_proj.weight, attn.o_proj.bias))
+            lins.append(fused([mlp.gate_proj, mlp.up_proj]))
+            lins.append((mlp.down_proj.weight, mlp.down_proj.bias))
+        lins.append((model.lm_head.weight, None))
+        ops = [as_linear(w, b, rows) for w, b in lins]
+        xs = [torch.randn(rows, w.shape[1]) for w, _ in lins]
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for op, x in zip(ops, xs):
+                apply_linear(x, op)
+            best = min(best, time.perf_counter() - t0)
+    return best * 1000
+
+
 def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
@@ -159,37 +191,54 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     out: dict[str, Any] = {"new_tokens": n_new, "threads": args.decode_threads, "rows": []}
     params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    bw = _bandwidth_gb_s(args.decode_threads)
+    bw_runs = [_bandwidth_gb_s(args.decode_threads, repeats=args.bandwidth_repeats)]
     gflops = _matmul_gflops(args.decode_threads)
     out["hardware"] = {
         "params": params,
         "weight_bytes": weight_bytes,
-        "read_bandwidth_gb_s": bw,
+        "read_bandwidth_gb_s_runs": bw_runs,
         "matmul_gflop_s": gflops,
         "method": "a decode step reads every weight once (the tied embedding as the LM "
         "head) and does 2*params*rows FLOPs; limit per step = max(weight_bytes / "
         "bandwidth, 2*params*rows / matmul rate); bandwidth = best x.sum() over 512 MiB "
-        "float32, matmul rate = best 1024^3 float32 matmul, both on the same threads",
+        "float32 (best of the runs before and after the decode rows), matmul rate = best "
+        "1024^3 float32 matmul, all on the same threads",
     }
+    print(
+        f"[decode] x.sum bandwidth {bw_runs[0]:.1f} GB/s, matmul {gflops:.1f} GFLOP/s", flush=True
+    )
     examples = list(task.load("test"))
     for rows in args.decode_rows:
         texts = agent.render([task.prompts(ex)[0] for ex in examples[:rows]])
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         r = _decode_row(model, tok, enc["input_ids"], enc["attention_mask"], args)
+        r["linears_only_ms_per_step"] = {
+            "ours_kernel": _gemv_ms_per_step(model, rows, "auto"),
+            "ours_torch_gemv": _gemv_ms_per_step(model, rows, "torch"),
+        }
+        out["rows"].append(r)
+    bw_runs.append(_bandwidth_gb_s(args.decode_threads, repeats=args.bandwidth_repeats))
+    bw = max(bw_runs)
+    out["hardware"]["read_bandwidth_gb_s"] = bw
+    for r in out["rows"]:
+        rows = r["rows"]
         limit_s = max(weight_bytes / (bw * 1e9), 2 * params * rows / (gflops * 1e9))
         per_step = {k: v / 1000 for k, v in r["decode_ms_per_step"].items()}
         r |= {
             "limit_ms_per_step": limit_s * 1000,
             "limit_tokens_per_s": rows / limit_s,
-            "ours_over_limit": per_step["ours"] / limit_s,
-            "hf_over_ours": per_step["hf_generate"] / per_step["ours"],
+            "over_limit": {k: v / limit_s for k, v in per_step.items()},
+            "kernel_speedup_vs_torch_gemv": per_step["ours_torch_gemv"] / per_step["ours_kernel"],
+            "hf_over_ours_kernel": per_step["hf_generate"] / per_step["ours_kernel"],
         }
-        out["rows"].append(r)
+        tps = r["decode_tokens_per_s"]
         print(
-            f"[decode rows={rows}] ours {r['decode_tokens_per_s']['ours']:.1f} tok/s, "
-            f"generate {r['decode_tokens_per_s']['hf_generate']:.1f}, limit "
-            f"{r['limit_tokens_per_s']:.1f} (ours {r['ours_over_limit']:.2f}x the limit's "
-            f"time); same tokens: {r['same_tokens']}",
+            f"[decode rows={rows}] tok/s: kernel {tps['ours_kernel']:.1f}, torch GEMV "
+            f"{tps['ours_torch_gemv']:.1f}, generate {tps['hf_generate']:.1f}, limit "
+            f"{r['limit_tokens_per_s']:.1f} (bandwidth {bw:.1f} GB/s); time over the limit's: "
+            + ", ".join(f"{k} {v:.2f}x" for k, v in r["over_limit"].items())
+            + f"; linears alone ms/step: {r['linears_only_ms_per_step']}"
+            + f"; same tokens as generate: {r['same_tokens']}; load {r['loadavg_1m']}",
             flush=True,
         )
     return out
@@ -203,6 +252,7 @@ def _decode_row(
     import torch
     from comlrl.algos.rollout.sampling.native import NativeSampler
     from comlrl.core import SamplingParams
+    from comlrl.kernels import use_backend
 
     n_new, rows = args.decode_new_tokens, int(ids.shape[0])
     sampler = NativeSampler(model, pad_token_id=tok.pad_token_id, eos_token_ids=[])
@@ -210,6 +260,10 @@ def _decode_row(
 
     def ours() -> Any:
         return sampler.sample(ids, mask, sp)[0]
+
+    def ours_torch() -> Any:
+        with use_backend("torch"):  # FastDecoder's linears on F.linear
+            return sampler.sample(ids, mask, sp)[0]
 
     def hf() -> Any:
         with torch.no_grad():
@@ -227,25 +281,33 @@ def _decode_row(
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
 
-    times: dict[str, list[float]] = {"ours": [], "hf_generate": [], "prefill": []}
+    fns = {"ours_kernel": ours, "ours_torch_gemv": ours_torch, "hf_generate": hf}
+    times: dict[str, list[float]] = {k: [] for k in [*fns, "prefill"]}
     tokens: dict[str, Any] = {}
+    load = [os.getloadavg()[0]]
     for _ in range(args.decode_repeats):  # alternate, best of repeats
-        for name, fn in (("ours", ours), ("hf_generate", hf), ("prefill", prefill)):
+        for name, fn in (*fns.items(), ("prefill", prefill)):
             t0 = time.perf_counter()
             tokens[name] = fn()
             times[name].append(time.perf_counter() - t0)
+    load.append(os.getloadavg()[0])
     best = {k: min(v) for k, v in times.items()}
     decode_steps = n_new - 1  # the first token comes from the prefill's logits
-    per_step = {k: (best[k] - best["prefill"]) / decode_steps for k in ("ours", "hf_generate")}
+    per_step = {k: (best[k] - best["prefill"]) / decode_steps for k in fns}
     return {
         "rows": rows,
         "prompt_len": int(ids.shape[1]),
         "seconds_best": best,
         "seconds_all": times,
         "decode_ms_per_step": {k: v * 1000 for k, v in per_step.items()},
-        "tokens_per_s_total": {k: rows * n_new / best[k] for k in ("ours", "hf_generate")},
+        "tokens_per_s_total": {k: rows * n_new / best[k] for k in fns},
         "decode_tokens_per_s": {k: rows / v for k, v in per_step.items()},
-        "same_tokens": bool(torch.equal(tokens["ours"], tokens["hf_generate"])),
+        "same_tokens": {
+            k: bool(torch.equal(tokens[k], tokens["hf_generate"]))
+            for k in ("ours_kernel", "ours_torch_gemv")
+        },
+        "fast_decode_status": sampler.fast_decode_status,
+        "loadavg_1m": load,
     }
 
 
@@ -268,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-new-tokens", type=int, default=64)
     p.add_argument("--decode-threads", type=int, default=1)
     p.add_argument("--decode-repeats", type=int, default=3)
+    p.add_argument("--bandwidth-repeats", type=int, default=10)
     p.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "bench_real_llm"))
     p.add_argument("--output", default=str(HERE / "results" / "real_llm_speed.json"))
     args = p.parse_args(argv)
@@ -304,7 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         setup |= {"steps": args.steps, "threads": args.threads, "task": btt.TASK_CLASS}
         result["results"]["step"] = {"setup": setup, **run_step(args, model_dir, work)}
     if "decode" in parts:
-        result["results"]["decode"] = run_decode(args, model_dir)
+        decode = run_decode(args, model_dir)
+        # the parts may come from different runs: each keeps its own command and commit
+        decode |= {k: result[k] for k in ("command", "commit", "timestamp")}
+        result["results"]["decode"] = decode
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     for row in result["results"].get("step", {}).get("rows", []):

@@ -53,3 +53,59 @@ def test_a_gguf_chat_model_trains_one_step_on_chat_prompts(
     config = json.loads((out / "final" / "agent_0" / "config.json").read_text())
     assert "quantization_config" not in config
     assert (out / "final" / "agent_0" / "model.safetensors").is_file()
+
+
+def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf: Path) -> None:
+    """SmolLM2's 576-wide weights decode through comlrl.kernels' C++ GEMV (FewRowsLinear):
+    greedy tokens of chat prompts equal Hugging Face ``generate``'s, at 1 and 3 rows."""
+    import torch
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.rollout.sampling.native import NativeSampler
+    from comlrl.core import ChatPrompt, SamplingParams
+    from comlrl.kernels import _dispatch, use_backend
+
+    if _dispatch._cpu is None:
+        pytest.skip(f"comlrl.kernels' _cpu module is not built ({_dispatch._CPU_ERROR})")
+    model, tok = load_model_and_tokenizer(str(smollm2_gguf), seed=0, dtype="float32")
+    texts = HFAgent(model, tok).render(
+        [
+            ChatPrompt([{"role": "user", "content": "Write a Python function add(a, b)."}]),
+            ChatPrompt([{"role": "user", "content": "What is the capital of France?"}]),
+            ChatPrompt([{"role": "user", "content": "Name three colours."}]),
+        ]
+    )
+    real, calls = _dispatch._cpu, [0]
+
+    class Counting:  # counts the kernel's calls
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            calls[0] += name == "linear_rows"
+            return getattr(real, name)
+
+    sampler = NativeSampler(model, pad_token_id=tok.pad_token_id, eos_token_ids=[])
+    params = SamplingParams(num_generations=1, max_new_tokens=12, top_k=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_dispatch, "cpu_module", lambda: Counting())
+        for batch in (texts[:1], texts):
+            enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+            ids, mask = enc["input_ids"], enc["attention_mask"]
+            ours = sampler.sample(ids, mask, params)[0]
+            with torch.no_grad():
+                ref = model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=False,
+                    max_new_tokens=12,
+                    min_new_tokens=12,
+                    pad_token_id=tok.pad_token_id,
+                )[:, ids.shape[1] :]
+            # generate's min_new_tokens bans EOS, so compare each row up to its first EOS
+            eos = tok.convert_tokens_to_ids("<|im_end|>")
+            for row, (a, b) in enumerate(zip(ours.tolist(), ref.tolist())):
+                n = a.index(eos) if eos in a else len(a)
+                assert n >= 6 and a[:n] == b[:n], (row, tok.decode(a), tok.decode(b))
+            with use_backend("torch"):  # the same decode with F.linear: the same tokens
+                assert torch.equal(sampler.sample(ids, mask, params)[0], ours)
+    assert sampler.fast_decode_status == "on"
+    # 2 batches x 11 decode steps x (30 layers x 4 linears + the LM head), kernel runs only
+    assert calls[0] == 2 * 11 * (30 * 4 + 1)

@@ -192,8 +192,46 @@ def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatc
 
     model = _tiny("qwen2")
     fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1)
-    monkeypatch.setattr(decode, "_FUSE_MAX_ELEMENTS", 0)  # the large-model path
+    monkeypatch.setattr(decode, "FUSE_MAX_ELEMENTS", 0)  # the large-model path
     assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5 and fused < 1e-5
+
+
+class _CountingModule:
+    """Stands in for comlrl.kernels' compiled _cpu module and counts linear_rows calls."""
+
+    def __init__(self, real: object) -> None:
+        self.real, self.calls = real, 0
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        if name == "linear_rows":
+            self.calls += 1
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_the_cpu_gemv_kernel_gives_the_same_logits(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import comlrl.algos.rollout.sampling.decode as decode
+    import comlrl.algos.rollout.sampling.decode_linear as decode_linear
+    from comlrl.kernels import _dispatch
+
+    if _dispatch._cpu is None:
+        pytest.skip(f"comlrl.kernels' _cpu module is not built ({_dispatch._CPU_ERROR})")
+    counter = _CountingModule(_dispatch._cpu)
+    monkeypatch.setattr(_dispatch, "cpu_module", lambda: counter)
+    model = _tiny(kind)
+    assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5
+    assert counter.calls == 0  # the tiny model's weights are below the threshold
+    monkeypatch.setattr(decode_linear, "KERNEL_MIN_ELEMENTS", 0)  # every linear on the kernel
+    for fuse in (1 << 24, 0):
+        monkeypatch.setattr(decode, "FUSE_MAX_ELEMENTS", fuse)
+        assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5
+    # 3 steps x (2 layers x (q|k|v: 1 fused or 3, o, gate|up: 1 or 2, down) + the head)
+    assert counter.calls == 3 * (2 * 4 + 1) + 3 * (2 * 7 + 1)
+    # 9 prompts x G=2 = 18 rows > MAX_ROWS: F.linear serves
+    assert _fast_vs_forward(model, [4, 7, 2, 5, 3, 6, 1, 2, 3], g=2, steps=2, seed=3) < 1e-5
+    assert counter.calls == 3 * (2 * 4 + 1) + 3 * (2 * 7 + 1)
 
 
 def test_bfloat16_models_stay_close() -> None:

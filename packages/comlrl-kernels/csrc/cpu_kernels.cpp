@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "cpu_linear.h"
 #include "cpu_rows.h"
 
 namespace comlrl::cpu {
@@ -40,11 +41,13 @@ namespace {
 
 bool use_avx2() { return std::strcmp(active_isa(), "avx2") == 0; }
 
+// Starting a std::thread costs ~40-60 us here; give each thread >= 256K elements
+// (~250 us of work for the log-prob rows) so that small calls stay on the caller.
+constexpr std::int64_t kMinWorkPerThread = 1 << 18;
+
 template <typename F>
-void parallel_rows(std::int64_t n_rows, std::int64_t work_per_row, int num_threads, F&& fn) {
-  // Starting a std::thread costs ~40-60 us here; give each thread >= 256K elements
-  // (~250 us of work) so that small calls (e.g. one decode step) stay on the caller.
-  const std::int64_t min_work = 1 << 18;
+void parallel_rows(std::int64_t n_rows, std::int64_t work_per_row, int num_threads, F&& fn,
+                   std::int64_t min_work = kMinWorkPerThread) {
   std::int64_t max_useful = std::max<std::int64_t>(1, (n_rows * work_per_row) / min_work);
   std::int64_t nt = std::min<std::int64_t>({std::max(num_threads, 1), n_rows, max_useful});
   if (nt <= 1) {
@@ -170,6 +173,30 @@ void token_logprobs_backward(const void* logits, int dtype, std::int64_t n_rows,
     (void)avx2;
     isa_base::backward_rows(args, lo, hi);
   });
+}
+
+void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t x_stride,
+                 const float* weight, std::int64_t n, std::int64_t w_stride, const float* bias,
+                 float* y, int num_threads) {
+  if (rows < 0 || k < 0 || n < 0 || x_stride < k || w_stride < k)
+    throw std::invalid_argument("linear_rows: bad sizes rows=" + std::to_string(rows) +
+                                " k=" + std::to_string(k) + " n=" + std::to_string(n) +
+                                " x_stride=" + std::to_string(x_stride) +
+                                " w_stride=" + std::to_string(w_stride));
+  const LinearArgs args{x, x_stride, weight, w_stride, bias, y, n, rows, k};
+  const bool avx2 = use_avx2();
+  // A GEMV streams 4 bytes of weight per element at ~25 GB/s, ~160 us per 1M elements:
+  // a thread gets >= 2M weight elements (8 MB) to be worth its start-up.
+  parallel_rows(
+      n, k, num_threads,
+      [&](std::int64_t lo, std::int64_t hi) {
+#if COMLRL_HAVE_AVX2
+        if (avx2) return isa_avx2::linear_rows(args, lo, hi);
+#endif
+        (void)avx2;
+        isa_base::linear_rows(args, lo, hi);
+      },
+      std::int64_t{1} << 21);
 }
 
 std::int64_t group_advantages(const void* rewards, int dtype, std::int64_t m,

@@ -39,6 +39,15 @@ std::int64_t group_advantages(const void* rewards, int dtype, std::int64_t m,
                               std::int64_t group_size, int baseline, int scale, double eps,
                               void* out);
 
+// y[r, j] = sum_i x[r, i] * weight[j, i] (+ bias[j]) for x [rows, k] (row stride x_stride),
+// weight [n, k] (row stride w_stride), bias [n] or nullptr, y [rows, n] contiguous; all
+// float32 with unit inner stride. The output columns are split over up to num_threads
+// threads (>= 2M weight elements each). Throws std::invalid_argument for negative sizes
+// or a row stride below k.
+void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t x_stride,
+                 const float* weight, std::int64_t n, std::int64_t w_stride, const float* bias,
+                 float* y, int num_threads);
+
 // Instruction set the row kernels run with now: "avx2" or "base".
 const char* active_isa();
 

@@ -68,6 +68,17 @@ PYBIND11_MODULE(_cpu, m) {
       py::arg("num_groups"), py::arg("group_size"), py::arg("baseline"), py::arg("scale"),
       py::arg("eps"), py::arg("out"));
 
+  m.def(
+      "linear_rows",
+      [](uintptr_t x, int64_t rows, int64_t k, int64_t x_stride, uintptr_t weight, int64_t n,
+         int64_t w_stride, uintptr_t bias, uintptr_t y, int num_threads) {
+        py::gil_scoped_release release;
+        comlrl::cpu::linear_rows(ptr<const float>(x), rows, k, x_stride, ptr<const float>(weight),
+                                 n, w_stride, ptr<const float>(bias), ptr<float>(y), num_threads);
+      },
+      py::arg("x"), py::arg("rows"), py::arg("k"), py::arg("x_stride"), py::arg("weight"),
+      py::arg("n"), py::arg("w_stride"), py::arg("bias"), py::arg("y"), py::arg("num_threads"));
+
   m.def("isa", &comlrl::cpu::active_isa,
         "Instruction set of the row kernels now: 'avx2' or 'base' "
         "(COMLRL_KERNELS_CPU_ISA=base forces the baseline).");

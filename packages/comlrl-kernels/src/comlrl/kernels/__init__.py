@@ -5,6 +5,9 @@
 - :func:`linear_token_logprobs`: the same fused with the lm_head matmul, chunked over
   tokens so the full logits never exist.
 - :func:`group_advantages`: per-group baselines (none/mean/loo/max) and std scaling.
+- :func:`linear_rows`: ``F.linear`` for a few float32 CPU rows (the GEMVs of a decode
+  step) at memory speed; ``F.linear`` serves everything else. :class:`FewRowsLinear`
+  checks the weight once for loops that call it many times.
 
 Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
 spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
@@ -16,13 +19,16 @@ from __future__ import annotations
 
 from ._dispatch import BackendUnavailableError, backend_info, use_backend
 from ._group_advantages import group_advantages
+from ._linear_rows import FewRowsLinear, linear_rows
 from ._linear_token_logprobs import linear_token_logprobs
 from ._token_logprobs import token_logprobs
 
 __all__ = [
     "BackendUnavailableError",
+    "FewRowsLinear",
     "backend_info",
     "group_advantages",
+    "linear_rows",
     "linear_token_logprobs",
     "token_logprobs",
     "use_backend",

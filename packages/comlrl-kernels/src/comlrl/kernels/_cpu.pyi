@@ -46,5 +46,19 @@ def group_advantages(
 ) -> int:
     """Return the first index of a non-finite reward, or -1."""
 
+def linear_rows(
+    x: int,
+    rows: int,
+    k: int,
+    x_stride: int,
+    weight: int,
+    n: int,
+    w_stride: int,
+    bias: int,
+    y: int,
+    num_threads: int,
+) -> None:
+    """y [rows, n] = x [rows, k] @ weight[n, k].T (+ bias [n]), float32."""
+
 def isa() -> str:
     """'avx2' or 'base': the instruction set the row kernels run with now."""

@@ -43,7 +43,7 @@ __all__ = [
 
 BACKENDS = ("auto", "torch", "cpu", "cuda")
 ENV_VAR = "COMLRL_KERNELS_BACKEND"
-OPS = ("token_logprobs", "linear_token_logprobs", "group_advantages")
+OPS = ("token_logprobs", "linear_token_logprobs", "group_advantages", "linear_rows")
 
 # dtype codes shared with csrc/common.h
 DTYPE_CODES: dict[torch.dtype, int] = {

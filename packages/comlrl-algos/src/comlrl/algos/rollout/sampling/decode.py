@@ -39,30 +39,32 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from comlrl.algos.rollout.sampling.decode_linear import (
+    FUSE_MAX_ELEMENTS,
+    Linear,
+    apply_linear,
+    apply_linears,
+    as_linear,
+    fused,
+)
 from comlrl.algos.rollout.sampling.decode_support import (
     SUPPORTED_MODEL_TYPES,
     unsupported_reason,
 )
-from torch import nn
 
 __all__ = ["FastDecoder", "SUPPORTED_MODEL_TYPES"]
-
-#: Projections are fused (q|k|v and gate|up concatenated once per ``start``) only when the
-#: copies stay this small; fusing saves a few small ops per layer, which matters only for
-#: small models, and would double those weights' memory for big ones.
-_FUSE_MAX_ELEMENTS = 1 << 24
 
 
 @dataclass
 class _Layer:
     norm1: torch.Tensor
     eps1: float
-    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused or three separate
-    o: tuple[torch.Tensor, torch.Tensor | None]
+    qkv: list[Linear]  # one fused or three separate
+    o: Linear
     norm2: torch.Tensor
     eps2: float
-    gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused or two separate
-    down: tuple[torch.Tensor, torch.Tensor | None]
+    gate_up: list[Linear]  # one fused or two separate
+    down: Linear
     prefix_keys: torch.Tensor | None = None  # [P, Hkv, D, S] (keys stored transposed)
     prefix_values: torch.Tensor | None = None  # [P, Hkv, S, D]
     keys: torch.Tensor | None = None  # [P, Hkv, G, D, T] completion keys (transposed)
@@ -82,24 +84,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
-
-
-def _fused(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One ``(weight, bias)`` computing the given linears' outputs side by side."""
-    bias = None
-    if any(m.bias is not None for m in mods):
-        bias = torch.cat(
-            [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods]
-        )
-    return torch.cat([m.weight for m in mods]), bias
-
-
-def _linears(
-    x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]
-) -> torch.Tensor:
-    if len(parts) == 1:
-        return F.linear(x, *parts[0])
-    return torch.cat([F.linear(x, w, b) for w, b in parts], dim=-1)
 
 
 class FastDecoder:
@@ -197,9 +181,16 @@ class FastDecoder:
             attn, mlp = layer.self_attn, layer.mlp
             projs = [attn.q_proj, attn.k_proj, attn.v_proj]
             gu = [mlp.gate_proj, mlp.up_proj]
-            fuse = sum(m.weight.numel() for m in projs + gu) <= _FUSE_MAX_ELEMENTS
-            qkv = [_fused(projs)] if fuse else [(m.weight, m.bias) for m in projs]
-            gate_up = [_fused(gu)] if fuse else [(m.weight, m.bias) for m in gu]
+            fuse = sum(m.weight.numel() for m in projs + gu) <= FUSE_MAX_ELEMENTS
+            rows = p * g
+            qkv = [
+                as_linear(w, b, rows)
+                for w, b in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
+            ]
+            gate_up = [
+                as_linear(w, b, rows)
+                for w, b in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
+            ]
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s
             self.layers.append(
@@ -207,11 +198,11 @@ class FastDecoder:
                     norm1=layer.input_layernorm.weight,
                     eps1=float(layer.input_layernorm.variance_epsilon),
                     qkv=qkv,
-                    o=(attn.o_proj.weight, attn.o_proj.bias),
+                    o=as_linear(attn.o_proj.weight, attn.o_proj.bias, rows),
                     norm2=layer.post_attention_layernorm.weight,
                     eps2=float(layer.post_attention_layernorm.variance_epsilon),
                     gate_up=gate_up,
-                    down=(mlp.down_proj.weight, mlp.down_proj.bias),
+                    down=as_linear(mlp.down_proj.weight, mlp.down_proj.bias, rows),
                     # The prompt part of the cache is kept once per prompt (its G rows attend
                     # to it together); only the completion part is per row.
                     prefix_keys=keys.transpose(-1, -2).contiguous(),
@@ -239,7 +230,7 @@ class FastDecoder:
         self._step = 0
         self._embed = base.embed_tokens.weight
         self._final_norm = (base.norm.weight, float(base.norm.variance_epsilon))
-        self._head = model.lm_head.weight
+        self._head = as_linear(model.lm_head.weight, None, p * g)
         self._static = static
         self._graph: Any = None
         self._graph_stream: Any = None
@@ -352,7 +343,7 @@ class FastDecoder:
         h = F.embedding(tokens, self._embed)  # [B, hidden]
         for layer in self.layers:
             x = _rms_norm(h, layer.norm1, layer.eps1)
-            qkv = _linears(x, layer.qkv)  # [B, (hq + 2 hkv) d]
+            qkv = apply_linears(x, layer.qkv)  # [B, (hq + 2 hkv) d]
             # One call per split/rotation rather than a slice per part: at small sizes a
             # decode step's time is per-op overhead, and these move data only (same bits).
             qk, v_new = qkv.split([(hq + hkv) * d, hkv * d], dim=-1)
@@ -392,13 +383,13 @@ class FastDecoder:
             attn = attn + torch.matmul(
                 probs_prefix.reshape(p, hkv, g * rep, s), prefix_values
             ).view(p, hkv, g, rep, d)
-            h = h + F.linear(attn.transpose(1, 2).reshape(b, hq * d), *layer.o)
+            h = h + apply_linear(attn.transpose(1, 2).reshape(b, hq * d), layer.o)
             x = _rms_norm(h, layer.norm2, layer.eps2)
-            gu = _linears(x, layer.gate_up)
+            gu = apply_linears(x, layer.gate_up)
             gate, up = gu.chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, *layer.down)
+            h = h + apply_linear(F.silu(gate) * up, layer.down)
         h = _rms_norm(h, *self._final_norm)
-        return F.linear(h, self._head)
+        return apply_linear(h, self._head)
 
     def release(self) -> None:
         """Drop the KV cache and weight copies (call when decoding is done)."""
