@@ -15,13 +15,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_cli_recipes import (  # noqa: E402  (the shared run checks)
     STORY,
     _assert_same_outputs,
+    _assert_same_rows,
     _check_final,
+    _interrupt_after,
     _interrupted_and_resumed,
 )
 
 
 def _rows(path: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _stopped_and_resumed(
+    argv: list[str],
+    run: Path,
+    step: int,
+    total: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Run ``argv`` into ``run`` with a Ctrl-C after ``step`` (exit 130, a checkpoint),
+    then ``comlrl train --resume run`` to the end."""
+    _interrupt_after(monkeypatch, step)
+    assert main([*argv, f"output_dir={run}"]) == 130
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert f"interrupted at step {step}; checkpoint: {run / 'checkpoints'}" in err, err
+    assert main(["train", "--resume", str(run)]) == 0, capsys.readouterr().err
+    assert f"resuming {run} at step {step} of {total}" in capsys.readouterr().out
 
 
 def test_centralized_magrpo_trains_one_joint_policy_and_resumes_exactly(
@@ -63,8 +84,8 @@ def test_centralized_magrpo_checks_its_keys_before_any_model_loads(
     assert not (tmp_path / "x").exists()
 
 
-def test_madpo_iter_runs_rounds_against_the_history_comparator(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_madpo_iter_runs_rounds_against_the_history_comparator_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "madpo_iter"
     argv = ["train", "algo=madpo_iter", "num_steps=4", "steps_per_round=2", "progress=false"]
@@ -88,6 +109,11 @@ def test_madpo_iter_runs_rounds_against_the_history_comparator(
     assert [r["step"] for r in evals] == [0, 2, 4] and evals[0]["eval/margin"] == 0.0
     _check_final(out, 2)
     assert (out / "config.yaml").read_text().startswith("algo: madpo_iter\n")
+    # stopped in the middle of round 2 (its comparator: the frozen initial policy; the
+    # replay: both rounds; one of its two chunks of pairs left), resumed: the same run
+    run = tmp_path / "madpo_iter-interrupted"
+    _stopped_and_resumed(argv, run, 3, 4, monkeypatch, capsys)
+    _assert_same_outputs(run, out)
 
 
 def test_marlhf_iter_refits_the_reward_model_each_round(
@@ -115,7 +141,30 @@ def test_marlhf_iter_refits_the_reward_model_each_round(
     _check_final(out, 2)
 
 
-def test_iterative_recipes_check_their_keys_and_refuse_resume(
+def test_marlhf_iter_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["train", "algo=marlhf_iter", "num_steps=3", "steps_per_round=1", "progress=false"]
+    argv += [*STORY, "batch_size=2", "num_generations=2", "num_candidates=2"]
+    argv += ["eval_every=0", "comparator=history", "comparator_history_k=2", "log_samples=2"]
+    argv += ["replay_mode=lambda_decay", "replay_lambda=0.5", "scoring_reward=reward_model"]
+    argv += ["reward.num_epochs=1", "reward.max_length=96", "parallel_agents=false"]
+    out = tmp_path / "marlhf_iter"
+    assert main([*argv, f"output_dir={out}"]) == 0
+    capsys.readouterr()
+    assert [r["iteration"] for r in _rows(out / "metrics.jsonl")] == [1.0, 2.0, 3.0]
+    # stopped after round 2: round 3 orders its pairs with round 2's reward model, draws
+    # from the replay of rounds 1-2, and samples the comparator (round 2's snapshot) on
+    # the frozen agents' streams, all of which must come back from the checkpoint
+    run = tmp_path / "marlhf_iter-interrupted"
+    _stopped_and_resumed(argv, run, 2, 3, monkeypatch, capsys)
+    _assert_same_outputs(run, out)
+    name = "reward_model_metrics.jsonl"
+    assert [r["iteration"] for r in _rows(run / name)] == [1.0, 2.0, 3.0]
+    _assert_same_rows(run / name, out / name)
+
+
+def test_iterative_recipes_check_their_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["train", "algo=madpo_iter", f"output_dir={tmp_path / 'x'}"]
@@ -131,9 +180,3 @@ def test_iterative_recipes_check_their_keys_and_refuse_resume(
     assert main(["train", "algo=marlhf_iter", "scoring_reward=oracle"]) == 2
     assert "scoring_reward" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    # the rounds' replay and comparator snapshots are not checkpointed: no --resume
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("algo: madpo_iter\n")
-    assert main(["train", "--resume", str(run)]) == 2
-    assert "cannot be resumed" in capsys.readouterr().err

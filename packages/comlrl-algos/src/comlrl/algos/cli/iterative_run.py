@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Literal
 
-from comlrl.algos.cli.run_configs import MADPORunConfig
+from comlrl.algos.cli.run_configs import MADPORunConfig, eval_on_start_follows
 from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _loss_summary, _quiet_transformers
 from comlrl.algos.recipes.preference.config import (
     IterativeMADPOConfig,
@@ -58,6 +58,11 @@ class MARLHFIterRunConfig(TrainConfig, IterativeSection):
     pairs_per_prompt: int = Field(1, ge=1)
     scoring_reward: Literal["task", "reward_model"] = "task"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_start_eval_when_off(cls, data: Any) -> Any:
+        return eval_on_start_follows(data)
+
     @model_validator(mode="after")
     def _single_turn_aligned(self) -> MARLHFIterRunConfig:
         _check_aligned(self.joint_mode)
@@ -98,6 +103,7 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
     from comlrl.algos.recipes.preference.iterative_loops import (
         MADPOIterRun,
         build_rounds,
+        madpo_iter_resume,
         train_madpo_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
@@ -148,15 +154,20 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
             seed=config.seed,
             load=_loader(config),
         )
-    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        run = MADPOIterRun(madpo, rounds)
+        if request.resume_from is not None:
+            step = madpo_iter_resume(run, request.resume_from, config.output_dir)
+            print(
+                f"resuming {config.output_dir} at step {step} of {config.num_steps} "
+                f"(from {request.resume_from})"
+            )
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
-    outputs = config.run_outputs(request, "madpo_iter")
-    outputs.pop("resume_from")  # not resumable (registry): --resume is refused before this
     try:  # a bug from here on keeps its traceback
         history = train_madpo_iter(
-            MADPOIterRun(madpo, rounds),
-            **outputs,
+            run,
+            **{**config.run_outputs(request, "madpo_iter"), "resume_from": None},
             overwrite=request.clear_earlier,
             reporters=lambda out: reporters_for(
                 out,
@@ -190,6 +201,7 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
     from comlrl.algos.recipes.preference.iterative_loops import (
         MARLHFIterRun,
         build_rounds,
+        marlhf_iter_resume,
         train_marlhf_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
@@ -263,7 +275,13 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             batch_size=config.batch_size,
             scoring_reward=config.scoring_reward,
         )
-    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        if request.resume_from is not None:
+            step = marlhf_iter_resume(run, request.resume_from)
+            print(
+                f"resuming {config.output_dir} at step {step} of {config.num_steps} "
+                f"(from {request.resume_from})"
+            )
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
     if request.clear_earlier:
@@ -283,7 +301,8 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
         return 130
     finally:
         task.close()
-        if run.reward_model_rows:
+        if run.reward_model_rows:  # all of the run's fits (a resumed run's saved ones too)
+            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
             writer = JsonlWriter(out / "reward_model_metrics.jsonl")
             try:
                 for row in run.reward_model_rows:

@@ -306,12 +306,15 @@ def madpo_evaluate(run: MADPORun) -> dict[str, float]:
     return out
 
 
-def madpo_checkpoint(run: MADPORun, path: str | Path) -> Path:
+def madpo_checkpoint(
+    run: MADPORun, path: str | Path, *, recipe_state: Mapping[str, Any] | None = None
+) -> Path:
     """Write the step checkpoint ``path`` for the run's step, atomically, in the one format
     (:func:`comlrl.algos.training.checkpoint.write_checkpoint`): every agent's weights,
     optimizers, the data stream, the run's, torch's, Python's and each agent's random
     streams, and a fingerprint of the frozen reference models (not saved:
-    :func:`madpo_setup` rebuilds them from the initial weights). Returns the folder."""
+    :func:`madpo_setup` rebuilds them from the initial weights); ``recipe_state``: a
+    recipe's own state on top (MADPO-Iter's rounds). Returns the folder."""
     return _write_step(
         Path(path),
         run.step,
@@ -321,14 +324,22 @@ def madpo_checkpoint(run: MADPORun, path: str | Path) -> Path:
         run.rng,
         [getattr(a, "generator", None) for a in run.agents],
         run.ref_models,
+        recipe_state,
     )
 
 
-def madpo_resume(run: MADPORun, path: str | Path, output_dir: str | Path | None = None) -> int:
+def madpo_resume(
+    run: MADPORun,
+    path: str | Path,
+    output_dir: str | Path | None = None,
+    *,
+    state: Mapping[str, Any] | None = None,
+) -> int:
     """Put a freshly set-up ``run`` (:func:`madpo_setup` on the initial weights) back at the
     step checkpoint ``path`` of :func:`madpo_checkpoint` and return its step;
     :func:`train_madpo` then continues as if never stopped. With ``output_dir``, its
-    logs are cut back to the step and half-written checkpoints are removed.
+    logs are cut back to the step and half-written checkpoints are removed. ``state``:
+    the checkpoint's ``training_state.pt`` when the caller has read it already.
 
     Raises:
         CheckpointError: the checkpoint is incomplete, does not fit the run (agents,
@@ -343,6 +354,7 @@ def madpo_resume(run: MADPORun, path: str | Path, output_dir: str | Path | None 
         run.rng,
         [getattr(a, "generator", None) for a in run.agents],
         run.ref_models,
+        state,
     )
     return run.step
 
