@@ -26,6 +26,7 @@ progress, the reward model): a run put back by :func:`madpo_iter_resume` /
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,13 +104,7 @@ def build_rounds(
         comparator,
         replay,
         sampling=sampling,
-        comparator_sampling=SamplingParams(
-            num_generations=k_cmp,
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-        ),
+        comparator_sampling=dataclasses.replace(sampling, num_generations=k_cmp),
         pair_selection=section.pair_selection,
         pairs_per_prompt=pairs_per_prompt,
         seed=seed,

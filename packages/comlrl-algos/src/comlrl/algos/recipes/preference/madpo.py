@@ -142,13 +142,7 @@ def madpo_setup(
         env=env,
         data=data,
         optimizers=optimizers,
-        sampling=SamplingParams(
-            num_generations=config.num_candidates,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-        ),
+        sampling=SamplingParams.from_config(config, config.num_candidates),
         tree=TreeSettings(num_turns=1, joint_mode=config.joint_mode),
         rng=random.Random(config.seed),
         eval_data=list(eval_dataset) if eval_dataset is not None else None,
@@ -284,13 +278,7 @@ def madpo_evaluate(run: MADPORun) -> dict[str, float]:
     if not run.eval_data:
         return {}
     cfg = run.config
-    params = SamplingParams(
-        num_generations=cfg.eval_num_samples,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
+    params = SamplingParams.from_config(cfg, cfg.eval_num_samples)
     row, _ = evaluation.evaluate(
         run.agents,
         run.env,
