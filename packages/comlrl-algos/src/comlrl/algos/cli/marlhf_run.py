@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.algos.cli.run_configs import MARLHFRunConfig
-from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _quiet_transformers, _start_outputs
+from comlrl.algos.cli.run_steps import (
+    RunRequest,
+    _err,
+    _load,
+    _quiet_transformers,
+    _start_outputs,
+    announce,
+    load_agents,
+    load_eval_split,
+    preflight,
+)
 from comlrl.algos.recipes.preference.recipe import (
     MADPOConfig,
 )
@@ -25,46 +35,32 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
     ``config.task``, fit the joint reward model (rows in ``reward_model_metrics.jsonl``,
     weights in ``final/reward_model``), then the group-baseline recipe on its reward."""
     import torch
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
-    from comlrl.algos.training.reporting import check_report_to, read_metrics, summary_line
+    from comlrl.algos.training.reporting import read_metrics, summary_line
     from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)
     try:
-        check_report_to(config.report_to)
-        check_model_names([*config.models, backbone_name])
-        task, examples = prepare_task(config)
+        task, examples = preflight(config, [*config.models, backbone_name])
     except ConfigError as exc:
         return _err(str(exc))
     try:
         eval_examples = None
         if config.eval_every:
-            try:
-                eval_examples = list(task.load(config.eval_split))
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split)
         _quiet_transformers()
-        print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), MARLHF: {config.num_collect_batches} batches of pairs, "
-            f"reward model {backbone_name}, then {config.num_steps} steps of estimator "
-            f"{config.estimator} on its reward; outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
+            f"{backbone_name}, then {config.num_steps} steps of estimator {config.estimator} "
+            "on its reward",
         )
         torch.manual_seed(config.seed)
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                **config.generation_options(),
-            )
-            for i in range(config.num_agents)
-        ]
+        agents = load_agents(config, **config.generation_options())
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         pairing = MADPOConfig.build(
             num_agents=config.num_agents,

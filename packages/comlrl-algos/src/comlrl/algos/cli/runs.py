@@ -28,6 +28,10 @@ from comlrl.algos.cli.run_steps import (
     _loss_summary,
     _quiet_transformers,
     _start_outputs,
+    announce,
+    load_agents,
+    load_eval_split,
+    preflight,
     read_jsonl_rows,
 )
 from comlrl.algos.training.config import ConfigError, TrainConfig
@@ -92,18 +96,14 @@ def run_policy_gradient(
     ``trainer_cls(agents, config, task=, dataset=)`` builds the trainer; ``num_models``
     agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1)."""
     import torch
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.models import distributed
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, summary_line
+    from comlrl.algos.training.reporting import summary_line
     from comlrl.core import RewardFunctionError
 
     main = distributed.is_main()
     try:  # everything that can be checked before the models load
-        check_report_to(config.report_to)
-        check_model_names(config.models)
-        task, examples = prepare_task(config)
+        task, examples = preflight(config, config.models)
     except ConfigError as exc:
         return _err(str(exc))
     _quiet_transformers()
@@ -112,13 +112,12 @@ def run_policy_gradient(
     if num_models is not None and num_models != config.num_agents:
         who = f"{num_models} policy for {config.num_agents} roles"
     if main:
-        print(
-            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), {label}, {config.num_steps} step"
-            f"{'s' if config.num_steps != 1 else ''} "
-            f"of {config.batch_size} prompts x {config.num_generations} completions; "
-            f"outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"{label}, {config.num_steps} step{'s' if config.num_steps != 1 else ''} of "
+            f"{config.batch_size} prompts x {config.num_generations} completions",
+            who,
         )
         if world > 1:
             print(
@@ -127,11 +126,8 @@ def run_policy_gradient(
                 file=sys.stderr,
             )
     torch.manual_seed(config.seed)
-    agents = []
     try:
-        for i in range(config.num_agents if num_models is None else num_models):
-            model, tok = _load(config.model_for(i), config, config.seed + i)
-            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
+        agents = load_agents(config, num_models, **config.generation_options())
         trainer = trainer_cls(agents, config, task=task, dataset=examples)
     except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         task.close()
@@ -174,42 +170,26 @@ def run_policy_gradient(
 def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
     """``algo=madpo``: :class:`~comlrl.algos.MADPOTrainer` on ``config.task``; each agent's
     final weights in ``final/agent_<i>``."""
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, reporters_for
+    from comlrl.algos.training.reporting import reporters_for
 
     try:
-        check_report_to(config.report_to)
-        check_model_names(config.models)
-        task, examples = prepare_task(
-            TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
-        )
+        task, examples = preflight(config, config.models)
     except ConfigError as exc:
         return _err(str(exc))
     try:
         eval_examples = None
         if config.eval_split is not None:
-            try:
-                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
         _quiet_transformers()
-        print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), MADPO, {config.num_steps} steps of {config.batch_size} "
-            f"prompts x {config.num_candidates} candidates; outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"MADPO, {config.num_steps} steps of {config.batch_size} prompts x "
+            f"{config.num_candidates} candidates",
         )
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                prompt_format=config.prompt_format,
-            )
-            for i in range(config.num_agents)
-        ]
+        agents = load_agents(config, prompt_format=config.prompt_format)
         trainer = MADPOTrainer(
             agents, config, task=task, dataset=examples, eval_dataset=eval_examples
         )
