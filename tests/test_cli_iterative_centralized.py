@@ -17,32 +17,12 @@ from test_cli_recipes import (  # noqa: E402  (the shared run checks)
     _assert_same_outputs,
     _assert_same_rows,
     _check_final,
-    _interrupt_after,
     _interrupted_and_resumed,
 )
 
 
 def _rows(path: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _stopped_and_resumed(
-    argv: list[str],
-    run: Path,
-    step: int,
-    total: int,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Run ``argv`` into ``run`` with a Ctrl-C after ``step`` (exit 130, a checkpoint),
-    then ``comlrl train --resume run`` to the end."""
-    _interrupt_after(monkeypatch, step)
-    assert main([*argv, f"output_dir={run}"]) == 130
-    monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert f"interrupted at step {step}; checkpoint: {run / 'checkpoints'}" in err, err
-    assert main(["train", "--resume", str(run)]) == 0, capsys.readouterr().err
-    assert f"resuming {run} at step {step} of {total}" in capsys.readouterr().out
 
 
 def test_centralized_magrpo_trains_one_joint_policy_and_resumes_exactly(
@@ -112,7 +92,7 @@ def test_madpo_iter_runs_rounds_against_the_history_comparator_and_resumes_exact
     # stopped in the middle of round 2 (its comparator: the frozen initial policy; the
     # replay: both rounds; one of its two chunks of pairs left), resumed: the same run
     run = tmp_path / "madpo_iter-interrupted"
-    _stopped_and_resumed(argv, run, 3, 4, monkeypatch, capsys)
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 4, step=3)
     _assert_same_outputs(run, out)
 
 
@@ -157,7 +137,7 @@ def test_marlhf_iter_resumes_exactly(
     # from the replay of rounds 1-2, and samples the comparator (round 2's snapshot) on
     # the frozen agents' streams, all of which must come back from the checkpoint
     run = tmp_path / "marlhf_iter-interrupted"
-    _stopped_and_resumed(argv, run, 2, 3, monkeypatch, capsys)
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3, step=2)
     _assert_same_outputs(run, out)
     name = "reward_model_metrics.jsonl"
     assert [r["iteration"] for r in _rows(run / name)] == [1.0, 2.0, 3.0]

@@ -3,7 +3,6 @@ against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative_loo
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Literal
 
 from comlrl.algos.cli.run_configs import MADPORunConfig, eval_on_start_follows
@@ -17,6 +16,8 @@ from comlrl.algos.cli.run_steps import (
     load_agents,
     load_eval_split,
     preflight,
+    resuming_line,
+    stopped,
 )
 from comlrl.algos.recipes.preference.config import (
     IterativeMADPOConfig,
@@ -139,10 +140,7 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
         run = MADPOIterRun(madpo, rounds)
         if request.resume_from is not None:
             step = madpo_iter_resume(run, request.resume_from, config.output_dir)
-            print(
-                f"resuming {config.output_dir} at step {step} of {config.num_steps} "
-                f"(from {request.resume_from})"
-            )
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
@@ -161,8 +159,7 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
             ),
         )
     except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     finally:
         task.close()
     from pathlib import Path
@@ -246,10 +243,7 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
         )
         if request.resume_from is not None:
             step = marlhf_iter_resume(run, request.resume_from)
-            print(
-                f"resuming {config.output_dir} at step {step} of {config.num_steps} "
-                f"(from {request.resume_from})"
-            )
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
@@ -262,12 +256,8 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             record=lifecycle.run_record(config, algo="marlhf_iter", task=task),
             save_final=lambda path: _save_reward_model(marlhf, path / "reward_model"),
         )
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     finally:
         task.close()
         if run.reward_model_rows:  # all of the run's fits (a resumed run's saved ones too)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ from comlrl.algos.cli.run_steps import (
     load_agents,
     load_eval_split,
     preflight,
+    resuming_line,
+    stopped,
 )
 from comlrl.algos.recipes.preference.recipe import (
     MADPOConfig,
@@ -116,16 +117,10 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
                 step = trainer.resume(request.resume_from)
             except CheckpointError as exc:
                 return _err(f"cannot resume from {request.resume_from}: {exc}")
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
         history = trainer.train()
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     finally:
         task.close()
     line = summary_line(history, out) + " (reward: the learned reward model's)"

@@ -19,6 +19,8 @@ __all__ = [
     "RunRequest",
     "preflight",
     "announce",
+    "resuming_line",
+    "stopped",
     "load_eval_split",
     "load_agents",
     "read_jsonl_rows",
@@ -99,6 +101,29 @@ def load_agents(config: Any, count: int | None = None, **options: Any) -> list[A
         HFAgent(*_load(config.model_for(i), config, config.seed + i), name=f"agent_{i}", **options)
         for i in range(config.num_agents if count is None else count)
     ]
+
+
+def resuming_line(out: Any, step: int, num_steps: int, source: Any) -> str:
+    """``resuming <out> at step <step> of <num_steps> (from <checkpoint>)``: what a run
+    continued with ``--resume`` prints first."""
+    return f"resuming {out} at step {step} of {num_steps} (from {source})"
+
+
+def stopped(exc: BaseException) -> int:
+    """Report a run that training stopped and return its exit code: Ctrl-C
+    (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
+    checkpointed and how to resume) or a failing reward function
+    (:class:`comlrl.core.RewardFunctionError`: 1). Anything else is raised again."""
+    from comlrl.algos.training.lifecycle import TrainingInterrupted
+    from comlrl.core import RewardFunctionError
+
+    if isinstance(exc, TrainingInterrupted):
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    if isinstance(exc, RewardFunctionError):
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        return 1
+    raise exc
 
 
 def _err(message: str) -> int:

@@ -33,6 +33,8 @@ from comlrl.algos.cli.run_steps import (
     load_eval_split,
     preflight,
     read_jsonl_rows,
+    resuming_line,
+    stopped,
 )
 from comlrl.algos.training.config import ConfigError, TrainConfig
 
@@ -144,9 +146,7 @@ def run_policy_gradient(
             trainer.run.close()
             return _err(f"cannot resume from {request.resume_from}: {exc}")
         if main:
-            print(
-                f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
         if step >= config.num_steps:
             task.close()
             trainer.run.close()
@@ -156,12 +156,8 @@ def run_policy_gradient(
             return 0
     try:
         history = trainer.train()
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     if main:
         print(summary_line(history, config.output_dir))
     return 0
@@ -196,9 +192,7 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
         out = _start_outputs(config, "madpo", request)
         if request.resume_from is not None:
             step = trainer.resume(request.resume_from, out)
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
@@ -215,8 +209,7 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
             ),
         )
     except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     finally:
         task.close()
     print(_loss_summary(history, out, "reward_mean"))
@@ -280,9 +273,7 @@ def _run_one_model(
         out = _start_outputs(config, algo, request)
         if request.resume_from is not None:
             step = read_checkpoint_meta(request.resume_from)["step"]
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         return _err(str(exc))
     try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
@@ -290,7 +281,6 @@ def _run_one_model(
     except CheckpointError as exc:  # --resume's checkpoint, read before the first step
         return _err(f"cannot resume from {request.resume_from}: {exc}")
     except TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     print(_loss_summary(history, out))
     return 0
