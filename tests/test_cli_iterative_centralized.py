@@ -1,4 +1,4 @@
-"""``comlrl train algo=centralized_magrpo | madpo_iter | marlhf_iter``: the recipes that were
+"""``comlrl train algo=centralized_magrpo | centralized_madpo | madpo_iter | marlhf_iter``: the recipes that were
 only reachable through ``comlrl.trainers`` run end to end from the command line (a few
 steps of the built-in stories260k, in-process) and write the loop driver's outputs."""
 
@@ -62,6 +62,21 @@ def test_centralized_magrpo_checks_its_keys_before_any_model_loads(
     assert main([*base, "estimator=rloo"]) == 2
     assert "fixes estimator='grpo'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_centralized_madpo_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "central_madpo"
+    argv = ["train", "algo=centralized_madpo", "num_steps=3", "progress=false", *STORY]
+    argv += ["batch_size=2", "save_every=1", "eval_split=test", "eval_limit=2", "eval_every=2"]
+    assert main([*argv, f"output_dir={out}"]) == 0
+    capsys.readouterr()
+    assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3]
+    _check_final(out, 1)
+    run = tmp_path / "central-madpo-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3)
+    _assert_same_outputs(run, out)
 
 
 def test_madpo_iter_runs_rounds_against_the_history_comparator_and_resumes_exactly(

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.trainers import IACConfig, IACTrainer, MADPOIterTrainer, MAGRPOTrainer
+from comlrl.trainers import (
+    IACConfig,
+    IACTrainer,
+    MADPOIterTrainer,
+    MAGRPOConfig,
+    MAGRPOTrainer,
+)
 from comlrl.trainers.preference._iter_hooks143 import output_path
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,6 +99,30 @@ def test_iac_value_heads_with_reference_kl_train_and_measure_the_kl(stories260k:
     assert kl and kl[0] > 0, history[-1]
 
 
+def test_iac_separate_critics_have_optimizers_without_train_dataset(stories260k: str) -> None:
+    """1.4.3 builds one optimizer per separate critic at construction; a trainer without
+    ``train_dataset`` (whose recipe run is never built) has them too, over each critic's
+    trunk and value head."""
+    trainer = IACTrainer(
+        agent_model=stories260k,
+        critic_model=stories260k,
+        reward_func=lambda c1, c2: [0.0 for _ in c1],
+        args=IACConfig(num_turns=1, use_separate_critic=True, critic_learning_rate=3e-4),
+    )
+    optimizers = trainer.critic_optimizers
+    assert len(optimizers) == 2 and optimizers[0] is not optimizers[1]
+    trunk = {id(p) for p in trainer.critics[0].parameters()}
+    params = [p for g in optimizers[0].param_groups for p in g["params"]]
+    assert trunk < {id(p) for p in params}  # the trunk and the head's parameters
+    assert {g["lr"] for g in optimizers[0].param_groups} == {3e-4}
+    shared = IACTrainer(
+        agent_model=stories260k,
+        reward_func=lambda c1, c2: [0.0 for _ in c1],
+        args=IACConfig(num_turns=1, use_separate_critic=False),
+    )
+    assert shared.critic_optimizers == []
+
+
 @given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
 def test_sequence_stats_sum_the_response_token_log_probs(
     prompt: int, length: int, seed: int
@@ -160,12 +190,34 @@ def test_marlhf_joint_reward_model_reads_hidden_states_and_names_head_reward_hea
     torch.testing.assert_close(scores, torch.tensor([16.0, 18.0]), rtol=0, atol=1e-6)
 
 
-def test_centralized_collaboration_imports_but_cannot_be_built() -> None:
-    from comlrl.trainers.preference.collaboration import CentralizedCollaboration
-    from comlrl.utils import NotProvidedError
+def test_centralized_collaboration_splits_roles_for_the_task_reward_only() -> None:
+    from types import SimpleNamespace
 
-    with pytest.raises(NotProvidedError, match="CentralizedCollaboration"):
-        CentralizedCollaboration(None, [], None, 2)
+    from comlrl.trainers.preference import TaggedCentralizedComparatorAdapter
+    from comlrl.trainers.preference.collaboration import CentralizedCollaboration
+
+    seen: list[tuple[list[str], list[str], list[str]]] = []
+
+    def reward(left: list[str], right: list[str], *, prompts: list[str]) -> list[float]:
+        seen.append((left, right, prompts))
+        return [float(len(left[0]) + 10 * len(right[0]))]
+
+    collab = CentralizedCollaboration(
+        TaggedCentralizedComparatorAdapter(), [lambda x: "L", lambda x: "R"], reward, 2
+    )
+    item = {"id": 1}
+    assert "Agent 1 original prompt:\nR" in collab.build_prompt(item)
+    joint = "<agent_0> ab </agent_0> <agent_1> c </agent_1>"
+    # 2 + 10 * 1; an unparsable response gives every role "" (0 here)
+    assert collab([joint, "no tags"], batch_items=[item]) == [12.0, 0.0]
+    assert seen[0] == (["ab"], ["c"], ["L"])
+    with pytest.raises(ValueError, match="batch_items"):
+        collab([joint])
+    assert collab.split_eval([[[joint]]], [item]) == [[["ab"]], [["c"]]]
+    sample = SimpleNamespace(agent_idx=0, completion=joint, metadata={"batch_item": item})
+    roles = collab.wrap_metrics_callback(lambda rows: rows)([sample])
+    assert [(r.agent_idx, r.completion) for r in roles] == [(0, "ab"), (1, "c")]
+    assert sample.completion == joint
 
 
 def test_preference_configs_check_collaboration_mode_as_143() -> None:
@@ -197,3 +249,69 @@ def test_wandb_run_config_comes_from_the_trainer_and_magrpo_module_exposes_wandb
     assert magrpo_module.wandb is fake  # 1.4.3's module attribute, imported on use
     with pytest.raises(AttributeError, match="no_such_name"):
         magrpo_module.no_such_name  # noqa: B018
+
+
+def _sample(agent: int, turn: int, target: float, old: float) -> Any:
+    from comlrl.trainers.actor_critic import RolloutSample
+
+    one = torch.ones(1)
+    return RolloutSample(
+        agent_idx=agent, prompt="p", completion="c", full_input_ids=torch.zeros(3, dtype=torch.long),
+        attention_mask=torch.ones(3, dtype=torch.long), prompt_len=1, response_len=2,
+        old_logprob=one, old_value=torch.tensor([old]), reward=torch.tensor([target]),
+        returns=torch.tensor([target]), advantage=0 * one,
+        metadata={"turn_idx": turn, "value_target": torch.tensor([target])},
+    )  # fmt: skip
+
+
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=8), st.booleans())
+def test_prepared_advantages_are_target_minus_old_value_whitened_on_request(
+    targets: list[float], whiten: bool
+) -> None:
+    """1.4.3's ``_prepare_advantages``: ``target - V_old``; with ``advantage_normalization``
+    zero mean and unit population std over the samples (std floored at 1e-6)."""
+    trainer = object.__new__(IACTrainer)
+    trainer.args = SimpleNamespace(advantage_normalization=whiten)
+    samples = [_sample(0, 0, t, 0.5) for t in targets]
+    trainer._prepare_advantages(samples)
+    raw = torch.tensor([t - 0.5 for t in targets])
+    got = torch.cat([s.normalized_advantage for s in samples])
+    torch.testing.assert_close(torch.cat([s.advantage for s in samples]), raw)
+    want = (raw - raw.mean()) / raw.std(unbiased=False).clamp(min=1e-6) if whiten else raw
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_drained_buffers_update_each_agent_once_per_turn_in_index_order() -> None:
+    trainer = object.__new__(IACTrainer)
+    trainer.args = SimpleNamespace(num_agents=2, logging_steps=1)
+    trainer.parallel_training, trainer.env_step = "none", 0
+    calls: list[tuple[int, list[int]]] = []
+
+    def update(agent: int, samples: list[Any]) -> dict[str, float]:
+        calls.append((agent, [s.metadata["turn_idx"] for s in samples]))
+        return {"loss": float(agent)}
+
+    trainer._update = update  # type: ignore[method-assign]
+    trainer.rollout_buffers[1] += [_sample(1, 1, 0.0, 0.0), _sample(1, 0, 0.0, 0.0)]
+    trainer.rollout_buffers[0] += [_sample(0, 0, 0.0, 0.0)]
+    metrics: dict[str, list[float]] = {}
+    trainer._drain_ready_agent_buffers([1, 0, 1], metrics)
+    assert calls == [(0, [0]), (1, [0]), (1, [1])]
+    assert trainer.rollout_buffers == [[], []]
+    assert metrics == {"turn_1/loss": [0.0, 1.0], "turn_2/loss": [1.0]}
+
+
+def test_wandb_mode_disabled_ignores_wandb_config_only_without_wandb(
+    stories260k: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``WANDB_MODE=disabled`` an installed wandb gets the config (and does nothing,
+    as 1.4.3 relies on); without wandb the config is dropped instead of failing."""
+    import comlrl.trainers._base as base
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(base, "wandb_installed", lambda: False)
+    trainer = MAGRPOTrainer(
+        agent_model=stories260k, num_agents=1, reward_func=lambda c: [0.0],
+        wandb_config={"project": "p"}, args=MAGRPOConfig(num_turns=1),
+    )  # fmt: skip
+    assert trainer.wandb_config is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -149,7 +150,6 @@ def test_iterative_config_normalises_aliases_and_checks_modes() -> None:
          "comparator_generation_mode"),
         (MADPOIterTrainer, {"comparator_devices": "cuda:1"}, "comparator_devices"),
         (MADPOIterTrainer, {"preference_replay_dir": "/tmp/replay"}, "preference_replay_dir"),
-        (MADPOIterTrainer, {"log_reward_distribution": True}, "log_reward_distribution"),
         (MADPOIterTrainer, {"joint_mode": "cross"}, "joint_mode"),
         (MARLHFIterTrainer, {"comparator_policy": "api", "comparator_api_url": "http://x"},
          "comparator_policy"),
@@ -252,7 +252,7 @@ def _as_model(state: dict[str, torch.Tensor]) -> Any:
 
 
 def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
-    stories260k: str, tmp_path: Path
+    stories260k: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch.manual_seed(0)
     task_calls: list[int] = []
@@ -261,17 +261,21 @@ def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
         task_calls.append(1)
         return [float(len(c2[0]) > len(c1[0]))]
 
+    from comlrl.utils import set_reward_range
+
+    monkeypatch.chdir(tmp_path)  # reward_distributions/ goes to the working directory
     trainer = MARLHFIterTrainer(
         agent_model=stories260k,
         num_agents=2,
         train_dataset=[{"prompt": p} for p in PROMPTS],
-        reward_func=reward,
+        reward_func=set_reward_range(reward, 0.0, 1.0),
         args=MARLHFIterConfig(
             num_iterations=2, num_train_epochs=1, rollout_buffer_size=4,
             preference_num_candidates=4, max_new_tokens=8, agent_learning_rate=1e-3,
             reward_learning_rate=1e-3, reward_train_batch_size=2, reward_model_device=None,
             num_generations=2, eval_interval=0, comparator_policy="model",
             comparator_model_name=stories260k, preference_replay_mode="all_history",
+            log_reward_distribution=True,
         ),
     )  # fmt: skip
     before = {k: v.clone() for k, v in trainer.agents[0].state_dict().items()}
@@ -293,6 +297,90 @@ def test_marlhf_iter_refits_the_reward_model_each_round_then_runs_rl(
     # the learned reward is a real-valued score, the task reward a 0/1 indicator
     assert {history[-1]["reward_min"], history[-1]["reward_max"]} - {0.0, 1.0}
     assert any(not torch.equal(before[k], v) for k, v in trainer.agents[0].state_dict().items())
+    # log_reward_distribution: each round's histogram over the task reward's 0/1 values
+    for r in (1, 2):
+        data = json.loads(
+            (tmp_path / "reward_distributions" / f"iteration_{r:04d}.json").read_text()
+        )
+        counts = data["candidate"]["target"]["counts"]
+        assert sum(counts) == len(PROMPTS) * 4 and counts[0] + counts[-1] == sum(counts)
     paths = trainer.save_model(tmp_path / "marlhf_iter")
     assert [p.name for p in paths] == ["agent_0", "agent_1"]
     _assert_saved_equal(paths[1], trainer.agents[1])
+
+
+class _FakeRun:
+    """A W&B run that keeps what is logged (no wandb import, no network)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, Any]]] = []
+
+    def log(self, values: dict[str, Any], step: int) -> None:
+        self.rows.append((step, values))
+
+    def finish(self) -> None:
+        pass
+
+
+class _Html:
+    __module__ = "wandb"  # log_row passes wandb's media objects through
+
+    def __init__(self, html: str) -> None:
+        self.html = html
+
+
+def test_log_reward_distribution_writes_each_rounds_histograms_and_charts(
+    stories260k: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1.4.3's ``log_reward_distribution=True``: per round a JSON file under
+    ``<output_dir>/reward_distributions`` whose candidate counts cover every sampled joint
+    action (4 prompts x 3 candidates per side) and whose selected counts cover both sides
+    of each training pair, and W&B charts logged with the round's row."""
+    import sys
+    import xml.etree.ElementTree as ET
+    from types import SimpleNamespace
+
+    from comlrl.utils import set_reward_range
+
+    run = _FakeRun()
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(init=lambda **_: run, Html=_Html))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_DISABLED", raising=False)
+
+    def reward(c1: list[str], c2: list[str]) -> list[float]:
+        return [min(1.0, len(c2[0]) / 40)]
+
+    args = MADPOIterConfig(
+        num_iterations=2, rollout_buffer_size=2, preference_num_candidates=3,
+        preference_pairs_per_sample=2, max_new_tokens=8, log_reward_distribution=True,
+    )  # fmt: skip
+    kwargs = {"agent_model": stories260k, "num_agents": 2, "args": args,
+              "train_dataset": [{"prompt": p} for p in PROMPTS]}  # fmt: skip
+    with pytest.raises(ValueError, match="reward_range"):
+        MADPOIterTrainer(reward_func=reward, **kwargs)
+    torch.manual_seed(0)
+    trainer = MADPOIterTrainer(
+        reward_func=set_reward_range(reward, 0.0, 1.0),
+        wandb_config={"project": "p", "output_dir": str(tmp_path)},
+        **kwargs,
+    )
+    trainer.train()
+    folder = tmp_path / "reward_distributions"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "iteration_0001.json",
+        "iteration_0002.json",
+    ]
+    for r, row in enumerate(trainer.round_history):
+        data = json.loads((folder / f"iteration_{r + 1:04d}.json").read_text())
+        assert (data["iteration"], data["num_bins"], len(data["bin_edges"])) == (r + 1, 16, 17)
+        for side in ("target", "comparator"):
+            assert sum(data["candidate"][side]["counts"]) == len(PROMPTS) * 3
+        selected = sum(sum(data["selected"][s]["counts"]) for s in ("target", "comparator"))
+        assert selected == 2 * row["iter/train_preference_pairs"]
+    logged = [values for _, values in run.rows if "iter/current_iteration" in values]
+    assert len(logged) == 2
+    chart = logged[0]["iter/reward_distribution/iteration_0001/bar_plot"]
+    svg = ET.fromstring(chart.html)[0]  # well-formed SVG in a <div>
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+    assert logged[0]["iter/reward_distribution/target_sample_count"] == len(PROMPTS) * 3
+    assert all(isinstance(v, float) for v in trainer.round_history[0].values())

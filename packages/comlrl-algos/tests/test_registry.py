@@ -29,6 +29,8 @@ EXPECTED = {
     "madpo_iter",
     "marlhf_iter",
     "centralized_magrpo",
+    "centralized_madpo",
+    "centralized_marlhf",
     "dpo",
     "sft",
 }

@@ -38,7 +38,13 @@ from comlrl.trainers._fields import (
 )
 from comlrl.trainers._loading import _model_kwargs, as_examples, load_agents
 from comlrl.trainers._tasks143 import AgentTasks143
-from comlrl.trainers._wandb import _import_wandb, log_row, start_run, wandb_disabled
+from comlrl.trainers._wandb import (
+    _import_wandb,
+    log_row,
+    start_run,
+    wandb_disabled,
+    wandb_installed,
+)
 
 __all__ = [
     "ADVANTAGE_MODES",
@@ -129,8 +135,8 @@ class CompatTrainer(AgentTasks143):
             )
         self.model_config = dict(model_config or {})
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
-        if self.wandb_config is not None and wandb_disabled():
-            self.wandb_config = None  # WANDB_MODE=disabled: no run, no import, no network
+        if self.wandb_config is not None and wandb_disabled() and not wandb_installed():
+            self.wandb_config = None  # WANDB_MODE=disabled without wandb: no run, no error
         if self.wandb_config is not None:
             _import_wandb()  # fails here, before any model loads
         self.train_dataset = train_dataset

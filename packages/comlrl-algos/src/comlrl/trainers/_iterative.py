@@ -239,12 +239,6 @@ def check_iterative_supported(args: Any) -> None:
     )
     _reject(
         args,
-        "log_reward_distribution",
-        not args.log_reward_distribution,
-        "no reward-histogram files; read the per-round rows train() returns. Set it to False.",
-    )
-    _reject(
-        args,
         "joint_mode",
         JOINT_MODES[str(args.joint_mode).lower()] == "align",
         "current and comparator joint actions are compared index by index (aligned), as in "
@@ -255,13 +249,19 @@ def check_iterative_supported(args: Any) -> None:
 
 
 def rounds_from_args(
-    args: Any, agents: Sequence[Any], model_kwargs: Mapping[str, Any], seed: int
+    args: Any,
+    agents: Sequence[Any],
+    model_kwargs: Mapping[str, Any],
+    seed: int,
+    distribution: Any = None,
 ) -> IterativeRounds:
     """The rounds of a validated ``MADPOIterConfig`` / ``MARLHFIterConfig``: its comparator
     (``comparator_agents`` or ``comparator_model_name``, loaded with ``from_pretrained(name,
     **model_kwargs)``), replay (``preference_replay_*``), candidates
     (``preference_num_candidates``, ``comparator_num_candidates``), ``pair_selection``
-    and ``preference_pairs_per_sample``; seeds as 1.4.3's trainers derived them."""
+    and ``preference_pairs_per_sample``; seeds as 1.4.3's trainers derived them. With a
+    ``distribution`` (:class:`~comlrl.trainers.preference._reward_distribution.RewardDistributionLog`)
+    each round also charts its rewards."""
 
     def load(name: str) -> Any:
         from transformers import AutoModelForCausalLM
@@ -288,12 +288,15 @@ def rounds_from_args(
         a.preference_replay_sample_size,
         random.Random(seed + 1),
     )
-    return IterativeRounds(
-        comparator,
-        replay,
-        sampling=params[0],
-        comparator_sampling=params[1],
-        pair_selection=a.pair_selection,
-        pairs_per_prompt=a.preference_pairs_per_sample,
-        seed=seed,
-    )
+    settings: dict[str, Any] = {
+        "sampling": params[0],
+        "comparator_sampling": params[1],
+        "pair_selection": a.pair_selection,
+        "pairs_per_prompt": a.preference_pairs_per_sample,
+        "seed": seed,
+    }
+    if distribution is not None:  # log_reward_distribution=True: 1.4.3's histograms
+        from comlrl.trainers.preference._reward_distribution import ChartedRounds
+
+        return ChartedRounds(comparator, replay, distribution=distribution, **settings)
+    return IterativeRounds(comparator, replay, **settings)

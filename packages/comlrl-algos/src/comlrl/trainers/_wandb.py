@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["log_row", "optional_wandb", "start_run", "wandb_disabled"]
+__all__ = ["log_row", "optional_wandb", "start_run", "wandb_disabled", "wandb_installed"]
 
 
 def wandb_disabled() -> bool:
@@ -17,6 +17,20 @@ def wandb_disabled() -> bool:
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
     flag = os.environ.get("WANDB_DISABLED", "").strip().lower()
     return mode == "disabled" or flag in ("1", "true", "yes")
+
+
+def wandb_installed() -> bool:
+    """Whether ``import wandb`` would find the package (without importing it; a module
+    already in ``sys.modules``, such as a test's stand-in, counts)."""
+    import importlib.util
+    import sys
+
+    if sys.modules.get("wandb") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("wandb") is not None
+    except ValueError:  # an entry without __spec__
+        return False
 
 
 def _import_wandb() -> Any:
@@ -56,13 +70,19 @@ def start_run(cfg: Mapping[str, Any], trainer: Any) -> Any:
 
 
 def log_row(run: Any, cfg: Mapping[str, Any], trainer: Any, row: Mapping[str, Any]) -> Any:
-    """Log ``row``'s numbers at ``trainer.env_step`` to the W&B ``run``, which is started
-    from ``cfg`` (:func:`start_run`) when ``run`` is None. Returns the run."""
+    """Log ``row``'s numbers (and wandb media objects) at ``trainer.env_step`` to the W&B
+    ``run``, which is started from ``cfg`` (:func:`start_run`) when ``run`` is None.
+    Returns the run."""
     if run is None:
         run = start_run(cfg, trainer)
-    numbers = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-    run.log(numbers, step=trainer.env_step)
+    # numbers, and W&B's own media objects (1.4.3's reward charts are wandb.Html)
+    values = {k: v for k, v in row.items() if isinstance(v, (int, float)) or _is_media(v)}
+    run.log(values, step=trainer.env_step)
     return run
+
+
+def _is_media(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "wandb"
 
 
 def optional_wandb(name: str, module: str) -> Any:

@@ -1,16 +1,29 @@
-"""``comlrl train algo=centralized_magrpo``: one joint policy plays every role of a task
-(:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO group baseline."""
+"""``comlrl train algo=centralized_magrpo | centralized_madpo | centralized_marlhf``: one
+joint policy plays every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained
+with the MAGRPO group baseline, with DPO on pairs of its joint responses (MADPO with one
+agent: the joint DPO loss on the log-probability of the whole joint response), or with
+MAGRPO on a reward model fit on those pairs' joint texts (MARLHF with one agent)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
 from comlrl.algos.cli.run_steps import RunRequest, load_eval_split
 from comlrl.algos.training.config import TrainConfig
 from pydantic import model_validator
 
-__all__ = ["CentralizedRunConfig", "run_centralized_magrpo", "build_centralized_trainer"]
+__all__ = [
+    "CentralizedRunConfig",
+    "CentralizedMADPORunConfig",
+    "run_centralized_magrpo",
+    "run_centralized_madpo",
+    "CentralizedMARLHFRunConfig",
+    "run_centralized_marlhf",
+    "build_centralized_trainer",
+    "build_centralized_madpo_trainer",
+]
 
 
 class CentralizedRunConfig(TrainConfig):
@@ -106,4 +119,133 @@ def run_centralized_magrpo(config: CentralizedRunConfig, request: RunRequest) ->
         build_centralized_trainer,
         f"centralized MAGRPO (one joint policy, {config.role_format} role format)",
         num_models=1,
+    )
+
+
+class CentralizedMADPORunConfig(MADPORunConfig):
+    """:class:`~comlrl.algos.cli.run_configs.MADPORunConfig` for centralized collaboration:
+    ``num_agents`` is the task's role count, ``models`` names the *one* joint policy, and
+    ``role_format`` is as :class:`CentralizedRunConfig`'s. ``num_candidates`` counts joint
+    responses per prompt and ``max_new_tokens`` is the budget of a whole joint response.
+    Each step pairs the joint responses of a prompt by the gap of the task's joint reward
+    on their parsed role outputs and takes one DPO step (Rafailov et al. 2023, eq. 7) on
+    the log-probability of the whole joint response against a frozen copy of the policy.
+    """
+
+    output_dir: str = "runs/centralized_madpo"
+    role_format: Literal["sentences", "tagged"] = "sentences"
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CentralizedMADPORunConfig:
+        if len(self.models) != 1:
+            raise ValueError(
+                f"centralized MADPO trains one joint policy but models lists "
+                f"{len(self.models)}: {self.models!r}; give one model"
+            )
+        return self
+
+    def policy_config(self) -> MADPORunConfig:
+        """The joint policy's own config: these settings for one agent."""
+        data = self.model_dump(exclude={"role_format"})
+        data["num_agents"] = 1
+        return MADPORunConfig.model_validate(data)
+
+
+def build_centralized_madpo_trainer(
+    agents: Sequence[Any],
+    config: CentralizedMADPORunConfig,
+    task: Any,
+    examples: Sequence[Mapping[str, Any]],
+    eval_examples: Sequence[Mapping[str, Any]] | None,
+) -> Any:
+    """A :class:`~comlrl.algos.MADPOTrainer` whose one agent is the joint policy: its
+    prompt is the role format's joint prompt of the task's role prompts and its reward the
+    task's joint reward of the parsed role outputs (held-out reward the same way)."""
+    from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+
+    formatters, reward = _joint_inputs(task, config.num_agents, config.role_format)
+    return MADPOTrainer(
+        agents,
+        config.policy_config(),
+        dataset=examples,
+        formatters=formatters,
+        reward_func=reward,
+        eval_dataset=eval_examples,
+    )
+
+
+def _joint_inputs(task: Any, num_roles: int, role_format: str) -> tuple[list[Any], Any]:
+    """The joint policy's one formatter and its reward on ``task``
+    (:func:`~comlrl.algos.rollout.centralized.centralized_callbacks`)."""
+    from comlrl.algos.rollout.centralized import ROLE_FORMATS, centralized_callbacks
+    from comlrl.algos.rollout.environment import TaskEnvironment
+
+    env = TaskEnvironment(task)
+    joint_prompt, reward = centralized_callbacks(
+        lambda ex: env.root(ex).prompts, env.reward, num_roles, ROLE_FORMATS[role_format]()
+    )
+    return [joint_prompt], reward
+
+
+def run_centralized_madpo(config: CentralizedMADPORunConfig, request: RunRequest) -> int:
+    """``algo=centralized_madpo``: :func:`build_centralized_madpo_trainer` on
+    ``config.task`` (the joint policy's final weights in ``final/agent_0``)."""
+    from comlrl.algos.cli.runs import run_madpo
+
+    return run_madpo(
+        config,
+        request,
+        algo="centralized_madpo",
+        label=f"centralized MADPO (one joint policy, {config.role_format} role format)",
+        num_models=1,
+        build=build_centralized_madpo_trainer,
+    )
+
+
+class CentralizedMARLHFRunConfig(MARLHFRunConfig):
+    """:class:`~comlrl.algos.cli.run_configs.MARLHFRunConfig` for centralized
+    collaboration: ``num_agents`` is the role count, ``models`` names the one joint
+    policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Pairs of joint responses
+    (by the task's joint reward of their parsed roles) fit the joint reward model on the
+    joint prompt and response; then MAGRPO trains the policy on that model's scores."""
+
+    output_dir: str = "runs/centralized_marlhf"
+    role_format: Literal["sentences", "tagged"] = "sentences"
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CentralizedMARLHFRunConfig:
+        if len(self.models) != 1:
+            raise ValueError(
+                f"centralized MARLHF trains one joint policy but models lists "
+                f"{len(self.models)}: {self.models!r}; give one model"
+            )
+        if self.num_turns != 1:
+            raise ValueError(
+                f"centralized MARLHF is single-turn; got num_turns={self.num_turns}, set num_turns=1"
+            )
+        return self
+
+    def policy_config(self) -> MARLHFRunConfig:
+        """The joint policy's own config (its RL phase): these settings for one agent."""
+        data = self.model_dump(exclude={"role_format"})
+        data["num_agents"] = 1
+        for key in ("agent_devices", "reference_devices"):  # per role: the one policy's
+            if isinstance(data.get(key), list):
+                data[key] = data[key][:1]
+        return MARLHFRunConfig.model_validate(data)
+
+
+def run_centralized_marlhf(config: CentralizedMARLHFRunConfig, request: RunRequest) -> int:
+    """``algo=centralized_marlhf``: :func:`comlrl.algos.cli.marlhf_run.run_marlhf` with one
+    joint policy (its final weights in ``final/agent_0``, the reward model's in
+    ``final/reward_model``)."""
+    from comlrl.algos.cli.marlhf_run import run_marlhf
+
+    return run_marlhf(
+        config,
+        request,
+        algo="centralized_marlhf",
+        num_models=1,
+        joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
+        rl_config=config.policy_config(),
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,22 @@ __all__ = [
 ]
 
 
-def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
+def run_marlhf(
+    config: MARLHFRunConfig,
+    request: RunRequest,
+    *,
+    algo: str = "marlhf",
+    num_models: int | None = None,
+    joint: Callable[[Any], tuple[list[Any], Any]] | None = None,
+    rl_config: Any = None,
+) -> int:
     """``algo=marlhf``: :class:`~comlrl.algos.MARLHFTrainer`: sample reward-gap pairs on
     ``config.task``, fit the joint reward model (rows in ``reward_model_metrics.jsonl``,
-    weights in ``final/reward_model``), then the group-baseline recipe on its reward."""
+    weights in ``final/reward_model``), then the group-baseline recipe on its reward.
+
+    ``algo=centralized_marlhf`` loads ``num_models`` (1) models, takes the one policy's
+    ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and runs the
+    RL phase with ``rl_config`` (the policy's one-agent config)."""
     import torch
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.training import lifecycle
@@ -44,6 +57,10 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)
+    n_models = config.num_agents if num_models is None else num_models
+    who = f"{config.num_agents} agents"
+    if n_models != config.num_agents:
+        who = f"{n_models} policy for {config.num_agents} roles"
     try:
         task, examples = preflight(config, [*config.models, backbone_name])
     except ConfigError as exc:
@@ -59,12 +76,13 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
             f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
             f"{backbone_name}, then {config.num_steps} steps of estimator {config.estimator} "
             "on its reward",
+            who,
         )
         torch.manual_seed(config.seed)
-        agents = load_agents(config, **config.generation_options())
+        agents = load_agents(config, n_models, **config.generation_options())
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         pairing = MADPOConfig.build(
-            num_agents=config.num_agents,
+            num_agents=n_models,
             num_candidates=config.num_candidates,
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
@@ -83,12 +101,16 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
             reward_backbone=backbone,
             reward_tokenizer=backbone_tok,
             reward_config=config.reward,
-            task=task,
             dataset=examples,
+            **(
+                {"task": task}
+                if joint is None
+                else dict(zip(("formatters", "reward_func"), joint(task), strict=True))
+            ),
             num_collect_batches=config.num_collect_batches,
             eval_fraction=config.eval_fraction,
         )
-        out = _start_outputs(config, "marlhf", request)
+        out = _start_outputs(config, algo, request)
         saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
         fitted = request.resume_from is not None and (saved_rm / "head.safetensors").is_file()
         if fitted:
@@ -109,9 +131,13 @@ def run_marlhf(config: MARLHFRunConfig, request: RunRequest) -> int:
             _save_reward_model(marlhf, saved_rm)
         _save_reward_model(marlhf, out / "final" / "reward_model")
         try:
-            trainer = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+            trainer = marlhf.rl_trainer(rl_config or config, eval_dataset=eval_examples)
         except ConfigError as exc:
             return _err(str(exc))
+        if joint is not None:  # config.yaml: this recipe, the task it played
+            from comlrl.algos.training.lifecycle import run_record
+
+            trainer.record = run_record(config, algo=algo, task=task)
         if request.resume_from is not None:
             try:
                 step = trainer.resume(request.resume_from)

@@ -15,6 +15,8 @@ names                   recipe
 ``marloo`` (``rloo``)   leave-one-out baseline
 ``maremax`` (``remax``) the best return of the other samples as baseline
 ``centralized_magrpo``  one joint policy for every role (split by ``role_format``)
+``centralized_madpo``   one joint policy, DPO on pairs of its joint responses
+``centralized_marlhf``  one joint policy, MAGRPO on a reward model of its joint texts
 ``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
 ``madpo``               multi-agent DPO on joint actions paired by reward gap
 ``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
@@ -232,6 +234,24 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 presets={"output_dir": "runs/centralized_magrpo"},
                 fixed={"estimator": "grpo"},
                 aliases=("central_magrpo",),
+                resumable=True,
+            ),
+            Recipe(
+                "centralized_madpo",
+                "Centralized MADPO: one joint policy writes every role's output (role_format "
+                "splits it), DPO on reward-gap pairs of its joint responses",
+                "comlrl.algos.cli.centralized_run:CentralizedMADPORunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_madpo",
+                aliases=("central_madpo",),
+                resumable=True,
+            ),
+            Recipe(
+                "centralized_marlhf",
+                "Centralized MARLHF: one joint policy; a reward model fit on reward-gap pairs "
+                "of its joint responses, then the group-baseline recipe on its reward",
+                "comlrl.algos.cli.centralized_run:CentralizedMARLHFRunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_marlhf",
+                aliases=("central_marlhf",),
                 resumable=True,
             ),
             Recipe(

@@ -163,9 +163,20 @@ def run_policy_gradient(
     return 0
 
 
-def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
+def run_madpo(
+    config: MADPORunConfig,
+    request: RunRequest,
+    *,
+    algo: str = "madpo",
+    label: str = "MADPO",
+    num_models: int | None = None,
+    build: Callable[..., Any] | None = None,
+) -> int:
     """``algo=madpo``: :class:`~comlrl.algos.MADPOTrainer` on ``config.task``; each agent's
-    final weights in ``final/agent_<i>``."""
+    final weights in ``final/agent_<i>``. ``num_models`` models are loaded (default
+    ``config.num_agents``) and ``build(agents, config, task, examples, eval_examples)``
+    makes the trainer (default: ``MADPOTrainer(agents, config, task=task, ...)``);
+    ``algo=centralized_madpo`` passes one model and its joint-policy trainer."""
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.reporting import reporters_for
@@ -174,6 +185,10 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
         task, examples = preflight(config, config.models)
     except ConfigError as exc:
         return _err(str(exc))
+    n_models = config.num_agents if num_models is None else num_models
+    who = f"{config.num_agents} agents"
+    if n_models != config.num_agents:
+        who = f"{n_models} policy for {config.num_agents} roles"
     try:
         eval_examples = None
         if config.eval_split is not None:
@@ -182,14 +197,18 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
         announce(
             config,
             len(examples),
-            f"MADPO, {config.num_steps} steps of {config.batch_size} prompts x "
+            f"{label}, {config.num_steps} steps of {config.batch_size} prompts x "
             f"{config.num_candidates} candidates",
+            who,
         )
-        agents = load_agents(config, prompt_format=config.prompt_format)
-        trainer = MADPOTrainer(
-            agents, config, task=task, dataset=examples, eval_dataset=eval_examples
-        )
-        out = _start_outputs(config, "madpo", request)
+        agents = load_agents(config, n_models, prompt_format=config.prompt_format)
+        if build is None:
+            trainer = MADPOTrainer(
+                agents, config, task=task, dataset=examples, eval_dataset=eval_examples
+            )
+        else:
+            trainer = build(agents, config, task, examples, eval_examples)
+        out = _start_outputs(config, algo, request)
         if request.resume_from is not None:
             step = trainer.resume(request.resume_from, out)
             print(resuming_line(out, step, config.num_steps, request.resume_from))
@@ -198,12 +217,12 @@ def run_madpo(config: MADPORunConfig, request: RunRequest) -> int:
         return _err(str(exc))
     try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
         history = trainer.train(
-            **{**config.run_outputs(request, "madpo"), "resume_from": None},
+            **{**config.run_outputs(request, algo), "resume_from": None},
             reporters=lambda out: reporters_for(
                 out,
                 report_to=config.report_to,
                 reward_curve=config.reward_curve,
-                title=f"{config.task.name} - {', '.join(config.models)} - MADPO",
+                title=f"{config.task.name} - {', '.join(config.models)} - {label}",
                 wandb_project=config.wandb_project,
                 record=config.model_dump(),
             ),

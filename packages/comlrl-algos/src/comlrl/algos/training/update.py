@@ -21,6 +21,7 @@ import torch
 from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
 from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
+from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
@@ -140,7 +141,8 @@ def update_policy(
     if terms is not None and len(terms) != len(batches):
         raise ValueError(f"terms has {len(terms)} labels for {len(batches)} batches; give one each")
     labels = list(terms) if terms is not None else [0] * len(batches)
-    with sampling_mode(model):  # sample and update in one mode: no dropout
+    # sample and update in one mode (no dropout); a small model on one intra-op thread
+    with sampling_mode(model), small_model_threads(model):
         return _update(
             model,
             optimizer,

@@ -27,6 +27,7 @@ from comlrl.trainers._base import (
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
 from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
+from comlrl.trainers.actor_critic._loop143 import ActorCriticLoop143
 
 # 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
 from comlrl.utils.reference_kl import reference_kl_for_sequence  # noqa: F401
@@ -41,10 +42,14 @@ __all__ = [
 ]
 
 
-class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer):
+class ActorCriticTrainerBase(
+    ActorCriticLoop143, ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer
+):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
     ``train()``/``evaluate()``/``save_model()``. Use a subclass; ``method`` picks the recipe.
+    Built with no arguments, it is a bare object whose fields the caller sets (1.4.3's base
+    has no constructor of its own).
     """
 
     method: Method = "iac"
@@ -74,6 +79,11 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
         from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
         from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 
+        given = [agent_model, critic_model, tokenizer, reward_func, reward_processor,
+                 formatters, args, train_dataset, eval_dataset, model_config, wandb_config,
+                 metrics_callback, external_transition, agents, critics]  # fmt: skip
+        if type(self) is ActorCriticTrainerBase and all(v is None for v in given):
+            return  # 1.4.3's bare base class: no constructor of its own
         if metrics_callback is not None:
             raise UnsupportedFieldError(
                 "metrics_callback is not supported by comlrl.trainers (it receives CoMLRL "
@@ -153,6 +163,28 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
             return base
 
         self._defer_run(build)
+        # CoMLRL 1.4.3 builds each separate critic's optimizer at construction; without
+        # train_dataset our run (which owns them) is not built, so they are built here
+        self._unbuilt_critic_optimizers = (
+            [] if shared or self._run_state is not None else self._critic_optimizers_now(config)
+        )
+        self._init_wandb()  # 1.4.3 starts the W&B run when the trainer is built
+
+    def _critic_optimizers_now(self, config: Any) -> list[Any]:
+        """1.4.3's construction-time critic optimizers: one per separate critic (its trunk
+        and value head), as :func:`~comlrl.algos.recipes.actor_critic.setup.attach` builds
+        them (``config.optimizer``, ``critic_lr``, ``weight_decay``)."""
+        from comlrl.algos.training.steps import build_optimizer
+
+        return [
+            build_optimizer(
+                list(critic.parameters()),
+                config.optimizer,
+                lr=config.critic_lr,
+                weight_decay=config.weight_decay,
+            )
+            for critic in self._critics([], shared=False)
+        ]
 
     def _load_critic_models(
         self, critic_model: Any, critics: Any, count: int
@@ -206,8 +238,33 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
     def critics(self) -> list[Any]:
         """The separate critic models (``transformers`` models, as in CoMLRL 1.4.3): one
         per agent (IAC) or one (MAAC); empty with value heads on the agents
-        (``use_separate_critic=False``)."""
+        (``use_separate_critic=False``). Assignable before the recipe run is built."""
         return [m for m, _ in self._critic_models]
+
+    @critics.setter
+    def critics(self, models: Sequence[Any]) -> None:
+        self._refuse_after_run("critics")
+        self._critic_models = [(m, None) for m in models]
+
+    @property
+    def agent_optimizers(self) -> list[Any]:
+        """1.4.3's name of :attr:`optimizers` (one per agent)."""
+        return self.optimizers
+
+    @agent_optimizers.setter
+    def agent_optimizers(self, optimizers: Sequence[Any]) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def critic_optimizer(self) -> Any:
+        """MAAC's centralised critic's optimizer (1.4.3's name; assignable before the run)."""
+        given = self.__dict__.get("_critic_optimizer_given")
+        return given if given is not None else self.critic_optimizers[0]
+
+    @critic_optimizer.setter
+    def critic_optimizer(self, optimizer: Any) -> None:
+        self._refuse_after_run("critic_optimizer")
+        self.__dict__["_critic_optimizer_given"] = optimizer
 
     @property
     def value_critics(self) -> list[Any]:
@@ -218,9 +275,29 @@ class ActorCriticTrainerBase(ActorCriticHooks143, ReferenceKLHooks143, CompatTra
 
     @property
     def critic_optimizers(self) -> list[Any]:
-        """The critics' optimizers (one per separate critic)."""
+        """The critics' optimizers (one per separate critic), built at construction as in
+        CoMLRL 1.4.3, also for a trainer without ``train_dataset``; assignable before the
+        recipe run is built."""
+        given = self.__dict__.get("_critic_optimizers_given")
+        if given is not None:
+            return list(given)
+        if self._run_state is None and not self._train_rows:
+            return list(self._unbuilt_critic_optimizers)
         self._run  # noqa: B018 (builds the run on first use)
         return [o for o in self._ac_run.critic_optimizers if o is not None]
+
+    @critic_optimizers.setter
+    def critic_optimizers(self, optimizers: Sequence[Any]) -> None:
+        self._refuse_after_run("critic_optimizers")
+        self.__dict__["_critic_optimizers_given"] = list(optimizers)
+
+    def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
+        """As :meth:`CompatTrainer.evaluate`; a subclass that defines 1.4.3's
+        ``_collect_rollouts(item)`` is evaluated through it, as 1.4.3 does
+        (:meth:`~comlrl.trainers.actor_critic._loop143.ActorCriticLoop143._evaluate_rollouts143`)."""
+        if callable(getattr(self, "_collect_rollouts", None)):
+            return self._evaluate_rollouts143(num_eval_samples)
+        return super().evaluate(num_eval_samples)
 
     def _train_step(self) -> dict[str, float]:
         from comlrl.algos.recipes.actor_critic import recipe as actor_critic

@@ -138,9 +138,11 @@ class ActorCriticHooks143:
         completion_loss_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """1.4.3's ``(log pi(response), V(h) or None)`` of a sequence: one forward pass for
-        :meth:`_compute_sequence_stats`, and :meth:`_value_on_prompt_only` when
-        ``output_values``."""
-        out = model(input_ids=sequences, attention_mask=attention_mask)
+        :meth:`_compute_sequence_stats` (``output_values`` passed on to a model that takes
+        it), and :meth:`_value_on_prompt_only` when ``output_values``."""
+        from comlrl.trainers.actor_critic._loop143 import forward_143
+
+        out = forward_143(model, sequences, attention_mask, output_values)
         logp = self._compute_sequence_stats(
             sequences, out.logits, prompt_len, response_len, completion_loss_mask
         )

@@ -10,7 +10,6 @@ comparator: :mod:`comlrl.trainers.preference._iter_pairs143`). They are among ``
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,11 +17,15 @@ from typing import Any
 
 import numpy as np
 from comlrl.trainers.preference._iter_pairs143 import IterativePairHooks143, Pair143
+from comlrl.trainers.preference._reward_chart import reward_chart_svg, tick_label
+from comlrl.trainers.preference._reward_distribution import (
+    bin_edges,
+    finite,
+    histogram,
+    json_series,
+)
 
 __all__ = ["IterativeHooks143", "ReplayShard", "output_path"]
-
-#: bins of 1.4.3's reward histograms over the declared ``reward_range``
-REWARD_BINS = 16
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,6 @@ def _pair_record(pair: Any) -> dict[str, Any]:
         "winner_reward": float(rewards[0]),
         "loser_reward": float(rewards[1]),
     }
-
-
-def _finite(values: Sequence[Any]) -> list[float]:
-    return [float(v) for v in values if math.isfinite(float(v))]
 
 
 class IterativeHooks143(IterativePairHooks143):
@@ -153,31 +152,21 @@ class IterativeHooks143(IterativePairHooks143):
                     "comlrl.utils.set_reward_range(reward_func, low, high)."
                 )
             self._reward_distribution_range = span
-        return np.linspace(float(span[0]), float(span[1]), REWARD_BINS + 1)
+        return bin_edges(*span)
 
     def _reward_distribution_counts(
         self, rewards: Sequence[float], bin_edges: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Histogram counts of ``rewards`` clipped into the edges' range, and the edges."""
-        if len(rewards) == 0:
-            return np.zeros(len(bin_edges) - 1, dtype=int), bin_edges
-        clipped = np.clip(np.asarray(rewards, dtype=float), bin_edges[0], bin_edges[-1])
-        counts, edges = np.histogram(clipped, bins=bin_edges)
-        return counts, edges
+        """Histogram counts of ``rewards`` clipped into the edges' range, and the edges
+        (:func:`~comlrl.trainers.preference._reward_distribution.histogram`)."""
+        return histogram(rewards, bin_edges), bin_edges
 
     def _reward_distribution_json_series(
         self, rewards: Sequence[float], bin_edges: np.ndarray
     ) -> dict[str, Any]:
-        """1.4.3's JSON record of one reward series: count, mean, bin counts, raw values
-        (non-finite rewards dropped)."""
-        values = _finite(rewards)
-        counts, _ = self._reward_distribution_counts(values, bin_edges)
-        return {
-            "sample_count": len(values),
-            "mean": float(np.mean(values)) if values else None,
-            "counts": [int(c) for c in counts],
-            "raw_rewards": values,
-        }
+        """1.4.3's JSON record of one reward series
+        (:func:`~comlrl.trainers.preference._reward_distribution.json_series`)."""
+        return json_series(rewards, bin_edges)
 
     def _record_iteration_reward_distribution(
         self, *, target_rewards: Sequence[float], comparator_rewards: Sequence[float]
@@ -188,14 +177,23 @@ class IterativeHooks143(IterativePairHooks143):
         store = self.__dict__.setdefault(
             "_iteration_reward_distribution", {"target": [], "comparator": []}
         )
-        store["target"].extend(_finite(target_rewards))
-        store["comparator"].extend(_finite(comparator_rewards))
+        store["target"].extend(finite(target_rewards))
+        store["comparator"].extend(finite(comparator_rewards))
+
+    @staticmethod
+    def _reward_distribution_image(
+        *, title: str, edges: np.ndarray, series: Sequence[tuple[str, np.ndarray]], kind: str
+    ) -> Any:
+        """1.4.3's W&B reward chart: :func:`~comlrl.trainers.preference._reward_chart.reward_chart_svg`
+        wrapped in ``iterative.wandb.Html`` (1.4.3's module attribute); None when there is
+        nothing to draw or wandb is not installed."""
+        from comlrl.trainers.preference import iterative
+
+        svg = reward_chart_svg(title=title, edges=edges, series=series, kind=kind)
+        wandb = iterative.wandb
+        return None if svg is None or wandb is None else wandb.Html(svg)
 
     @staticmethod
     def _format_axis_tick(value: float) -> str:
-        """1.4.3's chart tick label: integers bare, else 1/2/3 decimals for |v| >= 1 /
-        >= 0.1 / below."""
-        if abs(value - round(value)) < 1e-9:
-            return str(int(round(value)))
-        digits = 1 if abs(value) >= 1.0 else 2 if abs(value) >= 0.1 else 3
-        return f"{value:.{digits}f}"
+        """1.4.3's chart tick label (:func:`~comlrl.trainers.preference._reward_chart.tick_label`)."""
+        return tick_label(value)

@@ -123,12 +123,6 @@ def _check_marlhf(cfg: MARLHFConfig) -> None:
     _reject(cfg, "num_turns", cfg.num_turns == 1, "MARLHF is single-turn; set num_turns=1.")
     _reject(
         cfg,
-        "collaboration_mode",
-        cfg.collaboration_mode == "decentralized",
-        "only decentralized MARLHF is implemented; set collaboration_mode='decentralized'.",
-    )
-    _reject(
-        cfg,
         "pair_selection",
         cfg.pair_selection == "reward_gap",
         "pairs are chosen by the largest reward gap; set pair_selection='reward_gap'.",

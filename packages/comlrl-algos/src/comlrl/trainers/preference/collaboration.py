@@ -1,10 +1,10 @@
 """CoMLRL 1.4.3's module path ``comlrl.trainers.preference.collaboration``.
 
-Provided: :func:`joint_sequence_log_prob`, the log-probability of one joint response
-(every role's text in one sequence) under one joint actor. Not provided: 1.4.3's
-``CentralizedCollaboration`` (centralized MADPO/MARLHF training): the name imports, building
-one raises ``NotProvidedError``; ``collaboration_mode="centralized"`` raises
-``UnsupportedFieldError`` in those trainers (see docs/compat.md).
+- :func:`joint_sequence_log_prob`: the log-probability of one joint response (every
+  role's text in one sequence) under one joint actor.
+- :class:`CentralizedCollaboration`: 1.4.3's environment boundary of centralized
+  MADPO/MARLHF (joint prompt in, joint response split into role outputs for the task
+  reward and metrics), over :mod:`comlrl.algos.rollout.centralized`.
 """
 
 from __future__ import annotations
@@ -61,19 +61,119 @@ def joint_sequence_log_prob(
 
 
 class CentralizedCollaboration:
-    """1.4.3's centralized MADPO/MARLHF collaboration (one joint actor writing every
-    role's text): importable so 1.4.3 scripts load, but not provided here.
+    """1.4.3's ``CentralizedCollaboration``: one joint actor's text at the environment
+    boundary, over :func:`comlrl.algos.rollout.centralized.split_roles` and
+    :class:`comlrl.trainers._callbacks.CompatReward`.
+
+    Args:
+        adapter: ``build_prompt(item, agent_prompts)`` and ``parse_completion(completion,
+            item, num_roles)`` (e.g. :class:`comlrl.trainers.preference.TaggedCentralizedComparatorAdapter`).
+        formatters: the roles' formatters (None, one, or one per role).
+        reward_func: the role-level reward function (any form CoMLRL 1.4.3 accepts).
+        num_roles: ``A``.
 
     Raises:
-        NotProvidedError: always, when built (see the module docstring).
+        TypeError: an adapter without the two methods, or a reward function that is not
+            callable.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from comlrl.utils import NotProvidedError
+    def __init__(self, adapter: Any, formatters: Any, reward_func: Any, num_roles: int) -> None:
+        from comlrl.trainers._callbacks import CompatReward, build_formatters
+        from comlrl.trainers._centralized import check_adapter
+        from comlrl.utils.reward_utils import resolve_reward_range
 
-        raise NotProvidedError(
-            "comlrl.trainers.preference.collaboration.CentralizedCollaboration (CoMLRL "
-            "1.4.3's centralized MADPO/MARLHF) is not provided; collaboration_mode="
-            "'centralized' is supported by CentralizedMAGRPOTrainer only (see docs/compat.md).",
-            name="CentralizedCollaboration",
-        )
+        check_adapter(adapter)
+        self.adapter = adapter
+        self.num_roles = int(num_roles)
+        self.formatters = build_formatters(formatters, self.num_roles)
+        self.reward_func = reward_func
+        self.reward_range = resolve_reward_range(reward_func)
+        self._reward = CompatReward(reward_func, self.num_roles, self.formatters[0])
+
+    def build_prompt(self, item: dict[str, Any]) -> str:
+        """The joint prompt of ``item``: the adapter's prompt of the roles' prompts.
+
+        Raises:
+            ValueError: the adapter built an empty or non-string prompt.
+        """
+        prompt = self.adapter.build_prompt(item, [f(item) for f in self.formatters])
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(
+                f"centralized_comparator_adapter.build_prompt returned {prompt!r}; it must "
+                "build a non-empty prompt."
+            )
+        return prompt
+
+    def split(self, completion: str, item: dict[str, Any]) -> list[str]:
+        """The ``A`` role outputs of one joint response (``""`` each when it cannot be
+        parsed), as :func:`~comlrl.algos.rollout.centralized.split_roles`."""
+        from comlrl.algos.rollout.centralized import split_roles
+
+        return split_roles(self.adapter, completion, item, self.num_roles)
+
+    def __call__(
+        self,
+        completions: list[str],
+        *,
+        prompts: Any = None,
+        batch_items: list[dict[str, Any]] | None = None,
+    ) -> list[float]:
+        """One task reward per joint response: its role outputs scored as one joint
+        action by ``reward_func``.
+
+        Raises:
+            ValueError: no ``batch_items``, or neither one nor one per response.
+        """
+        if not batch_items:
+            raise ValueError("centralized task rewards need batch_items= (the examples)")
+        if len(batch_items) not in (1, len(completions)):
+            raise ValueError(
+                f"{len(completions)} joint responses do not align with {len(batch_items)} "
+                "batch_items; give one item, or one per response."
+            )
+        items = [
+            batch_items[0] if len(batch_items) == 1 else batch_items[i]
+            for i in range(len(completions))
+        ]
+        roles: list[list[str]] = [[] for _ in range(self.num_roles)]
+        for text, item in zip(completions, items, strict=True):
+            for r, output in enumerate(self.split(text, item)):
+                roles[r].append(output)
+        return [float(r) for r in self._reward(roles, items).rewards]
+
+    def split_eval(
+        self, joint_turns: list[list[list[str]]], items: list[dict[str, Any]]
+    ) -> list[list[list[str]]]:
+        """``[1][example][turn]`` joint responses -> ``[A][example][turn]`` role outputs.
+
+        Raises:
+            ValueError: the responses do not align with ``items``.
+        """
+        if len(joint_turns) != 1 or len(joint_turns[0]) != len(items):
+            raise ValueError(
+                "centralized evaluation outputs must be one actor's, one list per item; got "
+                f"{len(joint_turns)} actors for {len(items)} items"
+            )
+        roles: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
+        for turns, item in zip(joint_turns[0], items, strict=True):
+            parsed = [self.split(text, item) for text in turns]
+            for r in range(self.num_roles):
+                roles[r].append([p[r] for p in parsed])
+        return roles
+
+    def wrap_metrics_callback(self, callback: Any) -> Any:
+        """``callback`` fed one shallow copy per role of each sample (``agent_idx`` the
+        role, ``completion`` its output; ``metadata["batch_item"]`` the example)."""
+        import copy
+
+        def role_metrics(samples: list[Any]) -> Any:
+            out = []
+            for sample in samples:
+                outputs = self.split(sample.completion, sample.metadata["batch_item"])
+                for r, output in enumerate(outputs):
+                    role = copy.copy(sample)
+                    role.agent_idx, role.completion = r, output
+                    out.append(role)
+            return callback(out)
+
+        return role_metrics

@@ -1,5 +1,5 @@
-"""CoMLRL 1.4.3's iterative preference trainers ``MADPOIterConfig/Trainer`` and
-``MARLHFIterConfig/Trainer`` (module path ``comlrl.trainers.preference.iterative``)."""
+"""CoMLRL 1.4.3's ``MADPOIterConfig/Trainer``, ``MARLHFIterConfig/Trainer`` (module path
+``comlrl.trainers.preference.iterative``) and module attribute ``wandb`` (None without it)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
 __all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 
 
+def __getattr__(name: str) -> Any:
+    from comlrl.trainers._wandb import optional_wandb
+
+    return optional_wandb(name, __name__)
+
+
 # --- iterative preference refresh (CoMLRL 1.4.3's MADPOIter / MARLHFIter) -------------
 @dataclass
 class _IterativeFields:
@@ -34,10 +40,11 @@ class _IterativeFields:
     ``initial/agent_<i>`` and ``iteration_XXXX/agent_<i>``); ``comparator_policy``
     (``current`` | ``current_copy`` | ``model`` | ``history``), ``comparator_model_name``,
     ``comparator_agents``, ``comparator_num_candidates``, ``comparator_history_k``;
-    ``comparator_generation_mode="decentralized"``. The ``comparator_api_*`` fields are
-    read only by ``comparator_policy="api"``, which raises
-    :class:`UnsupportedFieldError`, as do ``comparator_generation_mode="centralized"``,
-    ``comparator_devices``, ``preference_replay_dir`` and ``log_reward_distribution=True``.
+    ``comparator_generation_mode="decentralized"``; ``log_reward_distribution``
+    (:mod:`comlrl.trainers.preference._reward_distribution`). ``comparator_api_*`` are read
+    only by ``comparator_policy="api"``, which raises :class:`UnsupportedFieldError`, as
+    do ``comparator_generation_mode="centralized"``, ``comparator_devices`` and
+    ``preference_replay_dir``.
     """
 
     num_iterations: int = 6
@@ -157,14 +164,17 @@ class _IterativeRounds:
 
     args: Any
     env_step: int
+    reward_func: Any
     _train_rows: list[dict[str, Any]]
 
     def _setup_rounds(self, agents: Sequence[Any], seed: int) -> None:
         from comlrl.trainers._base import _model_kwargs
         from comlrl.trainers._iterative import rounds_from_args
+        from comlrl.trainers.preference._reward_distribution import distribution_log
 
         model_config = dict(getattr(self, "model_config", {}) or {})
-        self.rounds = rounds_from_args(self.args, agents, _model_kwargs(model_config), seed)
+        charts = distribution_log(self.args, self.reward_func, getattr(self, "wandb_config", None))
+        self.rounds = rounds_from_args(self.args, agents, _model_kwargs(model_config), seed, charts)
 
     @property
     def round_history(self) -> list[dict[str, float]]:

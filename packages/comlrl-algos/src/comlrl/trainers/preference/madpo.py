@@ -24,6 +24,7 @@ from comlrl.trainers._base import (
     _reject,
     check_config_fields,
 )
+from comlrl.trainers.preference._centralized143 import CentralizedPreference143
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
 
 __all__ = ["MADPOConfig", "MADPOTrainer"]
@@ -34,8 +35,8 @@ class MADPOConfig:
     """CoMLRL 1.4.3's ``MADPOConfig``: the same fields and defaults.
 
     Units as :class:`comlrl.trainers.reinforce.MAGRPOConfig`. Supported here:
-    ``collaboration_mode="decentralized"``, ``pair_selection="reward_gap"``,
-    ``num_turns=1``; other values raise :class:`UnsupportedFieldError` when the trainer is
+    ``collaboration_mode`` ``"decentralized"`` and ``"centralized"`` (one joint actor; not
+    for the iterative configs), ``num_turns=1``; other values raise :class:`UnsupportedFieldError` when the trainer is
     built. ``use_environment_step`` / ``environment_steps_per_pair`` only count logging
     steps in CoMLRL and are accepted. Fields shared with the MAGRPO config that MADPO does
     not use (``advantage_*``, ``discount``, ``early_termination_threshold``, ...) are
@@ -111,8 +112,8 @@ class MADPOConfig:
     def _check_collaboration_mode(self) -> None:
         """1.4.3's ``collaboration_mode`` check: ``decentralized`` or ``centralized``
         (stored lower-case); ``centralized`` has one actor, index 0, and sets an iterative
-        config's ``comparator_generation_mode`` to ``centralized`` (the trainers then
-        refuse it: only decentralized preference training is implemented here)."""
+        config's ``comparator_generation_mode`` to ``centralized`` (MADPO and MARLHF train
+        one joint actor then; the iterative trainers refuse it)."""
         mode = str(self.collaboration_mode).strip().lower()
         if mode not in ("decentralized", "centralized"):
             raise ValueError(
@@ -141,7 +142,7 @@ class MADPOConfig:
         return ("reward_gap", "all", "random")
 
 
-class MADPOTrainer(PreferenceHooks143, CompatTrainer):
+class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
     reference-free MADPO steps on them (see the module docstring and :meth:`train`).
 
@@ -151,7 +152,12 @@ class MADPOTrainer(PreferenceHooks143, CompatTrainer):
             eval_logger, eval_aggregator: as :class:`comlrl.trainers.reinforce.MAGRPOTrainer`.
         external_transition: must be None (single-turn only here).
         args: a :class:`MADPOConfig`.
-        centralized_comparator_adapter: not supported (raises when given).
+        centralized_comparator_adapter: with ``collaboration_mode="centralized"``, how the
+            one joint actor is prompted for and answers with every role's output
+            (default :class:`~comlrl.trainers.preference.TaggedCentralizedComparatorAdapter`);
+            the trainer then has one agent (``num_agents`` stays the role count in
+            ``args``), as ``comlrl train algo=centralized_madpo``
+            (:mod:`comlrl.trainers.preference._centralized143`).
 
     Raises:
         UnsupportedFieldError: a config value or argument this package does not implement.
@@ -189,19 +195,18 @@ class MADPOTrainer(PreferenceHooks143, CompatTrainer):
         from comlrl.trainers._base import one_device
 
         cfg = args if args is not None else self.config_cls()
-        if getattr(cfg, "collaboration_mode", None) == "centralized" and agents is not None:
-            if not isinstance(agents, str) and len(agents) != 1:
-                raise ValueError(
-                    "collaboration_mode='centralized' trains exactly one actor (the joint "
-                    f"policy); got {len(agents)} agents."
-                )
         if isinstance(cfg, MADPOConfig):
             self._check_args(cfg)
-        if centralized_comparator_adapter is not None:
-            raise UnsupportedFieldError(
-                "centralized_comparator_adapter is not supported by comlrl.trainers (no "
-                "centralized collaboration mode)."
-            )
+        num_agents, formatters, joint_reward = self._centralized_inputs(
+            cfg,
+            agents=agents,
+            tokenizer=tokenizer,
+            num_agents=num_agents,
+            formatters=formatters,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            adapter=centralized_comparator_adapter,
+        )
         self._init_common(
             args=cfg,
             agent_model=agent_model,
@@ -217,6 +222,8 @@ class MADPOTrainer(PreferenceHooks143, CompatTrainer):
             external_transition=external_transition,
             wandb_config=wandb_config,
         )
+        if joint_reward is not None:  # centralized: one actor, the roles' task reward
+            self.env.reward = joint_reward
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
         a = self.args
@@ -348,12 +355,6 @@ class MADPOTrainer(PreferenceHooks143, CompatTrainer):
 
     def _check_args(self, cfg: MADPOConfig) -> None:
         """Raise :class:`UnsupportedFieldError` for settings MADPO does not implement."""
-        _reject(
-            cfg,
-            "collaboration_mode",
-            cfg.collaboration_mode == "decentralized",
-            "only decentralized MADPO is implemented; set collaboration_mode='decentralized'.",
-        )
         _reject(cfg, "num_turns", cfg.num_turns == 1, "MADPO is single-turn here; set num_turns=1.")
         _reject(
             cfg,

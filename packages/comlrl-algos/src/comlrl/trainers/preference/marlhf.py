@@ -19,6 +19,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
 )
+from comlrl.trainers.preference._centralized143 import CentralizedMARLHF143
 from comlrl.trainers.preference._marlhf_config import (
     _NO_LIMIT,
     RL_ALGORITHMS,
@@ -31,7 +32,7 @@ from comlrl.trainers.preference._reward_model143 import JointRewardModel
 __all__ = ["JointRewardModel", "MARLHFConfig", "MARLHFTrainer"]
 
 
-class MARLHFTrainer(CompatTrainer):
+class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
     """CoMLRL 1.4.3's ``MARLHFTrainer``: fit a joint reward model on preference pairs
     labelled by the task reward, then train the agents with an RL algorithm whose reward is
     that model (evaluation keeps scoring with the task reward).
@@ -67,7 +68,13 @@ class MARLHFTrainer(CompatTrainer):
         args: a :class:`MARLHFConfig`.
         critic_model, critics: the critic source(s) for ``iac`` / ``maac`` (default
             ``critic_model_name``, then the agents' model).
-        metrics_callback, centralized_comparator_adapter: not supported (raise when given).
+        centralized_comparator_adapter: with ``collaboration_mode="centralized"``, how the
+            one joint actor is prompted for and answers with every role's output (default
+            ``TaggedCentralizedComparatorAdapter``): pairs, reward model and the MAGRPO-family
+            RL stage (:class:`comlrl.trainers.reinforce.CentralizedMAGRPOTrainer`) all work
+            on the joint text (:mod:`comlrl.trainers.preference._centralized143`);
+            ``iac`` / ``maac`` are not supported centralized.
+        metrics_callback: not supported (raises when given).
 
     Raises:
         UnsupportedFieldError: a setting this package does not implement (named), checked
@@ -110,19 +117,27 @@ class MARLHFTrainer(CompatTrainer):
                 "one with MARLHFConfig(**fields)."
             )
         _check_marlhf(cfg)
-        for name, value in (
-            ("centralized_comparator_adapter", centralized_comparator_adapter),
-            ("metrics_callback", metrics_callback),
-        ):
-            if value is not None:
-                raise UnsupportedFieldError(
-                    f"MARLHFTrainer({name}=...) is not supported by comlrl.trainers; "
-                    + (
-                        "only decentralized MARLHF is implemented."
-                        if name.startswith("centralized")
-                        else "read the metric rows train() returns."
-                    )
-                )
+        if metrics_callback is not None:
+            raise UnsupportedFieldError(
+                "MARLHFTrainer(metrics_callback=...) is not supported by comlrl.trainers; "
+                "read the metric rows train() returns."
+            )
+        num_agents, formatters, _ = self._centralized_inputs(
+            cfg,
+            agents=agents,
+            tokenizer=tokenizer,
+            num_agents=num_agents,
+            formatters=formatters,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            adapter=centralized_comparator_adapter,
+        )
+        if self.centralized_collaboration is not None and cfg.rl_algorithm not in RL_ALGORITHMS:
+            raise UnsupportedFieldError(
+                f"MARLHFConfig.rl_algorithm={cfg.rl_algorithm!r} with collaboration_mode="
+                "'centralized' is not supported by comlrl.trainers: the joint actor trains "
+                f"with the MAGRPO family ({', '.join(sorted(RL_ALGORITHMS))})."
+            )
         self._init_common(
             args=cfg,
             agent_model=agent_model,
@@ -143,9 +158,15 @@ class MARLHFTrainer(CompatTrainer):
         self.reward_processor = reward_processor
         self.rl_trainer = self._build_rl_trainer(critic_model, critics)
         self._run = self.rl_trainer._run
-        self._preference = self._build_preference_stage()
-        self.reward_model = self._preference.reward_model
-        self.reward_tokenizer = self._preference.reward_tokenizer
+        self.advantage_mode = str(getattr(self.rl_trainer, "advantage_mode", cfg.advantage_mode))
+        self.reward_optimizer: Any = None
+        self._preference: Any = None
+        self.reward_model: Any = None
+        self.reward_tokenizer: Any = None
+        if self.centralized_collaboration is None:  # centralized: 1.4.3's lazy reward model
+            self._preference = self._build_preference_stage()
+            self.reward_model = self._preference.reward_model
+            self.reward_tokenizer = self._preference.reward_tokenizer
         self.preference_pairs: list[Any] = []
         self.reward_model_history: list[dict[str, float]] = []
 
@@ -163,6 +184,8 @@ class MARLHFTrainer(CompatTrainer):
             "formatters": [getattr(f, "__wrapped__", f) for f in self.formatters],
             "wandb_config": self.wandb_config,
         }
+        if self.centralized_collaboration is not None:
+            return self._centralized_rl_trainer(shared)
         if a.rl_algorithm in RL_ALGORITHMS:
             from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
@@ -216,13 +239,15 @@ class MARLHFTrainer(CompatTrainer):
         trainer.eval_reward = trainer.env.reward
         return trainer
 
-    def _build_preference_stage(self) -> Any:
-        import math
+    def _load_reward_backbone(self) -> tuple[Any, Any]:
+        """The reward model's LM and tokenizer (``reward_model_name``, else the agents'
+        model name), on ``reward_model_device`` (None: the agents' device).
 
+        Raises:
+            ValueError: no name to load from (the agents are model objects).
+        """
         import torch
-        from comlrl.algos.recipes.preference import recipe as preference
-        from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
-        from comlrl.trainers._base import _model_kwargs, one_device
+        from comlrl.trainers._base import _model_kwargs
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         a = self.args
@@ -244,10 +269,27 @@ class MARLHFTrainer(CompatTrainer):
                 f"MARLHFConfig.reward_model_device={device!r} but CUDA is not available; the "
                 "reward model runs on the CPU (set reward_model_device=None to follow the "
                 "agents, or 'cpu').",
-                stacklevel=3,
+                stacklevel=4,
             )
             device = "cpu"
         backbone.to(device)
+        return backbone, reward_tokenizer
+
+    def _build_preference_stage(
+        self, reward_model: Any = None, reward_tokenizer: Any = None
+    ) -> Any:
+        """Our preference stage (pairs, reward-model fit) over the RL stage's agents and
+        environment; its reward model is ``reward_model`` or one loaded now."""
+        import math
+
+        from comlrl.algos.recipes.preference import recipe as preference
+        from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
+        from comlrl.trainers._base import one_device
+
+        a = self.args
+        backbone = None
+        if reward_model is None:
+            backbone, reward_tokenizer = self._load_reward_backbone()
         k = int(a.preference_num_candidates)
         batch = int(a.train_batch_size or a.rollout_buffer_size)
         sampling = preference.MADPOConfig(
@@ -276,6 +318,7 @@ class MARLHFTrainer(CompatTrainer):
             self.rl_trainer._run.agents,
             sampling,
             reward_backbone=backbone,
+            reward_model=reward_model,
             reward_tokenizer=reward_tokenizer,
             reward_config=reward_config,
             dataset=self._train_rows,
@@ -306,6 +349,11 @@ class MARLHFTrainer(CompatTrainer):
         """
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
+        if self._preference is None:  # centralized: 1.4.3 builds the reward model here
+            self._init_reward_model()
+            self._preference = self._build_preference_stage(
+                self.reward_model, self.reward_tokenizer
+            )
         self.preference_pairs = self._preference.collect_pairs()
         if not sum(len(p) for p in self.preference_pairs):
             warnings.warn(
@@ -326,6 +374,9 @@ class MARLHFTrainer(CompatTrainer):
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """The RL stage's evaluation, scored with the task ``reward_func`` (see
         :meth:`CompatTrainer.evaluate`)."""
+        # 1.4.3's scripts set eval_logger / eval_aggregator on the trainer after building it
+        self.rl_trainer.eval_logger = self.eval_logger
+        self.rl_trainer.eval_aggregator = self.eval_aggregator
         result: dict[str, float] = self.rl_trainer.evaluate(num_eval_samples)
         return result
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from comlrl.algos.functional.gae import q_advantages, tree_gae, value_loss
 from comlrl.algos.functional.joint import credit_completions
+from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic.config import Method
 from comlrl.algos.records import Rollout, TurnRollout
@@ -296,18 +297,19 @@ def update_critic(
             f"{list(targets.shape)}; need [M] and [M, J]"
         )
     totals: dict[str, float] = {}
-    for _ in range(num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        stats = _value_chunks(
-            critic, texts, old_values, targets, clip_range, micro_batch_size, coef
-        )
-        if max_grad_norm is not None:
-            stats["critic_grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(list(critic.parameters()), max_grad_norm)
+    with small_model_threads(critic):  # a small critic's CPU work on one intra-op thread
+        for _ in range(num_iterations):
+            optimizer.zero_grad(set_to_none=True)
+            stats = _value_chunks(
+                critic, texts, old_values, targets, clip_range, micro_batch_size, coef
             )
-        optimizer.step()
-        for key, value in stats.items():
-            totals[key] = totals.get(key, 0.0) + value / num_iterations
+            if max_grad_norm is not None:
+                stats["critic_grad_norm"] = float(
+                    torch.nn.utils.clip_grad_norm_(list(critic.parameters()), max_grad_norm)
+                )
+            optimizer.step()
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value / num_iterations
     return totals
 
 

@@ -21,6 +21,7 @@ from comlrl.algos.functional.preference_losses import (
     multi_agent_dpo_loss,
 )
 from comlrl.algos.models.logprobs import sampling_mode
+from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.recipes.preference.config import MADPOConfig
 from comlrl.algos.recipes.preference.encoding import _device_of, _step, sequence_logprobs
 from comlrl.algos.recipes.preference.outputs import (
@@ -245,9 +246,16 @@ def madpo_update(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]
     """
     if len(pairs) == 0:
         raise ValueError("madpo_update needs at least one preference pair, got 0")
-    cfg = run.config
     row: dict[str, float] = {}
     row["reward_gap_mean"] = float((pairs.chosen_reward - pairs.rejected_reward).mean())
+    with small_model_threads(run.agents[0].model):  # small models: one intra-op thread
+        return _madpo_update(run, pairs, row)
+
+
+def _madpo_update(
+    run: MADPORun, pairs: JointPreferencePairs, row: dict[str, float]
+) -> dict[str, float]:
+    cfg = run.config
     parts = []
     for a, agent in enumerate(run.agents):
         chosen, rejected = _pair_logps(agent.model, pairs.batches[a], True)

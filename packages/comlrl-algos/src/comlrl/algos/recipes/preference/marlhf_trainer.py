@@ -42,13 +42,16 @@ class MARLHFTrainer:
         config: a :class:`MADPOConfig` (sampling and pairing; its optimizer fields are
             unused here).
         reward_backbone: the reward model's LM (a ``transformers`` model; it is trained).
+        reward_model: instead of ``reward_backbone``, a ready :class:`JointRewardModel`
+            (e.g. one shared with other code, or a subclass); it is trained.
         reward_tokenizer: its tokenizer.
         reward_config: a :class:`RewardModelConfig`.
         num_collect_batches: batches of ``config.batch_size`` prompts to sample pairs from.
         eval_fraction: share of the pairs held out to evaluate the reward model.
 
     Raises:
-        ConfigError: as :class:`MADPOTrainer`, or ``eval_fraction`` outside ``[0, 1)``.
+        ConfigError: as :class:`MADPOTrainer`, ``eval_fraction`` outside ``[0, 1)``, or
+            not exactly one of ``reward_backbone`` and ``reward_model``.
     """
 
     def __init__(
@@ -56,8 +59,9 @@ class MARLHFTrainer:
         agents: Sequence[Any],
         config: MADPOConfig,
         *,
-        reward_backbone: Any,
+        reward_backbone: Any = None,
         reward_tokenizer: Any,
+        reward_model: JointRewardModel | None = None,
         reward_config: RewardModelConfig | None = None,
         task: Task | None = None,
         dataset: Sequence[Mapping[str, Any]] | None = None,
@@ -82,8 +86,15 @@ class MARLHFTrainer:
         if not self.dataset:
             raise ConfigError("the training dataset is empty")
         self.num_collect_batches, self.eval_fraction = num_collect_batches, eval_fraction
-        self.reward_model = JointRewardModel(
-            reward_backbone, freeze_backbone=reward_config.freeze_backbone
+        if (reward_backbone is None) == (reward_model is None):
+            raise ConfigError(
+                "give the reward model as reward_backbone= (an LM; a linear head is added) "
+                "or reward_model= (a JointRewardModel), exactly one of them"
+            )
+        self.reward_model = (
+            reward_model
+            if reward_model is not None
+            else JointRewardModel(reward_backbone, freeze_backbone=reward_config.freeze_backbone)
         )
         self.reward_tokenizer = reward_tokenizer
         self.pairs: list[JointPreferencePairs] = []

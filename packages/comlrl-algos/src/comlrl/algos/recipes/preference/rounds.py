@@ -20,6 +20,7 @@ from typing import Any
 
 from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, round_pairs
+from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.checkpoint import set_random_state
@@ -39,6 +40,9 @@ class IterativeRounds:
         pair_selection: :data:`~comlrl.algos.recipes.preference.iterative.PAIR_SELECTIONS`.
         pairs_per_prompt: pairs kept per prompt (``None``: all).
         seed: seeds the pairing (``seed + 2``) and ordering (``seed + 3``) streams.
+        observe: called as ``observe(round_index, current, comparator)`` with each batch's
+            current and comparator :class:`~comlrl.algos.records.Rollout` once they are
+            scored (e.g. to chart the round's candidate rewards); None: nothing.
 
     Attributes:
         history: one row per round begun (``iter/*`` keys, see :meth:`begin`).
@@ -55,8 +59,10 @@ class IterativeRounds:
         pair_selection: str,
         pairs_per_prompt: int | None,
         seed: int,
+        observe: Callable[[int, Rollout, Rollout], Any] | None = None,
     ) -> None:
         self.comparator = comparator
+        self.observe = observe
         self.replay = replay
         self.sampling, self.comparator_sampling = sampling, comparator_sampling
         self.pair_selection, self.pairs_per_prompt = pair_selection, pairs_per_prompt
@@ -96,6 +102,8 @@ class IterativeRounds:
             chunk = list(examples[start : start + batch_size])
             ro_cur = rollout(self.agents, chunk, env, self.sampling, tree)
             ro_cmp = rollout(comparator, chunk, env, self.comparator_sampling, tree)
+            if self.observe is not None:
+                self.observe(round_index, ro_cur, ro_cmp)
             found, stats = round_pairs(
                 ro_cur,
                 ro_cmp,

@@ -1,0 +1,150 @@
+"""Centralized MADPO: one joint policy writes every role's output, and the DPO loss is
+taken on the log-probability of the whole joint response (``algo=centralized_madpo``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from comlrl.algos.cli.main import main
+from comlrl.algos.recipes.preference.madpo import madpo_setup, madpo_update
+from comlrl.algos.recipes.preference.pairs import preference_pairs
+from comlrl.algos.recipes.preference.recipe import MADPOConfig
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.centralized import SentenceRoles, centralized_callbacks
+from comlrl.algos.rollout.environment import CallbackEnvironment
+from comlrl.algos.rollout.tree import rollout
+from comlrl.core import RewardBatch
+
+EXAMPLES = [{"topic": t} for t in ("A fox", "A ship", "A bell", "A cat")]
+
+
+def _role_prompts(example: Mapping[str, Any]) -> list[str]:
+    return [f"{example['topic']} starts.", f"{example['topic']} ends."]
+
+
+def _role_reward(completions: Sequence[Sequence[str]], examples: Sequence[Any]) -> RewardBatch:
+    """Two roles: role 0's characters minus a third of role 1's (distinct for most texts)."""
+    first, second = completions
+    return RewardBatch(
+        rewards=[float(len(a)) - len(b) / 3.0 for a, b in zip(first, second, strict=True)]
+    )
+
+
+def _hand_logprob(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``sum_t log pi(y_t | x, y_<t)`` of one row, by one forward pass of its real tokens."""
+    prompt_len = ids.shape[0] - mask.shape[0]
+    prompt = ids[:prompt_len][attention[:prompt_len].bool()]
+    completion = ids[prompt_len:][mask.bool()]
+    full = torch.cat([prompt, completion])[None]
+    with torch.no_grad():
+        logits = model(full, use_cache=False).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(1, completion[:, None]).sum()
+
+
+def test_joint_dpo_loss_equals_a_hand_computation_on_the_joint_responses(
+    tiny_model: Any, tiny_tokenizer: Any
+) -> None:
+    from comlrl.algos.models.loading import build_default_model
+
+    formatter, reward = centralized_callbacks(_role_prompts, _role_reward, 2, SentenceRoles())
+    env = CallbackEnvironment([formatter], reward)
+    config = MADPOConfig(
+        num_agents=1, num_candidates=4, max_new_tokens=12, batch_size=2, beta=0.5,
+        learning_rate=1e-3, optimizer="sgd", device="cpu", seed=3,
+    )  # fmt: skip
+    ref = build_default_model(len(tiny_tokenizer), seed=1)  # differs from the policy
+    agent = HFAgent(tiny_model, tiny_tokenizer, name="joint", prompt_format="raw")
+    run = madpo_setup([agent], config, env, EXAMPLES, ref_models=[ref])
+    ro = rollout(run.agents, EXAMPLES[:2], env, run.sampling, run.tree, rng=run.rng)
+    pairs = preference_pairs(ro, pairs_per_prompt=2)
+    assert len(pairs) >= 2 and all(len(p) == 1 for p in pairs.prompts)  # one joint policy
+    # each joint response is scored as the roles' joint action it splits into
+    for text, example, value in zip(
+        (c[0] for c in pairs.chosen), pairs.examples, pairs.chosen_reward.tolist(), strict=True
+    ):
+        roles = SentenceRoles().parse_completion(text, example, 2)
+        assert value == pytest.approx(len(roles[0]) - len(roles[1]) / 3.0)
+    batch = pairs.batches[0]
+    tiny_model.eval()
+    margins = []
+    for p in range(len(pairs)):
+        logps = []
+        for m in (tiny_model, ref):
+            for row in (2 * p, 2 * p + 1):  # chosen, rejected
+                args = (batch.input_ids[row], batch.attention_mask[row], batch.completion_mask[row])
+                logps.append(_hand_logprob(m, *args))
+        chosen, rejected, ref_chosen, ref_rejected = logps
+        margins.append((chosen - ref_chosen) - (rejected - ref_rejected))
+    # Rafailov et al. 2023, eq. 7, on the joint response: -log sigmoid(beta * margin)
+    expected = torch.stack([-torch.nn.functional.logsigmoid(0.5 * m) for m in margins]).mean()
+    before = [p.detach().clone() for p in tiny_model.parameters()]
+
+    row = madpo_update(run, pairs)
+
+    # float32 sums over <= 12 tokens of two tiny models: agree to ~1e-5
+    assert row["loss"] == pytest.approx(float(expected), rel=1e-4, abs=1e-5)
+    assert row["margin"] == pytest.approx(float(torch.stack(margins).mean()), rel=1e-4, abs=1e-4)
+    assert any(not torch.equal(b, p) for b, p in zip(before, tiny_model.parameters()))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_centralized_madpo_trains_one_joint_policy_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "central_madpo"
+    argv = ["train", "algo=centralized_madpo", "num_steps=3", "progress=false"]
+    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", f"output_dir={out}"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples)" in err
+    assert "centralized MADPO (one joint policy, sentences role format)" in err
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # pairs of joint responses were found and the policy took DPO steps on them
+    stepped = [r for r in rows if r["num_pairs"] > 0]
+    assert stepped and all(r["grad_norm/agent_0"] > 0 for r in stepped)
+    assert "loss/agent_1" not in stepped[0]
+    assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
+    assert (out / "config.yaml").read_text().startswith("algo: centralized_madpo\n")
+
+
+def test_centralized_madpo_checks_its_keys_before_any_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["train", "algo=centralized_madpo", f"output_dir={tmp_path / 'x'}"]
+    assert main([*base, "models=[a,b]"]) == 2
+    assert "trains one joint policy but models lists 2" in capsys.readouterr().err
+    assert main([*base, "role_format=xml"]) == 2
+    assert "role_format" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_centralized_marlhf_fits_a_reward_model_then_trains_one_joint_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "central_marlhf"
+    argv = ["train", "algo=centralized_marlhf", "num_steps=2", "progress=false"]
+    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", "num_generations=2"]
+    argv += ["num_candidates=3", "num_collect_batches=2", "reward.num_epochs=2"]
+    argv += ["parallel_agents=false", f"output_dir={out}"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples), MARLHF" in err
+    fit = _rows(out / "reward_model_metrics.jsonl")
+    assert fit and all(r["grad_norm"] > 0 for r in fit)  # the reward model was fit on pairs
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert "completion_len_mean/agent_0" in rows[0] and "completion_len_mean/agent_1" not in rows[0]
+    assert (out / "final" / "reward_model" / "head.safetensors").is_file()
+    assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
+    assert (out / "config.yaml").read_text().startswith("algo: centralized_marlhf\n")

@@ -1,0 +1,182 @@
+"""CoMLRL 1.4.3's ``collaboration_mode="centralized"`` MADPO / MARLHF on our centralized
+collaboration: one joint actor, its responses split into roles only for the task reward."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from comlrl.trainers.preference import MADPOConfig, MADPOTrainer, MARLHFConfig, MARLHFTrainer
+
+WORDS = ["<pad>", "<eos>", "<unk>", "yes", "no", "maybe", "task", "first", "second"]
+
+
+def _tokenizer() -> Any:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def _model(tokenizer: Any, seed: int = 0) -> Any:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.eos_token_id,
+        )
+    )  # fmt: skip
+
+
+class _Halves:
+    """Role 0 writes the first half of the joint response's words, role 1 the rest."""
+
+    def __init__(self) -> None:
+        self.agent_prompts: list[list[str]] = []
+
+    def build_prompt(self, item: dict[str, Any], agent_prompts: list[str]) -> str:
+        self.agent_prompts.append(list(agent_prompts))
+        return " ".join(agent_prompts)
+
+    def parse_completion(self, completion: str, item: dict[str, Any], num_agents: int) -> list[str]:
+        words = completion.split()
+        half = (len(words) + 1) // 2
+        return [" ".join(words[:half]), " ".join(words[half:])]
+
+
+def _yes_count(first: list[str], second: list[str]) -> list[float]:
+    """Role 0's "yes" count plus twice role 1's: the roles are scored, not the joint text."""
+    return [float(first[0].split().count("yes") + 2 * second[0].split().count("yes"))]
+
+
+ROWS = [{"prompt": "task"} for _ in range(4)]
+FORMATTERS = [lambda ex: "first " + ex["prompt"], lambda ex: "second " + ex["prompt"]]
+SAMPLING = dict(
+    agent_devices="cpu", max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None,
+    eval_interval=0, agent_learning_rate=1e-2, preference_num_candidates=4,
+    preference_pairs_per_sample=2,
+)  # fmt: skip
+
+
+def test_centralized_madpo_trains_one_joint_actor_on_pairs_of_joint_responses() -> None:
+    tok = _tokenizer()
+    adapter = _Halves()
+    trainer = MADPOTrainer(
+        agents=[_model(tok)],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        centralized_comparator_adapter=adapter,
+        args=MADPOConfig(
+            collaboration_mode="centralized", num_train_epochs=3, train_batch_size=2,
+            rollout_buffer_size=2, **SAMPLING,
+        ),
+    )  # fmt: skip
+    assert (trainer.num_agents, len(trainer.agents), trainer.args.num_agents) == (1, 1, 2)
+    rows = trainer.train()
+    assert adapter.agent_prompts[0] == ["first task", "second task"]
+    pairs = trainer.preference_pairs
+    assert pairs and rows
+    for pair in pairs:  # each joint response was scored through its two roles
+        for text, reward in (
+            (pair.chosen[0], pair.chosen_reward),
+            (pair.rejected[0], pair.rejected_reward),
+        ):
+            assert reward == _yes_count(*[[r] for r in adapter.parse_completion(text, {}, 2)])[0]
+        assert pair.chosen_reward > pair.rejected_reward
+    assert all("loss/agent_0" in r and "loss/agent_1" not in r for r in rows)
+    # the same pairs every epoch: the joint DPO loss falls (reference-free, as 1.4.3)
+    by_epoch: dict[float, list[float]] = defaultdict(list)
+    for r in rows:
+        by_epoch[r["epoch"]].append(r["loss"])
+    first, last = (sum(v) / len(v) for v in (by_epoch[1.0], by_epoch[3.0]))
+    assert last < first
+
+
+def test_centralized_marlhf_fits_its_reward_model_on_joint_text_then_trains_the_actor(
+    tmp_path: Path,
+) -> None:
+    tok = _tokenizer()
+    source = tmp_path / "reward_source"
+    _model(tok, seed=1).save_pretrained(source)
+    tok.save_pretrained(source)
+    actor = _model(tok)
+    before = {k: v.detach().clone() for k, v in actor.state_dict().items()}
+    logged: list[Any] = []
+    trainer = MARLHFTrainer(
+        agents=[actor],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        eval_dataset=ROWS[:1],
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        centralized_comparator_adapter=_Halves(),
+        eval_logger=lambda **kw: logged.append(kw["agent_completions_turns"]) or [],
+        eval_aggregator=lambda rows, **kw: {},
+        args=MARLHFConfig(
+            collaboration_mode="centralized", num_train_epochs=1, train_batch_size=2,
+            rollout_buffer_size=2, num_generations=2, reward_model_name=str(source),
+            reward_model_device="cpu", reward_num_train_epochs=2, reward_learning_rate=1e-2,
+            **SAMPLING,
+        ),
+    )  # fmt: skip
+    assert trainer.reward_model is None  # 1.4.3 builds it when training starts
+    trainer.train()
+    assert trainer.reward_model_history and trainer.reward_model is not None
+    assert trainer.preference_pairs and all(
+        len(p.prompts[0]) == 1 for p in trainer.preference_pairs
+    )
+    assert any(not torch.equal(before[k], v) for k, v in actor.state_dict().items())
+    assert trainer.env_step == len(ROWS) * 2  # joint actions scored by the RL stage
+    metrics = trainer.evaluate(num_eval_samples=1)
+    assert "eval/turn_1/reward_mean" in metrics
+    assert len(logged[-1]) == 2  # the eval logger sees the two roles' outputs
+    with pytest.raises(ValueError, match="align with their returns"):
+        data = {"prompt_input_ids": torch.tensor([[3]]), "completion_input_ids": [[]]}
+        trainer._compute_loss_with_gradients(actor, data, [1.0])
+
+
+def test_centralized_magrpo_generate_completions_keeps_joint_ids_and_reference_kl() -> None:
+    from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, CentralizedMAGRPOTrainer
+
+    tok = _tokenizer()
+    actor = _model(tok)
+    trainer = CentralizedMAGRPOTrainer(
+        centralized_adapter=_Halves(),
+        agents=[actor],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        args=CentralizedMAGRPOConfig(
+            agent_devices="cpu", max_new_tokens=5, num_generations=3, temperature=1.0,
+            top_p=1.0, top_k=None, reference_kl_enabled=True, reference_devices=["cpu"],
+        ),
+    )  # fmt: skip
+    data = trainer._generate_completions(actor, ROWS[:2], num_return_sequences=3)
+    assert [p.tolist() for p in data["prompt_input_ids"]] == [
+        tok.encode("first task second task")
+    ] * 2
+    ids = [c for row in data["completion_input_ids"] for c in row]
+    assert data["response_lens"] == [len(c) for c in ids] and len(ids) == 6
+    assert all(0 < n <= 5 for n in data["response_lens"])
+    # the reference is a copy of the initial policy: KL 0 (float32 rounding only)
+    assert data["reference_kls"] == pytest.approx([0.0] * 6, abs=1e-6)
+    with torch.no_grad():
+        actor.transformer.wte.weight.add_(torch.randn_like(actor.transformer.wte.weight))
+    moved = trainer._generate_completions(actor, ROWS[:1], num_return_sequences=3)
+    assert all(kl > 1e-4 for kl in moved["reference_kls"])
