@@ -3,6 +3,9 @@
 Self-contained (standard library only; imports neither our ``comlrl.*`` packages nor the
 published ``comlrl==1.4.3``), so both benchmark sides load the very same file: ours in the
 dev venv, CoMLRL 1.4.3's in its own venv through ``_comlrl143_multiturn_side.py``.
+That is why it is a copy and not the library's ``coop_story``
+(``comlrl.envs.writing.story``): in 1.4.3's venv the ``comlrl`` name is CoMLRL 1.4.3's,
+so our ``comlrl.envs`` cannot be imported there, and both sides must score one reward.
 
 The task: agent 0 writes the **beginning** of a short TinyStories-style story, agent 1 the
 **ending**. Each agent sees only its own prompt (the shared task line plus its own story

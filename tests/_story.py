@@ -11,6 +11,13 @@ action (range [0, 2]):
 Multi-turn: the feedback tells each author what the team missed (the hero's name, an
 unfinished sentence) and repeats the teammate's text; the next prompt is the opening, the
 author's own first try, and that note.
+
+Why this is not the library's ``coop_story`` (``comlrl.envs.writing.story``): it is a
+different reward on purpose. The learning tests (``tests/test_*_learn.py``) measured their
+thresholds on this one (range [0, 2]: hero names, sentence endings, word overlap), and it
+is a task written outside ``comlrl.envs`` (a user's own :class:`comlrl.core.Task`), the
+path those tests also cover. Runs of the built-in task use ``comlrl.envs`` directly
+(``tests/test_cli_recipes.py``, ``benchmarks/real_llm_learning_run.py``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_cli_recipes import (  # noqa: E402  (the shared run checks)
     STORY,
     _assert_same_outputs,
+    _assert_same_rows,
     _check_final,
     _interrupted_and_resumed,
 )
@@ -78,8 +79,8 @@ def test_centralized_madpo_resumes_exactly(
     _assert_same_outputs(run, out)
 
 
-def test_madpo_iter_runs_rounds_against_the_history_comparator(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_madpo_iter_runs_rounds_against_the_history_comparator_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "madpo_iter"
     argv = ["train", "algo=madpo_iter", "num_steps=4", "steps_per_round=2", "progress=false"]
@@ -103,6 +104,11 @@ def test_madpo_iter_runs_rounds_against_the_history_comparator(
     assert [r["step"] for r in evals] == [0, 2, 4] and evals[0]["eval/margin"] == 0.0
     _check_final(out, 2)
     assert (out / "config.yaml").read_text().startswith("algo: madpo_iter\n")
+    # stopped in the middle of round 2 (its comparator: the frozen initial policy; the
+    # replay: both rounds; one of its two chunks of pairs left), resumed: the same run
+    run = tmp_path / "madpo_iter-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 4, step=3)
+    _assert_same_outputs(run, out)
 
 
 def test_marlhf_iter_refits_the_reward_model_each_round(
@@ -130,7 +136,30 @@ def test_marlhf_iter_refits_the_reward_model_each_round(
     _check_final(out, 2)
 
 
-def test_iterative_recipes_check_their_keys_and_refuse_resume(
+def test_marlhf_iter_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["train", "algo=marlhf_iter", "num_steps=3", "steps_per_round=1", "progress=false"]
+    argv += [*STORY, "batch_size=2", "num_generations=2", "num_candidates=2"]
+    argv += ["eval_every=0", "comparator=history", "comparator_history_k=2", "log_samples=2"]
+    argv += ["replay_mode=lambda_decay", "replay_lambda=0.5", "scoring_reward=reward_model"]
+    argv += ["reward.num_epochs=1", "reward.max_length=96", "parallel_agents=false"]
+    out = tmp_path / "marlhf_iter"
+    assert main([*argv, f"output_dir={out}"]) == 0
+    capsys.readouterr()
+    assert [r["iteration"] for r in _rows(out / "metrics.jsonl")] == [1.0, 2.0, 3.0]
+    # stopped after round 2: round 3 orders its pairs with round 2's reward model, draws
+    # from the replay of rounds 1-2, and samples the comparator (round 2's snapshot) on
+    # the frozen agents' streams, all of which must come back from the checkpoint
+    run = tmp_path / "marlhf_iter-interrupted"
+    _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3, step=2)
+    _assert_same_outputs(run, out)
+    name = "reward_model_metrics.jsonl"
+    assert [r["iteration"] for r in _rows(run / name)] == [1.0, 2.0, 3.0]
+    _assert_same_rows(run / name, out / name)
+
+
+def test_iterative_recipes_check_their_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["train", "algo=madpo_iter", f"output_dir={tmp_path / 'x'}"]
@@ -146,9 +175,3 @@ def test_iterative_recipes_check_their_keys_and_refuse_resume(
     assert main(["train", "algo=marlhf_iter", "scoring_reward=oracle"]) == 2
     assert "scoring_reward" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    # the rounds' replay and comparator snapshots are not checkpointed: no --resume
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("algo: madpo_iter\n")
-    assert main(["train", "--resume", str(run)]) == 2
-    assert "cannot be resumed" in capsys.readouterr().err

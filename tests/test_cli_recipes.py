@@ -136,16 +136,18 @@ def _interrupted_and_resumed(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     total: int,
+    step: int = 1,
 ) -> None:
-    """Run ``argv`` into ``run`` with a Ctrl-C after step 1 (exit 130, a checkpoint),
+    """Run ``argv`` into ``run`` with a Ctrl-C after ``step`` (exit 130, a checkpoint),
     then ``comlrl train --resume run`` to the end."""
-    _interrupt_after(monkeypatch, 1)
+    _interrupt_after(monkeypatch, step)
     assert main([*argv, f"output_dir={run}"]) == 130
     monkeypatch.undo()
     err = capsys.readouterr().err
-    assert f"interrupted at step 1; checkpoint: {run / 'checkpoints' / 'step-000001'}" in err, err
+    where = run / "checkpoints" / f"step-{step:06d}"
+    assert f"interrupted at step {step}; checkpoint: {where}" in err, err
     assert main(["train", "--resume", str(run)]) == 0, capsys.readouterr().err
-    assert f"resuming {run} at step 1 of {total}" in capsys.readouterr().out
+    assert f"resuming {run} at step {step} of {total}" in capsys.readouterr().out
 
 
 def test_madpo_runs_on_the_default_task_and_resumes_exactly(

@@ -36,3 +36,15 @@ def test_feedback_defaults_to_not_done() -> None:
 def test_sampling_params_reject_bad_values(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
+
+
+def test_sampling_params_from_a_config_take_its_four_settings_and_the_group_size() -> None:
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(max_new_tokens="24", temperature=0.7, top_p=0.9, top_k=None)
+    assert SamplingParams.from_config(cfg, 3) == SamplingParams(3, 24, 0.7, 0.9, 0)
+    assert SamplingParams.from_config(cfg, 2, max_new_tokens=8).max_new_tokens == 8
+    with pytest.raises(ValueError, match="temperature must be > 0, got 0.0"):
+        SamplingParams.from_config(SimpleNamespace(**{**vars(cfg), "temperature": 0}), 1)
+    with pytest.raises(AttributeError, match="top_p"):
+        SamplingParams.from_config(SimpleNamespace(max_new_tokens=4, temperature=1.0), 1)

@@ -27,7 +27,7 @@ def evaluate_protocol(trainer: Any, num_eval_samples: int | None = None) -> dict
     if not rows:
         return {}
     run, cfg = trainer._base_run(), trainer.config
-    params = SamplingParams(1, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k)
+    params = SamplingParams.from_config(cfg, 1)
     env = run.env
     # MARLHF trains on a learned reward and reports the task's
     if trainer.eval_reward is not None:

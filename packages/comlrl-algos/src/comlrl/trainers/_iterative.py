@@ -270,16 +270,7 @@ def rounds_from_args(
 
     a = args
     k = int(a.preference_num_candidates)
-    params = [
-        SamplingParams(
-            num_generations=n,
-            max_new_tokens=int(a.max_new_tokens),
-            temperature=float(a.temperature),
-            top_p=float(a.top_p),
-            top_k=int(a.top_k or 0),
-        )
-        for n in (k, int(a.comparator_num_candidates or k))
-    ]
+    params = [SamplingParams.from_config(a, n) for n in (k, int(a.comparator_num_candidates or k))]
     sources = a.comparator_agents if a.comparator_agents is not None else a.comparator_model_name
     comparator = Comparator(
         a.comparator_policy,

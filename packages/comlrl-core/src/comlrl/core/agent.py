@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from comlrl.core.prompts import Prompt
 from comlrl.core.records import Completion
@@ -41,6 +41,28 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}.")
+
+    @classmethod
+    def from_config(
+        cls, config: Any, num_generations: int, *, max_new_tokens: int | None = None
+    ) -> SamplingParams:
+        """The sampling a run's settings ask for, with ``num_generations`` completions per
+        prompt: ``max_new_tokens``, ``temperature``, ``top_p`` and ``top_k`` read from
+        ``config`` (any object with those attributes: a recipe's config, CoMLRL 1.4.3's
+        trainer args; ``top_k=None`` means 0). ``max_new_tokens`` here replaces the
+        config's.
+
+        Raises:
+            AttributeError: ``config`` lacks one of the four attributes.
+            ValueError: a value out of range (see the class).
+        """
+        return cls(
+            num_generations=int(num_generations),
+            max_new_tokens=int(max_new_tokens or config.max_new_tokens),
+            temperature=float(config.temperature),
+            top_p=float(config.top_p),
+            top_k=int(config.top_k or 0),
+        )
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
-from comlrl.algos.cli.run_steps import RunRequest
+from comlrl.algos.cli.run_steps import RunRequest, load_eval_split
 from comlrl.algos.training.config import TrainConfig
 from pydantic import model_validator
 
@@ -85,7 +85,6 @@ def build_centralized_trainer(
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
     from comlrl.algos.rollout.centralized import ROLE_FORMATS, centralized_callbacks
     from comlrl.algos.rollout.environment import TaskEnvironment
-    from comlrl.algos.training.config import ConfigError
     from comlrl.algos.training.lifecycle import run_record
 
     env = TaskEnvironment(task)
@@ -95,12 +94,7 @@ def build_centralized_trainer(
         config.num_agents,
         ROLE_FORMATS[config.role_format](),
     )
-    eval_dataset = None
-    if config.eval_every:
-        try:
-            eval_dataset = list(task.load(config.eval_split))
-        except (ValueError, KeyError, OSError) as exc:
-            raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+    eval_dataset = load_eval_split(task, config.eval_split) if config.eval_every else None
     trainer = MultiAgentTrainer(
         agents,
         config.policy_config(),

@@ -3,17 +3,29 @@ against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative_loo
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Literal
 
-from comlrl.algos.cli.run_configs import MADPORunConfig
-from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _loss_summary, _quiet_transformers
+from comlrl.algos.cli.run_configs import MADPORunConfig, eval_on_start_follows
+from comlrl.algos.cli.run_steps import (
+    RunRequest,
+    _err,
+    _load,
+    _loss_summary,
+    _quiet_transformers,
+    announce,
+    load_agents,
+    load_eval_split,
+    preflight,
+    resuming_line,
+    stopped,
+)
 from comlrl.algos.recipes.preference.config import (
     IterativeMADPOConfig,
     IterativeSection,
     RewardModelConfig,
 )
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.core import SamplingParams
 from pydantic import Field, model_validator
 
 __all__ = ["MADPOIterRunConfig", "MARLHFIterRunConfig", "run_madpo_iter", "run_marlhf_iter"]
@@ -58,6 +70,11 @@ class MARLHFIterRunConfig(TrainConfig, IterativeSection):
     pairs_per_prompt: int = Field(1, ge=1)
     scoring_reward: Literal["task", "reward_model"] = "task"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_start_eval_when_off(cls, data: Any) -> Any:
+        return eval_on_start_follows(data)
+
     @model_validator(mode="after")
     def _single_turn_aligned(self) -> MARLHFIterRunConfig:
         _check_aligned(self.joint_mode)
@@ -74,18 +91,6 @@ def _check_aligned(joint_mode: str) -> None:
         )
 
 
-def _sampling(config: Any) -> Any:
-    from comlrl.core import SamplingParams
-
-    return SamplingParams(
-        num_generations=config.num_candidates,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k,
-    )
-
-
 def _loader(config: Any) -> Any:
     """``name -> model`` for ``comparator_models`` (frozen, loaded as the agents are)."""
     return lambda name: _load(name, config, config.seed + 7919)[0]
@@ -94,69 +99,55 @@ def _loader(config: Any) -> Any:
 def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
     """``algo=madpo_iter``: MADPO-Iter on ``config.task``
     (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_madpo_iter`)."""
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.iterative_loops import (
         MADPOIterRun,
         build_rounds,
+        madpo_iter_resume,
         train_madpo_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, reporters_for
+    from comlrl.algos.training.reporting import reporters_for
 
     try:
-        check_report_to(config.report_to)
-        check_model_names([*config.models, *(config.comparator_models or [])])
-        task, examples = prepare_task(
-            TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
-        )
+        task, examples = preflight(config, [*config.models, *(config.comparator_models or [])])
     except ConfigError as exc:
         return _err(str(exc))
     try:
         eval_examples = None
         if config.eval_split is not None:
-            try:
-                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
         _quiet_transformers()
-        print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), MADPO-Iter against the {config.comparator} comparator, "
-            f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps; "
-            f"outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"MADPO-Iter against the {config.comparator} comparator, "
+            f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps",
         )
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                prompt_format=config.prompt_format,
-            )
-            for i in range(config.num_agents)
-        ]
+        agents = load_agents(config, prompt_format=config.prompt_format)
         madpo = MADPOTrainer(
             agents, config, task=task, dataset=examples, eval_dataset=eval_examples
         ).run
         rounds = build_rounds(
             config,
             madpo.agents,
-            _sampling(config),
+            SamplingParams.from_config(config, config.num_candidates),
             pairs_per_prompt=config.pairs_per_prompt,
             num_rounds=config.num_rounds(config.num_steps),
             seed=config.seed,
             load=_loader(config),
         )
-    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        run = MADPOIterRun(madpo, rounds)
+        if request.resume_from is not None:
+            step = madpo_iter_resume(run, request.resume_from, config.output_dir)
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
-    outputs = config.run_outputs(request, "madpo_iter")
-    outputs.pop("resume_from")  # not resumable (registry): --resume is refused before this
     try:  # a bug from here on keeps its traceback
         history = train_madpo_iter(
-            MADPOIterRun(madpo, rounds),
-            **outputs,
+            run,
+            **{**config.run_outputs(request, "madpo_iter"), "resume_from": None},
             overwrite=request.clear_earlier,
             reporters=lambda out: reporters_for(
                 out,
@@ -168,8 +159,7 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
             ),
         )
     except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     finally:
         task.close()
     from pathlib import Path
@@ -185,52 +175,40 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
     ``final/reward_model``."""
     import torch
     from comlrl.algos.cli.marlhf_run import _save_reward_model
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.config import MADPOConfig
     from comlrl.algos.recipes.preference.iterative_loops import (
         MARLHFIterRun,
         build_rounds,
+        marlhf_iter_resume,
         train_marlhf_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, summary_line
+    from comlrl.algos.training.reporting import summary_line
     from comlrl.algos.training.steps import DataStream, JsonlWriter
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)
     try:
-        check_report_to(config.report_to)
-        check_model_names([*config.models, backbone_name, *(config.comparator_models or [])])
-        task, examples = prepare_task(config)
+        task, examples = preflight(
+            config, [*config.models, backbone_name, *(config.comparator_models or [])]
+        )
     except ConfigError as exc:
         return _err(str(exc))
     try:
         eval_examples = None
         if config.eval_every:
-            try:
-                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
         _quiet_transformers()
-        print(
-            f"comlrl: {config.num_agents} agents ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), MARLHF-Iter against the {config.comparator} comparator, "
+        announce(
+            config,
+            len(examples),
+            f"MARLHF-Iter against the {config.comparator} comparator, "
             f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
-            f"{config.steps_per_round} steps of estimator {config.estimator}; outputs in "
-            f"{config.output_dir}/",
-            file=sys.stderr,
+            f"{config.steps_per_round} steps of estimator {config.estimator}",
         )
         torch.manual_seed(config.seed)
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                **config.generation_options(),
-            )
-            for i in range(config.num_agents)
-        ]
+        agents = load_agents(config, **config.generation_options())
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         marlhf = MARLHFTrainer(
             agents,
@@ -247,7 +225,7 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             rounds=build_rounds(
                 config,
                 rl.run.agents,
-                _sampling(config),
+                SamplingParams.from_config(config, config.num_candidates),
                 pairs_per_prompt=config.pairs_per_prompt,
                 num_rounds=config.num_rounds(config.num_steps),
                 seed=config.seed,
@@ -263,7 +241,10 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             batch_size=config.batch_size,
             scoring_reward=config.scoring_reward,
         )
-    except (OSError, ValueError) as exc:  # before training: ConfigError, loads
+        if request.resume_from is not None:
+            step = marlhf_iter_resume(run, request.resume_from)
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
+    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
     if request.clear_earlier:
@@ -275,15 +256,12 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             record=lifecycle.run_record(config, algo="marlhf_iter", task=task),
             save_final=lambda path: _save_reward_model(marlhf, path / "reward_model"),
         )
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     finally:
         task.close()
-        if run.reward_model_rows:
+        if run.reward_model_rows:  # all of the run's fits (a resumed run's saved ones too)
+            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
             writer = JsonlWriter(out / "reward_model_metrics.jsonl")
             try:
                 for row in run.reward_model_rows:

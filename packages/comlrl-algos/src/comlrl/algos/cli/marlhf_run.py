@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from comlrl.algos.cli.run_configs import MARLHFRunConfig
-from comlrl.algos.cli.run_steps import RunRequest, _err, _load, _quiet_transformers, _start_outputs
+from comlrl.algos.cli.run_steps import (
+    RunRequest,
+    _err,
+    _load,
+    _quiet_transformers,
+    _start_outputs,
+    announce,
+    load_agents,
+    load_eval_split,
+    preflight,
+    resuming_line,
+    stopped,
+)
 from comlrl.algos.recipes.preference.recipe import (
     MADPOConfig,
 )
@@ -38,12 +49,10 @@ def run_marlhf(
     ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and runs the
     RL phase with ``rl_config`` (the policy's one-agent config)."""
     import torch
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
-    from comlrl.algos.training.reporting import check_report_to, read_metrics, summary_line
+    from comlrl.algos.training.reporting import read_metrics, summary_line
     from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
 
@@ -53,35 +62,24 @@ def run_marlhf(
     if n_models != config.num_agents:
         who = f"{n_models} policy for {config.num_agents} roles"
     try:
-        check_report_to(config.report_to)
-        check_model_names([*config.models, backbone_name])
-        task, examples = prepare_task(config)
+        task, examples = preflight(config, [*config.models, backbone_name])
     except ConfigError as exc:
         return _err(str(exc))
     try:
         eval_examples = None
         if config.eval_every:
-            try:
-                eval_examples = list(task.load(config.eval_split))
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split)
         _quiet_transformers()
-        print(
-            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), MARLHF: {config.num_collect_batches} batches of pairs, "
-            f"reward model {backbone_name}, then {config.num_steps} steps of estimator "
-            f"{config.estimator} on its reward; outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
+            f"{backbone_name}, then {config.num_steps} steps of estimator {config.estimator} "
+            "on its reward",
+            who,
         )
         torch.manual_seed(config.seed)
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                **config.generation_options(),
-            )
-            for i in range(n_models)
-        ]
+        agents = load_agents(config, n_models, **config.generation_options())
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         pairing = MADPOConfig.build(
             num_agents=n_models,
@@ -145,16 +143,10 @@ def run_marlhf(
                 step = trainer.resume(request.resume_from)
             except CheckpointError as exc:
                 return _err(f"cannot resume from {request.resume_from}: {exc}")
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
         history = trainer.train()
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     finally:
         task.close()
     line = summary_line(history, out) + " (reward: the learned reward model's)"

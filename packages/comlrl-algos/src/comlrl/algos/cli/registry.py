@@ -291,6 +291,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "frozen model, or the policy k rounds ago), replayed, then joint DPO steps",
                 "comlrl.algos.cli.iterative_run:MADPOIterRunConfig",
                 "comlrl.algos.cli.iterative_run:run_madpo_iter",
+                resumable=True,
             ),
             Recipe(
                 "marlhf_iter",
@@ -298,6 +299,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "MAGRPO steps on its reward",
                 "comlrl.algos.cli.iterative_run:MARLHFIterRunConfig",
                 "comlrl.algos.cli.iterative_run:run_marlhf_iter",
+                resumable=True,
             ),
             Recipe(
                 "dpo",

@@ -19,6 +19,7 @@ from comlrl.algos.training.config import TaskConfig, TrainConfig
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "eval_on_start_follows",
     "SFTRunConfig",
     "DPORunConfig",
     "MADPORunConfig",
@@ -190,3 +191,23 @@ class MARLHFRunConfig(TrainConfig):
     pairs_per_prompt: int = Field(1, ge=1)
     num_collect_batches: int = Field(8, ge=1)
     eval_fraction: float = Field(0.2, ge=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_start_eval_when_off(cls, data: Any) -> Any:
+        return eval_on_start_follows(data)
+
+
+def eval_on_start_follows(data: Any) -> Any:
+    """For configs whose evaluation is on by default (``eval_every=40``,
+    ``eval_on_start=true``): ``eval_every=0`` without ``eval_on_start`` turns the start
+    evaluation off too, so the saved ``config.yaml`` (which ``--resume`` validates again)
+    holds a consistent ``eval_on_start: false``."""
+    if isinstance(data, dict) and "eval_on_start" not in data:
+        try:
+            off = int(data.get("eval_every", 1)) == 0
+        except (TypeError, ValueError):
+            return data  # the field's own check reports it
+        if off:
+            return {**data, "eval_on_start": False}
+    return data

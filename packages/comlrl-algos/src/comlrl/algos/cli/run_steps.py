@@ -1,6 +1,8 @@
-"""What every ``comlrl train`` run shares: the request (:class:`RunRequest`), reading
-JSON-lines rows, starting the output folder, loading a model, the loss summary line, and
-the exit code of a configuration error (2, with a message)."""
+"""What every ``comlrl train`` run shares: the request (:class:`RunRequest`), the checks
+before any model loads (:func:`preflight`), the evaluation split (:func:`load_eval_split`),
+reading JSON-lines rows, starting the output folder, loading a model or the agents
+(:func:`load_agents`), the loss summary line, and the exit code of a configuration error
+(2, with a message)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ from comlrl.algos.training.config import ConfigError
 
 __all__ = [
     "RunRequest",
+    "preflight",
+    "announce",
+    "resuming_line",
+    "stopped",
+    "load_eval_split",
+    "load_agents",
     "read_jsonl_rows",
 ]
 
@@ -32,6 +40,90 @@ class RunRequest:
 
     clear_earlier: bool = False
     resume_from: Path | None = None
+
+
+def preflight(config: Any, model_names: Sequence[str]) -> tuple[Any, list[Mapping[str, Any]]]:
+    """What a task run checks before any model loads: the extras ``config.report_to``
+    needs, the ``model_names`` it will load (agents, reward model, comparators), and the
+    task (:func:`~comlrl.algos.cli.preflight.prepare_task` on ``config``, or, for a
+    config that is not a :class:`~comlrl.algos.training.config.TrainConfig` (MADPO's), on
+    its ``models``, ``num_agents`` and ``task``). Returns ``(task, training examples)``.
+
+    Raises:
+        ConfigError: a missing extra, an unusable model name, or a task that does not fit.
+    """
+    from comlrl.algos.cli.preflight import check_model_names, prepare_task
+    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.reporting import check_report_to
+
+    check_report_to(config.report_to)
+    check_model_names(list(model_names))
+    if not isinstance(config, TrainConfig):
+        config = TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
+    return prepare_task(config)
+
+
+def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:
+    """The run's first line on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
+    <what>; outputs in <output_dir>/``; ``who`` defaults to ``<num_agents> agents``."""
+    who = who if who is not None else f"{config.num_agents} agents"
+    print(
+        f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
+        f"({num_examples} examples), {what}; outputs in {config.output_dir}/",
+        file=sys.stderr,
+    )
+
+
+def load_eval_split(task: Any, split: str, limit: int | None = None) -> list[Mapping[str, Any]]:
+    """The first ``limit`` (``None``: all) examples of ``task``'s ``split``.
+
+    Raises:
+        ConfigError: the task cannot load ``split`` (naming ``eval_split`` and why).
+    """
+    try:
+        return list(task.load(split))[:limit]
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(f"eval_split={split!r}: {exc}") from None
+
+
+def load_agents(config: Any, count: int | None = None, **options: Any) -> list[Any]:
+    """``count`` (default ``config.num_agents``) :class:`~comlrl.algos.rollout.agent.HFAgent` s
+    named ``agent_<i>``: agent ``i`` loads ``config.model_for(i)`` with seed
+    ``config.seed + i``; ``options`` go to every agent (``prompt_format``, generation
+    options).
+
+    Raises:
+        OSError, ValueError: a model does not load.
+    """
+    from comlrl.algos.rollout.agent import HFAgent
+
+    return [
+        HFAgent(*_load(config.model_for(i), config, config.seed + i), name=f"agent_{i}", **options)
+        for i in range(config.num_agents if count is None else count)
+    ]
+
+
+def resuming_line(out: Any, step: int, num_steps: int, source: Any) -> str:
+    """``resuming <out> at step <step> of <num_steps> (from <checkpoint>)``: what a run
+    continued with ``--resume`` prints first."""
+    return f"resuming {out} at step {step} of {num_steps} (from {source})"
+
+
+def stopped(exc: BaseException) -> int:
+    """Report a run that training stopped and return its exit code: Ctrl-C
+    (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
+    checkpointed and how to resume) or a failing reward function
+    (:class:`comlrl.core.RewardFunctionError`: 1). Anything else is raised again."""
+    from comlrl.algos.training.lifecycle import TrainingInterrupted
+    from comlrl.core import RewardFunctionError
+
+    if isinstance(exc, TrainingInterrupted):
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    if isinstance(exc, RewardFunctionError):
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        return 1
+    raise exc
 
 
 def _err(message: str) -> int:

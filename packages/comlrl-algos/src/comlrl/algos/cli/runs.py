@@ -28,7 +28,13 @@ from comlrl.algos.cli.run_steps import (
     _loss_summary,
     _quiet_transformers,
     _start_outputs,
+    announce,
+    load_agents,
+    load_eval_split,
+    preflight,
     read_jsonl_rows,
+    resuming_line,
+    stopped,
 )
 from comlrl.algos.training.config import ConfigError, TrainConfig
 
@@ -92,18 +98,14 @@ def run_policy_gradient(
     ``trainer_cls(agents, config, task=, dataset=)`` builds the trainer; ``num_models``
     agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1)."""
     import torch
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.models import distributed
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, summary_line
+    from comlrl.algos.training.reporting import summary_line
     from comlrl.core import RewardFunctionError
 
     main = distributed.is_main()
     try:  # everything that can be checked before the models load
-        check_report_to(config.report_to)
-        check_model_names(config.models)
-        task, examples = prepare_task(config)
+        task, examples = preflight(config, config.models)
     except ConfigError as exc:
         return _err(str(exc))
     _quiet_transformers()
@@ -112,13 +114,12 @@ def run_policy_gradient(
     if num_models is not None and num_models != config.num_agents:
         who = f"{num_models} policy for {config.num_agents} roles"
     if main:
-        print(
-            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), {label}, {config.num_steps} step"
-            f"{'s' if config.num_steps != 1 else ''} "
-            f"of {config.batch_size} prompts x {config.num_generations} completions; "
-            f"outputs in {config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"{label}, {config.num_steps} step{'s' if config.num_steps != 1 else ''} of "
+            f"{config.batch_size} prompts x {config.num_generations} completions",
+            who,
         )
         if world > 1:
             print(
@@ -127,11 +128,8 @@ def run_policy_gradient(
                 file=sys.stderr,
             )
     torch.manual_seed(config.seed)
-    agents = []
     try:
-        for i in range(config.num_agents if num_models is None else num_models):
-            model, tok = _load(config.model_for(i), config, config.seed + i)
-            agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
+        agents = load_agents(config, num_models, **config.generation_options())
         trainer = trainer_cls(agents, config, task=task, dataset=examples)
     except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         task.close()
@@ -148,9 +146,7 @@ def run_policy_gradient(
             trainer.run.close()
             return _err(f"cannot resume from {request.resume_from}: {exc}")
         if main:
-            print(
-                f"resuming {config.output_dir} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
         if step >= config.num_steps:
             task.close()
             trainer.run.close()
@@ -160,12 +156,8 @@ def run_policy_gradient(
             return 0
     try:
         history = trainer.train()
-    except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
-    except RewardFunctionError as exc:
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        return 1
+    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
+        return stopped(exc)
     if main:
         print(summary_line(history, config.output_dir))
     return 0
@@ -185,18 +177,12 @@ def run_madpo(
     ``config.num_agents``) and ``build(agents, config, task, examples, eval_examples)``
     makes the trainer (default: ``MADPOTrainer(agents, config, task=task, ...)``);
     ``algo=centralized_madpo`` passes one model and its joint-policy trainer."""
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import check_report_to, reporters_for
+    from comlrl.algos.training.reporting import reporters_for
 
     try:
-        check_report_to(config.report_to)
-        check_model_names(config.models)
-        task, examples = prepare_task(
-            TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
-        )
+        task, examples = preflight(config, config.models)
     except ConfigError as exc:
         return _err(str(exc))
     n_models = config.num_agents if num_models is None else num_models
@@ -206,26 +192,16 @@ def run_madpo(
     try:
         eval_examples = None
         if config.eval_split is not None:
-            try:
-                eval_examples = list(task.load(config.eval_split))[: config.eval_limit]
-            except (ValueError, KeyError, OSError) as exc:
-                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
         _quiet_transformers()
-        print(
-            f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
-            f"({len(examples)} examples), {label}, {config.num_steps} steps of "
-            f"{config.batch_size} prompts x {config.num_candidates} candidates; outputs in "
-            f"{config.output_dir}/",
-            file=sys.stderr,
+        announce(
+            config,
+            len(examples),
+            f"{label}, {config.num_steps} steps of {config.batch_size} prompts x "
+            f"{config.num_candidates} candidates",
+            who,
         )
-        agents = [
-            HFAgent(
-                *_load(config.model_for(i), config, config.seed + i),
-                name=f"agent_{i}",
-                prompt_format=config.prompt_format,
-            )
-            for i in range(n_models)
-        ]
+        agents = load_agents(config, n_models, prompt_format=config.prompt_format)
         if build is None:
             trainer = MADPOTrainer(
                 agents, config, task=task, dataset=examples, eval_dataset=eval_examples
@@ -235,9 +211,7 @@ def run_madpo(
         out = _start_outputs(config, algo, request)
         if request.resume_from is not None:
             step = trainer.resume(request.resume_from, out)
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         task.close()
         return _err(str(exc))
@@ -254,8 +228,7 @@ def run_madpo(
             ),
         )
     except lifecycle.TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     finally:
         task.close()
     print(_loss_summary(history, out, "reward_mean"))
@@ -319,9 +292,7 @@ def _run_one_model(
         out = _start_outputs(config, algo, request)
         if request.resume_from is not None:
             step = read_checkpoint_meta(request.resume_from)["step"]
-            print(
-                f"resuming {out} at step {step} of {config.num_steps} (from {request.resume_from})"
-            )
+            print(resuming_line(out, step, config.num_steps, request.resume_from))
     except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
         return _err(str(exc))
     try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
@@ -329,7 +300,6 @@ def _run_one_model(
     except CheckpointError as exc:  # --resume's checkpoint, read before the first step
         return _err(f"cannot resume from {request.resume_from}: {exc}")
     except TrainingInterrupted as exc:
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return stopped(exc)
     print(_loss_summary(history, out))
     return 0

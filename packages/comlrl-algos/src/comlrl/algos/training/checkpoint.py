@@ -3,7 +3,8 @@
 A step checkpoint is a folder ``output_dir/checkpoints/step-NNNNNN/``::
 
     agent_<i>/            each agent's model and tokenizer (Hugging Face format)
-    training_state.pt     everything else the next step depends on (see capture_state)
+    training_state.pt     everything else the next step depends on (see capture_state;
+                          a recipe's own state under RECIPE_STATE)
     checkpoint.json       {"step": N, "format": 1, "num_agents": A}: readable by people
 
 The folder is built under a hidden temporary name beside it and renamed into place, so a
@@ -38,6 +39,8 @@ __all__ = [
     "step_checkpoint_path",
     "capture_state",
     "restore_state",
+    "set_random_state",
+    "RECIPE_STATE",
     "write_checkpoint",
     "write_meta",
     "read_checkpoint_meta",
@@ -53,6 +56,10 @@ CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "training_state.pt"
 META_FILE = "checkpoint.json"
 FORMAT = 1
+#: The key of ``training_state.pt`` under which a recipe keeps state of its own beyond
+#: what :func:`capture_state` takes (MADPO-Iter / MARLHF-Iter: their rounds, replay,
+#: comparator and reward model); plain values and tensors, like the rest.
+RECIPE_STATE = "recipe_state"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -120,7 +127,10 @@ def capture_state(
     }
 
 
-def _set_random_state(target: random.Random | Any, state: Sequence[Any]) -> None:
+def set_random_state(target: random.Random | Any, state: Sequence[Any]) -> None:
+    """``target.setstate(state)`` for a state read back by ``torch.load(weights_only=True)``
+    (``target``: a :class:`random.Random` or the :mod:`random` module; ``state``: what its
+    ``getstate()`` gave, its inner tuple possibly turned into a list)."""
     version, internal, gauss = state
     target.setstate((version, tuple(internal), gauss))
 
@@ -186,8 +196,8 @@ def restore_state(
     torch.set_rng_state(saved_rng["torch"])
     if saved_rng["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved_rng["cuda"])
-    _set_random_state(random, saved_rng["python"])
-    _set_random_state(rng, saved_rng["run"])
+    set_random_state(random, saved_rng["python"])
+    set_random_state(rng, saved_rng["run"])
     return int(state["step"])
 
 

@@ -75,13 +75,7 @@ class PreferenceHooks143:
 
         a = self.args
         prompts = [self.formatters[idx](dict(item)) for item in batch_items]
-        params = SamplingParams(
-            num_generations=int(num),
-            max_new_tokens=int(max_new_tokens or a.max_new_tokens),
-            temperature=float(a.temperature),
-            top_p=float(a.top_p),
-            top_k=int(a.top_k or 0),
-        )
+        params = SamplingParams.from_config(a, num, max_new_tokens=max_new_tokens)
         sampler = HFAgent(model, self.tokenizers[idx], name=f"agent_{idx}", prompt_format="raw")
         g = params.num_generations
         with torch.inference_mode():

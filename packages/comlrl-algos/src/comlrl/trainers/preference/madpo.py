@@ -283,13 +283,7 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
         from comlrl.trainers._madpo_pairs import rollout_pairs
 
         a, run = self.args, self._run
-        params = SamplingParams(
-            num_generations=int(a.preference_num_candidates),
-            max_new_tokens=int(a.max_new_tokens),
-            temperature=float(a.temperature),
-            top_p=float(a.top_p),
-            top_k=int(a.top_k or 0),
-        )
+        params = SamplingParams.from_config(a, a.preference_num_candidates)
         tree = TreeSettings(num_turns=1, joint_mode="align")
         rng = random.Random(int(run.config.seed) + 2)
         size = int(a.rollout_buffer_size)

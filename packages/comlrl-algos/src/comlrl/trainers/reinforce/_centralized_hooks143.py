@@ -100,13 +100,7 @@ class CentralizedLossHooks143:
 
         a = self.args
         prompts = [self.formatters[0](dict(item)) for item in batch_items]
-        params = SamplingParams(
-            num_generations=int(num_return_sequences),
-            max_new_tokens=int(max_new_tokens or a.max_new_tokens),
-            temperature=float(a.temperature),
-            top_p=float(a.top_p),
-            top_k=int(a.top_k or 0),
-        )
+        params = SamplingParams.from_config(a, num_return_sequences, max_new_tokens=max_new_tokens)
         backend = "hf" if "generate" in vars(agent) else "native"
         sampler = HFAgent(
             agent, self.tokenizer, name="agent_0", prompt_format="raw", backend=backend

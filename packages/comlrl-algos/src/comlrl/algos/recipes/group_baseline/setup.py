@@ -222,13 +222,7 @@ def setup(
         data=data,
         optimizers=optimizers,
         ref_models=ref_models,
-        sampling=SamplingParams(
-            num_generations=config.num_generations,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-        ),
+        sampling=SamplingParams.from_config(config, config.num_generations),
         tree=TreeSettings(
             num_turns=config.num_turns,
             gamma=config.gamma,

@@ -4,7 +4,9 @@ parallelism every rank calls them and rank 0 writes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from comlrl.algos.models import distributed as dp
@@ -51,10 +53,16 @@ def _full_model_states(run: GroupBaselineRun) -> list[dict[str, torch.Tensor] | 
     return [gathered[id(sync)] for sync in run.syncs]
 
 
-def checkpoint(run: GroupBaselineRun, path: str | Path | None = None) -> Path:
+def checkpoint(
+    run: GroupBaselineRun,
+    path: str | Path | None = None,
+    *,
+    recipe_state: Mapping[str, Any] | None = None,
+) -> Path:
     """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``):
     agents + training state, atomically; returns the folder. (The loop driver prunes to
-    ``keep_last``.)
+    ``keep_last``.) ``recipe_state``: a recipe's own state, saved under
+    :data:`~comlrl.algos.training.checkpoint.RECIPE_STATE` (MARLHF-Iter's rounds).
 
     Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
     to rank 0); rank 0 writes and every rank gets the folder's path back.
@@ -79,15 +87,21 @@ def checkpoint(run: GroupBaselineRun, path: str | Path | None = None) -> Path:
         generators=[getattr(a, "generator", None) for a in run.agents],
         optimizer_states=optimizer_states,
     )
+    if recipe_state is not None:
+        state[ckpt.RECIPE_STATE] = dict(recipe_state)
     return ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
 
 
-def resume(run: GroupBaselineRun, path: str | Path) -> int:
+def resume(
+    run: GroupBaselineRun, path: str | Path, *, state: Mapping[str, Any] | None = None
+) -> int:
     """Put ``run`` back at the step checkpoint ``path`` (weights, optimizers, data stream,
     random streams), cut the logs in ``output_dir`` back to its step, and return the step:
-    :func:`train` then continues as if never stopped. Raises CheckpointError when the
-    checkpoint is incomplete or does not fit the run."""
-    state = ckpt.load_training_state(path)
+    :func:`train` then continues as if never stopped. ``state``: the checkpoint's
+    ``training_state.pt`` when the caller has read it already. Raises CheckpointError when
+    the checkpoint is incomplete or does not fit the run."""
+    if state is None:
+        state = ckpt.load_training_state(path)
     for i, agent in enumerate(run.agents):
         sync = run.syncs[i] if run.syncs is not None else None
         ckpt.load_agent_weights(

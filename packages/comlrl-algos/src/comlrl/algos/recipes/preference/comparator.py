@@ -16,7 +16,7 @@ Policies (``comparator``):
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -144,18 +144,67 @@ class Comparator:
         if self.policy in ("current", "current_copy"):
             return self.agents
         if self.policy == "model":
-            if self.frozen is None:
-                self.frozen = self._wrap(self._load_models())
+            self._ensure_frozen()
+            assert self.frozen is not None
             return self.frozen
         index = self.snapshot_index(round_index)
         self.used.append(index)
         if index == round_index:  # the snapshot is the current policy itself
             return self.agents
-        if self.frozen is None:
-            self.frozen = self._wrap([copy.deepcopy(a.model) for a in self.agents])
+        self._ensure_frozen()
+        assert self.frozen is not None
         for hf, state in zip(self.frozen, self.snapshots[index], strict=True):
             hf.model.load_state_dict(state)
         return self.frozen
+
+    def _ensure_frozen(self) -> None:
+        """Build the frozen comparator agents once: the loaded models (``model``) or
+        copies of the current ones that snapshots are loaded into (``history``)."""
+        if self.frozen is None:
+            models = (
+                self._load_models()
+                if self.policy == "model"
+                else [copy.deepcopy(a.model) for a in self.agents]
+            )
+            self.frozen = self._wrap(models)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to compare as this one would: the history snapshots
+        (CPU tensors), the snapshot indices used, and, once built, the frozen agents'
+        sampling streams (their weights are the loaded models or a snapshot, both
+        rebuilt)."""
+        return {
+            "snapshots": {i: [dict(sd) for sd in sds] for i, sds in self.snapshots.items()},
+            "used": list(self.used),
+            "frozen_generators": (
+                [hf.generator.get_state() for hf in self.frozen]
+                if self.frozen is not None
+                else None
+            ),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (on a comparator built with the same policy
+        and agents, before its first round).
+
+        Raises:
+            ValueError: the saved state has frozen agents for a policy without them, or
+                another number of them.
+        """
+        self.snapshots = {int(i): [dict(sd) for sd in sds] for i, sds in state["snapshots"].items()}
+        self.used = [int(i) for i in state["used"]]
+        saved = state["frozen_generators"]
+        if saved is None:
+            return
+        if self.policy not in ("model", "history") or len(saved) != len(self.agents):
+            raise ValueError(
+                f"the saved comparator has {len(saved)} frozen agents; this run's comparator "
+                f"({self.policy!r}, {len(self.agents)} agents) does not fit it"
+            )
+        self._ensure_frozen()
+        assert self.frozen is not None
+        for hf, gen_state in zip(self.frozen, saved, strict=True):
+            hf.generator.set_state(gen_state)
 
     def finish_round(self, round_index: int) -> None:
         """After round ``round_index``'s update: snapshot the policy (history) and drop the

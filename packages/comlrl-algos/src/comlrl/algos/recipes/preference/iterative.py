@@ -33,6 +33,7 @@ import torch
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
+from comlrl.algos.training.checkpoint import set_random_state
 
 __all__ = [
     "PAIR_SELECTIONS",
@@ -82,6 +83,47 @@ class IterPair:
     rejected_reward: float
     chosen_source: str
     rejected_source: str
+
+    def to_state(self) -> dict[str, Any]:
+        """The pair as plain values (a step checkpoint holds the replay and the round's
+        pairs; ``torch.load(weights_only=True)`` reads them back). The example must hold
+        plain values too (strings, numbers, lists, dicts), as task examples do."""
+        return {
+            "round": self.round,
+            "example": dict(self.example),
+            "prompts": list(self.prompts),
+            "chosen": list(self.chosen),
+            "rejected": list(self.rejected),
+            "prompt_ids": [list(ids) for ids in self.prompt_ids],
+            "chosen_ids": [list(ids) for ids in self.chosen_ids],
+            "rejected_ids": [list(ids) for ids in self.rejected_ids],
+            "chosen_reward": self.chosen_reward,
+            "rejected_reward": self.rejected_reward,
+            "chosen_source": self.chosen_source,
+            "rejected_source": self.rejected_source,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> IterPair:
+        """The pair :meth:`to_state` gave (equal to the original)."""
+
+        def ids(rows: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(int(t) for t in row) for row in rows)
+
+        return cls(
+            round=int(state["round"]),
+            example=dict(state["example"]),
+            prompts=tuple(state["prompts"]),
+            chosen=tuple(state["chosen"]),
+            rejected=tuple(state["rejected"]),
+            prompt_ids=ids(state["prompt_ids"]),
+            chosen_ids=ids(state["chosen_ids"]),
+            rejected_ids=ids(state["rejected_ids"]),
+            chosen_reward=float(state["chosen_reward"]),
+            rejected_reward=float(state["rejected_reward"]),
+            chosen_source=str(state["chosen_source"]),
+            rejected_source=str(state["rejected_source"]),
+        )
 
 
 def select_comparison_pairs(
@@ -200,6 +242,19 @@ class PreferenceReplay:
             picked.extend(self.rng.sample(rows, count))
         self.rng.shuffle(picked)
         return picked
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored round's pairs and the draw stream, as plain values."""
+        return {
+            "rounds": [[p.to_state() for p in r] for r in self.rounds],
+            "rng": self.rng.getstate(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the next :meth:`add_and_select` draws what
+        the saved replay's would have."""
+        self.rounds = [[IterPair.from_state(p) for p in r] for r in state["rounds"]]
+        set_random_state(self.rng, state["rng"])
 
 
 def row_tokens(batch: Any, row: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -18,13 +18,15 @@ pairs, replay. Then:
   "reward_model"``) by the previous round's reward model once one exists.
 
 Every step's row carries its round's ``iter/*`` keys and ``iteration`` (1-based).
-Evaluation rows go to ``eval.jsonl``. Step checkpoints hold the weights and optimizers
-for Ctrl-C, but the rounds' replay and comparator snapshots are not saved: these recipes
-do not resume.
+Evaluation rows go to ``eval.jsonl``. Step checkpoints (:mod:`.iterative_state`) hold
+the weights and optimizers and the rounds (replay, comparator snapshots, the round in
+progress, the reward model): a run put back by :func:`madpo_iter_resume` /
+:func:`marlhf_iter_resume` continues exactly as if never stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,12 +38,14 @@ from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
 from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, joint_pairs
-from comlrl.algos.recipes.preference.madpo import (
-    MADPORun,
-    madpo_checkpoint,
-    madpo_evaluate,
-    madpo_update,
+from comlrl.algos.recipes.preference.iterative_state import (
+    RoundState,
+    madpo_iter_checkpoint,
+    madpo_iter_resume,
+    marlhf_iter_checkpoint,
+    marlhf_iter_resume,
 )
+from comlrl.algos.recipes.preference.madpo import MADPORun, madpo_evaluate, madpo_update
 from comlrl.algos.recipes.preference.outputs import _save_models, loop_settings
 from comlrl.algos.recipes.preference.reward_model import train_reward_model
 from comlrl.algos.recipes.preference.rounds import IterativeRounds
@@ -55,11 +59,13 @@ __all__ = [
     "build_rounds",
     "MADPOIterRun",
     "madpo_iter_step",
+    "madpo_iter_resume",
     "train_madpo_iter",
     "MARLHFIterRun",
     "fit_fresh_reward_model",
     "refit_reward_model",
     "marlhf_iter_step",
+    "marlhf_iter_resume",
     "train_marlhf_iter",
 ]
 
@@ -98,25 +104,11 @@ def build_rounds(
         comparator,
         replay,
         sampling=sampling,
-        comparator_sampling=SamplingParams(
-            num_generations=k_cmp,
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-        ),
+        comparator_sampling=dataclasses.replace(sampling, num_generations=k_cmp),
         pair_selection=section.pair_selection,
         pairs_per_prompt=pairs_per_prompt,
         seed=seed,
     )
-
-
-@dataclass
-class _RoundState:
-    """The round in progress: its row and its training pairs, one chunk per step."""
-
-    row: dict[str, float] = field(default_factory=dict)
-    chunks: list[list[IterPair]] = field(default_factory=list)
 
 
 def _round_prompts(section: IterativeSection, batch_size: int) -> int:
@@ -134,7 +126,7 @@ class MADPOIterRun:
 
     madpo: MADPORun
     rounds: IterativeRounds
-    round: _RoundState = field(default_factory=_RoundState)
+    round: RoundState = field(default_factory=RoundState)
 
 
 def madpo_iter_step(run: MADPOIterRun) -> dict[str, float]:
@@ -150,7 +142,7 @@ def madpo_iter_step(run: MADPOIterRun) -> dict[str, float]:
             run.rounds.finish(r - 1)
         examples = mr.data.next_batch(_round_prompts(cfg, cfg.batch_size))
         pairs, row = run.rounds.begin(r, mr.env, examples, cfg.batch_size)
-        run.round = _RoundState(row, run.rounds.split(pairs, spr))
+        run.round = RoundState(row, run.rounds.split(pairs, spr))
     chunk = run.round.chunks[k]
     mr.step += 1
     out: dict[str, float] = {
@@ -171,6 +163,7 @@ def train_madpo_iter(
     output_dir: str | Path | None = None,
     save_every: int = 0,
     keep_last: int | None = None,
+    resume_from: str | Path | None = None,
     record: Mapping[str, Any] | None = None,
     progress: bool = False,
     overwrite: bool = False,
@@ -178,7 +171,13 @@ def train_madpo_iter(
 ) -> list[dict[str, float]]:
     """Run :func:`madpo_iter_step` s up to ``config.num_steps`` under the loop driver
     (outputs as :func:`~comlrl.algos.recipes.preference.madpo.train_madpo`; evaluation,
-    :func:`~comlrl.algos.recipes.preference.madpo.madpo_evaluate`, in ``eval.jsonl``)."""
+    :func:`~comlrl.algos.recipes.preference.madpo.madpo_evaluate`, in ``eval.jsonl``),
+    from the run's step: ``resume_from`` (a step checkpoint of this run, loaded when the
+    run is at step 0 with :func:`madpo_iter_resume`) continues exactly.
+
+    Raises:
+        CheckpointError: ``resume_from`` does not fit the run.
+    """
     cfg = run.madpo.config
     assert isinstance(cfg, IterativeMADPOConfig)
     settings = loop_settings(
@@ -192,13 +191,16 @@ def train_madpo_iter(
         overwrite=overwrite,
         reporters=reporters,
     )
+    if resume_from is not None and run.madpo.step == 0:
+        madpo_iter_resume(run, resume_from, output_dir)
     loop = RecipeLoop(
         step=lambda: StepResult(madpo_iter_step(run)),
-        checkpoint=lambda path: madpo_checkpoint(run.madpo, path),
+        checkpoint=lambda path: madpo_iter_checkpoint(run, path),
         save_final=lambda path: _save_models(
             path, [(a.model, a.tokenizer) for a in run.madpo.agents]
         ),
         evaluate=(lambda: madpo_evaluate(run.madpo)) if run.madpo.eval_data else None,
+        start_step=run.madpo.step,
     )
     return run_loop(loop, settings)
 
@@ -233,7 +235,7 @@ class MARLHFIterRun:
     scoring_reward: str = "task"
     reward_init: dict[str, torch.Tensor] = field(default_factory=dict)
     fitted: bool = False
-    round: _RoundState = field(default_factory=_RoundState)
+    round: RoundState = field(default_factory=RoundState)
     reward_model_rows: list[dict[str, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -298,7 +300,7 @@ def marlhf_iter_step(run: MARLHFIterRun) -> StepResult:
         pairs, row = run.rounds.begin(r, env, examples, run.batch_size)
         fit = refit_reward_model(run, pairs, r) if pairs else {}
         previous = {key: v for key, v in run.round.row.items() if key.startswith("reward_model/")}
-        run.round = _RoundState({**row, **(fit or previous)})
+        run.round = RoundState({**row, **(fit or previous)})
     result = group_baseline.step(run.rl)
     result.row.update({"iteration": float(r + 1), **run.round.row})
     return result
@@ -314,7 +316,8 @@ def train_marlhf_iter(
     """Run :func:`marlhf_iter_step` s up to the RL config's ``num_steps`` under the loop
     driver, with the group-baseline recipe's outputs (``output_dir``, ``eval.jsonl``
     scored by the task, reporters, ``samples.jsonl``); ``save_final(folder)`` also runs
-    when ``final/`` is written (e.g. to save the reward model)."""
+    when ``final/`` is written (e.g. to save the reward model). A run put back by
+    :func:`marlhf_iter_resume` continues from its step."""
 
     def final(path: Path) -> None:
         group_baseline.save(run.rl, path.name)
@@ -323,9 +326,10 @@ def train_marlhf_iter(
 
     loop = RecipeLoop(
         step=lambda: marlhf_iter_step(run),
-        checkpoint=lambda path: group_baseline.checkpoint(run.rl, path),
+        checkpoint=lambda path: marlhf_iter_checkpoint(run, path),
         save_final=final,
         evaluate=(lambda: group_baseline.evaluate(run.rl)) if run.rl.eval_data else None,
+        start_step=run.rl.step,
     )
     if run.rl.step == 0:
         torch.manual_seed(run.rl.config.seed)

@@ -143,13 +143,7 @@ def madpo_setup(
         env=env,
         data=data,
         optimizers=optimizers,
-        sampling=SamplingParams(
-            num_generations=config.num_candidates,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-        ),
+        sampling=SamplingParams.from_config(config, config.num_candidates),
         tree=TreeSettings(num_turns=1, joint_mode=config.joint_mode),
         rng=random.Random(config.seed),
         eval_data=list(eval_dataset) if eval_dataset is not None else None,
@@ -292,13 +286,7 @@ def madpo_evaluate(run: MADPORun) -> dict[str, float]:
     if not run.eval_data:
         return {}
     cfg = run.config
-    params = SamplingParams(
-        num_generations=cfg.eval_num_samples,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
+    params = SamplingParams.from_config(cfg, cfg.eval_num_samples)
     row, _ = evaluation.evaluate(
         run.agents,
         run.env,
@@ -314,12 +302,15 @@ def madpo_evaluate(run: MADPORun) -> dict[str, float]:
     return out
 
 
-def madpo_checkpoint(run: MADPORun, path: str | Path) -> Path:
+def madpo_checkpoint(
+    run: MADPORun, path: str | Path, *, recipe_state: Mapping[str, Any] | None = None
+) -> Path:
     """Write the step checkpoint ``path`` for the run's step, atomically, in the one format
     (:func:`comlrl.algos.training.checkpoint.write_checkpoint`): every agent's weights,
     optimizers, the data stream, the run's, torch's, Python's and each agent's random
     streams, and a fingerprint of the frozen reference models (not saved:
-    :func:`madpo_setup` rebuilds them from the initial weights). Returns the folder."""
+    :func:`madpo_setup` rebuilds them from the initial weights); ``recipe_state``: a
+    recipe's own state on top (MADPO-Iter's rounds). Returns the folder."""
     return _write_step(
         Path(path),
         run.step,
@@ -329,14 +320,22 @@ def madpo_checkpoint(run: MADPORun, path: str | Path) -> Path:
         run.rng,
         [getattr(a, "generator", None) for a in run.agents],
         run.ref_models,
+        recipe_state,
     )
 
 
-def madpo_resume(run: MADPORun, path: str | Path, output_dir: str | Path | None = None) -> int:
+def madpo_resume(
+    run: MADPORun,
+    path: str | Path,
+    output_dir: str | Path | None = None,
+    *,
+    state: Mapping[str, Any] | None = None,
+) -> int:
     """Put a freshly set-up ``run`` (:func:`madpo_setup` on the initial weights) back at the
     step checkpoint ``path`` of :func:`madpo_checkpoint` and return its step;
     :func:`train_madpo` then continues as if never stopped. With ``output_dir``, its
-    logs are cut back to the step and half-written checkpoints are removed.
+    logs are cut back to the step and half-written checkpoints are removed. ``state``:
+    the checkpoint's ``training_state.pt`` when the caller has read it already.
 
     Raises:
         CheckpointError: the checkpoint is incomplete, does not fit the run (agents,
@@ -351,6 +350,7 @@ def madpo_resume(run: MADPORun, path: str | Path, output_dir: str | Path | None 
         run.rng,
         [getattr(a, "generator", None) for a in run.agents],
         run.ref_models,
+        state,
     )
     return run.step
 

@@ -109,13 +109,7 @@ class MARLHFTrainer:
             env=self.env,
             data=DataStream(self.dataset, seed=cfg.seed),
             optimizers=[],
-            sampling=SamplingParams(
-                num_generations=cfg.num_candidates,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k,
-            ),
+            sampling=SamplingParams.from_config(cfg, cfg.num_candidates),
             tree=TreeSettings(num_turns=1, joint_mode=cfg.joint_mode),
             rng=random.Random(cfg.seed),
         )

@@ -90,16 +90,20 @@ def _write_step(
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     references: Sequence[Any] = (),
+    recipe_state: Mapping[str, Any] | None = None,
 ) -> Path:
     """A step checkpoint in the one format
     (:func:`comlrl.algos.training.checkpoint.write_checkpoint`): the trained model(s) as
     ``agent_<i>/``, and ``training_state.pt`` plus a fingerprint of the frozen reference
     models (not saved: they are the weights the run started from, rebuilt by loading the
-    same models; the fingerprint makes a resume with other initial weights fail)."""
+    same models; the fingerprint makes a resume with other initial weights fail);
+    ``recipe_state`` under :data:`~comlrl.algos.training.checkpoint.RECIPE_STATE`."""
     state = ckpt.capture_state(
         step=step, optimizers=optimizers, data=data, rng=rng, generators=generators
     )
     state["reference_fingerprint"] = _fingerprint(references)
+    if recipe_state is not None:
+        state[ckpt.RECIPE_STATE] = dict(recipe_state)
     return ckpt.write_checkpoint(
         path, [SimpleNamespace(model=m, tokenizer=t) for m, t in models], state
     )
@@ -114,10 +118,13 @@ def _read_step(
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     references: Sequence[Any] = (),
+    state: Mapping[str, Any] | None = None,
 ) -> int:
-    """Load what :func:`_write_step` wrote; with ``output_dir``, cut its logs back to the
-    step (:func:`~comlrl.algos.training.loop.rewind_outputs`). Returns the step."""
-    state = ckpt.load_training_state(path)
+    """Load what :func:`_write_step` wrote (``state``: its ``training_state.pt``, when
+    the caller has read it already); with ``output_dir``, cut its logs back to the step
+    (:func:`~comlrl.algos.training.loop.rewind_outputs`). Returns the step."""
+    if state is None:
+        state = ckpt.load_training_state(path)
     saved = state.get("reference_fingerprint")
     if saved is None:
         raise ckpt.CheckpointError(

@@ -23,6 +23,7 @@ from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
+from comlrl.algos.training.checkpoint import set_random_state
 from comlrl.core import SamplingParams
 
 __all__ = ["IterativeRounds", "run_rounds"]
@@ -148,6 +149,37 @@ class IterativeRounds:
     def finish(self, round_index: int) -> None:
         """After round ``round_index``'s training (the history comparator's snapshot)."""
         self.comparator.finish_round(round_index)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the rounds stand, as plain values and CPU tensors (a step checkpoint's
+        part): the pairing and ordering streams, the round rows, the pair count, the
+        replay (:meth:`PreferenceReplay.state_dict`) and the comparator
+        (:meth:`Comparator.state_dict`)."""
+        return {
+            "pair_rng": self.pair_rng.getstate(),
+            "order_rng": self.order_rng.getstate(),
+            "history": [dict(row) for row in self.history],
+            "total_pairs": self.total_pairs,
+            "started": self.started,
+            "replay": self.replay.state_dict(),
+            "comparator": self.comparator.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (rounds built with the same settings, and the
+        current agents already at the saved weights): the next round samples, pairs and
+        draws what the saved run's next round would have.
+
+        Raises:
+            ValueError: the saved comparator does not fit this one.
+        """
+        set_random_state(self.pair_rng, state["pair_rng"])
+        set_random_state(self.order_rng, state["order_rng"])
+        self.history = [dict(row) for row in state["history"]]
+        self.total_pairs = int(state["total_pairs"])
+        self.started = bool(state["started"])
+        self.replay.load_state_dict(state["replay"])
+        self.comparator.load_state_dict(state["comparator"])
 
     def pair_batches(
         self, pairs: Sequence[IterPair], epochs: int, batch: int

@@ -1,0 +1,68 @@
+"""The pieces every ``comlrl train`` run shares (:mod:`comlrl.algos.cli.run_steps`): the
+evaluation split loader, the agents loader's naming and seeds, the resume line, and the
+exit codes of a run that training stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from comlrl.algos.cli import run_steps
+from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.lifecycle import TrainingInterrupted
+from comlrl.core import RewardFunctionError
+
+
+class _Task:
+    def load(self, split: str) -> list[dict[str, Any]]:
+        if split != "test":
+            raise KeyError(f"no split {split!r}")
+        return [{"i": i} for i in range(5)]
+
+
+def test_the_eval_split_is_cut_to_its_limit_and_a_missing_split_names_eval_split() -> None:
+    assert run_steps.load_eval_split(_Task(), "test", 2) == [{"i": 0}, {"i": 1}]
+    assert len(run_steps.load_eval_split(_Task(), "test")) == 5
+    with pytest.raises(ConfigError, match=r"eval_split='dev': .*no split 'dev'"):
+        run_steps.load_eval_split(_Task(), "dev")
+
+
+def test_agents_are_named_by_index_and_seeded_from_the_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads: list[tuple[str, int]] = []
+
+    def fake_load(name: str, config: Any, seed: int) -> tuple[Any, Any]:
+        loads.append((name, seed))
+        return object(), object()
+
+    made: list[dict[str, Any]] = []
+
+    class FakeAgent:
+        def __init__(self, model: Any, tok: Any, **kw: Any) -> None:
+            made.append(kw)
+
+    monkeypatch.setattr(run_steps, "_load", fake_load)
+    monkeypatch.setattr("comlrl.algos.rollout.agent.HFAgent", FakeAgent)
+    config = SimpleNamespace(num_agents=3, seed=10, model_for=lambda i: f"m{i}")
+    assert len(run_steps.load_agents(config, prompt_format="raw")) == 3
+    assert loads == [("m0", 10), ("m1", 11), ("m2", 12)]
+    assert made[2] == {"name": "agent_2", "prompt_format": "raw"}
+    run_steps.load_agents(config, 1)
+    assert loads[-1] == ("m0", 10) and len(loads) == 4
+
+
+def test_a_stopped_run_exits_130_on_ctrl_c_and_1_when_the_reward_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ctrl_c = TrainingInterrupted(3, tmp_path / "checkpoints" / "step-000003", tmp_path)
+    assert run_steps.stopped(ctrl_c) == 130
+    assert f"comlrl train --resume {tmp_path}" in capsys.readouterr().err
+    assert run_steps.stopped(RewardFunctionError("boom")) == 1
+    assert "the reward function failed, training stopped: boom" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_steps.stopped(RuntimeError("a bug"))
+    line = run_steps.resuming_line(tmp_path, 3, 8, tmp_path / "ck")
+    assert line == f"resuming {tmp_path} at step 3 of 8 (from {tmp_path / 'ck'})"
