@@ -3,7 +3,6 @@ taken on the log-probability of the whole joint response (``algo=centralized_mad
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,30 +93,6 @@ def test_joint_dpo_loss_equals_a_hand_computation_on_the_joint_responses(
     assert any(not torch.equal(b, p) for b, p in zip(before, tiny_model.parameters()))
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_centralized_madpo_trains_one_joint_policy_from_the_command_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "central_madpo"
-    argv = ["train", "algo=centralized_madpo", "num_steps=3", "progress=false"]
-    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", f"output_dir={out}"]
-    assert main(argv) == 0
-    err = capsys.readouterr().err
-    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples)" in err
-    assert "centralized MADPO (one joint policy, sentences role format)" in err
-    rows = _rows(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    # pairs of joint responses were found and the policy took DPO steps on them
-    stepped = [r for r in rows if r["num_pairs"] > 0]
-    assert stepped and all(r["grad_norm/agent_0"] > 0 for r in stepped)
-    assert "loss/agent_1" not in stepped[0]
-    assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
-    assert (out / "config.yaml").read_text().startswith("algo: centralized_madpo\n")
-
-
 def test_centralized_madpo_checks_its_keys_before_any_model_loads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -127,24 +102,3 @@ def test_centralized_madpo_checks_its_keys_before_any_model_loads(
     assert main([*base, "role_format=xml"]) == 2
     assert "role_format" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-
-
-def test_centralized_marlhf_fits_a_reward_model_then_trains_one_joint_policy(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "central_marlhf"
-    argv = ["train", "algo=centralized_marlhf", "num_steps=2", "progress=false"]
-    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", "num_generations=2"]
-    argv += ["num_candidates=3", "num_collect_batches=2", "reward.num_epochs=2"]
-    argv += ["parallel_agents=false", f"output_dir={out}"]
-    assert main(argv) == 0
-    err = capsys.readouterr().err
-    assert "1 policy for 2 roles (builtin:stories260k) on coop_story (4 examples), MARLHF" in err
-    fit = _rows(out / "reward_model_metrics.jsonl")
-    assert fit and all(r["grad_norm"] > 0 for r in fit)  # the reward model was fit on pairs
-    rows = _rows(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert "completion_len_mean/agent_0" in rows[0] and "completion_len_mean/agent_1" not in rows[0]
-    assert (out / "final" / "reward_model" / "head.safetensors").is_file()
-    assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
-    assert (out / "config.yaml").read_text().startswith("algo: centralized_marlhf\n")

@@ -141,12 +141,20 @@ def run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.models import distributed
 
     owns_group = distributed.init_from_env()
+    code = 1
     try:
-        return _run_train(args)
+        code = _run_train(args)
+        return code
     finally:
         if owns_group:
             import torch.distributed as dist
 
+            if code == 0:
+                # every rank finished: leave the group together. Rank 0 still writes the
+                # final files when the others are done; a rank that tears its gloo
+                # threads down meanwhile was seen to abort at exit ("terminate called
+                # without an active exception", once in a CI run under load).
+                dist.barrier()
             dist.destroy_process_group()
 
 
