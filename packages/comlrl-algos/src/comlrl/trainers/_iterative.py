@@ -218,11 +218,14 @@ def check_iterative_supported(args: Any) -> None:
         args.comparator_policy != "api",
         "no HTTP comparator here; use 'current', 'current_copy', 'model' or 'history'.",
     )
+    centralized = getattr(args, "collaboration_mode", "decentralized") == "centralized"
     _reject(
         args,
         "comparator_generation_mode",
-        args.comparator_generation_mode == "decentralized",
-        "the comparator samples each agent's completion from that agent's own prompt; set "
+        args.comparator_generation_mode == "decentralized" or centralized,
+        "with decentralized agents the comparator samples each agent's completion from that "
+        "agent's own prompt (a centralized comparator is built only for "
+        "collaboration_mode='centralized', whose one joint actor it compares); set "
         "comparator_generation_mode='decentralized'.",
     )
     _reject(
@@ -230,12 +233,6 @@ def check_iterative_supported(args: Any) -> None:
         "comparator_devices",
         args.comparator_devices is None,
         "comparator models share the agents' device; set it to None.",
-    )
-    _reject(
-        args,
-        "preference_replay_dir",
-        args.preference_replay_dir is None,
-        "replayed pairs are kept in memory (no 1.4.3 JSONL shards); set it to None.",
     )
     _reject(
         args,
@@ -287,6 +284,7 @@ def rounds_from_args(
         a.preference_replay_lambda,
         a.preference_replay_sample_size,
         random.Random(seed + 1),
+        shard_dir=a.preference_replay_dir,
     )
     settings: dict[str, Any] = {
         "sampling": params[0],

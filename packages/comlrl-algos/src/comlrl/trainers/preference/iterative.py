@@ -247,14 +247,8 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     def _check_args(self, cfg: MADPOConfig) -> None:
         from comlrl.trainers._iterative import check_iterative_supported
 
-        for field, ok, what in (
-            ("collaboration_mode", cfg.collaboration_mode == "decentralized",
-             "only decentralized MADPOIter is implemented; set collaboration_mode='decentralized'."),
-            ("reference_kl_enabled", not cfg.reference_kl_enabled,
-             "DPO already regularises towards the reference; set reference_kl_enabled=False."),
-        ):  # fmt: skip
-            _reject(cfg, field, ok, what)
-        # after collaboration_mode: "centralized" also sets comparator_generation_mode
+        _reject(cfg, "reference_kl_enabled", not cfg.reference_kl_enabled,
+                "DPO already regularises towards the reference; set reference_kl_enabled=False.")  # fmt: skip
         check_iterative_supported(cfg)
 
     def _policy_agents(self) -> list[Any]:
@@ -334,12 +328,25 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
                 f"MARLHFIterTrainer takes args=MARLHFIterConfig(...), got {type(cfg).__name__}."
             )
         super().__init__(*args, **kwargs)
-        self._reward_init = {
-            k: v.detach().to("cpu", copy=True) for k, v in self.reward_model.state_dict().items()
-        }
+        # centralized: no reward model until training starts (1.4.3's _init_reward_model)
+        self._reward_init = self._initial_reward_weights() if self.reward_model else None
         self._task_reward = self.rl_trainer.eval_reward
         self._reward_trained = False
-        self._setup_rounds(self.rl_trainer._run.agents, int(self._preference.config.seed))
+        seed = int(self._preference.config.seed) if self._preference is not None else 0
+        self._setup_rounds(self.rl_trainer._run.agents, seed)
+
+    def _initial_reward_weights(self) -> dict[str, Any]:
+        return {
+            k: v.detach().to("cpu", copy=True) for k, v in self.reward_model.state_dict().items()
+        }
+
+    def _fresh_reward_model(self) -> None:
+        """Centralized: a new reward model for this round through 1.4.3's
+        ``_init_reward_model`` hook (as 1.4.3 builds one per iteration), and the preference
+        stage over it; decentralized rounds restore the initial weights instead."""
+        self._init_reward_model()
+        self._preference = self._build_preference_stage(self.reward_model, self.reward_tokenizer)
+        self._reward_init = self._initial_reward_weights()
 
     def _policy_agents(self) -> list[Any]:
         return list(self.rl_trainer._run.agents)
@@ -358,6 +365,8 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         from comlrl.trainers._iterative import steps
 
         a, rl = self.args, self.rl_trainer
+        if self.centralized_collaboration is not None:
+            self._fresh_reward_model()
         rm_rows = fit_fresh_reward_model(  # a fresh reward model each round
             self.reward_model,
             self.reward_tokenizer,
@@ -379,7 +388,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
                 rl.evaluate()
             row = rl._train_step()
             row["iteration"] = float(round_index + 1)
-            rl.env_step += batch
+            rl.env_step += int(row.get("num_joint_actions", batch))  # as the RL stage counts
             history.append(row)
             rl._wandb_log(row)
         return history

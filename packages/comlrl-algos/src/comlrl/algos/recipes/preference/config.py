@@ -170,6 +170,9 @@ class IterativeSection(_Validated):
         replay_k, replay_lambda: for ``nearest_k`` / ``lambda_decay`` only.
         replay_sample_size: pairs drawn per round by the replay modes other than
             ``current`` (``None``: as many as this round generated).
+        replay_dir: a folder for every round's pairs (``iteration_XXXX.json``, read back
+            when a draw picks that round; :mod:`comlrl.algos.recipes.preference.replay_shards`);
+            ``None`` keeps them in memory.
     """
 
     steps_per_round: int = Field(4, ge=1)
@@ -185,6 +188,7 @@ class IterativeSection(_Validated):
     replay_k: int | None = Field(None, ge=1)
     replay_lambda: float | None = Field(None, ge=0, le=1)
     replay_sample_size: int | None = Field(None, ge=1)
+    replay_dir: str | None = None
 
     @model_validator(mode="after")
     def _fields_of_their_modes(self) -> IterativeSection:

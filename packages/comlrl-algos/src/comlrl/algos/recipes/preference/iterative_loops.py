@@ -98,6 +98,7 @@ def build_rounds(
         section.replay_lambda,
         section.replay_sample_size,
         random.Random(seed + 1),
+        shard_dir=section.replay_dir,
     )
     k_cmp = section.comparator_num_candidates or sampling.num_generations
     return IterativeRounds(
