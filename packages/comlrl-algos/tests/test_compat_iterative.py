@@ -179,14 +179,10 @@ def test_iterative_config_normalises_aliases_and_checks_modes() -> None:
 @pytest.mark.parametrize(
     ("cls", "kwargs", "field"),
     [
-        (MADPOIterTrainer, {"comparator_policy": "api", "comparator_api_url": "http://x"},
-         "comparator_policy"),
         (MADPOIterTrainer, {"comparator_generation_mode": "centralized"},
          "comparator_generation_mode"),
         (MADPOIterTrainer, {"comparator_devices": "cuda:1"}, "comparator_devices"),
         (MADPOIterTrainer, {"joint_mode": "cross"}, "joint_mode"),
-        (MARLHFIterTrainer, {"comparator_policy": "api", "comparator_api_url": "http://x"},
-         "comparator_policy"),
         (MARLHFIterTrainer, {"comparator_generation_mode": "centralized"},
          "comparator_generation_mode"),
     ],

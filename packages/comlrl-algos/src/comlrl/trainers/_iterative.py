@@ -40,6 +40,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from comlrl.algos.recipes.preference.api_comparator import ApiComparatorClient
 from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative import (
     PAIR_SELECTIONS,
@@ -205,6 +206,33 @@ def validate_iterative_fields(args: Any) -> None:
         )
     if policy == "api" and not args.comparator_api_url:
         raise ValueError("comparator_policy='api' needs comparator_api_url")  # fmt: skip
+    if policy == "api":
+        api_config(args)  # raises ValueError naming a bad comparator_api_* value
+
+
+def api_config(args: Any) -> Any:
+    """The :class:`~comlrl.algos.recipes.preference.api_comparator.ApiComparatorConfig` of
+    1.4.3's ``comparator_api_*`` fields.
+
+    Raises:
+        ValueError: as the config (an empty url, an unknown format, a bad timeout).
+    """
+    from comlrl.algos.recipes.preference.api_comparator import ApiComparatorConfig
+
+    return ApiComparatorConfig(
+        url=str(args.comparator_api_url or ""),
+        format=str(args.comparator_api_format or "generic"),
+        model=args.comparator_api_model,
+        headers=args.comparator_api_headers,
+        api_key=args.comparator_api_key,
+        api_key_env=args.comparator_api_key_env,
+        key_header=args.comparator_api_key_header,
+        key_prefix=args.comparator_api_key_prefix,
+        response_field=args.comparator_api_response_field,
+        extra_body=args.comparator_api_extra_body,
+        timeout=float(args.comparator_api_timeout),
+        max_n_per_request=args.comparator_api_max_n_per_request,
+    )
 
 
 def check_iterative_supported(args: Any) -> None:
@@ -212,12 +240,6 @@ def check_iterative_supported(args: Any) -> None:
     the iterative settings this package does not implement; called before any model loads."""
     from comlrl.trainers._base import JOINT_MODES, _reject
 
-    _reject(
-        args,
-        "comparator_policy",
-        args.comparator_policy != "api",
-        "no HTTP comparator here; use 'current', 'current_copy', 'model' or 'history'.",
-    )
     centralized = getattr(args, "collaboration_mode", "decentralized") == "centralized"
     _reject(
         args,
@@ -277,6 +299,7 @@ def rounds_from_args(
         history_k=int(a.comparator_history_k or 1),
         num_rounds=int(a.num_iterations),
         seed=seed + 7919,
+        api=ApiComparatorClient(api_config(a)) if a.comparator_policy == "api" else None,
     )
     replay = PreferenceReplay(
         a.preference_replay_mode,
