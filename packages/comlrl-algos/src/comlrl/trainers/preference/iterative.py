@@ -221,8 +221,9 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
     joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.recipe.madpo_update`)
-    on the round's training pairs, ``train_batch_size`` pairs per step, against the
-    frozen initial policy as reference.
+    on the round's training pairs, ``train_batch_size`` pairs per step: reference-free
+    (``log pi_ref = 0``, as 1.4.3's), or against the frozen initial policy with
+    ``reference_kl_enabled`` (see :class:`MADPOTrainer`).
 
     Args: as :class:`MADPOTrainer` with ``args`` a :class:`MADPOIterConfig`.
 
@@ -247,8 +248,6 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     def _check_args(self, cfg: MADPOConfig) -> None:
         from comlrl.trainers._iterative import check_iterative_supported
 
-        _reject(cfg, "reference_kl_enabled", not cfg.reference_kl_enabled,
-                "DPO already regularises towards the reference; set reference_kl_enabled=False.")  # fmt: skip
         check_iterative_supported(cfg)
 
     def _policy_agents(self) -> list[Any]:
