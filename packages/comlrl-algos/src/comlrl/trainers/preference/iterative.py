@@ -12,7 +12,6 @@ from typing import Any
 from comlrl.algos.recipes.preference.rounds import run_rounds
 from comlrl.trainers._base import (
     CompatTrainer,
-    _reject,
 )
 from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
