@@ -15,7 +15,7 @@ from comlrl.algos.cli.iterative_run import MADPOIterRunConfig, MARLHFIterRunConf
 from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
 from comlrl.algos.cli.run_steps import RunRequest, load_eval_split
 from comlrl.algos.training.config import TrainConfig
-from pydantic import model_validator
+from pydantic import BaseModel, model_validator
 
 __all__ = [
     "CentralizedRunConfig",
@@ -267,7 +267,7 @@ def _one_joint_policy(config: Any, recipe: str) -> None:
         )
 
 
-def _for_one_policy(config: Any, cls: type) -> Any:
+def _for_one_policy(config: Any, cls: type[BaseModel]) -> Any:
     """``config`` as ``cls`` for the joint policy alone (``num_agents=1``, per-role device
     lists cut to the policy's)."""
     data = config.model_dump(exclude={"role_format"})

@@ -327,7 +327,9 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
             )
         super().__init__(*args, **kwargs)
         # centralized: no reward model until training starts (1.4.3's _init_reward_model)
-        self._reward_init = self._initial_reward_weights() if self.reward_model else None
+        self._reward_init: dict[str, Any] = (
+            self._initial_reward_weights() if self.reward_model is not None else {}
+        )
         self._task_reward = self.rl_trainer.eval_reward
         self._reward_trained = False
         seed = int(self._preference.config.seed) if self._preference is not None else 0

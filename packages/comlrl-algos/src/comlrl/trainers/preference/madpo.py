@@ -262,7 +262,7 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
         # reference-free, as CoMLRL 1.4.3's MADPO (log pi_ref = 0); with
         # reference_kl_enabled a frozen copy of each initial agent is the DPO reference
         refs = None if a.reference_kl_enabled else [None] * self.num_agents
-        self._check_reference_devices(fields["device"])
+        self._check_reference_devices(str(fields["device"]))
         self._defer_run(
             lambda: preference.madpo_setup(
                 self._hf_agents(), config, self.env, self._train_rows, None, ref_models=refs
