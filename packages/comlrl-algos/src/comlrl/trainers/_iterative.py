@@ -31,7 +31,10 @@ the two sets of candidates are independent draws); ``model`` samples from frozen
 (``comparator_model_name`` for every agent, or ``comparator_agents``: one name, path or
 model per agent); ``history`` samples from the policy as it was ``comparator_history_k``
 rounds ago (the initial policy while fewer rounds have passed), kept as CPU copies of
-the weights.
+the weights; ``api`` asks a model served over HTTP (``comparator_api_*``,
+:func:`api_config`). With ``collaboration_mode="centralized"`` the one joint actor's
+comparator writes joint responses to the joint prompt (``comparator_generation_mode``
+"centralized").
 """
 
 from __future__ import annotations
