@@ -335,15 +335,7 @@ COMPAT_IGNORED_FILES = [
 #: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
 #: group listed with its reason in docs/compat.md
 COMPAT_KNOWN_FAILURES = [
-    "test_centralized_preference.py::test_centralized_reference_uses_one_device",
-    "test_centralized_preference.py::test_replay_stores_raw_joint_text_and_current_comparator_uses_same_prompt",
-    "test_centralized_preference.py::test_madpo_trains_one_joint_actor[MADPOIterTrainer-MADPOIterConfig]",
-    "test_centralized_preference.py::test_eval_splits_roles_and_uses_task_reward[MADPOIterTrainer-MADPOIterConfig]",
-    "test_centralized_preference.py::test_eval_splits_roles_and_uses_task_reward[MARLHFIterTrainer-MARLHFIterConfig]",
-    "test_centralized_preference.py::test_marlhf_reward_model_and_policy_train_on_joint_text[MARLHFIterTrainer-MARLHFIterConfig]",
     "test_centralized_preference.py::test_marlhf_actor_critic_backends_train_local_models",
-    "test_centralized_preference.py::test_centralized_replay_modes_train_one_actor",
-    "test_centralized_preference.py::test_comparator_sources_keep_joint_text",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-False]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-True]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-raw-False]",

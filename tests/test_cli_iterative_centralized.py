@@ -1,4 +1,5 @@
-"""``comlrl train algo=centralized_magrpo | centralized_madpo | madpo_iter | marlhf_iter``: the recipes that were
+"""``comlrl train algo=centralized_magrpo | centralized_madpo | madpo_iter | marlhf_iter |
+centralized_madpo_iter | centralized_marlhf_iter``: the recipes that were
 only reachable through ``comlrl.trainers`` run end to end from the command line (a few
 steps of the built-in stories260k, in-process) and write the loop driver's outputs."""
 
@@ -6,7 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main
@@ -166,6 +170,8 @@ def test_iterative_recipes_check_their_keys(
     for extra, message in [
         (["replay_mode=nearest_k"], "replay_mode='nearest_k' needs replay_k"),
         (["comparator=model"], "comparator='model' needs comparator_models"),
+        (["comparator=api"], "comparator='api' needs comparator_api_url"),
+        (["comparator_api_url=http://x"], "comparator='api' needs comparator_api_url"),
         (["comparator_history_k=3"], "needs comparator='history'"),
         (["joint_mode=cross"], "set joint_mode=align"),
         (["num_collect_batches=2"], "unknown key"),
@@ -218,3 +224,73 @@ def test_centralized_marlhf_fits_a_reward_model_then_trains_one_joint_policy(
     assert (out / "final" / "reward_model" / "head.safetensors").is_file()
     assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
     assert (out / "config.yaml").read_text().startswith("algo: centralized_marlhf\n")
+
+
+class _StoryComparator(BaseHTTPRequestHandler):
+    """A served comparator: every joint prompt gets the same two-sentence story."""
+
+    prompts: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).prompts.append(body["prompt"])
+        story = "Tom saw a big dog. The dog was happy and they played in the park."
+        reply = json.dumps({"completions": [story] * int(body["num_return_sequences"])})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_centralized_madpo_iter_runs_rounds_against_an_http_comparator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _StoryComparator.prompts = []
+    httpd = HTTPServer(("127.0.0.1", 0), _StoryComparator)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/complete"
+    out = tmp_path / "central_madpo_iter"
+    argv = ["train", "algo=centralized_madpo_iter", "num_steps=2", "steps_per_round=1"]
+    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", "progress=false"]
+    argv += ["comparator=api", f"comparator_api_url={url}", f"replay_dir={tmp_path / 'replay'}"]
+    try:
+        assert main([*argv, f"output_dir={out}"]) == 0
+    finally:
+        httpd.shutdown()
+        thread.join()
+    assert "1 policy for 2 roles (builtin:stories260k) on coop_story" in capsys.readouterr().err
+    # two rounds of two prompts: the served comparator saw the joint prompts
+    assert len(_StoryComparator.prompts) == 4 and all(_StoryComparator.prompts)
+    rows = _rows(out / "metrics.jsonl")
+    assert [(r["step"], r["iteration"]) for r in rows] == [(1, 1.0), (2, 2.0)]
+    for n, row in enumerate(rows, start=1):
+        shard = json.loads((tmp_path / "replay" / f"iteration_{n:04d}.json").read_text())
+        assert shard["num_pairs"] == row["iter/current_preference_pairs"]
+        for pair in shard["pairs"]:  # one joint actor: one prompt, one response a side
+            assert len(pair["prompts"]) == len(pair["chosen"]) == 1
+            assert pair["prompts"][0] in _StoryComparator.prompts
+    assert (out / "final" / "agent_0").is_dir() and not (out / "final" / "agent_1").exists()
+    assert (out / "config.yaml").read_text().startswith("algo: centralized_madpo_iter\n")
+
+
+def test_centralized_marlhf_iter_refits_its_reward_model_each_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "central_marlhf_iter"
+    argv = ["train", "algo=centralized_marlhf_iter", "num_steps=2", "steps_per_round=1"]
+    argv += ["task.kwargs.limit=4", "max_new_tokens=24", "batch_size=2", "num_generations=2"]
+    argv += ["num_candidates=3", "reward.num_epochs=1", "parallel_agents=false"]
+    argv += ["eval_every=0", "progress=false", f"output_dir={out}"]
+    assert main(argv) == 0
+    assert "1 policy for 2 roles (builtin:stories260k)" in capsys.readouterr().err
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1.0, 2.0]
+    assert "completion_len_mean/agent_0" in rows[0] and "completion_len_mean/agent_1" not in rows[0]
+    fits = _rows(out / "reward_model_metrics.jsonl")
+    assert sorted({f["iteration"] for f in fits}) == [1.0, 2.0]
+    assert (out / "final" / "reward_model" / "head.safetensors").is_file()
+    assert (out / "config.yaml").read_text().startswith("algo: centralized_marlhf_iter\n")

@@ -180,3 +180,39 @@ def test_centralized_magrpo_generate_completions_keeps_joint_ids_and_reference_k
         actor.transformer.wte.weight.add_(torch.randn_like(actor.transformer.wte.weight))
     moved = trainer._generate_completions(actor, ROWS[:1], num_return_sequences=3)
     assert all(kl > 1e-4 for kl in moved["reference_kls"])
+
+
+def test_madpo_reference_kl_enabled_is_dpo_against_the_frozen_initial_actor() -> None:
+    """1.4.3 loads reference copies for ``reference_kl_enabled`` and never reads them;
+    here they are the DPO reference: at the first step policy == reference, so every
+    pair's margin is 0 and the loss is ln 2, which the reference-free loss is not."""
+    tok = _tokenizer()
+    losses = {}
+    for enabled in (True, False):
+        trainer = MADPOTrainer(
+            agents=[_model(tok)],
+            tokenizer=tok,
+            train_dataset=ROWS,
+            reward_func=_yes_count,
+            formatters=FORMATTERS,
+            centralized_comparator_adapter=_Halves(),
+            args=MADPOConfig(
+                collaboration_mode="centralized", num_train_epochs=2, train_batch_size=2,
+                rollout_buffer_size=2, reference_kl_enabled=enabled,
+                reference_devices=["cpu"] if enabled else None, **SAMPLING,
+            ),
+        )  # fmt: skip
+        refs = trainer.reference_models
+        assert len(refs) == (1 if enabled else 0)
+        initial = {k: v.clone() for k, v in trainer.agents[0].state_dict().items()}
+        rows = trainer.train()
+        losses[enabled] = rows[0]["loss"]
+        if enabled:
+            ref = refs[0]
+            assert ref is not trainer.agents[0] and not ref.training
+            assert all(not p.requires_grad for p in ref.parameters())
+            for name, tensor in ref.state_dict().items():  # still the initial weights
+                torch.testing.assert_close(tensor, initial[name], rtol=0, atol=0)
+            assert rows[0]["margin"] == 0.0
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.log(torch.tensor(2.0)))
+    assert abs(losses[False] - float(torch.log(torch.tensor(2.0)))) > 1e-4

@@ -118,6 +118,41 @@ def test_replay_all_history_and_lambda_decay_weight_the_rounds() -> None:
         assert abs(got - want) <= 60, counts
 
 
+@pytest.mark.parametrize(
+    ("mode", "k", "lam", "size"),
+    [("current", None, None, None), ("nearest_k", 2, None, 7), ("all_history", None, None, None),
+     ("lambda_decay", None, 0.5, 9)],
+)  # fmt: skip
+def test_replay_on_disk_draws_what_the_memory_replay_draws(
+    mode: str, k: int | None, lam: float | None, size: int | None, tmp_path: Path
+) -> None:
+    sizes = [3, 0, 5, 2]
+    memory = _rounds(PreferenceReplay(mode, k, lam, size, random.Random(4)), sizes)
+    replay = PreferenceReplay(mode, k, lam, size, random.Random(4), shard_dir=tmp_path / "r")
+    disk = _rounds(replay, sizes)
+    assert disk == memory
+    # only the files and counts stay in memory; each file holds its round's pairs
+    assert [len(r) for r in replay.rounds] == sizes
+    assert all(not isinstance(r, list) for r in replay.rounds)
+    saved = json.loads((tmp_path / "r" / "iteration_0003.json").read_text())
+    assert saved["iteration"] == 3 and saved["num_pairs"] == 5
+    assert [p["example"] for p in saved["pairs"]] == [{"i": i} for i in range(5)]
+
+
+def test_replay_on_disk_resumes_from_its_state_and_reports_a_lost_shard(tmp_path: Path) -> None:
+    replay = PreferenceReplay("all_history", None, None, 6, random.Random(1), shard_dir=tmp_path)
+    _rounds(replay, [2, 3])
+    state = replay.state_dict()
+    again = PreferenceReplay("all_history", None, None, 6, random.Random(9), shard_dir=tmp_path)
+    again.load_state_dict(json.loads(json.dumps(state)))  # plain values survive JSON
+    nxt = [_pair(2, i) for i in range(2)]
+    assert again.add_and_select(nxt) == replay.add_and_select(nxt)
+    (tmp_path / "iteration_0001.json").unlink()
+    with pytest.raises(FileNotFoundError):
+        for _ in range(20):  # some draw of 6 over 4 rounds picks round 1
+            replay.add_and_select([_pair(9, 0)])
+
+
 # --- config and unsupported settings ------------------------------------------------------
 def test_iterative_config_normalises_aliases_and_checks_modes() -> None:
     cfg = MADPOIterConfig(preference_replay_mode="k", preference_replay_k=2,
@@ -144,16 +179,12 @@ def test_iterative_config_normalises_aliases_and_checks_modes() -> None:
 @pytest.mark.parametrize(
     ("cls", "kwargs", "field"),
     [
-        (MADPOIterTrainer, {"comparator_policy": "api", "comparator_api_url": "http://x"},
-         "comparator_policy"),
         (MADPOIterTrainer, {"comparator_generation_mode": "centralized"},
          "comparator_generation_mode"),
         (MADPOIterTrainer, {"comparator_devices": "cuda:1"}, "comparator_devices"),
-        (MADPOIterTrainer, {"preference_replay_dir": "/tmp/replay"}, "preference_replay_dir"),
         (MADPOIterTrainer, {"joint_mode": "cross"}, "joint_mode"),
-        (MARLHFIterTrainer, {"comparator_policy": "api", "comparator_api_url": "http://x"},
-         "comparator_policy"),
-        (MARLHFIterTrainer, {"collaboration_mode": "centralized"}, "collaboration_mode"),
+        (MARLHFIterTrainer, {"comparator_generation_mode": "centralized"},
+         "comparator_generation_mode"),
     ],
 )  # fmt: skip
 def test_unsupported_iterative_settings_fail_before_any_model_loads(

@@ -31,6 +31,8 @@ EXPECTED = {
     "centralized_magrpo",
     "centralized_madpo",
     "centralized_marlhf",
+    "centralized_madpo_iter",
+    "centralized_marlhf_iter",
     "dpo",
     "sft",
 }

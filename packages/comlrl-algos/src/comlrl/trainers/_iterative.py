@@ -31,7 +31,10 @@ the two sets of candidates are independent draws); ``model`` samples from frozen
 (``comparator_model_name`` for every agent, or ``comparator_agents``: one name, path or
 model per agent); ``history`` samples from the policy as it was ``comparator_history_k``
 rounds ago (the initial policy while fewer rounds have passed), kept as CPU copies of
-the weights.
+the weights; ``api`` asks a model served over HTTP (``comparator_api_*``,
+:func:`api_config`). With ``collaboration_mode="centralized"`` the one joint actor's
+comparator writes joint responses to the joint prompt (``comparator_generation_mode``
+"centralized").
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from comlrl.algos.recipes.preference.api_comparator import ApiComparatorClient
 from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative import (
     PAIR_SELECTIONS,
@@ -205,6 +209,33 @@ def validate_iterative_fields(args: Any) -> None:
         )
     if policy == "api" and not args.comparator_api_url:
         raise ValueError("comparator_policy='api' needs comparator_api_url")  # fmt: skip
+    if policy == "api":
+        api_config(args)  # raises ValueError naming a bad comparator_api_* value
+
+
+def api_config(args: Any) -> Any:
+    """The :class:`~comlrl.algos.recipes.preference.api_comparator.ApiComparatorConfig` of
+    1.4.3's ``comparator_api_*`` fields.
+
+    Raises:
+        ValueError: as the config (an empty url, an unknown format, a bad timeout).
+    """
+    from comlrl.algos.recipes.preference.api_comparator import ApiComparatorConfig
+
+    return ApiComparatorConfig(
+        url=str(args.comparator_api_url or ""),
+        format=str(args.comparator_api_format or "generic"),
+        model=args.comparator_api_model,
+        headers=args.comparator_api_headers,
+        api_key=args.comparator_api_key,
+        api_key_env=args.comparator_api_key_env,
+        key_header=args.comparator_api_key_header,
+        key_prefix=args.comparator_api_key_prefix,
+        response_field=args.comparator_api_response_field,
+        extra_body=args.comparator_api_extra_body,
+        timeout=float(args.comparator_api_timeout),
+        max_n_per_request=args.comparator_api_max_n_per_request,
+    )
 
 
 def check_iterative_supported(args: Any) -> None:
@@ -212,17 +243,14 @@ def check_iterative_supported(args: Any) -> None:
     the iterative settings this package does not implement; called before any model loads."""
     from comlrl.trainers._base import JOINT_MODES, _reject
 
-    _reject(
-        args,
-        "comparator_policy",
-        args.comparator_policy != "api",
-        "no HTTP comparator here; use 'current', 'current_copy', 'model' or 'history'.",
-    )
+    centralized = getattr(args, "collaboration_mode", "decentralized") == "centralized"
     _reject(
         args,
         "comparator_generation_mode",
-        args.comparator_generation_mode == "decentralized",
-        "the comparator samples each agent's completion from that agent's own prompt; set "
+        args.comparator_generation_mode == "decentralized" or centralized,
+        "with decentralized agents the comparator samples each agent's completion from that "
+        "agent's own prompt (a centralized comparator is built only for "
+        "collaboration_mode='centralized', whose one joint actor it compares); set "
         "comparator_generation_mode='decentralized'.",
     )
     _reject(
@@ -230,12 +258,6 @@ def check_iterative_supported(args: Any) -> None:
         "comparator_devices",
         args.comparator_devices is None,
         "comparator models share the agents' device; set it to None.",
-    )
-    _reject(
-        args,
-        "preference_replay_dir",
-        args.preference_replay_dir is None,
-        "replayed pairs are kept in memory (no 1.4.3 JSONL shards); set it to None.",
     )
     _reject(
         args,
@@ -280,6 +302,7 @@ def rounds_from_args(
         history_k=int(a.comparator_history_k or 1),
         num_rounds=int(a.num_iterations),
         seed=seed + 7919,
+        api=ApiComparatorClient(api_config(a)) if a.comparator_policy == "api" else None,
     )
     replay = PreferenceReplay(
         a.preference_replay_mode,
@@ -287,6 +310,7 @@ def rounds_from_args(
         a.preference_replay_lambda,
         a.preference_replay_sample_size,
         random.Random(seed + 1),
+        shard_dir=a.preference_replay_dir,
     )
     settings: dict[str, Any] = {
         "sampling": params[0],

@@ -1,18 +1,21 @@
-"""``comlrl train algo=centralized_magrpo | centralized_madpo | centralized_marlhf``: one
-joint policy plays every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained
-with the MAGRPO group baseline, with DPO on pairs of its joint responses (MADPO with one
-agent: the joint DPO loss on the log-probability of the whole joint response), or with
-MAGRPO on a reward model fit on those pairs' joint texts (MARLHF with one agent)."""
+"""``comlrl train algo=centralized_magrpo | centralized_madpo | centralized_marlhf |
+centralized_madpo_iter | centralized_marlhf_iter``: one joint policy plays every role of a
+task (:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO group baseline,
+with DPO on pairs of its joint responses (MADPO with one agent: the joint DPO loss on the
+log-probability of the whole joint response), with MAGRPO on a reward model fit on those
+pairs' joint texts (MARLHF with one agent), or with the iterative forms of the last two
+(rounds of pairs against a comparator of joint responses)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from comlrl.algos.cli.iterative_run import MADPOIterRunConfig, MARLHFIterRunConfig
 from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
 from comlrl.algos.cli.run_steps import RunRequest, load_eval_split
 from comlrl.algos.training.config import TrainConfig
-from pydantic import model_validator
+from pydantic import BaseModel, model_validator
 
 __all__ = [
     "CentralizedRunConfig",
@@ -23,6 +26,10 @@ __all__ = [
     "run_centralized_marlhf",
     "build_centralized_trainer",
     "build_centralized_madpo_trainer",
+    "CentralizedMADPOIterRunConfig",
+    "run_centralized_madpo_iter",
+    "CentralizedMARLHFIterRunConfig",
+    "run_centralized_marlhf_iter",
 ]
 
 
@@ -248,4 +255,96 @@ def run_centralized_marlhf(config: CentralizedMARLHFRunConfig, request: RunReque
         num_models=1,
         joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
         rl_config=config.policy_config(),
+    )
+
+
+def _one_joint_policy(config: Any, recipe: str) -> None:
+    """Raise ``ValueError`` unless ``config.models`` names one joint policy."""
+    if len(config.models) != 1:
+        raise ValueError(
+            f"{recipe} trains one joint policy but models lists {len(config.models)}: "
+            f"{config.models!r}; give one model"
+        )
+
+
+def _for_one_policy(config: Any, cls: type[BaseModel]) -> Any:
+    """``config`` as ``cls`` for the joint policy alone (``num_agents=1``, per-role device
+    lists cut to the policy's)."""
+    data = config.model_dump(exclude={"role_format"})
+    data["num_agents"] = 1
+    for key in ("agent_devices", "reference_devices"):
+        if isinstance(data.get(key), list):
+            data[key] = data[key][:1]
+    return cls.model_validate(data)
+
+
+class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
+    """:class:`~comlrl.algos.cli.iterative_run.MADPOIterRunConfig` for centralized
+    collaboration: ``num_agents`` is the role count, ``models`` names the one joint
+    policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Each round compares the
+    policy's joint responses with the comparator's (``comparator``: the policy itself, a
+    frozen model, its past self, or an HTTP API) under the task's joint reward of the
+    parsed roles, and trains on DPO steps over the whole joint response."""
+
+    output_dir: str = "runs/centralized_madpo_iter"
+    role_format: Literal["sentences", "tagged"] = "sentences"
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CentralizedMADPOIterRunConfig:
+        _one_joint_policy(self, "centralized MADPO-Iter")
+        return self
+
+    def policy_config(self) -> MADPOIterRunConfig:
+        """The joint policy's own config: these settings for one agent."""
+        result: MADPOIterRunConfig = _for_one_policy(self, MADPOIterRunConfig)
+        return result
+
+
+def run_centralized_madpo_iter(config: CentralizedMADPOIterRunConfig, request: RunRequest) -> int:
+    """``algo=centralized_madpo_iter``: :func:`comlrl.algos.cli.iterative_run.run_madpo_iter`
+    with one joint policy (its final weights in ``final/agent_0``)."""
+    from comlrl.algos.cli.iterative_run import run_madpo_iter
+
+    return run_madpo_iter(
+        config,
+        request,
+        algo="centralized_madpo_iter",
+        num_models=1,
+        joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
+        policy_config=config.policy_config(),
+    )
+
+
+class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
+    """:class:`~comlrl.algos.cli.iterative_run.MARLHFIterRunConfig` for centralized
+    collaboration (one joint policy, ``role_format``): each round's comparator pairs of
+    joint responses refit the joint reward model on the joint prompt and response, then
+    the policy takes MAGRPO steps on its scores."""
+
+    output_dir: str = "runs/centralized_marlhf_iter"
+    role_format: Literal["sentences", "tagged"] = "sentences"
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> CentralizedMARLHFIterRunConfig:
+        _one_joint_policy(self, "centralized MARLHF-Iter")
+        return self
+
+    def policy_config(self) -> MARLHFIterRunConfig:
+        """The joint policy's own config (its RL steps): these settings for one agent."""
+        result: MARLHFIterRunConfig = _for_one_policy(self, MARLHFIterRunConfig)
+        return result
+
+
+def run_centralized_marlhf_iter(config: CentralizedMARLHFIterRunConfig, request: RunRequest) -> int:
+    """``algo=centralized_marlhf_iter``: :func:`comlrl.algos.cli.iterative_run.run_marlhf_iter`
+    with one joint policy."""
+    from comlrl.algos.cli.iterative_run import run_marlhf_iter
+
+    return run_marlhf_iter(
+        config,
+        request,
+        algo="centralized_marlhf_iter",
+        num_models=1,
+        joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
+        policy_config=config.policy_config(),
     )

@@ -3,6 +3,7 @@ against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative_loo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from comlrl.algos.cli.run_configs import MADPORunConfig, eval_on_start_follows
@@ -96,9 +97,25 @@ def _loader(config: Any) -> Any:
     return lambda name: _load(name, config, config.seed + 7919)[0]
 
 
-def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
+#: ``task -> (formatters, reward)`` of one joint policy (the centralized recipes)
+JointInputs = Callable[[Any], tuple[list[Any], Any]]
+
+
+def run_madpo_iter(
+    config: MADPOIterRunConfig,
+    request: RunRequest,
+    *,
+    algo: str = "madpo_iter",
+    num_models: int | None = None,
+    joint: JointInputs | None = None,
+    policy_config: Any = None,
+) -> int:
     """``algo=madpo_iter``: MADPO-Iter on ``config.task``
-    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_madpo_iter`)."""
+    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_madpo_iter`).
+
+    ``algo=centralized_madpo_iter`` loads ``num_models`` (1) models, takes the one joint
+    policy's ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and
+    builds its MADPO run with ``policy_config`` (the policy's one-agent config)."""
     from comlrl.algos.recipes.preference.iterative_loops import (
         MADPOIterRun,
         build_rounds,
@@ -123,10 +140,15 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
             len(examples),
             f"MADPO-Iter against the {config.comparator} comparator, "
             f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps",
+            _who(config, num_models),
         )
-        agents = load_agents(config, prompt_format=config.prompt_format)
+        agents = load_agents(config, num_models, prompt_format=config.prompt_format)
         madpo = MADPOTrainer(
-            agents, config, task=task, dataset=examples, eval_dataset=eval_examples
+            agents,
+            policy_config or config,
+            dataset=examples,
+            eval_dataset=eval_examples,
+            **_task_inputs(task, joint),
         ).run
         rounds = build_rounds(
             config,
@@ -147,7 +169,7 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
     try:  # a bug from here on keeps its traceback
         history = train_madpo_iter(
             run,
-            **{**config.run_outputs(request, "madpo_iter"), "resume_from": None},
+            **{**config.run_outputs(request, algo), "resume_from": None},
             overwrite=request.clear_earlier,
             reporters=lambda out: reporters_for(
                 out,
@@ -168,11 +190,35 @@ def run_madpo_iter(config: MADPOIterRunConfig, request: RunRequest) -> int:
     return 0
 
 
-def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
+def _who(config: Any, num_models: int | None) -> str:
+    """Who trains, for the run's first line: the agents, or one policy for the roles."""
+    if num_models is None or num_models == config.num_agents:
+        return f"{config.num_agents} agents"
+    return f"{num_models} policy for {config.num_agents} roles"
+
+
+def _task_inputs(task: Any, joint: JointInputs | None) -> dict[str, Any]:
+    """The trainer's task arguments: the task itself, or a joint policy's formatters and
+    reward on it."""
+    if joint is None:
+        return {"task": task}
+    return dict(zip(("formatters", "reward_func"), joint(task), strict=True))
+
+
+def run_marlhf_iter(
+    config: MARLHFIterRunConfig,
+    request: RunRequest,
+    *,
+    algo: str = "marlhf_iter",
+    num_models: int | None = None,
+    joint: JointInputs | None = None,
+    policy_config: Any = None,
+) -> int:
     """``algo=marlhf_iter``: MARLHF-Iter on ``config.task``
     (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_marlhf_iter`); the
     reward model's fit rows in ``reward_model_metrics.jsonl``, its last fit in
-    ``final/reward_model``."""
+    ``final/reward_model``. ``algo=centralized_marlhf_iter`` as :func:`run_madpo_iter`'s
+    centralized form: one joint policy, its RL steps with ``policy_config``."""
     import torch
     from comlrl.algos.cli.marlhf_run import _save_reward_model
     from comlrl.algos.recipes.preference.config import MADPOConfig
@@ -206,20 +252,22 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
             f"MARLHF-Iter against the {config.comparator} comparator, "
             f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
             f"{config.steps_per_round} steps of estimator {config.estimator}",
+            _who(config, num_models),
         )
         torch.manual_seed(config.seed)
-        agents = load_agents(config, **config.generation_options())
+        agents = load_agents(config, num_models, **config.generation_options())
+        n_models = len(agents)
         backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
         marlhf = MARLHFTrainer(
             agents,
-            MADPOConfig(num_agents=config.num_agents, seed=config.seed, device=config.device),
+            MADPOConfig(num_agents=n_models, seed=config.seed, device=config.device),
             reward_backbone=backbone,
             reward_tokenizer=backbone_tok,
             reward_config=config.reward,
-            task=task,
             dataset=examples,
+            **_task_inputs(task, joint),
         )
-        rl = marlhf.rl_trainer(config, eval_dataset=eval_examples)
+        rl = marlhf.rl_trainer(policy_config or config, eval_dataset=eval_examples)
         run = MARLHFIterRun(
             rl=rl.run,
             rounds=build_rounds(
@@ -253,7 +301,7 @@ def run_marlhf_iter(config: MARLHFIterRunConfig, request: RunRequest) -> int:
     try:  # a bug from here on keeps its traceback
         history = train_marlhf_iter(
             run,
-            record=lifecycle.run_record(config, algo="marlhf_iter", task=task),
+            record=lifecycle.run_record(config, algo=algo, task=task),
             save_final=lambda path: _save_reward_model(marlhf, path / "reward_model"),
         )
     except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:

@@ -7,23 +7,25 @@ line (task or data, agents or model, ``output_dir``, ``metrics.jsonl`` rows, fin
 :mod:`comlrl.algos.cli.runs`). The command line only picks an entry and hands it
 the parsed mapping; the library API (trainers, recipe functions, configs) is unchanged.
 
-======================  =========================================================
-names                   recipe
-======================  =========================================================
-``magrpo`` (``grpo``)   group-mean baseline, std-scaled; the default
-``mareinforce``         no baseline (``reinforce``)
-``marloo`` (``rloo``)   leave-one-out baseline
-``maremax`` (``remax``) the best return of the other samples as baseline
-``centralized_magrpo``  one joint policy for every role (split by ``role_format``)
-``centralized_madpo``   one joint policy, DPO on pairs of its joint responses
-``centralized_marlhf``  one joint policy, MAGRPO on a reward model of its joint texts
-``iac`` / ``maac``      PPO actors with per-agent / one centralised critic, GAE
-``madpo``               multi-agent DPO on joint actions paired by reward gap
-``marlhf``              joint reward model on reward-gap pairs, then MAGRPO on it
-``madpo_iter``          rounds of pairs against a comparator policy, replay, DPO steps
-``marlhf_iter``         rounds of comparator pairs, a reward model refit, MAGRPO steps
-``dpo`` / ``sft``       one model on ``data=rows.jsonl``
-======================  =========================================================
+===========================  =========================================================
+names                        recipe
+===========================  =========================================================
+``magrpo`` (``grpo``)        group-mean baseline, std-scaled; the default
+``mareinforce``              no baseline (``reinforce``)
+``marloo`` (``rloo``)        leave-one-out baseline
+``maremax`` (``remax``)      the best return of the other samples as baseline
+``centralized_magrpo``       one joint policy for every role (split by ``role_format``)
+``centralized_madpo``        one joint policy, DPO on pairs of its joint responses
+``centralized_marlhf``       one joint policy, MAGRPO on a reward model of its joint texts
+``centralized_madpo_iter``   one joint policy, MADPO-Iter rounds on its joint responses
+``centralized_marlhf_iter``  one joint policy, MARLHF-Iter rounds on its joint responses
+``iac`` / ``maac``           PPO actors with per-agent / one centralised critic, GAE
+``madpo``                    multi-agent DPO on joint actions paired by reward gap
+``marlhf``                   joint reward model on reward-gap pairs, then MAGRPO on it
+``madpo_iter``               rounds of pairs against a comparator policy, replay, DPO steps
+``marlhf_iter``              rounds of comparator pairs, a reward model refit, MAGRPO steps
+``dpo`` / ``sft``            one model on ``data=rows.jsonl``
+===========================  =========================================================
 
 Without ``algo``, ``estimator`` picks the group-baseline entry as it always has
 (``comlrl train estimator=rloo`` is ``marloo``). This module imports no torch: config
@@ -252,6 +254,23 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "comlrl.algos.cli.centralized_run:CentralizedMARLHFRunConfig",
                 "comlrl.algos.cli.centralized_run:run_centralized_marlhf",
                 aliases=("central_marlhf",),
+                resumable=True,
+            ),
+            Recipe(
+                "centralized_madpo_iter",
+                "Centralized MADPO-Iter: one joint policy; rounds of pairs of its joint "
+                "responses against a comparator's (itself, a frozen model, its past self, an "
+                "HTTP API), replayed, then DPO steps",
+                "comlrl.algos.cli.centralized_run:CentralizedMADPOIterRunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_madpo_iter",
+                resumable=True,
+            ),
+            Recipe(
+                "centralized_marlhf_iter",
+                "Centralized MARLHF-Iter: one joint policy; rounds of comparator pairs of "
+                "joint responses, a reward model refit on them, then MAGRPO steps",
+                "comlrl.algos.cli.centralized_run:CentralizedMARLHFIterRunConfig",
+                "comlrl.algos.cli.centralized_run:run_centralized_marlhf_iter",
                 resumable=True,
             ),
             Recipe(

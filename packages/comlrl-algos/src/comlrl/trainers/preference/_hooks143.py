@@ -43,13 +43,18 @@ class PreferenceHooks143:
         batch_items: Sequence[Mapping[str, Any]],
         num_return_sequences: int = 1,
         max_new_tokens: int | None = None,
+        *,
+        agent_idx: int | None = None,
+        prompts_override: Sequence[str] | None = None,
         **_ignored: Any,
     ) -> dict[str, Any]:
-        """1.4.3's sampling of one agent (one of :attr:`agents`): its formatter's prompt
-        per item, ``num_return_sequences`` completions each, through our
-        :class:`~comlrl.algos.rollout.agent.HFAgent` sampler under ``torch.inference_mode``
-        (as 1.4.3's ``generate``). ``min_new_tokens`` and other ``generate`` options are
-        accepted and ignored (our sampler stops at EOS).
+        """1.4.3's sampling of one agent: its formatter's prompt per item (or
+        ``prompts_override``, one per item), ``num_return_sequences`` completions each,
+        through our :class:`~comlrl.algos.rollout.agent.HFAgent` sampler under
+        ``torch.inference_mode`` (as 1.4.3's ``generate``). ``agent`` is one of
+        :attr:`agents`, or any model (a comparator) when ``agent_idx`` names whose
+        tokenizer and formatter it uses. ``min_new_tokens`` and other ``generate``
+        options are accepted and ignored (our sampler stops at EOS).
 
         Returns:
             ``prompts``, ``batch_items``, ``completions`` (``[item][G]`` texts),
@@ -57,10 +62,13 @@ class PreferenceHooks143:
             (``[item][G]`` tensors, through the EOS when one was sampled).
 
         Raises:
-            ValueError: ``agent`` is not one of the trainer's agents.
+            ValueError: no ``agent_idx`` and ``agent`` is not one of the trainer's agents,
+                or ``prompts_override`` does not give one prompt per item.
         """
-        idx = self._agent_index(agent)
-        return self._sample_outputs(idx, agent, batch_items, num_return_sequences, max_new_tokens)
+        idx = self._agent_index(agent) if agent_idx is None else int(agent_idx)
+        return self._sample_outputs(
+            idx, agent, batch_items, num_return_sequences, max_new_tokens, prompts_override
+        )
 
     def _sample_outputs(
         self,
@@ -69,14 +77,29 @@ class PreferenceHooks143:
         batch_items: Sequence[Mapping[str, Any]],
         num: int,
         max_new_tokens: int | None = None,
+        prompts_override: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         from comlrl.algos.rollout.agent import HFAgent
         from comlrl.core import SamplingParams
 
         a = self.args
-        prompts = [self.formatters[idx](dict(item)) for item in batch_items]
+        if prompts_override is None:
+            prompts = [self.formatters[idx](dict(item)) for item in batch_items]
+        elif len(prompts_override) == len(batch_items):
+            prompts = [str(p) for p in prompts_override]
+        else:
+            raise ValueError(
+                f"prompts_override gives {len(prompts_override)} prompts for "
+                f"{len(batch_items)} batch_items; give one per item"
+            )
         params = SamplingParams.from_config(a, num, max_new_tokens=max_new_tokens)
-        sampler = HFAgent(model, self.tokenizers[idx], name=f"agent_{idx}", prompt_format="raw")
+        sampler = HFAgent(
+            model,
+            self.tokenizers[idx],
+            name=f"agent_{idx}",
+            prompt_format="raw",
+            backend="hf" if "generate" in vars(model) else "native",  # as the trainers' agents
+        )
         g = params.num_generations
         with torch.inference_mode():
             samples = sampler.sample(prompts, params)

@@ -56,19 +56,26 @@ def output_path(directory: str, configured: Any, wandb_config: Any) -> str:
 
 def _pair_record(pair: Any) -> dict[str, Any]:
     """A pair (our :class:`~comlrl.trainers._iterative.IterPair` or a :class:`Pair143`)
-    as a JSON record: prompts, winner/loser completions and rewards."""
-    if isinstance(pair, Pair143):
-        won, lost = pair.winner_completions, pair.loser_completions
-        rewards = (pair.winner_reward, pair.loser_reward)
-    else:
-        won, lost = pair.chosen, pair.rejected
-        rewards = (pair.chosen_reward, pair.rejected_reward)
+    as 1.4.3's JSON record: prompts, winner/loser completions and rewards (a
+    :class:`Pair143` also its raw rewards and candidate mean)."""
+    if not isinstance(pair, Pair143):
+        return {
+            "prompts": list(pair.prompts),
+            "winner_completions": list(pair.chosen),
+            "loser_completions": list(pair.rejected),
+            "winner_reward": float(pair.chosen_reward),
+            "loser_reward": float(pair.rejected_reward),
+        }
     return {
         "prompts": list(pair.prompts),
-        "winner_completions": list(won),
-        "loser_completions": list(lost),
-        "winner_reward": float(rewards[0]),
-        "loser_reward": float(rewards[1]),
+        "winner_completions": list(pair.winner_completions),
+        "loser_completions": list(pair.loser_completions),
+        "winner_reward": float(pair.winner_reward),
+        "loser_reward": float(pair.loser_reward),
+        "candidate_reward_mean": float(pair.candidate_reward_mean),
+        "raw_rewards": [float(r) for r in pair.raw_rewards],
+        "target_raw_reward": float(pair.target_raw_reward),
+        "comparator_raw_reward": float(pair.comparator_raw_reward),
     }
 
 
@@ -132,6 +139,104 @@ class IterativeHooks143(IterativePairHooks143):
             json.dump(payload, handle, ensure_ascii=False)
         os.replace(f"{path}.tmp", path)
         return ReplayShard(iteration, path, len(records)) if records else None
+
+    def _load_replay_shard(self, shard: ReplayShard | None) -> list[Pair143]:
+        """1.4.3's pairs of a shard :meth:`_write_iteration_preference_pairs` wrote, each
+        agent's tensors re-tokenized from the text (``[]`` for ``None``).
+
+        Raises:
+            ValueError: a record without ``A`` prompts and completions on each side.
+        """
+        if shard is None:
+            return []
+        with open(shard.path, encoding="utf-8") as handle:
+            payload = json.load(handle)
+        records = payload.get("pairs", []) if isinstance(payload, dict) else payload
+        pairs = []
+        for record in records:
+            texts = [
+                list(record[k]) for k in ("prompts", "winner_completions", "loser_completions")
+            ]
+            if any(len(t) != int(self.num_agents) for t in texts):
+                raise ValueError(
+                    f"replay record in {shard.path} holds {[len(t) for t in texts]} prompts/"
+                    f"winners/losers for {self.num_agents} agents: {record!r}"
+                )
+            prompts, won, lost = texts
+            raw = [float(r) for r in record.get("raw_rewards") or []]
+            pairs.append(
+                Pair143(
+                    prompts=prompts,
+                    winner_completions=won,
+                    loser_completions=lost,
+                    winner_reward=float(record.get("winner_reward", 0.0)),
+                    loser_reward=float(record.get("loser_reward", 0.0)),
+                    raw_rewards=raw,
+                    target_raw_reward=float(record.get("target_raw_reward") or 0.0),
+                    comparator_raw_reward=float(record.get("comparator_raw_reward") or 0.0),
+                    candidate_reward_mean=float(record.get("candidate_reward_mean", 0.0)),
+                    agent_tensors=[
+                        self._preference_tensors_from_text(i, prompts[i], won[i], lost[i])
+                        for i in range(int(self.num_agents))
+                    ],
+                )
+            )
+        return pairs
+
+    # --- policy snapshots (1.4.3's ``policy_checkpoint_dir``) -------------------------
+    def _save_policy_checkpoint(self, label: str) -> str:
+        """Every agent's model and tokenizer in ``<policy dir>/<label>/agent_<i>``
+        (Hugging Face format); returns ``<policy dir>/<label>``."""
+        from comlrl.algos.training.saving import save_agent_checkpoint
+
+        root = os.path.join(self._policy_checkpoint_dir(), str(label))
+        for i, agent in enumerate(self._policy_agents()):  # type: ignore[attr-defined]
+            save_agent_checkpoint(agent, os.path.join(root, f"agent_{i}"))
+        return root
+
+    def _save_initial_policy_checkpoint(self) -> str:
+        """The policy before training, saved once as ``initial``."""
+        if not getattr(self, "_initial_policy_checkpoint_saved", False):
+            self._save_policy_checkpoint("initial")
+            self._initial_policy_checkpoint_saved = True
+        return os.path.join(self._policy_checkpoint_dir(), "initial")
+
+    def _policy_checkpoints_enabled(self) -> bool:
+        return bool(getattr(self.args, "policy_checkpoint_dir", None)) or (
+            getattr(self.args, "comparator_policy", None) == "history"
+        )
+
+    def _maybe_save_initial_policy_checkpoint(self) -> str | None:
+        """:meth:`_save_initial_policy_checkpoint` when snapshots are on (a
+        ``policy_checkpoint_dir`` or the history comparator), else None."""
+        return (
+            self._save_initial_policy_checkpoint() if self._policy_checkpoints_enabled() else None
+        )
+
+    def _maybe_save_iteration_policy_checkpoint(self, iteration_idx: int) -> str | None:
+        """The policy after round ``iteration_idx`` as ``iteration_XXXX`` (0-based) when
+        snapshots are on, else None."""
+        if not self._policy_checkpoints_enabled():
+            return None
+        return self._save_policy_checkpoint(f"iteration_{int(iteration_idx):04d}")
+
+    def _load_single_policy_checkpoint_agent(self, checkpoint_dir: str, agent_idx: int) -> Any:
+        """Agent ``agent_idx``'s saved model from ``checkpoint_dir/agent_<i>``, frozen
+        (eval mode, no gradients) on that agent's device.
+
+        Raises:
+            ValueError: the folder is missing.
+        """
+        from comlrl.trainers._loading import _model_kwargs
+        from transformers import AutoModelForCausalLM
+
+        source = os.path.join(str(checkpoint_dir), f"agent_{int(agent_idx)}")
+        if not os.path.isdir(source):
+            raise ValueError(f"no saved policy for agent {agent_idx}: {source} is not a folder")
+        kwargs = _model_kwargs(dict(getattr(self, "model_config", None) or {}))
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        device = next(self.agents[int(agent_idx)].parameters()).device  # type: ignore[attr-defined]
+        return model.to(device).eval().requires_grad_(False)
 
     # --- reward histograms (1.4.3's ``log_reward_distribution``) ---------------------
     def _reward_distribution_bin_edges(self) -> np.ndarray:

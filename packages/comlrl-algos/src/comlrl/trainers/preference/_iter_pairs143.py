@@ -42,9 +42,9 @@ class Pair143:
         agent_tensors: ``A`` :class:`PairTensors`.
     """
 
-    prompts: tuple[str, ...]
-    winner_completions: tuple[str, ...]
-    loser_completions: tuple[str, ...]
+    prompts: list[str]
+    winner_completions: list[str]
+    loser_completions: list[str]
     winner_reward: float
     loser_reward: float
     raw_rewards: list[float]
@@ -91,29 +91,101 @@ class IterativePairHooks143:
             return self._generate_centralized_comparator_outputs_for_item(
                 batch_item, iteration_idx=iteration_idx, num_candidates=num_candidates
             )
-        if str(getattr(a, "comparator_policy", "current")) == "current":
-            models = list(self.agents)  # type: ignore[attr-defined]
-        else:
-            rounds = self.rounds  # type: ignore[attr-defined]
-            comparator = rounds.comparator.agents_for(int(iteration_idx))
-            models = [getattr(agent, "model", agent) for agent in comparator]
+        if str(a.comparator_policy) == "api":  # each agent's prompt to the API
+            outputs = []
+            for i in range(int(self.num_agents)):
+                prompt = self.formatters[i](dict(batch_item))  # type: ignore[attr-defined]
+                texts = self._call_comparator_api(
+                    prompt=prompt, agent_idx=i, batch_item=batch_item, num_candidates=num_candidates
+                )
+                outputs.append(
+                    {"prompts": [prompt], "batch_items": [batch_item], "completions": [texts]}
+                )
+            return outputs
         return self._generate_policy_outputs_for_item(
-            models, batch_item, num_candidates=num_candidates
+            self._comparator_models(iteration_idx), batch_item, num_candidates=num_candidates
         )
 
-    def _generate_centralized_comparator_outputs_for_item(
-        self, batch_item: Mapping[str, Any], **_: Any
-    ) -> list[dict[str, Any]]:
-        """1.4.3's centralized comparator sampling: not supported here.
+    def _call_comparator_api(
+        self,
+        *,
+        prompt: str,
+        agent_idx: int,
+        batch_item: Mapping[str, Any],
+        num_candidates: int,
+    ) -> list[str]:
+        """``num_candidates`` completions of ``prompt`` from the HTTP comparator
+        (``comparator_api_*``; :class:`comlrl.algos.recipes.preference.api_comparator.ApiComparatorClient`),
+        sampled with the trainer's ``max_new_tokens`` / ``temperature`` / ``top_p`` /
+        ``top_k``.
 
         Raises:
-            UnsupportedFieldError: always (``comparator_generation_mode="centralized"``).
+            ApiComparatorError: the request failed or returned no completion.
+        """
+        from comlrl.algos.recipes.preference.api_comparator import ApiComparatorClient
+        from comlrl.core import SamplingParams
+        from comlrl.trainers._iterative import api_config
+
+        client = self.__dict__.get("_api_client")
+        if client is None:
+            client = self.__dict__["_api_client"] = ApiComparatorClient(api_config(self.args))
+        params = SamplingParams.from_config(self.args, int(num_candidates))
+        return client.complete(
+            prompt, int(num_candidates), params, agent_idx=int(agent_idx), example=batch_item
+        )
+
+    def _comparator_models(self, iteration_idx: int) -> list[Any]:
+        """Round ``iteration_idx``'s comparator models: the current agents for
+        ``comparator_policy="current"``, else the comparator's (``self.rounds.comparator``,
+        a :class:`comlrl.algos.recipes.preference.comparator.Comparator`)."""
+        if str(getattr(self.args, "comparator_policy", "current")) == "current":
+            return list(self.agents)  # type: ignore[attr-defined]
+        comparator = self.rounds.comparator.agents_for(int(iteration_idx))  # type: ignore[attr-defined]
+        return [getattr(agent, "model", agent) for agent in comparator]
+
+    def _generate_centralized_comparator_outputs_for_item(
+        self,
+        batch_item: Mapping[str, Any],
+        *,
+        iteration_idx: int = 0,
+        num_candidates: int,
+        **_: Any,
+    ) -> list[dict[str, Any]]:
+        """1.4.3's centralized comparator of the one joint actor
+        (``collaboration_mode="centralized"``): ``num_candidates`` joint responses to the
+        joint prompt from round ``iteration_idx``'s comparator model (or the HTTP
+        comparator, ``_call_comparator_api``), kept as joint text: one output
+        (``prompts``, ``batch_items``, ``completions`` as ``[1][K]``).
+
+        Raises:
+            UnsupportedFieldError: decentralized agents (a comparator that writes every
+                role's text for agents that each write one is not built here).
         """
         from comlrl.trainers._fields import UnsupportedFieldError
 
-        raise UnsupportedFieldError(
-            "comparator_generation_mode='centralized' is not supported by comlrl.trainers; "
-            "set comparator_generation_mode='decentralized'."
+        collaboration = getattr(self, "centralized_collaboration", None)
+        if collaboration is None:
+            raise UnsupportedFieldError(
+                "comparator_generation_mode='centralized' with decentralized agents is not "
+                "supported by comlrl.trainers; set comparator_generation_mode='decentralized'."
+            )
+        prompt = collaboration.build_prompt(dict(batch_item))
+        if str(self.args.comparator_policy) == "api":
+            texts = self._call_comparator_api(  # type: ignore[attr-defined]
+                prompt=prompt, agent_idx=0, batch_item=batch_item, num_candidates=num_candidates
+            )
+        else:
+            out = self._generate_completions(  # type: ignore[attr-defined]
+                self._comparator_models(iteration_idx)[0],
+                [batch_item],
+                agent_idx=0,
+                num_return_sequences=num_candidates,
+                max_new_tokens=self.args.max_new_tokens,
+                prompts_override=[prompt],
+            )
+            texts = out["completions"][0]
+        return self._split_centralized_comparator_outputs(
+            texts, batch_item=batch_item, prompt=prompt
         )
 
     def _split_centralized_comparator_outputs(
@@ -121,7 +193,8 @@ class IterativePairHooks143:
     ) -> list[dict[str, Any]]:
         """1.4.3's split of a centralized comparator's joint completions into one output
         per agent (``prompts``, ``batch_items``, ``completions`` as ``[1][K]``) with
-        ``centralized_comparator_adapter.parse_completion``.
+        ``centralized_comparator_adapter.parse_completion``; a centralized trainer's one
+        joint actor keeps the joint text whole (one output).
 
         Raises:
             ValueError: no completions, or a parse that does not give ``A`` outputs.
@@ -129,6 +202,9 @@ class IterativePairHooks143:
         """
         if not completions:
             raise ValueError("the centralized comparator produced no candidates")
+        if getattr(self, "centralized_collaboration", None) is not None:
+            whole = [str(text) for text in completions]
+            return [{"prompts": [prompt], "batch_items": [batch_item], "completions": [whole]}]
         adapter = self.centralized_comparator_adapter  # type: ignore[attr-defined]
         per_agent: list[list[str]] = [[] for _ in range(int(self.num_agents))]
         for text in completions:
@@ -167,6 +243,11 @@ class IterativePairHooks143:
 
         processor = getattr(getattr(self, "env", None), "reward", None)
         processor = getattr(processor, "processor", None)
+        collaboration = getattr(self, "centralized_collaboration", None)
+        if collaboration is not None:  # one joint actor: its joint texts' task reward
+            processor = getattr(self, "reward_processor", None)
+            raw = collaboration(list(agent_completions[0]), batch_items=list(batch_items))
+            return raw, [float(processor(r)) if processor else r for r in raw]
         raw = [
             call_reward_function(
                 self.reward_func,
@@ -290,9 +371,9 @@ class IterativePairHooks143:
             other = wi if ws == "comparator" else li
             pairs.append(
                 Pair143(
-                    prompts=tuple(prompts),
-                    winner_completions=tuple(texts[ws][i][wi] for i in range(self.num_agents)),
-                    loser_completions=tuple(texts[ls][i][li] for i in range(self.num_agents)),
+                    prompts=list(prompts),
+                    winner_completions=[texts[ws][i][wi] for i in range(self.num_agents)],
+                    loser_completions=[texts[ls][i][li] for i in range(self.num_agents)],
                     winner_reward=float(processed[ws][wi]),
                     loser_reward=float(processed[ls][li]),
                     raw_rewards=[float(raw[ws][wi]), float(raw[ls][li])],
@@ -302,4 +383,13 @@ class IterativePairHooks143:
                     agent_tensors=tensors,
                 )
             )
+        return pairs
+
+    def _build_preference_dataset(self, **kwargs: Any) -> list[Pair143]:
+        """1.4.3's pairs of one round on every training example, in order
+        (:meth:`_generate_preference_pairs_for_item`; ``iteration_idx`` picks the round's
+        comparator)."""
+        pairs: list[Pair143] = []
+        for item in self._train_rows:  # type: ignore[attr-defined]
+            pairs.extend(self._generate_preference_pairs_for_item(item, **kwargs))
         return pairs

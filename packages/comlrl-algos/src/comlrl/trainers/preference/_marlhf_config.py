@@ -111,13 +111,6 @@ def _check_marlhf(cfg: MARLHFConfig) -> None:
     if isinstance(cfg, MARLHFIterConfig):
         from comlrl.trainers._iterative import check_iterative_supported
 
-        # collaboration_mode first: "centralized" also sets comparator_generation_mode
-        _reject(
-            cfg,
-            "collaboration_mode",
-            cfg.collaboration_mode == "decentralized",
-            "only decentralized MARLHFIter is implemented; set collaboration_mode='decentralized'.",
-        )
         check_iterative_supported(cfg)
         return
     _reject(cfg, "num_turns", cfg.num_turns == 1, "MARLHF is single-turn; set num_turns=1.")

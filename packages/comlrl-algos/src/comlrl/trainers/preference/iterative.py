@@ -12,7 +12,6 @@ from typing import Any
 from comlrl.algos.recipes.preference.rounds import run_rounds
 from comlrl.trainers._base import (
     CompatTrainer,
-    _reject,
 )
 from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
@@ -36,15 +35,17 @@ class _IterativeFields:
     Implemented: ``num_iterations``; ``preference_replay_mode`` (``current`` |
     ``nearest_k`` | ``all_history`` | ``lambda_decay``) with ``preference_replay_k``,
     ``preference_replay_lambda``, ``preference_replay_sample_size``;
-    ``policy_checkpoint_dir`` (the policy before round 0 and after each round, as
-    ``initial/agent_<i>`` and ``iteration_XXXX/agent_<i>``); ``comparator_policy``
-    (``current`` | ``current_copy`` | ``model`` | ``history``), ``comparator_model_name``,
-    ``comparator_agents``, ``comparator_num_candidates``, ``comparator_history_k``;
-    ``comparator_generation_mode="decentralized"``; ``log_reward_distribution``
-    (:mod:`comlrl.trainers.preference._reward_distribution`). ``comparator_api_*`` are read
-    only by ``comparator_policy="api"``, which raises :class:`UnsupportedFieldError`, as
-    do ``comparator_generation_mode="centralized"``, ``comparator_devices`` and
-    ``preference_replay_dir``.
+    ``preference_replay_dir`` (each round's pairs on disk,
+    :mod:`comlrl.algos.recipes.preference.replay_shards`); ``policy_checkpoint_dir``
+    (the policy before round 0 and after each round, as ``initial/agent_<i>`` and
+    ``iteration_XXXX/agent_<i>``); ``comparator_policy`` (``current`` | ``current_copy``
+    | ``model`` | ``history`` | ``api``), ``comparator_model_name``,
+    ``comparator_agents``, ``comparator_num_candidates``, ``comparator_history_k``,
+    ``comparator_api_*`` (:mod:`comlrl.algos.recipes.preference.api_comparator`);
+    ``comparator_generation_mode`` (``centralized`` only with
+    ``collaboration_mode="centralized"``, where it is the default);
+    ``log_reward_distribution`` (:mod:`comlrl.trainers.preference._reward_distribution`).
+    ``comparator_devices`` raises :class:`UnsupportedFieldError`.
     """
 
     num_iterations: int = 6
@@ -221,8 +222,9 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
     joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.recipe.madpo_update`)
-    on the round's training pairs, ``train_batch_size`` pairs per step, against the
-    frozen initial policy as reference.
+    on the round's training pairs, ``train_batch_size`` pairs per step: reference-free
+    (``log pi_ref = 0``, as 1.4.3's), or against the frozen initial policy with
+    ``reference_kl_enabled`` (see :class:`MADPOTrainer`).
 
     Args: as :class:`MADPOTrainer` with ``args`` a :class:`MADPOIterConfig`.
 
@@ -247,14 +249,6 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
     def _check_args(self, cfg: MADPOConfig) -> None:
         from comlrl.trainers._iterative import check_iterative_supported
 
-        for field, ok, what in (
-            ("collaboration_mode", cfg.collaboration_mode == "decentralized",
-             "only decentralized MADPOIter is implemented; set collaboration_mode='decentralized'."),
-            ("reference_kl_enabled", not cfg.reference_kl_enabled,
-             "DPO already regularises towards the reference; set reference_kl_enabled=False."),
-        ):  # fmt: skip
-            _reject(cfg, field, ok, what)
-        # after collaboration_mode: "centralized" also sets comparator_generation_mode
         check_iterative_supported(cfg)
 
     def _policy_agents(self) -> list[Any]:
@@ -334,12 +328,27 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
                 f"MARLHFIterTrainer takes args=MARLHFIterConfig(...), got {type(cfg).__name__}."
             )
         super().__init__(*args, **kwargs)
-        self._reward_init = {
-            k: v.detach().to("cpu", copy=True) for k, v in self.reward_model.state_dict().items()
-        }
+        # centralized: no reward model until training starts (1.4.3's _init_reward_model)
+        self._reward_init: dict[str, Any] = (
+            self._initial_reward_weights() if self.reward_model is not None else {}
+        )
         self._task_reward = self.rl_trainer.eval_reward
         self._reward_trained = False
-        self._setup_rounds(self.rl_trainer._run.agents, int(self._preference.config.seed))
+        seed = int(self._preference.config.seed) if self._preference is not None else 0
+        self._setup_rounds(self.rl_trainer._run.agents, seed)
+
+    def _initial_reward_weights(self) -> dict[str, Any]:
+        return {
+            k: v.detach().to("cpu", copy=True) for k, v in self.reward_model.state_dict().items()
+        }
+
+    def _fresh_reward_model(self) -> None:
+        """Centralized: a new reward model for this round through 1.4.3's
+        ``_init_reward_model`` hook (as 1.4.3 builds one per iteration), and the preference
+        stage over it; decentralized rounds restore the initial weights instead."""
+        self._init_reward_model()
+        self._preference = self._build_preference_stage(self.reward_model, self.reward_tokenizer)
+        self._reward_init = self._initial_reward_weights()
 
     def _policy_agents(self) -> list[Any]:
         return list(self.rl_trainer._run.agents)
@@ -358,6 +367,8 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         from comlrl.trainers._iterative import steps
 
         a, rl = self.args, self.rl_trainer
+        if self.centralized_collaboration is not None:
+            self._fresh_reward_model()
         rm_rows = fit_fresh_reward_model(  # a fresh reward model each round
             self.reward_model,
             self.reward_tokenizer,
@@ -379,7 +390,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
                 rl.evaluate()
             row = rl._train_step()
             row["iteration"] = float(round_index + 1)
-            rl.env_step += batch
+            rl.env_step += int(row.get("num_joint_actions", batch))  # as the RL stage counts
             history.append(row)
             rl._wandb_log(row)
         return history

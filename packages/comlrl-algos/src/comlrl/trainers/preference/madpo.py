@@ -8,6 +8,10 @@ by the reward, and pairs are formed within the prompt (``pair_selection``,
 agent on its own term of the joint DPO loss (Rafailov et al. 2023, eq. 7, joint log-ratio
 summed over agents) without a reference model (``log pi_ref = 0``), as 1.4.3
 (:func:`comlrl.algos.recipes.preference.recipe.madpo_update`).
+
+``reference_kl_enabled=True`` makes the loss standard DPO against a frozen copy of each
+initial agent (on the agents' device; ``dpo_beta`` sets the strength, ``reference_kl_coef``
+is not read). 1.4.3 loads those copies too but its loss never reads them.
 """
 
 from __future__ import annotations
@@ -144,7 +148,8 @@ class MADPOConfig:
 
 class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
-    reference-free MADPO steps on them (see the module docstring and :meth:`train`).
+    reference-free MADPO steps on them, or DPO against the frozen initial policy with
+    ``reference_kl_enabled`` (see the module docstring and :meth:`train`).
 
     Args:
         agent_model, agents, num_agents, tokenizer, model_config, train_dataset,
@@ -254,15 +259,13 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
             config = preference.MADPOConfig(**fields)
         except ValidationError as exc:
             raise ConfigError(f"MADPOConfig does not translate:\n{exc}") from None
-        # reference-free, as CoMLRL 1.4.3's MADPO: no frozen copies (log pi_ref = 0)
+        # reference-free, as CoMLRL 1.4.3's MADPO (log pi_ref = 0); with
+        # reference_kl_enabled a frozen copy of each initial agent is the DPO reference
+        refs = None if a.reference_kl_enabled else [None] * self.num_agents
+        self._check_reference_devices(str(fields["device"]))
         self._defer_run(
             lambda: preference.madpo_setup(
-                self._hf_agents(),
-                config,
-                self.env,
-                self._train_rows,
-                None,
-                ref_models=[None] * self.num_agents,
+                self._hf_agents(), config, self.env, self._train_rows, None, ref_models=refs
             )
         )
         self.preference_pairs: list[Any] = []
@@ -353,13 +356,33 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
                 self._wandb_log(row)
         return history
 
+    @property
+    def reference_models(self) -> list[Any]:
+        """The frozen reference copy of each agent the DPO loss compares with when
+        ``reference_kl_enabled`` (``[]`` otherwise: reference-free, as 1.4.3's loss)."""
+        if not self.args.reference_kl_enabled:
+            return []
+        return [m for m in self._run.ref_models if m is not None]
+
+    def _check_reference_devices(self, device: str) -> None:
+        """``reference_devices`` must name the agents' one device (the reference copies
+        score the same pairs there).
+
+        Raises:
+            UnsupportedFieldError: another device.
+        """
+        import torch
+        from comlrl.trainers._fields import device_fields
+
+        wanted = device_fields(self.args, self.num_agents).get("reference_devices") or []
+        _reject(
+            self.args,
+            "reference_devices",
+            all(torch.device(d) == torch.device(device) for d in wanted),
+            f"MADPO's reference copies share the agents' device {device!r}; set it to None "
+            "or to that device.",
+        )
+
     def _check_args(self, cfg: MADPOConfig) -> None:
         """Raise :class:`UnsupportedFieldError` for settings MADPO does not implement."""
         _reject(cfg, "num_turns", cfg.num_turns == 1, "MADPO is single-turn here; set num_turns=1.")
-        _reject(
-            cfg,
-            "reference_kl_enabled",
-            not cfg.reference_kl_enabled,
-            "MADPO here, as CoMLRL 1.4.3's, has no reference model; set "
-            "reference_kl_enabled=False.",
-        )

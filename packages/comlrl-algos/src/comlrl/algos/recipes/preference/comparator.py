@@ -10,7 +10,10 @@ Policies (``comparator``):
   once and shared by agents that name the same one;
 - ``history``: the policy as it was ``history_k`` rounds ago (the initial policy while
   fewer rounds have passed), kept as CPU copies of the weights; ``history_k = 1`` is the
-  current policy.
+  current policy;
+- ``api``: a model served behind an HTTP API (:mod:`.api_comparator`), asked for each
+  agent's prompts (one :class:`~.api_comparator.ApiAgent` per agent, tokenizing with that
+  agent's tokenizer).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 __all__ = ["COMPARATORS", "Comparator"]
 
 #: the comparator policies
-COMPARATORS = ("current", "current_copy", "model", "history")
+COMPARATORS = ("current", "current_copy", "model", "history", "api")
 
 
 class Comparator:
@@ -40,10 +43,13 @@ class Comparator:
         num_rounds: the rounds the run has (``None``: unknown; snapshots a later round
             would read are kept either way).
         seed: base seed of the comparator agents' sampling streams.
+        api: ``policy="api"``: the
+            :class:`~comlrl.algos.recipes.preference.api_comparator.ApiComparatorClient`.
 
     Raises:
         ValueError: an unknown ``policy``, ``history_k < 1``, ``policy="model"`` without
-            ``sources`` or ``load``, or ``sources`` of neither one nor ``A`` entries.
+            ``sources`` or ``load``, ``sources`` of neither one nor ``A`` entries, or
+            ``policy="api"`` without ``api`` (or ``api`` with another policy).
     """
 
     def __init__(
@@ -56,9 +62,15 @@ class Comparator:
         history_k: int = 1,
         num_rounds: int | None = None,
         seed: int = 0,
+        api: Any = None,
     ) -> None:
         if policy not in COMPARATORS:
             raise ValueError(f"comparator={policy!r}; use one of {COMPARATORS}")
+        if (policy == "api") != (api is not None):
+            raise ValueError(
+                f"comparator={policy!r} with api={api!r}: the API client is read by "
+                "comparator='api' only, and that policy needs one"
+            )
         if history_k < 1:
             raise ValueError(f"comparator_history_k must be >= 1, got {history_k}")
         self.policy = policy
@@ -70,6 +82,14 @@ class Comparator:
         self.sources: list[Any] = []
         if policy == "model":
             self.sources = self._per_agent(sources)
+        self.api_agents: list[Any] = []
+        if policy == "api":
+            from comlrl.algos.recipes.preference.api_comparator import ApiAgent
+
+            self.api_agents = [
+                ApiAgent(api, a.tokenizer, i, name=f"comparator_{i}")
+                for i, a in enumerate(self.agents)
+            ]
         #: the snapshot index each round's history comparator used (for logs and tests)
         self.used: list[int] = []
         self.frozen: list[Any] | None = None
@@ -143,6 +163,8 @@ class Comparator:
         """The comparator agents of round ``round_index`` (called at the round's start)."""
         if self.policy in ("current", "current_copy"):
             return self.agents
+        if self.policy == "api":
+            return self.api_agents
         if self.policy == "model":
             self._ensure_frozen()
             assert self.frozen is not None

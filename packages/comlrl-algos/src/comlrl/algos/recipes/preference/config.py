@@ -155,12 +155,17 @@ class IterativeSection(_Validated):
         steps_per_round: optimizer steps per round.
         round_prompts: prompts sampled per round (``None``: ``batch_size * steps_per_round``).
         comparator: ``current`` / ``current_copy`` (the current agents), ``model``
-            (frozen ``comparator_models``) or ``history`` (the policy
-            ``comparator_history_k`` rounds ago); see
-            :mod:`comlrl.algos.recipes.preference.comparator`.
+            (frozen ``comparator_models``), ``history`` (the policy
+            ``comparator_history_k`` rounds ago) or ``api`` (a model served at
+            ``comparator_api_url``); see :mod:`comlrl.algos.recipes.preference.comparator`.
         comparator_models: ``comparator="model"``: one model for every agent or one per agent.
         comparator_num_candidates: ``K'`` comparator candidates per prompt (``None``: ``K``).
         comparator_history_k: ``comparator="history"``: rounds back (1: the current policy).
+        comparator_api_url, comparator_api_format, comparator_api_model,
+            comparator_api_key_env: ``comparator="api"``: the endpoint, its request format
+            (``generic``, ``openai_chat``, ``anthropic_messages``, ``openai_responses``),
+            the served model's name and the environment variable holding the API key
+            (:mod:`comlrl.algos.recipes.preference.api_comparator`).
         pair_selection: order of a prompt's pairs before ``pairs_per_prompt`` cuts:
             ``comparator_reward`` (highest comparator reward first), ``reward_gap``,
             ``random``, ``all``.
@@ -170,14 +175,23 @@ class IterativeSection(_Validated):
         replay_k, replay_lambda: for ``nearest_k`` / ``lambda_decay`` only.
         replay_sample_size: pairs drawn per round by the replay modes other than
             ``current`` (``None``: as many as this round generated).
+        replay_dir: a folder for every round's pairs (``iteration_XXXX.json``, read back
+            when a draw picks that round; :mod:`comlrl.algos.recipes.preference.replay_shards`);
+            ``None`` keeps them in memory.
     """
 
     steps_per_round: int = Field(4, ge=1)
     round_prompts: int | None = Field(None, ge=1)
-    comparator: Literal["current", "current_copy", "model", "history"] = "current"
+    comparator: Literal["current", "current_copy", "model", "history", "api"] = "current"
     comparator_models: list[str] | None = None
     comparator_num_candidates: int | None = Field(None, ge=1)
     comparator_history_k: int = Field(1, ge=1)
+    comparator_api_url: str | None = None
+    comparator_api_format: Literal[
+        "generic", "openai_chat", "anthropic_messages", "openai_responses"
+    ] = "generic"
+    comparator_api_model: str | None = None
+    comparator_api_key_env: str | None = None
     pair_selection: Literal["comparator_reward", "reward_gap", "random", "all"] = (
         "comparator_reward"
     )
@@ -185,6 +199,7 @@ class IterativeSection(_Validated):
     replay_k: int | None = Field(None, ge=1)
     replay_lambda: float | None = Field(None, ge=0, le=1)
     replay_sample_size: int | None = Field(None, ge=1)
+    replay_dir: str | None = None
 
     @model_validator(mode="after")
     def _fields_of_their_modes(self) -> IterativeSection:
@@ -207,6 +222,11 @@ class IterativeSection(_Validated):
                 "comparator='model' needs comparator_models=[NAME] (one, or one per agent), "
                 f"and only it reads them (comparator={self.comparator!r}, "
                 f"comparator_models={self.comparator_models!r})"
+            )
+        if (self.comparator == "api") != (self.comparator_api_url is not None):
+            raise ValueError(
+                "comparator='api' needs comparator_api_url=URL, and only it reads it "
+                f"(comparator={self.comparator!r}, comparator_api_url={self.comparator_api_url!r})"
             )
         if self.comparator != "history" and self.comparator_history_k != 1:
             raise ValueError(

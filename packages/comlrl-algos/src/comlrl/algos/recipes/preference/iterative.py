@@ -27,10 +27,12 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
+from comlrl.algos.recipes.preference.replay_shards import ReplayShard, read_shard, write_shard
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
 from comlrl.algos.training.checkpoint import set_random_state
@@ -202,6 +204,14 @@ class PreferenceReplay:
     Args:
         mode, k, lam, sample_size: the ``preference_replay_*`` fields.
         rng: the random stream of every draw.
+        shard_dir: None keeps every round's pairs in memory; a folder writes each round's
+            pairs there (``iteration_XXXX.json``, :mod:`.replay_shards`) and keeps only
+            the file and its pair count, reading a round back when a draw picks it. The
+            draws are the same either way.
+
+    Attributes:
+        rounds: per round, its pairs (in memory) or its
+            :class:`~comlrl.algos.recipes.preference.replay_shards.ReplayShard`.
     """
 
     def __init__(
@@ -211,13 +221,26 @@ class PreferenceReplay:
         lam: float | None,
         sample_size: int | None,
         rng: random.Random,
+        shard_dir: str | Path | None = None,
     ) -> None:
         self.mode, self.k, self.lam, self.sample_size, self.rng = mode, k, lam, sample_size, rng
-        self.rounds: list[list[IterPair]] = []
+        self.shard_dir = None if shard_dir is None else Path(shard_dir)
+        self.rounds: list[list[IterPair] | ReplayShard] = []
+
+    def _pairs(self, stored: list[IterPair] | ReplayShard) -> list[IterPair]:
+        return read_shard(stored) if isinstance(stored, ReplayShard) else stored
 
     def add_and_select(self, pairs: Sequence[IterPair]) -> list[IterPair]:
-        """Store this round's ``pairs`` and return the round's training pairs."""
-        self.rounds.append(list(pairs))
+        """Store this round's ``pairs`` (on disk with a ``shard_dir``) and return the
+        round's training pairs.
+
+        Raises:
+            OSError: the shard cannot be written or read back.
+        """
+        if self.shard_dir is not None:
+            self.rounds.append(write_shard(self.shard_dir, len(self.rounds) + 1, pairs))
+        else:
+            self.rounds.append(list(pairs))
         if self.mode == "current":
             return list(pairs)
         pool = self.rounds[-int(self.k or 1) :] if self.mode == "nearest_k" else self.rounds
@@ -235,7 +258,7 @@ class PreferenceReplay:
         draws = self.rng.choices(eligible, weights=[weights[i] for i in eligible], k=size)
         picked: list[IterPair] = []
         for i in eligible:
-            count, rows = draws.count(i), pool[i]
+            count, rows = draws.count(i), self._pairs(pool[i])
             while count >= len(rows):
                 picked.extend(self.rng.sample(rows, len(rows)))
                 count -= len(rows)
@@ -244,16 +267,25 @@ class PreferenceReplay:
         return picked
 
     def state_dict(self) -> dict[str, Any]:
-        """Every stored round's pairs and the draw stream, as plain values."""
+        """Every stored round's pairs (a shard: its file and count) and the draw stream,
+        as plain values."""
         return {
-            "rounds": [[p.to_state() for p in r] for r in self.rounds],
+            "rounds": [
+                r.to_state() if isinstance(r, ReplayShard) else [p.to_state() for p in r]
+                for r in self.rounds
+            ],
             "rng": self.rng.getstate(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the next :meth:`add_and_select` draws what
         the saved replay's would have."""
-        self.rounds = [[IterPair.from_state(p) for p in r] for r in state["rounds"]]
+        self.rounds = [
+            ReplayShard.from_state(r)
+            if isinstance(r, Mapping)
+            else [IterPair.from_state(p) for p in r]
+            for r in state["rounds"]
+        ]
         set_random_state(self.rng, state["rng"])
 
 

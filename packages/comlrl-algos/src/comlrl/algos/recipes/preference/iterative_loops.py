@@ -91,6 +91,7 @@ def build_rounds(
         history_k=section.comparator_history_k,
         num_rounds=num_rounds,
         seed=seed + 7919,
+        api=_api_client(section) if section.comparator == "api" else None,
     )
     replay = PreferenceReplay(
         section.replay_mode,
@@ -98,6 +99,7 @@ def build_rounds(
         section.replay_lambda,
         section.replay_sample_size,
         random.Random(seed + 1),
+        shard_dir=section.replay_dir,
     )
     k_cmp = section.comparator_num_candidates or sampling.num_generations
     return IterativeRounds(
@@ -108,6 +110,23 @@ def build_rounds(
         pair_selection=section.pair_selection,
         pairs_per_prompt=pairs_per_prompt,
         seed=seed,
+    )
+
+
+def _api_client(section: IterativeSection) -> Any:
+    """The HTTP comparator of ``comparator=api``."""
+    from comlrl.algos.recipes.preference.api_comparator import (
+        ApiComparatorClient,
+        ApiComparatorConfig,
+    )
+
+    return ApiComparatorClient(
+        ApiComparatorConfig(
+            url=str(section.comparator_api_url),
+            format=section.comparator_api_format,
+            model=section.comparator_api_model,
+            api_key_env=section.comparator_api_key_env,
+        )
     )
 
 
