@@ -53,6 +53,7 @@ class ActorCriticTrainerBase(
     """
 
     method: Method = "iac"
+    _checkpoint_kind = "actor_critic"  # train(checkpoint_dir=...) writes resumable checkpoints
     #: CoMLRL 1.4.3: a reward function may return one value per agent (agent a trains on
     #: the a-th); see CompatReward(per_agent=True)
     per_agent_rewards = True
@@ -298,6 +299,20 @@ class ActorCriticTrainerBase(
         if callable(getattr(self, "_collect_rollouts", None)):
             return self._evaluate_rollouts143(num_eval_samples)
         return super().evaluate(num_eval_samples)
+
+    def _checkpoint_write(self, path: Path, section: dict[str, Any]) -> Path:
+        """The actor-critic run (actors, critics, their optimizers) and ``section``."""
+        from comlrl.algos.recipes.actor_critic import state
+        from comlrl.utils.checkpoint import SECTION
+
+        self._run  # noqa: B018 (builds the run on first use)
+        return state.checkpoint(self._ac_run, path, recipe_state={SECTION: section})
+
+    def _checkpoint_restore(self, path: Path, saved: dict[str, Any]) -> None:
+        from comlrl.algos.recipes.actor_critic import state
+
+        self._run  # noqa: B018
+        state.resume(self._ac_run, path, state=saved)
 
     def _train_step(self) -> dict[str, float]:
         from comlrl.algos.recipes.actor_critic import recipe as actor_critic

@@ -273,6 +273,7 @@ class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     #: any REINFORCE-family config works; its advantage_mode picks the baseline (as in 1.4.3)
     accepted_config: type = MAGRPOConfig
     algorithm_name = "MAGRPO"
+    _checkpoint_kind = "magrpo"  # train(checkpoint_dir=...) writes resumable checkpoints
 
     def __init__(
         self,

@@ -1,0 +1,425 @@
+"""CoMLRL 1.4.3's module path ``comlrl.utils.checkpoint``: resumable checkpoints of the
+``comlrl.trainers`` trainers, written in ``comlrl.algos``' step-checkpoint format.
+
+A 1.4.3 script checkpoints and resumes with the same calls here::
+
+    trainer.train(checkpoint_dir="ckpt")                      # ckpt/checkpoint-1, -2, ...
+    trainer.train(resume_from_checkpoint="ckpt/checkpoint-2", checkpoint_dir="ckpt")
+    trainer.save_checkpoint("snapshot"); trainer.load_checkpoint("snapshot")
+    read_checkpoint_metadata("ckpt/checkpoint-2")            # before building a trainer
+
+A checkpoint is committed once per completed pass over ``train_dataset`` (an *epoch*, as
+in 1.4.3): after the first optimizer step at or past the pass's end, and always after the
+last step. ``checkpoint_interval=k`` writes every ``k``-th commit (and the last);
+``checkpoint_total_limit=n`` keeps the newest ``n`` folders this run wrote. The folder
+``checkpoint_dir/checkpoint-<sequence>`` (``sequence``: the commit count) is the
+format of :mod:`comlrl.algos.training.checkpoint`: ``agent_<i>/`` (Hugging Face weights),
+``training_state.pt`` (optimizer moments, the data stream's cursor, every random stream,
+the step; ``torch.load(weights_only=True)`` reads it) and ``checkpoint.json``, built under a
+temporary name and renamed into place, so a folder that exists is complete. The trainer's
+own part (:data:`SECTION`, under the format's recipe-state key) holds the trainer class,
+the config, the epoch cursor (``progress``), the commit ``sequence``, the run id, the W&B
+run identity, ``env_step``, NumPy's global random state and the ``state_dict()`` of
+stateful callbacks (``reward_func``, ``formatters``, ...).
+
+Resuming puts back weights, optimizer moments, data cursor, random streams (Python,
+NumPy, torch, each agent's sampling generator) and counters, so the resumed run takes the
+steps the uninterrupted run would have taken. 1.4.3's on-disk encoding (its ``_encode``
+records, ``checkpoint_owner.json``, preference asset pools) is not written or read
+(docs/compat.md lists the 1.4.3 tests that pin it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "SECTION",
+    "STATE_FILENAME",
+    "TrainingCheckpointMixin",
+    "check_checkpoint_options",
+    "read_checkpoint_metadata",
+]
+
+#: the version of :data:`SECTION`'s layout
+CHECKPOINT_VERSION = 1
+#: the file holding the training state (1.4.3's name, and ``comlrl.algos``')
+STATE_FILENAME = "training_state.pt"
+#: the key of the trainer's part inside the format's recipe state
+SECTION = "comlrl_trainers"
+#: config fields a resumed run may change (they do not change what a step computes)
+PORTABLE_FIELDS = frozenset(
+    {"num_train_epochs", "logging_steps", "agent_devices", "critic_devices",
+     "reference_devices", "parallel_training", "eval_batch_size"}
+)  # fmt: skip
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _state_file(checkpoint: str | Path) -> Path:
+    path = Path(checkpoint).expanduser()
+    return path / STATE_FILENAME if path.is_dir() or path.suffix != ".pt" else path
+
+
+def _load_state(checkpoint: str | Path) -> dict[str, Any]:
+    """``training_state.pt`` of a checkpoint folder (or the file itself), CPU, weights only.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValueError: the file is not a ``comlrl.trainers`` checkpoint (e.g. one CoMLRL 1.4.3
+            wrote, or a ``comlrl train`` run's).
+    """
+    import torch
+    from comlrl.algos.training.checkpoint import RECIPE_STATE
+
+    path = _state_file(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"no training state at {str(path)!r}: not a checkpoint folder")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    section = state.get(RECIPE_STATE, {}).get(SECTION) if isinstance(state, dict) else None
+    if not isinstance(section, dict):
+        kind = (
+            "one CoMLRL 1.4.3 wrote (its own encoding; not read here)"
+            if isinstance(state, dict) and state.get("__kind__") == "dict"
+            else "not one comlrl.trainers wrote"
+        )
+        raise ValueError(
+            f"{str(path)!r} is {kind}; resume with a checkpoint that train(checkpoint_dir=...) "
+            "or save_checkpoint() of comlrl.trainers wrote, or load only the weights with "
+            "agent_model='<folder>/agent_0'."
+        )
+    return dict(state)
+
+
+def _check_section(section: Mapping[str, Any], where: str) -> None:
+    if section.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{where}: checkpoint version {section.get('version')!r}; reads 1")
+    if not isinstance(section.get("trainer_class"), str) or not section["trainer_class"]:
+        raise ValueError(f"{where}: invalid trainer_class {section.get('trainer_class')!r}")
+    seq = section.get("sequence")
+    if type(seq) is not int or seq < 0:
+        raise ValueError(f"{where}: invalid sequence {seq!r} (a count >= 0)")
+    run_id = section.get("run_id")
+    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
+        raise ValueError(f"{where}: invalid run_id {run_id!r} (32 hex digits)")
+
+
+def read_checkpoint_metadata(checkpoint: str | Path) -> dict[str, Any]:
+    """What a checkpoint says about its run, read before any trainer is built.
+
+    Args:
+        checkpoint: a checkpoint folder or its ``training_state.pt``.
+
+    Returns:
+        ``{"version", "trainer_class", "sequence", "run_id", "wandb"}`` (1.4.3's keys):
+        ``wandb`` is ``None`` or ``{"id", "project"?, "entity"?}``, which a script can pass
+        on as ``wandb_config={..., "id": ..., "resume": "allow"}``.
+
+    Raises:
+        FileNotFoundError, ValueError: no checkpoint there, or a malformed one.
+    """
+    section = _load_state(checkpoint)["recipe_state"][SECTION]
+    _check_section(section, str(checkpoint))
+    return {k: section.get(k) for k in ("version", "trainer_class", "sequence", "run_id", "wandb")}
+
+
+def check_checkpoint_options(interval: Any, total_limit: Any) -> None:
+    """1.4.3's checks of ``checkpoint_interval`` (an int >= 1) and
+    ``checkpoint_total_limit`` (None or an int >= 1); ``True``/``1.0``/``"1"`` are refused.
+
+    Raises:
+        ValueError: naming the option and the value.
+    """
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
+        raise ValueError(f"checkpoint_interval must be a positive integer, got {interval!r}")
+    if total_limit is not None and (
+        isinstance(total_limit, bool)
+        or not isinstance(total_limit, numbers.Integral)
+        or total_limit < 1
+    ):
+        raise ValueError(
+            f"checkpoint_total_limit must be a positive integer or None, got {total_limit!r}"
+        )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as ints, floats, strings, lists and dicts (config fields, for comparing)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _config(args: Any) -> dict[str, Any]:
+    if args is None:
+        return {}
+    values = (
+        {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+        if dataclasses.is_dataclass(args)
+        else dict(vars(args))
+    )
+    return {k: _plain(v) for k, v in values.items() if not k.startswith("_")}
+
+
+def _numpy_state() -> list[Any]:
+    import numpy as np
+
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    return [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+
+
+def _set_numpy_state(state: list[Any]) -> None:
+    import numpy as np
+
+    name, keys, pos, has_gauss, cached = state
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def _stateful_callbacks(trainer: Any) -> dict[str, Any]:
+    """The callbacks with ``state_dict``/``load_state_dict`` (1.4.3 saves their state)."""
+    found = {n: getattr(trainer, n, None) for n in
+             ("reward_func", "reward_processor", "external_transition", "eval_logger",
+              "eval_aggregator", "train_dataset", "eval_dataset")}  # fmt: skip
+    for i, fmt in enumerate(getattr(trainer, "formatters", None) or []):
+        found[f"formatters.{i}"] = getattr(fmt, "__wrapped__", fmt)
+    return {n: c for n, c in found.items() if callable(getattr(c, "state_dict", None))}
+
+
+class TrainingCheckpointMixin:
+    """``save_checkpoint``/``load_checkpoint`` and the commit bookkeeping of
+    ``train(checkpoint_dir=..., resume_from_checkpoint=...)`` (see the module docstring).
+
+    The trainer supplies ``_checkpoint_kind`` (its cursor's name: ``"magrpo"``,
+    ``"actor_critic"``), ``_checkpoint_write(path, section) -> Path`` (write the run and
+    ``section`` atomically at ``path`` in ``comlrl.algos``' format) and
+    ``_checkpoint_restore(path, state)`` (put the run back from that folder).
+    """
+
+    args: Any
+    env_step: int
+    _checkpoint_kind: str = ""
+    #: the epoch cursor of the last commit: {} (nothing trained) or {"kind", "epoch"}
+    _checkpoint_progress: dict[str, Any]
+    _checkpoint_sequence: int = 0
+    _checkpoint_run_id: str | None = None
+    _checkpoint_wandb_identity: dict[str, str] | None = None
+    #: a train() stopped between commits: the live state fits no cursor
+    _checkpoint_save_blocked: bool = False
+
+    def _checkpoint_write(self, path: Path, section: dict[str, Any]) -> Path:
+        raise NotImplementedError(f"{type(self).__name__} writes no checkpoints")
+
+    def _checkpoint_restore(self, path: Path, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} reads no checkpoints")
+
+    def _checkpoint_section(self) -> dict[str, Any]:
+        """The trainer's part of ``training_state.pt`` (plain values only)."""
+        callbacks: dict[str, Any] = {}
+        for name, obj in _stateful_callbacks(self).items():
+            if not callable(getattr(obj, "load_state_dict", None)):
+                raise ValueError(f"{name} has state_dict() but no load_state_dict(); add one")
+            callbacks[name] = {"class": type(obj).__qualname__, "state": obj.state_dict()}
+        return {
+            "version": CHECKPOINT_VERSION,
+            "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "config": _config(getattr(self, "args", None)),
+            "progress": dict(self.__dict__.get("_checkpoint_progress") or {}),
+            "sequence": int(self._checkpoint_sequence),
+            "run_id": self._checkpoint_run_id,
+            "wandb": self._checkpoint_wandb(),
+            "env_step": int(getattr(self, "env_step", 0)),
+            "numpy_rng": _numpy_state(),
+            "callbacks": callbacks,
+        }
+
+    def _checkpoint_wandb(self) -> dict[str, str] | None:
+        """The W&B run's identity (``id``, ``project``, ``entity``) once a run is started."""
+        run = getattr(self, "_wandb_run", None)
+        if run is not None and isinstance(getattr(run, "id", None), str):
+            self._checkpoint_wandb_identity = {
+                k: v for k in ("id", "project", "entity") if isinstance(v := getattr(run, k, None), str) and v
+            }
+        return self._checkpoint_wandb_identity
+
+    def _checkpoint_resume_wandb(self, identity: Mapping[str, str] | None) -> None:
+        """Log a resumed run into its W&B run: ``wandb_config`` gets the saved ``id`` and
+        ``resume="allow"`` unless the caller chose an ``id``/``resume`` or a run is open."""
+        config = getattr(self, "wandb_config", None)
+        if not identity or not isinstance(config, dict) or "id" in config or "resume" in config:
+            return
+        if getattr(self, "_wandb_run", None) is not None:
+            return
+        self.wandb_config = {**config, "id": identity["id"], "resume": "allow"}  # type: ignore[attr-defined]
+        for key in ("project", "entity"):
+            if key in identity and not config.get(key):
+                self.wandb_config[key] = identity[key]  # type: ignore[attr-defined]
+
+    def save_checkpoint(self, output_dir: str | Path) -> str:
+        """Write a resumable checkpoint of the trainer at ``output_dir`` (atomically: an
+        existing checkpoint there is replaced only once the new one is complete); no
+        random stream moves. Returns the folder's absolute path.
+
+        Raises:
+            RuntimeError: the last ``train()`` stopped between epoch boundaries (the weights
+                fit no saved cursor); resume the last checkpoint, or train again first.
+            FileExistsError: ``output_dir`` exists and is not a checkpoint folder.
+        """
+        if self._checkpoint_save_blocked:
+            raise RuntimeError(
+                "the last train() stopped before an epoch boundary, so this state fits no "
+                "checkpoint cursor; resume the last saved checkpoint or run train() again."
+            )
+        target = Path(output_dir).expanduser().absolute()
+        if target.is_symlink() or (target.exists() and not (target / STATE_FILENAME).is_file()):
+            raise FileExistsError(f"refusing to replace {str(target)!r}: not a checkpoint folder")
+        return str(self._checkpoint_write(target, self._checkpoint_section()))
+
+    def load_checkpoint(self, checkpoint: str | Path) -> dict[str, Any]:
+        """Put the trainer back at ``checkpoint`` (weights, optimizer moments, data cursor,
+        random streams, ``env_step``, callback states); returns its epoch cursor.
+
+        Raises:
+            ValueError: the checkpoint is of another trainer class, config (fields other
+                than :data:`PORTABLE_FIELDS`), cursor, or not a ``comlrl.trainers`` one;
+                nothing is changed then.
+        """
+        state = _load_state(checkpoint)
+        section = state["recipe_state"][SECTION]
+        self._checkpoint_check(section, str(checkpoint))
+        self._checkpoint_restore(_state_file(checkpoint).parent, state)
+        _set_numpy_state(section["numpy_rng"])
+        self.env_step = int(section["env_step"])
+        live = _stateful_callbacks(self)
+        for name, record in section["callbacks"].items():
+            live[name].load_state_dict(record["state"])
+        self._checkpoint_progress = dict(section["progress"])
+        self._checkpoint_sequence = int(section["sequence"])
+        self._checkpoint_run_id = section.get("run_id") or uuid.uuid4().hex
+        self._checkpoint_wandb_identity = section.get("wandb")
+        self._checkpoint_resume_wandb(section.get("wandb"))
+        self._checkpoint_save_blocked = False
+        return dict(self._checkpoint_progress)
+
+    def _checkpoint_check(self, section: Mapping[str, Any], where: str) -> None:
+        """Refuse a checkpoint that does not fit this trainer, before anything changes."""
+        _check_section(section, where)
+        mine = f"{type(self).__module__}.{type(self).__qualname__}"
+        if section["trainer_class"] != mine:
+            raise ValueError(
+                f"{where} was written by {section['trainer_class']}; this trainer is {mine}"
+            )
+        saved = {k: v for k, v in section["config"].items() if k not in PORTABLE_FIELDS}
+        now = {k: v for k, v in _config(getattr(self, "args", None)).items() if k not in PORTABLE_FIELDS}
+        if saved != now:
+            changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+            raise ValueError(
+                f"{where}: the checkpoint's configuration differs in {', '.join(changed)}; "
+                "resume with the config the run was started with (only "
+                f"{', '.join(sorted(PORTABLE_FIELDS))} may change)."
+            )
+        self._checkpoint_start_epoch(section["progress"])
+        names = set(section["callbacks"])
+        live = set(_stateful_callbacks(self))
+        if names != live:
+            raise ValueError(
+                f"{where}: the checkpoint holds the state of callbacks {sorted(names)} but this "
+                f"trainer has stateful callbacks {sorted(live)}; pass the same callbacks."
+            )
+
+    def _checkpoint_start_epoch(self, progress: Any) -> int:
+        """The completed epochs of a cursor (``{}``: 0).
+
+        Raises:
+            ValueError: a cursor of another loop ("epoch cursor"), or an epoch that is not an
+                int between 0 and ``num_train_epochs`` ("checkpoint epoch").
+        """
+        if not isinstance(progress, Mapping):
+            raise ValueError(f"checkpoint progress must be a dict, got {progress!r}")
+        if progress and (progress.get("kind") != self._checkpoint_kind or "epoch" not in progress):
+            raise ValueError(
+                f"the checkpoint holds no {self._checkpoint_kind} epoch cursor: {dict(progress)!r}"
+            )
+        epoch, total = progress.get("epoch", 0), int(self.args.num_train_epochs)
+        if type(epoch) is not int or not 0 <= epoch <= total:
+            raise ValueError(
+                f"checkpoint epoch {epoch!r} must be an int between 0 and num_train_epochs={total}"
+            )
+        return epoch
+
+    def _checkpoint_begin(
+        self,
+        resume_from_checkpoint: str | Path | None,
+        checkpoint_dir: str | Path | None,
+        interval: int,
+        total_limit: int | None,
+    ) -> None:
+        """Start a checkpointed ``train()``: check ``checkpoint_dir``, resume when asked."""
+        self._checkpoint_dir = (
+            Path(checkpoint_dir).expanduser().absolute() if checkpoint_dir is not None else None
+        )
+        resumed_seq = (
+            read_checkpoint_metadata(resume_from_checkpoint)["sequence"]
+            if resume_from_checkpoint is not None
+            else None
+        )
+        root = self._checkpoint_dir
+        if root is not None and root.exists():
+            if not root.is_dir():
+                raise NotADirectoryError(f"checkpoint_dir {str(root)!r} is not a folder")
+            for child in sorted(root.iterdir()):
+                m = _CHECKPOINT_NAME.match(child.name)
+                if m and (resumed_seq is None or int(m.group(1)) > resumed_seq):
+                    raise FileExistsError(
+                        f"checkpoint_dir already holds {child.name}, which this run would "
+                        "overwrite; choose an empty checkpoint_dir, or resume from its "
+                        "newest checkpoint."
+                    )
+        if resume_from_checkpoint is not None:
+            self.load_checkpoint(resume_from_checkpoint)
+        else:
+            self._checkpoint_progress = {}
+            self._checkpoint_sequence = 0
+            self._checkpoint_run_id = uuid.uuid4().hex
+        self._checkpoint_interval = int(interval)
+        self._checkpoint_total_limit = total_limit
+
+    def _checkpoint_commit(self, progress: dict[str, Any], force: bool = False) -> None:
+        """Record an epoch boundary; write ``checkpoint-<sequence>`` when it is due."""
+        self._checkpoint_progress = dict(progress)
+        self._checkpoint_sequence += 1
+        root: Path | None = getattr(self, "_checkpoint_dir", None)
+        if root is None:
+            return
+        if force or self._checkpoint_sequence % getattr(self, "_checkpoint_interval", 1) == 0:
+            latest = Path(self.save_checkpoint(root / f"checkpoint-{self._checkpoint_sequence}"))
+            self._checkpoint_prune(latest)
+
+    def _checkpoint_prune(self, latest: Path) -> None:
+        """Keep the newest ``checkpoint_total_limit`` checkpoints of this run in the folder
+        (``latest`` always); other runs' folders are left alone."""
+        limit = getattr(self, "_checkpoint_total_limit", None)
+        if limit is None:
+            return
+        mine = []
+        for child in latest.parent.iterdir():
+            m = _CHECKPOINT_NAME.match(child.name)
+            if not m or child == latest or child.is_symlink() or not child.is_dir():
+                continue
+            try:
+                if read_checkpoint_metadata(child)["run_id"] == self._checkpoint_run_id:
+                    mine.append((int(m.group(1)), child))
+            except (OSError, ValueError):
+                continue
+        for _, path in sorted(mine, reverse=True)[max(0, int(limit) - 1) :]:
+            shutil.rmtree(path)
