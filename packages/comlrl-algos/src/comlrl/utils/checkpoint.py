@@ -31,14 +31,20 @@ records, ``checkpoint_owner.json``, preference asset pools) is not written or re
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from comlrl.utils._checkpoint_parts import (
+    config_fields,
+    numpy_state,
+    set_numpy_state,
+    stateful_callbacks,
+)
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -150,52 +156,6 @@ def check_checkpoint_options(interval: Any, total_limit: Any) -> None:
         )
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as ints, floats, strings, lists and dicts (config fields, for comparing)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def _config(args: Any) -> dict[str, Any]:
-    if args is None:
-        return {}
-    values = (
-        {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
-        if dataclasses.is_dataclass(args)
-        else dict(vars(args))
-    )
-    return {k: _plain(v) for k, v in values.items() if not k.startswith("_")}
-
-
-def _numpy_state() -> list[Any]:
-    import numpy as np
-
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
-    return [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
-
-
-def _set_numpy_state(state: list[Any]) -> None:
-    import numpy as np
-
-    name, keys, pos, has_gauss, cached = state
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def _stateful_callbacks(trainer: Any) -> dict[str, Any]:
-    """The callbacks with ``state_dict``/``load_state_dict`` (1.4.3 saves their state)."""
-    found = {n: getattr(trainer, n, None) for n in
-             ("reward_func", "reward_processor", "external_transition", "eval_logger",
-              "eval_aggregator", "train_dataset", "eval_dataset")}  # fmt: skip
-    for i, fmt in enumerate(getattr(trainer, "formatters", None) or []):
-        found[f"formatters.{i}"] = getattr(fmt, "__wrapped__", fmt)
-    return {n: c for n, c in found.items() if callable(getattr(c, "state_dict", None))}
-
-
 class TrainingCheckpointMixin:
     """``save_checkpoint``/``load_checkpoint`` and the commit bookkeeping of
     ``train(checkpoint_dir=..., resume_from_checkpoint=...)`` (see the module docstring).
@@ -226,20 +186,20 @@ class TrainingCheckpointMixin:
     def _checkpoint_section(self) -> dict[str, Any]:
         """The trainer's part of ``training_state.pt`` (plain values only)."""
         callbacks: dict[str, Any] = {}
-        for name, obj in _stateful_callbacks(self).items():
+        for name, obj in stateful_callbacks(self).items():
             if not callable(getattr(obj, "load_state_dict", None)):
                 raise ValueError(f"{name} has state_dict() but no load_state_dict(); add one")
             callbacks[name] = {"class": type(obj).__qualname__, "state": obj.state_dict()}
         return {
             "version": CHECKPOINT_VERSION,
             "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
-            "config": _config(getattr(self, "args", None)),
+            "config": config_fields(getattr(self, "args", None)),
             "progress": dict(self.__dict__.get("_checkpoint_progress") or {}),
             "sequence": int(self._checkpoint_sequence),
             "run_id": self._checkpoint_run_id,
             "wandb": self._checkpoint_wandb(),
             "env_step": int(getattr(self, "env_step", 0)),
-            "numpy_rng": _numpy_state(),
+            "numpy_rng": numpy_state(),
             "callbacks": callbacks,
         }
 
@@ -248,7 +208,9 @@ class TrainingCheckpointMixin:
         run = getattr(self, "_wandb_run", None)
         if run is not None and isinstance(getattr(run, "id", None), str):
             self._checkpoint_wandb_identity = {
-                k: v for k in ("id", "project", "entity") if isinstance(v := getattr(run, k, None), str) and v
+                k: v
+                for k in ("id", "project", "entity")
+                if isinstance(v := getattr(run, k, None), str) and v
             }
         return self._checkpoint_wandb_identity
 
@@ -298,9 +260,9 @@ class TrainingCheckpointMixin:
         section = state["recipe_state"][SECTION]
         self._checkpoint_check(section, str(checkpoint))
         self._checkpoint_restore(_state_file(checkpoint).parent, state)
-        _set_numpy_state(section["numpy_rng"])
+        set_numpy_state(section["numpy_rng"])
         self.env_step = int(section["env_step"])
-        live = _stateful_callbacks(self)
+        live = stateful_callbacks(self)
         for name, record in section["callbacks"].items():
             live[name].load_state_dict(record["state"])
         self._checkpoint_progress = dict(section["progress"])
@@ -320,7 +282,11 @@ class TrainingCheckpointMixin:
                 f"{where} was written by {section['trainer_class']}; this trainer is {mine}"
             )
         saved = {k: v for k, v in section["config"].items() if k not in PORTABLE_FIELDS}
-        now = {k: v for k, v in _config(getattr(self, "args", None)).items() if k not in PORTABLE_FIELDS}
+        now = {
+            k: v
+            for k, v in config_fields(getattr(self, "args", None)).items()
+            if k not in PORTABLE_FIELDS
+        }
         if saved != now:
             changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
             raise ValueError(
@@ -330,7 +296,7 @@ class TrainingCheckpointMixin:
             )
         self._checkpoint_start_epoch(section["progress"])
         names = set(section["callbacks"])
-        live = set(_stateful_callbacks(self))
+        live = set(stateful_callbacks(self))
         if names != live:
             raise ValueError(
                 f"{where}: the checkpoint holds the state of callbacks {sorted(names)} but this "

@@ -126,9 +126,7 @@ def checkpoint(
     return ckpt.write_checkpoint(path, base.agents, state)
 
 
-def resume(
-    run: ActorCriticRun, path: str | Path, *, state: Mapping[str, Any] | None = None
-) -> int:
+def resume(run: ActorCriticRun, path: str | Path, *, state: Mapping[str, Any] | None = None) -> int:
     """Put ``run`` back at the step checkpoint ``path`` written by :func:`checkpoint`:
     actor weights and optimizers, critics (heads, separate trunks, their optimizers),
     data stream and random streams; cut ``metrics.jsonl``/``samples.jsonl``/``eval.jsonl``
