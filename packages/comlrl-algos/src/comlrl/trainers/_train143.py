@@ -6,7 +6,8 @@ cursor at every completed pass over ``train_dataset``; with ``checkpoint_dir`` t
 commits write resumable checkpoints in ``comlrl.algos``' step-checkpoint format
 (:mod:`comlrl.utils.checkpoint` describes the folder and what it restores). The trainer
 sets ``_checkpoint_kind`` to take part (``"magrpo"``, ``"actor_critic"``); the others
-refuse the checkpoint arguments.
+refuse the checkpoint arguments. A subclass that defines 1.4.3's per-example hooks is
+trained by 1.4.3's loop instead (:mod:`comlrl.trainers._epochs143`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class TrainLoop143(TrainingCheckpointMixin):
     _verbose: Any
     _wandb_log: Any
 
+    def _checkpoint_has_run(self) -> bool:
+        return any(self.__dict__.get(k) is not None for k in ("_build_run", "_run_state"))
+
     def _checkpoint_write(self, path: Path, section: dict[str, Any]) -> Path:
         """The group-baseline run and ``section`` at ``path`` (atomically)."""
         from comlrl.algos.recipes.group_baseline import state
@@ -49,6 +53,12 @@ class TrainLoop143(TrainingCheckpointMixin):
         from comlrl.algos.recipes.group_baseline import state
 
         state.resume(self._base_run(), path, state=saved)
+
+    def _takes_step_kwargs143(self) -> bool:
+        """A 1.4.3-style MAGRPO subclass receives ``train()``'s other keyword arguments in
+        its ``_train_step_returns`` (as 1.4.3 does)."""
+        uses = getattr(self, "_uses_epoch_hooks143", None)
+        return callable(uses) and bool(uses()) and self._checkpoint_kind == "magrpo"
 
     def train(
         self,
@@ -81,10 +91,12 @@ class TrainLoop143(TrainingCheckpointMixin):
             ValueError: a bad ``checkpoint_interval``/``checkpoint_total_limit``, or a
                 checkpoint that does not fit this trainer (nothing changes then).
             FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
-            UnsupportedFieldError: other keyword arguments, or checkpoint arguments for a
+            UnsupportedFieldError: other keyword arguments (a subclass that defines 1.4.3's
+                ``_train_step_returns`` receives them there), or checkpoint arguments for a
                 trainer without checkpoints (the preference trainers).
         """
-        if kwargs:
+        hook_kwargs = dict(kwargs)  # 1.4.3 passes them to its _train_step_returns hook
+        if kwargs and not self._takes_step_kwargs143():
             raise UnsupportedFieldError(
                 f"train({', '.join(f'{k}=...' for k in kwargs)}) is not an argument of "
                 "comlrl.trainers' train(); it takes resume_from_checkpoint, checkpoint_dir, "
@@ -103,6 +115,13 @@ class TrainLoop143(TrainingCheckpointMixin):
                 "checkpoints are provided for the MAGRPO family and IAC/MAAC); call train() "
                 "and then save_model(dir)."
             )
+        uses_hooks = getattr(self, "_uses_epoch_hooks143", None)
+        if callable(uses_hooks) and uses_hooks():  # a 1.4.3-style subclass (_epochs143)
+            self._train_hooks143(  # type: ignore[attr-defined]
+                resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+                checkpoint_total_limit, checkpointed, **hook_kwargs,
+            )  # fmt: skip
+            return []
         from tqdm.auto import tqdm
 
         cfg = self.config

@@ -8,7 +8,20 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["config_fields", "numpy_state", "plain", "set_numpy_state", "stateful_callbacks"]
+#: config fields a resumed run may change (they do not change what a step computes)
+PORTABLE_FIELDS = frozenset(
+    {"num_train_epochs", "logging_steps", "agent_devices", "critic_devices",
+     "reference_devices", "parallel_training", "eval_batch_size"}
+)  # fmt: skip
+
+__all__ = [
+    "PORTABLE_FIELDS",
+    "config_fields",
+    "numpy_state",
+    "plain",
+    "set_numpy_state",
+    "stateful_callbacks",
+]
 
 
 def plain(value: Any) -> Any:

@@ -24,6 +24,7 @@ from comlrl.trainers._base import (
     critic_device_names,
     load_agents,
 )
+from comlrl.trainers._epochs143 import ActorCriticEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
 from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
@@ -43,7 +44,11 @@ __all__ = [
 
 
 class ActorCriticTrainerBase(
-    ActorCriticLoop143, ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer
+    ActorCriticEpochs143,
+    ActorCriticLoop143,
+    ActorCriticHooks143,
+    ReferenceKLHooks143,
+    CompatTrainer,
 ):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,

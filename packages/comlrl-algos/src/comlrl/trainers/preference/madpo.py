@@ -26,8 +26,9 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers.preference._centralized143 import CentralizedPreference143
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
+from comlrl.trainers.preference._records143 import AgentPreferenceTensors, PreferencePair
 
-__all__ = ["MADPOConfig", "MADPOTrainer"]
+__all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair"]
 
 
 @dataclass

@@ -26,6 +26,7 @@ from comlrl.trainers._base import (
     check_config_fields,
     common_train_config,
 )
+from comlrl.trainers._epochs143 import MAGRPOEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.reinforce._hooks143 import MAGRPOHooks143
 
@@ -235,7 +236,7 @@ def group_baseline_config(
     return fields
 
 
-class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
+class MAGRPOTrainer(MAGRPOEpochs143, MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
     :mod:`comlrl.algos.recipes.group_baseline.recipe`.
 
