@@ -182,6 +182,11 @@ class CompatTrainer(TrainLoop143, AgentTasks143):
         self._names = names
         self._wandb_run: Any = None
         self.env_step = 0
+        #: 1.4.3's environment step of the last logged training row (-1: none yet)
+        self._last_train_log_step = -1
+        #: 1.4.3's per-agent rollout buffers; our recipe's step buffers nothing between
+        #: calls, so they stay empty (1.4.3-style hook subclasses fill them)
+        self.rollout_buffers = [[] for _ in range(self.num_agents)]
 
     @property
     def _run(self) -> Any:

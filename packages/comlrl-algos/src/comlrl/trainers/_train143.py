@@ -12,6 +12,7 @@ trained by 1.4.3's loop instead (:mod:`comlrl.trainers._epochs143`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,31 @@ class TrainLoop143(TrainingCheckpointMixin):
         from comlrl.algos.recipes.group_baseline import state
 
         return state.checkpoint(self._base_run(), path, recipe_state={SECTION: section})
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        """The environment step of the last logged row and the frozen KL reference
+        models' weights (with ``reference_kl_enabled``: a resumed trainer built from other
+        initial weights gets the run's reference back)."""
+        refs = getattr(self._base_run(), "ref_models", None) or []
+        return {
+            "last_train_log_step": int(self.__dict__.get("_last_train_log_step", -1)),
+            "reference_models": [
+                {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
+                for m in refs
+            ]
+        }
+
+    def _checkpoint_load_extra(self, extra: Mapping[str, Any]) -> None:
+        self._last_train_log_step = int(extra.get("last_train_log_step", -1))
+        refs = getattr(self._base_run(), "ref_models", None) or []
+        saved = extra.get("reference_models") or []
+        if len(saved) != len(refs):
+            raise ValueError(
+                f"the checkpoint holds {len(saved)} reference models but this run has "
+                f"{len(refs)}; resume with the reference_kl_enabled the run was started with."
+            )
+        for model, state in zip(refs, saved, strict=True):
+            model.load_state_dict(state)
 
     def _checkpoint_restore(self, path: Path, saved: dict[str, Any]) -> None:
         from comlrl.algos.recipes.group_baseline import state
@@ -149,6 +175,7 @@ class TrainLoop143(TrainingCheckpointMixin):
                 self.env_step += int(row.get("num_joint_actions", cfg.batch_size))
                 history.append(row)
                 self._wandb_log(row)
+                self._last_train_log_step = self.env_step  # every row is logged
                 bar.update(1)
                 bar.set_postfix(reward=f"{row.get('reward_mean', float('nan')):.3f}")
                 last = run.step >= cfg.num_steps

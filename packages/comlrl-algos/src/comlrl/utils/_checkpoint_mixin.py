@@ -81,7 +81,15 @@ class TrainingCheckpointMixin:
             "env_step": int(getattr(self, "env_step", 0)),
             "numpy_rng": numpy_state(),
             "callbacks": callbacks,
+            "extra": self._checkpoint_extra(),
         }
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        """A trainer's own plain values and CPU tensors for its checkpoints (default none)."""
+        return {}
+
+    def _checkpoint_load_extra(self, extra: Mapping[str, Any]) -> None:
+        """Put back what :meth:`_checkpoint_extra` saved (after the run is restored)."""
 
     def _checkpoint_wandb(self) -> dict[str, str] | None:
         """The W&B run's identity (``id``, ``project``, ``entity``) once a run is started."""
@@ -145,6 +153,7 @@ class TrainingCheckpointMixin:
             return dict(self._checkpoint_progress)
         self._checkpoint_check(section, str(checkpoint))
         self._checkpoint_restore(state_file(checkpoint).parent, state)
+        self._checkpoint_load_extra(section.get("extra") or {})
         set_numpy_state(section["numpy_rng"])
         self.env_step = int(section["env_step"])
         live = stateful_callbacks(self)

@@ -263,9 +263,13 @@ class ActorCriticTrainerBase(
 
     @property
     def critic_optimizer(self) -> Any:
-        """MAAC's centralised critic's optimizer (1.4.3's name; assignable before the run)."""
+        """MAAC's centralised critic's optimizer (1.4.3's name; assignable before the run);
+        None when there is no separate critic (value heads on the agents)."""
         given = self.__dict__.get("_critic_optimizer_given")
-        return given if given is not None else self.critic_optimizers[0]
+        if given is not None:
+            return given
+        optimizers = self.critic_optimizers
+        return optimizers[0] if optimizers else None
 
     @critic_optimizer.setter
     def critic_optimizer(self, optimizer: Any) -> None:
