@@ -66,12 +66,14 @@ class _CountingReward:
         self.calls = int(state["calls"])
 
 
-def _magrpo(model: str, reward: Any = _letters, **fields: Any) -> MAGRPOTrainer:
+def _magrpo(
+    model: str, reward: Any = _letters, prompts: list[str] = PROMPTS, **fields: Any
+) -> MAGRPOTrainer:
     torch.manual_seed(0)  # the same initial state for every trainer of a test
     args = {"num_turns": 1, "num_train_epochs": 3, "num_generations": 2, "max_new_tokens": 6,
             "agent_learning_rate": 1e-3, "rollout_buffer_size": 2, "eval_interval": 0, **fields}  # fmt: skip
     return MAGRPOTrainer(agent_model=model, num_agents=2, reward_func=reward,
-                         train_dataset=[{"prompt": p} for p in PROMPTS], args=MAGRPOConfig(**args))  # fmt: skip
+                         train_dataset=[{"prompt": p} for p in prompts], args=MAGRPOConfig(**args))  # fmt: skip
 
 
 def _untimed(rows: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -169,6 +171,9 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_before_changing_anything(
         other.train(resume_from_checkpoint=tmp_path / "checkpoint-1")
     assert all(torch.equal(a, b) for a, b in zip(before, other.agents[0].parameters()))
     assert other._base_run().step == 0
+    changed = _magrpo(stories260k, prompts=[*PROMPTS[:3], "A dog"], num_train_epochs=1)
+    with pytest.raises(ValueError, match="train_dataset differs"):
+        changed.train(resume_from_checkpoint=tmp_path / "checkpoint-1")
     # a longer run may resume a shorter one's last checkpoint (num_train_epochs may change)
     longer = _magrpo(stories260k, num_train_epochs=2)
     assert len(longer.train(resume_from_checkpoint=tmp_path / "checkpoint-1")) == 2

@@ -22,9 +22,11 @@ from comlrl.utils._checkpoint_files import (
 from comlrl.utils._checkpoint_parts import (
     PORTABLE_FIELDS,
     config_fields,
+    dataset_info,
     numpy_state,
     set_numpy_state,
     stateful_callbacks,
+    tokenizer_info,
 )
 from comlrl.utils._trainer_snapshot import restore_trainer_state
 
@@ -82,6 +84,8 @@ class TrainingCheckpointMixin:
             "numpy_rng": numpy_state(),
             "callbacks": callbacks,
             "extra": self._checkpoint_extra(),
+            "dataset": dataset_info(self),
+            "tokenizers": tokenizer_info(self),
         }
 
     def _checkpoint_extra(self) -> dict[str, Any]:
@@ -187,6 +191,16 @@ class TrainingCheckpointMixin:
                 f"{where}: the checkpoint's configuration differs in {', '.join(changed)}; "
                 "resume with the config the run was started with (only "
                 f"{', '.join(sorted(PORTABLE_FIELDS))} may change)."
+            )
+        if section.get("dataset", dataset_info(self)) != dataset_info(self):
+            raise ValueError(
+                f"{where}: the checkpoint's train_dataset differs (length or content) from this "
+                "trainer's; resume with the data the run was started with."
+            )
+        if section.get("tokenizers", tokenizer_info(self)) != tokenizer_info(self):
+            raise ValueError(
+                f"{where}: the checkpoint's tokenizers differ (vocabulary, special tokens or "
+                "chat template) from this trainer's."
             )
         self._checkpoint_start_epoch(section["progress"])
         names = set(section["callbacks"])

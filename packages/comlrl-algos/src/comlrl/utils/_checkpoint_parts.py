@@ -5,17 +5,23 @@ and the stateful callbacks whose ``state_dict()`` a checkpoint keeps."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 #: config fields a resumed run may change (they do not change what a step computes)
 PORTABLE_FIELDS = frozenset(
     {"num_train_epochs", "logging_steps", "agent_devices", "critic_devices",
-     "reference_devices", "parallel_training", "eval_batch_size"}
+     "reference_devices", "parallel_training", "eval_batch_size", "comparator_devices",
+     "reward_model_device", "reference_device", "verbose"}
 )  # fmt: skip
 
 __all__ = [
     "PORTABLE_FIELDS",
+    "dataset_info",
+    "model_info",
+    "tokenizer_info",
     "config_fields",
     "numpy_state",
     "plain",
@@ -71,3 +77,59 @@ def stateful_callbacks(trainer: Any) -> dict[str, Any]:
     for i, fmt in enumerate(getattr(trainer, "formatters", None) or []):
         found[f"formatters.{i}"] = getattr(fmt, "__wrapped__", fmt)
     return {n: c for n, c in found.items() if callable(getattr(c, "state_dict", None))}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+#: config keys that name where or when a model was saved, not what it computes
+_TRANSIENT = ("_name_or_path", "transformers_version", "_commit_hash", "_from_model_config")
+
+
+def model_info(model: Any) -> dict[str, Any]:
+    """What must match, beyond shapes, for a model's saved weights to mean the same:
+    which parameters train (``requires_grad``) and digests of its ``config`` and
+    ``generation_config`` (``to_dict()``, paths and versions left out)."""
+    import torch
+
+    info: dict[str, Any] = {}
+    if isinstance(model, torch.nn.Module):
+        info["requires_grad"] = {n: bool(p.requires_grad) for n, p in model.named_parameters()}
+    for name in ("config", "generation_config"):
+        config = getattr(model, name, None)
+        if callable(getattr(config, "to_dict", None)):
+            values = {k: v for k, v in config.to_dict().items() if k not in _TRANSIENT}
+            info[name] = _digest(values)
+    return info
+
+
+def tokenizer_info(trainer: Any) -> list[dict[str, Any]]:
+    """Per tokenizer of ``trainer.tokenizers``: its class and digests of its vocabulary,
+    special tokens, chat template and padding/truncation sides."""
+    out = []
+    for tok in getattr(trainer, "tokenizers", None) or []:
+        info: dict[str, Any] = {"class": type(tok).__qualname__}
+        if callable(getattr(tok, "get_vocab", None)):
+            info["vocab"] = _digest(tok.get_vocab())
+        for name in ("special_tokens_map", "chat_template", "padding_side", "truncation_side"):
+            if hasattr(tok, name):
+                info[name] = _digest(getattr(tok, name))
+        out.append(info)
+    return out
+
+
+def dataset_info(trainer: Any) -> dict[str, Any] | None:
+    """``train_dataset``'s class, length and content digest (a ``datasets.Dataset``'s own
+    fingerprint, else a digest of its rows), or None without one."""
+    data = getattr(trainer, "train_dataset", None)
+    if data is None:
+        return None
+    try:
+        length: int | None = len(data)
+    except TypeError:
+        length = None
+    fingerprint = getattr(data, "_fingerprint", None)
+    if fingerprint is None and isinstance(data, (list, tuple)):
+        fingerprint = _digest(list(data))
+    return {"class": type(data).__qualname__, "length": length, "fingerprint": fingerprint}

@@ -31,7 +31,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from comlrl.utils._checkpoint_parts import PORTABLE_FIELDS, config_fields, stateful_callbacks
+from comlrl.utils._checkpoint_parts import (
+    PORTABLE_FIELDS,
+    config_fields,
+    dataset_info,
+    model_info,
+    stateful_callbacks,
+    tokenizer_info,
+)
 
 __all__ = [
     "MODEL_FIELDS",
@@ -148,7 +155,8 @@ def _component_states(trainer: Any, names: tuple[str, ...]) -> dict[str, Any]:
             "many": many,
             "classes": [_name(i) for i in items],
             "states": [i.state_dict() for i in items],
-        }  # fmt: skip
+            "metadata": [model_info(i) for i in items],
+        }
         for name, (many, items) in _components(trainer, names).items()
     }
 
@@ -194,6 +202,8 @@ def capture_trainer_state(trainer: Any) -> dict[str, Any]:
         "run_id": getattr(trainer, "_checkpoint_run_id", None),
         "wandb": getattr(trainer, "_checkpoint_wandb_identity", None),
         "rng": global_rng(),
+        "dataset": dataset_info(trainer),
+        "tokenizers": tokenizer_info(trainer),
     }
     return decode(encode(state))  # type: ignore[no-any-return]
 
@@ -216,10 +226,18 @@ def _check_components(trainer: Any, saved: Any, names: tuple[str, ...], models: 
             or len(record["states"]) != len(items)
         ):
             raise ValueError(f"checkpoint {name}: {len(record['states'])} saved, {len(items)} now")
-        for obj, cls, state in zip(items, record["classes"], record["states"], strict=True):
+        metadata = record.get("metadata") or [None] * len(items)
+        for obj, cls, state, info in zip(
+            items, record["classes"], record["states"], metadata, strict=True
+        ):
             if cls != _name(obj) or not isinstance(state, Mapping):
                 raise ValueError(f"checkpoint {name} holds a {cls}; the trainer has a {_name(obj)}")
             if models:
+                if info is not None and info != model_info(obj):
+                    raise ValueError(
+                        f"checkpoint {name}: the model configuration, generation configuration "
+                        "or trainable parameters differ from the trainer's model"
+                    )
                 now = obj.state_dict()
                 if set(now) != set(state):
                     raise ValueError(f"checkpoint {name} parameter names do not match")
@@ -287,6 +305,14 @@ def check_trainer_state(trainer: Any, state: Any) -> None:
             f"unknown checkpoint runtime fields {sorted(set(state['runtime']) - set(RUNTIME_FIELDS))}"
         )
     _check_rng(state["rng"])
+    if state.get("dataset", dataset_info(trainer)) != dataset_info(trainer):
+        raise ValueError(
+            "checkpoint training dataset differs (length or content) from train_dataset"
+        )
+    if state.get("tokenizers", tokenizer_info(trainer)) != tokenizer_info(trainer):
+        raise ValueError(
+            "checkpoint tokenizers differ (vocabulary, special tokens or chat template)"
+        )
     validate = getattr(trainer, "_checkpoint_validate_progress", None)
     if callable(validate):
         validate(state)
