@@ -179,10 +179,13 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_before_changing_anything(
     assert len(longer.train(resume_from_checkpoint=tmp_path / "checkpoint-1")) == 2
     with pytest.raises(FileExistsError, match="checkpoint-1"):
         _magrpo(stories260k, num_train_epochs=1).train(checkpoint_dir=tmp_path)
-    foreign = tmp_path / "from-1.4.3"  # CoMLRL 1.4.3's own encoding is not read
+    foreign = tmp_path / "foreign"  # neither ours nor CoMLRL 1.4.3's
     foreign.mkdir()
+    torch.save({"format": 1, "step": 3}, foreign / "training_state.pt")
+    with pytest.raises(ValueError, match="not a checkpoint comlrl.trainers"):
+        longer.load_checkpoint(foreign)
     torch.save({"__kind__": "dict", "items": []}, foreign / "training_state.pt")
-    with pytest.raises(ValueError, match="one CoMLRL 1.4.3 wrote"):
+    with pytest.raises(ValueError, match="a CoMLRL 1.4.3 checkpoint of None"):
         longer.load_checkpoint(foreign)
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
         longer.load_checkpoint(tmp_path / "checkpoint-1" / "agent_0")
@@ -225,3 +228,92 @@ def test_iac_resumed_after_epoch_1_equals_the_uninterrupted_run(
         assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
     for ca, cb in zip(resumed.value_critics, whole.value_critics, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(ca.head.parameters(), cb.head.parameters()))
+
+
+def _tag_143(value: Any) -> Any:
+    """CoMLRL 1.4.3's tagged encoding of a training state (written here by hand, so the
+    test needs no 1.4.3 install): dicts, lists and tuples as ``{"__kind__", "items"}``."""
+    if isinstance(value, dict):
+        return {"__kind__": "dict", "items": [(_tag_143(k), _tag_143(v)) for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        kind = "tuple" if isinstance(value, tuple) else "list"
+        return {"__kind__": kind, "items": [_tag_143(v) for v in value]}
+    if isinstance(value, np.ndarray):
+        return {"__kind__": "numpy", "dtype": value.dtype.str, "shape": list(value.shape),
+                "data": value.tobytes()}  # fmt: skip
+    return value
+
+
+def _state_143(trainer: MAGRPOTrainer, epoch: int) -> dict[str, Any]:
+    """What CoMLRL 1.4.3's MAGRPOTrainer saves at an epoch boundary (its layout)."""
+    import dataclasses
+    import random
+
+    def component(objs: list[Any]) -> dict[str, Any]:
+        return {"many": True, "classes": [type(o).__qualname__ for o in objs],
+                "states": [o.state_dict() for o in objs], "metadata": [{}] * len(objs),
+                "training": [None] * len(objs)}  # fmt: skip
+
+    return {
+        "version": 1,
+        "trainer_class": "comlrl.trainers.reinforce.magrpo.MAGRPOTrainer",
+        "config": {
+            k: v for k, v in dataclasses.asdict(trainer.args).items() if k != "agent_devices"
+        },
+        "dataset": {"class": "builtins.list", "length": 4, "fingerprint": None},
+        "tokenizers": [],
+        "models": {"agents": component(trainer.agents)},
+        "optimizers": {"optimizers": component(trainer.optimizers)},
+        "schedulers": {},
+        "runtime": {
+            "env_step": trainer.env_step,
+            "_last_train_log_step": -1,
+            "rollout_buffers": [[], []],
+        },
+        "callbacks": {},
+        "progress": {"kind": "magrpo", "epoch": epoch},
+        "sequence": epoch,
+        "run_id": "b" * 32,
+        "wandb": None,
+        "rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        },
+        "rng_devices": {"agents.0": "cpu", "agents.1": "cpu"},
+        "extra": None,
+    }
+
+
+def test_a_1_4_3_checkpoint_folder_resumes_its_weights_moments_counters_and_streams(
+    stories260k: str, tmp_path: Path
+) -> None:
+    source = _magrpo(stories260k, num_train_epochs=2)
+    source._train_step()  # one epoch by hand: 2 steps of 2 prompts
+    source._train_step()
+    source.env_step = 8
+    folder = tmp_path / "run143" / "checkpoint-1"
+    folder.mkdir(parents=True)
+    np.random.seed(3)
+    torch.save(_tag_143(_state_143(source, epoch=1)), folder / "training_state.pt")
+    numpy_next, torch_next = np.random.random(), torch.rand(())
+
+    meta = read_checkpoint_metadata(folder)
+    assert meta == {"version": 1, "trainer_class": "comlrl.trainers.reinforce.magrpo.MAGRPOTrainer",
+                    "sequence": 1, "run_id": "b" * 32, "wandb": None}  # fmt: skip
+    other = _magrpo(stories260k, num_train_epochs=2, discount=0.9)
+    before = [p.detach().clone() for p in other.agents[0].parameters()]
+    with pytest.raises(ValueError, match="differs in discount"):
+        other.load_checkpoint(folder)
+    assert all(torch.equal(a, b) for a, b in zip(before, other.agents[0].parameters()))
+
+    resumed = _magrpo(stories260k, num_train_epochs=2)
+    np.random.seed(99)
+    assert resumed.load_checkpoint(folder) == {"kind": "magrpo", "epoch": 1}
+    _assert_same_models(resumed, source)
+    assert (resumed._base_run().step, resumed.env_step) == (2, 8)
+    assert np.random.random() == numpy_next and torch.equal(torch.rand(()), torch_next)
+    rows = resumed.train(resume_from_checkpoint=folder, checkpoint_dir=tmp_path / "ours")
+    assert len(rows) == 2 and resumed.env_step == 16  # epoch 2: 2 steps x 4 joint actions
+    assert [p.name for p in (tmp_path / "ours").iterdir()] == ["checkpoint-2"]
+    assert read_checkpoint_metadata(tmp_path / "ours" / "checkpoint-2")["run_id"] == "b" * 32

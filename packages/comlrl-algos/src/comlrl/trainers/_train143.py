@@ -60,7 +60,7 @@ class TrainLoop143(TrainingCheckpointMixin):
             "reference_models": [
                 {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
                 for m in refs
-            ]
+            ],
         }
 
     def _checkpoint_load_extra(self, extra: Mapping[str, Any]) -> None:

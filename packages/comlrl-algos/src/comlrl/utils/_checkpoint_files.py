@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from comlrl.utils._checkpoint_143 import decode_143, is_143, section_143
 from comlrl.utils._trainer_snapshot import (
     capture_trainer_state,
     decode,
@@ -49,13 +50,13 @@ def state_file(checkpoint: str | Path) -> Path:
 def load_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``training_state.pt`` of a checkpoint folder (or the file itself), read on the CPU
     with ``weights_only=True``, and the trainer's part of it: :data:`SECTION` of a recipe
-    run's checkpoint, or the whole decoded snapshot of a trainer without one
-    (:func:`capture_trainer_state`).
+    run's checkpoint, the whole decoded snapshot of a trainer without one
+    (:func:`capture_trainer_state`), or, for a folder CoMLRL 1.4.3 wrote, its decoded
+    snapshot and its identity (:func:`comlrl.utils._checkpoint_143.section_143`).
 
     Raises:
         FileNotFoundError: there is no such file.
-        ValueError: the file is not a ``comlrl.trainers`` checkpoint (e.g. one CoMLRL 1.4.3
-            wrote, or a ``comlrl train`` run's).
+        ValueError: the file is no checkpoint of either (e.g. a ``comlrl train`` run's).
     """
     import torch
     from comlrl.algos.training.checkpoint import RECIPE_STATE
@@ -67,17 +68,14 @@ def load_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(state, dict) and {"trainer_class", "models", "progress"} <= set(state):
         snapshot = decode(state)
         return snapshot, snapshot
+    if is_143(state):  # a folder CoMLRL 1.4.3 wrote
+        decoded = decode_143(state)
+        return decoded, section_143(decoded)
     section = state.get(RECIPE_STATE, {}).get(SECTION) if isinstance(state, dict) else None
     if not isinstance(section, dict):
-        kind = (
-            "one CoMLRL 1.4.3 wrote (its own encoding; not read here)"
-            if isinstance(state, dict) and state.get("__kind__") == "dict"
-            else "not one comlrl.trainers wrote"
-        )
         raise ValueError(
-            f"{str(path)!r} is {kind}; resume with a checkpoint that train(checkpoint_dir=...) "
-            "or save_checkpoint() of comlrl.trainers wrote, or load only the weights with "
-            "agent_model='<folder>/agent_0'."
+            f"{str(path)!r} is not a checkpoint comlrl.trainers (or CoMLRL 1.4.3) wrote; resume "
+            "with one that train(checkpoint_dir=...) or save_checkpoint() wrote."
         )
     return dict(state), section
 

@@ -151,6 +151,14 @@ class TrainingCheckpointMixin:
                 nothing is changed then.
         """
         state, section = load_state(checkpoint)
+        if section.get("comlrl143"):  # a folder CoMLRL 1.4.3 wrote
+            resume = getattr(self, "_resume_143", None)
+            if not callable(resume):
+                raise ValueError(
+                    f"{checkpoint} was written by CoMLRL 1.4.3; {type(self).__name__} cannot "
+                    "resume it (the MAGRPO family can); load its weights with agent_model= ."
+                )
+            return dict(resume(state, str(checkpoint)))
         if state is section:  # a snapshot of a trainer without a recipe run
             restore_trainer_state(self, state, state_file(checkpoint).parent)
             self._checkpoint_resume_wandb(state.get("wandb"))

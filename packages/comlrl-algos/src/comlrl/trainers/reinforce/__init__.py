@@ -28,6 +28,7 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers._epochs143 import MAGRPOEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
+from comlrl.trainers._resume143 import Resume143
 from comlrl.trainers.reinforce._hooks143 import MAGRPOHooks143
 
 # 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
@@ -236,7 +237,7 @@ def group_baseline_config(
     return fields
 
 
-class MAGRPOTrainer(MAGRPOEpochs143, MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
+class MAGRPOTrainer(MAGRPOEpochs143, Resume143, MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
     :mod:`comlrl.algos.recipes.group_baseline.recipe`.
 
