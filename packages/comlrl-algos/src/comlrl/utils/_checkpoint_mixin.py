@@ -156,7 +156,8 @@ class TrainingCheckpointMixin:
             if not callable(resume):
                 raise ValueError(
                     f"{checkpoint} was written by CoMLRL 1.4.3; {type(self).__name__} cannot "
-                    "resume it (the MAGRPO family can); load its weights with agent_model= ."
+                    "resume it (the MAGRPO family can); build the trainer from the models 1.4.3's "
+                    "save_model wrote instead."
                 )
             return dict(resume(state, str(checkpoint)))
         if state is section:  # a snapshot of a trainer without a recipe run
