@@ -322,7 +322,6 @@ COMLRL_143 = "comlrl==1.4.3"
 COMPAT_IGNORED_FILES = [
     "test_checkpoint_assets.py",
     "test_checkpoint_files.py",
-    "test_checkpoint_metadata.py",
     "test_checkpoint_nested.py",
     "test_checkpoint_preference.py",
     "test_checkpoint_preference_specials.py",
@@ -367,6 +366,7 @@ COMPAT_KNOWN_FAILURES = [
     "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-shared]",
     "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-separate]",
     "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[maac]",
+    "test_checkpoint_metadata.py::test_preconstruction_metadata_opens_only_the_intended_run",
 ]
 
 

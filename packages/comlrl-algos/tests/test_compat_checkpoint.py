@@ -317,3 +317,40 @@ def test_a_1_4_3_checkpoint_folder_resumes_its_weights_moments_counters_and_stre
     assert len(rows) == 2 and resumed.env_step == 16  # epoch 2: 2 steps x 4 joint actions
     assert [p.name for p in (tmp_path / "ours").iterdir()] == ["checkpoint-2"]
     assert read_checkpoint_metadata(tmp_path / "ours" / "checkpoint-2")["run_id"] == "b" * 32
+
+
+class _Run:
+    def __init__(self, run_id: str) -> None:
+        self.id, self.project, self.entity, self.finished = run_id, "research", "team", False
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def test_a_resumed_trainer_logs_into_the_checkpoint_wandb_run() -> None:
+    from types import SimpleNamespace
+
+    from comlrl.utils._checkpoint_wandb import (
+        check_wandb_resume,
+        record_wandb_run,
+        restore_wandb_identity,
+    )
+
+    saved = {"id": "saved-id", "project": "research", "entity": "team"}
+    opened = _Run("fresh-id")  # an eager constructor opened its own run
+    trainer = SimpleNamespace(wandb_config={"name": "x"}, wandb_initialized=True)
+    record_wandb_run(trainer, opened)
+    check_wandb_resume(trainer, saved)
+    restore_wandb_identity(trainer, saved)
+    assert opened.finished and not trainer.wandb_initialized
+    assert trainer.wandb_config == {"name": "x", "id": "saved-id", "resume": "allow",
+                                    "project": "research", "entity": "team"}  # fmt: skip
+    chosen = SimpleNamespace(wandb_config={"id": "mine"}, wandb_initialized=False)
+    restore_wandb_identity(chosen, saved)  # the caller's choice wins
+    assert chosen.wandb_config == {"id": "mine"}
+    external = _Run("external")
+    foreign = SimpleNamespace(wandb_config={}, wandb_initialized=True)
+    record_wandb_run(foreign, external, previous_run=external)
+    with pytest.raises(ValueError, match="external W&B run"):
+        check_wandb_resume(foreign, saved)
+    assert not external.finished

@@ -75,7 +75,6 @@ class Resume143:
         self._checkpoint_progress = dict(state["progress"])
         self._checkpoint_sequence = int(state["sequence"])
         self._checkpoint_run_id = state.get("run_id")
-        self._checkpoint_wandb_identity = state.get("wandb")
         self._checkpoint_resume_wandb(state.get("wandb"))
         self._checkpoint_save_blocked = False
         return dict(self._checkpoint_progress)

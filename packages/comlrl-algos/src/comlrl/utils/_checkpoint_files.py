@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.utils._checkpoint_143 import decode_143, is_143, section_143
+from comlrl.utils._checkpoint_wandb import check_identity, check_run_id
 from comlrl.utils._trainer_snapshot import (
     capture_trainer_state,
     decode,
@@ -39,7 +40,6 @@ STATE_FILENAME = "training_state.pt"
 #: the key of the trainer's part inside the format's recipe state
 SECTION = "comlrl_trainers"
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def state_file(checkpoint: str | Path) -> Path:
@@ -81,23 +81,41 @@ def load_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def check_section(section: Mapping[str, Any], where: str) -> None:
-    if section.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{where}: checkpoint version {section.get('version')!r}; reads 1")
-    if not isinstance(section.get("trainer_class"), str) or not section["trainer_class"]:
-        raise ValueError(f"{where}: invalid trainer_class {section.get('trainer_class')!r}")
-    seq = section.get("sequence")
+    """Raise ValueError (naming the field) unless ``section`` holds a valid run identity:
+    version, trainer class, sequence, run id and W&B identity."""
+    missing = [k for k in ("version", "trainer_class", "sequence") if k not in section]
+    if missing:
+        raise ValueError(f"Incomplete checkpoint metadata in {where}: no {', '.join(missing)}")
+    if type(section["version"]) is not int or section["version"] != CHECKPOINT_VERSION:
+        raise ValueError(f"{where}: checkpoint version {section['version']!r}; this one reads 1")
+    if not isinstance(section["trainer_class"], str) or not section["trainer_class"]:
+        raise ValueError(f"{where}: invalid trainer class {section['trainer_class']!r}")
+    seq = section["sequence"]
     if type(seq) is not int or seq < 0:
         raise ValueError(f"{where}: invalid sequence {seq!r} (a count >= 0)")
-    run_id = section.get("run_id")
-    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
-        raise ValueError(f"{where}: invalid run_id {run_id!r} (32 hex digits)")
+    check_run_id(section.get("run_id"), where)
+    check_identity(section.get("wandb"), where)
+
+
+def _read_raw(path: Path) -> Any:
+    """``torch.load`` on the CPU, weights only, memory-mapped where torch supports it."""
+    import inspect
+
+    import torch
+
+    options: dict[str, Any] = {"map_location": "cpu", "weights_only": True}
+    if "mmap" in inspect.signature(torch.load).parameters:
+        options["mmap"] = True
+    return torch.load(path, **options)
 
 
 def read_checkpoint_metadata(checkpoint: str | Path) -> dict[str, Any]:
-    """What a checkpoint says about its run, read before any trainer is built.
+    """What a checkpoint says about its run, read before any trainer is built; nothing is
+    restored and no training record is decoded.
 
     Args:
-        checkpoint: a checkpoint folder or its ``training_state.pt``.
+        checkpoint: a checkpoint folder or its ``training_state.pt`` (ours, or one CoMLRL
+            1.4.3 wrote).
 
     Returns:
         ``{"version", "trainer_class", "sequence", "run_id", "wandb"}`` (1.4.3's keys):
@@ -107,9 +125,26 @@ def read_checkpoint_metadata(checkpoint: str | Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError, ValueError: no checkpoint there, or a malformed one.
     """
-    section = load_state(checkpoint)[1]
+    from comlrl.algos.training.checkpoint import RECIPE_STATE
+
+    path = state_file(checkpoint)
+    if not path.is_file():
+        raise FileNotFoundError(f"no training state at {str(path)!r}: not a checkpoint folder")
+    raw = _read_raw(path)
+    keys = ("version", "trainer_class", "sequence", "run_id", "wandb")
+    if is_143(raw):
+        fields = {k: v for k, v in raw["items"] if isinstance(k, str) and k in keys}
+        section = {k: decode_143(v) for k, v in fields.items()}
+    elif isinstance(raw, dict) and "trainer_class" in raw and "models" in raw:
+        section = {k: raw[k] for k in keys if k in raw}  # a snapshot: these are plain
+    elif isinstance(raw, dict) and isinstance(raw.get(RECIPE_STATE, {}).get(SECTION), dict):
+        section = raw[RECIPE_STATE][SECTION]
+    else:
+        raise ValueError(
+            f"{str(path)!r} is not a checkpoint comlrl.trainers (or CoMLRL 1.4.3) wrote"
+        )
     check_section(section, str(checkpoint))
-    return {k: section.get(k) for k in ("version", "trainer_class", "sequence", "run_id", "wandb")}
+    return {k: section.get(k) for k in keys}
 
 
 def check_checkpoint_options(interval: Any, total_limit: Any) -> None:

@@ -28,6 +28,11 @@ from comlrl.utils._checkpoint_parts import (
     stateful_callbacks,
     tokenizer_info,
 )
+from comlrl.utils._checkpoint_wandb import (
+    check_wandb_resume,
+    record_wandb_run,
+    restore_wandb_identity,
+)
 from comlrl.utils._trainer_snapshot import restore_trainer_state
 
 __all__ = ["TrainingCheckpointMixin"]
@@ -106,18 +111,16 @@ class TrainingCheckpointMixin:
             }
         return self._checkpoint_wandb_identity
 
+    def _checkpoint_record_wandb_run(self, run: Any, previous_run: Any = None) -> None:
+        """Remember the W&B run this trainer logs to (owned unless it is ``previous_run``,
+        a run opened before); its identity goes into the checkpoints."""
+        record_wandb_run(self, run, previous_run)
+
     def _checkpoint_resume_wandb(self, identity: Mapping[str, str] | None) -> None:
-        """Log a resumed run into its W&B run: ``wandb_config`` gets the saved ``id`` and
-        ``resume="allow"`` unless the caller chose an ``id``/``resume`` or a run is open."""
-        config = getattr(self, "wandb_config", None)
-        if not identity or not isinstance(config, dict) or "id" in config or "resume" in config:
-            return
-        if getattr(self, "_wandb_run", None) is not None:
-            return
-        self.wandb_config = {**config, "id": identity["id"], "resume": "allow"}  # type: ignore[attr-defined]
-        for key in ("project", "entity"):
-            if key in identity and not config.get(key):
-                self.wandb_config[key] = identity[key]  # type: ignore[attr-defined]
+        """Log a resumed run into the checkpoint's W&B run (see
+        :func:`comlrl.utils._checkpoint_wandb.restore_wandb_identity`)."""
+        check_wandb_resume(self, identity)
+        restore_wandb_identity(self, identity)
 
     def save_checkpoint(self, output_dir: str | Path) -> str:
         """Write a resumable checkpoint of the trainer at ``output_dir`` (atomically: an
@@ -175,7 +178,6 @@ class TrainingCheckpointMixin:
         self._checkpoint_progress = dict(section["progress"])
         self._checkpoint_sequence = int(section["sequence"])
         self._checkpoint_run_id = section.get("run_id") or uuid.uuid4().hex
-        self._checkpoint_wandb_identity = section.get("wandb")
         self._checkpoint_resume_wandb(section.get("wandb"))
         self._checkpoint_save_blocked = False
         return dict(self._checkpoint_progress)

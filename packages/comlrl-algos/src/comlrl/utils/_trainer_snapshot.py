@@ -39,6 +39,12 @@ from comlrl.utils._checkpoint_parts import (
     stateful_callbacks,
     tokenizer_info,
 )
+from comlrl.utils._checkpoint_wandb import (
+    check_identity,
+    check_run_id,
+    check_wandb_resume,
+    restore_wandb_identity,
+)
 
 __all__ = [
     "MODEL_FIELDS",
@@ -300,6 +306,9 @@ def check_trainer_state(trainer: Any, state: Any) -> None:
         raise ValueError(f"checkpoint configuration differs in {', '.join(changed)}")
     if type(state["sequence"]) is not int or state["sequence"] < 0:
         raise ValueError(f"checkpoint sequence {state['sequence']!r} must be an int >= 0")
+    check_run_id(state.get("run_id"))
+    check_identity(state.get("wandb"))
+    check_wandb_resume(trainer, state.get("wandb"))
     if not isinstance(state["runtime"], Mapping) or set(state["runtime"]) - set(RUNTIME_FIELDS):
         raise ValueError(
             f"unknown checkpoint runtime fields {sorted(set(state['runtime']) - set(RUNTIME_FIELDS))}"
@@ -358,7 +367,7 @@ def restore_trainer_state(
     trainer._checkpoint_progress = decode(encode(state["progress"]))
     trainer._checkpoint_sequence = int(state["sequence"])
     trainer._checkpoint_run_id = state.get("run_id")
-    trainer._checkpoint_wandb_identity = state.get("wandb")
+    restore_wandb_identity(trainer, state.get("wandb"))
     if restore_rng:
         set_global_rng(state["rng"])
     trainer._checkpoint_save_blocked = False

@@ -31,6 +31,8 @@ records, ``checkpoint_owner.json``, preference asset pools) is not written or re
 
 from __future__ import annotations
 
+import importlib  # noqa: F401  (1.4.3's tests patch checkpoint.importlib.import_module)
+
 from comlrl.utils._checkpoint_files import (
     CHECKPOINT_VERSION,
     SECTION,
@@ -43,7 +45,9 @@ from comlrl.utils._trainer_snapshot import (
     capture_trainer_state,
     decode,
     encode,
+    global_rng,
     restore_trainer_state,
+    set_global_rng,
 )
 
 __all__ = [
@@ -59,3 +63,5 @@ __all__ = [
 
 #: 1.4.3's private names of the snapshot encoding, which its tests call
 _encode, _decode = encode, decode
+#: 1.4.3's names of the global random-state helpers (Python, NumPy, torch, CUDA)
+capture_rng_state, restore_rng_state = global_rng, set_global_rng
