@@ -186,7 +186,7 @@ class CompatTrainer(TrainLoop143, AgentTasks143):
         self._last_train_log_step = -1
         #: 1.4.3's per-agent rollout buffers; our recipe's step buffers nothing between
         #: calls, so they stay empty (1.4.3-style hook subclasses fill them)
-        self.rollout_buffers = [[] for _ in range(self.num_agents)]
+        self.rollout_buffers: list[list[Any]] = [[] for _ in range(self.num_agents)]
 
     @property
     def _run(self) -> Any:

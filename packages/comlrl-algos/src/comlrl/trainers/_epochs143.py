@@ -34,6 +34,7 @@ class EpochHooks143:
     _checkpoint_start_epoch: Any
     _checkpoint_commit: Any
     _checkpoint_save_blocked: bool
+    _checkpoint_progress: dict[str, Any]
 
     def _uses_epoch_hooks143(self) -> bool:
         return bool(self._epoch_hook143) and callable(getattr(self, self._epoch_hook143, None))
@@ -46,9 +47,10 @@ class EpochHooks143:
         """
         from torch.utils.data import DataLoader
 
-        if getattr(self, "train_dataset", None) is None:
+        data = getattr(self, "train_dataset", None)
+        if data is None:
             raise ValueError("training requires a train_dataset")
-        return DataLoader(self.train_dataset, batch_size=1, shuffle=False, collate_fn=list)
+        return DataLoader(data, batch_size=1, shuffle=False, collate_fn=list)
 
     def _checkpoint_validate_progress(self, state: dict[str, Any]) -> int:
         """The completed epochs of a saved state's cursor.

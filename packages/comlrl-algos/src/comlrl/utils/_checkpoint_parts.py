@@ -97,9 +97,9 @@ def model_info(model: Any) -> dict[str, Any]:
     if isinstance(model, torch.nn.Module):
         info["requires_grad"] = {n: bool(p.requires_grad) for n, p in model.named_parameters()}
     for name in ("config", "generation_config"):
-        config = getattr(model, name, None)
-        if callable(getattr(config, "to_dict", None)):
-            values = {k: v for k, v in config.to_dict().items() if k not in _TRANSIENT}
+        to_dict = getattr(getattr(model, name, None), "to_dict", None)
+        if callable(to_dict):
+            values = {k: v for k, v in to_dict().items() if k not in _TRANSIENT}
             info[name] = _digest(values)
     return info
 
