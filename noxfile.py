@@ -317,19 +317,15 @@ def demo(session: nox.Session) -> None:
 
 #: CoMLRL 1.4.3's sdist (its tests/ folder is the suite the compat session runs)
 COMLRL_143 = "comlrl==1.4.3"
-#: 1.4.3 test files left out (``--ignore``): they import 1.4.3 internals we do not provide
+#: 1.4.3 test files left out (``--ignore``): they test 1.4.3's own checkpoint internals
 #: (docs/compat.md, "CoMLRL 1.4.3's test suite", gives the reason of each)
 COMPAT_IGNORED_FILES = [
     "test_checkpoint_assets.py",
     "test_checkpoint_files.py",
-    "test_checkpoint_metadata.py",
-    "test_checkpoint_models.py",
     "test_checkpoint_nested.py",
     "test_checkpoint_preference.py",
     "test_checkpoint_preference_specials.py",
-    "test_checkpoint_rl.py",
     "test_checkpoint_rng.py",
-    "test_checkpoint_state.py",
     "test_checkpoint_tokenizer_specials.py",
 ]
 #: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
@@ -356,6 +352,13 @@ COMPAT_KNOWN_FAILURES = [
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
+    "test_checkpoint_state.py::test_absent_reward_optimizer_is_authoritative",
+    "test_checkpoint_state.py::test_invalid_lazy_reward_model_leaves_uninitialized_trainer_unchanged",
+    "test_checkpoint_state.py::test_lazy_factory_device_mismatch_rolls_back_before_state_load",
+    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-shared]",
+    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-separate]",
+    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[maac]",
+    "test_checkpoint_metadata.py::test_preconstruction_metadata_opens_only_the_intended_run",
 ]
 
 

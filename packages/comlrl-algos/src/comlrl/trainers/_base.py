@@ -8,7 +8,9 @@ translates the CoMLRL config dataclass into a validated :class:`comlrl.algos.Tra
 run with :func:`comlrl.algos.recipes.group_baseline.recipe.setup`. ``train()`` then calls
 the recipe's ``train_step`` ``num_steps`` times, ``evaluate()`` runs CoMLRL's evaluation
 protocol on the recipe's rollout (:mod:`comlrl.trainers._evaluation`), and
-``save_model(dir)`` writes ``dir/agent_<i>`` in Hugging Face format. What differs from
+``save_model(dir)`` writes ``dir/agent_<i>`` in Hugging Face format; ``train()`` with
+1.4.3's checkpoint arguments, ``save_checkpoint`` and ``load_checkpoint`` are
+:mod:`comlrl.trainers._train143`'s. What differs from
 CoMLRL 1.4.3 on purpose is listed in ``docs/compat.md``. The helpers of the modules
 named above are re-exported here (the trainers import them from this module).
 """
@@ -38,6 +40,7 @@ from comlrl.trainers._fields import (
 )
 from comlrl.trainers._loading import _model_kwargs, as_examples, load_agents
 from comlrl.trainers._tasks143 import AgentTasks143
+from comlrl.trainers._train143 import TrainLoop143
 from comlrl.trainers._wandb import (
     _import_wandb,
     log_row,
@@ -67,7 +70,7 @@ __all__ = [
 ]
 
 
-class CompatTrainer(AgentTasks143):
+class CompatTrainer(TrainLoop143, AgentTasks143):
     """Shared implementation of the CoMLRL 1.4.3 trainer front (see the module docstring).
 
     Subclasses set :attr:`config_cls`, :attr:`algorithm_name` and implement
@@ -179,6 +182,11 @@ class CompatTrainer(AgentTasks143):
         self._names = names
         self._wandb_run: Any = None
         self.env_step = 0
+        #: 1.4.3's environment step of the last logged training row (-1: none yet)
+        self._last_train_log_step = -1
+        #: 1.4.3's per-agent rollout buffers; our recipe's step buffers nothing between
+        #: calls, so they stay empty (1.4.3-style hook subclasses fill them)
+        self.rollout_buffers: list[list[Any]] = [[] for _ in range(self.num_agents)]
 
     @property
     def _run(self) -> Any:
@@ -308,50 +316,6 @@ class CompatTrainer(AgentTasks143):
         nothing without ``wandb_config``."""
         if self.wandb_config is not None:
             self._wandb_run = log_row(self._wandb_run, self.wandb_config, self, row)
-
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:
-        """Train for ``num_train_epochs`` passes over ``train_dataset``.
-
-        One optimizer step per ``train_batch_size`` examples (each with its whole rollout
-        tree); evaluation (when ``eval_dataset`` is given) before the first step and every
-        ``eval_interval`` examples. Returns the per-step metric rows (also logged to W&B
-        with ``wandb_config``).
-
-        Raises:
-            UnsupportedFieldError: CoMLRL's checkpoint arguments (``resume_from_checkpoint``,
-                ``checkpoint_dir``, ...): use :meth:`save_model`, or ``comlrl.algos``'
-                resumable checkpoints.
-        """
-        if kwargs:
-            raise UnsupportedFieldError(
-                f"train({', '.join(f'{k}=...' for k in kwargs)}) is not supported by "
-                "comlrl.trainers (no CoMLRL-format checkpoints); call train() and then "
-                "save_model(dir), or use comlrl.algos.MultiAgentTrainer for resumable runs."
-            )
-        from tqdm.auto import tqdm
-
-        cfg = self.config
-        run = self._base_run()
-        eval_every = int(getattr(self, "_eval_every", getattr(cfg, "eval_every", 0)))
-        history: list[dict[str, float]] = []
-        show = bool(getattr(cfg, "progress", self._verbose()))
-        bar = tqdm(
-            total=cfg.num_steps, initial=run.step, disable=not show, desc=self.algorithm_name
-        )
-        try:
-            for _ in range(run.step, cfg.num_steps):
-                if eval_every and run.step % eval_every == 0:
-                    self.evaluate()
-                row = self._train_step()
-                # 1.4.3's environment steps: the joint actions scored (the W&B step)
-                self.env_step += int(row.get("num_joint_actions", cfg.batch_size))
-                history.append(row)
-                self._wandb_log(row)
-                bar.update(1)
-                bar.set_postfix(reward=f"{row.get('reward_mean', float('nan')):.3f}")
-        finally:
-            bar.close()
-        return history
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """CoMLRL 1.4.3's evaluation: one sampled joint action per turn on the first

@@ -4,7 +4,9 @@ Its module paths are kept: :mod:`comlrl.utils.reward_utils` (calling a reward fu
 1.4.3's forms, ``set_reward_range``), :mod:`comlrl.utils.formatters`,
 :mod:`comlrl.utils.reference_kl`, :mod:`comlrl.utils.wandb_utils`,
 :mod:`comlrl.utils.distributed`, :mod:`comlrl.utils.reward_processor`
-(``RewardProcessors``) and :mod:`comlrl.utils.tokenizer_utils` (``ensure_pad_token``).
+(``RewardProcessors``), :mod:`comlrl.utils.tokenizer_utils` (``ensure_pad_token``) and
+:mod:`comlrl.utils.checkpoint` (``read_checkpoint_metadata``; the trainers' resumable
+checkpoints).
 The rest of 1.4.3's ``comlrl.utils.__all__`` are its trainers' internals; asking for one
 raises :class:`NotProvidedError` naming it and what to use instead (docs/compat.md).
 
@@ -35,6 +37,7 @@ _EXPORTS = {
     "reference_kl_for_sequence": "reference_kl",
     "resolve_reference_devices": "reference_kl",
     "validate_reference_kl_config": "reference_kl",
+    "read_checkpoint_metadata": "checkpoint",
 }
 
 __all__ = ["NotProvidedError", "RewardProcessors", "ensure_pad_token", *_EXPORTS]
@@ -47,7 +50,6 @@ class NotProvidedError(ImportError):
 
 #: CoMLRL 1.4.3's ``comlrl.utils.__all__`` names that are not provided -> what to use.
 _NOT_PROVIDED = {
-    "read_checkpoint_metadata": "comlrl.algos checkpoints (comlrl.algos.training.checkpoint)",
     "ensure_tokenizer": "transformers.AutoTokenizer.from_pretrained + ensure_pad_token",
     "apply_tokenizer_specials": "model_config={'special_tokens': {...}} on the trainer",
     "resolve_tokenizers": "pass tokenizer= (one, or one per agent) to the trainer",

@@ -24,6 +24,7 @@ from comlrl.trainers._base import (
     critic_device_names,
     load_agents,
 )
+from comlrl.trainers._epochs143 import ActorCriticEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
 from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
@@ -43,7 +44,11 @@ __all__ = [
 
 
 class ActorCriticTrainerBase(
-    ActorCriticLoop143, ActorCriticHooks143, ReferenceKLHooks143, CompatTrainer
+    ActorCriticEpochs143,
+    ActorCriticLoop143,
+    ActorCriticHooks143,
+    ReferenceKLHooks143,
+    CompatTrainer,
 ):
     """The shared base of :class:`IACTrainer` and :class:`MAACTrainer` (CoMLRL 1.4.3's
     ``comlrl.trainers.ActorCriticTrainerBase``): the constructor arguments, critic loading,
@@ -53,6 +58,7 @@ class ActorCriticTrainerBase(
     """
 
     method: Method = "iac"
+    _checkpoint_kind = "actor_critic"  # train(checkpoint_dir=...) writes resumable checkpoints
     #: CoMLRL 1.4.3: a reward function may return one value per agent (agent a trains on
     #: the a-th); see CompatReward(per_agent=True)
     per_agent_rewards = True
@@ -257,9 +263,13 @@ class ActorCriticTrainerBase(
 
     @property
     def critic_optimizer(self) -> Any:
-        """MAAC's centralised critic's optimizer (1.4.3's name; assignable before the run)."""
+        """MAAC's centralised critic's optimizer (1.4.3's name; assignable before the run);
+        None when there is no separate critic (value heads on the agents)."""
         given = self.__dict__.get("_critic_optimizer_given")
-        return given if given is not None else self.critic_optimizers[0]
+        if given is not None:
+            return given
+        optimizers = self.critic_optimizers
+        return optimizers[0] if optimizers else None
 
     @critic_optimizer.setter
     def critic_optimizer(self, optimizer: Any) -> None:
@@ -298,6 +308,20 @@ class ActorCriticTrainerBase(
         if callable(getattr(self, "_collect_rollouts", None)):
             return self._evaluate_rollouts143(num_eval_samples)
         return super().evaluate(num_eval_samples)
+
+    def _checkpoint_write(self, path: Path, section: dict[str, Any]) -> Path:
+        """The actor-critic run (actors, critics, their optimizers) and ``section``."""
+        from comlrl.algos.recipes.actor_critic import state
+        from comlrl.utils.checkpoint import SECTION
+
+        self._run  # noqa: B018 (builds the run on first use)
+        return state.checkpoint(self._ac_run, path, recipe_state={SECTION: section})
+
+    def _checkpoint_restore(self, path: Path, saved: dict[str, Any]) -> None:
+        from comlrl.algos.recipes.actor_critic import state
+
+        self._run  # noqa: B018
+        state.resume(self._ac_run, path, state=saved)
 
     def _train_step(self) -> dict[str, float]:
         from comlrl.algos.recipes.actor_critic import recipe as actor_critic

@@ -283,7 +283,7 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
             self._wandb_log(row)
         return history
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
         """Run the ``num_iterations`` rounds.
 
         Returns:
@@ -395,7 +395,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
             rl._wandb_log(row)
         return history
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
         """Run the ``num_iterations`` rounds.
 
         Returns:

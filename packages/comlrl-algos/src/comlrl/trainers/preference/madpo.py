@@ -30,8 +30,9 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers.preference._centralized143 import CentralizedPreference143
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
+from comlrl.trainers.preference._records143 import AgentPreferenceTensors, PreferencePair
 
-__all__ = ["MADPOConfig", "MADPOTrainer"]
+__all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair"]
 
 
 @dataclass
@@ -300,7 +301,7 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
             )
         return pairs
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
         """CoMLRL 1.4.3's MADPO: build every preference pair once from the initial policy
         (:meth:`_build_pairs`, kept in :attr:`preference_pairs`), then
         ``num_train_epochs`` epochs over them, shuffled each epoch, ``train_batch_size``

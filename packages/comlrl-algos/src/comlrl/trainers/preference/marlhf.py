@@ -334,7 +334,7 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
         """Our validated config of the RL stage."""
         return self.rl_trainer.config
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:
+    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
         """Collect preference pairs, fit the reward model, then run the RL stage on it
         (see the class docstring).
 

@@ -26,7 +26,9 @@ from comlrl.trainers._base import (
     check_config_fields,
     common_train_config,
 )
+from comlrl.trainers._epochs143 import MAGRPOEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
+from comlrl.trainers._resume143 import Resume143
 from comlrl.trainers.reinforce._hooks143 import MAGRPOHooks143
 
 # 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
@@ -235,7 +237,7 @@ def group_baseline_config(
     return fields
 
 
-class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
+class MAGRPOTrainer(MAGRPOEpochs143, Resume143, MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MAGRPOTrainer`` arguments, trained by
     :mod:`comlrl.algos.recipes.group_baseline.recipe`.
 
@@ -273,6 +275,7 @@ class MAGRPOTrainer(MAGRPOHooks143, ReferenceKLHooks143, CompatTrainer):
     #: any REINFORCE-family config works; its advantage_mode picks the baseline (as in 1.4.3)
     accepted_config: type = MAGRPOConfig
     algorithm_name = "MAGRPO"
+    _checkpoint_kind = "magrpo"  # train(checkpoint_dir=...) writes resumable checkpoints
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """CoMLRL 1.4.3's module path ``comlrl.trainers.reinforce.magrpo``: MAGRPO's config and trainer
-(defined in :mod:`comlrl.trainers.reinforce`), and 1.4.3's module attribute ``wandb`` (the
-wandb module, imported on first use, or None when it is not installed)."""
+(defined in :mod:`comlrl.trainers.reinforce`), its rollout record ``NodeSample``, and
+1.4.3's module attribute ``wandb`` (the wandb module, imported on first use, or None when
+it is not installed)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from comlrl.trainers.reinforce import (
     MAGRPOConfig,
     MAGRPOTrainer,
 )
+from comlrl.trainers.reinforce._records143 import NodeSample
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer"]
+__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "NodeSample"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,7 @@ continuing from one (:func:`resume`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,16 @@ def _critic_state(run: ActorCriticRun) -> dict[str, Any]:
     }
 
 
-def checkpoint(run: ActorCriticRun, path: str | Path | None = None) -> Path:
+def checkpoint(
+    run: ActorCriticRun,
+    path: str | Path | None = None,
+    *,
+    recipe_state: Mapping[str, Any] | None = None,
+) -> Path:
     """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``)
-    atomically and return it.
+    atomically and return it. ``recipe_state``: a caller's own plain-value state, saved
+    under :data:`~comlrl.algos.training.checkpoint.RECIPE_STATE` (``comlrl.trainers``' IAC/MAAC
+    keep their epoch cursor there).
 
     The folder is :func:`comlrl.algos.training.checkpoint.write_checkpoint`'s (built under a
     temporary name, then renamed): ``agent_<i>/`` (Hugging Face weights) and
@@ -111,16 +119,19 @@ def checkpoint(run: ActorCriticRun, path: str | Path | None = None) -> Path:
         generators=[getattr(a, "generator", None) for a in base.agents],
     )
     state["critics"] = _critic_state(run)
+    if recipe_state is not None:
+        state[ckpt.RECIPE_STATE] = dict(recipe_state)
     if path is None:
         path = ckpt.step_checkpoint_path(base.output_dir, base.step)
     return ckpt.write_checkpoint(path, base.agents, state)
 
 
-def resume(run: ActorCriticRun, path: str | Path) -> int:
+def resume(run: ActorCriticRun, path: str | Path, *, state: Mapping[str, Any] | None = None) -> int:
     """Put ``run`` back at the step checkpoint ``path`` written by :func:`checkpoint`:
     actor weights and optimizers, critics (heads, separate trunks, their optimizers),
     data stream and random streams; cut ``metrics.jsonl``/``samples.jsonl``/``eval.jsonl``
     back to its step and return the step. :func:`train` then continues as if never stopped.
+    ``state``: the checkpoint's ``training_state.pt`` when the caller has read it already.
 
     Raises:
         CheckpointError: the checkpoint is incomplete, was written by another recipe (no
@@ -128,7 +139,8 @@ def resume(run: ActorCriticRun, path: str | Path) -> int:
             a shared/separate mismatch, other shapes).
     """
     base = run.base
-    state = ckpt.load_training_state(path)
+    if state is None:
+        state = ckpt.load_training_state(path)
     saved = state.get("critics")
     if saved is None:
         raise ckpt.CheckpointError(
