@@ -602,6 +602,26 @@ def test_madpo_takes_dpo_steps_on_pairs_built_before_training(
     _assert_saved_equal(trainer.save_model(tmp_path / "dpo")[0], trainer.agents[0])
 
 
+def test_madpo_trains_with_the_checkpoint_arguments_at_their_defaults(stories260k: str) -> None:
+    """A 1.4.3 script may pass ``train(resume_from_checkpoint=None)``: MADPO (no
+    checkpoints) trains then, and refuses only a checkpoint argument that would change the
+    run. Before, any keyword, even a default, went to the base loop."""
+    trainer = MADPOTrainer(
+        agent_model=stories260k,
+        num_agents=2,
+        train_dataset=_dataset(),
+        reward_func=lambda c1, c2: [float(len(c2[0]) - len(c1[0]))],
+        args=MADPOConfig(
+            num_train_epochs=1, rollout_buffer_size=2, train_batch_size=2,
+            preference_num_candidates=2, preference_pairs_per_sample=1, max_new_tokens=4,
+        ),
+    )  # fmt: skip
+    with pytest.raises(UnsupportedFieldError, match="checkpoint"):
+        trainer.train(checkpoint_dir="ckpt")
+    rows = trainer.train(resume_from_checkpoint=None, checkpoint_interval=1)
+    assert all(math.isfinite(r["loss"]) for r in rows)
+
+
 # --- MARLHF --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("algorithm", "name", "mode"),

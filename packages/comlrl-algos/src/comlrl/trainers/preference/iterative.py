@@ -13,6 +13,7 @@ from comlrl.algos.recipes.preference.rounds import run_rounds
 from comlrl.trainers._base import (
     CompatTrainer,
 )
+from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
@@ -295,6 +296,7 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
             UnsupportedFieldError: CoMLRL's checkpoint arguments (see
                 :meth:`CompatTrainer.train`).
         """
+        kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
         return self._run_rounds()
@@ -405,6 +407,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         Raises:
             UnsupportedFieldError: CoMLRL's checkpoint arguments.
         """
+        kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
         try:

@@ -28,6 +28,7 @@ from comlrl.trainers._base import (
     _reject,
     check_config_fields,
 )
+from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._centralized143 import CentralizedPreference143
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
 from comlrl.trainers.preference._records143 import AgentPreferenceTensors, PreferencePair
@@ -324,6 +325,7 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
         from comlrl.algos.recipes.preference.recipe import madpo_update
         from comlrl.trainers._iterative import joint_pairs
 
+        kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
         a, run = self.args, self._run

@@ -19,6 +19,7 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
 )
+from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._centralized143 import CentralizedMARLHF143
 from comlrl.trainers.preference._marlhf_config import (
     _NO_LIMIT,
@@ -347,6 +348,7 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
             UnsupportedFieldError: CoMLRL's checkpoint arguments (see
                 :meth:`CompatTrainer.train`).
         """
+        kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
         if self._preference is None:  # centralized: 1.4.3 builds the reward model here
