@@ -168,3 +168,20 @@ def test_the_cpu_step_is_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     _set_grads(params, torch.Generator().manual_seed(0))
     opt.step()
     assert calls == []
+
+
+def test_a_large_model_keeps_torchs_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above FLAT_MAX_ELEMENTS the flat temporaries would cost memory: torch's step."""
+    from comlrl.algos.training import flat_radam
+
+    monkeypatch.setattr(flat_radam, "FLAT_MAX_ELEMENTS", 10)
+    ours, theirs = _params(9), _params(9)
+    opt_ours, opt_theirs = FlatRAdam(ours, lr=1e-2), torch.optim.RAdam(theirs, lr=1e-2)
+    gen_a, gen_b = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    for _ in range(3):
+        _set_grads(ours, gen_a)
+        _set_grads(theirs, gen_b)
+        opt_ours.step()
+        opt_theirs.step()
+    _assert_equal(ours, theirs)
+    assert opt_ours._flat is None

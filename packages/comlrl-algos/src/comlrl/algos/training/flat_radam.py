@@ -14,8 +14,10 @@ one thread: 3.1 -> 1.5 ms per step (thread CPU time, median of 300).
 Whenever the fast path does not apply it calls torch's own step: a closure, several
 parameter groups, ``maximize``/``capturable``/``differentiable``/``foreach``, a tensor
 learning rate, a parameter without gradient (torch skips it and its step count), a
-non-CPU, non-float32, complex, sparse or subclass (``DTensor``) tensor, or per-parameter
-step counts that differ (e.g. after such a skip).
+non-CPU, non-float32, complex, sparse or subclass (``DTensor``) tensor, per-parameter
+step counts that differ (e.g. after such a skip), or more than :data:`FLAT_MAX_ELEMENTS`
+parameter elements (the flat temporaries would cost memory; per-op overhead no longer
+dominates there).
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["FlatRAdam"]
+__all__ = ["FLAT_MAX_ELEMENTS", "FlatRAdam"]
+
+#: Above this many parameter elements the step stays torch's: the one-pass step holds a
+#: few flat temporaries of the whole model (gradient copy, update), ~5x the parameters'
+#: bytes at its peak, where torch's per-tensor step holds those of one tensor at a time.
+FLAT_MAX_ELEMENTS = 20_000_000
 
 
 class FlatRAdam(torch.optim.RAdam):
@@ -106,6 +113,8 @@ class FlatRAdam(torch.optim.RAdam):
         ):
             return None
         params = group["params"]
+        if sum(p.numel() for p in params) > FLAT_MAX_ELEMENTS:
+            return None
         for p in params:
             g = p.grad
             if (
