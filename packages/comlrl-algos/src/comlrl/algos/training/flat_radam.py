@@ -65,6 +65,7 @@ class FlatRAdam(torch.optim.RAdam):
         )
         # (params, exp_avg flat, exp_avg_sq flat, the views handed to the state, step)
         self._flat: tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list, Any] | None = None
+        self._scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One RAdam step; the one-pass path where it applies, else torch's own."""
@@ -178,8 +179,14 @@ class FlatRAdam(torch.optim.RAdam):
         group = self.param_groups[0]
         beta1, beta2 = group["betas"]
         lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-        grad = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]
-        # torch.optim.radam._single_tensor_radam, op for op, on all parameters at once
+        n = exp_avg.numel()
+        if self._scratch is None or self._scratch[0].numel() != n:
+            # reused every step: fresh 1 MB temporaries each step cost page faults
+            self._scratch = tuple(torch.empty(n, dtype=exp_avg.dtype) for _ in range(3))  # type: ignore[assignment]
+        grad, update, adaptive_lr = self._scratch
+        torch.cat([p.grad.reshape(-1) for p in params], out=grad)  # type: ignore[union-attr]
+        # torch.optim.radam._single_tensor_radam, op for op, on all parameters at once;
+        # an out= or in-place form runs the same kernel as torch's out-of-place op
         step_t += 1
         step = step_t.item()
         if wd != 0:
@@ -187,21 +194,23 @@ class FlatRAdam(torch.optim.RAdam):
                 for p in params:
                     p.mul_(1 - lr * wd)
             else:
-                grad = grad.add(torch.cat([p.reshape(-1) for p in params]), alpha=wd)
+                grad.add_(torch.cat([p.reshape(-1) for p in params]), alpha=wd)
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
-        bias_corrected_exp_avg = exp_avg / bias_correction1
+        torch.div(exp_avg, bias_correction1, out=update)  # the bias-corrected exp_avg
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+        update.mul_(lr)
         if rho_t > 5.0:
             rect = (
                 (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
             ) ** 0.5
-            adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add_(eps)
-            update = bias_corrected_exp_avg * lr * adaptive_lr * rect
-        else:
-            update = bias_corrected_exp_avg * lr
+            # (bias_correction2 ** 0.5) / (sqrt(exp_avg_sq) + eps), as Tensor.__rtruediv__
+            # computes it: reciprocal, then times the scalar
+            torch.sqrt(exp_avg_sq, out=adaptive_lr).add_(eps)
+            adaptive_lr.reciprocal_().mul_(bias_correction2**0.5)
+            update.mul_(adaptive_lr).mul_(rect)
         for p, u in zip(params, update.split([p.numel() for p in params]), strict=True):
             p.add_(u.view_as(p), alpha=-1.0)
