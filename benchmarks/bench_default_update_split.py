@@ -85,16 +85,16 @@ def measure(batch_size: int, warmup: int, repeats: int, work: Path) -> dict[str,
 
         return wrapper
 
-    originals = {
+    originals: dict[str, Any] = {
         "completion_logprobs": upd.completion_logprobs,
         "policy_loss": upd.policy_loss,
         "clip": torch.nn.utils.clip_grad_norm_,
         "backward": torch.Tensor.backward,
     }
-    upd.completion_logprobs = timed("logprob_forward", upd.completion_logprobs)
-    upd.policy_loss = timed("loss", upd.policy_loss)
-    torch.nn.utils.clip_grad_norm_ = timed("clip_grad_norm", torch.nn.utils.clip_grad_norm_)
-    torch.Tensor.backward = timed("backward", torch.Tensor.backward)  # type: ignore[method-assign]
+    upd.completion_logprobs = timed("logprob_forward", upd.completion_logprobs)  # type: ignore[assignment]
+    upd.policy_loss = timed("loss", upd.policy_loss)  # type: ignore[assignment]
+    torch.nn.utils.clip_grad_norm_ = timed("clip_grad_norm", torch.nn.utils.clip_grad_norm_)  # type: ignore[assignment]
+    torch.Tensor.backward = timed("backward", torch.Tensor.backward)  # type: ignore[method-assign,assignment]
     opt.step = timed("optimizer_step", opt.step)  # type: ignore[method-assign]
     opt.zero_grad = timed("zero_grad", opt.zero_grad)  # type: ignore[method-assign]
     splits: dict[str, list[float]] = defaultdict(list)

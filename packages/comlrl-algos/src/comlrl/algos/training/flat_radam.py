@@ -180,10 +180,12 @@ class FlatRAdam(torch.optim.RAdam):
         beta1, beta2 = group["betas"]
         lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
         n = exp_avg.numel()
-        if self._scratch is None or self._scratch[0].numel() != n:
+        scratch = self._scratch
+        if scratch is None or scratch[0].numel() != n:
             # reused every step: fresh 1 MB temporaries each step cost page faults
-            self._scratch = tuple(torch.empty(n, dtype=exp_avg.dtype) for _ in range(3))  # type: ignore[assignment]
-        grad, update, adaptive_lr = self._scratch
+            empty = [torch.empty(n, dtype=exp_avg.dtype) for _ in range(3)]
+            scratch = self._scratch = (empty[0], empty[1], empty[2])
+        grad, update, adaptive_lr = scratch
         torch.cat([p.grad.reshape(-1) for p in params], out=grad)  # type: ignore[union-attr]
         # torch.optim.radam._single_tensor_radam, op for op, on all parameters at once;
         # an out= or in-place form runs the same kernel as torch's out-of-place op
