@@ -7,7 +7,10 @@ whole command's wall time (imports, model loading, writing, the plot). With
 ``--compare-src DIR`` every run is repeated, alternating, with ``comlrl.algos`` taken from
 ``DIR`` (an older tree: ``git archive REV packages/comlrl-algos/src | tar -x -C /tmp/old``),
 and the metrics rows of the two are compared (timings left out), so a speed change that
-alters results shows.
+alters results shows: ``metrics_rows_identical`` (bit for bit), ``metrics_diff`` (the
+largest absolute and relative difference of any metric and its key, for changes that only
+round differently)
+and ``samples_identical`` (``samples.jsonl`` byte for byte: the sampled text and rewards).
 
 Usage::
 
@@ -56,7 +59,28 @@ def run_once(src: str | None, batch: int, steps: int, work: Path) -> dict[str, A
         "command_wall_s": wall,
         **{f"median_{k[5:]}": statistics.median(r[k] for r in later) for k in TIMES},
         "rows": _rows_without_times(rows),
+        "samples": (out / "samples.jsonl").read_bytes(),
     }
+
+
+def _metric_diff(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """The largest ``|x - y|`` and ``|x - y| / max(|y|, 1e-12)`` over the metrics of two
+    runs' rows, with the key of the largest relative one (inf when rows or keys differ)."""
+    worst: dict[str, Any] = {"max_abs": 0.0, "max_rel": 0.0, "key": None}
+    if len(a) != len(b) or any(r.keys() != q.keys() for r, q in zip(a, b, strict=True)):
+        return {"max_abs": float("inf"), "max_rel": float("inf"), "key": "rows or keys differ"}
+    for r, q in zip(a, b, strict=True):
+        for k, x in r.items():
+            y = q[k]
+            if not (isinstance(x, (int, float)) and isinstance(y, (int, float))):
+                if x != y:
+                    return {"max_abs": float("inf"), "max_rel": float("inf"), "key": k}
+                continue
+            d = abs(x - y)
+            worst["max_abs"] = max(worst["max_abs"], d)
+            if d / max(abs(y), 1e-12) > worst["max_rel"]:
+                worst["max_rel"], worst["key"] = d / max(abs(y), 1e-12), k
+    return worst
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         entry: dict[str, Any] = {
             name: {
                 "best_median_step_s": min(r["median_step_s"] for r in rs),
-                "trials": [{k: v for k, v in r.items() if k != "rows"} for r in rs],
+                "trials": [
+                    {k: v for k, v in r.items() if k not in ("rows", "samples")} for r in rs
+                ],
             }
             for name, rs in runs.items()
         }
@@ -99,12 +125,25 @@ def main(argv: list[str] | None = None) -> int:
             entry["metrics_rows_identical"] = all(
                 r["rows"] == runs["this_tree"][0]["rows"] for rs in runs.values() for r in rs
             )
+            ref = runs["this_tree"][0]
+            diffs = [_metric_diff(r["rows"], ref["rows"]) for rs in runs.values() for r in rs]
+            entry["metrics_diff"] = max(diffs, key=lambda d: d["max_rel"])
+            entry["samples_identical"] = all(
+                r["samples"] == ref["samples"] for rs in runs.values() for r in rs
+            )
             entry["speedup_step"] = (
                 entry["compare"]["best_median_step_s"] / entry["this_tree"]["best_median_step_s"]
             )
+            entry["speedup_update"] = min(
+                t["median_update_s"] for t in entry["compare"]["trials"]
+            ) / min(t["median_update_s"] for t in entry["this_tree"]["trials"])
             print(
-                f"b={b}: speed-up {entry['speedup_step']:.2f}x, metrics rows identical: "
-                f"{entry['metrics_rows_identical']}"
+                f"b={b}: speed-up step {entry['speedup_step']:.2f}x, update "
+                f"{entry['speedup_update']:.2f}x; metrics rows identical: "
+                f"{entry['metrics_rows_identical']} (max rel diff "
+                f"{entry['metrics_diff']['max_rel']:.2g} in {entry['metrics_diff']['key']}), "
+                "samples identical: "
+                f"{entry['samples_identical']}"
             )
         result["batches"][str(b)] = entry
     result["loadavg_end"] = os.getloadavg()

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
+from comlrl.algos.training.flat_radam import FlatRAdam
 
 __all__ = [
     "resolve_device",
@@ -41,6 +42,8 @@ def build_optimizer(
       G = 4, lr 1e-3 on a cooperative story reward: AdamW collapsed to degenerate text
       (mean reward 0.48 -> 0.21 over 80 steps with clipping, 0.61 -> 0.11 without),
       RAdam learned (0.58 -> 0.97 over 128 steps with clipping, 0.64 -> 0.92 without).
+      On the CPU its step runs on all parameters at once, bit for bit torch's
+      (:class:`~comlrl.algos.training.flat_radam.FlatRAdam`, a ``torch.optim.RAdam``).
     - ``"adamw"``: :class:`torch.optim.AdamW` (Loshchilov and Hutter 2019).
     - ``"sgd"``: plain :class:`torch.optim.SGD`.
 
@@ -48,9 +51,7 @@ def build_optimizer(
         ValueError: an unknown name.
     """
     if name == "radam":
-        return torch.optim.RAdam(
-            params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=True
-        )
+        return FlatRAdam(params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=True)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if name == "sgd":
