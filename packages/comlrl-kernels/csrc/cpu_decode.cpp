@@ -130,10 +130,56 @@ void rope(float* x, i64 rows, i64 heads, i64 d, const float* cos, const float* s
   }
 }
 
+// o = inv * (sum_s w[s] pv[s] + sum_t wn[t] vc[t]) over rows of d floats, skipping
+// zero weights (masked padding). For d a multiple of 8 known at compile time (GCC/Clang)
+// the accumulator is d/8 vector registers; otherwise plain loops.
+template <int DD>
+void weighted_values(const float* w, const float* pv, i64 s_len, const float* wn,
+                     const float* vc, i64 n_new, i64 d, float inv, float* o) {
+#if defined(__GNUC__)
+  if constexpr (DD > 0 && DD % 8 == 0) {
+    typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+    constexpr int kC = DD / 8;
+    v8 acc[kC];
+    for (int c = 0; c < kC; ++c) acc[c] = v8{};
+    auto add = [&](float wt, const float* row) {
+      for (int c = 0; c < kC; ++c) {
+        v8 x;
+        std::memcpy(&x, row + 8 * c, sizeof x);
+        acc[c] += wt * x;
+      }
+    };
+    for (i64 s = 0; s < s_len; ++s)
+      if (w[s] != 0.f) add(w[s], pv + s * DD);
+    for (i64 t = 0; t < n_new; ++t) add(wn[t], vc + t * DD);
+    for (int c = 0; c < kC; ++c) {
+      const v8 y = acc[c] * inv;
+      std::memcpy(o + 8 * c, &y, sizeof y);
+    }
+    return;
+  }
+#endif
+  for (i64 e = 0; e < d; ++e) o[e] = 0.f;
+  for (i64 s = 0; s < s_len; ++s) {
+    if (w[s] == 0.f) continue;
+    const float* row = pv + s * d;
+    for (i64 e = 0; e < d; ++e) o[e] += w[s] * row[e];
+  }
+  for (i64 t = 0; t < n_new; ++t) {
+    const float* row = vc + t * d;
+    for (i64 e = 0; e < d; ++e) o[e] += wn[t] * row[e];
+  }
+  for (i64 e = 0; e < d; ++e) o[e] *= inv;
+}
+
 // Attention of row r's query heads of kv head kh over the prompt and slots [0, slot].
+// DD > 0: the head dimension as a compile-time constant (the common sizes, so the loops
+// over it unroll into whole vectors); DD = 0: any head dimension.
+template <int DD>
 void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* out, i64 r,
             i64 kh, i64 slot, float* sc) {
-  const i64 g = m.group, s_len = m.prefix, t_cap = m.steps, d = m.head_dim;
+  const i64 g = m.group, s_len = m.prefix, t_cap = m.steps;
+  const i64 d = DD > 0 ? DD : m.head_dim;
   const i64 rep = m.heads / m.kv_heads;
   const i64 p = r / g, gi = r % g;
   const float* pk = l.prefix_keys + (p * m.kv_heads + kh) * d * s_len;
@@ -142,28 +188,29 @@ void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* o
   const float* vc = l.values + ((p * m.kv_heads + kh) * g + gi) * t_cap * d;
   const float* bias = m.prefix_bias + p * s_len;
   const i64 n_new = slot + 1, n = s_len + n_new;
+  const float scaling = m.scaling;
   for (i64 j = 0; j < rep; ++j) {
     const i64 hq = kh * rep + j;
     const float* qh = q + (r * m.heads + hq) * d;
     float* o = out + (r * m.heads + hq) * d;
-    std::fill(sc, sc + n, 0.f);
     float* sn = sc + s_len;
-    for (i64 e = 0; e < d; ++e) {  // scores as d rank-1 updates: vectorized over positions
-      const float qe = qh[e];
-      const float* pke = pk + e * s_len;
+    // Scores: one dot product per position, vectorized over positions (keys are stored
+    // transposed, [D, positions]), the sum over the head dimension in order.
 #pragma omp simd
-      for (i64 s = 0; s < s_len; ++s) sc[s] += qe * pke[s];
-      const float* kce = kc + e * t_cap;
-#pragma omp simd
-      for (i64 t = 0; t < n_new; ++t) sn[t] += qe * kce[t];
+    for (i64 s = 0; s < s_len; ++s) {
+      float a = 0.f;
+      for (i64 e = 0; e < d; ++e) a += qh[e] * pk[e * s_len + s];
+      sc[s] = a * scaling + bias[s];
     }
-    const float scaling = m.scaling;
 #pragma omp simd
-    for (i64 s = 0; s < s_len; ++s) sc[s] = sc[s] * scaling + bias[s];
-#pragma omp simd
-    for (i64 t = 0; t < n_new; ++t) sn[t] = sn[t] * scaling;
+    for (i64 t = 0; t < n_new; ++t) {
+      float a = 0.f;
+      for (i64 e = 0; e < d; ++e) a += qh[e] * kc[e * t_cap + t];
+      sn[t] = a * scaling;
+    }
     float mx = -std::numeric_limits<float>::infinity();
-    for (i64 i = 0; i < n; ++i) mx = sc[i] > mx ? sc[i] : mx;
+#pragma omp simd reduction(max : mx)
+    for (i64 i = 0; i < n; ++i) mx = std::max(mx, sc[i]);
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (i64 i = 0; i < n; ++i) {
@@ -172,20 +219,21 @@ void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* o
       sum += e;
     }
     const float inv = 1.f / sum;
-    std::fill(o, o + d, 0.f);
-    for (i64 s = 0; s < s_len; ++s) {
-      const float w = sc[s] * inv;
-      if (w == 0.f) continue;  // masked padding
-      const float* pvs = pv + s * d;
-#pragma omp simd
-      for (i64 e = 0; e < d; ++e) o[e] += w * pvs[e];
-    }
-    for (i64 t = 0; t < n_new; ++t) {
-      const float w = sn[t] * inv;
-      const float* vct = vc + t * d;
-#pragma omp simd
-      for (i64 e = 0; e < d; ++e) o[e] += w * vct[e];
-    }
+    weighted_values<DD>(sc, pv, s_len, sn, vc, n_new, d, inv, o);
+  }
+}
+
+using AttendFn = void (*)(const DecodeModel&, const DecodeLayer&, const float*, float*, i64, i64,
+                          i64, float*);
+
+AttendFn attend_for(i64 head_dim) {
+  switch (head_dim) {
+    case 8: return attend<8>;
+    case 16: return attend<16>;
+    case 32: return attend<32>;
+    case 64: return attend<64>;
+    case 128: return attend<128>;
+    default: return attend<0>;
   }
 }
 
@@ -223,6 +271,7 @@ void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t 
   const i64 rope_stride = m.rope_steps * d;
   const i64 n_pos = m.prefix + slot + 1;
   const i64 attn_work = (m.heads / m.kv_heads) * n_pos * d * 2;
+  const AttendFn attend_fn = attend_for(d);
   for (const DecodeLayer& l : m.layers) {
     rms_norm(h, l.norm1, l.eps1, x, rows, hd);
     linear(l.q, x, rows, q, qd, num_threads);
@@ -248,7 +297,8 @@ void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t 
         own.resize(static_cast<size_t>(n_pos));
         scores = own.data();
       }
-      for (i64 t = lo; t < hi; ++t) attend(m, l, q, att, t / m.kv_heads, t % m.kv_heads, slot, scores);
+      for (i64 t = lo; t < hi; ++t)
+        attend_fn(m, l, q, att, t / m.kv_heads, t % m.kv_heads, slot, scores);
     });
     linear(l.o, att, rows, x, hd, num_threads);
     for (i64 i = 0; i < rows * hd; ++i) h[i] += x[i];

@@ -3,10 +3,13 @@
 The reference (``decode_step_reference``) runs the same step in float64 on the same
 float32 weights and cache. The kernel sums in another order (GEMV partial sums, scores
 as rank-1 updates) and uses a polynomial exp (~1e-7 relative), so it differs from the
-exact value by float32 rounding: a few ulp per dot product, amplified at most a few-fold
-by the layers for these random weights. The check is ``|logit - exact| <= 1e-5 * max
-|exact logit|`` (~100 ulp of the largest logit); a real error (a wrong head, slot,
-position or mask) moves logits by O(1) of their scale.
+exact value by float32 rounding: a few ulp per dot product, amplified by the layers by
+however ill-conditioned the instance is (tiny hidden sizes can cancel in the residual
+stream). The check is ``|logit - exact| <= 1e-5 * max|exact logit| + 4 * e32``, where
+``e32`` is the error of torch's own float32 evaluation of the same spec on the same
+instance (measured: ~1e-7 of max |logit| typically; 1.1e-5 for the kernel vs 6.4e-6 for
+torch float32 on a hidden=2 case). A real error (a wrong head, slot, position or mask)
+moves logits by O(1) of their scale.
 """
 
 from __future__ import annotations
@@ -163,25 +166,34 @@ def double_model(model: dict) -> dict:  # type: ignore[type-arg]
 
 
 def run_both(case: dict) -> tuple[list[torch.Tensor], list[torch.Tensor], dict, dict]:  # type: ignore[type-arg]
-    """Every step through the kernel and the float64 reference; returns both logits
-    lists and both caches after the last step."""
+    """Every step through the kernel and the float64 reference; returns the kernel's
+    logits, the reference's ``(float64, float32)`` logits per step, and both caches
+    after the last step."""
     step = DecodeStep(**case["model"])
     cache = case["cache"]
     ref_cache = double_cache(cache)
     ref_model = double_model(case["model"])
+    cache32 = {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in cache.items()}
     step.start(**cache)
     got, want = [], []
     for slot, tokens in enumerate(case["tokens"]):
         got.append(step(tokens, slot).clone())
-        want.append(decode_step_reference(**ref_model, **ref_cache, tokens=tokens, slot=slot))
+        exact = decode_step_reference(**ref_model, **ref_cache, tokens=tokens, slot=slot)
+        f32 = decode_step_reference(**case["model"], **cache32, tokens=tokens, slot=slot)
+        want.append((exact, f32))
     return got, want, cache, ref_cache
 
 
-def assert_close_rel(got: torch.Tensor, want: torch.Tensor) -> None:
+def assert_close_rel(got: torch.Tensor, want: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Within ``RTOL`` of the largest exact |logit| plus 4x torch float32's own error."""
+    exact, f32 = want
     assert torch.isfinite(got).all(), "non-finite logits (a NaN slot was read?)"
-    scale = float(want.abs().max())
-    err = float((got.double() - want).abs().max())
-    assert err <= RTOL * scale, f"max |error| {err:.3g} > {RTOL} * {scale:.3g}"
+    scale = float(exact.abs().max())
+    e32 = float((f32.double() - exact).abs().max())
+    err = float((got.double() - exact).abs().max())
+    assert err <= RTOL * scale + 4 * e32, (
+        f"max |error| {err:.3g} > {RTOL} * {scale:.3g} + 4 * {e32:.3g} (torch float32's error)"
+    )
 
 
 @pytest.mark.parametrize("isa", ISAS)
