@@ -105,8 +105,71 @@ void rms_norm(const float* x, const float* w, float eps, float* y, i64 rows, i64
   }
 }
 
+#if defined(__GNUC__)
+typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+inline v8 load8(const float* p) {
+  v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// NR rows of y, columns [j, j + 16), from the transposed weight: acc[r] += x[r, i] *
+// wt[i, j:j+16] for i in order (one FMA chain per output, no horizontal sums).
+template <int NR>
+void tile_t(const DecodeLinear& l, const float* x, float* y, i64 y_stride, i64 j) {
+  v8 acc[NR][2];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = v8{};
+  const i64 k = l.k, np = l.n_pad;
+  const float* w = l.wt + j;
+  for (i64 i = 0; i < k; ++i, w += np) {
+    const v8 w0 = load8(w), w1 = load8(w + 8);
+    for (int r = 0; r < NR; ++r) {
+      const float xv = x[r * k + i];
+      acc[r][0] += xv * w0;
+      acc[r][1] += xv * w1;
+    }
+  }
+  const i64 valid = std::min<i64>(kTransposedTile, l.n - j);
+  const v8 b0 = l.bias && valid == kTransposedTile ? load8(l.bias + j) : v8{};
+  const v8 b1 = l.bias && valid == kTransposedTile ? load8(l.bias + j + 8) : v8{};
+  for (int r = 0; r < NR; ++r) {
+    float* yr = y + r * y_stride + j;
+    if (valid == kTransposedTile) {  // whole tile: two vector stores (fixed-size memcpy)
+      const v8 y0 = acc[r][0] + b0, y1 = acc[r][1] + b1;
+      std::memcpy(yr, &y0, sizeof y0);
+      std::memcpy(yr + 8, &y1, sizeof y1);
+      continue;
+    }
+    float out[kTransposedTile];
+    std::memcpy(out, &acc[r][0], sizeof acc[r][0]);
+    std::memcpy(out + 8, &acc[r][1], sizeof acc[r][1]);
+    for (i64 c = 0; c < valid; ++c) yr[c] = l.bias ? out[c] + l.bias[j + c] : out[c];
+  }
+}
+
+void linear_t(const DecodeLinear& l, const float* x, i64 rows, float* y, i64 y_stride) {
+  for (i64 r0 = 0; r0 < rows; r0 += 4) {
+    const float* xr = x + r0 * l.k;
+    float* yr = y + r0 * y_stride;
+    const i64 nr = std::min<i64>(4, rows - r0);
+    for (i64 j = 0; j < l.n; j += kTransposedTile) {
+      switch (nr) {
+        case 1: tile_t<1>(l, xr, yr, y_stride, j); break;
+        case 2: tile_t<2>(l, xr, yr, y_stride, j); break;
+        case 3: tile_t<3>(l, xr, yr, y_stride, j); break;
+        default: tile_t<4>(l, xr, yr, y_stride, j); break;
+      }
+    }
+  }
+}
+#endif
+
+// x [rows, k] (row stride k) -> y [rows, n] (row stride y_stride).
 void linear(const DecodeLinear& l, const float* x, i64 rows, float* y, i64 y_stride,
             int num_threads) {
+#if defined(__GNUC__)
+  if (l.wt != nullptr) return linear_t(l, x, rows, y, y_stride);
+#endif
   const LinearArgs args{x, l.k, l.weight, l.w_stride, l.bias, y, y_stride, rows, l.k};
   parallel_for(l.n, l.k, kLinearWorkPerThread, num_threads,
                [&](i64 lo, i64 hi) { linear_rows(args, lo, hi); });
@@ -117,43 +180,55 @@ void linear(const DecodeLinear& l, const float* x, i64 rows, float* y, i64 y_str
 void rope(float* x, i64 rows, i64 heads, i64 d, const float* cos, const float* sin,
           i64 row_stride) {
   const i64 half = d / 2;
-  std::vector<float> tmp(static_cast<size_t>(d));
   for (i64 r = 0; r < rows; ++r) {
     const float* c = cos + r * row_stride;
     const float* s = sin + r * row_stride;
     for (i64 hh = 0; hh < heads; ++hh) {
       float* v = x + (r * heads + hh) * d;
-      std::memcpy(tmp.data(), v, static_cast<size_t>(d) * sizeof(float));
-      for (i64 i = 0; i < half; ++i) v[i] = tmp[i] * c[i] + tmp[i + half] * s[i];
-      for (i64 i = half; i < d; ++i) v[i] = tmp[i] * c[i] + tmp[i - half] * s[i];
+#pragma omp simd
+      for (i64 i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] + b * s[i];
+        v[i + half] = b * c[i + half] + a * s[i + half];
+      }
     }
   }
 }
 
-// o = inv * (sum_s w[s] pv[s] + sum_t wn[t] vc[t]) over rows of d floats, skipping
-// zero weights (masked padding). For d a multiple of 8 known at compile time (GCC/Clang)
-// the accumulator is d/8 vector registers; otherwise plain loops.
+// o = inv * (sum_s w[s] pv[s] + sum_t wn[t] vc[t]) over rows of d floats (the zero
+// weights of masked padding included, as in the Python step's matmul). For d a multiple
+// of 8 known at compile time (GCC/Clang) the accumulators are vector registers, with
+// several positions in flight when d is small so the adds do not wait on each other;
+// otherwise plain loops.
+#if defined(__GNUC__)
+// acc[u] += w[s] * rows[s] for s = u mod kU: kU positions in flight, kC vectors per row.
+template <int kU, int kC>
+void accumulate_rows(const float* w, const float* rows, i64 n, v8 (&acc)[kU][kC]) {
+  constexpr int DD = 8 * kC;
+  i64 s = 0;
+  for (; s + kU <= n; s += kU)
+    for (int u = 0; u < kU; ++u)
+      for (int c = 0; c < kC; ++c) acc[u][c] += w[s + u] * load8(rows + (s + u) * DD + 8 * c);
+  for (; s < n; ++s)
+    for (int c = 0; c < kC; ++c) acc[0][c] += w[s] * load8(rows + s * DD + 8 * c);
+}
+#endif
+
 template <int DD>
 void weighted_values(const float* w, const float* pv, i64 s_len, const float* wn,
                      const float* vc, i64 n_new, i64 d, float inv, float* o) {
 #if defined(__GNUC__)
   if constexpr (DD > 0 && DD % 8 == 0) {
-    typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
-    constexpr int kC = DD / 8;
-    v8 acc[kC];
-    for (int c = 0; c < kC; ++c) acc[c] = v8{};
-    auto add = [&](float wt, const float* row) {
-      for (int c = 0; c < kC; ++c) {
-        v8 x;
-        std::memcpy(&x, row + 8 * c, sizeof x);
-        acc[c] += wt * x;
-      }
-    };
-    for (i64 s = 0; s < s_len; ++s)
-      if (w[s] != 0.f) add(w[s], pv + s * DD);
-    for (i64 t = 0; t < n_new; ++t) add(wn[t], vc + t * DD);
+    constexpr int kC = DD / 8, kU = DD > 32 ? 1 : 32 / DD;
+    v8 acc[kU][kC];
+    for (int u = 0; u < kU; ++u)
+      for (int c = 0; c < kC; ++c) acc[u][c] = v8{};
+    accumulate_rows(w, pv, s_len, acc);
+    accumulate_rows(wn, vc, n_new, acc);
     for (int c = 0; c < kC; ++c) {
-      const v8 y = acc[c] * inv;
+      v8 y = acc[0][c];
+      for (int u = 1; u < kU; ++u) y += acc[u][c];
+      y *= inv;
       std::memcpy(o + 8 * c, &y, sizeof y);
     }
     return;
@@ -161,7 +236,6 @@ void weighted_values(const float* w, const float* pv, i64 s_len, const float* wn
 #endif
   for (i64 e = 0; e < d; ++e) o[e] = 0.f;
   for (i64 s = 0; s < s_len; ++s) {
-    if (w[s] == 0.f) continue;
     const float* row = pv + s * d;
     for (i64 e = 0; e < d; ++e) o[e] += w[s] * row[e];
   }
@@ -210,7 +284,7 @@ void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* o
     }
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (i64 i = 0; i < n; ++i) mx = std::max(mx, sc[i]);
+    for (i64 i = 0; i < n; ++i) mx = sc[i] > mx ? sc[i] : mx;
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (i64 i = 0; i < n; ++i) {

@@ -10,13 +10,26 @@
 namespace comlrl::cpu {
 
 // y = x W^T (+ b) for W [n, k] (row stride w_stride, unit inner stride), b [n] or null.
+// `wt`: optionally the same weight transposed, [k, n_pad] with n_pad a multiple of
+// kTransposedTile (zero columns past n), 64-byte aligned; the step then uses the
+// register-blocked small-model kernel instead of the streaming GEMV.
 struct DecodeLinear {
   const float* weight = nullptr;
   std::int64_t w_stride = 0;
   const float* bias = nullptr;
   std::int64_t n = 0;
   std::int64_t k = 0;
+  const float* wt = nullptr;
+  std::int64_t n_pad = 0;
 };
+
+// Columns per tile of the transposed-weight kernel (two 8-float vectors).
+constexpr std::int64_t kTransposedTile = 16;
+// Models whose linears hold at most this many weight elements in all get transposed
+// copies (made by DecodeSession::start, so a start after an optimizer step sees the new
+// weights): their weights sit in cache, and the step is bound by arithmetic, where the
+// streaming GEMV spends a horizontal sum per output.
+constexpr std::int64_t kTransposeMaxElements = std::int64_t{1} << 22;
 
 // One decoder layer: weights plus this batch's KV cache, in FastDecoder's layout
 // (comlrl/algos/rollout/sampling/decode.py): keys are stored transposed.
@@ -98,8 +111,10 @@ class DecodeSession {
   std::int64_t num_layers() const { return static_cast<std::int64_t>(m_.layers.size()); }
 
  private:
+  void transpose_weights();
   DecodeModel m_;
   std::vector<float> work_;
+  std::vector<std::vector<float>> transposed_;  // owned copies the `wt` pointers point into
   bool started_ = false;
 };
 

@@ -123,7 +123,32 @@ void DecodeSession::start(i64 prompts, i64 group, i64 prefix, i64 steps, const f
   m_.sin = sin;
   m_.rope_steps = rope_steps;
   work_.assign(static_cast<size_t>(decode_workspace_floats(m_)), 0.f);
+  transpose_weights();
   started_ = true;
+}
+
+void DecodeSession::transpose_weights() {
+  std::vector<DecodeLinear*> all{&m_.head};
+  for (auto& l : m_.layers)
+    for (DecodeLinear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) all.push_back(x);
+  i64 total = 0;
+  for (const DecodeLinear* l : all) total += l->n * l->k;
+  transposed_.clear();
+  for (DecodeLinear* l : all) l->wt = nullptr;
+  if (total > kTransposeMaxElements) return;
+  for (DecodeLinear* l : all) {
+    const i64 np = (l->n + kTransposedTile - 1) / kTransposedTile * kTransposedTile;
+    std::vector<float> buf(static_cast<size_t>(l->k * np + 16), 0.f);
+    // 64-byte align the start so each 16-column tile row is one cache line.
+    const auto addr = reinterpret_cast<std::uintptr_t>(buf.data());
+    const size_t shift = ((64 - addr % 64) % 64) / sizeof(float);
+    float* wt = buf.data() + shift;
+    for (i64 j = 0; j < l->n; ++j)
+      for (i64 i = 0; i < l->k; ++i) wt[i * np + j] = l->weight[j * l->w_stride + i];
+    l->wt = wt;
+    l->n_pad = np;
+    transposed_.push_back(std::move(buf));  // moving a vector keeps its buffer
+  }
 }
 
 void DecodeSession::step(const i64* tokens, i64 rows, i64 slot, float* logits, i64 logits_stride,

@@ -295,6 +295,50 @@ def test_many_rows_and_threads_match_the_spec() -> None:
         assert_close_rel(g, w)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_model_above_the_transpose_threshold_matches_the_spec(
+    monkeypatch: pytest.MonkeyPatch, isa: str
+) -> None:
+    """4.8M linear weight elements (> 2**22): the step streams the weights through the
+    few-row GEMV instead of transposed copies; 6 rows (a tile of 4 and one of 2)."""
+    monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", isa)
+    case = make_case(
+        prompts=3,
+        group=2,
+        kv_heads=2,
+        rep=4,
+        head_dim=64,
+        hidden=512,
+        inter=1024,
+        vocab=2000,
+        layers=1,
+        prefix=4,
+        pad=[0, 1, 3],
+        steps=2,
+        biases=True,
+    )
+    got, want, _, _ = run_both(case)
+    for g, w in zip(got, want):
+        assert_close_rel(g, w)
+
+
+def test_in_place_weight_updates_are_seen_from_the_next_start() -> None:
+    case = make_case(steps=1)
+    step = DecodeStep(**case["model"])
+    step.start(**case["cache"])
+    before = step(case["tokens"][0], 0).clone()
+    with torch.no_grad():  # as an optimizer step would
+        for lw in case["model"]["layers"]:
+            lw.down[0].mul_(-1.0)
+        case["model"]["lm_head"].mul_(2.0)
+    got, want, _, _ = run_both(case)  # a new start on the same weights
+    step.start(**case["cache"])
+    again = step(case["tokens"][0], 0)
+    assert_close_rel(got[0], want[0])
+    assert_close_rel(again, want[0])
+    assert not torch.allclose(before, again)
+
+
 def test_logits_go_into_a_given_buffer() -> None:
     case = make_case()
     step = DecodeStep(**case["model"])

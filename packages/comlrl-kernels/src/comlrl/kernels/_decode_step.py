@@ -120,7 +120,11 @@ class DecodeStep:
         scaling: the softmax scale (``D ** -0.5`` for these models).
 
     The tensors are borrowed, not copied: keep them alive and unchanged in shape while the
-    object is used (in-place updates of the values, e.g. by an optimizer, are seen).
+    object is used. Models whose linears hold at most ``2**22`` weight elements in all get
+    transposed copies of them at each :meth:`start` (their step is bound by arithmetic, and
+    a transposed weight needs no horizontal sums): in-place weight updates (an optimizer
+    step) are seen from the next :meth:`start` on. Bigger models stream the borrowed
+    weights directly (the few-row GEMV of :func:`~comlrl.kernels.linear_rows`).
 
     Raises:
         ValueError: a tensor is not float32 on CPU, has the wrong shape, or its rows are
