@@ -56,11 +56,14 @@ def test_a_gguf_chat_model_trains_one_step_on_chat_prompts(
 
 
 def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf: Path) -> None:
-    """SmolLM2's 576-wide weights decode through comlrl.kernels' C++ GEMV (FewRowsLinear):
-    greedy tokens of chat prompts equal Hugging Face ``generate``'s, at 1 and 3 rows."""
+    """SmolLM2 decodes through comlrl.kernels' one-call C++ step (DecodeStep) by default,
+    and through the Python step's C++ GEMV (FewRowsLinear) when that step is off: greedy
+    tokens of chat prompts equal Hugging Face ``generate``'s either way, at 1 and 3 rows."""
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.rollout.sampling import decode_native
+    from comlrl.algos.rollout.sampling.decode import FastDecoder
     from comlrl.algos.rollout.sampling.native import NativeSampler
     from comlrl.core import ChatPrompt, SamplingParams
     from comlrl.kernels import _dispatch, use_backend
@@ -84,8 +87,16 @@ def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf
 
     sampler = NativeSampler(model, pad_token_id=tok.pad_token_id, eos_token_ids=[])
     params = SamplingParams(num_generations=1, max_new_tokens=12, top_k=1)
+    statuses: set[str] = set()
+    real_step = FastDecoder.step
+
+    def recording_step(self, tokens):  # type: ignore[no-untyped-def]
+        statuses.add(self.native_status)
+        return real_step(self, tokens)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_dispatch, "cpu_module", lambda: Counting())
+        mp.setattr(FastDecoder, "step", recording_step)
         for batch in (texts[:1], texts):
             enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
             ids, mask = enc["input_ids"], enc["attention_mask"]
@@ -104,8 +115,14 @@ def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf
             for row, (a, b) in enumerate(zip(ours.tolist(), ref.tolist())):
                 n = a.index(eos) if eos in a else len(a)
                 assert n >= 6 and a[:n] == b[:n], (row, tok.decode(a), tok.decode(b))
-            with use_backend("torch"):  # the same decode with F.linear: the same tokens
+            assert statuses == {"on"}  # the one-call C++ step served
+            with use_backend("torch"):  # the Python step with F.linear: the same tokens
                 assert torch.equal(sampler.sample(ids, mask, params)[0], ours)
+            with pytest.MonkeyPatch.context() as off:  # the Python step with the GEMV
+                off.setattr(decode_native, "decode_step_unavailable", lambda: "off here")
+                calls[0] = 0
+                assert torch.equal(sampler.sample(ids, mask, params)[0], ours)
+                # 11 decode steps x (30 layers x 4 linears + the LM head), kernel runs only
+                assert calls[0] == 11 * (30 * 4 + 1)
+            statuses.clear()
     assert sampler.fast_decode_status == "on"
-    # 2 batches x 11 decode steps x (30 layers x 4 linears + the LM head), kernel runs only
-    assert calls[0] == 2 * 11 * (30 * 4 + 1)

@@ -9,6 +9,7 @@ import torch
 from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.decode import FastDecoder
+from comlrl.algos.rollout.sampling.decode_native import native_unavailable
 from comlrl.core import SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,7 +62,9 @@ def _fast_vs_forward(  # type: ignore[no-untyped-def]
     model, prompt_lens: list[int], g: int, steps: int, seed: int, **start_kwargs
 ) -> float:
     """Max |logit| difference between FastDecoder steps and full forwards of the same
-    sequences, relative to the largest |logit| (``start_kwargs``: ``static``, ``cuda_graph``)."""
+    sequences, relative to the largest |logit| (``start_kwargs``: ``static``,
+    ``cuda_graph``, ``native``). Also checks that the C++ step served exactly when it
+    should: ``native`` (the default), a growing cache, and a float32 CPU model."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     v = model.config.vocab_size
@@ -91,6 +94,12 @@ def _fast_vs_forward(  # type: ignore[no-untyped-def]
             s + steps,
             **start_kwargs,
         )
+        native = (
+            start_kwargs.get("native", True)
+            and not (start_kwargs.get("static") or start_kwargs.get("cuda_graph"))
+            and native_unavailable(model, device) is None
+        )
+        assert (fast.native_status == "on") == native, fast.native_status
         # clone: a CUDA graph's output buffer is overwritten by the next step
         got = torch.stack([fast.step(new[:, t]).clone() for t in range(steps)], dim=1)
         full_ids = torch.cat([ids.repeat_interleave(g, 0), new], dim=1)
@@ -103,12 +112,13 @@ def _fast_vs_forward(  # type: ignore[no-untyped-def]
     return float((got - ref).abs().max() / ref.abs().max())
 
 
+@pytest.mark.parametrize("native", [False, True])  # the Python step and the C++ step
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
-def test_fast_decode_steps_equal_the_models_forward(kind: str) -> None:
+def test_fast_decode_steps_equal_the_models_forward(kind: str, native: bool) -> None:
     model = _tiny(kind)
     assert FastDecoder.unsupported_reason(model) is None
     # relative to the largest |logit|; float32 rounding is ~1e-7
-    assert _fast_vs_forward(model, [5, 9, 1], g=3, steps=6, seed=0) < 1e-5
+    assert _fast_vs_forward(model, [5, 9, 1], g=3, steps=6, seed=0, native=native) < 1e-5
 
 
 @settings(max_examples=15, deadline=None)
@@ -118,13 +128,14 @@ def test_fast_decode_steps_equal_the_models_forward(kind: str) -> None:
     g=st.integers(1, 4),
     steps=st.integers(1, 5),
     seed=st.integers(0, 2**16),
-    static=st.booleans(),
+    mode=st.sampled_from(["python", "static", "native"]),
 )
 def test_fast_decode_matches_for_any_padding_and_group_size(
-    kind: str, prompt_lens: list[int], g: int, steps: int, seed: int, static: bool
+    kind: str, prompt_lens: list[int], g: int, steps: int, seed: int, mode: str
 ) -> None:
     model = _tiny(kind, seed=seed % 7)
-    assert _fast_vs_forward(model, prompt_lens, g, steps, seed, static=static) < 1e-5
+    kw = {"static": mode == "static", "native": mode == "native"}
+    assert _fast_vs_forward(model, prompt_lens, g, steps, seed, **kw) < 1e-5
 
 
 def test_fixed_shape_steps_mask_the_slots_not_yet_written(
@@ -191,9 +202,10 @@ def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatc
     import comlrl.algos.rollout.sampling.decode as decode
 
     model = _tiny("qwen2")
-    fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1)
+    fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1, native=False)
     monkeypatch.setattr(decode, "FUSE_MAX_ELEMENTS", 0)  # the large-model path
-    assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5 and fused < 1e-5
+    unfused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1, native=False)
+    assert unfused < 1e-5 and fused < 1e-5
 
 
 class _CountingModule:
@@ -221,16 +233,19 @@ def test_the_cpu_gemv_kernel_gives_the_same_logits(
     counter = _CountingModule(_dispatch._cpu)
     monkeypatch.setattr(_dispatch, "cpu_module", lambda: counter)
     model = _tiny(kind)
-    assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5
+    assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1, native=False) < 1e-5
     assert counter.calls == 0  # the tiny model's weights are below the threshold
     monkeypatch.setattr(decode_linear, "KERNEL_MIN_ELEMENTS", 0)  # every linear on the kernel
     for fuse in (1 << 24, 0):
         monkeypatch.setattr(decode, "FUSE_MAX_ELEMENTS", fuse)
-        assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1) < 1e-5
+        assert _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1, native=False) < 1e-5
     # 3 steps x (2 layers x (q|k|v: 1 fused or 3, o, gate|up: 1 or 2, down) + the head)
     assert counter.calls == 3 * (2 * 4 + 1) + 3 * (2 * 7 + 1)
     # 9 prompts x G=2 = 18 rows > MAX_ROWS: F.linear serves
-    assert _fast_vs_forward(model, [4, 7, 2, 5, 3, 6, 1, 2, 3], g=2, steps=2, seed=3) < 1e-5
+    assert (
+        _fast_vs_forward(model, [4, 7, 2, 5, 3, 6, 1, 2, 3], g=2, steps=2, seed=3, native=False)
+        < 1e-5
+    )
     assert counter.calls == 3 * (2 * 4 + 1) + 3 * (2 * 7 + 1)
 
 

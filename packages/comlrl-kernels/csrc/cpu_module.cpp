@@ -3,9 +3,13 @@
 // codes); a null pointer (0) marks an optional buffer as absent. The GIL is released
 // while kernels run.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <tuple>
+#include <vector>
 
+#include "cpu_decode.h"
 #include "cpu_kernels.h"
 
 namespace py = pybind11;
@@ -16,6 +20,18 @@ namespace {
 template <typename T>
 T* ptr(uintptr_t address) {
   return reinterpret_cast<T*>(address);
+}
+
+// (weight, weight row stride, bias or 0, n, k) -> DecodeLinear
+using LinearTuple = std::tuple<uintptr_t, int64_t, uintptr_t, int64_t, int64_t>;
+comlrl::cpu::DecodeLinear to_linear(const LinearTuple& t) {
+  comlrl::cpu::DecodeLinear l;
+  l.weight = ptr<const float>(std::get<0>(t));
+  l.w_stride = std::get<1>(t);
+  l.bias = ptr<const float>(std::get<2>(t));
+  l.n = std::get<3>(t);
+  l.k = std::get<4>(t);
+  return l;
 }
 }  // namespace
 
@@ -78,6 +94,58 @@ PYBIND11_MODULE(_cpu, m) {
       },
       py::arg("x"), py::arg("rows"), py::arg("k"), py::arg("x_stride"), py::arg("weight"),
       py::arg("n"), py::arg("w_stride"), py::arg("bias"), py::arg("y"), py::arg("num_threads"));
+
+  using comlrl::cpu::DecodeSession;
+  py::class_<DecodeSession>(m, "DecodeSession",
+                            "One Llama-family decode step over borrowed float32 weights and "
+                            "KV cache (csrc/cpu_decode.h); sizes checked once.")
+      .def(py::init([](int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       int64_t vocab, float scaling, uintptr_t embed, int64_t embed_stride,
+                       uintptr_t final_norm, float final_eps, const LinearTuple& head) {
+             return new DecodeSession(hidden, heads, kv_heads, head_dim, vocab, scaling,
+                                      ptr<const float>(embed), embed_stride,
+                                      ptr<const float>(final_norm), final_eps, to_linear(head));
+           }),
+           py::arg("hidden"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"),
+           py::arg("vocab"), py::arg("scaling"), py::arg("embed"), py::arg("embed_stride"),
+           py::arg("final_norm"), py::arg("final_eps"), py::arg("head"))
+      .def(
+          "add_layer",
+          [](DecodeSession& s, uintptr_t norm1, float eps1, uintptr_t norm2, float eps2,
+             const std::vector<LinearTuple>& linears) {
+            std::vector<comlrl::cpu::DecodeLinear> lin;
+            for (const auto& t : linears) lin.push_back(to_linear(t));
+            s.add_layer(ptr<const float>(norm1), eps1, ptr<const float>(norm2), eps2, lin);
+          },
+          py::arg("norm1"), py::arg("eps1"), py::arg("norm2"), py::arg("eps2"), py::arg("linears"))
+      .def(
+          "start",
+          [](DecodeSession& s, int64_t prompts, int64_t group, int64_t prefix, int64_t steps,
+             uintptr_t prefix_bias, uintptr_t cos, uintptr_t sin, int64_t rope_steps,
+             const std::vector<std::vector<uintptr_t>>& caches) {
+            std::vector<std::vector<float*>> c;
+            for (const auto& layer : caches) {
+              std::vector<float*> bufs;
+              for (uintptr_t a : layer) bufs.push_back(ptr<float>(a));
+              c.push_back(bufs);
+            }
+            s.start(prompts, group, prefix, steps, ptr<const float>(prefix_bias),
+                    ptr<const float>(cos), ptr<const float>(sin), rope_steps, c);
+          },
+          py::arg("prompts"), py::arg("group"), py::arg("prefix"), py::arg("steps"),
+          py::arg("prefix_bias"), py::arg("cos"), py::arg("sin"), py::arg("rope_steps"),
+          py::arg("caches"))
+      .def(
+          "step",
+          [](DecodeSession& s, uintptr_t tokens, int64_t rows, int64_t slot, uintptr_t logits,
+             int64_t logits_stride, int num_threads) {
+            py::gil_scoped_release release;
+            s.step(ptr<const int64_t>(tokens), rows, slot, ptr<float>(logits), logits_stride,
+                   num_threads);
+          },
+          py::arg("tokens"), py::arg("rows"), py::arg("slot"), py::arg("logits"),
+          py::arg("logits_stride"), py::arg("num_threads"))
+      .def_property_readonly("num_layers", &DecodeSession::num_layers);
 
   m.def("isa", &comlrl::cpu::active_isa,
         "Instruction set of the row kernels now: 'avx2' or 'base' "

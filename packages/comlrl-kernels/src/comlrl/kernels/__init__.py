@@ -8,6 +8,9 @@
 - :func:`linear_rows`: ``F.linear`` for a few float32 CPU rows (the GEMVs of a decode
   step) at memory speed; ``F.linear`` serves everything else. :class:`FewRowsLinear`
   checks the weight once for loops that call it many times.
+- :class:`DecodeStep`: one whole decode step of a Llama-family LM (embedding to logits,
+  KV cache written in place) as a single C++ call on float32 CPU tensors, for small models
+  whose Python decode step is mostly dispatch overhead.
 
 Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
 spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
@@ -17,6 +20,7 @@ they were compiled, else to the reference; see :func:`backend_info` and
 
 from __future__ import annotations
 
+from ._decode_step import DecodeLayerWeights, DecodeStep, decode_step_unavailable
 from ._dispatch import BackendUnavailableError, backend_info, use_backend
 from ._group_advantages import group_advantages
 from ._linear_rows import FewRowsLinear, linear_rows
@@ -25,8 +29,11 @@ from ._token_logprobs import token_logprobs
 
 __all__ = [
     "BackendUnavailableError",
+    "DecodeLayerWeights",
+    "DecodeStep",
     "FewRowsLinear",
     "backend_info",
+    "decode_step_unavailable",
     "group_advantages",
     "linear_rows",
     "linear_token_logprobs",

@@ -62,3 +62,46 @@ def linear_rows(
 
 def isa() -> str:
     """'avx2' or 'base': the instruction set the row kernels run with now."""
+
+class DecodeSession:
+    """One Llama-family decode step over borrowed float32 weights and KV cache."""
+
+    num_layers: int
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        vocab: int,
+        scaling: float,
+        embed: int,
+        embed_stride: int,
+        final_norm: int,
+        final_eps: float,
+        head: tuple[int, int, int, int, int],
+    ) -> None: ...
+    def add_layer(
+        self,
+        norm1: int,
+        eps1: float,
+        norm2: int,
+        eps2: float,
+        linears: list[tuple[int, int, int, int, int]],
+    ) -> None:
+        """linears: (weight, row stride, bias or 0, n, k) for q, k, v, o, gate, up, down."""
+    def start(
+        self,
+        prompts: int,
+        group: int,
+        prefix: int,
+        steps: int,
+        prefix_bias: int,
+        cos: int,
+        sin: int,
+        rope_steps: int,
+        caches: list[list[int]],
+    ) -> None: ...
+    def step(
+        self, tokens: int, rows: int, slot: int, logits: int, logits_stride: int, num_threads: int
+    ) -> None: ...

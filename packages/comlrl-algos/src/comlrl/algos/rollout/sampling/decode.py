@@ -8,6 +8,10 @@ runs the same decoder-layer maths (RMSNorm, rotary embeddings, grouped-query att
 SwiGLU MLP, LM head) directly on the model's own parameter tensors with a preallocated KV
 cache, so a decode step is a few dozen tensor ops.
 
+On a CPU with float32 weights the step runs as one C++ call instead
+(:mod:`~comlrl.algos.rollout.sampling.decode_native`: same maths on the same cache, ~10x
+faster for small models); the Python step is the fallback and serves every other case.
+
 It is used only for the one-token decode steps of :class:`comlrl.algos.rollout.agent.HFAgent`'s
 native sampler; the prompt prefill, the training forward and the reference model all go
 through the model's own ``forward``. :meth:`FastDecoder.for_model` accepts a model only
@@ -46,6 +50,10 @@ from comlrl.algos.rollout.sampling.decode_linear import (
     apply_linears,
     as_linear,
     fused,
+)
+from comlrl.algos.rollout.sampling.decode_native import (
+    NativeBatch,
+    choose_native,
 )
 from comlrl.algos.rollout.sampling.decode_support import (
     SUPPORTED_MODEL_TYPES,
@@ -109,6 +117,9 @@ class FastDecoder:
         self.scaling = float(attn0.scaling)
         self.layers: list[_Layer] = []
         self._length = 0
+        self._native: NativeBatch | None = None
+        #: ``"on"`` when :meth:`step` runs as one C++ call, else why not (set by :meth:`start`).
+        self.native_status = "unstarted"
 
     # ------------------------------------------------------------------ support
     @classmethod
@@ -134,6 +145,7 @@ class FastDecoder:
         *,
         static: bool = False,
         cuda_graph: bool = False,
+        native: bool = True,
     ) -> None:
         """Take the prefill's KV cache and get ready for :meth:`step`.
 
@@ -152,6 +164,8 @@ class FastDecoder:
                 rounding, a little more arithmetic.
             cuda_graph: ``static``, and replay the step as a CUDA graph from the second
                 step on (a CUDA device only).
+            native: run each (growing-cache) step as one C++ call when the model is float32
+                on CPU and the kernel is built (:attr:`native_status` says whether it does).
 
         Raises:
             ValueError: the cache does not have one layer per decoder layer, or
@@ -176,6 +190,16 @@ class FastDecoder:
         # The fixed-shape step attends over every completion slot, so the slots not yet
         # written must hold finite numbers (zeros) for their masked scores to vanish.
         new_cache = torch.Tensor.new_zeros if static else torch.Tensor.new_empty
+        # Rotary cos/sin for every future step at once: [B, T, D] each.
+        dtype = cache_layers[0].keys.dtype
+        cos, sin = base.rotary_emb(
+            torch.empty(0, dtype=dtype, device=prompt_mask.device), positions
+        )
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == flip_halves(x) * [-sin_1, sin_2]: fold the sign into sin.
+        self._cos = cos.to(dtype)
+        self._sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(dtype)
+        kernel, self.native_status = choose_native(self, native and not static, cos.shape[-1])
         self.layers = []
         for layer, cl in zip(layers, cache_layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -183,14 +207,17 @@ class FastDecoder:
             gu = [mlp.gate_proj, mlp.up_proj]
             fuse = sum(m.weight.numel() for m in projs + gu) <= FUSE_MAX_ELEMENTS
             rows = p * g
-            qkv = [
-                as_linear(w, b, rows)
-                for w, b in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
-            ]
-            gate_up = [
-                as_linear(w, b, rows)
-                for w, b in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
-            ]
+            qkv: list[Linear] = []  # the C++ step reads the modules' own weights
+            gate_up: list[Linear] = []
+            if kernel is None:
+                qkv = [
+                    as_linear(w, b, rows)
+                    for w, b in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
+                ]
+                gate_up = [
+                    as_linear(w, b, rows)
+                    for w, b in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
+                ]
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s
             self.layers.append(
@@ -211,7 +238,6 @@ class FastDecoder:
                     values=new_cache(values, (p, self.num_kv_heads, g, steps, self.head_dim)),
                 )
             )
-        dtype = self.layers[0].keys.dtype  # type: ignore[union-attr]
         # Additive attention bias [P, 1, 1, 1, capacity]: -inf on prompt padding, 0 elsewhere.
         bias = torch.zeros(p, 1, 1, 1, capacity, dtype=torch.float32, device=prompt_mask.device)
         bias[:, 0, 0, 0, :s].masked_fill_(prompt_mask == 0, float("-inf"))
@@ -220,13 +246,18 @@ class FastDecoder:
         self._bias = bias
         self._prompts, self._group, self._prefix = p, g, s
         self._length = s
-        # Rotary cos/sin for every future step at once: [B, T, D] each.
-        probe = torch.empty(0, dtype=dtype, device=prompt_mask.device)
-        cos, sin = base.rotary_emb(probe, positions)
-        half = self.head_dim // 2
-        # rotate_half(x) * sin == flip_halves(x) * [-sin_1, sin_2]: fold the sign into sin.
-        self._cos = cos.to(dtype)
-        self._sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(dtype)
+        self._native = None
+        if kernel is not None:
+            self._native = NativeBatch(
+                kernel,
+                prefix_keys=[x.prefix_keys for x in self.layers],  # type: ignore[misc]
+                prefix_values=[x.prefix_values for x in self.layers],  # type: ignore[misc]
+                keys=[x.keys for x in self.layers],  # type: ignore[misc]
+                values=[x.values for x in self.layers],  # type: ignore[misc]
+                prompt_bias=bias[:, 0, 0, 0, :s],
+                cos=self._cos,
+                sin=self._sin,
+            )
         self._step = 0
         self._embed = base.embed_tokens.weight
         self._final_norm = (base.norm.weight, float(base.norm.variance_epsilon))
@@ -263,7 +294,9 @@ class FastDecoder:
             raise RuntimeError(
                 f"FastDecoder.step: step {t} is past the {self._cos.shape[1]} positions given to start()"
             )
-        if not self._static:
+        if self._native is not None:  # slot c's rotary row is row t: c == t here
+            logits = self._native(tokens, self._length - self._prefix)
+        elif not self._static:
             c = self._length - self._prefix  # completion tokens already in the cache
             logits = self._forward(
                 tokens, self._cos[:, t, None, :], self._sin[:, t, None, :], c, c + 1
@@ -394,5 +427,6 @@ class FastDecoder:
     def release(self) -> None:
         """Drop the KV cache and weight copies (call when decoding is done)."""
         self.layers = []
+        self._native = None
         self._graph = self._graph_out = self._graph_stream = None
         self._bias = self._cos = self._sin = None  # type: ignore[assignment]
