@@ -352,13 +352,13 @@ def test_float32_rms_norm_is_bitwise_the_explicit_float32_formula(
 ) -> None:
     # The decode step's float32 RMSNorm is one F.rms_norm call; it must equal the
     # transformers formula bit for bit, or sampled tokens could change.
-    from comlrl.algos.rollout.sampling.decode import _rms_norm
+    from comlrl.algos.rollout.sampling.decode_layer import rms_norm
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, hidden, generator=gen) * scale
     w = torch.randn(hidden, generator=gen)
     explicit = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
-    assert torch.equal(_rms_norm(x, w, 1e-5), explicit)
+    assert torch.equal(rms_norm(x, w, 1e-5), explicit)
 
 
 @given(heads=st.integers(1, 6), half=st.integers(1, 16))

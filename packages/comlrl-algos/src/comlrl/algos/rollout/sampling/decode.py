@@ -38,11 +38,11 @@ SDPA code paths to float rounding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from comlrl.algos.rollout.sampling.decode_layer import DecodeLayer, rms_norm
 from comlrl.algos.rollout.sampling.decode_linear import (
     FUSE_MAX_ELEMENTS,
     Linear,
@@ -61,37 +61,6 @@ from comlrl.algos.rollout.sampling.decode_support import (
 )
 
 __all__ = ["FastDecoder", "SUPPORTED_MODEL_TYPES"]
-
-
-@dataclass
-class _Layer:
-    norm1: torch.Tensor
-    eps1: float
-    qkv: list[Linear]  # one fused or three separate
-    o: Linear
-    norm2: torch.Tensor
-    eps2: float
-    gate_up: list[Linear]  # one fused or two separate
-    down: Linear
-    prefix_keys: torch.Tensor | None = None  # [P, Hkv, D, S] (keys stored transposed)
-    prefix_values: torch.Tensor | None = None  # [P, Hkv, S, D]
-    keys: torch.Tensor | None = None  # [P, Hkv, G, D, T] completion keys (transposed)
-    values: torch.Tensor | None = None  # [P, Hkv, G, T, D]
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``weight * x / sqrt(mean(x^2) + eps)`` in float32, cast back like ``transformers``.
-
-    For float32 inputs and weights this is one ``F.rms_norm`` call: the same operations
-    in the same order (``pow``, ``mean``, ``add``, ``rsqrt``, ``mul``, ``mul``), bit for
-    bit (tested), without a Python round trip per operation, which is most of a decode
-    step's cost for small models. Other dtypes take the explicit float32 path.
-    """
-    if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
 
 
 class FastDecoder:
@@ -115,7 +84,7 @@ class FastDecoder:
         attn0 = model.model.layers[0].self_attn
         self.head_dim = int(attn0.head_dim)
         self.scaling = float(attn0.scaling)
-        self.layers: list[_Layer] = []
+        self.layers: list[DecodeLayer] = []
         self._length = 0
         self._native: NativeBatch | None = None
         #: ``"on"`` when :meth:`step` runs as one C++ call, else why not (set by :meth:`start`).
@@ -221,7 +190,7 @@ class FastDecoder:
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s
             self.layers.append(
-                _Layer(
+                DecodeLayer(
                     norm1=layer.input_layernorm.weight,
                     eps1=float(layer.input_layernorm.variance_epsilon),
                     qkv=qkv,
@@ -375,7 +344,7 @@ class FastDecoder:
         bias = self._bias if visible is None else self._bias[..., : s + visible]
         h = F.embedding(tokens, self._embed)  # [B, hidden]
         for layer in self.layers:
-            x = _rms_norm(h, layer.norm1, layer.eps1)
+            x = rms_norm(h, layer.norm1, layer.eps1)
             qkv = apply_linears(x, layer.qkv)  # [B, (hq + 2 hkv) d]
             # One call per split/rotation rather than a slice per part: at small sizes a
             # decode step's time is per-op overhead, and these move data only (same bits).
@@ -417,11 +386,11 @@ class FastDecoder:
                 probs_prefix.reshape(p, hkv, g * rep, s), prefix_values
             ).view(p, hkv, g, rep, d)
             h = h + apply_linear(attn.transpose(1, 2).reshape(b, hq * d), layer.o)
-            x = _rms_norm(h, layer.norm2, layer.eps2)
+            x = rms_norm(h, layer.norm2, layer.eps2)
             gu = apply_linears(x, layer.gate_up)
             gate, up = gu.chunk(2, dim=-1)
             h = h + apply_linear(F.silu(gate) * up, layer.down)
-        h = _rms_norm(h, *self._final_norm)
+        h = rms_norm(h, *self._final_norm)
         return apply_linear(h, self._head)
 
     def release(self) -> None:
