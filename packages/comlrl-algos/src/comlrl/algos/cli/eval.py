@@ -41,8 +41,8 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     ev.add_argument("--config", "-c", help="YAML config (default: the run's config.yaml, if found)")
     ev.add_argument(
         "--output-dir",
-        help="where eval.jsonl goes (default: RUN/evals/<checkpoint> for a "
-        "checkpoint of a run, else eval/ beside the first model)",
+        help="where eval.jsonl goes (default: output_dir=DIR when given, else "
+        "RUN/evals/<checkpoint> for a checkpoint of a run, else runs/eval/<model name>)",
     )
     ev.add_argument(
         "overrides",
@@ -64,12 +64,18 @@ def find_run_config(model: str | Path) -> Path | None:
 
 def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path:
     """``RUN/evals/<checkpoint>`` for a checkpoint inside a run (e.g. ``runs/x/evals/final``,
-    ``runs/x/evals/step-000004``), else ``<model>/../eval``. Never inside the checkpoint
-    folder itself: step checkpoints are replaced whole and pruned by ``keep_last``."""
+    ``runs/x/evals/step-000004``), else ``runs/eval/<model name>`` under the current folder
+    (``runs/eval/SmolLM2-135M-Instruct.Q4_1`` for a ``.gguf`` file,
+    ``runs/eval/builtin-stories260k`` for ``builtin:stories260k``). Never inside the
+    checkpoint folder itself (step checkpoints are replaced whole and pruned by
+    ``keep_last``), nor beside a model that is not a run's: downloaded or shared model
+    folders are often read-only caches."""
     folder = Path(model).parent
     if run_config is not None and Path(run_config).parent.resolve() in folder.resolve().parents:
         return Path(run_config).parent / "evals" / folder.name
-    return folder / "eval"
+    path = Path(str(model).replace(":", "-"))
+    name = path.stem if path.suffix == ".gguf" else path.name
+    return Path("runs") / "eval" / (name or "model")
 
 
 def _checkpoint_step(model: str | Path) -> int | None:
@@ -112,9 +118,12 @@ def run_eval(args: argparse.Namespace) -> int:
         )
         return 2
     config = config.model_copy(update={"kl_coef": 0.0, "progress": False})  # no reference model
-    out_dir = (
-        Path(args.output_dir) if args.output_dir else default_output_dir(models[0], config_path)
-    )
+    if args.output_dir:
+        out_dir = Path(args.output_dir)
+    elif any(o.startswith("output_dir=") for o in args.overrides):  # as --output-dir
+        out_dir = Path(config.output_dir)
+    else:
+        out_dir = default_output_dir(models[0], config_path)
 
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
