@@ -11,6 +11,7 @@
 
 #include "cpu_decode.h"
 #include "cpu_kernels.h"
+#include "cpu_sample.h"
 
 namespace py = pybind11;
 using std::int64_t;
@@ -146,6 +147,34 @@ PYBIND11_MODULE(_cpu, m) {
           py::arg("tokens"), py::arg("rows"), py::arg("slot"), py::arg("logits"),
           py::arg("logits_stride"), py::arg("num_threads"))
       .def_property_readonly("num_layers", &DecodeSession::num_layers);
+
+  m.def(
+      "sample_rows",
+      [](uintptr_t logits, int64_t rows, int64_t vocab, int64_t row_stride, uintptr_t uniforms,
+         float temperature, int64_t top_k, float top_p, uintptr_t eos, int64_t n_eos,
+         int64_t pad, uintptr_t done, uintptr_t tokens, uintptr_t logp) {
+        comlrl::cpu::SampleArgs a;
+        a.logits = ptr<const float>(logits);
+        a.rows = rows;
+        a.vocab = vocab;
+        a.row_stride = row_stride;
+        a.uniforms = ptr<const float>(uniforms);
+        a.temperature = temperature;
+        a.top_k = top_k;
+        a.top_p = top_p;
+        a.eos = ptr<const int64_t>(eos);
+        a.n_eos = n_eos;
+        a.pad = pad;
+        a.done = ptr<bool>(done);
+        a.tokens = ptr<int64_t>(tokens);
+        a.logp = ptr<float>(logp);
+        py::gil_scoped_release release;
+        return comlrl::cpu::sample_rows(a);
+      },
+      py::arg("logits"), py::arg("rows"), py::arg("vocab"), py::arg("row_stride"),
+      py::arg("uniforms"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+      py::arg("eos"), py::arg("n_eos"), py::arg("pad"), py::arg("done"), py::arg("tokens"),
+      py::arg("logp"));
 
   m.def("isa", &comlrl::cpu::active_isa,
         "Instruction set of the row kernels now: 'avx2' or 'base' "

@@ -11,6 +11,9 @@
 - :class:`DecodeStep`: one whole decode step of a Llama-family LM (embedding to logits,
   KV cache written in place) as a single C++ call on float32 CPU tensors, for small models
   whose Python decode step is mostly dispatch overhead.
+- :func:`sample_tokens`: a decode loop's per-token sampling (temperature, top-k, top-p,
+  inverse-CDF draw from given uniforms, full-softmax log-prob, EOS/done bookkeeping) as
+  one C++ call on float32 CPU logits.
 
 Each op has a pure-torch reference (``comlrl.kernels._reference``) that is also its
 spec. Per call, CUDA tensors go to the CUDA module and CPU tensors to the C++ module when
@@ -25,6 +28,7 @@ from ._dispatch import BackendUnavailableError, backend_info, use_backend
 from ._group_advantages import group_advantages
 from ._linear_rows import FewRowsLinear, linear_rows
 from ._linear_token_logprobs import linear_token_logprobs
+from ._sample_tokens import sample_tokens, sample_tokens_unavailable
 from ._token_logprobs import token_logprobs
 
 __all__ = [
@@ -37,6 +41,8 @@ __all__ = [
     "group_advantages",
     "linear_rows",
     "linear_token_logprobs",
+    "sample_tokens",
+    "sample_tokens_unavailable",
     "token_logprobs",
     "use_backend",
 ]

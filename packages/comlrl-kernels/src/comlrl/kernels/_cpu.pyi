@@ -105,3 +105,20 @@ class DecodeSession:
     def step(
         self, tokens: int, rows: int, slot: int, logits: int, logits_stride: int, num_threads: int
     ) -> None: ...
+
+def sample_rows(
+    logits: int,
+    rows: int,
+    vocab: int,
+    row_stride: int,
+    uniforms: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    eos: int,
+    n_eos: int,
+    pad: int,
+    done: int,
+    tokens: int,
+    logp: int,
+) -> bool: ...

@@ -16,6 +16,12 @@ matching what the training forward recomputes, so the PPO ratio of the first upd
 when a filter is on). The update treats the filtered sampler as the full tempered
 policy: the filter's truncation is a fixed part of sampling, not of the policy optimised.
 
+On CPU with float32 logits, each token's sampling (filters, draw, log-prob, EOS
+bookkeeping) is one call of :func:`comlrl.kernels.sample_tokens` with the uniforms drawn
+here by :func:`draw_uniforms` exactly as :func:`sample_next` draws them (same streams,
+same calls), so the two paths give the same tokens except where a uniform falls within
+float rounding of a CDF boundary; :func:`sample_next` serves everything else.
+
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``S`` padded
 prompt length, ``L`` completion tokens, ``V`` vocabulary.
 """
@@ -35,11 +41,18 @@ from comlrl.algos.rollout.sampling.kv_cache import HFDecodeStepper
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs
 
+try:  # comlrl-kernels builds that predate sample_tokens keep the Python sampling step
+    from comlrl.kernels import sample_tokens, sample_tokens_unavailable
+except ImportError:  # pragma: no cover - depends on the installed build
+    sample_tokens = None  # type: ignore[assignment]
+    sample_tokens_unavailable = None  # type: ignore[assignment]
+
 __all__ = [
     "FAST_DECODE_RTOL",
     "SMALL_MODEL_PARAMS",
     "NativeSampler",
     "decode_threads",
+    "draw_uniforms",
     "filtered_scores",
     "hf_generate",
     "sample_next",
@@ -195,14 +208,31 @@ class NativeSampler:
         done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
+        native = _native_sampling(input_ids.device)
         try:
             for step in range(params.max_new_tokens):
-                token = sample_next(logits, params, generator)
-                logps.append(token_logprobs(logits, token, temperature=params.temperature))
-                token = token.masked_fill(done, self.pad_token_id)
-                tokens.append(token)
-                done = done | torch.isin(token, eos)
-                if step + 1 == params.max_new_tokens or bool(done.all()):
+                if native and logits.dtype == torch.float32:
+                    u = draw_uniforms(b, generator, logits.device, torch.float32)
+                    token, logp, all_done = sample_tokens(  # type: ignore[misc]
+                        logits,
+                        u,
+                        done,
+                        eos,
+                        pad_id=self.pad_token_id,
+                        temperature=params.temperature,
+                        top_k=params.top_k,
+                        top_p=params.top_p,
+                    )
+                    logps.append(logp)
+                    tokens.append(token)
+                else:
+                    token = sample_next(logits, params, generator)
+                    logps.append(token_logprobs(logits, token, temperature=params.temperature))
+                    token = token.masked_fill(done, self.pad_token_id)
+                    tokens.append(token)
+                    done = done | torch.isin(token, eos)
+                    all_done = step + 1 < params.max_new_tokens and bool(done.all())
+                if step + 1 == params.max_new_tokens or all_done:
                     break
                 logits = step_fn(token)
                 if check:
@@ -303,16 +333,36 @@ def sample_next(
     # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
     # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
     cdf = scores.softmax(-1).cumsum(-1)
-    if generator is None or isinstance(generator, torch.Generator):
-        u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype, generator=generator)
-    else:
-        if not generator or cdf.shape[0] % len(generator):
-            raise ValueError(
-                f"{cdf.shape[0]} rows cannot be split over {len(generator)} generators"
-            )
-        per = cdf.shape[0] // len(generator)
-        u = torch.cat(
-            [torch.rand(per, 1, device=cdf.device, dtype=cdf.dtype, generator=g) for g in generator]
-        )
-    u = u * cdf[:, -1:]
+    u = draw_uniforms(cdf.shape[0], generator, cdf.device, cdf.dtype) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+
+
+def draw_uniforms(
+    rows: int,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The ``[B, 1]`` uniforms of one sampling step (see :func:`sample_next` for how
+    ``generator``'s streams split the rows); both sampling paths draw through this.
+
+    Raises:
+        ValueError: ``rows`` is not a multiple of the number of streams.
+    """
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.rand(rows, 1, device=device, dtype=dtype, generator=generator)
+    if not generator or rows % len(generator):
+        raise ValueError(f"{rows} rows cannot be split over {len(generator)} generators")
+    per = rows // len(generator)
+    return torch.cat(
+        [torch.rand(per, 1, device=device, dtype=dtype, generator=g) for g in generator]
+    )
+
+
+def _native_sampling(device: torch.device) -> bool:
+    """Whether tokens on ``device`` are sampled by :func:`comlrl.kernels.sample_tokens`
+    (CPU, and the C++ sampler built and not turned off by ``COMLRL_KERNELS_BACKEND=torch``);
+    the caller also checks that the logits are float32."""
+    if sample_tokens_unavailable is None or device.type != "cpu":
+        return False
+    return sample_tokens_unavailable() is None
