@@ -17,7 +17,8 @@ in ``tests/`` with all four packages installed:
 ``nox -s lint`` runs ``ruff check`` and ``ruff format --check`` over the repository;
 ``nox -s typecheck`` runs mypy over the four packages' sources (settings in
 ``pyproject.toml``). ``nox -s demo`` runs the built-in default experiment. torch is
-pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build.
+pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build. The venvs are made
+with uv where it is installed (``pip install nox uv``), else with venv and pip.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ nox.options.reuse_existing_virtualenvs = False
 # algos' venv with torch and the extras in 3.9 s wall with an empty uv cache, 2.6 s with a
 # warm one, against ~85 s with pip). uv downloads no interpreter: a missing one is skipped.
 nox.options.default_venv_backend = "uv|venv"
-nox.options.download_python = "never"
+if hasattr(nox.options, "download_python"):  # an older nox downloads no interpreter anyway
+    nox.options.download_python = "never"
 # A Python that is not installed is skipped with nox's message, also under CI=true.
 nox.options.error_on_missing_interpreters = False
 
