@@ -17,7 +17,8 @@ in ``tests/`` with all four packages installed:
 ``nox -s lint`` runs ``ruff check`` and ``ruff format --check`` over the repository;
 ``nox -s typecheck`` runs mypy over the four packages' sources (settings in
 ``pyproject.toml``). ``nox -s demo`` runs the built-in default experiment. torch is
-pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build.
+pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build. The venvs are made
+with uv where it is installed (``pip install nox uv``), else with venv and pip.
 """
 
 from __future__ import annotations
@@ -27,13 +28,20 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = False
-nox.options.default_venv_backend = "venv"
+# uv where it is installed (``pip install nox uv``; .ci/run does), else the standard venv
+# and pip: the same packages either way (uv is only faster: measured on the 2-core machine,
+# algos' venv with torch and the extras in 3.9 s wall with an empty uv cache, 2.6 s with a
+# warm one, against ~85 s with pip). uv downloads no interpreter: a missing one is skipped.
+nox.options.default_venv_backend = "uv|venv"
+if hasattr(nox.options, "download_python"):  # an older nox downloads no interpreter anyway
+    nox.options.download_python = "never"
 # A Python that is not installed is skipped with nox's message, also under CI=true.
 nox.options.error_on_missing_interpreters = False
 
@@ -66,6 +74,17 @@ SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
 #: OMP_NUM_THREADS in the environment wins. kernels keeps the default: its tests run the
 #: C++ kernels' threaded path, which takes its thread count from torch.
 ONE_THREAD_PER_WORKER = {"algos", "integration"}
+#: the environment of the test runs: Python writes the bytecode of what it imports (under
+#: ``.nox/_pycache``, so the checkout stays clean) even where ``PYTHONDONTWRITEBYTECODE`` is
+#: set. pip compiles a venv's bytecode when it installs, uv does not (``--compile-bytecode``
+#: compiles all of it: 36 CPU-s for the cross-package venv, measured on the 2-core
+#: machine); without bytecode every Python process, each pytest worker and each
+#: ``comlrl train`` child, compiles torch and transformers again: 11.7 user-s to import
+#: them and comlrl without .pyc files, 4.9 with them, and ~7 s once to write them.
+WRITE_BYTECODE: dict[str, str | None] = {
+    "PYTHONDONTWRITEBYTECODE": None,
+    "PYTHONPYCACHEPREFIX": str(ROOT / ".nox" / "_pycache"),
+}
 ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH_PYTHON = "3.11"
 TORCH_FREE = ["core", "envs"]
@@ -79,6 +98,35 @@ LOCAL_DEPS = {
 # Optional extras installed with a package for its tests (they test what the extras do).
 EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]"}
 NEEDS_TORCH = {"kernels", "algos"}
+
+
+def _pip_settings_for_uv() -> None:
+    """Hand pip's ``find-links`` and ``constraint`` settings (its config files and ``PIP_*``
+    variables, as ``pip config list`` shows them) to uv, which reads none of pip's settings,
+    unless ``UV_FIND_LINKS`` / ``UV_CONSTRAINT`` are set already: where the CPU torch wheel
+    lies in a local folder named by pip's config, uv must find the same wheel (without it,
+    ``torch==2.13.0`` from PyPI is the CUDA build with its nvidia-* wheels)."""
+    # uv's separators: commas between find-links, spaces between constraint files
+    wanted = {"find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " ")}
+    if all(var in os.environ for var, _ in wanted.values()):
+        return
+    listing = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    )
+    found: dict[str, list[str]] = {}
+    for line in listing.stdout.splitlines():  # e.g. global.find-links='/opt/wheels'
+        key, _, value = line.partition("=")
+        name = key.rpartition(".")[2]
+        if name in wanted:
+            for item in value.strip("'\"").split():
+                if item not in found.setdefault(name, []):
+                    found[name].append(item)
+    for name, (var, sep) in wanted.items():
+        if found.get(name) and var not in os.environ:
+            os.environ[var] = sep.join(found[name])
+
+
+_pip_settings_for_uv()
 
 
 def _runs(exe: str) -> bool:
@@ -131,9 +179,12 @@ def _kernels_wheel(session: nox.Session) -> str:
         wheels = list(out.glob("comlrl_kernels-*.whl"))
         if not wheels:
             # run_install: an install step, so that `nox --install-only` builds it too
-            session.run_install(
-                "python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)
-            )
+            if session.venv_backend == "uv":  # a uv venv has no pip
+                session.run_install("uv", "build", "--wheel", "--out-dir", str(out), str(src))
+            else:
+                session.run_install(
+                    "python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)
+                )
             wheels = list(out.glob("comlrl_kernels-*.whl"))
     return str(wheels[0])
 
@@ -211,6 +262,14 @@ def _reusable_python(session: nox.Session) -> str | None:
     return None
 
 
+def _list_installed(session: nox.Session) -> None:
+    """Print the venv's packages and versions (``name==version``) into the log."""
+    if session.venv_backend == "uv":
+        session.run("uv", "pip", "freeze", silent=False)
+    else:
+        session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
+
+
 @nox.session
 @nox.parametrize(("python", "package"), MATRIX)
 def tests(session: nox.Session, package: str) -> None:
@@ -221,7 +280,7 @@ def tests(session: nox.Session, package: str) -> None:
     else:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
-    session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
+    _list_installed(session)
     _pytest(session, package, target, ["-m", "not slow"])
 
 
@@ -270,6 +329,7 @@ def _pytest(
         "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
         env={
+            **WRITE_BYTECODE,
             "COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1"),
             **(
                 {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -372,9 +432,10 @@ def _comlrl143_tests(session: nox.Session) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     sdists = list(cache.glob("comlrl-1.4.3.tar.gz"))
     if not sdists:
+        # nox's own pip: a uv venv has none
         session.run(
-            "python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            COMLRL_143, "-d", str(cache),
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            COMLRL_143, "-d", str(cache), external=True,
         )  # fmt: skip
         sdists = list(cache.glob("comlrl-1.4.3.tar.gz"))
     import tarfile
@@ -412,5 +473,5 @@ def compat(session: nox.Session) -> None:
     session.run(
         python, "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
         "-p", "no:cacheprovider", "-q", "-ra", *ignore, *deselect,
-        env={"WANDB_MODE": "disabled"}, external=True,
+        env={**WRITE_BYTECODE, "WANDB_MODE": "disabled"}, external=True,
     )  # fmt: skip
