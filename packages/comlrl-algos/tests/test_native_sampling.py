@@ -108,3 +108,14 @@ def test_sampler_output_equals_python_path(params: SamplingParams) -> None:
     assert torch.equal(ids_c, ref_ids)
     torch.testing.assert_close(logp_c, ref_logp, atol=1e-5, rtol=0)
     assert bool((ref_ids == 0).any())  # the done/pad bookkeeping was exercised
+
+
+def test_a_model_without_eos_ids_samples_every_step() -> None:
+    """No EOS ids (e.g. a model whose generation config names none): ``torch.tensor([])``
+    is float32, which the C++ step refused ("eos is torch.float32"); the ids are int64."""
+    model = _tiny("qwen2")
+    ids = torch.tensor([[5, 6, 7]])
+    params = SamplingParams(num_generations=2, max_new_tokens=6)
+    sampler = NativeSampler(model, pad_token_id=0, eos_token_ids=[])
+    out, logp = sampler.sample(ids, torch.ones_like(ids), params, torch.Generator().manual_seed(0))
+    assert out.shape == (2, 6) and logp.shape == (2, 6)

@@ -173,7 +173,7 @@ class NativeSampler:
         """
         g = params.num_generations
         model = self.model
-        eos = torch.tensor(self.eos_token_ids, device=input_ids.device)
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=input_ids.device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         out = model(
             input_ids=input_ids,
