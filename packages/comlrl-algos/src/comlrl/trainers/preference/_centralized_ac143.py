@@ -70,7 +70,7 @@ def check_critic_sources(
     if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
         raise TypeError(
             f"critic_sources must be a list of critic sources (model names/paths or "
-            f"transformers models), got {type(sources).__name__}: {sources!r}; e.g. "
+            f"transformers models), got {type(sources).__name__}: {_short(sources)}; e.g. "
             "trainer.critic_sources = [critic_model]."
         )
     if algorithm == "iac" and not use_separate_critic:
@@ -92,10 +92,17 @@ def check_critic_sources(
                 raise ValueError(f"critic_sources[{i}] is an empty model name; give a name/path.")
         elif not isinstance(source, torch.nn.Module):
             raise TypeError(
-                f"critic_sources[{i}] is a {type(source).__name__} ({source!r}); a critic source "
+                f"critic_sources[{i}] is a {type(source).__name__} ({_short(source)}); a critic "
+                "source "
                 "is a model name/path (str) or a transformers model (torch.nn.Module)."
             )
     return list(sources)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a model's repr runs to pages)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _JointRoles:
@@ -244,7 +251,7 @@ class CentralizedActorCriticStage143:
         """
         a = self.args
         source = self.critic_model_source or a.critic_model_name or self.model_name
-        if self.critic_model_source is None and not isinstance(source, str):
+        if self.critic_model_source is None and not (isinstance(source, str) and source):
             raise ValueError(
                 f"MARLHF with rl_algorithm={a.rl_algorithm!r} needs a critic: the agents are "
                 "model objects and MARLHFConfig.critic_model_name is None; set "

@@ -214,7 +214,7 @@ class MARLHFTrainer(CentralizedActorCriticStage143, CentralizedMARLHF143, Compat
             source = None
             if critics is None and (a.rl_algorithm == "maac" or a.use_separate_critic):
                 source = critic_model or a.critic_model_name or self.model_name
-                if not isinstance(source, str) and critic_model is None:
+                if critic_model is None and not (isinstance(source, str) and source):
                     raise ValueError(
                         "MARLHFConfig.critic_model_name is None and the agents are model "
                         "objects; set critic_model_name, or pass critic_model= or critics=."
