@@ -327,3 +327,26 @@ def test_centralized_marlhf_without_a_critic_source_fails_before_sampling_pairs(
     shared = _centralized_ac_marlhf(tmp_path, tok, use_separate_critic=False)
     with pytest.raises(ValueError, match="critic_sources need use_separate_critic=True"):
         shared.critic_sources = [_model(tok)]
+
+
+def test_decentralized_marlhf_refuses_critic_sources_it_would_not_use(tmp_path: Path) -> None:
+    tok = _tokenizer()
+    source = tmp_path / "reward_source"
+    _model(tok, seed=1).save_pretrained(source)
+    tok.save_pretrained(source)
+    trainer = MARLHFTrainer(
+        agents=[_model(tok), _model(tok)],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        critics=[_model(tok, seed=2), _model(tok, seed=3)],
+        args=MARLHFConfig(
+            rl_algorithm="iac", num_generations=2, reward_model_name=str(source),
+            reward_model_device="cpu", **SAMPLING,
+        ),
+    )  # fmt: skip
+    given = trainer.rl_trainer.critics
+    with pytest.raises(AttributeError, match="pass critics= to MARLHFTrainer"):
+        trainer.critic_sources = [_model(tok), _model(tok)]
+    assert trainer.rl_trainer.critics == given

@@ -180,7 +180,14 @@ class CentralizedActorCriticStage143:
 
     @critic_sources.setter
     def critic_sources(self, sources: Sequence[Any] | None) -> None:
-        if self.__dict__.get("centralized_collaboration") is not None and self._centralized_ac:
+        if self.__dict__.get("centralized_collaboration") is None:
+            if sources is not None and self.__dict__.get("rl_trainer") is not None:
+                raise AttributeError(
+                    "decentralized MARLHF builds its RL stage (and critics) with the trainer, "
+                    "so critic_sources assigned afterwards would not be used; pass critics= "
+                    "to MARLHFTrainer(...) instead."
+                )
+        elif self._centralized_ac:
             if self.__dict__.get("_rl_stage_built"):
                 raise AttributeError(
                     "critic_sources cannot be replaced once the actor-critic RL stage is built "
