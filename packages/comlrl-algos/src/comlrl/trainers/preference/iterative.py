@@ -237,6 +237,7 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
 
     config_cls: type = MADPOIterConfig
     algorithm_name = "MADPOIter"
+    _checkpoint_kind = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cfg = kwargs.get("args")
@@ -298,7 +299,7 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
         """
         kwargs = explicit_train_arguments(kwargs)
         if kwargs:
-            return super().train(**kwargs)  # raises, naming the arguments
+            return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
         return self._run_rounds()
 
 
@@ -320,6 +321,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
 
     config_cls: type = MARLHFIterConfig
     algorithm_name = "MARLHFIter"
+    _checkpoint_kind = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cfg = kwargs.get("args")
