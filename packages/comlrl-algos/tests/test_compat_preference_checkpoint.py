@@ -1,6 +1,7 @@
-"""CoMLRL 1.4.3's checkpoint arguments on the compat preference trainers (MADPO, MARLHF):
-``train(checkpoint_dir=...)`` killed inside an epoch, then ``train(resume_from_checkpoint=
-...)`` in a freshly built trainer, equals the uninterrupted run.
+"""CoMLRL 1.4.3's checkpoint arguments on the compat preference trainers (MADPO, MARLHF,
+MADPOIter, MARLHFIter): ``train(checkpoint_dir=...)`` killed inside an epoch (a round),
+then ``train(resume_from_checkpoint=...)`` in a freshly built trainer, equals the
+uninterrupted run.
 
 Tolerance: exact (``torch.equal``, rows compared with ``==``). The resumed run gets back
 every input of its next step (weights, AdamW moments and step counts, the preference pairs
@@ -214,3 +215,76 @@ def test_a_checkpoint_of_another_trainer_type_fails_before_any_training(
             trainer.train(resume_from_checkpoint=other)
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
         assert trainer.preference_pairs == []
+
+
+def _iterative(model: str, cls: type, tmp: Path) -> Any:
+    from comlrl.trainers.preference import (
+        MADPOIterConfig,
+        MADPOIterTrainer,
+        MARLHFIterConfig,
+    )
+
+    torch.manual_seed(0)
+    fields = {**_COMMON, "num_train_epochs": 1, "num_iterations": 3,
+              "comparator_policy": "history", "comparator_history_k": 1,
+              "preference_replay_mode": "all_history", "preference_replay_sample_size": 4,
+              "preference_replay_dir": str(tmp / "replay"), "pair_selection": "reward_gap"}  # fmt: skip
+    if cls is MADPOIterTrainer:
+        args: Any = MADPOIterConfig(**fields)
+    else:
+        args = MARLHFIterConfig(**fields, num_generations=2, rl_algorithm="magrpo",
+                                reward_model_name=model, reward_num_train_epochs=1,
+                                reward_train_batch_size=2, reward_learning_rate=1e-3,
+                                reward_model_device="cpu",
+                                preference_scoring_reward="reward_model")  # fmt: skip
+    return cls(agent_model=model, num_agents=2, reward_func=_letters,
+               train_dataset=[{"prompt": p} for p in PROMPTS], args=args)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["MADPOIterTrainer", "MARLHFIterTrainer"])
+def test_iterative_killed_in_round_3_and_resumed_equals_the_uninterrupted_run(
+    stories260k: str, tmp_path: Path, name: str
+) -> None:
+    import comlrl.trainers.preference as preference
+
+    cls = getattr(preference, name)
+    whole = _iterative(stories260k, cls, tmp_path / "whole")
+    np.random.seed(5)
+    rows = whole.train()
+    numpy_after = np.random.random()
+    assert {r["iteration"] for r in rows} == {1.0, 2.0, 3.0}  # every round trained
+
+    killed = _iterative(stories260k, cls, tmp_path / "killed")
+    finish = killed.rounds.finish
+
+    def finish_then_die(r: int) -> None:
+        finish(r)
+        if r == 2:  # round 3 trained and snapshot, not committed
+            raise _Stop("killed in round 3")
+
+    killed.rounds.finish = finish_then_die
+    np.random.seed(5)
+    with pytest.raises(_Stop):
+        killed.train(checkpoint_dir=tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint-1", "checkpoint-2"]
+
+    resumed = _iterative(stories260k, cls, tmp_path / "killed")  # the replay shards are there
+    np.random.seed(99)
+    torch.manual_seed(99)
+    rest = resumed.train(resume_from_checkpoint=tmp_path / "run" / "checkpoint-2")
+
+    assert _untimed(rest) == _untimed([r for r in rows if r["iteration"] == 3.0])
+    assert resumed.round_history == whole.round_history
+    if name == "MADPOIterTrainer":
+        _assert_same_state(resumed, whole)
+        assert resumed.env_step == whole.env_step
+    else:
+        _assert_same_state(resumed.rl_trainer, whole.rl_trainer)
+        assert resumed.rl_trainer.env_step == whole.rl_trainer.env_step
+        assert resumed.reward_model_history == whole.reward_model_history
+        for (key, x), (_, y) in zip(
+            resumed.reward_model.state_dict().items(), whole.reward_model.state_dict().items()
+        ):
+            assert torch.equal(x, y), key
+    assert np.random.random() == numpy_after
+    assert resumed._checkpoint_progress["iteration"] == 3
