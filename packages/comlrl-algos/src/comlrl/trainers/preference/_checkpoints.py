@@ -146,6 +146,21 @@ class MADPOCheckpoints:
             raise ValueError(f"Incomplete madpo checkpoint cursor {dict(progress)!r}: 'complete'")
         return epoch
 
+    def _checkpoint_validate_progress(self, state: Mapping[str, Any]) -> int:
+        """The cursor check of an attribute snapshot (a trainer on 1.4.3's hooks, whose
+        cursor holds its pairs), before anything is restored.
+
+        Raises:
+            ValueError: as :meth:`_checkpoint_start_epoch`, or no ``preference_pairs``.
+        """
+        progress = state["progress"]
+        epoch = self._checkpoint_start_epoch(progress)
+        if progress and not isinstance(progress.get("preference_pairs"), list):
+            raise ValueError(
+                f"Incomplete madpo checkpoint cursor: no preference_pairs in {sorted(progress)}"
+            )
+        return epoch
+
     def _checkpoint_check(self, section: Mapping[str, Any], where: str) -> None:
         super()._checkpoint_check(section, where)  # type: ignore[misc]
         extra = section.get("extra") or {}
@@ -156,12 +171,24 @@ class MADPOCheckpoints:
             )
 
     # --- the loop -----------------------------------------------------------------------
+    def _train_madpo_checkpointed(self) -> list[dict[str, float]]:
+        """1.4.3's name of MADPO's loop from the current cursor (``_checkpoint_progress``),
+        which is checked first.
+
+        Raises:
+            ValueError: a cursor that is not MADPO's or is malformed (nothing runs then).
+        """
+        self._checkpoint_start_epoch(self.__dict__.get("_checkpoint_progress") or {})
+        return self._madpo_epochs()
+
     def _madpo_epochs(self) -> list[dict[str, float]]:
         """Build the pairs (unless resumed past that), then the remaining epochs over them
         (see :meth:`MADPOTrainer.train`)."""
         from comlrl.algos.recipes.preference.recipe import madpo_update
         from comlrl.trainers._iterative import joint_pairs
 
+        if callable(getattr(self, "_build_preference_dataset", None)):
+            return self._madpo_hook_epochs()
         a, run = self.args, self._run
         progress = dict(self.__dict__.get("_checkpoint_progress") or {})
         total = int(a.num_train_epochs)
@@ -210,6 +237,75 @@ class MADPOCheckpoints:
                 done == total,
             )  # fmt: skip
         return history
+
+    def _madpo_hook_epochs(self) -> list[dict[str, float]]:
+        """The loop of a trainer on 1.4.3's hooks (``_build_preference_dataset()``,
+        ``_update_from_preference_batch(batch)``, ``evaluate``; models and optimizers as
+        attributes, checkpointed as an attribute snapshot): the pairs ride in the cursor,
+        each epoch's order is ``torch.randperm`` on the global stream. Returns ``[]``."""
+        import torch
+        from comlrl.utils._trainer_snapshot import global_rng, set_global_rng
+
+        a = self.args
+        if self.__dict__.get("wandb_config") is not None and not self.__dict__.get(
+            "wandb_initialized", False
+        ):
+            streams = global_rng()  # starting the logger moves no training stream
+            try:
+                self._init_wandb()  # type: ignore[attr-defined]
+            finally:
+                set_global_rng(streams)
+        self._checkpoint_untracked_preference = False
+        progress = dict(self.__dict__.get("_checkpoint_progress") or {})
+        total = int(a.num_train_epochs)
+        if not progress:
+            pairs = list(self._build_preference_dataset())  # type: ignore[attr-defined]
+            progress = {"kind": "madpo", "epoch": 0, "updates_seen": 0,
+                        "preference_pairs": pairs, "complete": not pairs}  # fmt: skip
+            self._checkpoint_commit(progress, True)  # type: ignore[attr-defined]
+        if progress["complete"]:
+            return []
+        pairs, updates = list(progress["preference_pairs"]), int(progress["updates_seen"])
+        batch, every = int(a.train_batch_size), int(getattr(a, "eval_interval", 0) or 0)
+        for epoch in range(int(progress["epoch"]), total):
+            self._checkpoint_save_blocked = True
+            order = torch.randperm(len(pairs)).tolist()
+            for start in range(0, len(order), batch):
+                if every > 0 and updates % every == 0:
+                    self.evaluate(num_eval_samples=int(a.eval_num_samples))  # type: ignore[attr-defined]
+                self._update_from_preference_batch([pairs[i] for i in order[start : start + batch]])  # type: ignore[attr-defined]
+                updates += 1
+                n = len(order[start : start + batch])
+                self.env_step += (
+                    int(a.environment_steps_per_pair) * n if a.use_environment_step else 1
+                )
+            done = epoch + 1
+            self._checkpoint_commit(  # type: ignore[attr-defined]
+                {"kind": "madpo", "epoch": done, "updates_seen": updates,
+                 "preference_pairs": pairs, "complete": done == total},
+                done == total,
+            )  # fmt: skip
+        if self.__dict__.get("_checkpoint_dir") is None:  # 1.4.3 keeps no pairs then
+            self._checkpoint_progress = {
+                k: v for k, v in self._checkpoint_progress.items() if k != "preference_pairs"
+            }
+            self._checkpoint_untracked_preference = True
+        return []
+
+    def save_checkpoint(self, output_dir: str | Path) -> str:
+        """As :meth:`TrainingCheckpointMixin.save_checkpoint`; a trainer on 1.4.3's hooks
+        that trained without ``checkpoint_dir`` kept no pairs to save (as 1.4.3).
+
+        Raises:
+            RuntimeError: that case, or a ``train()`` stopped between boundaries.
+        """
+        if self.__dict__.get("_checkpoint_untracked_preference"):
+            raise RuntimeError(
+                "this trainer trained without checkpoint_dir, so its preference pairs were "
+                "not kept; train(checkpoint_dir=...) to write resumable checkpoints."
+            )
+        saved: str = super().save_checkpoint(output_dir)  # type: ignore[misc]
+        return saved
 
 
 class MARLHFCheckpoints:
@@ -295,7 +391,7 @@ class MARLHFCheckpoints:
             raise ValueError(f"Incomplete marlhf checkpoint cursor {dict(progress)!r}: no 'rl'")
         if not rl:
             return 0
-        kind = self.rl_trainer._checkpoint_kind
+        kind = "actor_critic" if self.args.rl_algorithm in ("iac", "maac") else "magrpo"
         if rl.get("kind") != kind:
             raise ValueError(
                 f"the checkpoint's RL cursor {dict(rl)!r} is not this trainer's {kind} stage "
@@ -325,6 +421,16 @@ class MARLHFCheckpoints:
         return saved
 
     # --- the stages ---------------------------------------------------------------------
+    def _train_marlhf_checkpointed(self) -> list[dict[str, float]]:
+        """1.4.3's name of MARLHF's stages from the current cursor
+        (``_checkpoint_progress``), which is checked first.
+
+        Raises:
+            ValueError: a cursor that is not MARLHF's or is malformed (nothing runs then).
+        """
+        self._checkpoint_start_epoch(self.__dict__.get("_checkpoint_progress") or {})
+        return self._marlhf_stages()
+
     def _marlhf_stages(self) -> list[dict[str, float]]:
         """Pairs and reward model (unless resumed past them), then the RL stage's
         remaining epochs (see :meth:`MARLHFTrainer.train`)."""

@@ -3,8 +3,9 @@
 step-checkpoint format (:mod:`comlrl.utils.checkpoint` describes the folder;
 :mod:`comlrl.trainers.preference._checkpoints` the MADPO and MARLHF parts reused here).
 
-The cursor is ``{"kind": "madpo_iter" | "marlhf_iter", "iteration", "complete"}``
-(``iteration``: rounds finished), committed after every round (its pairs, its training
+The cursor is ``{"kind": "madpo_iter" | "marlhf_iter", "iteration", "updates_seen",
+"total_pairs", "complete"}`` (1.4.3's keys; ``iteration``: rounds finished,
+``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed after every round (its pairs, its training
 and the comparator's snapshot), the last one always written. The trainer's part holds
 the rounds (:meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.state_dict`:
 the pairing and ordering streams, the round rows, the replay of every round's pairs,
@@ -54,6 +55,8 @@ class _RoundCheckpoints:
         if progress.get("kind") != kind:
             raise ValueError(f"the checkpoint holds no {kind} round cursor: {dict(progress)!r}")
         done = check_count(progress, "iteration", int(self.args.num_iterations), kind)
+        for key in ("updates_seen", "total_pairs"):
+            check_count(progress, key, 2**62, kind)
         if type(progress.get("complete")) is not bool:
             raise ValueError(f"Incomplete {kind} checkpoint cursor {dict(progress)!r}: 'complete'")
         return done
@@ -66,6 +69,9 @@ class _RoundCheckpoints:
                 f"Incomplete {self._checkpoint_kind} checkpoint {where}: it holds a round "
                 "cursor but not the rounds' state (replay, comparator, streams)."
             )
+
+    def _updates_seen(self) -> int:
+        raise NotImplementedError
 
     def _run_rounds(self) -> list[dict[str, float]]:
         """``num_iterations`` rounds over every training prompt from the cursor on (the
@@ -90,9 +96,11 @@ class _RoundCheckpoints:
                 save(f"iteration_{r:04d}")
             done = r + 1
             self._checkpoint_commit(  # type: ignore[attr-defined]
-                {"kind": self._checkpoint_kind, "iteration": done, "complete": done == total},
+                {"kind": self._checkpoint_kind, "iteration": done,
+                 "updates_seen": int(self._updates_seen()), "total_pairs": int(rounds.total_pairs),
+                 "complete": done == total},
                 done == total,
-            )
+            )  # fmt: skip
         if rounds.total_pairs == 0 and start < total:
             warnings.warn(
                 f"{type(self).__name__}: every current/comparator joint action tied under the "
@@ -108,6 +116,9 @@ class MADPOIterCheckpoints(_RoundCheckpoints):
     :class:`~comlrl.trainers.preference._checkpoints.MADPOCheckpoints`)."""
 
     _checkpoint_kind = "madpo_iter"
+
+    def _updates_seen(self) -> int:
+        return int(self._run.step)  # type: ignore[attr-defined]
 
     def _checkpoint_extra(self) -> dict[str, Any]:
         return {
@@ -129,6 +140,9 @@ class MARLHFIterCheckpoints(_RoundCheckpoints):
     reward_model_history: list[dict[str, float]]
     _reward_trained: bool
     _checkpoint_kind = "marlhf_iter"
+
+    def _updates_seen(self) -> int:
+        return int(self.rl_trainer._run.step)
 
     def _checkpoint_extra(self) -> dict[str, Any]:
         rl = self.rl_trainer

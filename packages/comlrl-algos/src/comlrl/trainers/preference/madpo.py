@@ -350,9 +350,23 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
     def reference_models(self) -> list[Any]:
         """The frozen reference copy of each agent the DPO loss compares with when
         ``reference_kl_enabled`` (``[]`` otherwise: reference-free, as 1.4.3's loss)."""
+        given = self.__dict__.get("_reference_models_given")
+        if given is not None:
+            return list(given)
         if not self.args.reference_kl_enabled:
             return []
         return [m for m in self._run.ref_models if m is not None]
+
+    @reference_models.setter
+    def reference_models(self, models: Sequence[Any]) -> None:
+        """Set the reference models of a trainer assembled by hand, before the recipe run
+        is built (1.4.3's tests do; such a trainer trains through 1.4.3's hooks).
+
+        Raises:
+            AttributeError: the run is built (its DPO reference is fixed).
+        """
+        self._refuse_after_run("reference_models")
+        self.__dict__["_reference_models_given"] = list(models)
 
     def _check_reference_devices(self, device: str) -> None:
         """``reference_devices`` must name the agents' one device (the reference copies
