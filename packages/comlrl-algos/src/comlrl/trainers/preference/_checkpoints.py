@@ -36,27 +36,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from comlrl.trainers.preference._checkpoints_hooks143 import (
+    MADPOHookCheckpoints143,
+    MARLHFHookCheckpoints143,
+    check_count,
+)
 from comlrl.utils.checkpoint import SECTION, check_checkpoint_options
 
 __all__ = ["MADPOCheckpoints", "MARLHFCheckpoints", "check_count", "start_train"]
 
 _PHASES = ("online_rl", "complete")
-
-
-def check_count(progress: Mapping[str, Any], key: str, high: int, kind: str) -> int:
-    """``progress[key]`` as an int in ``[0, high]``.
-
-    Raises:
-        ValueError: the key is missing, not an int (``True``, ``"1"``, ``0.5``) or out of range.
-    """
-    if key not in progress:
-        raise ValueError(f"Incomplete {kind} checkpoint cursor {dict(progress)!r}: no {key!r}")
-    value = progress[key]
-    if type(value) is not int or not 0 <= value <= high:
-        raise ValueError(
-            f"{kind} checkpoint cursor {key}={value!r} must be an int between 0 and {high}"
-        )
-    return value
 
 
 def start_train(
@@ -87,7 +76,7 @@ def start_train(
     )
 
 
-class MADPOCheckpoints:
+class MADPOCheckpoints(MADPOHookCheckpoints143):
     """MADPO's epoch loop with commits, and its part of a checkpoint (module docstring)."""
 
     args: Any
@@ -144,21 +133,6 @@ class MADPOCheckpoints:
         check_count(progress, "updates_seen", 2**62, "madpo")
         if type(progress.get("complete")) is not bool:
             raise ValueError(f"Incomplete madpo checkpoint cursor {dict(progress)!r}: 'complete'")
-        return epoch
-
-    def _checkpoint_validate_progress(self, state: Mapping[str, Any]) -> int:
-        """The cursor check of an attribute snapshot (a trainer on 1.4.3's hooks, whose
-        cursor holds its pairs), before anything is restored.
-
-        Raises:
-            ValueError: as :meth:`_checkpoint_start_epoch`, or no ``preference_pairs``.
-        """
-        progress = state["progress"]
-        epoch = self._checkpoint_start_epoch(progress)
-        if progress and not isinstance(progress.get("preference_pairs"), list):
-            raise ValueError(
-                f"Incomplete madpo checkpoint cursor: no preference_pairs in {sorted(progress)}"
-            )
         return epoch
 
     def _checkpoint_check(self, section: Mapping[str, Any], where: str) -> None:
@@ -238,60 +212,6 @@ class MADPOCheckpoints:
             )  # fmt: skip
         return history
 
-    def _madpo_hook_epochs(self) -> list[dict[str, float]]:
-        """The loop of a trainer on 1.4.3's hooks (``_build_preference_dataset()``,
-        ``_update_from_preference_batch(batch)``, ``evaluate``; models and optimizers as
-        attributes, checkpointed as an attribute snapshot): the pairs ride in the cursor,
-        each epoch's order is ``torch.randperm`` on the global stream. Returns ``[]``."""
-        import torch
-        from comlrl.utils._trainer_snapshot import global_rng, set_global_rng
-
-        a = self.args
-        if self.__dict__.get("wandb_config") is not None and not self.__dict__.get(
-            "wandb_initialized", False
-        ):
-            streams = global_rng()  # starting the logger moves no training stream
-            try:
-                self._init_wandb()  # type: ignore[attr-defined]
-            finally:
-                set_global_rng(streams)
-        self._checkpoint_untracked_preference = False
-        progress = dict(self.__dict__.get("_checkpoint_progress") or {})
-        total = int(a.num_train_epochs)
-        if not progress:
-            pairs = list(self._build_preference_dataset())  # type: ignore[attr-defined]
-            progress = {"kind": "madpo", "epoch": 0, "updates_seen": 0,
-                        "preference_pairs": pairs, "complete": not pairs}  # fmt: skip
-            self._checkpoint_commit(progress, True)  # type: ignore[attr-defined]
-        if progress["complete"]:
-            return []
-        pairs, updates = list(progress["preference_pairs"]), int(progress["updates_seen"])
-        batch, every = int(a.train_batch_size), int(getattr(a, "eval_interval", 0) or 0)
-        for epoch in range(int(progress["epoch"]), total):
-            self._checkpoint_save_blocked = True
-            order = torch.randperm(len(pairs)).tolist()
-            for start in range(0, len(order), batch):
-                if every > 0 and updates % every == 0:
-                    self.evaluate(num_eval_samples=int(a.eval_num_samples))  # type: ignore[attr-defined]
-                self._update_from_preference_batch([pairs[i] for i in order[start : start + batch]])  # type: ignore[attr-defined]
-                updates += 1
-                n = len(order[start : start + batch])
-                self.env_step += (
-                    int(a.environment_steps_per_pair) * n if a.use_environment_step else 1
-                )
-            done = epoch + 1
-            self._checkpoint_commit(  # type: ignore[attr-defined]
-                {"kind": "madpo", "epoch": done, "updates_seen": updates,
-                 "preference_pairs": pairs, "complete": done == total},
-                done == total,
-            )  # fmt: skip
-        if self.__dict__.get("_checkpoint_dir") is None:  # 1.4.3 keeps no pairs then
-            self._checkpoint_progress = {
-                k: v for k, v in self._checkpoint_progress.items() if k != "preference_pairs"
-            }
-            self._checkpoint_untracked_preference = True
-        return []
-
     def save_checkpoint(self, output_dir: str | Path) -> str:
         """As :meth:`TrainingCheckpointMixin.save_checkpoint`; a trainer on 1.4.3's hooks
         that trained without ``checkpoint_dir`` kept no pairs to save (as 1.4.3).
@@ -308,7 +228,7 @@ class MADPOCheckpoints:
         return saved
 
 
-class MARLHFCheckpoints:
+class MARLHFCheckpoints(MARLHFHookCheckpoints143):
     """MARLHF's stages with commits, and its part of a checkpoint (module docstring)."""
 
     args: Any
@@ -415,8 +335,14 @@ class MARLHFCheckpoints:
     def save_checkpoint(self, output_dir: str | Path) -> str:
         """As :meth:`TrainingCheckpointMixin.save_checkpoint`; refused while the RL stage
         stopped between its epoch boundaries."""
-        if self.rl_trainer.__dict__.get("_checkpoint_save_blocked"):
+        rl = self.__dict__.get("rl_trainer")
+        if rl is not None and rl.__dict__.get("_checkpoint_save_blocked"):
             self._checkpoint_save_blocked = True
+        if self.__dict__.get("_checkpoint_untracked_preference"):
+            raise RuntimeError(
+                "this trainer trained without checkpoint_dir, so its stage data were not "
+                "kept; train(checkpoint_dir=...) to write resumable checkpoints."
+            )
         saved: str = super().save_checkpoint(output_dir)  # type: ignore[misc]
         return saved
 
@@ -434,6 +360,10 @@ class MARLHFCheckpoints:
     def _marlhf_stages(self) -> list[dict[str, float]]:
         """Pairs and reward model (unless resumed past them), then the RL stage's
         remaining epochs (see :meth:`MARLHFTrainer.train`)."""
+        if "rl_trainer" not in self.__dict__ and callable(
+            getattr(self, "_train_reward_model", None)
+        ):
+            return self._marlhf_hook_stages()
         rl = self.rl_trainer
         progress = dict(self.__dict__.get("_checkpoint_progress") or {})
         if not progress:
