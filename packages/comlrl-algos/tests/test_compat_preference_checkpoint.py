@@ -59,9 +59,9 @@ def _madpo(model: str) -> MADPOTrainer:
                         args=MADPOConfig(**_COMMON))  # fmt: skip
 
 
-def _marlhf(model: str) -> MARLHFTrainer:
+def _marlhf(model: str, rl: str = "magrpo") -> MARLHFTrainer:
     torch.manual_seed(0)
-    args = MARLHFConfig(**_COMMON, num_generations=2, rl_algorithm="magrpo",
+    args = MARLHFConfig(**_COMMON, num_generations=2, rl_algorithm=rl,
                         reward_model_name=model, reward_num_train_epochs=2,
                         reward_train_batch_size=2, reward_learning_rate=1e-3,
                         reward_model_device="cpu")  # fmt: skip
@@ -140,17 +140,19 @@ def test_madpo_killed_in_epoch_k_plus_1_and_resumed_equals_the_uninterrupted_run
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("boundary", ["reward", "rl_epoch_1"])
+@pytest.mark.parametrize(
+    ("rl", "boundary"), [("magrpo", "reward"), ("magrpo", "rl_epoch_1"), ("iac", "rl_epoch_1")]
+)
 def test_marlhf_killed_in_the_rl_stage_and_resumed_equals_the_uninterrupted_run(
-    stories260k: str, tmp_path: Path, boundary: str
+    stories260k: str, tmp_path: Path, rl: str, boundary: str
 ) -> None:
-    whole = _marlhf(stories260k)
+    whole = _marlhf(stories260k, rl)
     np.random.seed(5)
     rows = whole.train()
     numpy_after = np.random.random()
     assert len(rows) == 6  # 3 epochs x 4 prompts / 2 per step
 
-    killed = _marlhf(stories260k)
+    killed = _marlhf(stories260k, rl)
     done = 0 if boundary == "reward" else 2
     _kill_after(killed.rl_trainer, done + 1)
     np.random.seed(5)
@@ -160,7 +162,7 @@ def test_marlhf_killed_in_the_rl_stage_and_resumed_equals_the_uninterrupted_run(
     last = tmp_path / "run" / f"checkpoint-{1 + done // 2}"
     assert sorted(p.name for p in (tmp_path / "run").iterdir())[-1] == last.name
 
-    resumed = _marlhf(stories260k)
+    resumed = _marlhf(stories260k, rl)
     resumed._preference.collect_pairs = lambda: pytest.fail("pairs collected again")
     resumed._preference.train_reward_model = lambda: pytest.fail("reward model refitted")
     np.random.seed(99)
@@ -176,8 +178,9 @@ def test_marlhf_killed_in_the_rl_stage_and_resumed_equals_the_uninterrupted_run(
     assert resumed.reward_model_history == whole.reward_model_history
     assert resumed.rl_trainer.env_step == whole.rl_trainer.env_step == 24
     assert np.random.random() == numpy_after
+    kind = "magrpo" if rl == "magrpo" else "actor_critic"
     assert resumed._checkpoint_progress == {
-        "kind": "marlhf", "phase": "complete", "rl": {"kind": "magrpo", "epoch": 3}
+        "kind": "marlhf", "phase": "complete", "rl": {"kind": kind, "epoch": 3}
     }  # fmt: skip
 
 
