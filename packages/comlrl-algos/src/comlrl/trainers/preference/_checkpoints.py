@@ -25,7 +25,9 @@ Each trainer's ``train()`` is one loop that commits a cursor at its boundaries (
 
 A resume is checked whole (class, config, data, callbacks, the cursor's shape, the pairs
 or the reward model the cursor needs) before anything changes, and then continues as the
-uninterrupted run would have (the pairs and the reward model are not rebuilt).
+uninterrupted run would have (the pairs and the reward model are not rebuilt). A trainer
+assembled by hand on 1.4.3's hooks runs the loops of
+:mod:`comlrl.trainers.preference._checkpoints_hooks143` instead.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def start_train(
 
     Raises:
         ValueError: a bad option, or a checkpoint that does not fit (nothing changes then).
+        FileNotFoundError: ``resume_from_checkpoint`` does not exist.
         FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
     """
     check_checkpoint_options(checkpoint_interval, checkpoint_total_limit)
