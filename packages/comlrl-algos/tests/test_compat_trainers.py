@@ -602,9 +602,9 @@ def test_madpo_takes_dpo_steps_on_pairs_built_before_training(
 
 
 def test_madpo_trains_with_the_checkpoint_arguments_at_their_defaults(stories260k: str) -> None:
-    """A 1.4.3 script may pass ``train(resume_from_checkpoint=None)``: MADPO (no
-    checkpoints) trains then, and refuses only a checkpoint argument that would change the
-    run. Before, any keyword, even a default, went to the base loop."""
+    """A 1.4.3 script may pass ``train(resume_from_checkpoint=None)``: MADPO trains then
+    (its checkpoints are tested in test_compat_preference_checkpoint.py); a bad
+    ``checkpoint_interval`` and an unknown keyword are refused before anything trains."""
     trainer = MADPOTrainer(
         agent_model=stories260k,
         num_agents=2,
@@ -615,8 +615,11 @@ def test_madpo_trains_with_the_checkpoint_arguments_at_their_defaults(stories260
             preference_num_candidates=2, preference_pairs_per_sample=1, max_new_tokens=4,
         ),
     )  # fmt: skip
-    with pytest.raises(UnsupportedFieldError, match="checkpoint"):
-        trainer.train(checkpoint_dir="ckpt")
+    with pytest.raises(ValueError, match="checkpoint_interval"):
+        trainer.train(checkpoint_interval=0)
+    with pytest.raises(UnsupportedFieldError, match="save_steps"):
+        trainer.train(save_steps=1)
+    assert trainer.preference_pairs == []
     rows = trainer.train(resume_from_checkpoint=None, checkpoint_interval=1)
     assert all(math.isfinite(r["loss"]) for r in rows)
 

@@ -5,8 +5,9 @@ examples, ``env_step`` counting the joint actions scored, W&B rows) and commits 
 cursor at every completed pass over ``train_dataset``; with ``checkpoint_dir`` those
 commits write resumable checkpoints in ``comlrl.algos``' step-checkpoint format
 (:mod:`comlrl.utils.checkpoint` describes the folder and what it restores). The trainer
-sets ``_checkpoint_kind`` to take part (``"magrpo"``, ``"actor_critic"``); the others
-refuse the checkpoint arguments. A subclass that defines 1.4.3's per-example hooks is
+sets ``_checkpoint_kind`` to take part (``"magrpo"``, ``"actor_critic"``; the preference
+trainers run their own loops with the same arguments,
+:mod:`comlrl.trainers.preference._checkpoints`); one without refuses them. A subclass that defines 1.4.3's per-example hooks is
 trained by 1.4.3's loop instead (:mod:`comlrl.trainers._epochs143`).
 """
 
@@ -135,7 +136,7 @@ class TrainLoop143(TrainingCheckpointMixin):
             FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
             UnsupportedFieldError: other keyword arguments (a subclass that defines 1.4.3's
                 ``_train_step_returns`` receives them there), or checkpoint arguments for a
-                trainer without checkpoints (the preference trainers).
+                trainer without checkpoints.
         """
         hook_kwargs = dict(kwargs)  # 1.4.3 passes them to its _train_step_returns hook
         if kwargs and not self._takes_step_kwargs143():
@@ -154,7 +155,7 @@ class TrainLoop143(TrainingCheckpointMixin):
         if checkpointed and not self._checkpoint_kind:
             raise UnsupportedFieldError(
                 f"{type(self).__name__}.train() takes no checkpoint arguments (resumable "
-                "checkpoints are provided for the MAGRPO family and IAC/MAAC); call train() "
+                "this trainer class defines no checkpoint cursor, _checkpoint_kind); call train() "
                 "and then save_model(dir)."
             )
         uses_hooks = getattr(self, "_uses_epoch_hooks143", None)

@@ -10,7 +10,10 @@ A 1.4.3 script checkpoints and resumes with the same calls here::
 
 A checkpoint is committed once per completed pass over ``train_dataset`` (an *epoch*, as
 in 1.4.3): after the first optimizer step at or past the pass's end, and always after the
-last step. ``checkpoint_interval=k`` writes every ``k``-th commit (and the last);
+last step (the preference trainers commit at their own boundaries: MADPO's pairs and
+epochs, MARLHF's reward fit and RL epochs, the iterative trainers' rounds;
+:mod:`comlrl.trainers.preference._checkpoints`). ``checkpoint_interval=k`` writes every
+``k``-th commit (and the last);
 ``checkpoint_total_limit=n`` keeps the newest ``n`` folders this run wrote. The folder
 ``checkpoint_dir/checkpoint-<sequence>`` (``sequence``: the commit count) is the
 format of :mod:`comlrl.algos.training.checkpoint`: ``agent_<i>/`` (Hugging Face weights),

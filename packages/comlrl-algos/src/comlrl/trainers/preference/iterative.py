@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comlrl.algos.recipes.preference.rounds import run_rounds
 from comlrl.trainers._base import (
     CompatTrainer,
 )
-from comlrl.trainers._train143 import explicit_train_arguments
+from comlrl.trainers.preference._iter_checkpoints import (
+    MADPOIterCheckpoints,
+    MARLHFIterCheckpoints,
+)
+from comlrl.trainers.preference._iter_fields import _IterativeFields
 from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
 from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
@@ -28,57 +31,6 @@ def __getattr__(name: str) -> Any:
 
 
 # --- iterative preference refresh (CoMLRL 1.4.3's MADPOIter / MARLHFIter) -------------
-@dataclass
-class _IterativeFields:
-    """The iterative fields of CoMLRL 1.4.3's ``MADPOIterConfig`` / ``MARLHFIterConfig``,
-    with its defaults (what a round does: :mod:`comlrl.trainers._iterative`).
-
-    Implemented: ``num_iterations``; ``preference_replay_mode`` (``current`` |
-    ``nearest_k`` | ``all_history`` | ``lambda_decay``) with ``preference_replay_k``,
-    ``preference_replay_lambda``, ``preference_replay_sample_size``;
-    ``preference_replay_dir`` (each round's pairs on disk,
-    :mod:`comlrl.algos.recipes.preference.replay_shards`); ``policy_checkpoint_dir``
-    (the policy before round 0 and after each round, as ``initial/agent_<i>`` and
-    ``iteration_XXXX/agent_<i>``); ``comparator_policy`` (``current`` | ``current_copy``
-    | ``model`` | ``history`` | ``api``), ``comparator_model_name``,
-    ``comparator_agents``, ``comparator_num_candidates``, ``comparator_history_k``,
-    ``comparator_api_*`` (:mod:`comlrl.algos.recipes.preference.api_comparator`);
-    ``comparator_generation_mode`` (``centralized`` only with
-    ``collaboration_mode="centralized"``, where it is the default);
-    ``log_reward_distribution`` (:mod:`comlrl.trainers.preference._reward_distribution`).
-    ``comparator_devices`` raises :class:`UnsupportedFieldError`.
-    """
-
-    num_iterations: int = 6
-    preference_replay_mode: str = "current"
-    preference_replay_k: int | None = None
-    preference_replay_lambda: float | None = None
-    preference_replay_sample_size: int | None = None
-    preference_replay_dir: str | None = None
-    log_reward_distribution: bool = False
-    policy_checkpoint_dir: str | None = None
-    comparator_policy: str = "current"
-    comparator_generation_mode: str = "decentralized"
-    comparator_centralized_agent_index: int = 0
-    comparator_model_name: str | None = None
-    comparator_agents: Sequence[Any] | None = None
-    comparator_devices: str | Sequence[str] | None = None
-    comparator_num_candidates: int | None = None
-    comparator_history_k: int | None = None
-    comparator_api_url: str | None = None
-    comparator_api_format: str = "generic"
-    comparator_api_model: str | None = None
-    comparator_api_max_n_per_request: int | None = None
-    comparator_api_timeout: float = 120.0
-    comparator_api_headers: dict[str, str] | None = None
-    comparator_api_key: str | None = None
-    comparator_api_key_env: str | None = None
-    comparator_api_key_header: str = "Authorization"
-    comparator_api_key_prefix: str = "Bearer"
-    comparator_api_response_field: str = "completions"
-    comparator_api_extra_body: dict[str, Any] | None = None
-
-
 @dataclass
 class MADPOIterConfig(_IterativeFields, MADPOConfig):
     """CoMLRL 1.4.3's ``MADPOIterConfig``: :class:`MADPOConfig`'s fields (with 1.4.3's
@@ -156,7 +108,8 @@ class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
 class _IterativeRounds:
     """1.4.3's round schedule shared by :class:`MADPOIterTrainer` and
     :class:`MARLHFIterTrainer`: every training prompt each round, mapped onto
-    :func:`comlrl.algos.recipes.preference.rounds.run_rounds`; a subclass gives
+    :func:`comlrl.algos.recipes.preference.rounds.run_rounds` (with a commit per round:
+    :mod:`comlrl.trainers.preference._iter_checkpoints`); a subclass gives
     :meth:`_policy_agents`, :meth:`_scoring_env`, :meth:`_train_round` and :meth:`_log`.
 
     Attributes:
@@ -202,23 +155,8 @@ class _IterativeRounds:
         for i, agent in enumerate(self._policy_agents()):
             save_agent_checkpoint(agent, root / f"agent_{i}")
 
-    def _run_rounds(self) -> list[dict[str, float]]:
-        """``num_iterations`` rounds over every training prompt."""
-        a = self.args
-        return run_rounds(
-            self.rounds,
-            int(a.num_iterations),
-            examples=list(self._train_rows),
-            batch_size=int(a.train_batch_size or a.rollout_buffer_size),
-            env_for=self._scoring_env,
-            train_round=self._train_round,
-            log=self._log,
-            save_policy=self._save_policy if a.policy_checkpoint_dir else None,
-            name=type(self).__name__,
-        )
 
-
-class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
+class MADPOIterTrainer(MADPOIterCheckpoints, IterativeHooks143, _IterativeRounds, MADPOTrainer):
     """CoMLRL 1.4.3's ``MADPOIterTrainer``: ``num_iterations`` rounds of fresh preference
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
@@ -284,8 +222,16 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
             self._wandb_log(row)
         return history
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
-        """Run the ``num_iterations`` rounds.
+    def train(  # type: ignore[override]
+        self,
+        resume_from_checkpoint: str | Path | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
+        """Run the ``num_iterations`` rounds; 1.4.3's checkpoint arguments commit a cursor
+        after every round (:mod:`comlrl.trainers.preference._iter_checkpoints`).
 
         Returns:
             One row per DPO step (``iteration``, ``step``, ``num_pairs``, ``loss``,
@@ -293,16 +239,21 @@ class MADPOIterTrainer(IterativeHooks143, _IterativeRounds, MADPOTrainer):
             mean current/comparator reward) are in :attr:`round_history`.
 
         Raises:
-            UnsupportedFieldError: CoMLRL's checkpoint arguments (see
-                :meth:`CompatTrainer.train`).
+            UnsupportedFieldError: other keyword arguments.
+            ValueError, FileExistsError: as :meth:`MADPOTrainer.train`.
         """
-        kwargs = explicit_train_arguments(kwargs)
+        from comlrl.trainers.preference._checkpoints import start_train
+
         if kwargs:
-            return super().train(**kwargs)  # raises, naming the arguments
+            return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
+        start_train(
+            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+            checkpoint_total_limit,
+        )  # fmt: skip
         return self._run_rounds()
 
 
-class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
+class MARLHFIterTrainer(MARLHFIterCheckpoints, _IterativeRounds, MARLHFTrainer):
     """CoMLRL 1.4.3's ``MARLHFIterTrainer``: ``num_iterations`` rounds; each collects
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), refits the
     joint reward model from its initial weights on the round's training pairs
@@ -397,20 +348,34 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
             rl._wandb_log(row)
         return history
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
-        """Run the ``num_iterations`` rounds.
+    def train(  # type: ignore[override]
+        self,
+        resume_from_checkpoint: str | Path | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
+        """Run the ``num_iterations`` rounds; 1.4.3's checkpoint arguments commit a cursor
+        after every round (:mod:`comlrl.trainers.preference._iter_checkpoints`).
 
         Returns:
             The RL stage's per-step rows (with ``iteration``); the reward model's rows are
             in :attr:`reward_model_history`, the per-round rows in :attr:`round_history`.
 
         Raises:
-            UnsupportedFieldError: CoMLRL's checkpoint arguments.
+            UnsupportedFieldError: other keyword arguments.
+            ValueError, FileExistsError: as :meth:`MARLHFTrainer.train`.
         """
-        kwargs = explicit_train_arguments(kwargs)
+        from comlrl.trainers.preference._checkpoints import start_train
+
         if kwargs:
             return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
-        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, from critic_sources
+        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, before a resume restores it
+        start_train(
+            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+            checkpoint_total_limit,
+        )  # fmt: skip
         try:
             return self._run_rounds()
         finally:

@@ -16,9 +16,9 @@ is not read). 1.4.3 loads those copies too but its loss never reads them.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from comlrl.trainers._base import (
@@ -28,8 +28,8 @@ from comlrl.trainers._base import (
     _reject,
     check_config_fields,
 )
-from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._centralized143 import CentralizedPreference143
+from comlrl.trainers.preference._checkpoints import MADPOCheckpoints
 from comlrl.trainers.preference._hooks143 import PreferenceHooks143
 from comlrl.trainers.preference._records143 import AgentPreferenceTensors, PreferencePair
 
@@ -148,7 +148,7 @@ class MADPOConfig:
         return ("reward_gap", "all", "random")
 
 
-class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
+class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks143, CompatTrainer):
     """CoMLRL 1.4.3's ``MADPOTrainer``: pairs built once from the initial policy, then
     reference-free MADPO steps on them, or DPO against the frozen initial policy with
     ``reference_kl_enabled`` (see the module docstring and :meth:`train`).
@@ -302,7 +302,14 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
             )
         return pairs
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
+    def train(  # type: ignore[override]
+        self,
+        resume_from_checkpoint: str | Path | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
         """CoMLRL 1.4.3's MADPO: build every preference pair once from the initial policy
         (:meth:`_build_pairs`, kept in :attr:`preference_pairs`), then
         ``num_train_epochs`` epochs over them, shuffled each epoch, ``train_batch_size``
@@ -310,62 +317,56 @@ class MADPOTrainer(CentralizedPreference143, PreferenceHooks143, CompatTrainer):
         (:func:`~comlrl.algos.recipes.preference.recipe.madpo_update`); evaluation every
         ``eval_interval`` steps (from step 0) with an ``eval_dataset``.
 
+        Args:
+            resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+                checkpoint_total_limit: 1.4.3's checkpoint arguments (see
+                :meth:`CompatTrainer.train`): a cursor is committed once the pairs are
+                built (always written with ``checkpoint_dir``) and after every epoch;
+                a resume does not rebuild the pairs
+                (:mod:`comlrl.trainers.preference._checkpoints`).
+
         Returns:
             One row per step: ``epoch``, ``step``, ``num_pairs``, ``loss``, ``margin``,
             ``accuracy``, ``reward_gap_mean`` and per-agent terms; ``[]`` when every
             candidate tied (no pair).
 
         Raises:
-            UnsupportedFieldError: CoMLRL's checkpoint arguments (see
-                :meth:`CompatTrainer.train`).
-            ValueError: no ``train_dataset``.
+            UnsupportedFieldError: other keyword arguments.
+            ValueError: no ``train_dataset``, a bad checkpoint option, or a checkpoint that
+                does not fit this trainer (before anything changes).
+            FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
         """
-        import random
+        from comlrl.trainers.preference._checkpoints import start_train
 
-        from comlrl.algos.recipes.preference.recipe import madpo_update
-        from comlrl.trainers._iterative import joint_pairs
-
-        kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
-        a, run = self.args, self._run
-        self.preference_pairs = self._build_pairs()
-        if not self.preference_pairs:
-            warnings.warn(
-                "MADPO: every candidate of every prompt tied; no preference pair to train on.",
-                stacklevel=2,
-            )
-            return []
-        pad = [int(t.pad_token_id) for t in self.tokenizers]
-        eval_every = int(a.eval_interval) if self._eval_rows and a.eval_num_samples > 0 else 0
-        order_rng = random.Random(int(run.config.seed) + 3)
-        batch = int(a.train_batch_size)
-        history: list[dict[str, float]] = []
-        for epoch in range(int(a.num_train_epochs)):
-            order = list(self.preference_pairs)
-            order_rng.shuffle(order)
-            for start in range(0, len(order), batch):
-                part = order[start : start + batch]
-                if eval_every > 0 and run.step % eval_every == 0:
-                    self.evaluate()
-                row: dict[str, float] = {"epoch": float(epoch + 1), "num_pairs": len(part)}
-                row.update(madpo_update(run, joint_pairs(part, pad)))
-                run.step += 1
-                row["step"] = float(run.step)
-                self.env_step += (
-                    int(a.environment_steps_per_pair) * len(part) if a.use_environment_step else 1
-                )
-                history.append(row)
-                self._wandb_log(row)
-        return history
+        start_train(
+            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+            checkpoint_total_limit,
+        )  # fmt: skip
+        return self._madpo_epochs()
 
     @property
     def reference_models(self) -> list[Any]:
         """The frozen reference copy of each agent the DPO loss compares with when
         ``reference_kl_enabled`` (``[]`` otherwise: reference-free, as 1.4.3's loss)."""
+        given = self.__dict__.get("_reference_models_given")
+        if given is not None:
+            return list(given)
         if not self.args.reference_kl_enabled:
             return []
         return [m for m in self._run.ref_models if m is not None]
+
+    @reference_models.setter
+    def reference_models(self, models: Sequence[Any]) -> None:
+        """Set the reference models of a trainer assembled by hand, before the recipe run
+        is built (1.4.3's tests do; such a trainer trains through 1.4.3's hooks).
+
+        Raises:
+            AttributeError: the run is built (its DPO reference is fixed).
+        """
+        self._refuse_after_run("reference_models")
+        self.__dict__["_reference_models_given"] = list(models)
 
     def _check_reference_devices(self, device: str) -> None:
         """``reference_devices`` must name the agents' one device (the reference copies

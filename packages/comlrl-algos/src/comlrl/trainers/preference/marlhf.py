@@ -19,9 +19,9 @@ from comlrl.trainers._base import (
     CompatTrainer,
     UnsupportedFieldError,
 )
-from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._centralized143 import CentralizedMARLHF143
 from comlrl.trainers.preference._centralized_ac143 import CentralizedActorCriticStage143
+from comlrl.trainers.preference._checkpoints import MARLHFCheckpoints
 from comlrl.trainers.preference._marlhf_config import (
     _NO_LIMIT,
     RL_ALGORITHMS,
@@ -34,7 +34,9 @@ from comlrl.trainers.preference._reward_model143 import JointRewardModel
 __all__ = ["JointRewardModel", "MARLHFConfig", "MARLHFTrainer"]
 
 
-class MARLHFTrainer(CentralizedActorCriticStage143, CentralizedMARLHF143, CompatTrainer):
+class MARLHFTrainer(
+    CentralizedActorCriticStage143, MARLHFCheckpoints, CentralizedMARLHF143, CompatTrainer
+):
     """CoMLRL 1.4.3's ``MARLHFTrainer``: fit a joint reward model on preference pairs
     labelled by the task reward, then train the agents with an RL algorithm whose reward is
     that model (evaluation keeps scoring with the task reward).
@@ -337,9 +339,24 @@ class MARLHFTrainer(CentralizedActorCriticStage143, CentralizedMARLHF143, Compat
         """Our validated config of the RL stage."""
         return self.rl_trainer.config
 
-    def train(self, **kwargs: Any) -> list[dict[str, float]]:  # type: ignore[override]  # no checkpoint arguments
+    def train(  # type: ignore[override]
+        self,
+        resume_from_checkpoint: str | Path | None = None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
         """Collect preference pairs, fit the reward model, then run the RL stage on it
         (see the class docstring).
+
+        Args:
+            resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+                checkpoint_total_limit: 1.4.3's checkpoint arguments: a cursor is
+                committed once the reward model is fitted (always written with
+                ``checkpoint_dir``) and after every RL epoch; a resume neither collects
+                pairs nor refits the reward model
+                (:mod:`comlrl.trainers.preference._checkpoints`).
 
         Returns:
             The RL stage's per-step metric rows (empty when every sampled group tied: no
@@ -347,34 +364,21 @@ class MARLHFTrainer(CentralizedActorCriticStage143, CentralizedMARLHF143, Compat
             :attr:`reward_model_history`, the pairs in :attr:`preference_pairs`.
 
         Raises:
-            UnsupportedFieldError: CoMLRL's checkpoint arguments (see
-                :meth:`CompatTrainer.train`).
+            UnsupportedFieldError: other keyword arguments.
+            ValueError: a bad checkpoint option, or a checkpoint that does not fit this
+                trainer (before anything changes).
+            FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
         """
-        kwargs = explicit_train_arguments(kwargs)
+        from comlrl.trainers.preference._checkpoints import start_train
+
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
-        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, from critic_sources
-        if self._preference is None:  # centralized: 1.4.3 builds the reward model here
-            self._init_reward_model()
-            self._preference = self._build_preference_stage(
-                self.reward_model, self.reward_tokenizer
-            )
-        self.preference_pairs = self._preference.collect_pairs()
-        if not sum(len(p) for p in self.preference_pairs):
-            warnings.warn(
-                "MARLHF: every sampled group tied under reward_func; no preference pairs, so "
-                "no reward model and no RL stage (raise preference_num_candidates or the "
-                "temperature).",
-                stacklevel=2,
-            )
-            return []
-        self.reward_model_history = self._preference.train_reward_model()
-        self.rl_trainer._wandb_log(
-            {f"reward_model/{k}": v for k, v in self.reward_model_history[-1].items()}
-        )
-        self.rl_trainer.env.reward = self._preference.reward_function()
-        history: list[dict[str, float]] = self.rl_trainer.train()
-        return history
+        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, before a resume restores it
+        start_train(
+            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
+            checkpoint_total_limit,
+        )  # fmt: skip
+        return self._marlhf_stages()
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """The RL stage's evaluation, scored with the task ``reward_func`` (see

@@ -73,9 +73,13 @@ def loop_settings(
 
 def _fingerprint(models: Sequence[Any]) -> list[float]:
     """Per model, the float64 sum of |w| over every parameter: equal for the same
-    weights, and almost surely different for others (a cheap check, not a hash)."""
+    weights, and almost surely different for others (a cheap check, not a hash); -1 for
+    ``None`` (no reference model: a reference-free agent, as CoMLRL 1.4.3's MADPO)."""
     out = []
     for m in models:
+        if m is None:
+            out.append(-1.0)
+            continue
         with torch.no_grad():
             out.append(float(sum(p.detach().double().abs().sum() for p in m.parameters())))
     return out
