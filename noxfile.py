@@ -400,7 +400,6 @@ COMPAT_IGNORED_FILES = [
 #: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
 #: group listed with its reason in docs/compat.md
 COMPAT_KNOWN_FAILURES = [
-    "test_centralized_preference.py::test_marlhf_actor_critic_backends_train_local_models",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-False]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-True]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-raw-False]",

@@ -216,3 +216,137 @@ def test_madpo_reference_kl_enabled_is_dpo_against_the_frozen_initial_actor() ->
             assert rows[0]["margin"] == 0.0
     torch.testing.assert_close(torch.tensor(losses[True]), torch.log(torch.tensor(2.0)))
     assert abs(losses[False] - float(torch.log(torch.tensor(2.0)))) > 1e-4
+
+
+# --- centralized MARLHF with an actor-critic RL stage (rl_algorithm="iac" / "maac") ------
+def _centralized_ac_marlhf(tmp_path: Path, tok: Any, **fields: Any) -> MARLHFTrainer:
+    source = tmp_path / "reward_source"
+    if not source.exists():
+        _model(tok, seed=1).save_pretrained(source)
+        tok.save_pretrained(source)
+    options: dict[str, Any] = dict(
+        collaboration_mode="centralized", rl_algorithm="iac", num_train_epochs=1,
+        train_batch_size=2, rollout_buffer_size=2, num_generations=2,
+        reward_model_name=str(source), reward_model_device="cpu", reward_num_train_epochs=2,
+        reward_learning_rate=1e-2, **SAMPLING,
+    )  # fmt: skip
+    options.update(fields)
+    return MARLHFTrainer(
+        agents=[_model(tok)],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        eval_dataset=ROWS[:1],
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        centralized_comparator_adapter=_Halves(),
+        args=MARLHFConfig(**options),
+    )
+
+
+def test_centralized_marlhf_iac_trains_the_joint_actor_and_the_critic_assigned_after_construction(
+    tmp_path: Path,
+) -> None:
+    tok = _tokenizer()
+    trainer = _centralized_ac_marlhf(
+        tmp_path, tok, reference_kl_enabled=True, reference_devices=["cpu"]
+    )
+    critic = _model(tok, seed=2)
+    trainer.critic_sources = [critic]  # as 1.4.3's scripts do, after construction
+    actor = trainer.agents[0]
+    actor_before = actor.transformer.wte.weight.detach().clone()
+    critic_before = critic.transformer.wte.weight.detach().clone()
+    rows = trainer.train()
+    assert (trainer.num_agents, len(trainer.optimizers)) == (1, 1)
+    assert trainer.rl_trainer.critics == [critic]  # the assigned critic, not a loaded one
+    assert not torch.equal(actor_before, actor.transformer.wte.weight)
+    assert not torch.equal(critic_before, critic.transformer.wte.weight)
+    assert all(torch.isfinite(p).all() for p in actor.parameters())
+    assert len(rows) == 2 and all("value_loss/agent_0" in r for r in rows)
+    assert trainer.env_step == len(ROWS) * 2  # joint actions the RL stage scored
+    # the RL reward is the reward model's score (the task reward is a whole "yes" count)
+    assert any(r["reward_min"] != round(r["reward_min"]) for r in rows)
+    assert trainer.rl_trainer.env.reward is not trainer.rl_trainer.eval_reward
+    assert rows[-1]["kl/agent_0"] > 0  # the reference-KL shaping is on
+    logged: list[Any] = []
+    trainer.eval_logger = lambda **kw: logged.append(kw["agent_completions_turns"]) or []
+    trainer.eval_aggregator = lambda rows, **kw: {}
+    metrics = trainer.evaluate(num_eval_samples=1)
+    assert metrics["eval/turn_1/reward_mean"] == round(metrics["eval/turn_1/reward_mean"])
+    assert len(logged[-1]) == 2  # evaluation splits the joint response into the roles
+    with pytest.raises(AttributeError, match="once the actor-critic RL stage is built"):
+        trainer.critic_sources = [critic]
+
+
+@pytest.mark.parametrize(
+    ("sources", "error", "message"),
+    [
+        (lambda tok: [_model(tok), _model(tok)], ValueError, "has 2 entries.*exactly 1 critic"),
+        (lambda tok: [], ValueError, "has 0 entries"),
+        (lambda tok: [42], TypeError, r"critic_sources\[0\] is a int \(42\)"),
+        (lambda tok: [""], ValueError, r"critic_sources\[0\] is an empty model name"),
+        (lambda tok: _model(tok), TypeError, "must be a list of critic sources.*got GPT2LMHeadModel"),
+        (lambda tok: "gpt2", TypeError, "must be a list of critic sources.*got str: .gpt2."),
+    ],
+)  # fmt: skip
+def test_centralized_marlhf_bad_critic_sources_fail_when_assigned_and_when_given(
+    tmp_path: Path, sources: Any, error: type[Exception], message: str
+) -> None:
+    tok = _tokenizer()
+    trainer = _centralized_ac_marlhf(tmp_path, tok)
+    with pytest.raises(error, match=message):
+        trainer.critic_sources = sources(tok)
+    assert trainer.critic_sources is None  # the bad value was not kept
+    with pytest.raises(error, match=message):
+        MARLHFTrainer(
+            agents=[_model(tok)],
+            tokenizer=tok,
+            train_dataset=ROWS,
+            reward_func=_yes_count,
+            formatters=FORMATTERS,
+            critics=sources(tok),
+            args=MARLHFConfig(
+                collaboration_mode="centralized", rl_algorithm="maac",
+                reward_model_device="cpu", **SAMPLING,
+            ),
+        )  # fmt: skip
+
+
+def test_centralized_marlhf_without_a_critic_source_fails_before_sampling_pairs(
+    tmp_path: Path,
+) -> None:
+    tok = _tokenizer()
+    trainer = _centralized_ac_marlhf(tmp_path, tok, rl_algorithm="maac")
+    before = trainer.agents[0].transformer.wte.weight.detach().clone()
+    # model objects, no critic_model_name, no critic_sources: nothing to load a critic from
+    with pytest.raises(ValueError, match="critic_model_name is None.*critic_sources"):
+        trainer.train()
+    # it stopped before the reward model, the pairs and the RL stage
+    assert trainer.reward_model is None and not trainer.preference_pairs
+    assert trainer.rl_trainer.critics == []  # still the front (value heads, no critic)
+    assert torch.equal(before, trainer.agents[0].transformer.wte.weight)
+    shared = _centralized_ac_marlhf(tmp_path, tok, use_separate_critic=False)
+    with pytest.raises(ValueError, match="critic_sources need use_separate_critic=True"):
+        shared.critic_sources = [_model(tok)]
+
+
+def test_decentralized_marlhf_refuses_critic_sources_it_would_not_use(tmp_path: Path) -> None:
+    tok = _tokenizer()
+    source = tmp_path / "reward_source"
+    _model(tok, seed=1).save_pretrained(source)
+    tok.save_pretrained(source)
+    trainer = MARLHFTrainer(
+        agents=[_model(tok), _model(tok)],
+        tokenizer=tok,
+        train_dataset=ROWS,
+        reward_func=_yes_count,
+        formatters=FORMATTERS,
+        critics=[_model(tok, seed=2), _model(tok, seed=3)],
+        args=MARLHFConfig(
+            rl_algorithm="iac", num_generations=2, reward_model_name=str(source),
+            reward_model_device="cpu", **SAMPLING,
+        ),
+    )  # fmt: skip
+    given = trainer.rl_trainer.critics
+    with pytest.raises(AttributeError, match="pass critics= to MARLHFTrainer"):
+        trainer.critic_sources = [_model(tok), _model(tok)]
+    assert trainer.rl_trainer.critics == given

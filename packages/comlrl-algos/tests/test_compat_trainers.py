@@ -337,7 +337,6 @@ def _build(cls: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("cls", "args", "field"),
     [
-        (MARLHFTrainer, MARLHFConfig(collaboration_mode="centralized", rl_algorithm="iac"), "rl_algorithm"),
         (MARLHFTrainer, MARLHFConfig(num_turns=2), "num_turns"),
         (MARLHFTrainer, MARLHFConfig(joint_mode="cross"), "joint_mode"),
         (MARLHFTrainer, MARLHFConfig(pair_selection="all"), "pair_selection"),

@@ -410,6 +410,7 @@ class MARLHFIterTrainer(_IterativeRounds, MARLHFTrainer):
         kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
+        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, from critic_sources
         try:
             return self._run_rounds()
         finally:

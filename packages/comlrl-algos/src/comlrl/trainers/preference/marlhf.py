@@ -21,6 +21,7 @@ from comlrl.trainers._base import (
 )
 from comlrl.trainers._train143 import explicit_train_arguments
 from comlrl.trainers.preference._centralized143 import CentralizedMARLHF143
+from comlrl.trainers.preference._centralized_ac143 import CentralizedActorCriticStage143
 from comlrl.trainers.preference._marlhf_config import (
     _NO_LIMIT,
     RL_ALGORITHMS,
@@ -33,7 +34,7 @@ from comlrl.trainers.preference._reward_model143 import JointRewardModel
 __all__ = ["JointRewardModel", "MARLHFConfig", "MARLHFTrainer"]
 
 
-class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
+class MARLHFTrainer(CentralizedActorCriticStage143, CentralizedMARLHF143, CompatTrainer):
     """CoMLRL 1.4.3's ``MARLHFTrainer``: fit a joint reward model on preference pairs
     labelled by the task reward, then train the agents with an RL algorithm whose reward is
     that model (evaluation keeps scoring with the task reward).
@@ -68,13 +69,16 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
         external_transition: must be None (MARLHF is single-turn, as in 1.4.3).
         args: a :class:`MARLHFConfig`.
         critic_model, critics: the critic source(s) for ``iac`` / ``maac`` (default
-            ``critic_model_name``, then the agents' model).
+            ``critic_model_name``, then the agents' model). Centralized: also
+            :attr:`critic_sources`, assignable until :meth:`train` starts.
         centralized_comparator_adapter: with ``collaboration_mode="centralized"``, how the
             one joint actor is prompted for and answers with every role's output (default
             ``TaggedCentralizedComparatorAdapter``): pairs, reward model and the MAGRPO-family
             RL stage (:class:`comlrl.trainers.reinforce.CentralizedMAGRPOTrainer`) all work
             on the joint text (:mod:`comlrl.trainers.preference._centralized143`);
-            ``iac`` / ``maac`` are not supported centralized.
+            ``iac`` / ``maac`` train the joint actor with our actor-critic recipe on the
+            reward model's score, a stage built when :meth:`train` starts
+            (:mod:`comlrl.trainers.preference._centralized_ac143`).
         metrics_callback: not supported (raises when given).
 
     Raises:
@@ -123,7 +127,7 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
                 "MARLHFTrainer(metrics_callback=...) is not supported by comlrl.trainers; "
                 "read the metric rows train() returns."
             )
-        num_agents, formatters, _ = self._centralized_inputs(
+        num_agents, formatters, self._joint_reward = self._centralized_inputs(
             cfg,
             agents=agents,
             tokenizer=tokenizer,
@@ -133,12 +137,6 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
             reward_processor=reward_processor,
             adapter=centralized_comparator_adapter,
         )
-        if self.centralized_collaboration is not None and cfg.rl_algorithm not in RL_ALGORITHMS:
-            raise UnsupportedFieldError(
-                f"MARLHFConfig.rl_algorithm={cfg.rl_algorithm!r} with collaboration_mode="
-                "'centralized' is not supported by comlrl.trainers: the joint actor trains "
-                f"with the MAGRPO family ({', '.join(sorted(RL_ALGORITHMS))})."
-            )
         self._init_common(
             args=cfg,
             agent_model=agent_model,
@@ -157,6 +155,8 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
         self.reward_processor = reward_processor
+        self.critic_model_source = critic_model
+        self.critic_sources = critics  # centralized IAC/MAAC: checked now, used at train()
         self.rl_trainer = self._build_rl_trainer(critic_model, critics)
         self._run = self.rl_trainer._run
         self.advantage_mode = str(getattr(self.rl_trainer, "advantage_mode", cfg.advantage_mode))
@@ -185,6 +185,8 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
             "formatters": [getattr(f, "__wrapped__", f) for f in self.formatters],
             "wandb_config": self.wandb_config,
         }
+        if self._centralized_ac:  # the stage itself is built when training starts
+            return self._centralized_ac_front(self.wandb_config)
         if self.centralized_collaboration is not None:
             return self._centralized_rl_trainer(shared)
         if a.rl_algorithm in RL_ALGORITHMS:
@@ -212,7 +214,7 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
             source = None
             if critics is None and (a.rl_algorithm == "maac" or a.use_separate_critic):
                 source = critic_model or a.critic_model_name or self.model_name
-                if not isinstance(source, str) and critic_model is None:
+                if critic_model is None and not (isinstance(source, str) and source):
                     raise ValueError(
                         "MARLHFConfig.critic_model_name is None and the agents are model "
                         "objects; set critic_model_name, or pass critic_model= or critics=."
@@ -351,6 +353,7 @@ class MARLHFTrainer(CentralizedMARLHF143, CompatTrainer):
         kwargs = explicit_train_arguments(kwargs)
         if kwargs:
             return super().train(**kwargs)  # raises, naming the arguments
+        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, from critic_sources
         if self._preference is None:  # centralized: 1.4.3 builds the reward model here
             self._init_reward_model()
             self._preference = self._build_preference_stage(
