@@ -415,7 +415,6 @@ COMPAT_KNOWN_FAILURES = [
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-max-True]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-False]",
     "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-True]",
-    "test_actor_critic.py::test_maac_single_turn_does_not_dispatch_multi_turn_reward_override",
     "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
     "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
     "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",

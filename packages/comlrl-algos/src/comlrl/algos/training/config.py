@@ -89,6 +89,11 @@ class TrainConfig(
             from comlrl.algos.functional.losses import k1_loss_message
 
             raise ValueError(k1_loss_message(self.kl_coef))
+        if self.update_chunk_split_turns and self.update_chunk_nodes is None:
+            raise ValueError(
+                "update_chunk_split_turns=True splits the chunks of update_chunk_nodes, which "
+                "is unset; set update_chunk_nodes (e.g. 2) or drop update_chunk_split_turns."
+            )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "

@@ -181,6 +181,20 @@ class OptimisationSection(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1, description="Prompts per step.")
+    update_chunk_nodes: int | None = Field(
+        None,
+        ge=1,
+        description="None: one optimizer step per agent on the whole step's rollout. N: "
+        "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
+        "one optimizer step per chunk of N nodes, later chunks weighted by their "
+        "importance ratio to the sampling policy (comlrl.algos.training.node_chunks; 1.4.3's "
+        "rollout_buffer_size).",
+    )
+    update_chunk_split_turns: bool = Field(
+        False,
+        description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
+        "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
+    )
     micro_batch_size: int | None = Field(
         None,
         ge=1,

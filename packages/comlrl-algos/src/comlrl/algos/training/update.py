@@ -38,7 +38,11 @@ class UpdateSettings:
         temperature: sampling temperature (log-probs of the tempered policy).
         loss_reduction: see :func:`comlrl.algos.functional.losses.policy_loss`.
         max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
-        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE.
+        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
+            (unless ``importance_ratio``).
+        importance_ratio: without ``clip_ratio``, still weight each token by its ratio to
+            the behaviour log-probs (``-r * A``): for completions updated after earlier
+            optimizer steps on the same model (:mod:`~comlrl.algos.training.node_chunks`).
         kl_coef: weight of the reference KL (needs a reference model when > 0).
         kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
             ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
@@ -60,6 +64,7 @@ class UpdateSettings:
     loss_reduction: Reduction = "seq_mean_token_mean"
     max_completion_length: int | None = None
     clip_ratio: float | tuple[float, float] | None = None
+    importance_ratio: bool = False
     kl_coef: float = 0.0
     kl_estimator: KLEstimator = "k3"
     num_iterations: int = 1
@@ -219,7 +224,7 @@ def _update(
                     adv[rows],
                     mask,
                     old_logprobs=batch.behaviour_logprobs[rows]
-                    if settings.clip_ratio is not None
+                    if settings.clip_ratio is not None or settings.importance_ratio
                     else None,
                     clip_ratio=settings.clip_ratio,
                     ref_logprobs=ref_logp[t][j] if ref_logp else None,

@@ -27,7 +27,11 @@ from comlrl.trainers._base import (
 from comlrl.trainers._epochs143 import ActorCriticEpochs143
 from comlrl.trainers._kl_hooks143 import ReferenceKLHooks143
 from comlrl.trainers.actor_critic._config import IACConfig, MAACConfig
-from comlrl.trainers.actor_critic._hooks143 import ActorCriticHooks143, RolloutSample
+from comlrl.trainers.actor_critic._hooks143 import (
+    ActorCriticHooks143,
+    MAACRolloutHooks143,
+    RolloutSample,
+)
 from comlrl.trainers.actor_critic._loop143 import ActorCriticLoop143
 
 # 1.4.3's tests replace this module's reference_kl_for_sequence (see _kl_hooks143)
@@ -303,9 +307,12 @@ class ActorCriticTrainerBase(
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """As :meth:`CompatTrainer.evaluate`; a subclass that defines 1.4.3's
-        ``_collect_rollouts(item)`` is evaluated through it, as 1.4.3 does
-        (:meth:`~comlrl.trainers.actor_critic._loop143.ActorCriticLoop143._evaluate_rollouts143`)."""
-        if callable(getattr(self, "_collect_rollouts", None)):
+        ``_collect_rollouts(item)`` (or is given one) is evaluated through it, as 1.4.3 does
+        (:meth:`~comlrl.trainers.actor_critic._loop143.ActorCriticLoop143._evaluate_rollouts143`);
+        MAAC's own adapter (:class:`MAACRolloutHooks143`) alone does not count."""
+        own = getattr(type(self), "_collect_rollouts", None)
+        given = "_collect_rollouts" in self.__dict__
+        if given or (callable(own) and own is not MAACRolloutHooks143._collect_rollouts):
             return self._evaluate_rollouts143(num_eval_samples)
         return super().evaluate(num_eval_samples)
 
@@ -371,12 +378,14 @@ class IACTrainer(ActorCriticTrainerBase):
     method = "iac"
 
 
-class MAACTrainer(ActorCriticTrainerBase):
+class MAACTrainer(MAACRolloutHooks143, ActorCriticTrainerBase):
     """CoMLRL 1.4.3's ``MAACTrainer`` arguments: one centralised critic
     (``critic_model`` or ``critics=[one]``) reading every agent's prompt (``"v"``) or the
     joint action (``"q"``), trained by :mod:`comlrl.algos.recipes.actor_critic.recipe`
     (``method="maac"``). Arguments and errors as :class:`IACTrainer`; the critic head's
-    hidden width is ``model_config["critic_value_head_hidden_dim"]`` as in CoMLRL 1.4.3."""
+    hidden width is ``model_config["critic_value_head_hidden_dim"]`` as in CoMLRL 1.4.3.
+    1.4.3's single-turn ``_collect_rollouts(item)`` is an adapter over its generation and
+    critic hooks (:class:`~comlrl.trainers.actor_critic._hooks143.MAACRolloutHooks143`)."""
 
     config_cls: type = MAACConfig
     algorithm_name = "MAAC"

@@ -2,8 +2,9 @@
 
 1.4.3's test suite imports ``RolloutSample`` from :mod:`comlrl.trainers.actor_critic` and
 calls a few private helpers directly: the reward expansion (one value, one per
-generation, or one per agent), a response's log-probability from a forward pass, and the
-value of a prompt. Each method here reproduces the 1.4.3 behaviour its docstring names;
+generation, or one per agent), a response's log-probability from a forward pass, the
+value of a prompt, and MAAC's single-turn ``_collect_rollouts`` over its own generation and
+critic hooks (:class:`MAACRolloutHooks143`). Each method here reproduces the 1.4.3 behaviour its docstring names;
 the log-probs go through :func:`comlrl.kernels.token_logprobs`, the op our updates use.
 Our recipe (:mod:`comlrl.algos.recipes.actor_critic.recipe`) does not go through them and
 produces no ``RolloutSample``.
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from comlrl.utils.reward_utils import call_reward_function, normalize_reward_lengths
 
-__all__ = ["ActorCriticHooks143", "RolloutSample"]
+__all__ = ["ActorCriticHooks143", "MAACRolloutHooks143", "RolloutSample"]
 
 
 @dataclass
@@ -152,3 +154,145 @@ class ActorCriticHooks143:
             else None
         )
         return logp, value
+
+
+#: the hooks :meth:`MAACRolloutHooks143._collect_rollouts` calls that our trainers lack
+#: (1.4.3's generation, prompt and critic plumbing; a subclass or script supplies them)
+_MAAC_ROLLOUT_HOOKS = (
+    "_generate",
+    "_resolve_turn_prompt",
+    "_get_tokenizer",
+    "_critic_value_from_text",
+)
+
+
+class MAACRolloutHooks143:
+    """1.4.3's single-turn MAAC rollout of one example, ``_collect_rollouts(item)``, over
+    the hooks a 1.4.3-style subclass or script supplies (our ``train()`` samples through
+    :mod:`comlrl.algos.recipes.actor_critic.recipe` and never calls it):
+
+    - ``_resolve_turn_prompt(item, agent_idx) -> str``: each agent's prompt;
+    - ``_generate(model, prompt, agent_idx) -> dict``: ``prompt_len``, ``sequences
+      [G, S + L]``, ``attention_mask [G, S + L]``, ``response_lens`` (``G`` ints),
+      ``reference_kls`` (``G`` floats or empty), ``completions`` (``G`` texts);
+    - ``_critic_value_from_text(text) -> dict``: the centralised critic's ``input_ids``,
+      ``attention_mask``, ``prompt_len`` and ``value`` for :meth:`_build_critic_input`'s text;
+    - ``_get_tokenizer(agent_idx)``: decodes the response tokens;
+    - ``_policy_eval`` (:class:`ActorCriticHooks143`): the behaviour log-prob.
+    """
+
+    args: Any
+    agents: Any
+
+    def _build_critic_input(
+        self, prompts: list[str], action_completions: list[str] | None = None
+    ) -> str:
+        """The centralised critic's text: ``[Agent i] <prompt i>`` blocks joined by blank
+        lines; with ``critic_type="q"`` followed by a ``[Joint Action]`` block with each
+        agent's completion (1.4.3's layout)."""
+        text = "\n\n".join(f"[Agent {i}] {p}" for i, p in enumerate(prompts))
+        if str(getattr(self.args, "critic_type", None) or "v").lower() == "v":
+            return text
+        lines = ["[Joint Action]"]
+        lines += [f"[Agent {i} action]\n{c}" for i, c in enumerate(action_completions or [])]
+        return text + "\n\n" + "\n\n".join(lines)
+
+    def _collect_rollouts(self, item: dict[str, Any]) -> list[RolloutSample]:
+        """One :class:`RolloutSample` per completion per agent (agent-major, generation
+        order) for ``item``, single turn: each agent samples ``num_generations`` completions
+        (one in eval), the reward function scores the ``G`` joint actions and every agent
+        gets the joint reward of its own completion (1.4.3's broadcast: always
+        :meth:`ActorCriticHooks143._expand_rewards`, never a subclass's override, which
+        only multi-turn rollouts dispatch to); ``old_value`` is the critic's value of the
+        joint prompt (``"v"``) or of the joint action (``"q"``); ``returns``,
+        ``metadata["adv_target"]`` and ``metadata["value_target"]`` the reward, less
+        ``reference_kl_coef * KL`` when the reference KL is on.
+
+        Raises:
+            NotImplementedError: ``num_turns > 1`` (multi-turn MAAC rolls out in our
+                recipe, through ``train()``), or a hook listed in the class docstring is
+                missing.
+            ValueError: a reward count :func:`normalize_reward_lengths` rejects.
+        """
+        args = self.args
+        turns = max(1, int(getattr(args, "num_turns", 1) or 1))
+        if turns > 1:
+            raise NotImplementedError(
+                f"_collect_rollouts covers 1.4.3's single-turn MAAC rollout; num_turns={turns} "
+                "rolls out in our recipe (train())"
+            )
+        missing = [name for name in _MAAC_ROLLOUT_HOOKS if not callable(getattr(self, name, None))]
+        if missing:
+            raise NotImplementedError(
+                f"_collect_rollouts needs 1.4.3's hooks {missing}; define them on a subclass "
+                "(our train() does not use this path)"
+            )
+        hooks: Any = self
+        agents = int(args.num_agents)
+        num_ret = 1 if getattr(self, "_in_eval", False) else int(args.num_generations)
+        prompts = [hooks._resolve_turn_prompt(item, a) for a in range(agents)]
+
+        def generate(a: int) -> dict[str, Any]:
+            return {
+                "agent_idx": a,
+                "prompt": prompts[a],
+                **hooks._generate(self.agents[a], prompts[a], a),
+            }
+
+        gens: list[dict[str, Any]] = hooks._run_agent_tasks(generate)
+        texts = [list(g["completions"]) for g in gens]
+        raw = call_reward_function(
+            hooks.reward_func, prompts, texts, num_agents=agents, batch_items=[item],
+            signature=getattr(self, "_reward_signature", None),
+        )  # fmt: skip
+        rewards = normalize_reward_lengths(
+            [float(hooks.reward_processor(r)) for r in raw],
+            num_agents=agents, num_generations=num_ret, algorithm="MAAC",
+        )  # fmt: skip
+        matrix = ActorCriticHooks143._expand_rewards(hooks, rewards, num_ret)
+        q = str(getattr(args, "critic_type", None) or "v").lower() != "v"
+        with torch.no_grad():
+            critic = (
+                [
+                    hooks._critic_value_from_text(
+                        self._build_critic_input(prompts, [t[i] for t in texts])
+                    )
+                    for i in range(num_ret)
+                ]
+                if q
+                else [hooks._critic_value_from_text(self._build_critic_input(prompts))]
+            )
+        samples = []
+        for g in gens:
+            a, start = int(g["agent_idx"]), int(g["prompt_len"])
+            for i in range(num_ret):
+                seq, mask = g["sequences"][i], g["attention_mask"][i]
+                length, reward = int(g["response_lens"][i]), float(matrix[a][i])
+                shaped, kl_meta = hooks._kl_shaped_reward(reward, g, i)
+                logp, _ = hooks._policy_eval(
+                    self.agents[a], seq[None], mask[None], start, length, output_values=False
+                )
+                pack = critic[i if q else 0]
+                target = torch.tensor([shaped], dtype=torch.float32)
+                reward_t = torch.tensor([reward], dtype=torch.float32)
+                text = hooks._get_tokenizer(a).decode(
+                    seq[start : start + length], skip_special_tokens=True
+                )
+                samples.append(
+                    RolloutSample(
+                        agent_idx=a, prompt=g["prompt"], completion=text,
+                        full_input_ids=seq.detach().cpu(), attention_mask=mask.detach().cpu(),
+                        prompt_len=start, response_len=length,
+                        old_logprob=logp.detach().cpu(), old_value=pack["value"].detach().cpu(),
+                        reward=reward_t, returns=target.clone(),
+                        advantage=torch.zeros_like(reward_t),
+                        metadata={
+                            "joint_input_ids": pack["input_ids"].detach().cpu(),
+                            "joint_attention_mask": pack["attention_mask"].detach().cpu(),
+                            "joint_prompt_len": int(pack["prompt_len"]),
+                            "turn_idx": 0, "generation_idx": i, "batch_item": item,
+                            "adv_target": target, "value_target": target.clone(), **kl_meta,
+                        },
+                    )
+                )  # fmt: skip
+        return samples

@@ -109,9 +109,9 @@ class MAGRPOConfig:
 
     Units: ``agent_learning_rate`` per optimizer step; ``num_train_epochs`` passes over the
     training set; ``max_new_tokens`` in tokens; ``eval_interval`` and ``eval_num_samples``
-    in training / evaluation examples; ``rollout_buffer_size`` / ``train_batch_size``: here
-    the number of examples per optimizer step (``train_batch_size`` defaults to
-    ``rollout_buffer_size``). ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
+    in training / evaluation examples; ``train_batch_size`` (default ``rollout_buffer_size``):
+    examples rolled out per step; single-turn each step is one optimizer step, multi-turn
+    one per turn of each ``rollout_buffer_size`` tree nodes, as in 1.4.3. ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
     ``advantage_normalization`` divides advantages by the group's std of returns
     (population std, eps 1e-6) without re-centring them. Fields that
     ``comlrl.trainers`` cannot honour raise :class:`UnsupportedFieldError` when the trainer
@@ -223,7 +223,13 @@ def advantage_scale(estimator: str, normalization: bool) -> str:
 def group_baseline_config(
     args: MAGRPOConfig, num_agents: int, num_examples: int, has_eval: bool
 ) -> dict[str, Any]:
-    """The :class:`comlrl.algos.TrainConfig` fields for a CoMLRL REINFORCE-family config."""
+    """The :class:`comlrl.algos.TrainConfig` fields for a CoMLRL REINFORCE-family config.
+
+    Multi-turn (``num_turns > 1``) updates follow 1.4.3's schedule: each step's tree nodes
+    in 1.4.3's buffer order, one optimizer step per turn of each ``rollout_buffer_size``
+    nodes, later ones with their importance ratio (``update_chunk_nodes``,
+    :mod:`comlrl.algos.training.node_chunks`); single-turn, one step per
+    ``train_batch_size`` examples is already 1.4.3's count."""
     fields = common_train_config(args, num_agents, num_examples, has_eval)
     estimator = ADVANTAGE_MODES[str(args.advantage_mode).lower()]
     fields.update(
@@ -234,6 +240,10 @@ def group_baseline_config(
         loss_reduction="seq_sum",
         clip_ratio=None,
     )
+    if int(args.num_turns) > 1:  # 1.4.3: one step per turn of each rollout_buffer_size nodes
+        fields.update(
+            update_chunk_nodes=int(args.rollout_buffer_size), update_chunk_split_turns=True
+        )
     return fields
 
 

@@ -89,6 +89,12 @@ class ActorCriticConfig(TrainConfig):
 
     @model_validator(mode="after")
     def _ac_consistent(self) -> ActorCriticConfig:
+        if self.update_chunk_nodes is not None:
+            raise ValueError(
+                f"update_chunk_nodes={self.update_chunk_nodes} is a schedule of the group-"
+                "baseline recipes; IAC/MAAC take one step per agent on the whole rollout: "
+                "leave it unset."
+            )
         if self.critic_mode == "shared" and self.critic_model is not None:
             raise ValueError(
                 f"critic_model={self.critic_model!r} names a separate critic but "

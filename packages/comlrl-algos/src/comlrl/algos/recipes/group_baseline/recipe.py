@@ -10,7 +10,9 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
    mean return of the joint actions it took part in and compared with its ``G`` siblings
    by the estimator (``mean``: MAGRPO, leave-one-out: MARLOO, ``max``: MAReMax, none:
    MAREINFORCE);
-4. :func:`~comlrl.algos.training.update.update_policy` per agent (concurrently where it helps);
+4. :func:`~comlrl.algos.training.update.update_policy` per agent (concurrently where it helps):
+   one optimizer step on the whole rollout, or with ``update_chunk_nodes`` one per chunk of
+   tree nodes in CoMLRL 1.4.3's order (:mod:`comlrl.algos.training.node_chunks`);
 5. metrics.
 
 The four methods differ only in ``config.estimator``. :func:`setup` builds the run state
@@ -45,6 +47,7 @@ from comlrl.algos.training.loop import (
     StepResult,
     run_loop,
 )
+from comlrl.algos.training.node_chunks import update_in_node_chunks
 from comlrl.algos.training.reporting import build_reporters
 from comlrl.algos.training.steps import (
     merge_summaries,
@@ -145,6 +148,13 @@ def step(run: GroupBaselineRun) -> StepResult:
         members = sharers[id(run.agents[a].model)]
         if members[0] != a:
             return None
+        if cfg.update_chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
+            return update_in_node_chunks(
+                run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
+                cfg.update_chunk_nodes, split_turns=cfg.update_chunk_split_turns,
+                ref_model=run.ref_models[a] if run.ref_models is not None else None,
+                sync=run.syncs[a] if run.syncs is not None else None,
+            )  # fmt: skip
         batches = [b for m in members for b in ro.agent_batches(m)]
         return update_policy(
             run.agents[a].model,

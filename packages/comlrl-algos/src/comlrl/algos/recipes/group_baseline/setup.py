@@ -144,6 +144,12 @@ def setup(
             dp.shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if config.update_chunk_nodes is not None:
+            raise ConfigError(
+                f"update_chunk_nodes={config.update_chunk_nodes} is not supported under torchrun "
+                "data parallelism (each rank's share of the trees would cut into different "
+                "chunks); run one process or leave it unset."
+            )
     warn_if_cannot_learn(config, agents, env, dataset, group_baseline=group_baseline)
     if config.lora is not None:
         if world > 1:

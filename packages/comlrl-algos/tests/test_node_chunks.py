@@ -1,0 +1,216 @@
+"""comlrl.algos.training.node_chunks: CoMLRL 1.4.3's update schedule in chunks of tree nodes
+(``update_chunk_nodes``): the node order, the plan, and the recipe's optimizer steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
+from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.records import PolicyBatch, Rollout, TurnRollout
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.training import node_chunks
+from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.node_chunks import chunk_update_plan, preorder_nodes, select_nodes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
+
+
+def _turn(t: int, child: list[list[int]]) -> TurnRollout:
+    n, k = len(child), len(child[0])
+    return TurnRollout(
+        turn=t, example_index=torch.zeros(n, dtype=torch.long), parent=torch.zeros(n, dtype=torch.long),
+        agents=(), joint_index=torch.zeros(k, 1, dtype=torch.long), rewards=torch.zeros(n, k),
+        terminal=torch.zeros(n, k, dtype=torch.bool), child=torch.tensor(child, dtype=torch.long),
+        returns=torch.zeros(n, k),
+    )  # fmt: skip
+
+
+def _tree(widths: list[int], k: int, keep: list[bool]) -> Rollout:
+    """Turns of ``widths[0]`` roots, each joint action opening a child while ``keep`` says so
+    (children numbered in breadth order, as the rollout numbers them)."""
+    turns, flags, count = [], iter(keep * 100), widths[0]
+    for t in range(len(widths)):
+        child, nxt = [], 0
+        for _ in range(count):
+            row = []
+            for _ in range(k):
+                if t + 1 < len(widths) and next(flags):
+                    row.append(nxt)
+                    nxt += 1
+                else:
+                    row.append(-1)
+            child.append(row)
+        turns.append(_turn(t, child))
+        count = nxt
+        if not count:
+            break
+    return Rollout(examples=(), turns=tuple(turns))
+
+
+def test_preorder_visits_a_node_then_each_joint_actions_subtree_as_143_buffers_them() -> None:
+    # two examples, two joint actions per node, three turns
+    ro = _tree([2, 1, 1], k=2, keep=[True])
+    order = preorder_nodes(ro)
+    assert order[:7] == [(0, 0), (1, 0), (2, 0), (2, 1), (1, 1), (2, 2), (2, 3)]
+    assert order[7] == (0, 1) and len(order) == 14
+    # chunks of 3 nodes, one step each (split: one per turn a chunk holds), nodes in pre-order
+    assert chunk_update_plan(ro, 3)[:2] == [[(0, [0]), (1, [0]), (2, [0])], [(1, [1]), (2, [1, 2])]]
+    split = chunk_update_plan(ro, 3, split_turns=True)
+    assert split[:5] == [[(0, [0])], [(1, [0])], [(2, [0])], [(1, [1])], [(2, [1, 2])]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    roots=st.integers(1, 3),
+    k=st.integers(1, 3),
+    keep=st.lists(st.booleans(), min_size=1, max_size=6),
+    chunk=st.integers(1, 7),
+    split=st.booleans(),
+)
+def test_plan_updates_every_node_once_in_chunks_of_at_most_r(
+    roots: int, k: int, keep: list[bool], chunk: int, split: bool
+) -> None:
+    ro = _tree([roots, 1, 1], k=k, keep=keep)
+    plan = chunk_update_plan(ro, chunk, split)
+    flat = [(t, n) for step in plan for t, nodes in step for n in nodes]
+    assert sorted(flat) == sorted(preorder_nodes(ro))
+    assert all(sum(len(nodes) for _, nodes in step) <= chunk for step in plan)
+    assert not split or all(len(step) == 1 for step in plan)
+    # each chunk of the pre-order is whole in consecutive steps
+    order = preorder_nodes(ro)
+    chunks = [sorted(order[i : i + chunk]) for i in range(0, len(order), chunk)]
+    steps = iter(plan)
+    for expected in chunks:
+        got: list[tuple[int, int]] = []
+        while len(got) < len(expected):
+            got += [(t, n) for t, nodes in next(steps) for n in nodes]
+        assert sorted(got) == expected
+
+
+def test_malformed_child_links_and_a_zero_chunk_are_refused() -> None:
+    ro = Rollout(examples=(), turns=(_turn(0, [[0, 0]]), _turn(1, [[-1, -1]])))
+    with pytest.raises(ValueError, match="child links"):
+        preorder_nodes(ro)
+    with pytest.raises(ValueError, match="chunk_nodes must be >= 1"):
+        chunk_update_plan(_tree([1], 2, [False]), 0)
+
+
+def test_select_nodes_keeps_whole_groups_in_the_given_order() -> None:
+    ids = torch.arange(12).reshape(6, 2)
+    batch = PolicyBatch(ids, torch.ones_like(ids), torch.ones(6, 1, dtype=torch.bool),
+                        ids[:, 1:].float(), group_size=2)  # fmt: skip
+    picked = select_nodes(batch, [2, 0])
+    assert picked.input_ids[:, 0].tolist() == [8, 10, 0, 2]
+    assert picked.behaviour_logprobs[:, 0].tolist() == [9.0, 11.0, 1.0, 3.0]
+
+
+def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:
+    with pytest.raises(ValueError, match="update_chunk_nodes=2"):
+        ActorCriticConfig(update_chunk_nodes=2)
+    with pytest.raises(ValueError, match="update_chunk_nodes"):
+        TrainConfig(update_chunk_split_turns=True)
+
+
+# --- the recipe's steps on a tiny model ------------------------------------------------------
+
+
+def _reward(c1: list[str], c2: list[str]) -> list[float]:
+    return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2, strict=True)]
+
+
+def _transition(**kw: Any) -> list[str]:
+    return [f"again: {c[:8]}" for c in kw["agent_completions"]]
+
+
+def _trainer(tok: Any, out: Path, **overrides: Any) -> MultiAgentTrainer:
+    torch.manual_seed(0)
+    agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"a{i}") for i in range(2)]
+    config = TrainConfig(
+        num_steps=1, batch_size=2, num_generations=2, num_turns=2, max_new_tokens=4,
+        learning_rate=1e-2, output_dir=str(out), progress=False, parallel_agents=False,
+        seed=0, **overrides,
+    )  # fmt: skip
+    return MultiAgentTrainer(
+        agents, config, dataset=DATA, reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2, transition=_transition,
+    )  # fmt: skip
+
+
+def _record_updates(trainer: MultiAgentTrainer, monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """Per agent, the batches of every update_policy call of the chunked schedule."""
+    calls: list[list[Any]] = [[] for _ in trainer.agents]
+    real = node_chunks.update_policy
+    models = [id(a.model) for a in trainer.agents]
+
+    def spy(model: Any, optimizer: Any, batches: Any, advantages: Any, *a: Any, **k: Any) -> Any:
+        calls[models.index(id(model))].append(list(batches))
+        return real(model, optimizer, batches, advantages, *a, **k)
+
+    monkeypatch.setattr(node_chunks, "update_policy", spy)
+    return calls
+
+
+def test_one_chunk_of_all_nodes_equals_todays_update_bit_for_bit(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    today = _trainer(tiny_tokenizer, tmp_path / "a")
+    chunked = _trainer(tiny_tokenizer, tmp_path / "b", update_chunk_nodes=10**6)
+    row_t, row_c = today.train_step(), chunked.train_step()
+    assert row_c["optimizer_steps/agent_0"] == 1.0 and "optimizer_steps/agent_0" not in row_t
+    for a in range(2):
+        assert row_c[f"loss/agent_{a}"] == row_t[f"loss/agent_{a}"]
+        params = zip(chunked.agents[a].model.parameters(), today.agents[a].model.parameters())
+        assert all(torch.equal(p, q) for p, q in params)
+    # the same chunk split by turn: one step per turn, other weights
+    split = _trainer(tiny_tokenizer, tmp_path / "c", update_chunk_nodes=10**6,
+                     update_chunk_split_turns=True)  # fmt: skip
+    assert split.train_step()["optimizer_steps/agent_0"] == 2.0
+    params = zip(split.agents[0].model.parameters(), today.agents[0].model.parameters())
+    assert not all(torch.equal(p, q) for p, q in params)
+
+
+def test_chunks_of_one_node_take_one_step_per_node_in_143_order(
+    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=1)
+    calls = _record_updates(trainer, monkeypatch)
+    before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
+    result = group_baseline.step(trainer.run)
+    ro, row = result.rollout, result.row
+    # 2 examples, each a root and its G=2 joint actions' children, in 1.4.3's env-step order
+    order = preorder_nodes(ro)
+    assert order == [(0, 0), (1, 0), (1, 1), (0, 1), (1, 2), (1, 3)]
+    assert row["optimizer_steps/agent_0"] == row["optimizer_steps/agent_1"] == len(order)
+    for a in range(2):
+        assert len(calls[a]) == len(order)
+        for (t, n), batches in zip(order, calls[a], strict=True):
+            expected = select_nodes(ro.turns[t].agents[a].batch, [n]).input_ids
+            assert len(batches) == 1 and torch.equal(batches[0].input_ids, expected)
+    params = zip(before, trainer.agents[0].model.parameters(), strict=True)
+    assert not all(torch.equal(p, q) for p, q in params)
+
+
+def test_later_chunks_use_the_importance_ratio(
+    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    real = node_chunks.update_policy
+
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.append(a[4].importance_ratio)
+        return real(*a, **k)
+
+    monkeypatch.setattr(node_chunks, "update_policy", spy)
+    row = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=2).train_step()
+    # 6 nodes per agent in chunks of 2: the first step on-policy, the two after it not
+    assert seen == [False, True, True] * 2
+    # after the first step the sampled completions are off-policy: the ratio moved from 1
+    assert row["ratio_mean/agent_0"] != 1.0
