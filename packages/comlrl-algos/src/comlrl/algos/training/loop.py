@@ -65,7 +65,9 @@ class StepResult:
 
     Attributes:
         row: the ``metrics.jsonl`` row; ``row["step"]`` is the step just finished
-            (1-based: the number of optimizer steps taken so far).
+            (1-based: the number of training steps taken so far; a step is one batch of
+            rollouts, one optimizer step per agent unless ``update_chunk_nodes`` splits
+            its update into several).
         rollout: the step's rollout, for ``samples.jsonl`` (``None``: the recipe has no
             sampled joint actions, e.g. SFT and DPO on fixed rows).
     """
@@ -119,7 +121,8 @@ class LoopSettings:
     """Where a run writes and how often it evaluates, saves and logs.
 
     Attributes:
-        num_steps: train until this many optimizer steps have been taken.
+        num_steps: train until this many training steps (batches of rollouts) have been
+            taken.
         output_dir: the run's folder; ``None`` writes nothing (no logs, checkpoints,
             ``final/``; Ctrl-C behaves as usual) and only returns the rows.
         record: what ``config.yaml`` holds (the run's configuration; ``None``: not written).
