@@ -26,7 +26,6 @@ Named axes: ``N_t`` nodes at turn ``t``, ``G`` completions per node, ``R`` nodes
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -106,15 +105,6 @@ def select_nodes(batch: PolicyBatch, nodes: Sequence[int]) -> PolicyBatch:
     )
 
 
-_TURN_KEY = re.compile(r"^turn_(\d+)/")
-
-
-def _real_turn(key: str, turns: Sequence[int]) -> str:
-    """``turn_<i>/x`` (``i`` the position in the batches passed) as ``turn_<turns[i]>/x``."""
-    match = _TURN_KEY.match(key)
-    return f"turn_{turns[int(match.group(1))]}/{key[match.end() :]}" if match else key
-
-
 def update_in_node_chunks(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -142,8 +132,10 @@ def update_in_node_chunks(
         split_turns: one step per turn of a chunk (1.4.3).
 
     Returns:
-        The metrics of :func:`update_policy` averaged over the plan's steps (per-turn keys
-        ``turn_<t>/...`` named by the real turn), plus ``optimizer_steps``.
+        The metrics of :func:`update_policy` averaged over the plan's steps that have them
+        (per-turn keys ``turn_<t>/...`` named by the rollout turn; with several
+        ``members``, per member ``term_<m>/...`` for
+        :func:`~comlrl.algos.training.update.split_terms`), plus ``optimizer_steps``.
 
     Raises:
         ValueError: as :func:`chunk_update_plan` and :func:`update_policy`.
@@ -168,9 +160,9 @@ def update_in_node_chunks(
             model, optimizer, batches, advs,
             settings if i == 0 else dataclasses.replace(settings, importance_ratio=True),
             ref_model=ref_model, sync=sync, terms=terms if len(members) > 1 else None,
+            turns=turns,
         )  # fmt: skip
         for key, value in stats.items():
-            key = _real_turn(key, turns)
             sums[key] = sums.get(key, 0.0) + value
             counts[key] = counts.get(key, 0) + 1
     out = {key: value / counts[key] for key, value in sums.items()}

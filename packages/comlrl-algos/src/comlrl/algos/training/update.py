@@ -13,6 +13,7 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from comlrl.algos.records import PolicyBatch
 if TYPE_CHECKING:
     from comlrl.algos.models.distributed import GradientSync
 
-__all__ = ["UpdateSettings", "update_policy"]
+__all__ = ["UpdateSettings", "update_policy", "split_terms"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ def update_policy(
     ref_model: Any | None = None,
     sync: GradientSync | None = None,
     terms: Sequence[int] | None = None,
+    turns: Sequence[int] | None = None,
     extra_loss: Callable[[], Mapping[str, float]] | None = None,
     extra_params: Sequence[torch.nn.Parameter] = (),
 ) -> dict[str, float]:
@@ -111,6 +113,10 @@ def update_policy(
             completions as if alone, so one optimizer step (one set of Adam moments)
             follows the gradient of ``L_0 + L_1 + ...`` that separate models would each
             follow their part of. ``None``: one term.
+        turns: the rollout turn of each batch (``turns[i]`` names batch ``i``'s
+            ``turn_<t>/...`` metrics, e.g. ``[0, 1, 0, 1]`` for two agents of two turns
+            each, or the turns of a chunk of nodes); ``None``: the turn is the batch's
+            position, right only when ``batches`` are one agent's turns in order.
         extra_loss: a second loss on the same optimizer step (a value head on the actor's
             trunk: :func:`comlrl.algos.recipes.actor_critic.critic.update_shared`): called
             once per pass after the policy loss's backward, it runs its own backward and
@@ -123,15 +129,19 @@ def update_policy(
     the behaviour log-probs is 1 up to round-off; each module's mode is restored after.
 
     Returns:
-        Metrics averaged over the passes: ``loss``, ``grad_norm`` (before clipping, when
-        clipping is on), and per turn ``t`` the token-weighted ``turn_<t>/kl``,
-        ``turn_<t>/clip_fraction``, ``turn_<t>/ratio_mean`` of
-        :func:`~comlrl.algos.functional.losses.policy_loss`, plus their all-turn values. With
+        Metrics averaged over the passes: ``loss`` (the stepped loss: with ``terms``, the
+        sum of the terms), ``grad_norm`` (before clipping, when clipping is on), and per
+        turn ``t`` the token-weighted ``turn_<t>/kl``, ``turn_<t>/clip_fraction``,
+        ``turn_<t>/ratio_mean`` of :func:`~comlrl.algos.functional.losses.policy_loss`,
+        plus their all-turn values. With ``terms`` those token-weighted values are kept
+        per term ``k`` (over its own completions only) as ``term_<k>/kl``,
+        ``term_<k>/turn_<t>/kl``, ...; :func:`split_terms` hands each agent its own. With
         ``sync`` they are those of the global batch, the same on every rank.
 
     Raises:
-        ValueError: mismatched batch/advantage counts or shapes, ``terms`` not one
-            label per batch, or ``kl_coef > 0`` without a reference model.
+        ValueError: mismatched batch/advantage counts or shapes, ``terms`` or ``turns``
+            not one label per batch, a negative turn, or ``kl_coef > 0`` without a
+            reference model.
     """
     if len(batches) != len(advantages):
         raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
@@ -145,7 +155,14 @@ def update_policy(
         raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
     if terms is not None and len(terms) != len(batches):
         raise ValueError(f"terms has {len(terms)} labels for {len(batches)} batches; give one each")
+    if turns is not None and len(turns) != len(batches):
+        raise ValueError(f"turns has {len(turns)} labels for {len(batches)} batches; give one each")
+    if turns is not None and any(t < 0 for t in turns):
+        raise ValueError(f"turns must be rollout turns (>= 0), got {list(turns)}")
     labels = list(terms) if terms is not None else [0] * len(batches)
+    # each batch's metric names: its term's prefix (with terms) and its rollout turn
+    prefixes = [f"term_{k}/" if terms is not None else "" for k in labels]
+    turn_of = list(turns) if turns is not None else list(range(len(batches)))
     # sample and update in one mode (no dropout); a small model on one intra-op thread
     with sampling_mode(model), small_model_threads(model):
         return _update(
@@ -157,6 +174,7 @@ def update_policy(
             ref_model,
             sync,
             labels,
+            list(zip(prefixes, turn_of, strict=True)),
             extra_loss,
             extra_params,
         )
@@ -171,6 +189,7 @@ def _update(
     ref_model: Any | None,
     sync: GradientSync | None,
     terms: list[int],
+    names: list[tuple[str, int]],
     extra_loss: Callable[[], Mapping[str, float]] | None = None,
     extra_params: Sequence[torch.nn.Parameter] = (),
 ) -> dict[str, float]:
@@ -243,10 +262,12 @@ def _update(
                     (loss * (weight * grad_scale)).backward()
                 _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
                 tokens = metrics["num_tokens"]
+                prefix, turn = names[t]
                 for key in ("kl", "clip_fraction", "ratio_mean"):
                     if key in metrics:
-                        _add(sums, weights, f"turn_{t}/{key}", metrics[key] * tokens, tokens)
-                        _add(sums, weights, key, metrics[key] * tokens, tokens)
+                        value = metrics[key] * tokens
+                        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, tokens)
+                        _add(sums, weights, f"{prefix}{key}", value, tokens)
         if extra_loss is not None:
             for key, value in extra_loss().items():
                 _add(sums, weights, key, value, 1.0)
@@ -268,6 +289,36 @@ def _update(
             out[key] = value / passes
         else:
             out[key] = value / weights[key] if weights[key] else 0.0
+    return out
+
+
+_TERM_KEY = re.compile(r"^term_(\d+)/")
+
+
+def split_terms(stats: Mapping[str, float], members: Sequence[int]) -> dict[int, dict[str, float]]:
+    """Each member's metrics of one :func:`update_policy` (or
+    :func:`~comlrl.algos.training.node_chunks.update_in_node_chunks`) call on a model they
+    share: ``term_<m>/x`` goes to member ``m`` as ``x`` (its own completions' KL, clip
+    fraction, ratio, per turn and over all turns); every other key (``loss``, the summed
+    loss that was stepped, ``grad_norm``, ``optimizer_steps``, an ``extra_loss``'s
+    metrics) belongs to the one step and goes to every member.
+
+    Raises:
+        ValueError: a ``term_<k>/`` key whose ``k`` is not one of ``members``.
+    """
+    out: dict[int, dict[str, float]] = {m: {} for m in members}
+    for key, value in stats.items():
+        match = _TERM_KEY.match(key)
+        if match is None:
+            for m in members:
+                out[m][key] = value
+            continue
+        m = int(match.group(1))
+        if m not in out:
+            raise ValueError(
+                f"metric {key!r} names term {m}, not one of the members {list(members)}"
+            )
+        out[m][key[match.end() :]] = value
     return out
 
 

@@ -62,7 +62,7 @@ from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.rollout.tree import rollout
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
 from comlrl.algos.training.steps import rollout_metrics
-from comlrl.algos.training.update import update_policy
+from comlrl.algos.training.update import split_terms, update_policy
 
 __all__ = [
     "ActorCriticConfig",
@@ -171,24 +171,27 @@ def step(run: ActorCriticRun) -> StepResult:
             )
         stats: dict[str, float] = {}
         if members[0] == a:  # the first sharer steps for all of them
-            stats = actor_stats[a] = update_policy(
+            shared = update_policy(
                 base.agents[a].model,
                 base.optimizers[a],
                 [b for m in members for b in ro.agent_batches(m)],
                 [per_agent[m] for m in members for per_agent in adv],
                 base.update,
                 ref_model=base.ref_models[a] if base.ref_models is not None else None,
-                terms=[m for m in members for _ in ro.agent_batches(m)],
+                terms=[m for m in members for _ in ro.turns] if len(members) > 1 else None,
+                turns=[t for _ in members for t in range(len(ro.turns))],
             )
+            actor_stats.update(split_terms(shared, members))
+            stats = actor_stats[a]
         if run.method == "iac":
             stats = {**stats, **_critic_step(run, a, texts[a], old[a], tgt[a], live)}
         return stats
 
     stats = base.update_pool.map(update_actor)
-    for a, agent in enumerate(base.agents):  # sharers report the shared step
-        first = sharers[id(agent.model)][0]
-        if first != a and first in actor_stats:
-            stats[a] = {**actor_stats[first], **stats[a]}
+    for a in range(len(base.agents)):  # sharers report the shared step, each its own terms
+        first = sharers[id(base.agents[a].model)][0]
+        if first != a and a in actor_stats:
+            stats[a] = {**actor_stats[a], **stats[a]}
     critic_stats = (
         _critic_step(run, 0, texts[0], old[0], tgt[0], live) if run.method == "maac" else {}
     )

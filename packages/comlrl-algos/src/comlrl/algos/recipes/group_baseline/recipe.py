@@ -54,7 +54,7 @@ from comlrl.algos.training.steps import (
     rollout_summary,
     summary_metrics,
 )
-from comlrl.algos.training.update import update_policy
+from comlrl.algos.training.update import split_terms, update_policy
 
 __all__ = [
     "GroupBaselineRun",
@@ -139,7 +139,8 @@ def step(run: GroupBaselineRun) -> StepResult:
     t1 = time.perf_counter()
 
     # agents that share one model object take one step on the sum of their losses (one
-    # set of optimizer moments, the first sharer's optimizer); the others report its stats
+    # set of optimizer moments, the first sharer's optimizer); each reports that step's
+    # loss and grad norm and its own completions' KL/clip/ratio (split_terms)
     sharers: dict[int, list[int]] = {}
     for a, agent in enumerate(run.agents):
         sharers.setdefault(id(agent.model), []).append(a)
@@ -155,20 +156,23 @@ def step(run: GroupBaselineRun) -> StepResult:
                 ref_model=run.ref_models[a] if run.ref_models is not None else None,
                 sync=run.syncs[a] if run.syncs is not None else None,
             )  # fmt: skip
-        batches = [b for m in members for b in ro.agent_batches(m)]
         return update_policy(
             run.agents[a].model,
             run.optimizers[a],
-            batches,
+            [b for m in members for b in ro.agent_batches(m)],
             [per_agent[m] for m in members for per_agent in adv],
             run.update,
             ref_model=run.ref_models[a] if run.ref_models is not None else None,
             sync=run.syncs[a] if run.syncs is not None else None,
-            terms=[m for m in members for _ in ro.agent_batches(m)],
+            terms=[m for m in members for _ in ro.turns] if len(members) > 1 else None,
+            turns=[t for _ in members for t in range(len(ro.turns))],
         )
 
     results = run.update_pool.map(update)
-    stats = [results[sharers[id(agent.model)][0]] or {} for agent in run.agents]
+    stats: list[dict[str, float]] = [{} for _ in run.agents]
+    for members in sharers.values():
+        for m, own in split_terms(results[members[0]] or {}, members).items():
+            stats[m] = own
     t2 = time.perf_counter()
     run.step += 1
     summary = rollout_summary(
