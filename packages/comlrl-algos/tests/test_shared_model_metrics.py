@@ -180,3 +180,20 @@ def test_update_policy_refuses_turn_labels_that_do_not_fit_the_batches(tiny_mode
         update_policy(tiny_model, opt, [batch, batch], adv, UpdateSettings(), turns=[0])
     with pytest.raises(ValueError, match=r"turns must be rollout turns \(>= 0\), got \[0, -1\]"):
         update_policy(tiny_model, opt, [batch, batch], adv, UpdateSettings(), turns=[0, -1])
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["chunks", "chunks_split_by_turn"])
+def test_chunked_steps_on_a_shared_model_log_every_agents_turns(
+    tiny_tokenizer: Any, tmp_path: Path, split: bool
+) -> None:
+    trainer = _trainer(tiny_tokenizer, tmp_path, shared=True, update_chunk_nodes=2,
+                       update_chunk_split_turns=split)  # fmt: skip
+    result = group_baseline.step(trainer.run)
+    assert result.rollout is not None
+    row, turns = result.row, len(result.rollout.turns)
+    named = {int(m.group(1)) for k in row if (m := re.match(r"turn_(\d+)/", k))}
+    assert named == set(range(turns))
+    for a in range(2):
+        assert all(f"turn_{t}/ratio_mean/agent_{a}" in row for t in range(turns))
+        assert row[f"optimizer_steps/agent_{a}"] > 1
+    assert not any(k.startswith("term_") or "/term_" in k for k in row)
