@@ -115,8 +115,9 @@ class TrainLoop143(TrainingCheckpointMixin):
 
         One training step per ``train_batch_size`` examples (each with its whole rollout
         tree): one optimizer step per agent, except multi-turn MAGRPO-family runs, which
-        take 1.4.3's one per turn of each ``rollout_buffer_size`` tree nodes; evaluation (when ``eval_dataset`` is given) before the first step and every
-        ``eval_interval`` examples. Returns the per-step metric rows of this call (also
+        take 1.4.3's one per turn of each ``rollout_buffer_size`` tree nodes; evaluation
+        (when ``eval_dataset`` is given) before the first step and every ``eval_interval``
+        examples. Returns the per-step metric rows of this call (also
         logged to W&B with ``wandb_config``). A trainer that has trained continues from
         where it stopped (a finished one takes no step).
 
