@@ -220,6 +220,22 @@ def test_a_checkpoint_of_another_trainer_type_fails_before_any_training(
         assert trainer.preference_pairs == []
 
 
+@pytest.mark.parametrize(
+    ("progress", "error"),
+    [([1], "checkpoint progress must be a dict, got \\[1\\]"),
+     ({"kind": "marlhf", "phase": "complete"}, "holds no madpo epoch cursor: .*marlhf")],
+)  # fmt: skip
+def test_a_cursor_of_another_shape_or_trainer_is_refused_naming_it(
+    progress: Any, error: str
+) -> None:
+    from comlrl.trainers.preference._checkpoints_hooks143 import check_cursor
+
+    assert check_cursor({}, "madpo", "madpo epoch cursor") is False  # nothing trained yet
+    assert check_cursor({"kind": "madpo", "epoch": 0}, "madpo", "madpo epoch cursor") is True
+    with pytest.raises(ValueError, match=error):
+        check_cursor(progress, "madpo", "madpo epoch cursor")
+
+
 def _iterative(model: str, cls: type, tmp: Path) -> Any:
     from comlrl.trainers.preference import (
         MADPOIterConfig,
