@@ -110,6 +110,10 @@ def test_select_nodes_keeps_whole_groups_in_the_given_order() -> None:
     picked = select_nodes(batch, [2, 0])
     assert picked.input_ids[:, 0].tolist() == [8, 10, 0, 2]
     assert picked.behaviour_logprobs[:, 0].tolist() == [9.0, 11.0, 1.0, 3.0]
+    assert picked.group_size == 2 and picked.completion_mask.dtype == torch.bool
+    for outside in ([3], [0, -1]):  # torch alone says only "index out of range in self"
+        with pytest.raises(IndexError, match=r"outside the batch's 3 nodes \(0 to 2\)"):
+            select_nodes(batch, outside)
 
 
 def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:

@@ -5,8 +5,9 @@ step-checkpoint format (:mod:`comlrl.utils.checkpoint` describes the folder;
 
 The cursor is ``{"kind": "madpo_iter" | "marlhf_iter", "iteration", "updates_seen",
 "total_pairs", "complete"}`` (1.4.3's keys; ``iteration``: rounds finished,
-``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed after every round (its pairs, its training
-and the comparator's snapshot), the last one always written. The trainer's part holds
+``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed
+after every round (its pairs, its training and the comparator's snapshot), the last one
+always written. The trainer's part holds
 the rounds (:meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.state_dict`:
 the pairing and ordering streams, the round rows, the replay of every round's pairs,
 the history comparator's snapshots and its agents' sampling streams); MADPOIter's run
