@@ -93,6 +93,11 @@ def test_plan_updates_every_node_once_in_chunks_of_at_most_r(
         while len(got) < len(expected):
             got += [(t, n) for t, nodes in next(steps) for n in nodes]
         assert sorted(got) == expected
+    # children are numbered in breadth order, so a step's nodes of one turn ascend, and one
+    # chunk of every node is the whole rollout, turn by turn (the default update's batches)
+    assert all(nodes == sorted(nodes) for step in plan for _, nodes in step)
+    if chunk >= len(order) and not split:
+        assert plan == [[(t, list(range(turn.num_nodes))) for t, turn in enumerate(ro.turns)]]
 
 
 def test_malformed_child_links_and_a_zero_chunk_are_refused() -> None:
