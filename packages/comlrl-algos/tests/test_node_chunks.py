@@ -122,8 +122,11 @@ def test_select_nodes_keeps_whole_groups_in_the_given_order() -> None:
 
 
 def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:
-    with pytest.raises(ValueError, match="update_chunk_nodes=2"):
+    with pytest.raises(ValueError, match="update_chunk_nodes=2 is a schedule of the group"):
         ActorCriticConfig(update_chunk_nodes=2)
+    with pytest.raises(ValueError, match="update_chunk_split_turns=True is a schedule"):
+        ActorCriticConfig(update_chunk_split_turns=True)  # not "set update_chunk_nodes"
+    assert ActorCriticConfig(update_chunk_nodes=None).update_chunk_split_turns is False
     with pytest.raises(ValueError, match="update_chunk_nodes"):
         TrainConfig(update_chunk_split_turns=True)
 
