@@ -187,6 +187,18 @@ def test_prune_spares_the_folder_just_written(tmp_path: Path) -> None:
         ckpt.prune_checkpoints(tmp_path, 0)
 
 
+def test_cpu_state_dict_is_a_copy_that_later_training_does_not_change() -> None:
+    layer = torch.nn.Linear(3, 2)
+    saved = ckpt.cpu_state_dict(layer)
+    assert set(saved) == {"weight", "bias"}
+    assert all(t.device.type == "cpu" and not t.requires_grad for t in saved.values())
+    before = saved["weight"].clone()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # a CPU module: a plain .to("cpu") would alias its storage
+    torch.testing.assert_close(saved["weight"], before, rtol=0, atol=0)
+    assert not torch.equal(saved["weight"], layer.weight)
+
+
 def test_data_stream_state_round_trips_mid_epoch() -> None:
     a = DataStream(list(range(7)), seed=3)
     a.next_batch(5)

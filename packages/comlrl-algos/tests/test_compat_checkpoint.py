@@ -22,20 +22,9 @@ from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.utils import read_checkpoint_metadata
 
-SHARED = Path(__file__).resolve().parents[4] / "shared"
 PROMPTS = ["Once upon a time", "The cat sat", "Lily had a red", "Tom went to the"]
 #: per-step row entries that are timings (they differ between any two runs)
 _TIMED = ("time/", "tokens_per_s", "prompts_per_s")
-
-
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
 
 
 class _Stop(RuntimeError):

@@ -3,7 +3,6 @@ fails on the code before its fix; docs/compat.md says what changed and why)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,18 +18,6 @@ from comlrl.trainers import (
 )
 from comlrl.trainers._callbacks import CompatReward
 from comlrl.trainers.reinforce import group_baseline_config
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-
-
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
 
 
 # --- finding 1: MAREINFORCE's default normalisation ---------------------------------------

@@ -20,18 +20,6 @@ from comlrl.trainers.preference._iter_hooks143 import output_path
 from hypothesis import given
 from hypothesis import strategies as st
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-
-
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
-
 
 def test_output_path_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

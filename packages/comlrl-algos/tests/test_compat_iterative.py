@@ -26,7 +26,6 @@ from comlrl.trainers.preference import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 PROMPTS = ["Once upon a time", "The cat sat", "Lily had a red", "Tom went to the"]
 
 
@@ -201,16 +200,6 @@ def test_unsupported_iterative_settings_fail_before_any_model_loads(
 
 
 # --- short runs on stories260k ------------------------------------------------------------
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not (path / "config.json").exists():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
-
-
 def _longer_second(c1: list[str], c2: list[str]) -> list[float]:
     # deterministic, and its ties (equal lengths) are rare with sampled text
     return [float(len(c2[0]) - len(c1[0]))]

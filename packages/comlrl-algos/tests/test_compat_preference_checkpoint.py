@@ -23,19 +23,8 @@ import torch
 from comlrl.trainers.preference import MADPOConfig, MADPOTrainer, MARLHFConfig, MARLHFTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-SHARED = Path(__file__).resolve().parents[4] / "shared"
 PROMPTS = ["Once upon a time", "The cat sat", "Lily had a red", "Tom went to the"]
 _TIMED = ("time/", "tokens_per_s", "prompts_per_s")
-
-
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
 
 
 class _Stop(RuntimeError):
@@ -218,6 +207,22 @@ def test_a_checkpoint_of_another_trainer_type_fails_before_any_training(
             trainer.train(resume_from_checkpoint=other)
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
         assert trainer.preference_pairs == []
+
+
+@pytest.mark.parametrize(
+    ("progress", "error"),
+    [([1], "checkpoint progress must be a dict, got \\[1\\]"),
+     ({"kind": "marlhf", "phase": "complete"}, "holds no madpo epoch cursor: .*marlhf")],
+)  # fmt: skip
+def test_a_cursor_of_another_shape_or_trainer_is_refused_naming_it(
+    progress: Any, error: str
+) -> None:
+    from comlrl.trainers.preference._checkpoints_hooks143 import check_cursor
+
+    assert check_cursor({}, "madpo", "madpo epoch cursor") is False  # nothing trained yet
+    assert check_cursor({"kind": "madpo", "epoch": 0}, "madpo", "madpo epoch cursor") is True
+    with pytest.raises(ValueError, match=error):
+        check_cursor(progress, "madpo", "madpo epoch cursor")
 
 
 def _iterative(model: str, cls: type, tmp: Path) -> Any:

@@ -34,7 +34,6 @@ from comlrl.trainers import (
 from comlrl.trainers._callbacks import CompatEnvironment, CompatReward, build_formatters
 from comlrl.trainers.reinforce import CentralizedMAGRPOConfig, group_baseline_config
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 COMLRL143_PYTHON = Path(os.environ.get("COMLRL143_PYTHON", "/work/venv-comlrl143/bin/python"))
 
 # --- config defaults --------------------------------------------------------------------
@@ -447,16 +446,6 @@ def test_unsupported_arguments_raise() -> None:
 
 
 # --- tiny runs on stories260k -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
-
-
 PROMPTS = ["Once upon a time", "The cat sat", "Lily had a red", "Tom went to the"]
 
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import collections
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from comlrl.trainers import MAGRPOConfig, MAGRPOTrainer
 from torch.optim.optimizer import register_optimizer_step_post_hook
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 
 def _preorder_turns(turns: int, branches: int, t: int = 0) -> list[int]:
@@ -55,16 +52,6 @@ def test_the_1_4_3_step_count_derivation_matches_1_4_3_runs(
     # ``measured``: optimizer.step calls per agent of CoMLRL 1.4.3's MAGRPOTrainer.train()
     # on stories260k (G = branches, aligned joint actions, early_termination_threshold=None)
     assert steps_143(examples, turns, branches, buffer, batch) == measured
-
-
-@pytest.fixture(scope="module")
-def stories260k() -> str:
-    path = SHARED / "models" / "stories260k"
-    if not path.is_dir():
-        pytest.skip(
-            f"pretrained stories260k model not found at {path} (../shared beside the checkout)"
-        )
-    return str(path)
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,11 @@ def test_plan_updates_every_node_once_in_chunks_of_at_most_r(
         while len(got) < len(expected):
             got += [(t, n) for t, nodes in next(steps) for n in nodes]
         assert sorted(got) == expected
+    # children are numbered in breadth order, so a step's nodes of one turn ascend, and one
+    # chunk of every node is the whole rollout, turn by turn (the default update's batches)
+    assert all(nodes == sorted(nodes) for step in plan for _, nodes in step)
+    if chunk >= len(order) and not split:
+        assert plan == [[(t, list(range(turn.num_nodes))) for t, turn in enumerate(ro.turns)]]
 
 
 def test_malformed_child_links_and_a_zero_chunk_are_refused() -> None:
@@ -110,11 +115,18 @@ def test_select_nodes_keeps_whole_groups_in_the_given_order() -> None:
     picked = select_nodes(batch, [2, 0])
     assert picked.input_ids[:, 0].tolist() == [8, 10, 0, 2]
     assert picked.behaviour_logprobs[:, 0].tolist() == [9.0, 11.0, 1.0, 3.0]
+    assert picked.group_size == 2 and picked.completion_mask.dtype == torch.bool
+    for outside in ([3], [0, -1]):  # torch alone says only "index out of range in self"
+        with pytest.raises(IndexError, match=r"outside the batch's 3 nodes \(0 to 2\)"):
+            select_nodes(batch, outside)
 
 
 def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:
-    with pytest.raises(ValueError, match="update_chunk_nodes=2"):
+    with pytest.raises(ValueError, match="update_chunk_nodes=2 is a schedule of the group"):
         ActorCriticConfig(update_chunk_nodes=2)
+    with pytest.raises(ValueError, match="update_chunk_split_turns=True is a schedule"):
+        ActorCriticConfig(update_chunk_split_turns=True)  # not "set update_chunk_nodes"
+    assert ActorCriticConfig(update_chunk_nodes=None).update_chunk_split_turns is False
     with pytest.raises(ValueError, match="update_chunk_nodes"):
         TrainConfig(update_chunk_split_turns=True)
 

@@ -71,13 +71,12 @@ class TrainLoop143(TrainingCheckpointMixin):
         """The environment step of the last logged row and the frozen KL reference
         models' weights (with ``reference_kl_enabled``: a resumed trainer built from other
         initial weights gets the run's reference back)."""
+        from comlrl.algos.training.checkpoint import cpu_state_dict
+
         refs = getattr(self._base_run(), "ref_models", None) or []
         return {
             "last_train_log_step": int(self.__dict__.get("_last_train_log_step", -1)),
-            "reference_models": [
-                {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
-                for m in refs
-            ],
+            "reference_models": [cpu_state_dict(m) for m in refs],
         }
 
     def _checkpoint_load_extra(self, extra: Mapping[str, Any]) -> None:
@@ -115,8 +114,9 @@ class TrainLoop143(TrainingCheckpointMixin):
 
         One training step per ``train_batch_size`` examples (each with its whole rollout
         tree): one optimizer step per agent, except multi-turn MAGRPO-family runs, which
-        take 1.4.3's one per turn of each ``rollout_buffer_size`` tree nodes; evaluation (when ``eval_dataset`` is given) before the first step and every
-        ``eval_interval`` examples. Returns the per-step metric rows of this call (also
+        take 1.4.3's one per turn of each ``rollout_buffer_size`` tree nodes; evaluation
+        (when ``eval_dataset`` is given) before the first step and every ``eval_interval``
+        examples. Returns the per-step metric rows of this call (also
         logged to W&B with ``wandb_config``). A trainer that has trained continues from
         where it stopped (a finished one takes no step).
 

@@ -40,6 +40,7 @@ __all__ = [
     "capture_state",
     "restore_state",
     "set_random_state",
+    "cpu_state_dict",
     "RECIPE_STATE",
     "write_checkpoint",
     "write_meta",
@@ -125,6 +126,13 @@ def capture_state(
             "agents": [g.get_state() if g is not None else None for g in generators],
         },
     }
+
+
+def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of ``module.state_dict()`` on the CPU: every tensor is copied (also
+    one already on the CPU), so later training of ``module`` does not change it. Shapes and
+    dtypes are the module's own."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
 
 def set_random_state(target: random.Random | Any, state: Sequence[Any]) -> None:

@@ -92,7 +92,20 @@ def chunk_update_plan(ro: Rollout, chunk_nodes: int, split_turns: bool = False) 
 
 def select_nodes(batch: PolicyBatch, nodes: Sequence[int]) -> PolicyBatch:
     """The rows of ``nodes`` (each a group of ``G`` rows, node-major) of ``batch``, in the
-    given order: a :class:`PolicyBatch` of ``len(nodes) * G`` rows."""
+    given order: a :class:`PolicyBatch` of ``len(nodes) * G`` rows, each tensor keeping
+    its dtype and trailing shape (``input_ids`` / ``attention_mask`` ``[len(nodes) * G,
+    S + L]`` int64, ``completion_mask`` ``[len(nodes) * G, L]`` bool,
+    ``behaviour_logprobs`` ``[len(nodes) * G, L]`` float32).
+
+    Raises:
+        IndexError: a node outside ``[0, batch.num_prompts)``.
+    """
+    bad = [n for n in nodes if not 0 <= n < batch.num_prompts]
+    if bad:
+        raise IndexError(
+            f"select_nodes: nodes {bad} are outside the batch's {batch.num_prompts} nodes "
+            f"(0 to {batch.num_prompts - 1}); pass node indices of this turn"
+        )
     g = batch.group_size
     rows = torch.tensor([n * g + j for n in nodes for j in range(g)], dtype=torch.long)
     rows = rows.to(batch.input_ids.device)

@@ -4,10 +4,11 @@
 calls a few private helpers directly: the reward expansion (one value, one per
 generation, or one per agent), a response's log-probability from a forward pass, the
 value of a prompt, and MAAC's single-turn ``_collect_rollouts`` over its own generation and
-critic hooks (:class:`MAACRolloutHooks143`). Each method here reproduces the 1.4.3 behaviour its docstring names;
-the log-probs go through :func:`comlrl.kernels.token_logprobs`, the op our updates use.
-Our recipe (:mod:`comlrl.algos.recipes.actor_critic.recipe`) does not go through them and
-produces no ``RolloutSample``.
+critic hooks (:class:`MAACRolloutHooks143`). Each method here reproduces the 1.4.3
+behaviour its docstring names; the log-probs go through
+:func:`comlrl.kernels.token_logprobs`, the op our updates use. Our recipe
+(:mod:`comlrl.algos.recipes.actor_critic.recipe`) does not go through them and produces
+no ``RolloutSample``.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from comlrl.trainers._centralized import JointRoleEvaluation
 from comlrl.trainers.actor_critic import IACTrainer, MAACTrainer
 
 __all__ = [
@@ -93,8 +94,7 @@ def check_critic_sources(
         elif not isinstance(source, torch.nn.Module):
             raise TypeError(
                 f"critic_sources[{i}] is a {type(source).__name__} ({_short(source)}); a critic "
-                "source "
-                "is a model name/path (str) or a transformers model (torch.nn.Module)."
+                "source is a model name/path (str) or a transformers model (torch.nn.Module)."
             )
     return list(sources)
 
@@ -105,37 +105,12 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class _JointRoles:
-    """Evaluation of one joint actor for role-level ``eval_logger``s (as
-    :class:`comlrl.trainers.reinforce.CentralizedMAGRPOTrainer`'s)."""
-
-    #: set by :func:`_stage`: the joint reward (it splits joint responses) and ``A``
-    _joint_reward: Any
-    num_roles: int
-
-    @property
-    def _centralized_eval_items(self) -> list[Any]:
-        """1.4.3's examples held for the evaluation in progress: none between evaluations."""
-        return []
-
-    def _eval_role_completions(
-        self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
-    ) -> list[list[list[str]]]:
-        """The joint responses ``[1][example][turn]`` as ``[A][example][turn]`` role outputs."""
-        roles: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
-        for turns, item in zip(completions[0], rows, strict=True):
-            parsed = [self._joint_reward.split(text, item) for text in turns]
-            for r in range(self.num_roles):
-                roles[r].append([p[r] for p in parsed])
-        return roles
-
-
-class CentralizedIACTrainer(_JointRoles, IACTrainer):
+class CentralizedIACTrainer(JointRoleEvaluation, IACTrainer):
     """:class:`~comlrl.trainers.actor_critic.IACTrainer` on one joint actor whose
     evaluation splits the joint response into the roles' outputs."""
 
 
-class CentralizedMAACTrainer(_JointRoles, MAACTrainer):
+class CentralizedMAACTrainer(JointRoleEvaluation, MAACTrainer):
     """:class:`~comlrl.trainers.actor_critic.MAACTrainer` on one joint actor whose
     evaluation splits the joint response into the roles' outputs."""
 

@@ -42,6 +42,7 @@ from comlrl.trainers.preference._checkpoints_hooks143 import (
     MADPOHookCheckpoints143,
     MARLHFHookCheckpoints143,
     check_count,
+    check_cursor,
 )
 from comlrl.utils.checkpoint import SECTION, check_checkpoint_options
 
@@ -126,12 +127,8 @@ class MADPOCheckpoints(MADPOHookCheckpoints143):
             ValueError: another trainer's cursor, or a missing/invalid ``epoch``,
                 ``updates_seen`` or ``complete``.
         """
-        if not isinstance(progress, Mapping):
-            raise ValueError(f"checkpoint progress must be a dict, got {progress!r}")
-        if not progress:
+        if not check_cursor(progress, "madpo", "madpo epoch cursor"):
             return 0
-        if progress.get("kind") != "madpo":
-            raise ValueError(f"the checkpoint holds no madpo epoch cursor: {dict(progress)!r}")
         epoch = check_count(progress, "epoch", int(self.args.num_train_epochs), "madpo")
         check_count(progress, "updates_seen", 2**62, "madpo")
         if type(progress.get("complete")) is not bool:
@@ -252,20 +249,15 @@ class MARLHFCheckpoints(MARLHFHookCheckpoints143):
         self.rl_trainer._checkpoint_restore(path, saved)
 
     def _checkpoint_extra(self) -> dict[str, Any]:
+        from comlrl.algos.training.checkpoint import cpu_state_dict
+
         rl = self.rl_trainer
         fitted = bool(self.__dict__.get("_reward_fitted", False))
         return {
             "rl": rl._checkpoint_extra(),
             "rl_env_step": int(rl.env_step),
             "reward_fitted": fitted,
-            "reward_model": (
-                {
-                    k: v.detach().to("cpu", copy=True)
-                    for k, v in self.reward_model.state_dict().items()
-                }
-                if fitted
-                else None
-            ),
+            "reward_model": cpu_state_dict(self.reward_model) if fitted else None,
             "reward_model_history": [dict(r) for r in self.reward_model_history],
         }
 
@@ -298,12 +290,8 @@ class MARLHFCheckpoints(MARLHFHookCheckpoints143):
             ValueError: another trainer's cursor, an unknown ``phase``, or an RL cursor
                 that is not the RL trainer's (kind, ``epoch``).
         """
-        if not isinstance(progress, Mapping):
-            raise ValueError(f"checkpoint progress must be a dict, got {progress!r}")
-        if not progress:
+        if not check_cursor(progress, "marlhf", "marlhf cursor"):
             return 0
-        if progress.get("kind") != "marlhf":
-            raise ValueError(f"the checkpoint holds no marlhf cursor: {dict(progress)!r}")
         if progress.get("phase") not in _PHASES:
             raise ValueError(
                 f"Incomplete marlhf checkpoint cursor {dict(progress)!r}: phase must be one "

@@ -24,6 +24,25 @@ __all__ = [
 ]
 
 
+def check_cursor(progress: Any, kind: str, cursor: str) -> bool:
+    """Whether ``progress`` (a checkpoint's cursor) is a started cursor of ``kind``: False
+    for ``{}`` (nothing trained yet), True for a mapping whose ``kind`` is ``kind``.
+
+    Args:
+        cursor: what such a cursor is called in the error (``"madpo epoch cursor"``).
+
+    Raises:
+        ValueError: ``progress`` is not a mapping, or is another trainer's cursor.
+    """
+    if not isinstance(progress, Mapping):
+        raise ValueError(f"checkpoint progress must be a dict, got {progress!r}")
+    if not progress:
+        return False
+    if progress.get("kind") != kind:
+        raise ValueError(f"the checkpoint holds no {cursor}: {dict(progress)!r}")
+    return True
+
+
 def check_count(progress: Mapping[str, Any], key: str, high: int, kind: str) -> int:
     """``progress[key]`` as an int in ``[0, high]``.
 

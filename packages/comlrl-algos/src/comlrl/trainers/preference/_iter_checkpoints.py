@@ -5,8 +5,9 @@ step-checkpoint format (:mod:`comlrl.utils.checkpoint` describes the folder;
 
 The cursor is ``{"kind": "madpo_iter" | "marlhf_iter", "iteration", "updates_seen",
 "total_pairs", "complete"}`` (1.4.3's keys; ``iteration``: rounds finished,
-``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed after every round (its pairs, its training
-and the comparator's snapshot), the last one always written. The trainer's part holds
+``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed
+after every round (its pairs, its training and the comparator's snapshot), the last one
+always written. The trainer's part holds
 the rounds (:meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.state_dict`:
 the pairing and ordering streams, the round rows, the replay of every round's pairs,
 the history comparator's snapshots and its agents' sampling streams); MADPOIter's run
@@ -26,7 +27,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from comlrl.trainers.preference._checkpoints import check_count
+from comlrl.trainers.preference._checkpoints_hooks143 import check_count, check_cursor
 from comlrl.utils._checkpoint_mixin import TrainingCheckpointMixin
 
 __all__ = ["MADPOIterCheckpoints", "MARLHFIterCheckpoints"]
@@ -48,12 +49,8 @@ class _RoundCheckpoints:
                 ``complete``.
         """
         kind = self._checkpoint_kind
-        if not isinstance(progress, Mapping):
-            raise ValueError(f"checkpoint progress must be a dict, got {progress!r}")
-        if not progress:
+        if not check_cursor(progress, kind, f"{kind} round cursor"):
             return 0
-        if progress.get("kind") != kind:
-            raise ValueError(f"the checkpoint holds no {kind} round cursor: {dict(progress)!r}")
         done = check_count(progress, "iteration", int(self.args.num_iterations), kind)
         for key in ("updates_seen", "total_pairs"):
             check_count(progress, key, 2**62, kind)
@@ -145,6 +142,8 @@ class MARLHFIterCheckpoints(_RoundCheckpoints):
         return int(self.rl_trainer._run.step)
 
     def _checkpoint_extra(self) -> dict[str, Any]:
+        from comlrl.algos.training.checkpoint import cpu_state_dict
+
         rl = self.rl_trainer
         trained = bool(self._reward_trained) and self.reward_model is not None
         return {
@@ -152,14 +151,7 @@ class MARLHFIterCheckpoints(_RoundCheckpoints):
             "rl_env_step": int(rl.env_step),
             "rounds": self.rounds.state_dict(),
             "reward_trained": trained,
-            "reward_model": (
-                {
-                    k: v.detach().to("cpu", copy=True)
-                    for k, v in self.reward_model.state_dict().items()
-                }
-                if trained
-                else None
-            ),
+            "reward_model": cpu_state_dict(self.reward_model) if trained else None,
             "reward_model_history": [dict(r) for r in self.reward_model_history],
         }
 

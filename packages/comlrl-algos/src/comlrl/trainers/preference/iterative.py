@@ -291,9 +291,9 @@ class MARLHFIterTrainer(MARLHFIterCheckpoints, _IterativeRounds, MARLHFTrainer):
         self._setup_rounds(self.rl_trainer._run.agents, seed)
 
     def _initial_reward_weights(self) -> dict[str, Any]:
-        return {
-            k: v.detach().to("cpu", copy=True) for k, v in self.reward_model.state_dict().items()
-        }
+        from comlrl.algos.training.checkpoint import cpu_state_dict
+
+        return cpu_state_dict(self.reward_model)
 
     def _fresh_reward_model(self) -> None:
         """Centralized: a new reward model for this round through 1.4.3's

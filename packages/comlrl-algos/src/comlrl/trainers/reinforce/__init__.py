@@ -111,7 +111,8 @@ class MAGRPOConfig:
     training set; ``max_new_tokens`` in tokens; ``eval_interval`` and ``eval_num_samples``
     in training / evaluation examples; ``train_batch_size`` (default ``rollout_buffer_size``):
     examples rolled out per step; single-turn each step is one optimizer step, multi-turn
-    one per turn of each ``rollout_buffer_size`` tree nodes, as in 1.4.3. ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
+    one per turn of each ``rollout_buffer_size`` tree nodes, as in 1.4.3.
+    ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
     ``advantage_normalization`` divides advantages by the group's std of returns
     (population std, eps 1e-6) without re-centring them. Fields that
     ``comlrl.trainers`` cannot honour raise :class:`UnsupportedFieldError` when the trainer

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from comlrl.trainers._centralized import JointRoleEvaluation
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer, accepts_legacy_fields
 from comlrl.trainers.reinforce._centralized_hooks143 import CentralizedLossHooks143
 
@@ -44,7 +45,7 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
             )
 
 
-class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
+class CentralizedMAGRPOTrainer(JointRoleEvaluation, CentralizedLossHooks143, MAGRPOTrainer):
     """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: one joint policy, trained with the
     MAGRPO objective on the task reward of its parsed role outputs.
 
@@ -145,19 +146,3 @@ class CentralizedMAGRPOTrainer(CentralizedLossHooks143, MAGRPOTrainer):
         ``num_actor_models=1``, beside the config's fields."""
         return {**super()._wandb_run_config(), "algorithm": "MAGRPO",
                 "num_roles": self.num_roles, "num_actor_models": 1}  # fmt: skip
-
-    @property
-    def _centralized_eval_items(self) -> list[Any]:
-        """1.4.3's examples held for the evaluation in progress: ours keeps none between
-        evaluations (the roles' outputs are split per evaluation), so always empty."""
-        return []
-
-    def _eval_role_completions(
-        self, completions: list[list[list[str]]], rows: list[dict[str, Any]]
-    ) -> list[list[list[str]]]:
-        roles: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
-        for turns, item in zip(completions[0], rows, strict=True):
-            parsed = [self._joint_reward.split(text, item) for text in turns]
-            for r in range(self.num_roles):
-                roles[r].append([p[r] for p in parsed])
-        return roles

@@ -4,8 +4,8 @@ of :class:`~comlrl.algos.training.config.TrainConfig`) and where critics live
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import torch
 from comlrl.algos.training.config import ConfigError, TrainConfig
@@ -87,14 +87,23 @@ class ActorCriticConfig(TrainConfig):
         "lives with its actor, so there it may only repeat the agents' devices.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_node_chunks(cls, data: Any) -> Any:
+        # before TrainConfig's own checks, whose advice for update_chunk_split_turns alone
+        # (set update_chunk_nodes) would lead here
+        if isinstance(data, Mapping):
+            for key in ("update_chunk_nodes", "update_chunk_split_turns"):
+                if data.get(key) not in (None, False):
+                    raise ValueError(
+                        f"{key}={data[key]!r} is a schedule of the group-baseline recipes; "
+                        "IAC/MAAC take one step per agent on the whole rollout: leave it "
+                        "unset."
+                    )
+        return data
+
     @model_validator(mode="after")
     def _ac_consistent(self) -> ActorCriticConfig:
-        if self.update_chunk_nodes is not None:
-            raise ValueError(
-                f"update_chunk_nodes={self.update_chunk_nodes} is a schedule of the group-"
-                "baseline recipes; IAC/MAAC take one step per agent on the whole rollout: "
-                "leave it unset."
-            )
         if self.critic_mode == "shared" and self.critic_model is not None:
             raise ValueError(
                 f"critic_model={self.critic_model!r} names a separate critic but "

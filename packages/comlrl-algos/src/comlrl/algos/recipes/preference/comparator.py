@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from comlrl.algos.training.checkpoint import cpu_state_dict
 
 __all__ = ["COMPARATORS", "Comparator"]
 
@@ -148,10 +149,7 @@ class Comparator:
             self.snapshots[0] = self._state()
 
     def _state(self) -> list[dict[str, torch.Tensor]]:
-        return [
-            {k: v.detach().to("cpu", copy=True) for k, v in a.model.state_dict().items()}
-            for a in self.agents
-        ]
+        return [cpu_state_dict(a.model) for a in self.agents]
 
     def snapshot_index(self, round_index: int) -> int:
         """The snapshot the history comparator uses in round ``round_index``: the policy

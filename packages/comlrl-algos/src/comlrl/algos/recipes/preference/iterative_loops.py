@@ -50,6 +50,7 @@ from comlrl.algos.recipes.preference.outputs import _save_models, loop_settings
 from comlrl.algos.recipes.preference.reward_model import train_reward_model
 from comlrl.algos.recipes.preference.rounds import IterativeRounds
 from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.training.checkpoint import cpu_state_dict
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
 from comlrl.algos.training.reporting import Reporter
 from comlrl.algos.training.steps import DataStream
@@ -259,10 +260,7 @@ class MARLHFIterRun:
 
     def __post_init__(self) -> None:
         if not self.reward_init:
-            self.reward_init = {
-                k: v.detach().to("cpu", copy=True)
-                for k, v in self.reward_model.state_dict().items()
-            }
+            self.reward_init = cpu_state_dict(self.reward_model)
 
 
 def fit_fresh_reward_model(

@@ -132,9 +132,7 @@ def marlhf_iter_checkpoint(run: MARLHFIterRun, path: str | Path) -> Path:
         "round": run.round.state_dict(),
         "data": run.data.state_dict(),
         "fitted": run.fitted,
-        "reward_model": {
-            k: v.detach().to("cpu", copy=True) for k, v in run.reward_model.state_dict().items()
-        },
+        "reward_model": ckpt.cpu_state_dict(run.reward_model),
         "reward_init_fingerprint": _fingerprint(run.reward_init),
         "reward_model_rows": [dict(row) for row in run.reward_model_rows],
     }
