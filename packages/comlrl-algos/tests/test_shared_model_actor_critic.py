@@ -138,8 +138,8 @@ def _assert_same_weights(got: list[torch.nn.Parameter], want: list[torch.nn.Para
     return worst
 
 
-def _texts(ro: Any, method: str, kind: str, c: int) -> list[str]:
-    return [s for turn in ro.turns for s in critic_inputs(turn, method, kind, c)]  # type: ignore[arg-type]
+def _texts(ro: Any, method: Literal["iac", "maac"], kind: str, c: int) -> list[str]:
+    return [s for turn in ro.turns for s in critic_inputs(turn, method, kind, c)]
 
 
 def _one_model_agents(tok: Any) -> tuple[Any, list[HFAgent]]:
