@@ -1,8 +1,8 @@
 """Critics at work: the text each critic reads (:func:`critic_inputs`; IAC: an agent's own
 prompt, MAAC: every agent's), their values at sampling time (:func:`rollout_values`), GAE
 advantages and lambda-return targets on the rollout tree (:func:`critic_advantages`), and the
-updates: a separate critic's (:func:`update_critic`) and a value head on the actor's own
-trunk, on the actors' one code path (:func:`update_shared`).
+updates (:mod:`.critic_updates`, imported here: :func:`update_critic`,
+:func:`update_critics`, :func:`value_terms`, :func:`update_shared`).
 
 Named axes: ``A`` agents, ``N_t`` nodes at turn ``t``, ``K`` joint actions per node, ``M``
 critic inputs."""
@@ -10,16 +10,19 @@ critic inputs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-from comlrl.algos.functional.gae import q_advantages, tree_gae, value_loss
+from comlrl.algos.functional.gae import q_advantages, tree_gae
 from comlrl.algos.functional.joint import credit_completions
-from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic.config import Method
+from comlrl.algos.recipes.actor_critic.critic_updates import (
+    update_critic,
+    update_critics,
+    update_shared,
+    value_terms,
+)
 from comlrl.algos.records import Rollout, TurnRollout
-from comlrl.algos.training.update import UpdateSettings, update_policy
 
 __all__ = [
     "AGENT_REWARDS_KEY",
@@ -29,6 +32,8 @@ __all__ = [
     "rollout_values",
     "critic_advantages",
     "update_critic",
+    "update_critics",
+    "value_terms",
     "update_shared",
 ]
 
@@ -225,129 +230,3 @@ def critic_advantages(
                 for t in range(len(turns)):
                     adv_out[t][a] = (adv_out[t][a] - mean) / (std + eps)
     return adv_out, targets_out
-
-
-def _value_chunks(
-    critic: Critic,
-    texts: Sequence[str],
-    old_values: torch.Tensor,
-    targets: torch.Tensor,
-    clip_range: float | None,
-    micro_batch_size: int | None,
-    scale: float,
-) -> dict[str, float]:
-    """Backward ``scale * value_loss`` over ``texts`` in micro-batches; returns metrics."""
-    m = len(texts)
-    per = micro_batch_size or m
-    sums: dict[str, float] = {}
-    for i in range(0, m, per):
-        j = min(i + per, m)
-        v = critic.values(texts[i:j])
-        tgt = targets[i:j].to(v.device)
-        loss, metrics = value_loss(
-            v.unsqueeze(1).expand_as(tgt),
-            tgt,
-            old_values=old_values[i:j].to(v.device).unsqueeze(1).expand_as(tgt),
-            clip_range=clip_range,
-        )
-        (loss * (scale * (j - i) / m)).backward()
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + value * (j - i) / m
-    return sums
-
-
-def update_critic(
-    critic: Critic,
-    optimizer: torch.optim.Optimizer,
-    texts: Sequence[str],
-    old_values: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    coef: float = 1.0,
-    clip_range: float | None = None,
-    num_iterations: int = 1,
-    max_grad_norm: float | None = 1.0,
-    micro_batch_size: int | None = None,
-) -> dict[str, float]:
-    """Take ``num_iterations`` optimizer steps on ``coef *``
-    :func:`~comlrl.algos.functional.gae.value_loss` of a separate critic.
-
-    Args:
-        critic: the critic (trunk and head are trained).
-        optimizer: its optimizer.
-        texts: ``M`` critic inputs (:func:`critic_inputs`, all turns concatenated).
-        old_values: ``[M]`` sampling-time values.
-        targets: ``[M, J]`` targets; value ``m`` is compared with each of its ``J``.
-        coef: value-loss weight; clip_range: value clip (reward units) or None.
-        num_iterations: optimizer steps on this batch.
-        max_grad_norm: clip the critic's gradient norm; None = no clipping.
-        micro_batch_size: texts per forward/backward; None = all at once.
-
-    Returns:
-        metrics averaged over the steps: ``value_loss``, ``value_mean``, ``target_mean``,
-        ``value_clip_fraction``, ``explained_variance`` and ``critic_grad_norm``.
-
-    Raises:
-        ValueError: ``old_values`` or ``targets`` do not have ``M`` rows.
-    """
-    m = len(texts)
-    if old_values.shape != (m,) or targets.dim() != 2 or targets.shape[0] != m:
-        raise ValueError(
-            f"{m} texts but old_values {list(old_values.shape)} and targets "
-            f"{list(targets.shape)}; need [M] and [M, J]"
-        )
-    totals: dict[str, float] = {}
-    with small_model_threads(critic):  # a small critic's CPU work on one intra-op thread
-        for _ in range(num_iterations):
-            optimizer.zero_grad(set_to_none=True)
-            stats = _value_chunks(
-                critic, texts, old_values, targets, clip_range, micro_batch_size, coef
-            )
-            if max_grad_norm is not None:
-                stats["critic_grad_norm"] = float(
-                    torch.nn.utils.clip_grad_norm_(list(critic.parameters()), max_grad_norm)
-                )
-            optimizer.step()
-            for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value / num_iterations
-    return totals
-
-
-def update_shared(
-    model: Any,
-    critic: Critic,
-    optimizer: torch.optim.Optimizer,
-    batches: Sequence[Any],
-    advantages: Sequence[torch.Tensor],
-    settings: UpdateSettings,
-    texts: Sequence[str],
-    old_values: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    coef: float,
-    clip_range: float | None,
-    ref_model: Any = None,
-) -> dict[str, float]:
-    """Actor and value head on one trunk: ``policy_loss + coef * value_loss``, one backward
-    and one optimizer step per iteration (the optimizer holds the model's parameters and
-    the head's, each group with its own learning rate).
-
-    One code path with the actors' update: :func:`~comlrl.algos.training.update.update_policy`
-    (micro-batches, loss weighting, fused log-probs, clipping) with the value loss as its
-    ``extra_loss`` and the head as ``extra_params``; ``ref_model`` (a frozen copy of the
-    trunk, or None) adds the reference KL term as for the actors. Returns
-    ``update_policy``'s metrics (``loss`` is the policy's) and :func:`update_critic`'s
-    value metrics.
-    """
-    return update_policy(
-        model,
-        optimizer,
-        batches,
-        advantages,
-        settings,
-        extra_loss=lambda: _value_chunks(
-            critic, texts, old_values, targets, clip_range, settings.micro_batch_size, coef
-        ),
-        extra_params=list(critic.head.parameters()),
-        ref_model=ref_model,
-    )

@@ -15,11 +15,14 @@ One step, read top to bottom in :func:`train_step`:
    (Schulman et al. 2016) on the rollout tree; each completion is credited with the mean
    advantage of the joint actions it took part in
    (:func:`~comlrl.algos.functional.joint.credit_completions`), optionally whitened per agent;
-5. the actor update: :func:`~comlrl.algos.training.update.update_policy` with the PPO clip against
-   the behaviour log-probs; the critic update: :func:`update_critic` (clipped value loss,
-   its own optimizer and learning rate). With a value head on the actor's own model
-   (IAC, ``critic_mode="shared"``) both losses go into one backward and one optimizer
-   step (:func:`update_shared`), weighted ``policy + value_loss_coef * value``.
+5. the actor update: :func:`~comlrl.algos.training.shared_models.update_sharers` (the
+   policy update, with the PPO clip against the behaviour log-probs); the critic update:
+   :func:`update_critics` (clipped value loss, its own optimizer and learning rate). With
+   a value head on the actor's own model (IAC, ``critic_mode="shared"``) both losses go
+   into one backward and one optimizer step (:func:`value_terms`), weighted ``policy +
+   value_loss_coef * value``. Agents given one model object take one optimizer step on
+   the sum of their losses (and of their heads' value losses), as in the group-baseline
+   recipe; separate critics on one trunk object take one step on the sum of theirs.
 
 :func:`setup` builds the run once (the agents, data, sampling and pools of
 :func:`comlrl.algos.recipes.group_baseline.recipe.setup`, plus the critics);
@@ -54,15 +57,17 @@ from comlrl.algos.recipes.actor_critic.critic import (
     joint_prompt,
     rollout_values,
     update_critic,
+    update_critics,
     update_shared,
+    value_terms,
 )
 from comlrl.algos.recipes.actor_critic.setup import actor_update_settings, attach, setup
 from comlrl.algos.recipes.actor_critic.state import ActorCriticRun, checkpoint, resume, save
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.rollout.tree import rollout
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
+from comlrl.algos.training.shared_models import sharing_groups, update_sharers
 from comlrl.algos.training.steps import rollout_metrics
-from comlrl.algos.training.update import split_terms, update_policy
 
 __all__ = [
     "ActorCriticConfig",
@@ -74,6 +79,8 @@ __all__ = [
     "rollout_values",
     "critic_advantages",
     "update_critic",
+    "update_critics",
+    "value_terms",
     "update_shared",
     "actor_update_settings",
     "critic_placement",
@@ -144,57 +151,49 @@ def step(run: ActorCriticRun) -> StepResult:
     tgt = [torch.cat(t) for t in targets]
     t2 = time.perf_counter()
 
-    # actors that share one model object take one step on the sum of their losses
-    sharers: dict[int, list[int]] = {}
-    for a, agent in enumerate(base.agents):
-        sharers.setdefault(id(agent.model), []).append(a)
-    actor_stats: dict[int, dict[str, float]] = {}
+    # Agents on one model object take one step on the sum of their losses (with value
+    # heads on that model, plus coef times the sum of their value losses), with the first
+    # one's optimizer; separate critics on one trunk take one step on the sum of their
+    # value losses (training.shared_models).
+    actor_groups = {g[0]: g for g in sharing_groups([a.model for a in base.agents])}
+    critic_groups = {
+        g[0]: g
+        for g in sharing_groups([c.trunk for c in run.critics])
+        if run.method == "iac" and not run.critics[g[0]].shared
+    }
 
-    def update_actor(a: int) -> dict[str, float]:
-        batches = ro.agent_batches(a)
-        per_turn = [per_agent[a] for per_agent in adv]
-        members = sharers[id(base.agents[a].model)]
-        if run.method == "iac" and run.critics[a].shared:
-            return update_shared(
-                base.agents[a].model,
-                run.critics[a],
-                base.optimizers[a],
-                batches,
-                per_turn,
-                base.update,
-                texts[a],
-                old[a],
-                tgt[a],
-                coef=cfg.value_loss_coef,
-                clip_range=cfg.value_clip_range,
+    def update(a: int) -> list[tuple[int, dict[str, float]]]:
+        out: list[tuple[int, dict[str, float]]] = []
+        members = actor_groups.get(a)
+        if members is not None:
+            heads = {
+                m: run.critics[m] for m in members if run.method == "iac" and run.critics[m].shared
+            }
+            values = (
+                value_terms(
+                    heads, dict(enumerate(texts)), dict(enumerate(old)), dict(enumerate(tgt)),
+                    coef=cfg.value_loss_coef, clip_range=cfg.value_clip_range,
+                    micro_batch_size=base.update.micro_batch_size,
+                )
+                if heads
+                else None
+            )  # fmt: skip
+            out += update_sharers(
+                base.agents[a].model, base.optimizers[a], ro, adv, members, base.update,
                 ref_model=base.ref_models[a] if base.ref_models is not None else None,
-            )
-        stats: dict[str, float] = {}
-        if members[0] == a:  # the first sharer steps for all of them
-            shared = update_policy(
-                base.agents[a].model,
-                base.optimizers[a],
-                [b for m in members for b in ro.agent_batches(m)],
-                [per_agent[m] for m in members for per_agent in adv],
-                base.update,
-                ref_model=base.ref_models[a] if base.ref_models is not None else None,
-                terms=[m for m in members for _ in ro.turns] if len(members) > 1 else None,
-                turns=[t for _ in members for t in range(len(ro.turns))],
-            )
-            actor_stats.update(split_terms(shared, members))
-            stats = actor_stats[a]
-        if run.method == "iac":
-            stats = {**stats, **_critic_step(run, a, texts[a], old[a], tgt[a], live)}
-        return stats
+                extra_loss=values,
+                extra_params=[p for c in heads.values() for p in c.head.parameters()],
+            ).items()  # fmt: skip
+        critics = critic_groups.get(a)
+        if critics is not None:
+            out += zip(critics, _critic_step(run, critics, texts, old, tgt, live), strict=True)
+        return out
 
-    stats = base.update_pool.map(update_actor)
-    for a in range(len(base.agents)):  # sharers report the shared step, each its own terms
-        first = sharers[id(base.agents[a].model)][0]
-        if first != a and a in actor_stats:
-            stats[a] = {**actor_stats[a], **stats[a]}
-    critic_stats = (
-        _critic_step(run, 0, texts[0], old[0], tgt[0], live) if run.method == "maac" else {}
-    )
+    stats: list[dict[str, float]] = [{} for _ in base.agents]
+    for parts in base.update_pool.map(update):
+        for m, own in parts:
+            stats[m].update(own)
+    critic_stats = _critic_step(run, [0], texts, old, tgt, live)[0] if run.method == "maac" else {}
     t3 = time.perf_counter()
     base.step += 1
     metrics = rollout_metrics(
@@ -249,23 +248,26 @@ def _can_fuse_critic_forward(run: ActorCriticRun) -> bool:
 
 def _critic_step(
     run: ActorCriticRun,
-    c: int,
-    texts: list[str],
-    old: torch.Tensor,
-    tgt: torch.Tensor,
+    members: list[int],
+    texts: list[list[str]],
+    old: list[torch.Tensor],
+    tgt: list[torch.Tensor],
     live: list[torch.Tensor] | None = None,
-) -> dict[str, float]:
+) -> list[dict[str, float]]:
+    """One critic update of the separate critics ``members`` (one critic, or critics on
+    one trunk: one step on the sum of their value losses, with their one optimizer);
+    each member's value metrics."""
     cfg = run.config
-    optimizer = run.critic_optimizers[c]
-    assert optimizer is not None  # shared critics are updated in update_shared
+    optimizer = run.critic_optimizers[members[0]]
+    assert optimizer is not None  # value heads on an actor are stepped with the actor
     if live is not None:
-        return _fused_critic_update(run, c, optimizer, live[c], old, tgt)
-    return update_critic(
-        run.critics[c],
+        return _fused_critic_update(run, members, optimizer, live, old, tgt)
+    return update_critics(
+        [run.critics[c] for c in members],
         optimizer,
-        texts,
-        old,
-        tgt,
+        [texts[c] for c in members],
+        [old[c] for c in members],
+        [tgt[c] for c in members],
         coef=cfg.value_loss_coef,
         clip_range=cfg.value_clip_range,
         num_iterations=cfg.num_iterations,
@@ -276,30 +278,36 @@ def _critic_step(
 
 def _fused_critic_update(
     run: ActorCriticRun,
-    c: int,
+    members: list[int],
     optimizer: torch.optim.Optimizer,
-    values: torch.Tensor,
-    old: torch.Tensor,
-    tgt: torch.Tensor,
-) -> dict[str, float]:
-    """:func:`update_critic` with one iteration on values already computed with gradient
-    (``values [M]``, the graph of this step's critic forward); same loss and metrics."""
-    cfg, critic = run.config, run.critics[c]
+    live: list[torch.Tensor],
+    old: list[torch.Tensor],
+    tgt: list[torch.Tensor],
+) -> list[dict[str, float]]:
+    """:func:`update_critics` with one iteration on values already computed with gradient
+    (``live[c]``, ``[M_c]``: the graph of this step's forward of critic ``c``); same loss
+    and metrics."""
+    cfg = run.config
     optimizer.zero_grad(set_to_none=True)
-    target = tgt.to(values.device)
-    loss, stats = value_loss(
-        values.unsqueeze(1).expand_as(target),
-        target,
-        old_values=old.to(values.device).unsqueeze(1).expand_as(target),
-        clip_range=cfg.value_clip_range,
-    )
-    (loss * cfg.value_loss_coef).backward()
-    if cfg.max_grad_norm is not None:
-        stats["critic_grad_norm"] = float(
-            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), cfg.max_grad_norm)
+    out = []
+    for c in members:
+        values = live[c]
+        target = tgt[c].to(values.device)
+        loss, stats = value_loss(
+            values.unsqueeze(1).expand_as(target),
+            target,
+            old_values=old[c].to(values.device).unsqueeze(1).expand_as(target),
+            clip_range=cfg.value_clip_range,
         )
+        (loss * cfg.value_loss_coef).backward()
+        out.append(stats)
+    if cfg.max_grad_norm is not None:
+        params = {id(p): p for c in members for p in run.critics[c].parameters()}
+        norm = float(torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.max_grad_norm))
+        for stats in out:
+            stats["critic_grad_norm"] = norm
     optimizer.step()
-    return stats
+    return out
 
 
 def evaluate(run: ActorCriticRun) -> dict[str, float]:

@@ -22,6 +22,7 @@ from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRun
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.shared_models import sharing_groups
 from comlrl.algos.training.steps import build_optimizer
 from comlrl.algos.training.update import UpdateSettings
 
@@ -47,6 +48,12 @@ def _check_critics(
             raise ConfigError(
                 f"critic {i} is marked shared but its trunk is not agent {i}'s model; a shared "
                 "critic must sit on its own agent's model (IAC only)."
+            )
+        if not critic.shared and any(critic.trunk is a.model for a in agents):
+            raise ConfigError(
+                f"critic {i} is separate but its trunk is an agent's model, which its own "
+                "optimizer would step a second time; use critic_mode='shared' (a value head "
+                "on the agent's model, IAC) or give the critic its own model."
             )
 
 
@@ -111,8 +118,10 @@ def attach(
     ``config.critic_model`` or the agent's model; a shared one puts a new head on the
     actor), places them (:func:`critic_placement`: ``critic_devices``, else beside their
     agents; checked before any critic loads or moves) and gives each separate critic an optimizer
-    with ``config.critic_lr``; a shared head joins its actor's optimizer as a parameter
-    group with that learning rate. With ``G = 1`` the actors' update runs each prompt and
+    with ``config.critic_lr`` (critics on one trunk object: one optimizer, the same object
+    for each, over all their parameters); a shared head joins its actor's optimizer as a
+    parameter group with that learning rate (agents on one model object: the first one's
+    optimizer, which steps for all of them). With ``G = 1`` the actors' update runs each prompt and
     its completion in one forward (:func:`actor_update_settings`).
 
     Raises:
@@ -132,27 +141,32 @@ def attach(
     critics = list(critics) if critics is not None else _build_critics(agents, config, method)
     _check_critics(critics, method, config, agents)
     base.update = actor_update_settings(base.update, config.num_generations)
-    optimizers: list[torch.optim.Optimizer | None] = []
+    # agents on one model object step together with their leader's optimizer
+    # (training.shared_models), so every value head on that model joins it; separate
+    # critics on one trunk share one optimizer over all their parameters
+    leader = {a: g[0] for g in sharing_groups([a.model for a in agents]) for a in g}
+    optimizers: list[torch.optim.Optimizer | None] = [None] * len(critics)
     for i, critic in enumerate(critics):
-        device = devices[i]
+        critic.head.to(devices[i])
         if critic.shared:
-            critic.head.to(device)
-            base.optimizers[i].add_param_group(
+            base.optimizers[leader[i]].add_param_group(
                 {"params": list(critic.head.parameters()), "lr": config.critic_lr}
             )
-            optimizers.append(None)
         else:
-            critic.trunk.to(device)
-            critic.head.to(device)
+            critic.trunk.to(devices[i])
             critic.trunk.train()
-            optimizers.append(
-                build_optimizer(
-                    list(critic.parameters()),
-                    config.optimizer,
-                    lr=config.critic_lr,
-                    weight_decay=config.weight_decay,
-                )
-            )
+    for group in sharing_groups([c.trunk for c in critics]):
+        if critics[group[0]].shared:
+            continue
+        params = {id(p): p for c in group for p in critics[c].parameters()}
+        optimizer = build_optimizer(
+            list(params.values()),
+            config.optimizer,
+            lr=config.critic_lr,
+            weight_decay=config.weight_decay,
+        )
+        for c in group:
+            optimizers[c] = optimizer
     return ActorCriticRun(base, config, method, critics, optimizers)
 
 

@@ -10,7 +10,8 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
    mean return of the joint actions it took part in and compared with its ``G`` siblings
    by the estimator (``mean``: MAGRPO, leave-one-out: MARLOO, ``max``: MAReMax, none:
    MAREINFORCE);
-4. :func:`~comlrl.algos.training.update.update_policy` per agent (concurrently where it helps):
+4. :func:`~comlrl.algos.training.shared_models.update_sharers` per agent (concurrently where
+   it helps; agents on one model object take one step on the sum of their losses):
    one optimizer step on the whole rollout, or with ``update_chunk_nodes`` one per chunk of
    tree nodes in CoMLRL 1.4.3's order (:mod:`comlrl.algos.training.node_chunks`);
 5. metrics.
@@ -49,12 +50,13 @@ from comlrl.algos.training.loop import (
 )
 from comlrl.algos.training.node_chunks import update_in_node_chunks
 from comlrl.algos.training.reporting import build_reporters
+from comlrl.algos.training.shared_models import sharing_groups, update_sharers
 from comlrl.algos.training.steps import (
     merge_summaries,
     rollout_summary,
     summary_metrics,
 )
-from comlrl.algos.training.update import split_terms, update_policy
+from comlrl.algos.training.update import split_terms
 
 __all__ = [
     "GroupBaselineRun",
@@ -140,38 +142,32 @@ def step(run: GroupBaselineRun) -> StepResult:
 
     # agents that share one model object take one step on the sum of their losses (one
     # set of optimizer moments, the first sharer's optimizer); each reports that step's
-    # loss and grad norm and its own completions' KL/clip/ratio (split_terms)
-    sharers: dict[int, list[int]] = {}
-    for a, agent in enumerate(run.agents):
-        sharers.setdefault(id(agent.model), []).append(a)
+    # loss and grad norm and its own completions' KL/clip/ratio (shared_models)
+    groups = {g[0]: g for g in sharing_groups([agent.model for agent in run.agents])}
 
-    def update(a: int) -> dict[str, float] | None:
-        members = sharers[id(run.agents[a].model)]
-        if members[0] != a:
-            return None
+    def update(a: int) -> dict[int, dict[str, float]]:
+        members = groups.get(a)
+        if members is None:  # another agent's update steps this model
+            return {}
+        ref_model = run.ref_models[a] if run.ref_models is not None else None
+        sync = run.syncs[a] if run.syncs is not None else None
         if cfg.update_chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
-            return update_in_node_chunks(
-                run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
-                cfg.update_chunk_nodes, split_turns=cfg.update_chunk_split_turns,
-                ref_model=run.ref_models[a] if run.ref_models is not None else None,
-                sync=run.syncs[a] if run.syncs is not None else None,
+            return split_terms(
+                update_in_node_chunks(
+                    run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
+                    cfg.update_chunk_nodes, split_turns=cfg.update_chunk_split_turns,
+                    ref_model=ref_model, sync=sync,
+                ),
+                members,
             )  # fmt: skip
-        return update_policy(
-            run.agents[a].model,
-            run.optimizers[a],
-            [b for m in members for b in ro.agent_batches(m)],
-            [per_agent[m] for m in members for per_agent in adv],
-            run.update,
-            ref_model=run.ref_models[a] if run.ref_models is not None else None,
-            sync=run.syncs[a] if run.syncs is not None else None,
-            terms=[m for m in members for _ in ro.turns] if len(members) > 1 else None,
-            turns=[t for _ in members for t in range(len(ro.turns))],
-        )
+        return update_sharers(
+            run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
+            ref_model=ref_model, sync=sync,
+        )  # fmt: skip
 
-    results = run.update_pool.map(update)
     stats: list[dict[str, float]] = [{} for _ in run.agents]
-    for members in sharers.values():
-        for m, own in split_terms(results[members[0]] or {}, members).items():
+    for per_member in run.update_pool.map(update):
+        for m, own in per_member.items():
             stats[m] = own
     t2 = time.perf_counter()
     run.step += 1
