@@ -14,7 +14,7 @@ Usage::
         --out packages/comlrl-kernels/benchmarks/results/cpu_linear_rows.json
 
 ``COMLRL_KERNELS_CPU_ISA=base|avx2|avx512`` runs that build of the kernel. ``--in-cache``
-reuses one weight per shape instead (choose shapes that fit in L2, e.g. 256x576): the
+reuses one weight per shape instead (shapes that fit in L3, e.g. 4096x576; in L2 the calls are too short for the Python call overhead): the
 kernel's arithmetic rate without the memory, reported as GFLOP/s (2 * rows * N * K per
 call) beside the GB/s of every case.
 """
