@@ -17,10 +17,15 @@ prompts, our sampler (one prefill, then :class:`FastDecoder` steps) with its lin
 the C++ few-row GEMV (``comlrl.kernels.FewRowsLinear``, "ours_kernel") and on torch's
 ``F.linear`` (``use_backend("torch")``, "ours_torch_gemv"), vs Hugging Face
 ``model.generate`` (greedy, ``min_new_tokens`` = ``max_new_tokens`` so all make every
-token), alternating, best of ``--decode-repeats``, and what the hardware allows: a decode
+token), alternating, best of ``--decode-repeats``; a decode step's time is each side's
+best time for ``--decode-new-tokens`` tokens minus its own best time for one token (its
+prefill and first token), over the steps between. (Subtracting one ``model(...)`` prefill
+from every side, as this script first did, let the prefill's noise decide the 4-row
+result: there the prefill is ~3.4 s of a ~4.7 s call.) And what the hardware allows: a decode
 step must read every weight once (bytes over the streaming bandwidth: the best
 ``x.sum()`` over 512 MiB, measured before and after the decode runs) and do
-``2 * params * rows`` FLOPs (over the measured float32 matmul rate); the larger of the two
+``2 * params * rows`` FLOPs (over the best float32 1024^3 matmul rate, likewise measured
+before and after: one measurement under a passing load made the limit lax); the larger of the two
 is the limit. The 1-minute load average is recorded with every row.
 
 Usage (from the repo root)::
@@ -192,20 +197,21 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw_runs = [_bandwidth_gb_s(args.decode_threads, repeats=args.bandwidth_repeats)]
-    gflops = _matmul_gflops(args.decode_threads)
+    gflops_runs = [_matmul_gflops(args.decode_threads)]
     out["hardware"] = {
         "params": params,
         "weight_bytes": weight_bytes,
         "read_bandwidth_gb_s_runs": bw_runs,
-        "matmul_gflop_s": gflops,
+        "matmul_gflop_s_runs": gflops_runs,
         "method": "a decode step reads every weight once (the tied embedding as the LM "
         "head) and does 2*params*rows FLOPs; limit per step = max(weight_bytes / "
         "bandwidth, 2*params*rows / matmul rate); bandwidth = best x.sum() over 512 MiB "
         "float32 (best of the runs before and after the decode rows), matmul rate = best "
-        "1024^3 float32 matmul, all on the same threads",
+        "1024^3 float32 matmul (likewise before and after), all on the same threads",
     }
     print(
-        f"[decode] x.sum bandwidth {bw_runs[0]:.1f} GB/s, matmul {gflops:.1f} GFLOP/s", flush=True
+        f"[decode] x.sum bandwidth {bw_runs[0]:.1f} GB/s, matmul {gflops_runs[0]:.1f} GFLOP/s",
+        flush=True,
     )
     examples = list(task.load("test"))
     for rows in args.decode_rows:
@@ -218,8 +224,10 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
         }
         out["rows"].append(r)
     bw_runs.append(_bandwidth_gb_s(args.decode_threads, repeats=args.bandwidth_repeats))
-    bw = max(bw_runs)
+    gflops_runs.append(_matmul_gflops(args.decode_threads))
+    bw, gflops = max(bw_runs), max(gflops_runs)
     out["hardware"]["read_bandwidth_gb_s"] = bw
+    out["hardware"]["matmul_gflop_s"] = gflops
     for r in out["rows"]:
         rows = r["rows"]
         limit_s = max(weight_bytes / (bw * 1e9), 2 * params * rows / (gflops * 1e9))
@@ -235,7 +243,7 @@ def run_decode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
         print(
             f"[decode rows={rows}] tok/s: kernel {tps['ours_kernel']:.1f}, torch GEMV "
             f"{tps['ours_torch_gemv']:.1f}, generate {tps['hf_generate']:.1f}, limit "
-            f"{r['limit_tokens_per_s']:.1f} (bandwidth {bw:.1f} GB/s); time over the limit's: "
+            f"{r['limit_tokens_per_s']:.1f} (bandwidth {bw:.1f} GB/s, matmul {gflops:.1f} GFLOP/s); time over the limit's: "
             + ", ".join(f"{k} {v:.2f}x" for k, v in r["over_limit"].items())
             + f"; linears alone ms/step: {r['linears_only_ms_per_step']}"
             + f"; same tokens as generate: {r['same_tokens']}; load {r['loadavg_1m']}",
@@ -256,49 +264,57 @@ def _decode_row(
 
     n_new, rows = args.decode_new_tokens, int(ids.shape[0])
     sampler = NativeSampler(model, pad_token_id=tok.pad_token_id, eos_token_ids=[])
-    sp = SamplingParams(num_generations=1, max_new_tokens=n_new, top_k=1)
 
-    def ours() -> Any:
+    def ours(n: int) -> Any:
+        sp = SamplingParams(num_generations=1, max_new_tokens=n, top_k=1)
         return sampler.sample(ids, mask, sp)[0]
 
-    def ours_torch() -> Any:
+    def ours_torch(n: int) -> Any:
         with use_backend("torch"):  # FastDecoder's linears on F.linear
-            return sampler.sample(ids, mask, sp)[0]
+            return ours(n)
 
-    def hf() -> Any:
+    def hf(n: int) -> Any:
         with torch.no_grad():
             seq = model.generate(
                 input_ids=ids,
                 attention_mask=mask,
                 do_sample=False,
-                max_new_tokens=n_new,
-                min_new_tokens=n_new,
+                max_new_tokens=n,
+                min_new_tokens=n,
                 pad_token_id=tok.pad_token_id,
             )
         return seq[:, ids.shape[1] :]
 
-    def prefill() -> None:
+    def prefill(n: int) -> None:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
 
     fns = {"ours_kernel": ours, "ours_torch_gemv": ours_torch, "hf_generate": hf}
     times: dict[str, list[float]] = {k: [] for k in [*fns, "prefill"]}
+    first: dict[str, list[float]] = {k: [] for k in fns}  # one token: prefill + first token
     tokens: dict[str, Any] = {}
     load = [os.getloadavg()[0]]
     for _ in range(args.decode_repeats):  # alternate, best of repeats
         for name, fn in (*fns.items(), ("prefill", prefill)):
             t0 = time.perf_counter()
-            tokens[name] = fn()
+            tokens[name] = fn(n_new)
             times[name].append(time.perf_counter() - t0)
+            if name in first:
+                t0 = time.perf_counter()
+                fn(1)
+                first[name].append(time.perf_counter() - t0)
     load.append(os.getloadavg()[0])
     best = {k: min(v) for k, v in times.items()}
+    best_first = {k: min(v) for k, v in first.items()}
     decode_steps = n_new - 1  # the first token comes from the prefill's logits
-    per_step = {k: (best[k] - best["prefill"]) / decode_steps for k in fns}
+    per_step = {k: (best[k] - best_first[k]) / decode_steps for k in fns}
     return {
         "rows": rows,
         "prompt_len": int(ids.shape[1]),
         "seconds_best": best,
         "seconds_all": times,
+        "seconds_first_token_best": best_first,
+        "seconds_first_token_all": first,
         "decode_ms_per_step": {k: v * 1000 for k, v in per_step.items()},
         "tokens_per_s_total": {k: rows * n_new / best[k] for k in fns},
         "decode_tokens_per_s": {k: rows / v for k, v in per_step.items()},

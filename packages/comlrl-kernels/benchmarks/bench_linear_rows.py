@@ -13,7 +13,10 @@ Usage::
     python packages/comlrl-kernels/benchmarks/bench_linear_rows.py --rows 1,4,8,16,24,32 \\
         --out packages/comlrl-kernels/benchmarks/results/cpu_linear_rows.json
 
-``COMLRL_KERNELS_CPU_ISA=base`` runs the kernel's baseline build.
+``COMLRL_KERNELS_CPU_ISA=base|avx2|avx512`` runs that build of the kernel. ``--in-cache``
+reuses one weight per shape instead (shapes that fit in L3, e.g. 4096x576; in L2 the calls are too short for the Python call overhead): the
+kernel's arithmetic rate without the memory, reported as GFLOP/s (2 * rows * N * K per
+call) beside the GB/s of every case.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--outer", type=int, default=5)
     p.add_argument("--pool-mib", type=int, default=256)
+    p.add_argument("--in-cache", action="store_true", help="one weight per shape, reused")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     if _dispatch._cpu is None:
@@ -80,6 +84,7 @@ def main() -> None:
         "benchmark": "linear_rows",
         "isa": _dispatch._cpu.isa(),
         "threads": args.threads,
+        "in_cache": args.in_cache,
         "xsum_gb_s": xsum_gb_s(),
         "environment": environment(torch.device("cpu")),
         "cases": [],
@@ -89,7 +94,8 @@ def main() -> None:
         for shape in args.shapes.split(","):
             n, k = (int(v) for v in shape.split("x"))
             nbytes = n * k * 4
-            pool = [torch.randn(n, k) for _ in range(max(2, (args.pool_mib << 20) // nbytes))]
+            count = 1 if args.in_cache else max(2, (args.pool_mib << 20) // nbytes)
+            pool = [torch.randn(n, k) for _ in range(count)]
             for rows in (int(r) for r in args.rows.split(",")):
                 kern, ref = kernel_and_torch_s(pool, torch.randn(rows, k), args.reps, args.outer)
                 case = {
@@ -100,14 +106,17 @@ def main() -> None:
                     "torch_ms": ref * 1e3,
                     "kernel_gb_s": nbytes / kern / 1e9,
                     "torch_gb_s": nbytes / ref / 1e9,
+                    "kernel_gflop_s": 2 * rows * n * k / kern / 1e9,
+                    "torch_gflop_s": 2 * rows * n * k / ref / 1e9,
                     "speedup": ref / kern,
                     "loadavg_1m": os.getloadavg()[0],
                 }
                 result["cases"].append(case)
                 print(
                     f"{n}x{k} rows={rows}: kernel {case['kernel_ms']:.3f} ms "
-                    f"({case['kernel_gb_s']:.1f} GB/s), torch {case['torch_ms']:.3f} ms "
-                    f"({case['torch_gb_s']:.1f} GB/s): {case['speedup']:.2f}x, "
+                    f"({case['kernel_gb_s']:.1f} GB/s, {case['kernel_gflop_s']:.1f} GFLOP/s), "
+                    f"torch {case['torch_ms']:.3f} ms ({case['torch_gb_s']:.1f} GB/s, "
+                    f"{case['torch_gflop_s']:.1f} GFLOP/s): {case['speedup']:.2f}x, "
                     f"load {case['loadavg_1m']:.1f}",
                     flush=True,
                 )

@@ -246,9 +246,70 @@ void weighted_values(const float* w, const float* pv, i64 s_len, const float* wn
   for (i64 e = 0; e < d; ++e) o[e] *= inv;
 }
 
+#if defined(__GNUC__)
+// out[h][s] = scaling * sum_e q[h][e] * keys[e * stride + s] (+ bias[s]) for NH query heads
+// that share these keys (transposed, [d, positions]) and positions s in [0, n): blocks of
+// kS vectors of 8 positions x NH heads, so NH * kS independent FMA chains run at once
+// (one chain per vector of positions waited on the FMA latency, 64 times per head at
+// d = 64). The sum over e is in order, as in the plain loop below.
+template <int NH>
+void score_block(const float* const* q, const float* keys, i64 stride, i64 n, i64 d, float scaling,
+            const float* bias, float* const* out) {
+  constexpr int kS = 4;
+  i64 s = 0;
+  for (; s + 8 * kS <= n; s += 8 * kS) {
+    v8 acc[NH][kS];
+    for (int h = 0; h < NH; ++h)
+      for (int c = 0; c < kS; ++c) acc[h][c] = v8{};
+    for (i64 e = 0; e < d; ++e) {
+      const float* kr = keys + e * stride + s;
+      v8 kv[kS];
+      for (int c = 0; c < kS; ++c) kv[c] = load8(kr + 8 * c);
+      for (int h = 0; h < NH; ++h) {
+        const float qv = q[h][e];
+        for (int c = 0; c < kS; ++c) acc[h][c] += qv * kv[c];
+      }
+    }
+    for (int h = 0; h < NH; ++h)
+      for (int c = 0; c < kS; ++c) {
+        v8 y = acc[h][c] * scaling;
+        if (bias != nullptr) y += load8(bias + s + 8 * c);
+        std::memcpy(out[h] + s + 8 * c, &y, sizeof y);
+      }
+  }
+  for (; s < n; ++s)
+    for (int h = 0; h < NH; ++h) {
+      float a = 0.f;
+      for (i64 e = 0; e < d; ++e) a += q[h][e] * keys[e * stride + s];
+      out[h][s] = a * scaling + (bias != nullptr ? bias[s] : 0.f);
+    }
+}
+#endif
+
+// Scores of `nh` query heads (q[h] each d floats) over n positions of transposed keys.
+void scores_any(int nh, const float* const* q, const float* keys, i64 stride, i64 n, i64 d,
+                float scaling, const float* bias, float* const* out) {
+#if defined(__GNUC__)
+  switch (nh) {
+    case 1: return score_block<1>(q, keys, stride, n, d, scaling, bias, out);
+    case 2: return score_block<2>(q, keys, stride, n, d, scaling, bias, out);
+    case 3: return score_block<3>(q, keys, stride, n, d, scaling, bias, out);
+    default: return score_block<4>(q, keys, stride, n, d, scaling, bias, out);
+  }
+#else
+  for (int h = 0; h < nh; ++h)
+    for (i64 s = 0; s < n; ++s) {
+      float a = 0.f;
+      for (i64 e = 0; e < d; ++e) a += q[h][e] * keys[e * stride + s];
+      out[h][s] = a * scaling + (bias != nullptr ? bias[s] : 0.f);
+    }
+#endif
+}
+
 // Attention of row r's query heads of kv head kh over the prompt and slots [0, slot].
 // DD > 0: the head dimension as a compile-time constant (the common sizes, so the loops
-// over it unroll into whole vectors); DD = 0: any head dimension.
+// over it unroll into whole vectors); DD = 0: any head dimension. `sc` holds
+// kScoreHeads * (prefix + steps) floats.
 template <int DD>
 void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* out, i64 r,
             i64 kh, i64 slot, float* sc) {
@@ -262,38 +323,37 @@ void attend(const DecodeModel& m, const DecodeLayer& l, const float* q, float* o
   const float* vc = l.values + ((p * m.kv_heads + kh) * g + gi) * t_cap * d;
   const float* bias = m.prefix_bias + p * s_len;
   const i64 n_new = slot + 1, n = s_len + n_new;
-  const float scaling = m.scaling;
-  for (i64 j = 0; j < rep; ++j) {
-    const i64 hq = kh * rep + j;
-    const float* qh = q + (r * m.heads + hq) * d;
-    float* o = out + (r * m.heads + hq) * d;
-    float* sn = sc + s_len;
-    // Scores: one dot product per position, vectorized over positions (keys are stored
-    // transposed, [D, positions]), the sum over the head dimension in order.
-#pragma omp simd
-    for (i64 s = 0; s < s_len; ++s) {
-      float a = 0.f;
-      for (i64 e = 0; e < d; ++e) a += qh[e] * pk[e * s_len + s];
-      sc[s] = a * scaling + bias[s];
+  const i64 sc_stride = s_len + t_cap;
+  // The query heads of this kv head, kScoreHeads at a time: their scores over the shared
+  // keys in one pass, then each head's softmax and weighted sum of values.
+  for (i64 j0 = 0; j0 < rep; j0 += kScoreHeads) {
+    const int nh = static_cast<int>(std::min<i64>(kScoreHeads, rep - j0));
+    const float* qh[kScoreHeads];
+    float* so[kScoreHeads];
+    float* sn[kScoreHeads];
+    for (int h = 0; h < nh; ++h) {
+      qh[h] = q + (r * m.heads + kh * rep + j0 + h) * d;
+      so[h] = sc + h * sc_stride;
+      sn[h] = so[h] + s_len;
     }
-#pragma omp simd
-    for (i64 t = 0; t < n_new; ++t) {
-      float a = 0.f;
-      for (i64 e = 0; e < d; ++e) a += qh[e] * kc[e * t_cap + t];
-      sn[t] = a * scaling;
-    }
-    float mx = -std::numeric_limits<float>::infinity();
+    scores_any(nh, qh, pk, s_len, s_len, d, m.scaling, bias, so);
+    scores_any(nh, qh, kc, t_cap, n_new, d, m.scaling, nullptr, sn);
+    for (int h = 0; h < nh; ++h) {
+      float* row = so[h];
+      float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (i64 i = 0; i < n; ++i) mx = sc[i] > mx ? sc[i] : mx;
-    float sum = 0.f;
+      for (i64 i = 0; i < n; ++i) mx = row[i] > mx ? row[i] : mx;
+      float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-    for (i64 i = 0; i < n; ++i) {
-      const float e = exp_poly(sc[i] - mx);
-      sc[i] = e;
-      sum += e;
+      for (i64 i = 0; i < n; ++i) {
+        const float e = exp_poly(row[i] - mx);
+        row[i] = e;
+        sum += e;
+      }
+      const float inv = 1.f / sum;
+      float* o = out + (r * m.heads + kh * rep + j0 + h) * d;
+      weighted_values<DD>(row, pv, s_len, sn[h], vc, n_new, d, inv, o);
     }
-    const float inv = 1.f / sum;
-    weighted_values<DD>(sc, pv, s_len, sn, vc, n_new, d, inv, o);
   }
 }
 
@@ -368,7 +428,7 @@ void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t 
       std::vector<float> own;
       float* scores = sc;
       if (lo != 0) {  // another thread: its own scores buffer
-        own.resize(static_cast<size_t>(n_pos));
+        own.resize(static_cast<size_t>(kScoreHeads * (m.prefix + m.steps)));
         scores = own.data();
       }
       for (i64 t = lo; t < hi; ++t)

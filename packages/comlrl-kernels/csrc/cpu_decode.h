@@ -63,13 +63,17 @@ struct DecodeModel {
   std::int64_t rope_steps = 0;
 };
 
+// Query heads whose attention scores one pass computes (over their shared kv head's keys).
+constexpr std::int64_t kScoreHeads = 4;
+
 // Floats of scratch one step needs (rows = P * G).
 inline std::int64_t decode_workspace_floats(const DecodeModel& m) {
   std::int64_t inter = 0;
   for (const auto& l : m.layers) inter = l.gate.n > inter ? l.gate.n : inter;
   const std::int64_t rows = m.prompts * m.group;
   const std::int64_t qd = m.heads * m.head_dim, kvd = m.kv_heads * m.head_dim;
-  return rows * (2 * m.hidden + 2 * qd + 2 * kvd + 2 * inter) + (m.prefix + m.steps);
+  return rows * (2 * m.hidden + 2 * qd + 2 * kvd + 2 * inter) +
+         kScoreHeads * (m.prefix + m.steps);
 }
 
 // Runs one step: feeds tokens [R] (checked to lie in [0, V)) at completion slot `slot`
@@ -81,6 +85,10 @@ void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t 
                  float* logits, std::int64_t logits_stride, float* work, int num_threads);
 }
 namespace isa_avx2 {
+void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t slot,
+                 float* logits, std::int64_t logits_stride, float* work, int num_threads);
+}
+namespace isa_avx512 {
 void decode_step(const DecodeModel& m, const std::int64_t* tokens, std::int64_t slot,
                  float* logits, std::int64_t logits_stride, float* work, int num_threads);
 }

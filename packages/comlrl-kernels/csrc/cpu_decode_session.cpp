@@ -159,10 +159,17 @@ void DecodeSession::step(const i64* tokens, i64 rows, i64 slot, float* logits, i
               " rows (prompts x group)");
   require(logits_stride >= m_.vocab, "logits row stride " + std::to_string(logits_stride) +
                                          " < vocab " + std::to_string(m_.vocab));
+  const char* isa = active_isa();
+#if COMLRL_HAVE_AVX512
+  if (std::strcmp(isa, "avx512") == 0)
+    return isa_avx512::decode_step(m_, tokens, slot, logits, logits_stride, work_.data(),
+                                   num_threads);
+#endif
 #if COMLRL_HAVE_AVX2
-  if (std::strcmp(active_isa(), "avx2") == 0)
+  if (std::strcmp(isa, "avx2") == 0)
     return isa_avx2::decode_step(m_, tokens, slot, logits, logits_stride, work_.data(), num_threads);
 #endif
+  (void)isa;
   isa_base::decode_step(m_, tokens, slot, logits, logits_stride, work_.data(), num_threads);
 }
 

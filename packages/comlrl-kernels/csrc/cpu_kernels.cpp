@@ -4,9 +4,10 @@
 //
 // Threads: std::thread over contiguous row ranges; the count comes from the caller
 // (Python passes torch.get_num_threads()), capped so each thread gets >= 256K elements.
-// Instruction set: the AVX2+FMA+F16C build of the row kernels when the CPU has them
-// (x86-64 builds only), else the baseline build. COMLRL_KERNELS_CPU_ISA=base forces the
-// baseline (used by the tests to cover both).
+// Instruction set: the AVX-512 build of the few-row linear and decode step, else the
+// AVX2+FMA+F16C build of the row kernels, when the CPU and OS run them (x86-64 builds
+// only; cpuid + xgetbv), else the baseline build. COMLRL_KERNELS_CPU_ISA=base|avx2|avx512
+// forces one (the tests cover each this machine runs); forcing one it cannot run raises.
 #include "cpu_kernels.h"
 
 #include <algorithm>
@@ -19,27 +20,97 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include "common.h"
 #include "cpu_linear.h"
 #include "cpu_rows.h"
 
 namespace comlrl::cpu {
 
-const char* active_isa() {
-#if COMLRL_HAVE_AVX2
-  const char* forced = std::getenv("COMLRL_KERNELS_CPU_ISA");
-  if (forced && std::strcmp(forced, "base") == 0) return "base";
-  static const bool supported = __builtin_cpu_supports("avx2") &&
-                                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return supported ? "avx2" : "base";
-#else
-  return "base";
+namespace {
+
+// What this CPU and OS can run, from cpuid and xgetbv (not the compiler's view): AVX2 needs
+// cpuid's AVX2/AVX/FMA/F16C bits and the OS saving the YMM state (XCR0 bits 1-2); AVX-512
+// also needs the F/DQ/BW/VL bits and the OS saving the opmask and all 32 ZMM registers
+// (XCR0 bits 5-7). A CPU may report AVX-512 while the OS leaves the ZMM state off.
+struct CpuIsas {
+  bool avx2 = false;
+  bool avx512 = false;
+};
+
+CpuIsas detect_isas() {
+  CpuIsas out;
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7 || !__get_cpuid(1, &a, &b, &c, &d)) return out;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+  const bool fma = c & (1u << 12), f16c = c & (1u << 29);
+  if (!osxsave || !avx) return out;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;
+  const bool zmm_state = (xcr0_lo & 0xE6u) == 0xE6u;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+  out.avx2 = ymm_state && avx2 && fma && f16c;
+  out.avx512 = out.avx2 && zmm_state && avx512;
 #endif
+  return out;
+}
+
+const CpuIsas& cpu_isas() {
+  static const CpuIsas isas = detect_isas();
+  return isas;
+}
+
+bool built_and_runs(const char* isa) {
+  if (std::strcmp(isa, "base") == 0) return true;
+#if COMLRL_HAVE_AVX2
+  if (std::strcmp(isa, "avx2") == 0) return cpu_isas().avx2;
+#endif
+#if COMLRL_HAVE_AVX512
+  if (std::strcmp(isa, "avx512") == 0) return cpu_isas().avx512;
+#endif
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> runnable_isas() {
+  std::vector<std::string> out;
+  for (const char* isa : {"base", "avx2", "avx512"})
+    if (built_and_runs(isa)) out.emplace_back(isa);
+  return out;
+}
+
+const char* active_isa() {
+  const char* forced = std::getenv("COMLRL_KERNELS_CPU_ISA");
+  if (forced && *forced && std::strcmp(forced, "auto") != 0) {
+    for (const char* isa : {"base", "avx2", "avx512"}) {
+      if (std::strcmp(forced, isa) != 0) continue;
+      if (!built_and_runs(isa))
+        throw std::runtime_error(std::string("COMLRL_KERNELS_CPU_ISA=") + forced +
+                                 ": this build or CPU cannot run it (runnable: base" +
+                                 (built_and_runs("avx2") ? ", avx2" : "") +
+                                 (built_and_runs("avx512") ? ", avx512" : "") + ")");
+      return isa;
+    }
+    throw std::invalid_argument(std::string("COMLRL_KERNELS_CPU_ISA=") + forced +
+                                " is not one of auto, base, avx2, avx512");
+  }
+  if (built_and_runs("avx512")) return "avx512";
+  if (built_and_runs("avx2")) return "avx2";
+  return "base";
 }
 
 namespace {
 
-bool use_avx2() { return std::strcmp(active_isa(), "avx2") == 0; }
+// The log-prob row kernels have no AVX-512 build: they run the AVX2 one there.
+bool use_avx2() { return std::strcmp(active_isa(), "base") != 0; }
 
 // Starting a std::thread costs ~40-60 us here; give each thread >= 256K elements
 // (~250 us of work for the log-prob rows) so that small calls stay on the caller.
@@ -184,16 +255,22 @@ void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t
                                 " x_stride=" + std::to_string(x_stride) +
                                 " w_stride=" + std::to_string(w_stride));
   const LinearArgs args{x, x_stride, weight, w_stride, bias, y, n, rows, k};
-  const bool avx2 = use_avx2();
+  const char* isa = active_isa();
+  const bool avx2 = std::strcmp(isa, "avx2") == 0;
+  const bool avx512 = std::strcmp(isa, "avx512") == 0;
   // A GEMV streams 4 bytes of weight per element at ~25 GB/s, ~160 us per 1M elements:
   // a thread gets >= 2M weight elements (8 MB) to be worth its start-up.
   parallel_rows(
       n, k, num_threads,
       [&](std::int64_t lo, std::int64_t hi) {
+#if COMLRL_HAVE_AVX512
+        if (avx512) return isa_avx512::linear_rows(args, lo, hi);
+#endif
 #if COMLRL_HAVE_AVX2
         if (avx2) return isa_avx2::linear_rows(args, lo, hi);
 #endif
         (void)avx2;
+        (void)avx512;
         isa_base::linear_rows(args, lo, hi);
       },
       std::int64_t{1} << 21);

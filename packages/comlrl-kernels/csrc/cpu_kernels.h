@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace comlrl::cpu {
 
@@ -48,7 +50,12 @@ void linear_rows(const float* x, std::int64_t rows, std::int64_t k, std::int64_t
                  const float* weight, std::int64_t n, std::int64_t w_stride, const float* bias,
                  float* y, int num_threads);
 
-// Instruction set the row kernels run with now: "avx2" or "base".
+// Instruction set the row kernels run with now: "avx512", "avx2" or "base" (the best this
+// build and CPU run, or COMLRL_KERNELS_CPU_ISA). Throws std::invalid_argument for an
+// unknown COMLRL_KERNELS_CPU_ISA and std::runtime_error for one this CPU cannot run.
 const char* active_isa();
+
+// The instruction sets this build and CPU run, baseline first.
+std::vector<std::string> runnable_isas();
 
 }  // namespace comlrl::cpu

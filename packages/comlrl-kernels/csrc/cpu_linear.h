@@ -25,5 +25,8 @@ void linear_rows(const LinearArgs& args, std::int64_t lo, std::int64_t hi);
 namespace isa_avx2 {
 void linear_rows(const LinearArgs& args, std::int64_t lo, std::int64_t hi);
 }
+namespace isa_avx512 {
+void linear_rows(const LinearArgs& args, std::int64_t lo, std::int64_t hi);
+}
 
 }  // namespace comlrl::cpu

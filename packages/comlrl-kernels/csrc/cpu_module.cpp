@@ -177,6 +177,8 @@ PYBIND11_MODULE(_cpu, m) {
       py::arg("logp"));
 
   m.def("isa", &comlrl::cpu::active_isa,
-        "Instruction set of the row kernels now: 'avx2' or 'base' "
-        "(COMLRL_KERNELS_CPU_ISA=base forces the baseline).");
+        "Instruction set of the row kernels now: 'avx512', 'avx2' or 'base' "
+        "(COMLRL_KERNELS_CPU_ISA=base|avx2|avx512 forces one).");
+  m.def("isas", &comlrl::cpu::runnable_isas,
+        "Instruction sets this build and CPU run (cpuid + xgetbv), baseline first.");
 }

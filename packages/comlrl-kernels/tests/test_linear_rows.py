@@ -25,7 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 needs_cpu = pytest.mark.skipif(_dispatch._cpu is None, reason="_cpu module not built")
-ISAS = ["base", "auto"]  # COMLRL_KERNELS_CPU_ISA: the baseline and the best build here
+# COMLRL_KERNELS_CPU_ISA: every build this CPU runs (base, avx2, avx512) and the automatic pick
+ISAS = ["auto", *(_dispatch._cpu.isas() if _dispatch._cpu is not None else [])]
 U = 2.0**-24
 
 
@@ -94,19 +95,49 @@ def test_kernel_is_within_the_float32_sum_bound_of_the_exact_result(
 
 
 @needs_cpu
-@pytest.mark.parametrize("k", [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 576])
+@pytest.mark.parametrize(
+    "k", [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 127, 129, 576]
+)
 @pytest.mark.parametrize("bias", [False, True])
 def test_edge_shapes_every_row_count(monkeypatch: pytest.MonkeyPatch, k: int, bias: bool) -> None:
-    # K around the vector widths and unrolled blocks (4/8 lanes, x2), odd N, rows
-    # 1..MAX_ROWS around the row tiles (4), on each instruction-set build.
+    # K around the vector widths and unrolled steps (4/8/16 lanes, x1/x2/x4), N around
+    # the weight-row tiles (2/3/4, the next tile prefetched from 2 tiles on), rows
+    # 1..MAX_ROWS around the row tile (4), on each instruction-set build.
     for isa in ISAS:
         monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", isa)
-        for n in (1, 2, 3, 4, 5, 7, 9):
+        for n in (1, 2, 3, 4, 5, 7, 8, 9, 13):
             for rows in range(1, MAX_ROWS + 1):
                 x, w, b = operands(rows, k, n, bias, seed=rows * 1000 + k * 10 + n)
                 with use_backend("cpu"):
                     y = linear_rows(x, w, b)
                 assert_within_bound(y, x, w, b)
+
+
+@needs_cpu
+def test_isas_lists_the_builds_this_cpu_runs_and_the_override_picks_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    isas = _dispatch._cpu.isas()
+    assert isas[0] == "base" and set(isas) <= {"base", "avx2", "avx512"}
+    monkeypatch.delenv("COMLRL_KERNELS_CPU_ISA", raising=False)
+    assert _dispatch._cpu.isa() == isas[-1]  # the widest one by default
+    for isa in isas:
+        monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", isa)
+        assert _dispatch._cpu.isa() == isa
+
+
+@needs_cpu
+def test_an_unknown_or_unrunnable_isa_override_raises_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", "sse9")
+    with pytest.raises(ValueError, match="COMLRL_KERNELS_CPU_ISA=sse9 is not one of"):
+        _dispatch._cpu.isa()
+    missing = [i for i in ("avx2", "avx512") if i not in _dispatch._cpu.isas()]
+    if missing:
+        monkeypatch.setenv("COMLRL_KERNELS_CPU_ISA", missing[-1])
+        with pytest.raises(RuntimeError, match=f"={missing[-1]}: this build or CPU cannot"):
+            _dispatch._cpu.isa()
 
 
 @needs_cpu

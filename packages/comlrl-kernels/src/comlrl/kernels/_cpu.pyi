@@ -61,7 +61,12 @@ def linear_rows(
     """y [rows, n] = x [rows, k] @ weight[n, k].T (+ bias [n]), float32."""
 
 def isa() -> str:
-    """'avx2' or 'base': the instruction set the row kernels run with now."""
+    """'avx512', 'avx2' or 'base': the instruction set the row kernels run with now
+    (COMLRL_KERNELS_CPU_ISA forces one; ValueError for an unknown name, RuntimeError for
+    one this build or CPU cannot run)."""
+
+def isas() -> list[str]:
+    """The instruction sets this build and CPU run (cpuid + xgetbv), baseline first."""
 
 class DecodeSession:
     """One Llama-family decode step over borrowed float32 weights and KV cache."""
