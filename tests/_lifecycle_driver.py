@@ -25,6 +25,7 @@ from comlrl.algos.cli import main as cli
 from comlrl.algos.recipes.group_baseline import recipe as gb
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training import loop
+from comlrl.algos.training import shared_models as updates  # the recipe's update call
 
 
 def _pause(where: str, step: int) -> None:
@@ -46,7 +47,7 @@ def main() -> int:
 
         gb.checkpoint = checkpoint
     elif where == "mid_step":
-        original_update = gb.update_policy
+        original_update = updates.update_policy
         paused: list[bool] = []
 
         def update_policy(*a: Any, **kw: Any) -> Any:
@@ -55,7 +56,7 @@ def main() -> int:
                 _pause(where, step + 1)
             return original_update(*a, **kw)
 
-        gb.update_policy = update_policy
+        updates.update_policy = update_policy
     elif where == "mid_checkpoint":
         original_save = torch.save
 
