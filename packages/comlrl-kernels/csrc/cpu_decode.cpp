@@ -248,41 +248,35 @@ void weighted_values(const float* w, const float* pv, i64 s_len, const float* wn
 
 #if defined(__GNUC__)
 // out[h][s] = scaling * sum_e q[h][e] * keys[e * stride + s] (+ bias[s]) for NH query heads
-// that share these keys (transposed, [d, positions]) and positions s in [0, n): blocks of
-// kS vectors of 8 positions x NH heads, so NH * kS independent FMA chains run at once
-// (one chain per vector of positions waited on the FMA latency, 64 times per head at
-// d = 64). The sum over e is in order, as in the plain loop below.
+// that share these keys (transposed, [d, positions]) and positions s in [0, n). The keys
+// are read once, row e after row e (for the prompt's keys stride == n: one contiguous
+// block, which the hardware prefetcher streams), and each row is added into out[h][0, n)
+// (in L1: NH * n floats). The previous order (blocks of 32 positions x all d rows, so 64
+// rows 1240 bytes apart per block) waited on memory: in a 4-row SmolLM2-135M step (prompts
+// of 310 tokens, 28.6 MB of prompt keys per step) these scores took 5.4-6.1 ms (~5 GB/s),
+// now 2.7-3.3 ms (phase timers, machine at load 2-5). The sum over e is in order, as in
+// the plain loop below.
 template <int NH>
-void score_block(const float* const* q, const float* keys, i64 stride, i64 n, i64 d, float scaling,
-            const float* bias, float* const* out) {
-  constexpr int kS = 4;
-  i64 s = 0;
-  for (; s + 8 * kS <= n; s += 8 * kS) {
-    v8 acc[NH][kS];
-    for (int h = 0; h < NH; ++h)
-      for (int c = 0; c < kS; ++c) acc[h][c] = v8{};
-    for (i64 e = 0; e < d; ++e) {
-      const float* kr = keys + e * stride + s;
-      v8 kv[kS];
-      for (int c = 0; c < kS; ++c) kv[c] = load8(kr + 8 * c);
+void score_rows(const float* const* q, const float* keys, i64 stride, i64 n, i64 d, float scaling,
+                const float* bias, float* const* out) {
+  const i64 nv = n - n % 8;
+  for (int h = 0; h < NH; ++h) std::memset(out[h], 0, static_cast<size_t>(n) * sizeof(float));
+  for (i64 e = 0; e < d; ++e) {
+    const float* kr = keys + e * stride;
+    float qv[NH];
+    for (int h = 0; h < NH; ++h) qv[h] = q[h][e];
+    for (i64 s = 0; s < nv; s += 8) {
+      const v8 kv = load8(kr + s);
       for (int h = 0; h < NH; ++h) {
-        const float qv = q[h][e];
-        for (int c = 0; c < kS; ++c) acc[h][c] += qv * kv[c];
+        const v8 y = load8(out[h] + s) + qv[h] * kv;
+        std::memcpy(out[h] + s, &y, sizeof y);
       }
     }
-    for (int h = 0; h < NH; ++h)
-      for (int c = 0; c < kS; ++c) {
-        v8 y = acc[h][c] * scaling;
-        if (bias != nullptr) y += load8(bias + s + 8 * c);
-        std::memcpy(out[h] + s + 8 * c, &y, sizeof y);
-      }
+    for (i64 s = nv; s < n; ++s)
+      for (int h = 0; h < NH; ++h) out[h][s] += qv[h] * kr[s];
   }
-  for (; s < n; ++s)
-    for (int h = 0; h < NH; ++h) {
-      float a = 0.f;
-      for (i64 e = 0; e < d; ++e) a += q[h][e] * keys[e * stride + s];
-      out[h][s] = a * scaling + (bias != nullptr ? bias[s] : 0.f);
-    }
+  for (int h = 0; h < NH; ++h)
+    for (i64 s = 0; s < n; ++s) out[h][s] = out[h][s] * scaling + (bias != nullptr ? bias[s] : 0.f);
 }
 #endif
 
@@ -291,10 +285,10 @@ void scores_any(int nh, const float* const* q, const float* keys, i64 stride, i6
                 float scaling, const float* bias, float* const* out) {
 #if defined(__GNUC__)
   switch (nh) {
-    case 1: return score_block<1>(q, keys, stride, n, d, scaling, bias, out);
-    case 2: return score_block<2>(q, keys, stride, n, d, scaling, bias, out);
-    case 3: return score_block<3>(q, keys, stride, n, d, scaling, bias, out);
-    default: return score_block<4>(q, keys, stride, n, d, scaling, bias, out);
+    case 1: return score_rows<1>(q, keys, stride, n, d, scaling, bias, out);
+    case 2: return score_rows<2>(q, keys, stride, n, d, scaling, bias, out);
+    case 3: return score_rows<3>(q, keys, stride, n, d, scaling, bias, out);
+    default: return score_rows<4>(q, keys, stride, n, d, scaling, bias, out);
   }
 #else
   for (int h = 0; h < nh; ++h)

@@ -222,7 +222,7 @@ def test_steps_equal_the_float64_spec(
     hidden=st.integers(1, 40),
     inter=st.integers(1, 48),
     layers=st.integers(1, 2),
-    prefix=st.integers(1, 70),  # past the 32-position blocks of the score pass
+    prefix=st.integers(1, 70),  # several 8-position vectors of the score pass, and tails
     data=st.data(),
     steps=st.integers(1, 4),
     biases=st.booleans(),
