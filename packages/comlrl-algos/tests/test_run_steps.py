@@ -54,6 +54,42 @@ def test_agents_are_named_by_index_and_seeded_from_the_config(
     assert loads[-1] == ("m0", 10) and len(loads) == 4
 
 
+def test_agents_on_one_gguf_file_read_it_once_and_get_their_own_copies(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import torch
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"")  # is_gguf_file: an existing file named *.gguf
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    loads: list[str] = []
+
+    def fake_load(name: str, config: Any, seed: int) -> tuple[Any, Any]:
+        loads.append(name)
+        return torch.nn.Linear(2, 2), {"pad": 0}
+
+    built: list[tuple[Any, Any]] = []
+
+    class FakeAgent:
+        def __init__(self, model: Any, tok: Any, **kw: Any) -> None:
+            built.append((model, tok))
+            model.weight.data.add_(1.0)  # an agent that changes its model
+
+    monkeypatch.setattr(run_steps, "_load", fake_load)
+    monkeypatch.setattr("comlrl.algos.rollout.agent.HFAgent", FakeAgent)
+    names = [str(gguf), str(gguf), str(folder), str(folder), str(gguf)]
+    config = SimpleNamespace(num_agents=5, seed=0, model_for=lambda i: names[i])
+    run_steps.load_agents(config)
+    # the GGUF file is read once; a folder (fast to load) is loaded per agent as before
+    assert loads == [str(gguf), str(folder), str(folder)]
+    models = [m for m, _ in built]
+    assert len({id(m) for m in models}) == 5 and len({id(t) for _, t in built}) == 5
+    # copies were taken before any agent changed its model: every GGUF agent got +1 once
+    for i in (1, 4):
+        torch.testing.assert_close(models[i].weight, models[0].weight, rtol=0, atol=0)
+
+
 def test_a_stopped_run_exits_130_on_ctrl_c_and_1_when_the_reward_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
