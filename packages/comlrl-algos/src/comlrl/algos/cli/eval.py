@@ -125,9 +125,8 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
-    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.algos.rollout.agent import HFAgent
     from comlrl.core import TaskNotFoundError, get_task
 
     try:
@@ -157,14 +156,8 @@ def run_eval(args: argparse.Namespace) -> int:
             data = list(task.load(config.eval_split))[: config.eval_limit]
             if not data:
                 raise ValueError("it has no problems (check eval_limit)")
-            agents = []
-            for i in range(config.num_agents):
-                model, tok = load_model_and_tokenizer(
-                    config.model_for(i),
-                    dtype=config.dtype,
-                    trust_remote_code=config.trust_remote_code,
-                )
-                agents.append(HFAgent(model, tok, name=f"agent_{i}", **config.generation_options()))
+            # as `comlrl train` loads them (agents on one .gguf file share one read of it)
+            agents = load_agents(config, **config.generation_options())
             trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
         except (ConfigError, OSError, ValueError) as exc:
             print(
