@@ -19,6 +19,19 @@ from comlrl.core.task import (
     available_tasks,
     get_task,
 )
+from comlrl.core.tools import (
+    TOOL_ERROR_KINDS,
+    TOOL_FORMATS,
+    JsonToolFormat,
+    PythonBlockFormat,
+    Tool,
+    ToolCall,
+    ToolCallParseError,
+    ToolFormat,
+    ToolResult,
+    get_tool_format,
+    run_tool_call,
+)
 
 __all__ = [
     "Agent",
@@ -42,4 +55,15 @@ __all__ = [
     "TaskNotFoundError",
     "available_tasks",
     "get_task",
+    "TOOL_ERROR_KINDS",
+    "TOOL_FORMATS",
+    "JsonToolFormat",
+    "PythonBlockFormat",
+    "Tool",
+    "ToolCall",
+    "ToolCallParseError",
+    "ToolFormat",
+    "ToolResult",
+    "get_tool_format",
+    "run_tool_call",
 ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from comlrl.core.prompts import Prompt
+from comlrl.core.tools import ToolResult
 
 __all__ = ["Completion", "JointAction", "Feedback", "TurnRecord"]
 
@@ -34,12 +35,22 @@ class Completion:
             record them (the trainer then recomputes them before the update).
         finished: ``True`` when the completion ended with an EOS token, ``False`` when it
             was cut at the token limit.
+        tool_results: the tool calls made inside the completion, in order, with what each
+            returned (:mod:`comlrl.core.tools`); empty for a completion without tools.
+            With tools, :attr:`text` is the model's own text only (its segments joined,
+            observations left out: a reward never reads a tool result as the model's
+            answer), ``token_ids`` hold the whole sampled sequence (model tokens and
+            observation tokens) and ``logprobs`` are 0 on observation tokens.
+        transcript: with tools, the completion as the model read it: its own text with each
+            observation in place; ``""`` without tools (then it is :attr:`text`).
     """
 
     text: str
     token_ids: Any = None
     logprobs: Any = None
     finished: bool = True
+    tool_results: tuple[ToolResult, ...] = ()
+    transcript: str = ""
 
     @property
     def num_tokens(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 from comlrl.core.prompts import Prompt
 from comlrl.core.records import Feedback, JointAction
 from comlrl.core.reward import RewardBatch
+from comlrl.core.tools import Tool
 
 __all__ = ["Task", "TaskNotFoundError", "get_task", "available_tasks", "ENTRY_POINT_GROUP"]
 
@@ -29,13 +30,25 @@ class Task(abc.ABC):
     Subclasses set :attr:`name` and :attr:`num_agents` and implement :meth:`load`,
     :meth:`prompts` and :meth:`reward`. Multi-turn tasks set :attr:`max_turns` above 1 and
     implement :meth:`feedback`. The reward marks itself batched (``is_joint_reward``), so
-    the trainer passes it all ``K`` joint actions of a step at once.
+    the trainer passes it all ``K`` joint actions of a step at once. A task whose agents
+    call tools inside a turn returns them from :meth:`tools` and names the call format its
+    prompts teach in :attr:`tool_format` (:mod:`comlrl.core.tools`).
     """
 
     name: str = ""
     num_agents: int = 2
     max_turns: int = 1
     is_joint_reward: bool = True
+    #: the tool-call format (:data:`comlrl.core.tools.TOOL_FORMATS`) for models whose chat
+    #: template does not render tools; a template that does uses its own (``"json"``).
+    tool_format: str = "json"
+    #: the most tool calls one agent may make in one turn; later calls get a ``"limit"``
+    #: error result.
+    max_tool_calls: int = 4
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """The tools agent ``agent`` (0-based) may call inside a turn (none by default)."""
+        return ()
 
     @abc.abstractmethod
     def load(self, split: str = "train") -> Sequence[Mapping[str, Any]]:
