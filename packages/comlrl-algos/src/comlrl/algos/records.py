@@ -88,11 +88,14 @@ class AgentSamples:
         prompts: ``N`` prompt strings.
         completions: ``N`` tuples of ``G`` :class:`~comlrl.core.Completion` records.
         batch: the same completions as a :class:`PolicyBatch`.
+        with_tools: the agent had tools (its completions may hold tool calls, and the
+            batch's ``completion_mask`` leaves their observations out).
     """
 
     prompts: tuple[str, ...]
     completions: tuple[tuple[Completion, ...], ...]
     batch: PolicyBatch
+    with_tools: bool = False
 
     def texts(self) -> list[list[str]]:
         """``[N][G]`` completion texts."""

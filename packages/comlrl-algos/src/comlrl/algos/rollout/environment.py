@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from comlrl.core import Feedback, JointAction, RewardBatch, Task, as_joint_reward
+from comlrl.algos.rollout.tool_calls import ToolBox
+from comlrl.core import Feedback, JointAction, RewardBatch, Task, Tool, as_joint_reward
 from comlrl.core.prompts import ChatPrompt, Prompt, prompt_text
 
 __all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
@@ -53,6 +54,9 @@ class Environment(Protocol):
     num_agents: int
     #: the most turns the environment supports (``None``: no limit).
     max_turns: int | None
+    #: per agent, its tools for calls inside a turn (``None``: an agent without tools);
+    #: an environment without the attribute has no tools.
+    toolboxes: tuple[ToolBox | None, ...]
 
     def root(self, example: Mapping[str, Any]) -> Branch:
         """The turn-0 node of ``example``."""
@@ -103,11 +107,29 @@ def _check_prompts(prompts: Any, num_agents: int, source: str) -> tuple[Prompt, 
     return tuple(prompts)
 
 
+def _toolboxes(
+    tools: Sequence[Sequence[Tool]], fallback_format: str, max_tool_calls: int
+) -> tuple[ToolBox | None, ...]:
+    return tuple(
+        ToolBox(tuple(t), fallback_format=fallback_format, max_tool_calls=max_tool_calls)
+        if t
+        else None
+        for t in tools
+    )
+
+
 class _RewardEnvironment:
     """The reward call shared by both environments (a batched :class:`JointReward`)."""
 
     num_agents: int
     _reward: Any
+    toolboxes: tuple[ToolBox | None, ...] = ()
+
+    def close(self) -> None:
+        """Shut the tools' thread pools down."""
+        for box in self.toolboxes:
+            if box is not None:
+                box.close()
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
@@ -133,6 +155,11 @@ class TaskEnvironment(_RewardEnvironment):
         self.max_turns: int | None = None if transition is not None else int(task.max_turns)
         self._reward = as_joint_reward(task)
         self._transition = transition
+        self.toolboxes = _toolboxes(
+            [tuple(task.tools(a)) for a in range(self.num_agents)],
+            getattr(task, "tool_format", "json"),
+            int(getattr(task, "max_tool_calls", 4)),
+        )
 
     def root(self, example: Mapping[str, Any]) -> Branch:
         return Branch(
@@ -179,6 +206,14 @@ class CallbackEnvironment(_RewardEnvironment):
             returning the ``A`` next prompts; ``prompt`` is ``example.get("prompt", "")``,
             the histories run along this branch up to and including the current turn.
             Without it the environment is single-turn.
+        tools: per agent, the :class:`comlrl.core.Tool` s it may call inside a turn
+            (``None``: no tools).
+        tool_format: the call format for chat templates that do not render tools
+            (``"json"`` or ``"python"``; see :mod:`comlrl.core.tools`).
+        max_tool_calls: calls per completion per turn.
+
+    Raises:
+        ValueError: ``tools`` not one list per agent.
     """
 
     def __init__(
@@ -186,12 +221,22 @@ class CallbackEnvironment(_RewardEnvironment):
         formatters: Sequence[Callable[[Mapping[str, Any]], str]],
         reward_func: Callable[..., Any],
         transition: Transition | None = None,
+        *,
+        tools: Sequence[Sequence[Tool]] | None = None,
+        tool_format: str = "json",
+        max_tool_calls: int = 4,
     ) -> None:
         self.formatters = list(formatters)
         self.num_agents = len(self.formatters)
         self.max_turns: int | None = None if transition is not None else 1
         self._reward = as_joint_reward(reward_func)
         self._transition = transition
+        if tools is not None and len(tools) != self.num_agents:
+            raise ValueError(
+                f"tools must hold one list of tools per agent ({self.num_agents}), got "
+                f"{len(tools)}; give [] to an agent without tools"
+            )
+        self.toolboxes = _toolboxes(tools or [()] * self.num_agents, tool_format, max_tool_calls)
 
     def root(self, example: Mapping[str, Any]) -> Branch:
         return Branch(

@@ -24,6 +24,7 @@ from comlrl.algos.functional.returns import tree_returns
 from comlrl.algos.records import AgentSamples, Rollout, TurnRollout, flat_texts
 from comlrl.algos.rollout.environment import Branch, Environment
 from comlrl.algos.rollout.sampling.collate import collate_completions
+from comlrl.algos.rollout.tool_calls import ToolBox, sample_with_tools
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
 from comlrl.core.prompts import Prompt, prompt_text
 
@@ -86,6 +87,7 @@ def sample_agent(
     prompts: Sequence[Prompt],
     params: SamplingParams,
     keys: Sequence[int] | None = None,
+    tools: ToolBox | None = None,
 ) -> AgentSamples:
     """One agent's ``G`` completions per prompt, as :class:`AgentSamples`.
 
@@ -100,9 +102,22 @@ def sample_agent(
     ``sample(prompts, params, keys=keys)`` draws each prompt's completions from a stream
     seeded by its key.
 
+    ``tools`` (the agent's :class:`~comlrl.algos.rollout.tool_calls.ToolBox`): sample with
+    tool calls inside the completions
+    (:func:`~comlrl.algos.rollout.tool_calls.sample_with_tools`), which needs an
+    :class:`~comlrl.algos.HFAgent`.
+
     Raises:
-        TypeError: ``keys`` given for an agent without ``sample(..., keys=)``.
+        TypeError: ``keys`` given for an agent without ``sample(..., keys=)``, or
+            ``tools`` for an agent that is not an ``HFAgent`` (no generation backend).
     """
+    if tools is not None:
+        if getattr(agent, "generation_backend", None) is None:
+            raise TypeError(
+                f"agent {getattr(agent, 'name', agent)!r} has tools but no generation_backend; "
+                "tool calls inside a turn need an HFAgent (comlrl.algos.HFAgent)."
+            )
+        return sample_with_tools(agent, prompts, params, tools, keys)
     sample = getattr(agent, "sample", None)
     if keys is not None:
         if not callable(sample):
@@ -182,6 +197,7 @@ def rollout(
     idx_rows = [tuple(int(i) for i in row) for row in joint_index.tolist()]
     k = len(idx_rows)
     timings = {"generate_s": 0.0, "reward_s": 0.0, "transition_s": 0.0}
+    toolboxes: tuple[ToolBox | None, ...] = tuple(getattr(env, "toolboxes", ()) or ())
     nodes: list[tuple[int, Branch]] = [(p, env.root(ex)) for p, ex in enumerate(examples)]
     parents = [-1] * len(nodes)
     turns: list[dict[str, Any]] = []
@@ -199,7 +215,8 @@ def rollout(
             a: int, nodes: list[tuple[int, Branch]] = nodes, node_keys: list[int] | None = node_keys
         ) -> AgentSamples:
             keys = [derive_seed(k, a) for k in node_keys] if node_keys is not None else None
-            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params, keys)
+            box = toolboxes[a] if a < len(toolboxes) else None
+            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params, keys, box)
 
         samples: list[AgentSamples] = map_agents(sample, num_agents)
         t1 = time.perf_counter()

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from comlrl.algos.records import Rollout
+from comlrl.core import TOOL_ERROR_KINDS
 
 __all__ = [
     "rollout_metrics",
@@ -33,6 +34,14 @@ def rollout_metrics(
     ``completion_len_mean/agent_<a>``, ``completion_len_max/agent_<a>``,
     ``advantage_mean/agent_<a>``, ``advantage_std/agent_<a>``.
 
+    When agents have tools (:mod:`comlrl.algos.rollout.tool_calls`), also, over all turns
+    and per turn ``t`` (``turn_<t>/...``), per agent ``a`` with tools:
+    ``tool_calls_mean/agent_<a>`` (calls per completion), ``tool_result_tokens_mean/agent_<a>``
+    (observation tokens per completion), ``tool_seconds/agent_<a>`` (seconds its calls ran,
+    summed: time overlapped with decoding counts too); and ``tool_errors/<kind>`` (calls
+    that ended in each error kind of :data:`comlrl.core.TOOL_ERROR_KINDS`, all agents)
+    with ``tool_error_fraction`` (of all calls; 0 without calls).
+
     When the task's reward infos carry ``hack_signals`` (the code suites of
     :mod:`comlrl.envs`: the reward-hacking patterns found in a joint action's program,
     :func:`comlrl.envs.code.hack_signals`), also ``hack_signals/count`` (joint actions of
@@ -54,12 +63,15 @@ def rollout_summary(
     Per turn: ``rewards`` and ``returns`` ``[N_t, K]`` float32, ``terminal`` ``[N_t, K]``
     bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32),
     ``advantages`` (per agent ``[B_t]`` float32, or None) and ``hacks`` (None when the
-    infos carry no ``hack_signals``, else ``{"flagged": n, "<signal>": n, ...}``).
+    infos carry no ``hack_signals``, else ``{"flagged": n, "<signal>": n, ...}``) and
+    ``tools`` (per agent ``None`` without tools, else ``{"completions", "calls",
+    "result_tokens", "seconds", "<error kind>": n}``).
     """
     out = []
     for t, turn in enumerate(rollout.turns):
         out.append(
             {
+                "tools": [_tool_counts(s) for s in turn.agents],
                 "hacks": _hack_counts(turn.infos),
                 "rewards": turn.rewards.detach().float().cpu(),
                 "returns": turn.returns.detach().float().cpu(),
@@ -72,6 +84,45 @@ def rollout_summary(
                 ),
             }
         )
+    return out
+
+
+def _tool_counts(samples: Any) -> dict[str, float] | None:
+    """Tool-call counts of one agent's completions at one turn (None: no tools)."""
+    if not getattr(samples, "with_tools", False):
+        return None
+    counts = {"completions": 0.0, "calls": 0.0, "result_tokens": 0.0, "seconds": 0.0}
+    for group in samples.completions:
+        for c in group:
+            counts["completions"] += 1
+            for r in c.tool_results:
+                counts["calls"] += 1
+                counts["result_tokens"] += r.result_tokens
+                counts["seconds"] += r.seconds
+                if r.error is not None:
+                    counts[r.error] = counts.get(r.error, 0.0) + 1
+    return counts
+
+
+def _tool_metrics(per_agent: Sequence[Mapping[str, float] | None], prefix: str) -> dict[str, float]:
+    """The tool metrics (see :func:`rollout_metrics`) of per-agent tool counts."""
+    out: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    calls = 0.0
+    for a, c in enumerate(per_agent):
+        if c is None:
+            continue
+        n = max(c["completions"], 1.0)
+        out[f"{prefix}tool_calls_mean/agent_{a}"] = c["calls"] / n
+        out[f"{prefix}tool_result_tokens_mean/agent_{a}"] = c["result_tokens"] / n
+        out[f"{prefix}tool_seconds/agent_{a}"] = c["seconds"]
+        calls += c["calls"]
+        for kind in TOOL_ERROR_KINDS:
+            errors[kind] = errors.get(kind, 0.0) + c.get(kind, 0.0)
+    if out:
+        for kind, n in errors.items():
+            out[f"{prefix}tool_errors/{kind}"] = n
+        out[f"{prefix}tool_error_fraction"] = sum(errors.values()) / calls if calls else 0.0
     return out
 
 
@@ -120,8 +171,22 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
             else [torch.cat(xs) for xs in zip(*advs, strict=True)]
         )
         entry["hacks"] = _sum_counts([p.get("hacks") for p in parts])
+        entry["tools"] = [
+            _sum_tool_counts(xs) for xs in zip(*(p.get("tools") or [] for p in parts), strict=False)
+        ]
         merged.append(entry)
     return merged
+
+
+def _sum_tool_counts(parts: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    total: dict[str, float] = {}
+    for counts in present:
+        for key, n in counts.items():
+            total[key] = total.get(key, 0.0) + n
+    return total
 
 
 def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -152,6 +217,11 @@ def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
                 advs.setdefault(a, []).append(adv)
                 out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
                 out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
+        out.update(_tool_metrics(turn.get("tools") or [], f"{key}/"))
+    tools_all = [
+        _sum_tool_counts(xs) for xs in zip(*(t.get("tools") or [] for t in summary), strict=False)
+    ]
+    out.update(_tool_metrics(tools_all, ""))
     out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
     total = _sum_counts([turn.get("hacks") for turn in summary])
     if total is not None:
@@ -200,4 +270,9 @@ def sample_rows(ro: Rollout, step: int, limit: int) -> list[dict[str, Any]]:
                     "info": turn.infos[i] if turn.infos else {},
                 }
             )
+            picked = [s.completions[n][g] for s, g in zip(turn.agents, idx, strict=True)]
+            if any(s.with_tools for s in turn.agents):
+                # what each agent read: its text with each tool result in place
+                rows[-1]["transcripts"] = [c.transcript or c.text for c in picked]
+                rows[-1]["tool_calls"] = [[r.as_dict() for r in c.tool_results] for c in picked]
     return rows

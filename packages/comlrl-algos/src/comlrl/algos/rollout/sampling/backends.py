@@ -18,7 +18,7 @@ prompt tokens, ``L`` completion tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -104,6 +104,8 @@ class NativeBackend:
     """
 
     recompute_logprobs = False
+    #: :meth:`sample` takes a ``stop`` hook (see :meth:`NativeSampler.sample`).
+    supports_stop = True
 
     def __init__(
         self,
@@ -140,15 +142,17 @@ class NativeBackend:
         attention_mask: torch.Tensor,
         params: SamplingParams,
         generator: torch.Generator | list[torch.Generator] | None = None,
+        stop: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """See :meth:`GenerationBackend.sample`; the model runs in eval mode and is put
-        back in the mode it was in."""
+        back in the mode it was in. ``stop``: see :meth:`NativeSampler.sample` (with
+        ``model.generate`` it becomes a stopping criterion)."""
         was_training = self.model.training
         self.model.eval()
         try:
             if self.name == "native":
                 with decode_threads(self.model, input_ids.device):
-                    return self.sampler.sample(input_ids, attention_mask, params, generator)
+                    return self.sampler.sample(input_ids, attention_mask, params, generator, stop)
             return hf_generate(
                 self.model,
                 input_ids,
@@ -156,6 +160,7 @@ class NativeBackend:
                 params,
                 eos_token_ids=self.eos_token_ids,
                 pad_token_id=self.pad_token_id,
+                stop=stop,
             )
         finally:
             self.model.train(was_training)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -155,6 +155,7 @@ class NativeSampler:
         attention_mask: torch.Tensor,
         params: SamplingParams,
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
+        stop: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``G`` completions for each of ``P`` left-padded prompts.
 
@@ -166,6 +167,10 @@ class NativeSampler:
             params: sampling settings (``G = params.num_generations``).
             generator: the random stream to draw from (``None``: torch's global one), or
                 ``P`` streams, one per prompt, each drawing its prompt's ``G`` rows.
+            stop: called after every step with that step's tokens ``[B]``; the rows it
+                returns True for (``[B]`` bool) are finished like an EOS row (their token
+                is kept, padding follows). Tool calls pause rows this way
+                (:mod:`comlrl.algos.rollout.tool_calls`).
 
         Returns:
             completion ids ``[B, L]`` (int64, the pad id after EOS) and behaviour
@@ -232,6 +237,9 @@ class NativeSampler:
                     tokens.append(token)
                     done = done | torch.isin(token, eos)
                     all_done = step + 1 < params.max_new_tokens and bool(done.all())
+                if stop is not None:
+                    done |= stop(token) & ~done
+                    all_done = step + 1 < params.max_new_tokens and bool(done.all())
                 if step + 1 == params.max_new_tokens or all_done:
                     break
                 logits = step_fn(token)
@@ -258,8 +266,12 @@ def hf_generate(
     *,
     eos_token_ids: Sequence[int],
     pad_token_id: int,
+    stop: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample through ``model.generate`` (prompts repeated ``G`` times).
+
+    ``stop`` (see :meth:`NativeSampler.sample`) runs as a stopping criterion on each
+    step's last tokens; ``generate`` pads a row after it stops.
 
     Returns:
         completion ids ``[B, L]`` and behaviour log-probs ``[B, L]`` (float32) of the
@@ -267,6 +279,15 @@ def hf_generate(
         :class:`~comlrl.algos.rollout.agent.HFAgent` recomputes them with one forward pass)
         when it returns none (a replaced or custom ``generate``).
     """
+    criteria = None
+    if stop is not None:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class _Stop(StoppingCriteria):  # type: ignore[misc]
+            def __call__(self, ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+                return stop(ids[:, -1])
+
+        criteria = StoppingCriteriaList([_Stop()])
     out = model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -280,6 +301,7 @@ def hf_generate(
         pad_token_id=pad_token_id,
         return_dict_in_generate=True,
         output_logits=True,
+        stopping_criteria=criteria,
     )
     completion_ids = out.sequences[:, input_ids.shape[1] :]
     b, length = completion_ids.shape
