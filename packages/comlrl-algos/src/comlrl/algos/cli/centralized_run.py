@@ -126,6 +126,7 @@ def run_centralized_magrpo(config: CentralizedRunConfig, request: RunRequest) ->
         build_centralized_trainer,
         f"centralized MAGRPO (one joint policy, {config.role_format} role format)",
         num_models=1,
+        refuse_tools="centralized_magrpo",
     )
 
 

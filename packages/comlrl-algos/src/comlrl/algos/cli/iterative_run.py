@@ -127,7 +127,11 @@ def run_madpo_iter(
     from comlrl.algos.training.reporting import reporters_for
 
     try:
-        task, examples = preflight(config, [*config.models, *(config.comparator_models or [])])
+        task, examples = preflight(
+            config,
+            [*config.models, *(config.comparator_models or [])],
+            refuse_tools="madpo_iter",
+        )
     except ConfigError as exc:
         return _err(str(exc))
     try:
@@ -237,7 +241,9 @@ def run_marlhf_iter(
     backbone_name = config.reward_model or config.model_for(0)
     try:
         task, examples = preflight(
-            config, [*config.models, backbone_name, *(config.comparator_models or [])]
+            config,
+            [*config.models, backbone_name, *(config.comparator_models or [])],
+            refuse_tools="marlhf_iter",
         )
     except ConfigError as exc:
         return _err(str(exc))

@@ -62,7 +62,7 @@ def run_marlhf(
     if n_models != config.num_agents:
         who = f"{n_models} policy for {config.num_agents} roles"
     try:
-        task, examples = preflight(config, [*config.models, backbone_name])
+        task, examples = preflight(config, [*config.models, backbone_name], refuse_tools=algo)
     except ConfigError as exc:
         return _err(str(exc))
     try:

@@ -42,15 +42,22 @@ class RunRequest:
     resume_from: Path | None = None
 
 
-def preflight(config: Any, model_names: Sequence[str]) -> tuple[Any, list[Mapping[str, Any]]]:
+def preflight(
+    config: Any, model_names: Sequence[str], *, refuse_tools: str | None = None
+) -> tuple[Any, list[Mapping[str, Any]]]:
     """What a task run checks before any model loads: the extras ``config.report_to``
     needs, the ``model_names`` it will load (agents, reward model, comparators), and the
     task (:func:`~comlrl.algos.cli.preflight.prepare_task` on ``config``, or, for a
     config that is not a :class:`~comlrl.algos.training.config.TrainConfig` (MADPO's), on
     its ``models``, ``num_agents`` and ``task``). Returns ``(task, training examples)``.
 
+    ``refuse_tools`` names a recipe that cannot run tool calls inside a turn (its
+    rollouts do not go through :func:`comlrl.algos.rollout.tree.rollout`'s tool loop, or
+    its loss has no mask for observations): a task whose agents have tools is refused.
+
     Raises:
-        ConfigError: a missing extra, an unusable model name, or a task that does not fit.
+        ConfigError: a missing extra, an unusable model name, a task that does not fit,
+            or a task with tools for a recipe that refuses them.
     """
     from comlrl.algos.cli.preflight import check_model_names, prepare_task
     from comlrl.algos.training.config import TrainConfig
@@ -60,7 +67,18 @@ def preflight(config: Any, model_names: Sequence[str]) -> tuple[Any, list[Mappin
     check_model_names(list(model_names))
     if not isinstance(config, TrainConfig):
         config = TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
-    return prepare_task(config)
+    task, examples = prepare_task(config)
+    if refuse_tools is not None:
+        with_tools = [a for a in range(int(task.num_agents)) if task.tools(a)]
+        if with_tools:
+            task.close()
+            raise ConfigError(
+                f"algo={refuse_tools} cannot train agents that call tools inside a turn, and task "
+                f"{config.task.name!r} gives tools to agent(s) {with_tools}. Use a policy-"
+                "gradient recipe (magrpo, mareinforce, marloo, maremax, iac, maac), or a task "
+                "without tools."
+            )
+    return task, examples
 
 
 def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:

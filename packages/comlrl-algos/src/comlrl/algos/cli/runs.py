@@ -92,11 +92,14 @@ def run_policy_gradient(
     label: str,
     *,
     num_models: int | None = None,
+    refuse_tools: str | None = None,
 ) -> int:
     """Task -> agents -> trainer -> train -> summary, the run ``comlrl train`` has always
     made (for the actor-critic trainers too: the same task, agents and outputs).
     ``trainer_cls(agents, config, task=, dataset=)`` builds the trainer; ``num_models``
-    agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1)."""
+    agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1);
+    ``refuse_tools`` names a recipe that cannot take tools (see
+    :func:`~comlrl.algos.cli.run_steps.preflight`)."""
     import torch
     from comlrl.algos.models import distributed
     from comlrl.algos.training import lifecycle
@@ -105,7 +108,7 @@ def run_policy_gradient(
 
     main = distributed.is_main()
     try:  # everything that can be checked before the models load
-        task, examples = preflight(config, config.models)
+        task, examples = preflight(config, config.models, refuse_tools=refuse_tools)
     except ConfigError as exc:
         return _err(str(exc))
     _quiet_transformers()
@@ -182,7 +185,7 @@ def run_madpo(
     from comlrl.algos.training.reporting import reporters_for
 
     try:
-        task, examples = preflight(config, config.models)
+        task, examples = preflight(config, config.models, refuse_tools=algo)
     except ConfigError as exc:
         return _err(str(exc))
     n_models = config.num_agents if num_models is None else num_models

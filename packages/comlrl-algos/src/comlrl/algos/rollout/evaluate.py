@@ -17,6 +17,9 @@ evaluation set in batches, greedily (``top_k=1``) or sampled, and
     there with the feedback of later turns);
   - ``turn_<t>/pass_rate``: the fraction of turn ``t``'s joint actions that passed;
   - ``solved_rate``: the fraction of problems with a passing joint action at any turn.
+- for agents with tools, the tool metrics of
+  :func:`~comlrl.algos.rollout.tool_calls.tool_metrics` (calls per completion, error kinds,
+  ``tool_error_fraction``).
 
 Random streams: evaluation draws from its own streams, seeded from ``seed`` alone (the same
 at every evaluation of a run, so successive evaluations differ only by the weights), and
@@ -26,6 +29,7 @@ leaves the agents' training streams and torch's global stream where they were.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,6 +38,7 @@ from typing import Any
 import torch
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.core import SamplingParams
 
@@ -160,7 +165,11 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, float]:
     verdicts: dict[int, list[bool | None]] = {}
     first: list[list[bool | None]] = []  # per problem: turn-0 joint actions passed
     episode: list[list[bool]] = []  # per problem: any pass in each turn-0 joint action's subtree
+    tools: list[dict[str, float] | None] = []
     for ro in rollouts:
+        for turn in ro.turns:
+            counts = [tool_counts(s) for s in turn.agents]
+            tools = [sum_tool_counts(x) for x in itertools.zip_longest(tools, counts)]
         passed: list[list[bool | None]] = [
             [joint_action_passed(i) for i in turn.infos]
             if len(turn.infos) == turn.rewards.numel()
@@ -192,6 +201,7 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, float]:
         r = torch.cat(rewards[t])
         out[f"turn_{t}/reward_mean"] = float(r.mean())
         out[f"turn_{t}/num_nodes"] = float(nodes[t])
+    out.update(tool_metrics(tools))
     if any(v is None for vs in verdicts.values() for v in vs):
         return out
     n = len(first[0])

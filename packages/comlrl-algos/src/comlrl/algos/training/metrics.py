@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 from comlrl.algos.records import Rollout
-from comlrl.core import TOOL_ERROR_KINDS
+from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
 
 __all__ = [
     "rollout_metrics",
@@ -71,7 +71,7 @@ def rollout_summary(
     for t, turn in enumerate(rollout.turns):
         out.append(
             {
-                "tools": [_tool_counts(s) for s in turn.agents],
+                "tools": [tool_counts(s) for s in turn.agents],
                 "hacks": _hack_counts(turn.infos),
                 "rewards": turn.rewards.detach().float().cpu(),
                 "returns": turn.returns.detach().float().cpu(),
@@ -84,45 +84,6 @@ def rollout_summary(
                 ),
             }
         )
-    return out
-
-
-def _tool_counts(samples: Any) -> dict[str, float] | None:
-    """Tool-call counts of one agent's completions at one turn (None: no tools)."""
-    if not getattr(samples, "with_tools", False):
-        return None
-    counts = {"completions": 0.0, "calls": 0.0, "result_tokens": 0.0, "seconds": 0.0}
-    for group in samples.completions:
-        for c in group:
-            counts["completions"] += 1
-            for r in c.tool_results:
-                counts["calls"] += 1
-                counts["result_tokens"] += r.result_tokens
-                counts["seconds"] += r.seconds
-                if r.error is not None:
-                    counts[r.error] = counts.get(r.error, 0.0) + 1
-    return counts
-
-
-def _tool_metrics(per_agent: Sequence[Mapping[str, float] | None], prefix: str) -> dict[str, float]:
-    """The tool metrics (see :func:`rollout_metrics`) of per-agent tool counts."""
-    out: dict[str, float] = {}
-    errors: dict[str, float] = {}
-    calls = 0.0
-    for a, c in enumerate(per_agent):
-        if c is None:
-            continue
-        n = max(c["completions"], 1.0)
-        out[f"{prefix}tool_calls_mean/agent_{a}"] = c["calls"] / n
-        out[f"{prefix}tool_result_tokens_mean/agent_{a}"] = c["result_tokens"] / n
-        out[f"{prefix}tool_seconds/agent_{a}"] = c["seconds"]
-        calls += c["calls"]
-        for kind in TOOL_ERROR_KINDS:
-            errors[kind] = errors.get(kind, 0.0) + c.get(kind, 0.0)
-    if out:
-        for kind, n in errors.items():
-            out[f"{prefix}tool_errors/{kind}"] = n
-        out[f"{prefix}tool_error_fraction"] = sum(errors.values()) / calls if calls else 0.0
     return out
 
 
@@ -172,21 +133,10 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
         )
         entry["hacks"] = _sum_counts([p.get("hacks") for p in parts])
         entry["tools"] = [
-            _sum_tool_counts(xs) for xs in zip(*(p.get("tools") or [] for p in parts), strict=False)
+            sum_tool_counts(xs) for xs in zip(*(p.get("tools") or [] for p in parts), strict=False)
         ]
         merged.append(entry)
     return merged
-
-
-def _sum_tool_counts(parts: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    total: dict[str, float] = {}
-    for counts in present:
-        for key, n in counts.items():
-            total[key] = total.get(key, 0.0) + n
-    return total
 
 
 def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -217,11 +167,11 @@ def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
                 advs.setdefault(a, []).append(adv)
                 out[f"{key}/advantage_mean/agent_{a}"] = float(adv.mean())
                 out[f"{key}/advantage_std/agent_{a}"] = float(adv.std(unbiased=False))
-        out.update(_tool_metrics(turn.get("tools") or [], f"{key}/"))
+        out.update(tool_metrics(turn.get("tools") or [], f"{key}/"))
     tools_all = [
-        _sum_tool_counts(xs) for xs in zip(*(t.get("tools") or [] for t in summary), strict=False)
+        sum_tool_counts(xs) for xs in zip(*(t.get("tools") or [] for t in summary), strict=False)
     ]
-    out.update(_tool_metrics(tools_all, ""))
+    out.update(tool_metrics(tools_all, ""))
     out["num_tokens"] = float(sum(float(x.sum()) for xs in lengths.values() for x in xs))
     total = _sum_counts([turn.get("hacks") for turn in summary])
     if total is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task, Tool
 from comlrl.envs.remote._protocol import WorkerAddress
 
 __all__ = ["RemoteRewardTask"]
@@ -43,6 +43,9 @@ class RemoteRewardTask(Task):
         self.name = task.name
         self.num_agents = task.num_agents
         self.max_turns = task.max_turns
+        # tool calls inside a turn run here, beside the prompts (only rewards go remote)
+        self.tool_format = task.tool_format
+        self.max_tool_calls = task.max_tool_calls
         self.remote = RemoteReward(
             workers,
             task_name=task.name,
@@ -58,6 +61,10 @@ class RemoteRewardTask(Task):
     def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The wrapped task's prompts."""
         return self.local.prompts(example, history)
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """The wrapped task's tools of agent ``agent`` (they run in this process)."""
+        return self.local.tools(agent)
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
