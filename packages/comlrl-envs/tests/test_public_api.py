@@ -51,5 +51,6 @@ def test_every_suite_is_registered() -> None:
         "arxiv",
         "coop_story",
         "tool_math",
+        "debate_math",
     }
     assert names <= set(available_tasks())

@@ -23,7 +23,7 @@ from comlrl.envs.code import (
     load_humaneval,
 )
 from comlrl.envs.code.extract import strip_code_fences
-from comlrl.envs.math import Gsm8kTask, ToolMathTask
+from comlrl.envs.math import DebateMathTask, Gsm8kTask, ToolMathTask
 from comlrl.envs.sandbox import (
     CheckJob,
     ExecutionResult,
@@ -45,6 +45,7 @@ __all__ = [
     "CoopHumanEvalCheTask",
     "CoopHumanEvalTask",
     "CoopStoryTask",
+    "DebateMathTask",
     "Gsm8kTask",
     "MbppTask",
     "TldrTask",

@@ -9,10 +9,12 @@ from comlrl.envs.math.answer import (
     gold_answer,
     normalize_number,
 )
+from comlrl.envs.math.debate import DebateMathTask
 from comlrl.envs.math.gsm8k import Gsm8kTask
 from comlrl.envs.math.tool_math import ToolMathTask
 
 __all__ = [
+    "DebateMathTask",
     "Gsm8kTask",
     "ToolMathTask",
     "answer_line",
