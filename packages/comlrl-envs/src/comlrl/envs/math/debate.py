@@ -75,6 +75,9 @@ class DebateMathTask(Task):
     """
 
     name = "debate_math"
+    #: the defaults (the instance's follow ``num_agents`` and ``rounds``).
+    num_agents = 3
+    max_turns = 2
     tool_format = "python"
     #: Where the examples come from (``comlrl tasks`` prints it).
     data_source = (
