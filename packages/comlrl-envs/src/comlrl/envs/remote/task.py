@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task, Tool
 from comlrl.envs.remote._protocol import WorkerAddress
 
 __all__ = ["RemoteRewardTask"]
@@ -14,9 +14,10 @@ __all__ = ["RemoteRewardTask"]
 class RemoteRewardTask(Task):
     """A task whose reward is scored on remote workers; everything else stays local.
 
-    Loading, prompts and feedback are the wrapped task's (the suites' feedback is a pure
-    function of the example, the joint action and the reward info, which the workers
-    return); :meth:`reward` goes to :class:`RemoteReward`.
+    Loading, prompts, feedback and tools (with their call format and per-turn limit;
+    tool calls run locally, inside the rollout) are the wrapped task's (the suites'
+    feedback is a pure function of the example, the joint action and the reward info,
+    which the workers return); :meth:`reward` goes to :class:`RemoteReward`.
 
     Args:
         task: the local task (its sandbox is never started by this wrapper).
@@ -43,6 +44,8 @@ class RemoteRewardTask(Task):
         self.name = task.name
         self.num_agents = task.num_agents
         self.max_turns = task.max_turns
+        self.tool_format = task.tool_format
+        self.max_tool_calls = task.max_tool_calls
         self.remote = RemoteReward(
             workers,
             task_name=task.name,
@@ -54,6 +57,10 @@ class RemoteRewardTask(Task):
     def load(self, split: str = "train") -> Sequence[Mapping[str, Any]]:
         """The wrapped task's examples of ``split``."""
         return self.local.load(split)
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """The wrapped task's tools of agent ``agent`` (they run locally)."""
+        return self.local.tools(agent)
 
     def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The wrapped task's prompts."""
