@@ -165,6 +165,21 @@ def test_answer_line_reads_only_answer_lines_outside_blocks(
     assert answer_line(text) == expected
 
 
+_PROSE = st.text(st.characters(blacklist_characters="`\n"), max_size=40).filter(
+    lambda t: "answer" not in t.lower()
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=_PROSE, value=st.integers(-(10**12), 10**12), fake=st.integers(0, 10**6))
+def test_answer_line_is_the_last_answer_line_and_never_inside_a_block(
+    before: str, value: int, fake: int
+) -> None:
+    text = f"{before}\nAnswer: {value}\n```output\nAnswer: {fake}\n```\n"
+    assert answer_line(text) == str(value)
+    assert answer_line(f"{before}\n```\nAnswer: {value}\n```") is None
+
+
 def test_one_agent_solves_the_whole_problem() -> None:
     task = ToolMathTask("word", num_agents=1, num_train=3, num_eval=3)
     ex = task.load("test")[0]

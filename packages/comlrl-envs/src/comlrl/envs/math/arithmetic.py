@@ -7,7 +7,8 @@ answer, so that two agents can split it (``tool_math``) or one agent can solve i
 - ``"mul"``: multi-digit multiplication; parts ``a * b`` and ``c * d``, whole
   ``a * b + c * d`` (``digits`` digits per factor, or a ``(d1, d2)`` pair).
 - ``"expr"``: multi-step expressions over ``+ - *`` with parentheses; parts ``E1`` and
-  ``E2`` (``ops`` operators each, operands 2..50), whole ``(E1) + (E2)``. Expressions are
+  ``E2`` (``ops`` operators each, operands 2..50, parentheses in each when ``ops >= 2``),
+  whole ``(E1) + (E2)``. Expressions are
   written in Python syntax, so ``eval`` reads them as the generator computed them.
 - ``"word"``: templated word problems; each part is a person with boxes of items
   (``a * b``, ``a * b + c`` or ``a * b - c``), the whole asks how many items the two
@@ -92,8 +93,8 @@ def _expr(rng: random.Random, ops: int) -> tuple[str, int, str]:
 
 
 def make_expr(rng: random.Random, ops: int = 3) -> Problem:
-    """An ``"expr"`` problem: parts ``E1``, ``E2`` (``ops`` operators each, at least one
-    pair of parentheses each), whole ``(E1) + (E2)``."""
+    """An ``"expr"`` problem: parts ``E1``, ``E2`` (``ops`` operators each; with
+    ``ops >= 2`` at least one pair of parentheses each), whole ``(E1) + (E2)``."""
     exprs, answers = [], []
     for _ in range(2):
         while True:
