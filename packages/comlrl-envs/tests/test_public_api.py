@@ -9,6 +9,7 @@ MODULES = [
     "comlrl.envs.sandbox",
     "comlrl.envs.code",
     "comlrl.envs.math",
+    "comlrl.envs.tools",
     "comlrl.envs.writing",
     "comlrl.envs.remote",
 ]
@@ -49,5 +50,7 @@ def test_every_suite_is_registered() -> None:
         "tldr",
         "arxiv",
         "coop_story",
+        "tool_math",
+        "debate_math",
     }
     assert names <= set(available_tasks())

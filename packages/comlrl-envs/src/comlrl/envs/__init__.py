@@ -4,7 +4,9 @@
   or in a pool, and score it against HumanEval-style tests with honest verdicts.
 - :mod:`comlrl.envs.code`: code suites ``coop_humaneval``, ``coop_humaneval_che``,
   ``mbpp``, ``classeval`` (multi-turn, with sandbox feedback).
-- :mod:`comlrl.envs.math`: ``gsm8k`` and exact-match answer parsing.
+- :mod:`comlrl.envs.math`: ``gsm8k``, ``tool_math`` and ``debate_math`` (agents with a
+  Python tool, debating agents) and exact-match answer parsing.
+- :mod:`comlrl.envs.tools`: tools agents call inside a turn (the sandboxed Python tool).
 - :mod:`comlrl.envs.writing`: ``tldr``, ``arxiv`` and ``coop_story``.
 
 Nothing here imports torch.
@@ -21,7 +23,7 @@ from comlrl.envs.code import (
     load_humaneval,
 )
 from comlrl.envs.code.extract import strip_code_fences
-from comlrl.envs.math import Gsm8kTask
+from comlrl.envs.math import DebateMathTask, Gsm8kTask, ToolMathTask
 from comlrl.envs.sandbox import (
     CheckJob,
     ExecutionResult,
@@ -34,6 +36,7 @@ from comlrl.envs.sandbox import (
     run_python,
     split_test,
 )
+from comlrl.envs.tools import python_tool
 from comlrl.envs.writing import ArxivTask, CoopStoryTask, TldrTask
 
 __all__ = [
@@ -42,9 +45,11 @@ __all__ = [
     "CoopHumanEvalCheTask",
     "CoopHumanEvalTask",
     "CoopStoryTask",
+    "DebateMathTask",
     "Gsm8kTask",
     "MbppTask",
     "TldrTask",
+    "ToolMathTask",
     "default_humaneval_path",
     "load_humaneval",
     "strip_code_fences",
@@ -58,4 +63,5 @@ __all__ = [
     "run_many",
     "run_python",
     "split_test",
+    "python_tool",
 ]

@@ -7,6 +7,9 @@
 3. the last "answer is / answer: <answer>" phrase;
 4. the last number in the text.
 
+:func:`answer_line` is the strict reader of tasks that ask for a final ``Answer: <n>``
+line (``tool_math``, ``debate_math``): it reads only such lines, outside fenced blocks.
+
 :func:`normalize_number` turns the answer text into an exact number: it drops ``$``,
 thousands separators (``1,234``), units and words around the number (``18 dollars``,
 ``5 km/h``), a trailing ``%`` or ``.``, and reads integers, decimals, signed numbers,
@@ -20,7 +23,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["extract_answer", "normalize_number", "answers_match", "gold_answer"]
+__all__ = ["extract_answer", "answer_line", "normalize_number", "answers_match", "gold_answer"]
 
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
 _NUMBER_RE = re.compile(_NUMBER)
@@ -67,6 +70,38 @@ def extract_answer(text: str) -> str | None:
             return candidate.strip()
     numbers = _LAST_RE.findall(text)
     return numbers[-1].strip() if numbers else None
+
+
+# A fenced block (closed, or open up to the end of the text): code and any ```output
+# block the model wrote itself are not its answer.
+_FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_ANSWER_LINE_RE = re.compile(
+    r"^[ \t>*_#-]*(?:final[ \t]+)?answer[ \t*_]*[:=](.*)$", re.IGNORECASE | re.MULTILINE
+)
+
+
+def answer_line(text: str) -> str | None:
+    """The answer of the last ``Answer: <n>`` line of ``text`` that holds a number, or
+    ``None``.
+
+    Only lines that start with ``Answer:`` (any case, ``Final Answer:``, Markdown marks
+    such as ``**Answer:**`` allowed) count, and only outside fenced blocks (`````): a
+    number the text merely mentions, the code of a tool call, or an ``output`` block the
+    model wrote itself is never its answer. When the line holds ``=``, the text after the
+    last ``=`` is the answer (``Answer: 964 * 59 = 56876`` reads ``56876``).
+
+    Examples:
+        >>> answer_line("I think 3.\nAnswer: 56,876")
+        '56,876'
+    """
+    if not text:
+        return None
+    body = _FENCE_RE.sub("\n", text)
+    for found in reversed(_ANSWER_LINE_RE.findall(body)):
+        candidate = found.rsplit("=", 1)[-1].strip(" \t*_`")
+        if normalize_number(candidate) is not None:
+            return candidate
+    return None
 
 
 def _to_fraction(token: str) -> Fraction | None:

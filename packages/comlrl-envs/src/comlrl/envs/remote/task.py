@@ -14,9 +14,10 @@ __all__ = ["RemoteRewardTask"]
 class RemoteRewardTask(Task):
     """A task whose reward is scored on remote workers; everything else stays local.
 
-    Loading, prompts and feedback are the wrapped task's (the suites' feedback is a pure
-    function of the example, the joint action and the reward info, which the workers
-    return); :meth:`reward` goes to :class:`RemoteReward`.
+    Loading, prompts, feedback and tools (with their call format and per-turn limit;
+    tool calls run locally, inside the rollout) are the wrapped task's (the suites'
+    feedback is a pure function of the example, the joint action and the reward info,
+    which the workers return); :meth:`reward` goes to :class:`RemoteReward`.
 
     Args:
         task: the local task (its sandbox is never started by this wrapper).
@@ -43,7 +44,6 @@ class RemoteRewardTask(Task):
         self.name = task.name
         self.num_agents = task.num_agents
         self.max_turns = task.max_turns
-        # tool calls inside a turn run here, beside the prompts (only rewards go remote)
         self.tool_format = task.tool_format
         self.max_tool_calls = task.max_tool_calls
         self.remote = RemoteReward(
@@ -58,13 +58,13 @@ class RemoteRewardTask(Task):
         """The wrapped task's examples of ``split``."""
         return self.local.load(split)
 
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """The wrapped task's tools of agent ``agent`` (they run locally)."""
+        return self.local.tools(agent)
+
     def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
         """The wrapped task's prompts."""
         return self.local.prompts(example, history)
-
-    def tools(self, agent: int) -> Sequence[Tool]:
-        """The wrapped task's tools of agent ``agent`` (they run in this process)."""
-        return self.local.tools(agent)
 
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]

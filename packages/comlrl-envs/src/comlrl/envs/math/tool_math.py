@@ -1,0 +1,271 @@
+"""Arithmetic with a Python tool, split between two agents (``tool_math``).
+
+Each problem (:mod:`comlrl.envs.math.problem_sets`) is a sum of two sub-problems:
+``a * b + c * d`` (``mul``), ``(E1) + (E2)`` (``expr``), two people's counts of items
+(``word``). With two agents:
+
+- agent 0 computes the first part, agent 1 the second; both see the whole problem, their
+  own part and that the team's answer is the sum of their two answers;
+- each may run code with the sandboxed Python tool (:func:`comlrl.envs.tools.python_tool`)
+  inside its turn, then ends with a line ``Answer: <integer>``;
+- the team's answer is the sum of the two ``Answer:`` values.
+
+Why this split: the parts are independent, so the two agents can work at the same time
+without seeing each other (decentralized execution), yet the joint reward depends on both:
+the team's sum is right only when both parts are (barring two errors that cancel). Each
+agent's own part also gives it a reward of its own for the actor-critic recipes
+(``infos[k]["agent_rewards"]``).
+
+GSM8K problems do not split into parts, so at the ``gsm8k`` level both agents solve the
+whole problem and the joint reward is the mean of their two exact answers (1.0 only when
+both are right): each agent's mistake costs the team.
+
+With one agent (``num_agents=1``, the baseline), the agent solves the whole problem.
+
+The reward reads only the ``Answer:`` lines of each agent's own text
+(:func:`comlrl.envs.math.answer.answer_line`; fenced blocks ignored): a tool's result is
+never in that text, and an ``output`` block the model writes itself is not an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from comlrl.core import ChatPrompt, Feedback, Prompt, RewardBatch, Task, Tool
+from comlrl.envs.math.answer import answer_line, normalize_number
+from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits, load_problems
+from comlrl.envs.tools.python import python_tool
+
+__all__ = ["ToolMathTask", "answer_request", "value_json"]
+
+
+def answer_request(use_tool: bool, what: str = "it", number: str = "integer") -> str:
+    """The instruction that ends every ``tool_math`` / ``debate_math`` prompt."""
+    how = f"Use the Python tool to compute {what}" if use_tool else f"Compute {what}"
+    return f'{how}, then end with a line "Answer: <{number}>".'
+
+
+def value_json(value: Fraction | None) -> int | str | None:
+    """A parsed answer for infos: an ``int`` when whole, else ``"p/q"``, ``None`` if none."""
+    if value is None:
+        return None
+    return int(value) if value.denominator == 1 else str(value)
+
+
+class ToolMathTask(Task):
+    """Arithmetic problems split between agents that may run Python (module docstring).
+
+    Reward of one joint action, in ``[0, 1]``:
+
+    - split levels (``mul``, ``expr``, ``word``) with two agents: 1.0 when the team's
+      answer (the sum of the two ``Answer:`` values) is exact, else ``partial_credit``
+      times the fraction of agents whose own part is right (0 by default);
+    - ``gsm8k`` with two agents: the mean of the two agents' exact answers;
+    - one agent: 1.0 when its answer is exact.
+
+    ``infos[k]`` holds ``level``, ``answers`` (each agent's ``Answer:`` text or ``None``),
+    ``values`` (their exact values: int, ``"p/q"`` or ``None``), ``targets`` (what each
+    agent had to find), ``correct`` (per agent), ``gold``, ``team_answer``,
+    ``team_correct``, ``status`` (``"passed"`` / ``"failed"``) and ``agent_rewards``
+    (per agent: 1.0 when its own part, or its answer, is right).
+
+    Args:
+        level: ``"mul"``, ``"expr"``, ``"word"`` or ``"gsm8k"``.
+        num_agents: 1 (one solver of the whole problem) or 2 (the split).
+        seed: seeds the problem generators; train and test are disjoint.
+        num_train, num_eval: problems in the ``train`` / ``test`` split.
+        digits: digits per factor at ``mul`` (an int or a ``(d1, d2)`` pair).
+        ops: operators per part at ``expr``.
+        gsm8k_path: GSM8K file or folder at ``gsm8k`` (e.g. ``gsm8k_test.jsonl``).
+        use_tool: give each agent the Python tool (``False``: the no-tool baseline,
+            :meth:`tools` returns ``()`` and the prompts do not mention Python).
+        tool_timeout_s: wall-clock seconds one tool call may run in the sandbox.
+        max_tool_calls: tool calls one agent may make in one turn.
+        partial_credit: the joint reward's weight on parts right when the team's answer is
+            wrong (split levels only), in ``[0, 1)``.
+
+    Raises:
+        ValueError: for an unknown level, ``num_agents`` not 1 or 2, a negative size,
+            bad ``digits``/``ops``, a non-positive ``tool_timeout_s``, a negative
+            ``max_tool_calls`` or ``partial_credit`` outside ``[0, 1)``.
+    """
+
+    name = "tool_math"
+    max_turns = 1
+    tool_format = "python"
+    #: Where the examples come from (``comlrl tasks`` prints it).
+    data_source = (
+        "generated from task.kwargs.seed (levels mul, expr, word); level=gsm8k reads "
+        "task.kwargs.gsm8k_path"
+    )
+
+    def __init__(
+        self,
+        level: str = "mul",
+        *,
+        num_agents: int = 2,
+        seed: int = 0,
+        num_train: int = 1000,
+        num_eval: int = 200,
+        digits: int | Sequence[int] = (3, 2),
+        ops: int = 3,
+        gsm8k_path: str | Path | None = None,
+        use_tool: bool = True,
+        tool_timeout_s: float = 5.0,
+        max_tool_calls: int = 4,
+        partial_credit: float = 0.0,
+    ) -> None:
+        if level not in ALL_LEVELS:
+            raise ValueError(f"unknown level {level!r}; use one of {ALL_LEVELS}")
+        if num_agents not in (1, 2):
+            raise ValueError(f"tool_math takes num_agents 1 or 2, got {num_agents!r}")
+        if num_train < 0 or num_eval < 0:
+            raise ValueError(f"num_train and num_eval must be >= 0, got {num_train}, {num_eval}")
+        if not 1 <= ops <= 8:
+            raise ValueError(f"ops must be in 1..8, got {ops!r}")
+        if max_tool_calls < 0:
+            raise ValueError(f"max_tool_calls must be >= 0, got {max_tool_calls!r}")
+        if not 0.0 <= partial_credit < 1.0:
+            raise ValueError(f"partial_credit must be in [0, 1), got {partial_credit!r}")
+        self.level = level
+        self.num_agents = num_agents
+        self.seed = seed
+        self.num_train = num_train
+        self.num_eval = num_eval
+        self.digits = check_digits(digits)
+        self.ops = ops
+        self.gsm8k_path = gsm8k_path
+        self.use_tool = use_tool
+        self.max_tool_calls = max_tool_calls
+        self.partial_credit = float(partial_credit)
+        self._tool = python_tool(timeout_s=tool_timeout_s)
+
+    @property
+    def split_work(self) -> bool:
+        """Whether each agent solves a part (two agents, a generated level)."""
+        return self.num_agents == 2 and self.level != "gsm8k"
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """``(python_tool,)`` for every agent, ``()`` when ``use_tool=False``."""
+        return (self._tool,) if self.use_tool else ()
+
+    def load(self, split: str = "train") -> list[dict[str, Any]]:
+        """The examples of ``split`` (``"train"``, ``"test"``/``"eval"``); see
+        :func:`~comlrl.envs.math.problem_sets.load_problems`.
+
+        Raises:
+            ValueError: an unknown split, or too few distinct problems.
+            FileNotFoundError: ``gsm8k_path`` does not exist.
+        """
+        return load_problems(
+            self.level,
+            split,
+            seed=self.seed,
+            num_train=self.num_train,
+            num_eval=self.num_eval,
+            digits=self.digits,
+            ops=self.ops,
+            gsm8k_path=self.gsm8k_path,
+        )
+
+    def targets(self, example: Mapping[str, Any]) -> list[str]:
+        """What each agent must find: its part's answer when the work is split, else the
+        whole problem's answer."""
+        if self.split_work:
+            return [str(g) for g in example["part_golds"]]
+        return [str(example["gold"])] * self.num_agents
+
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
+        """One :class:`~comlrl.core.ChatPrompt` per agent (single-turn: ``history`` unused).
+
+        Split levels, agent ``i`` of 2: the system line says it is agent ``i + 1`` of a
+        team whose answer is the sum of both agents' answers; the user message gives the
+        team's problem, the agent's own part, and the answer request ("Use the Python tool
+        to compute your part, then end with a line "Answer: <integer>"."). ``gsm8k``: both
+        agents get the whole question and learn that the team is right when both are.
+        One agent: the whole problem. ``raw`` (base models): the user message's text. The
+        call syntax is not described here: the rollout declares the tools.
+        """
+        question = str(example["question"]).strip()
+        number = "number" if self.level == "gsm8k" else "integer"
+        tool_note = " You can run Python code to compute exactly." if self.use_tool else ""
+        out: list[Prompt] = []
+        for agent in range(self.num_agents):
+            if self.split_work:
+                system = (
+                    f"You are agent {agent + 1} of 2 in a team solving an arithmetic problem. "
+                    "Each agent computes one part; the team's answer is the sum of the two "
+                    f"agents' answers.{tool_note}"
+                )
+                user = (
+                    f"Team problem: {question}\n"
+                    f"Your part: {example['parts'][agent]}\n"
+                    "Your teammate computes the other part.\n"
+                    + answer_request(self.use_tool, "your part", number)
+                )
+            elif self.num_agents == 2:
+                system = (
+                    f"You are agent {agent + 1} of 2 in a team solving a math problem. A "
+                    "teammate solves the same problem separately; the team is right when "
+                    f"you both are.{tool_note}"
+                )
+                user = f"{question}\n" + answer_request(self.use_tool, "the answer", number)
+            else:
+                system = f"You solve a math problem.{tool_note}"
+                user = f"{question}\n" + answer_request(self.use_tool, "the answer", number)
+            out.append(
+                ChatPrompt(
+                    ({"role": "system", "content": system}, {"role": "user", "content": user}),
+                    raw=f"{user}\n",
+                )
+            )
+        return out
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions (rules and infos in the class docstring).
+
+        Raises:
+            ValueError: when the shapes disagree.
+        """
+        self.check_joint_batch(completions, examples)
+        rewards: list[float] = []
+        infos: list[dict[str, Any]] = []
+        for k, ex in enumerate(examples):
+            answers = [answer_line(completions[a][k]) for a in range(self.num_agents)]
+            values = [normalize_number(ans) for ans in answers]
+            targets = self.targets(ex)
+            correct = [
+                v is not None and v == normalize_number(t)
+                for v, t in zip(values, targets, strict=True)
+            ]
+            gold = normalize_number(str(ex["gold"]))
+            if self.split_work:
+                parsed = [v for v in values if v is not None]
+                team = sum(parsed, Fraction(0)) if len(parsed) == 2 else None
+                team_correct = team is not None and team == gold
+                reward = 1.0 if team_correct else self.partial_credit * sum(correct) / 2
+            else:
+                team = values[0] if len(set(values)) == 1 else None
+                team_correct = all(correct)
+                reward = sum(correct) / self.num_agents
+            rewards.append(float(reward))
+            infos.append(
+                {
+                    "level": self.level,
+                    "answers": answers,
+                    "values": [value_json(v) for v in values],
+                    "targets": targets,
+                    "correct": correct,
+                    "gold": str(ex["gold"]),
+                    "team_answer": value_json(team),
+                    "team_correct": team_correct,
+                    "status": "passed" if team_correct else "failed",
+                    "agent_rewards": [1.0 if c else 0.0 for c in correct],
+                }
+            )
+        return RewardBatch(rewards, infos)
