@@ -102,6 +102,12 @@ class TrainConfig(
                 "advantage_scale=none (its default, auto) or a baselined estimator "
                 "(estimator=grpo, rloo, remax)."
             )
+        if self.update_chunk_nodes is not None and self.clip_ratio is None:
+            raise ValueError(
+                f"update_chunk_nodes={self.update_chunk_nodes} updates later chunks of nodes "
+                "after earlier optimizer steps, with their importance ratio to the sampling "
+                "policy, which is unbounded without the PPO clip: set clip_ratio (e.g. 0.2)."
+            )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "

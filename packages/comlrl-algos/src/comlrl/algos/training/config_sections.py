@@ -187,8 +187,8 @@ class OptimisationSection(BaseModel):
         description="None: one optimizer step per agent on the whole step's rollout. N: "
         "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
         "one optimizer step per chunk of N nodes, later chunks weighted by their "
-        "importance ratio to the sampling policy (comlrl.algos.training.node_chunks; 1.4.3's "
-        "rollout_buffer_size).",
+        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
+        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
     )
     update_chunk_split_turns: bool = Field(
         False,
