@@ -226,8 +226,9 @@ def compute_advantages(
     reinforce     0                               Williams 1992
     grpo          mean of the group               Shao et al. 2024 (DeepSeekMath, eq. 3,
                                                   4.1.2), divided by the group std by
-                                                  default; ``scale="none"`` gives Dr. GRPO
-                                                  (Liu et al. 2025)
+                                                  default; ``scale="none"`` is Dr. GRPO's
+                                                  advantage (Liu et al. 2025; its loss also
+                                                  needs ``policy_loss(reduction="seq_sum")``)
     rloo          mean of the other ``n - 1``     Kool et al. 2019; Ahmadian et al. 2024
     remax         max of the other ``n - 1``      Li et al. 2023 (ReMax uses the return of
                                                   a greedy rollout; here the best of the

@@ -157,6 +157,16 @@ def k1_loss_message(kl_coef: float) -> str:
     )
 
 
+def seq_sum_message() -> str:
+    """Why ``seq_sum`` needs ``max_completion_length``, and what to pass."""
+    return (
+        "reduction='seq_sum' divides by the generation budget C, a constant: pass "
+        "max_completion_length (e.g. the max_new_tokens the completions were sampled with). "
+        "Each call's own padded length L would weigh turns and micro-batches of other "
+        "lengths differently"
+    )
+
+
 def _clip_bounds(clip_ratio: float | tuple[float, float]) -> tuple[float, float]:
     if isinstance(clip_ratio, tuple):
         if len(clip_ratio) != 2:
@@ -225,8 +235,11 @@ def policy_loss(
     - ``"token_mean"``: ``sum_it l_it / sum_i n_i`` (DAPO, Yu et al. 2025): every token
       weighs the same, so long completions are not down-weighted.
     - ``"seq_sum"``: ``mean_i( sum_t l_it / C )`` with the constant
-      ``C = max_completion_length`` (the generation budget; ``L`` when None), as in
-      Dr. GRPO (Liu et al. 2025), which removes the length bias of per-sequence means.
+      ``C = max_completion_length`` (the generation budget, required), as in Dr. GRPO
+      (Liu et al. 2025, sec. 3.1: the per-sequence mean over its own length biases long
+      wrong answers; a constant does not). It must be the same constant for every call of
+      an update: each call's own padded length ``L`` would weigh turns and micro-batches
+      padded to other lengths differently.
 
     Masked tokens get exactly zero gradient, even if their log-probs are -inf or NaN
     (they are replaced before any arithmetic), and an all-masked sequence or batch gives
@@ -244,8 +257,9 @@ def policy_loss(
         kl_estimator: ``"k2"`` or ``"k3"`` as a loss (see :func:`kl_penalty`); ``"k1"``
             only with ``kl_coef=0`` (a metric).
         reduction: ``"seq_mean_token_mean"``, ``"token_mean"`` or ``"seq_sum"``.
-        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L); ignored by the
-            other reductions.
+        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L; required
+            there, e.g. the ``max_new_tokens`` the completions were sampled with); ignored
+            by the other reductions.
 
     Returns:
         ``(loss, metrics)``: a scalar loss tensor (float32, float64 for float64
@@ -260,7 +274,7 @@ def policy_loss(
         ValueError: shape mismatches; ``logprobs`` not floating; unknown reduction or
             KL estimator; ``kl_estimator="k1"`` with ``kl_coef > 0``; invalid
             ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0`` without ``ref_logprobs``;
-            ``max_completion_length`` < 1 or < L.
+            ``max_completion_length`` < 1 or < L, or missing with ``"seq_sum"``.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; use one of {list(REDUCTIONS)}")
@@ -289,7 +303,9 @@ def policy_loss(
     if kl_coef > 0 and kl_estimator not in LOSS_KL_ESTIMATORS:
         raise ValueError(k1_loss_message(kl_coef))
     bounds = _clip_bounds(clip_ratio) if clip_ratio is not None else None
-    if reduction == "seq_sum" and max_completion_length is not None:
+    if reduction == "seq_sum" and max_completion_length is None:
+        raise ValueError(seq_sum_message())
+    if reduction == "seq_sum":
         if (
             isinstance(max_completion_length, bool)
             or not isinstance(max_completion_length, int)
@@ -343,8 +359,8 @@ def policy_loss(
     elif reduction == "token_mean":
         loss = per_token.sum() / valid.sum().clamp(min=1).to(dtype)
     else:
-        constant = max_completion_length if max_completion_length is not None else max(length, 1)
-        loss = per_token.sum() / (constant * max(num_seqs, 1))
+        assert max_completion_length is not None  # checked above
+        loss = per_token.sum() / (max_completion_length * max(num_seqs, 1))
 
     metrics = _metrics(loss, valid, adv, ratio, clipped_low, clipped_high, kl)
     return loss, metrics

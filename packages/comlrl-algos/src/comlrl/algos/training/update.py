@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
+from comlrl.algos.functional.losses import (
+    KLEstimator,
+    Reduction,
+    policy_loss,
+    seq_sum_message,
+)
 from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
@@ -38,7 +43,8 @@ class UpdateSettings:
     Attributes:
         temperature: sampling temperature (log-probs of the tempered policy).
         loss_reduction: see :func:`comlrl.algos.functional.losses.policy_loss`.
-        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
+        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
+            required with ``seq_sum`` (a ValueError when the settings are made).
         clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
             (unless ``importance_ratio``).
         importance_ratio: without ``clip_ratio``, still weight each token by its ratio to
@@ -73,6 +79,10 @@ class UpdateSettings:
     micro_batch_size: int | None = None
     shared_prefix: bool = True
     fused_logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loss_reduction == "seq_sum" and self.max_completion_length is None:
+            raise ValueError(seq_sum_message())
 
 
 def update_policy(
