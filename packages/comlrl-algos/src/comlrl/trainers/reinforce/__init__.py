@@ -114,7 +114,11 @@ class MAGRPOConfig:
     one per turn of each ``rollout_buffer_size`` tree nodes, as in 1.4.3.
     ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
     ``advantage_normalization`` divides advantages by the group's std of returns
-    (population std, eps 1e-6) without re-centring them. Fields that
+    (population std, eps 1e-6) without re-centring them. The defaults ``num_turns=2`` and
+    ``early_termination_threshold=-0.2`` (1.4.3's) end every episode after turn 1 when no
+    node's mean reward is below -0.2 (e.g. rewards in [0, 1]): turn 2 never runs and each
+    return is the held ``r * (1 + discount)`` (the run warns; docs/compat.md). Set the
+    threshold to None, or above the reward of unfinished work, to train turn 2. Fields that
     ``comlrl.trainers`` cannot honour raise :class:`UnsupportedFieldError` when the trainer
     is built (``parallel_training='mp'``, several ``agent_devices``,
     ``reference_devices``).
