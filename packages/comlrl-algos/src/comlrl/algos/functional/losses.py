@@ -207,6 +207,7 @@ def policy_loss(
     kl_estimator: KLEstimator = "k3",
     reduction: Reduction = "seq_mean_token_mean",
     max_completion_length: int | None = None,
+    importance_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Policy-gradient loss of a batch of completions, and its metrics.
 
@@ -220,6 +221,10 @@ def policy_loss(
       al. 2017, eq. 7, ``l = -min(r * A, clip(r, 1 - low, 1 + high) * A)``. A float
       ``clip_ratio`` is ``low = high = eps``; a pair ``(low, high)`` gives the
       asymmetric "clip-higher" of DAPO (Yu et al. 2025), e.g. ``(0.2, 0.28)``.
+    - ``importance_weights`` ``w`` (constants, e.g. the truncated importance-sampling
+      weights of :func:`~comlrl.algos.functional.importance.truncated_importance_weights`,
+      Yao et al. 2025) multiply each token's policy-gradient term above: ``l = -w * A *
+      logp`` on-policy, ``-w * min(r * A, clip(r) * A)`` with the clip; not the KL term.
     - reference KL: ``l += kl_coef * kl_penalty(logp, ref_logprobs, kl_estimator)``
       (GRPO, Shao et al. 2024 eq. 3-4). ``"k3"`` (default) pulls toward the reference
       along ``grad KL(pi_ref || pi)``, ``"k2"`` along ``grad KL(pi || pi_ref)``; ``"k1"``
@@ -257,6 +262,8 @@ def policy_loss(
         kl_estimator: ``"k2"`` or ``"k3"`` as a loss (see :func:`kl_penalty`); ``"k1"``
             only with ``kl_coef=0`` (a metric).
         reduction: ``"seq_mean_token_mean"``, ``"token_mean"`` or ``"seq_sum"``.
+        importance_weights: ``[B, L]`` (or ``[B]``) nonnegative constants multiplying
+            each token's policy-gradient term; None for 1.
         max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L; required
             there, e.g. the ``max_new_tokens`` the completions were sampled with); ignored
             by the other reductions.
@@ -302,6 +309,14 @@ def policy_loss(
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
     if kl_coef > 0 and kl_estimator not in LOSS_KL_ESTIMATORS:
         raise ValueError(k1_loss_message(kl_coef))
+    if importance_weights is not None and importance_weights.shape not in (
+        torch.Size([num_seqs]),
+        shape,
+    ):
+        raise ValueError(
+            f"importance_weights must be [B] = [{num_seqs}] or [B, L] = {list(shape)}, "
+            f"got {list(importance_weights.shape)}"
+        )
     bounds = _clip_bounds(clip_ratio) if clip_ratio is not None else None
     if reduction == "seq_sum" and max_completion_length is None:
         raise ValueError(seq_sum_message())
@@ -344,6 +359,12 @@ def policy_loss(
             with torch.no_grad():
                 clipped_low = valid & (ratio < 1.0 - low) & (adv < 0)
                 clipped_high = valid & (ratio > 1.0 + high) & (adv > 0)
+
+    if importance_weights is not None:
+        w = importance_weights.detach().to(device=logprobs.device, dtype=dtype)
+        if w.dim() == 1:
+            w = w.unsqueeze(1).expand(shape)
+        per_token = torch.where(valid, w, zero) * per_token
 
     kl: Tensor | None = None
     if ref_logprobs is not None:
