@@ -153,6 +153,12 @@ class EstimatorSection(BaseModel):
         "native sampler in float32).",
     )
     tis_cap: float = Field(2.0, ge=1, description="The cap C of tis.")
+    importance_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="The importance ratio of the policy loss: token (PPO's, per token) or "
+        "sequence (GSPO, Zheng et al. 2025: one length-normalised ratio per completion, "
+        "clipped with clip_ratio; GSPO's ranges are narrow, e.g. 3e-4).",
+    )
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3",

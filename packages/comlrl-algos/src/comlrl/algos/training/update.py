@@ -27,6 +27,7 @@ from comlrl.algos.functional.importance import (
 )
 from comlrl.algos.functional.importance import Level as TISLevel
 from comlrl.algos.functional.losses import (
+    ImportanceLevel,
     KLEstimator,
     Reduction,
     policy_loss,
@@ -75,6 +76,9 @@ class UpdateSettings:
             weight carries the whole sampler-to-trainer correction (verl's split).
             ``None``: off, and the ratio is against the behaviour log-probs.
         tis_cap: ``C`` of ``tis_level`` (>= 1).
+        importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
+            Zheng et al. 2025: one length-normalised ratio and clip per completion); see
+            :func:`~comlrl.algos.functional.losses.policy_loss`.
         fused_logprobs: compute log-probs from the last hidden states and the lm_head
             weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
             (same values and gradient; less memory at large vocabularies). Models it cannot
@@ -97,6 +101,7 @@ class UpdateSettings:
     fused_logprobs: bool = True
     tis_level: TISLevel | None = None
     tis_cap: float = 2.0
+    importance_level: ImportanceLevel = "token"
 
     def __post_init__(self) -> None:
         if self.tis_level is not None and self.tis_level not in TIS_LEVELS:
@@ -305,6 +310,7 @@ def _update(
                     if settings.clip_ratio is not None or settings.importance_ratio
                     else None,
                     importance_weights=tis,
+                    importance_level=settings.importance_level,
                     clip_ratio=settings.clip_ratio,
                     ref_logprobs=ref_logp[t][j] if ref_logp else None,
                     kl_coef=settings.kl_coef,

@@ -252,6 +252,7 @@ def setup(
             fused_logprobs=config.fused_logprobs,
             tis_level=tis_level(config.tis, agents),
             tis_cap=config.tis_cap,
+            importance_level=config.importance_level,
         ),
         sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
         update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
