@@ -18,7 +18,10 @@ ratio ``r = exp(logp - behaviour_logp)`` of
 :func:`~comlrl.algos.functional.losses.policy_loss` in the PPO clipped surrogate
 (``clip_ratio``, required: an unclipped ``-r * A`` has no bound, and ratios of 4.9 at the
 defaults and 353 with Adam at 3e-2 were measured), never the on-policy surrogate that would
-drop it (1.4.3 drops it).
+drop it (1.4.3 drops it). With truncated importance sampling on
+(``UpdateSettings.tis_level``), each step's ratio is taken against the trainer's log-probs at
+that step's start, and the change since sampling goes into the truncated weight
+``min(pi / pi_behaviour, C)`` instead, bounded by ``C`` as well.
 Advantages are those of the whole step (a group is the ``G`` completions of one node, so
 chunking does not change them).
 
