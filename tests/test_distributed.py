@@ -162,3 +162,26 @@ def test_two_ranks_give_the_one_process_update_and_resume_on_one(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[2]["reward_mean"] == pytest.approx(ref_rows[2]["reward_mean"], abs=1e-6)
+
+
+def test_batch_scaled_advantages_are_those_of_the_global_batch(tmp_path: Path) -> None:
+    """``advantage_scale=batch`` divides by the std of the whole batch's returns on every
+    rank: two ranks give one process's advantages and update. Each rank dividing by the std
+    of its own shard (the old behaviour) changes the advantages of each rank by its own
+    factor (measured: advantage_std of agent 0 1.161 on 2 ranks against 0.914 in one
+    process), far outside the tolerances."""
+    args = [*ARGS, "num_steps=1", "advantage_scale=batch", "estimator=rloo"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(_comlrl("train", *args, f"output_dir={one}"))
+    _run(_torchrun("train", *args, f"output_dir={two}"))
+
+    (want,) = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    (got,) = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    assert got["reward_mean"] == pytest.approx(want["reward_mean"], abs=1e-6)  # same rollout
+    assert want["reward_std"] > 0  # a real division, not 0 / eps
+    for a in range(NUM_AGENTS):
+        for key in (f"advantage_std/agent_{a}", f"advantage_mean/agent_{a}"):
+            # float32 advantages of O(1) divided by the same float64 std: round-off only
+            assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
+        assert got[f"loss/agent_{a}"] == pytest.approx(want[f"loss/agent_{a}"], rel=1e-4, abs=1e-6)
+    _assert_same(_weights(two / "final"), _weights(one / "final"))

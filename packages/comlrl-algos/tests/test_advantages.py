@@ -14,6 +14,8 @@ from comlrl.algos.functional.advantages import (
     Scale,
     compute_advantages,
     register_estimator,
+    return_moments,
+    std_from_moments,
 )
 from comlrl.algos.functional.losses import policy_loss
 from hypothesis import assume, given, settings
@@ -503,3 +505,40 @@ def test_default_estimators_give_distinct_advantages() -> None:
     for i in range(4):
         for j in range(i + 1, 4):
             assert not torch.allclose(outs[i], outs[j]), (i, j)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-100, 100, allow_nan=False), min_size=0, max_size=6),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_summed_shard_moments_give_the_std_of_the_whole_batch(shards: list[list[float]]) -> None:
+    """Data parallel ``scale="batch"``: moments add over shards, so the std of the summed
+    moments is the population std of the concatenated batch (float64 sums: 1e-9 relative
+    to the returns' magnitude is far above their cancellation error at |r| <= 100)."""
+    whole = [r for shard in shards for r in shard]
+    assume(whole)
+    total = sum(return_moments(torch.tensor(s, dtype=torch.float64)) for s in shards)
+    want = torch.tensor(whole, dtype=torch.float64).std(correction=0).item()
+    assert std_from_moments(total) == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_batch_std_replaces_the_local_std_of_scale_batch() -> None:
+    shard = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    whole = torch.cat([shard, torch.tensor([[5.0, -3.0]])])
+    want = compute_advantages(whole, estimator="rloo", scale="batch")[:2]
+    std = std_from_moments(return_moments(whole))
+    got = compute_advantages(shard, estimator="rloo", scale="batch", batch_std=std)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    local = compute_advantages(shard, estimator="rloo", scale="batch")
+    assert not torch.allclose(local, want)  # the shard's own std is another divisor
+    with pytest.raises(ValueError, match="batch_std=1.0 is the divisor of scale='batch'"):
+        compute_advantages(shard, estimator="rloo", scale="group", batch_std=1.0)
+    with pytest.raises(ValueError, match="batch_std must be a finite number >= 0"):
+        compute_advantages(shard, estimator="rloo", scale="batch", batch_std=-1.0)
+    with pytest.raises(ValueError, match=r"moments must be \[3\]"):
+        std_from_moments(torch.zeros(2))
+    assert std_from_moments(torch.zeros(3)) == 0.0

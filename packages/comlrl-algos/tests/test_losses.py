@@ -253,6 +253,8 @@ def test_policy_loss_matches_loop_reference(
     mask[0] = False  # always one empty sequence
     clip = {"clip": (0.2, 0.2), "clip_higher": (0.2, 0.28)}.get(variant)
     max_len = None if extra_len is None else length + extra_len
+    if reduction == "seq_sum" and max_len is None:
+        max_len = length  # seq_sum needs its constant (N6)
     loss, metrics = policy_loss(
         logp,
         adv,
@@ -307,6 +309,7 @@ def test_masked_tokens_get_exactly_zero_gradient_even_with_garbage(
         ref_logprobs=ref,
         kl_coef=0.05,
         reduction=reduction,  # type: ignore[arg-type]
+        max_completion_length=4,
     )
     loss.backward()
     assert logp.grad is not None
@@ -327,6 +330,7 @@ def test_all_masked_batch_gives_zero_loss_and_gradient(reduction: str) -> None:
         old_logprobs=torch.zeros(2, 3),
         clip_ratio=0.2,
         reduction=reduction,  # type: ignore[arg-type]
+        max_completion_length=3,
     )
     loss.backward()
     assert loss.item() == 0.0 and metrics["num_tokens"] == 0.0
@@ -343,6 +347,7 @@ def test_empty_batch_gives_zero_loss() -> None:
             old_logprobs=torch.zeros(0, 4),
             clip_ratio=0.2,
             reduction=reduction,  # type: ignore[arg-type]
+            max_completion_length=4,
         )
         assert loss.item() == 0.0 and metrics["num_tokens"] == 0.0
 
@@ -414,7 +419,7 @@ def test_seq_sum_divides_by_the_constant_not_the_sequence_length() -> None:
     adv = torch.tensor([1.0, 1.0])
     loss, _ = policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=8)
     assert loss.item() == pytest.approx((1 / 8 + 4 / 8) / 2)
-    loss, _ = policy_loss(logp, adv, mask, reduction="seq_sum")
+    loss, _ = policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=4)
     assert loss.item() == pytest.approx((1 / 4 + 4 / 4) / 2)
     loss, _ = policy_loss(logp, adv, mask, reduction="seq_mean_token_mean")
     assert loss.item() == pytest.approx(1.0)
@@ -446,6 +451,24 @@ def test_low_precision_logprobs_are_reduced_in_float32() -> None:
     assert logp.grad is not None and logp.grad.dtype == torch.bfloat16
 
 
+def test_seq_sum_without_its_constant_is_refused() -> None:
+    """N6: without max_completion_length, seq_sum divided each call by its own padded
+    length L, so two turns (or micro-batches) of one update padded to other lengths got
+    other weights: the same completion's gradient changed with its neighbours' lengths."""
+    logp = torch.full((1, 2), -1.0)
+    short, padded = torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 5, dtype=torch.bool)
+    padded[0, 2:] = False
+    with pytest.raises(ValueError, match="seq_sum. divides by the generation budget"):
+        policy_loss(logp, torch.ones(1), short, reduction="seq_sum")
+    # with the constant, padding does not change the loss of the same completion
+    a, _ = policy_loss(logp, torch.ones(1), short, reduction="seq_sum", max_completion_length=8)
+    b, _ = policy_loss(
+        torch.full((1, 5), -1.0), torch.ones(1), padded, reduction="seq_sum",
+        max_completion_length=8,
+    )  # fmt: skip
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_policy_loss_rejects_bad_arguments_with_the_value() -> None:
     logp, mask, adv = torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2)
     with pytest.raises(ValueError, match="kl_coef=0.1 needs ref_logprobs"):
@@ -464,3 +487,28 @@ def test_policy_loss_rejects_bad_arguments_with_the_value() -> None:
         policy_loss(logp, adv, mask[:, :2])
     with pytest.raises(ValueError, match="floating tensor"):
         policy_loss(torch.zeros(2, 3, dtype=torch.long), adv, mask)
+
+
+def test_update_settings_with_seq_sum_need_the_budget() -> None:
+    from comlrl.algos.training.update import UpdateSettings
+
+    with pytest.raises(ValueError, match="pass max_completion_length"):
+        UpdateSettings(loss_reduction="seq_sum")
+    assert UpdateSettings(loss_reduction="seq_sum", max_completion_length=8).loss_reduction
+
+
+def test_dr_grpo_needs_seq_sum_for_a_length_free_token_gradient() -> None:
+    """N7: Dr. GRPO (Liu et al. 2025) is the unscaled advantage *and* a constant
+    normaliser. With ``seq_sum`` every valid token's gradient is ``-A / (C * B)`` whatever
+    its completion's length; the default per-sequence mean gives ``-A / (n_i * B)``."""
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    adv = torch.tensor([1.0, 1.0])
+    grads = {}
+    for reduction in ("seq_sum", "seq_mean_token_mean"):
+        logp = torch.full((2, 4), -1.0, requires_grad=True)
+        loss, _ = policy_loss(logp, adv, mask, reduction=reduction, max_completion_length=8)  # type: ignore[arg-type]
+        loss.backward()
+        assert logp.grad is not None
+        grads[reduction] = logp.grad[mask]
+    torch.testing.assert_close(grads["seq_sum"], torch.full((5,), -1 / 16), rtol=0, atol=0)
+    assert grads["seq_mean_token_mean"][0] == -1 / 2 and grads["seq_mean_token_mean"][1] == -1 / 8

@@ -17,6 +17,7 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training import node_chunks
 from comlrl.algos.training.config import TrainConfig
 from comlrl.algos.training.node_chunks import chunk_update_plan, preorder_nodes, select_nodes
+from comlrl.algos.training.update import UpdateSettings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,29 @@ def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:
         TrainConfig(update_chunk_split_turns=True)
 
 
+def test_chunks_without_the_ppo_clip_are_refused_before_training() -> None:
+    """N2: later chunks weight completions by an importance ratio, unbounded without the
+    clip (ratios of 4.9 to 353 were measured); the config names the fix."""
+    with pytest.raises(ValueError, match=r"unbounded without the PPO clip: set clip_ratio"):
+        TrainConfig(update_chunk_nodes=2)
+    assert TrainConfig(update_chunk_nodes=2, clip_ratio=0.2).update_chunk_nodes == 2
+
+
+def test_update_in_node_chunks_refuses_several_steps_without_a_clip(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """The library function itself (no config in front of it) refuses too; a plan of one
+    step is on-policy and needs no clip."""
+    trainer = _trainer(tiny_tokenizer, tmp_path)
+    ro = group_baseline.step(trainer.run).rollout
+    adv = group_baseline.group_advantages(ro, estimator="grpo")
+    model, opt = trainer.agents[0].model, trainer.run.optimizers[0]
+    with pytest.raises(ValueError, match=r"6 optimizer steps.*set UpdateSettings.clip_ratio"):
+        node_chunks.update_in_node_chunks(model, opt, ro, adv, [0], UpdateSettings(), 1)
+    stats = node_chunks.update_in_node_chunks(model, opt, ro, adv, [0], UpdateSettings(), 10**6)
+    assert stats["optimizer_steps"] == 1.0
+
+
 # --- the recipe's steps on a tiny model ------------------------------------------------------
 
 
@@ -148,7 +172,7 @@ def _trainer(tok: Any, out: Path, **overrides: Any) -> MultiAgentTrainer:
     config = TrainConfig(
         num_steps=1, batch_size=2, num_generations=2, num_turns=2, max_new_tokens=4,
         learning_rate=1e-2, output_dir=str(out), progress=False, parallel_agents=False,
-        seed=0, **overrides,
+        seed=0, clip_ratio=0.2, **overrides,
     )  # fmt: skip
     return MultiAgentTrainer(
         agents, config, dataset=DATA, reward_func=_reward,

@@ -107,7 +107,7 @@ def _check_row(row: dict[str, float], ro: Rollout, policy: Any, refs: list[Any])
 def test_turn_metrics_of_each_agent_are_that_agents_turn(
     tiny_tokenizer: Any, tmp_path: Path, shared: bool, chunked: bool
 ) -> None:
-    extra = {"update_chunk_nodes": 10**6} if chunked else {}
+    extra = {"update_chunk_nodes": 10**6, "clip_ratio": 0.2} if chunked else {}
     trainer = _trainer(tiny_tokenizer, tmp_path, shared=shared, **extra)
     run = trainer.run
     before = copy.deepcopy(run.agents[0].model).eval()  # both agents' policy before the step
@@ -186,7 +186,7 @@ def test_update_policy_refuses_turn_labels_that_do_not_fit_the_batches(tiny_mode
 def test_chunked_steps_on_a_shared_model_log_every_agents_turns(
     tiny_tokenizer: Any, tmp_path: Path, split: bool
 ) -> None:
-    trainer = _trainer(tiny_tokenizer, tmp_path, shared=True, update_chunk_nodes=2,
+    trainer = _trainer(tiny_tokenizer, tmp_path, shared=True, update_chunk_nodes=2, clip_ratio=0.2,
                        update_chunk_split_turns=split)  # fmt: skip
     result = group_baseline.step(trainer.run)
     assert result.rollout is not None

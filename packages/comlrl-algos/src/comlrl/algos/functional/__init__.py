@@ -9,6 +9,9 @@ your own RL code with only torch installed. Modules:
   (an early end's reward held for the turns it skips).
 - :mod:`~comlrl.algos.functional.gae`: critic-based returns, GAE and the value loss.
 - :mod:`~comlrl.algos.functional.joint`: joint actions from per-agent completions and credit back.
-- :mod:`~comlrl.algos.functional.losses`: completion masks, reference KL, clipped surrogate.
+- :mod:`~comlrl.algos.functional.losses`: completion masks, reference KL, clipped surrogate
+  (token-level, or GSPO's sequence-level ratio).
+- :mod:`~comlrl.algos.functional.importance`: the sampler/trainer mismatch, truncated
+  importance sampling (TIS) weights, GSPO's sequence log-ratio.
 - :mod:`~comlrl.algos.functional.preference_losses`: DPO, multi-agent DPO, SFT, Bradley-Terry.
 """

@@ -36,6 +36,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -59,6 +60,8 @@ __all__ = [
     "compute_advantages",
     "loo_max_baseline",
     "register_estimator",
+    "return_moments",
+    "std_from_moments",
 ]
 
 #: Accepted values of ``compute_advantages(scale=...)``; ``"auto"`` is each estimator's own.
@@ -97,6 +100,54 @@ def loo_max_baseline(returns: Tensor, group_ids: Tensor, num_groups: int) -> Ten
     baseline = torch.where(sole, second[group_ids], top[group_ids])
     # a singleton group's sole holder has no other sample: -inf -> the sample itself
     return torch.where(torch.isinf(baseline), returns, baseline)
+
+
+def return_moments(returns: Tensor) -> Tensor:
+    """The count, sum and sum of squares of ``returns``: what ``scale="batch"`` needs from
+    each shard of a batch split over data-parallel ranks.
+
+    Moments add: the moments of a batch are the sums of its shards' moments, so summing
+    them over ranks (an all-reduce) and passing :func:`std_from_moments` of the sum as
+    ``compute_advantages(batch_std=...)`` gives every rank the divisor of the whole batch.
+
+    Args:
+        returns: any shape, any real dtype (treated as constants).
+
+    Returns:
+        ``[3]`` float64 on the device of ``returns``: ``(n, sum r, sum r**2)``.
+    """
+    values = returns.detach().to(torch.float64).reshape(-1)
+    count = torch.tensor(float(values.numel()), dtype=torch.float64, device=values.device)
+    return torch.stack([count, values.sum(), (values * values).sum()])
+
+
+def std_from_moments(moments: Tensor) -> float:
+    """Population standard deviation (``ddof=0``) from :func:`return_moments` (possibly
+    summed over shards): ``sqrt(max(0, S2 / n - (S1 / n) ** 2))``, in float64.
+
+    The float64 sums keep the cancellation error far below float32 round-off for returns of
+    ordinary size (``|r| < 1e6``); the variance is clamped at 0 against it.
+
+    Args:
+        moments: ``[3]`` ``(n, sum r, sum r**2)``.
+
+    Returns:
+        The std as a Python float; 0.0 for ``n == 0``.
+
+    Raises:
+        ValueError: ``moments`` not of shape ``[3]`` or ``n < 0``.
+    """
+    if moments.shape != (3,):
+        raise ValueError(
+            f"moments must be [3] = (count, sum, sum of squares), got shape {list(moments.shape)}"
+        )
+    count, total, total_sq = (float(x) for x in moments.to(torch.float64).tolist())
+    if count < 0:
+        raise ValueError(f"moments count must be >= 0, got {count!r}")
+    if count == 0:
+        return 0.0
+    mean = total / count
+    return max(0.0, total_sq / count - mean * mean) ** 0.5
 
 
 def _check_finite(returns: Tensor) -> None:
@@ -163,6 +214,7 @@ def compute_advantages(
     group_ids: Tensor | None = None,
     scale: Scale = "auto",
     eps: float = 1e-6,
+    batch_std: float | None = None,
 ) -> Tensor:
     """Advantages ``A = (r - b) / s`` of each completion relative to its group.
 
@@ -174,8 +226,9 @@ def compute_advantages(
     reinforce     0                               Williams 1992
     grpo          mean of the group               Shao et al. 2024 (DeepSeekMath, eq. 3,
                                                   4.1.2), divided by the group std by
-                                                  default; ``scale="none"`` gives Dr. GRPO
-                                                  (Liu et al. 2025)
+                                                  default; ``scale="none"`` is Dr. GRPO's
+                                                  advantage (Liu et al. 2025; its loss also
+                                                  needs ``policy_loss(reduction="seq_sum")``)
     rloo          mean of the other ``n - 1``     Kool et al. 2019; Ahmadian et al. 2024
     remax         max of the other ``n - 1``      Li et al. 2023 (ReMax uses the return of
                                                   a greedy rollout; here the best of the
@@ -196,7 +249,11 @@ def compute_advantages(
       ``reinforce``, ``rloo`` and ``remax``, whose definitions have no std.
     - ``"none"``: ``s = 1``.
     - ``"group"``: ``s = std(returns of the group) + eps``.
-    - ``"batch"``: ``s = std(all returns passed in) + eps`` (one scalar).
+    - ``"batch"``: ``s = std(all returns passed in) + eps`` (one scalar), or
+      ``batch_std + eps`` when ``batch_std`` is given: a batch split over data-parallel
+      ranks passes the std of the whole batch (:func:`return_moments` of each shard summed
+      over the ranks, then :func:`std_from_moments`), so every rank divides by the same
+      number as one process would.
 
     Standard deviations are population ones (``ddof=0``). Because ``s`` depends only on
     the returns, every estimator is divided by the same number and the estimators stay
@@ -225,6 +282,9 @@ def compute_advantages(
             Must be None for ``[P, G]`` input.
         scale: ``"none"``, ``"group"`` or ``"batch"`` (see above).
         eps: added to the standard deviation when scaling; must be > 0.
+        batch_std: with ``scale="batch"`` only: the std to divide by instead of the std of
+            ``returns`` (a finite number >= 0), e.g. that of the whole batch of which
+            ``returns`` is one rank's shard.
 
     Returns:
         Advantages with the shape of ``returns``: float64 for float64 input, else
@@ -234,7 +294,8 @@ def compute_advantages(
         ValueError: unknown estimator or scale; ``eps <= 0``; ``returns`` not 1-D or
             2-D; flat returns without ``group_ids`` or ``[P, G]`` returns with them;
             ``group_ids`` of the wrong shape or dtype; a NaN or infinite return (the
-            message names its index).
+            message names its index); ``batch_std`` with another scale, or negative or
+            not finite.
     """
     est = resolve_estimator(estimator)
     if scale not in SCALES:
@@ -243,6 +304,14 @@ def compute_advantages(
         scale = est.scale
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps!r}")
+    if batch_std is not None:
+        if scale != "batch":
+            raise ValueError(
+                f"batch_std={batch_std!r} is the divisor of scale='batch', but scale={scale!r}; "
+                "drop batch_std or set scale='batch'"
+            )
+        if not (math.isfinite(batch_std) and batch_std >= 0):
+            raise ValueError(f"batch_std must be a finite number >= 0, got {batch_std!r}")
     if not isinstance(returns, Tensor):
         raise TypeError(f"returns must be a torch.Tensor, got {type(returns).__name__}")
     dtype = torch.float64 if returns.dtype == torch.float64 else torch.float32
@@ -292,5 +361,6 @@ def compute_advantages(
             flat, ids, num_groups, baseline=baseline, scale=group_scale, eps=eps
         )
     if scale == "batch":
-        adv = adv / (flat.std(correction=0) + eps)
+        std = flat.std(correction=0) if batch_std is None else batch_std
+        adv = adv / (std + eps)
     return adv.reshape(values.shape)

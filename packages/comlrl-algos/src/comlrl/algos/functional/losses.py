@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+from comlrl.algos.functional.importance import sequence_log_ratio
 from torch import Tensor
 
 __all__ = [
+    "IMPORTANCE_LEVELS",
     "KL_ESTIMATORS",
     "LOSS_KL_ESTIMATORS",
     "REDUCTIONS",
@@ -33,11 +35,15 @@ KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 #: ``KL(pi || pi_ref)``, k3 ``KL(pi_ref || pi)``; k1's expected gradient is 0.
 LOSS_KL_ESTIMATORS: tuple[str, ...] = ("k2", "k3")
 
+#: Accepted values of ``policy_loss(importance_level=...)``: PPO's token ratio, GSPO's.
+IMPORTANCE_LEVELS: tuple[str, ...] = ("token", "sequence")
+
 #: Accepted values of ``policy_loss(reduction=...)``.
 REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_sum")
 
 KLEstimator = Literal["k1", "k2", "k3"]
 Reduction = Literal["seq_mean_token_mean", "token_mean", "seq_sum"]
+ImportanceLevel = Literal["token", "sequence"]
 
 
 def completion_mask(
@@ -157,6 +163,16 @@ def k1_loss_message(kl_coef: float) -> str:
     )
 
 
+def seq_sum_message() -> str:
+    """Why ``seq_sum`` needs ``max_completion_length``, and what to pass."""
+    return (
+        "reduction='seq_sum' divides by the generation budget C, a constant: pass "
+        "max_completion_length (e.g. the max_new_tokens the completions were sampled with). "
+        "Each call's own padded length L would weigh turns and micro-batches of other "
+        "lengths differently"
+    )
+
+
 def _clip_bounds(clip_ratio: float | tuple[float, float]) -> tuple[float, float]:
     if isinstance(clip_ratio, tuple):
         if len(clip_ratio) != 2:
@@ -197,6 +213,8 @@ def policy_loss(
     kl_estimator: KLEstimator = "k3",
     reduction: Reduction = "seq_mean_token_mean",
     max_completion_length: int | None = None,
+    importance_weights: Tensor | None = None,
+    importance_level: ImportanceLevel = "token",
 ) -> tuple[Tensor, dict[str, float]]:
     """Policy-gradient loss of a batch of completions, and its metrics.
 
@@ -210,6 +228,20 @@ def policy_loss(
       al. 2017, eq. 7, ``l = -min(r * A, clip(r, 1 - low, 1 + high) * A)``. A float
       ``clip_ratio`` is ``low = high = eps``; a pair ``(low, high)`` gives the
       asymmetric "clip-higher" of DAPO (Yu et al. 2025), e.g. ``(0.2, 0.28)``.
+    - ``importance_level="sequence"``: GSPO (Zheng et al. 2025, "Group Sequence Policy
+      Optimization", arXiv 2507.18071, eq. 5-7): one ratio per completion, the
+      length-normalised ``s_i = exp(mean_t (logp_it - old_it))``
+      (:func:`~comlrl.algos.functional.importance.sequence_log_ratio`), and one clipped
+      term per completion, ``l_i = -min(s_i A_i, clip(s_i, 1 - low, 1 + high) A_i)``, given
+      to each of its valid tokens (so ``seq_mean_token_mean`` is GSPO's mean over
+      completions). Needs per-sequence advantages ``[B]``. On-policy (no
+      ``old_logprobs``) ``s_i = 1`` and the gradient is ``A_i mean_t grad logp_it``, the
+      token-level loss's under ``seq_mean_token_mean``. GSPO's clip ranges are far
+      narrower than PPO's (3e-4 and 4e-4 in the paper), as ``s_i`` is a geometric mean.
+    - ``importance_weights`` ``w`` (constants, e.g. the truncated importance-sampling
+      weights of :func:`~comlrl.algos.functional.importance.truncated_importance_weights`,
+      Yao et al. 2025) multiply each token's policy-gradient term above: ``l = -w * A *
+      logp`` on-policy, ``-w * min(r * A, clip(r) * A)`` with the clip; not the KL term.
     - reference KL: ``l += kl_coef * kl_penalty(logp, ref_logprobs, kl_estimator)``
       (GRPO, Shao et al. 2024 eq. 3-4). ``"k3"`` (default) pulls toward the reference
       along ``grad KL(pi_ref || pi)``, ``"k2"`` along ``grad KL(pi || pi_ref)``; ``"k1"``
@@ -225,8 +257,11 @@ def policy_loss(
     - ``"token_mean"``: ``sum_it l_it / sum_i n_i`` (DAPO, Yu et al. 2025): every token
       weighs the same, so long completions are not down-weighted.
     - ``"seq_sum"``: ``mean_i( sum_t l_it / C )`` with the constant
-      ``C = max_completion_length`` (the generation budget; ``L`` when None), as in
-      Dr. GRPO (Liu et al. 2025), which removes the length bias of per-sequence means.
+      ``C = max_completion_length`` (the generation budget, required), as in Dr. GRPO
+      (Liu et al. 2025, sec. 3.1: the per-sequence mean over its own length biases long
+      wrong answers; a constant does not). It must be the same constant for every call of
+      an update: each call's own padded length ``L`` would weigh turns and micro-batches
+      padded to other lengths differently.
 
     Masked tokens get exactly zero gradient, even if their log-probs are -inf or NaN
     (they are replaced before any arithmetic), and an all-masked sequence or batch gives
@@ -244,8 +279,12 @@ def policy_loss(
         kl_estimator: ``"k2"`` or ``"k3"`` as a loss (see :func:`kl_penalty`); ``"k1"``
             only with ``kl_coef=0`` (a metric).
         reduction: ``"seq_mean_token_mean"``, ``"token_mean"`` or ``"seq_sum"``.
-        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L); ignored by the
-            other reductions.
+        importance_weights: ``[B, L]`` (or ``[B]``) nonnegative constants multiplying
+            each token's policy-gradient term; None for 1.
+        importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO).
+        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L; required
+            there, e.g. the ``max_new_tokens`` the completions were sampled with); ignored
+            by the other reductions.
 
     Returns:
         ``(loss, metrics)``: a scalar loss tensor (float32, float64 for float64
@@ -260,7 +299,9 @@ def policy_loss(
         ValueError: shape mismatches; ``logprobs`` not floating; unknown reduction or
             KL estimator; ``kl_estimator="k1"`` with ``kl_coef > 0``; invalid
             ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0`` without ``ref_logprobs``;
-            ``max_completion_length`` < 1 or < L.
+            ``max_completion_length`` < 1 or < L, or missing with ``"seq_sum"``;
+            unknown ``importance_level``; ``"sequence"`` with per-token advantages;
+            ``importance_weights`` of the wrong shape.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; use one of {list(REDUCTIONS)}")
@@ -288,8 +329,27 @@ def policy_loss(
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
     if kl_coef > 0 and kl_estimator not in LOSS_KL_ESTIMATORS:
         raise ValueError(k1_loss_message(kl_coef))
+    if importance_level not in IMPORTANCE_LEVELS:
+        raise ValueError(
+            f"unknown importance_level {importance_level!r}; use one of {list(IMPORTANCE_LEVELS)}"
+        )
+    if importance_level == "sequence" and advantages.dim() != 1:
+        raise ValueError(
+            "importance_level='sequence' (GSPO) takes one advantage per completion [B], got "
+            f"{list(advantages.shape)}; pass per-sequence advantages or use 'token'"
+        )
+    if importance_weights is not None and importance_weights.shape not in (
+        torch.Size([num_seqs]),
+        shape,
+    ):
+        raise ValueError(
+            f"importance_weights must be [B] = [{num_seqs}] or [B, L] = {list(shape)}, "
+            f"got {list(importance_weights.shape)}"
+        )
     bounds = _clip_bounds(clip_ratio) if clip_ratio is not None else None
-    if reduction == "seq_sum" and max_completion_length is not None:
+    if reduction == "seq_sum" and max_completion_length is None:
+        raise ValueError(seq_sum_message())
+    if reduction == "seq_sum":
         if (
             isinstance(max_completion_length, bool)
             or not isinstance(max_completion_length, int)
@@ -313,7 +373,12 @@ def policy_loss(
 
     ratio: Tensor | None = None
     clipped_low = clipped_high = None
-    if old_logprobs is None:
+    if importance_level == "sequence":
+        seq_adv = advantages.detach().to(device=logprobs.device, dtype=dtype)
+        per_token, ratio, clipped_low, clipped_high = _sequence_surrogate(
+            logp, old_logprobs, seq_adv, valid, bounds
+        )
+    elif old_logprobs is None:
         per_token = -adv * logp
     else:
         old = torch.where(valid, old_logprobs.detach().to(dtype), zero)
@@ -329,6 +394,12 @@ def policy_loss(
                 clipped_low = valid & (ratio < 1.0 - low) & (adv < 0)
                 clipped_high = valid & (ratio > 1.0 + high) & (adv > 0)
 
+    if importance_weights is not None:
+        w = importance_weights.detach().to(device=logprobs.device, dtype=dtype)
+        if w.dim() == 1:
+            w = w.unsqueeze(1).expand(shape)
+        per_token = torch.where(valid, w, zero) * per_token
+
     kl: Tensor | None = None
     if ref_logprobs is not None:
         ref = torch.where(valid, ref_logprobs.detach().to(dtype), zero)
@@ -343,11 +414,39 @@ def policy_loss(
     elif reduction == "token_mean":
         loss = per_token.sum() / valid.sum().clamp(min=1).to(dtype)
     else:
-        constant = max_completion_length if max_completion_length is not None else max(length, 1)
-        loss = per_token.sum() / (constant * max(num_seqs, 1))
+        assert max_completion_length is not None  # checked above
+        loss = per_token.sum() / (max_completion_length * max(num_seqs, 1))
 
     metrics = _metrics(loss, valid, adv, ratio, clipped_low, clipped_high, kl)
     return loss, metrics
+
+
+def _sequence_surrogate(
+    logp: Tensor,
+    old_logprobs: Tensor | None,
+    seq_adv: Tensor,
+    valid: Tensor,
+    bounds: tuple[float, float] | None,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """GSPO's per-sequence clipped surrogate, given to each valid token of its sequence:
+    ``-min(s_i A_i, clip(s_i, 1 - low, 1 + high) A_i)`` with ``s_i`` the length-normalised
+    sequence ratio; also the ratio and the clipped masks per token (for the metrics)."""
+    old = logp.detach() if old_logprobs is None else old_logprobs
+    log_s = sequence_log_ratio(logp, old, valid)  # [B], differentiable in logp
+    seq_ratio = torch.exp(log_s)
+    surrogate = seq_ratio * seq_adv
+    clipped_low = clipped_high = None
+    if bounds is None:
+        per_seq = -surrogate
+    else:
+        low, high = bounds
+        clipped = torch.clamp(seq_ratio, 1.0 - low, 1.0 + high) * seq_adv
+        per_seq = -torch.minimum(surrogate, clipped)
+        with torch.no_grad():
+            clipped_low = valid & ((seq_ratio < 1.0 - low) & (seq_adv < 0))[:, None]
+            clipped_high = valid & ((seq_ratio > 1.0 + high) & (seq_adv > 0))[:, None]
+    per_token = per_seq[:, None].expand(valid.shape)
+    return per_token, seq_ratio.detach()[:, None].expand(valid.shape), clipped_low, clipped_high
 
 
 def _metrics(

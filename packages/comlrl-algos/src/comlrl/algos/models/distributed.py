@@ -6,7 +6,9 @@ Under an initialised process group of ``K`` ranks a step works like this:
   seeded identically everywhere) and keeps its contiguous share
   (:func:`shard_bounds`): ``batch_size / K`` prompts. All ``G`` completions of a prompt,
   and every later-turn node of its tree, live on that rank, so group statistics and
-  advantages are computed locally and exactly.
+  advantages are computed locally and exactly; only ``advantage_scale="batch"`` needs the
+  whole batch, and its std comes from the ranks' return moments summed
+  (:func:`comlrl.algos.recipes.group_baseline.recipe.group_advantages`).
 - each agent's gradient is averaged over the ranks by a :class:`GradientSync`:
   ``"ddp"`` wraps the model in :class:`~torch.nn.parallel.DistributedDataParallel`
   (every backward but the last of a pass under ``no_sync``, so one bucketed all-reduce

@@ -94,6 +94,20 @@ class TrainConfig(
                 "update_chunk_split_turns=True splits the chunks of update_chunk_nodes, which "
                 "is unset; set update_chunk_nodes (e.g. 2) or drop update_chunk_split_turns."
             )
+        if self.advantage_scale == "group" and _has_no_baseline(self.estimator):
+            raise ValueError(
+                f"estimator={self.estimator!r} with advantage_scale='group': this estimator "
+                "has no baseline, so a group of equal returns (std 0) gets r / advantage_eps "
+                f"= r / {self.advantage_eps:g}, a step of unbounded size. Use "
+                "advantage_scale=none (its default, auto) or a baselined estimator "
+                "(estimator=grpo, rloo, remax)."
+            )
+        if self.update_chunk_nodes is not None and self.clip_ratio is None:
+            raise ValueError(
+                f"update_chunk_nodes={self.update_chunk_nodes} updates later chunks of nodes "
+                "after earlier optimizer steps, with their importance ratio to the sampling "
+                "policy, which is unbounded without the PPO clip: set clip_ratio (e.g. 0.2)."
+            )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
@@ -197,6 +211,13 @@ class TrainConfig(
     def model_for(self, agent: int) -> str:
         """Model name or path of agent ``agent`` (0-based)."""
         return self.models[0] if len(self.models) == 1 else self.models[agent]
+
+
+def _has_no_baseline(estimator: str) -> bool:
+    """Whether the registered estimator subtracts nothing (REINFORCE's ``A = r``)."""
+    from comlrl.algos.functional.estimators import resolve_estimator
+
+    return resolve_estimator(estimator).baseline == "none"
 
 
 def _format_errors(exc: ValidationError) -> str:

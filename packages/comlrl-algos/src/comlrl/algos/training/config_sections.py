@@ -143,6 +143,22 @@ class EstimatorSection(BaseModel):
     loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
     num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
+    tis: Literal["auto", "off", "token", "sequence"] = Field(
+        "auto",
+        description="Truncated importance sampling from the sampler to the trainer (Yao et "
+        "al. 2025): each token's policy-gradient term is weighted min(pi_trainer / "
+        "pi_behaviour, tis_cap), per token or per sequence. auto: token-level where the "
+        "behaviour log-probs come from another engine or dtype (generation_backend=vllm "
+        "with engine log-probs, dtype bfloat16/float16), off where they are exact (the "
+        "native sampler in float32).",
+    )
+    tis_cap: float = Field(2.0, ge=1, description="The cap C of tis.")
+    importance_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="The importance ratio of the policy loss: token (PPO's, per token) or "
+        "sequence (GSPO, Zheng et al. 2025: one length-normalised ratio per completion, "
+        "clipped with clip_ratio; GSPO's ranges are narrow, e.g. 3e-4).",
+    )
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3",
@@ -187,8 +203,8 @@ class OptimisationSection(BaseModel):
         description="None: one optimizer step per agent on the whole step's rollout. N: "
         "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
         "one optimizer step per chunk of N nodes, later chunks weighted by their "
-        "importance ratio to the sampling policy (comlrl.algos.training.node_chunks; 1.4.3's "
-        "rollout_buffer_size).",
+        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
+        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
     )
     update_chunk_split_turns: bool = Field(
         False,

@@ -62,8 +62,9 @@ class VLLMConfig(BaseModel):
             engine may take (weights, activations, KV cache), in ``(0, 1]``; the
             training model, its gradients and optimizer state need the rest.
         behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
-            (the full tempered softmax's, as the update computes); with ``clip_ratio``
-            set, the PPO ratio against them corrects the engine/trainer numerics. Under
+            (the full tempered softmax's, as the update computes); their difference to
+            the trainer's is logged every step and corrected by truncated importance
+            sampling (``tis``, on by default for engine log-probs). Under
             top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
             the training model's are used there. ``recompute``: the training model's
             own log-probs always (one more forward per batch).

@@ -8,6 +8,10 @@
 - :class:`LearningSignalWatch` (a reporter in the training loop): every joint action has
   earned the same reward for ``patience`` steps in a row, so group baselines give all-zero
   advantages and nothing is updated.
+- :class:`EarlyEndWatch` (a reporter too): with ``num_turns > 1``, every episode ended
+  after its first turn by ``early_termination_threshold`` for ``patience`` steps in a row
+  (e.g. CoMLRL 1.4.3's defaults ``num_turns=2``, threshold ``-0.2``, with rewards that are
+  never below it), so later turns never run and every return is the held first-turn reward.
 
 Each warning is a :class:`TrainingWarning` (a ``UserWarning``), so
 ``warnings.filterwarnings("error", category=TrainingWarning)`` turns them into errors and
@@ -26,6 +30,7 @@ from comlrl.core.prompts import prompt_text
 __all__ = [
     "TrainingWarning",
     "LearningSignalWatch",
+    "EarlyEndWatch",
     "ContextOverflow",
     "context_length",
     "context_overflow",
@@ -206,6 +211,59 @@ class LearningSignalWatch:
                 "impossible for this model, or the completions may all be empty; raise "
                 "temperature or num_generations, or give the reward partial credit."
             )
+
+    def close(self) -> None:
+        return None
+
+
+class EarlyEndWatch:
+    """Warn once when ``early_termination_threshold`` ends every episode after its first
+    turn ``patience`` steps in a row, in a run of ``num_turns > 1``.
+
+    A step counts when its metrics row has no turn-1 nodes (no ``turn_1/num_nodes``, or 0).
+    Such a run is single-turn training in effect, and each first-turn reward is *held* for
+    the skipped turns (:func:`comlrl.algos.functional.returns.tree_returns`): its return is
+    ``r * (1 + gamma + ... + gamma^(T-1))``, ``2 r`` for CoMLRL 1.4.3's defaults
+    (``num_turns=2``, ``discount=1``). Group std scaling cancels that factor; unscaled
+    advantages (``advantage_scale=none``, REINFORCE) are multiplied by it. The watch has
+    the reporter interface (``log(row)``, ``close()``).
+
+    Args:
+        num_turns: the run's turn limit ``T``.
+        threshold: its ``early_termination_threshold`` (None: the watch never warns).
+        gamma: its discount, for the factor the message states.
+        patience: consecutive such steps before the warning.
+    """
+
+    def __init__(
+        self, num_turns: int, threshold: float | None, gamma: float = 1.0, patience: int = 3
+    ) -> None:
+        self.num_turns = num_turns
+        self.threshold = threshold
+        self.gamma = gamma
+        self.patience = patience
+        self.run_length = 0
+        self.warned = False
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        if self.num_turns < 2 or self.threshold is None or self.warned:
+            return
+        later = float(row.get("turn_1/num_nodes", 0.0))
+        self.run_length = self.run_length + 1 if later == 0 else 0
+        if self.run_length < self.patience:
+            return
+        self.warned = True
+        factor = sum(self.gamma**k for k in range(self.num_turns))
+        _warn(
+            f"early_termination_threshold={self.threshold} ended every episode after its first "
+            f"turn for {self.run_length} steps in a row (num_turns={self.num_turns}): the later "
+            "turns never ran, and each first-turn reward is held for the skipped turns, so "
+            f"every return is {factor:g} x the reward (group std scaling cancels the factor; "
+            "unscaled advantages are multiplied by it). An episode ends when its reward is "
+            "above the threshold; if the rewards are never below it (e.g. pass rates >= 0), "
+            "raise it above the reward of unfinished work (e.g. 0.99 for a pass rate) or set "
+            "it to None to run every turn."
+        )
 
     def close(self) -> None:
         return None

@@ -14,7 +14,9 @@ after an error or Ctrl-C). :func:`build_reporters` makes the list from the confi
   the end: per step, the mean joint reward of every turn and its rolling mean (extra
   ``comlrl-algos[plot]``; without matplotlib, a one-line notice and no file);
 - always: :class:`~comlrl.algos.training.diagnostics.LearningSignalWatch`, which warns once when
-  every joint action has earned the same reward for many steps in a row.
+  every joint action has earned the same reward for many steps in a row, and
+  :class:`~comlrl.algos.training.diagnostics.EarlyEndWatch`, which warns once when
+  ``early_termination_threshold`` ends every episode after its first turn.
 
 A missing extra is found by :func:`check_report_to` before any model is loaded.
 :func:`summary_line` is the run's closing line (first- and last-quarter mean reward).
@@ -216,7 +218,7 @@ def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporte
     Raises:
         ConfigError: a reporting target whose package is not installed.
     """
-    from comlrl.algos.training.diagnostics import LearningSignalWatch
+    from comlrl.algos.training.diagnostics import EarlyEndWatch, LearningSignalWatch
 
     title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
     reporters = reporters_for(
@@ -228,6 +230,9 @@ def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporte
         record=config.model_dump(),
     )
     reporters.append(LearningSignalWatch())
+    reporters.append(
+        EarlyEndWatch(config.num_turns, config.early_termination_threshold, config.gamma)
+    )
     return reporters
 
 

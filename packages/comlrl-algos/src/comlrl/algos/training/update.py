@@ -13,13 +13,26 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from comlrl.algos.functional.losses import KLEstimator, Reduction, policy_loss
+from comlrl.algos.functional.importance import (
+    TIS_LEVELS,
+    sampler_mismatch,
+    truncated_importance_weights,
+)
+from comlrl.algos.functional.importance import Level as TISLevel
+from comlrl.algos.functional.losses import (
+    ImportanceLevel,
+    KLEstimator,
+    Reduction,
+    policy_loss,
+    seq_sum_message,
+)
 from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
@@ -38,7 +51,8 @@ class UpdateSettings:
     Attributes:
         temperature: sampling temperature (log-probs of the tempered policy).
         loss_reduction: see :func:`comlrl.algos.functional.losses.policy_loss`.
-        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget).
+        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
+            required with ``seq_sum`` (a ValueError when the settings are made).
         clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
             (unless ``importance_ratio``).
         importance_ratio: without ``clip_ratio``, still weight each token by its ratio to
@@ -53,6 +67,18 @@ class UpdateSettings:
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
             whole turn at once.
         shared_prefix: compute each prompt once per micro-batch (same gradient).
+        tis_level: truncated importance sampling from the sampler to the trainer (Yao et
+            al. 2025; :func:`~comlrl.algos.functional.importance.truncated_importance_weights`):
+            ``"token"`` or ``"sequence"`` weights ``min(pi_trainer / pi_behaviour, C)``
+            on each token's policy-gradient term, the trainer's log-probs taken in the
+            first pass (before any step of this call); the PPO ratio (``clip_ratio``,
+            ``importance_ratio``) is then taken against those trainer log-probs, so the
+            weight carries the whole sampler-to-trainer correction (verl's split).
+            ``None``: off, and the ratio is against the behaviour log-probs.
+        tis_cap: ``C`` of ``tis_level`` (>= 1).
+        importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
+            Zheng et al. 2025: one length-normalised ratio and clip per completion); see
+            :func:`~comlrl.algos.functional.losses.policy_loss`.
         fused_logprobs: compute log-probs from the last hidden states and the lm_head
             weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
             (same values and gradient; less memory at large vocabularies). Models it cannot
@@ -73,6 +99,19 @@ class UpdateSettings:
     micro_batch_size: int | None = None
     shared_prefix: bool = True
     fused_logprobs: bool = True
+    tis_level: TISLevel | None = None
+    tis_cap: float = 2.0
+    importance_level: ImportanceLevel = "token"
+
+    def __post_init__(self) -> None:
+        if self.tis_level is not None and self.tis_level not in TIS_LEVELS:
+            raise ValueError(
+                f"unknown tis_level {self.tis_level!r}; use one of {list(TIS_LEVELS)} or None"
+            )
+        if not (math.isfinite(self.tis_cap) and self.tis_cap >= 1.0):
+            raise ValueError(f"tis_cap must be a finite number >= 1, got {self.tis_cap!r}")
+        if self.loss_reduction == "seq_sum" and self.max_completion_length is None:
+            raise ValueError(seq_sum_message())
 
 
 def update_policy(
@@ -133,7 +172,11 @@ def update_policy(
         sum of the terms), ``grad_norm`` (before clipping, when clipping is on), and per
         turn ``t`` the token-weighted ``turn_<t>/kl``, ``turn_<t>/clip_fraction``,
         ``turn_<t>/ratio_mean`` of :func:`~comlrl.algos.functional.losses.policy_loss`,
-        plus their all-turn values. With ``terms`` those token-weighted values are kept
+        plus their all-turn values; the sampler/trainer mismatch of the first pass,
+        ``mismatch_abs_logp_diff`` and ``mismatch_kl``
+        (:func:`~comlrl.algos.functional.importance.sampler_mismatch`: 0 on exact
+        behaviour log-probs), always; with ``tis_level``, ``tis_weight_mean`` and
+        ``tis_truncated_fraction``; all per turn too. With ``terms`` those token-weighted values are kept
         per term ``k`` (over its own completions only) as ``term_<k>/kl``,
         ``term_<k>/turn_<t>/kl``, ...; :func:`split_terms` hands each agent its own. With
         ``sync`` they are those of the global batch, the same on every rank.
@@ -225,6 +268,9 @@ def _update(
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
     passes = 0
+    # the trainer's log-probs in the first pass (weights as sampled): the mismatch
+    # metrics, and with TIS its weights and the PPO ratio's reference
+    first: dict[tuple[int, int], torch.Tensor] = {}
     for _ in range(settings.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         done = 0
@@ -238,13 +284,33 @@ def _update(
                 with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
                     logp = _logp(forward, batch, chunk, settings)
                 mask = batch.completion_mask[rows]
+                behaviour = batch.behaviour_logprobs[rows]
+                prefix, turn = names[t]
+                if (t, j) not in first:
+                    first[(t, j)] = logp.detach()
+                    seen = sampler_mismatch(first[(t, j)], behaviour, mask)
+                    for key in ("mismatch_abs_logp_diff", "mismatch_kl"):
+                        value = seen[key] * seen["num_tokens"]
+                        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, seen["num_tokens"])
+                        _add(sums, weights, f"{prefix}{key}", value, seen["num_tokens"])
+                tis = None
+                if settings.tis_level is not None:
+                    tis = truncated_importance_weights(
+                        first[(t, j)], behaviour, mask,
+                        cap=settings.tis_cap, level=settings.tis_level,
+                    )  # fmt: skip
+                    if passes == 0:
+                        _add_tis_metrics(sums, weights, prefix, turn, tis, mask, settings.tis_cap)
+                old = first[(t, j)] if tis is not None else behaviour
                 loss, metrics = policy_loss(
                     logp,
                     adv[rows],
                     mask,
-                    old_logprobs=batch.behaviour_logprobs[rows]
+                    old_logprobs=old
                     if settings.clip_ratio is not None or settings.importance_ratio
                     else None,
+                    importance_weights=tis,
+                    importance_level=settings.importance_level,
                     clip_ratio=settings.clip_ratio,
                     ref_logprobs=ref_logp[t][j] if ref_logp else None,
                     kl_coef=settings.kl_coef,
@@ -262,7 +328,6 @@ def _update(
                     (loss * (weight * grad_scale)).backward()
                 _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
                 tokens = metrics["num_tokens"]
-                prefix, turn = names[t]
                 for key in ("kl", "clip_fraction", "ratio_mean"):
                     if key in metrics:
                         value = metrics[key] * tokens
@@ -352,6 +417,28 @@ def _merge_ranks(
             weights["grad_norm"],
         )
     return merged_sums, merged_weights
+
+
+def _add_tis_metrics(
+    sums: dict[str, float],
+    weights: dict[str, float],
+    prefix: str,
+    turn: int,
+    tis: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> None:
+    """Token-weighted ``tis_weight_mean`` and ``tis_truncated_fraction`` (share of valid
+    tokens whose weight hit the cap) of one micro-batch."""
+    valid = mask.to(torch.bool)
+    tokens = float(valid.sum())
+    if tokens == 0:
+        return
+    mean = float(tis[valid].sum())
+    truncated = float((tis[valid] >= cap).sum())
+    for key, value in (("tis_weight_mean", mean), ("tis_truncated_fraction", truncated)):
+        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, tokens)
+        _add(sums, weights, f"{prefix}{key}", value, tokens)
 
 
 def _add(

@@ -114,7 +114,11 @@ class MAGRPOConfig:
     one per turn of each ``rollout_buffer_size`` tree nodes, as in 1.4.3.
     ``advantage_mode``: ``mean`` | ``raw`` | ``max`` | ``rloo``.
     ``advantage_normalization`` divides advantages by the group's std of returns
-    (population std, eps 1e-6) without re-centring them. Fields that
+    (population std, eps 1e-6) without re-centring them. The defaults ``num_turns=2`` and
+    ``early_termination_threshold=-0.2`` (1.4.3's) end every episode after turn 1 when no
+    node's mean reward is below -0.2 (e.g. rewards in [0, 1]): turn 2 never runs and each
+    return is the held ``r * (1 + discount)`` (the run warns; docs/compat.md). Set the
+    threshold to None, or above the reward of unfinished work, to train turn 2. Fields that
     ``comlrl.trainers`` cannot honour raise :class:`UnsupportedFieldError` when the trainer
     is built (``parallel_training='mp'``, several ``agent_devices``,
     ``reference_devices``).
@@ -206,6 +210,10 @@ class MAReMaxConfig(MAGRPOConfig):
     advantage_mode: str = "max"
 
 
+#: The PPO clip of the multi-turn schedule's later, off-policy optimizer steps (PPO's 0.2).
+MULTI_TURN_CLIP_RATIO = 0.2
+
+
 def advantage_scale(estimator: str, normalization: bool) -> str:
     """Our ``advantage_scale`` for CoMLRL's ``advantage_normalization``.
 
@@ -228,7 +236,8 @@ def group_baseline_config(
 
     Multi-turn (``num_turns > 1``) updates follow 1.4.3's schedule: each step's tree nodes
     in 1.4.3's buffer order, one optimizer step per turn of each ``rollout_buffer_size``
-    nodes, later ones with their importance ratio (``update_chunk_nodes``,
+    nodes, later ones with their importance ratio, PPO-clipped at
+    :data:`MULTI_TURN_CLIP_RATIO` (``update_chunk_nodes``,
     :mod:`comlrl.algos.training.node_chunks`); single-turn, one step per
     ``train_batch_size`` examples is already 1.4.3's count."""
     fields = common_train_config(args, num_agents, num_examples, has_eval)
@@ -242,8 +251,12 @@ def group_baseline_config(
         clip_ratio=None,
     )
     if int(args.num_turns) > 1:  # 1.4.3: one step per turn of each rollout_buffer_size nodes
+        # later steps are off-policy; their importance ratio is PPO-clipped (1.4.3 drops the
+        # ratio; unclipped it is unbounded: 20.7 measured with AdamW 1e-3)
         fields.update(
-            update_chunk_nodes=int(args.rollout_buffer_size), update_chunk_split_turns=True
+            update_chunk_nodes=int(args.rollout_buffer_size),
+            update_chunk_split_turns=True,
+            clip_ratio=MULTI_TURN_CLIP_RATIO,
         )
     return fields
 

@@ -9,7 +9,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from comlrl.algos.models import distributed as dp
@@ -250,6 +250,9 @@ def setup(
             micro_batch_size=config.micro_batch_size,
             shared_prefix=config.shared_prefix,
             fused_logprobs=config.fused_logprobs,
+            tis_level=tis_level(config.tis, agents),
+            tis_cap=config.tis_cap,
+            importance_level=config.importance_level,
         ),
         sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
         update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
@@ -261,6 +264,35 @@ def setup(
         world_size=world,
         syncs=syncs,
     )
+
+
+def tis_level(setting: str, agents: Sequence[Any]) -> Literal["token", "sequence"] | None:
+    """The truncated importance-sampling level of ``config.tis`` for these agents.
+
+    ``"auto"`` turns token-level TIS on when some agent's behaviour log-probs are not the
+    trainer's own numbers: a generation backend other than the native sampler that does
+    not recompute them (a vLLM engine's log-probs), or a model in a 16-bit dtype (the
+    sampler's KV-cached decode step and the training forward round differently). The
+    native sampler in float32 gives the trainer's log-probs up to float32 round-off (the
+    first update's ratio is 1 within 1e-5): off there.
+    """
+    if setting == "off":
+        return None
+    if setting in ("token", "sequence"):
+        return setting  # type: ignore[return-value]
+    for agent in agents:
+        backend = getattr(agent, "generation_backend", None)
+        engine = (
+            backend is not None
+            and backend.name not in ("native", "hf")
+            and not backend.recompute_logprobs
+        )
+        model = getattr(agent, "model", None)
+        params = model.parameters() if isinstance(model, torch.nn.Module) else iter(())
+        dtype = next(params, torch.zeros(())).dtype
+        if engine or dtype in (torch.bfloat16, torch.float16):
+            return "token"
+    return None
 
 
 def _agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
