@@ -12,6 +12,7 @@ from comlrl.envs import ToolMathTask
 from comlrl.envs.math import answer_line
 from comlrl.envs.math.arithmetic import LEVELS, make_problem
 from comlrl.envs.math.problem_sets import load_problems
+from comlrl.envs.math.tool_math import EXAMPLE_REPLY_PLAIN, EXAMPLE_REPLY_TOOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,7 +186,7 @@ def test_one_agent_solves_the_whole_problem() -> None:
     ex = task.load("test")[0]
     prompt = task.prompts(ex)[0]
     assert isinstance(prompt, ChatPrompt)
-    assert ex["question"] in prompt.messages[1]["content"]
+    assert ex["question"] in prompt.messages[-1]["content"]
     right = task.reward([[f"Answer: {ex['gold']}"]], [ex])
     wrong = task.reward([[f"Answer: {ex['part_golds'][0]}"]], [ex])
     assert right.rewards == [1.0] and right.infos[0]["agent_rewards"] == [1.0]
@@ -200,17 +201,34 @@ def test_reward_checks_shapes() -> None:
 
 # ------------------------------------------------------------------ prompts and tools
 def test_each_agent_is_asked_for_its_own_part_without_call_syntax() -> None:
-    task, ex = _mul_task()
+    task, ex = _mul_task(example=False)
     prompts = task.prompts(ex)
     assert len(prompts) == 2
     for agent, prompt in enumerate(prompts):
         assert isinstance(prompt, ChatPrompt)
         system, user = prompt.messages
         assert system["role"] == "system" and f"agent {agent + 1} of 2" in system["content"]
+        assert ex["question"] in system["content"]
         assert ex["parts"][agent] in user["content"]  # type: ignore[index]
+        assert ex["parts"][1 - agent] not in user["content"]  # type: ignore[index]
         assert "Python tool" in user["content"] and "Answer: <integer>" in user["content"]
         assert "```" not in user["content"] + system["content"]  # the rollout declares calls
         assert prompt.raw is not None and ex["parts"][agent] in prompt.raw  # type: ignore[index]
+
+
+def test_the_worked_example_opens_the_prompt_and_is_not_the_question() -> None:
+    task, ex = _mul_task()
+    for use_tool, reply in ((True, EXAMPLE_REPLY_TOOL), (False, EXAMPLE_REPLY_PLAIN)):
+        task, ex = _mul_task(use_tool=use_tool)
+        prompt = task.prompts(ex)[0]
+        assert isinstance(prompt, ChatPrompt)
+        roles = [m["role"] for m in prompt.messages]
+        assert roles == ["system", "user", "assistant", "user"]
+        assert prompt.messages[2]["content"] == reply
+        assert ex["parts"][0] in prompt.messages[3]["content"]  # type: ignore[index]
+        assert prompt.raw is not None and prompt.raw.index(reply) < prompt.raw.index(ex["parts"][0])  # type: ignore[index]
+    # the example's own answer line never scores: only the completion is read
+    assert task.reward([["Answer: 408"], ["Answer: 408"]], [ex]).rewards == [0.0]
 
 
 def test_every_agent_has_the_python_tool_unless_turned_off() -> None:
@@ -219,7 +237,7 @@ def test_every_agent_has_the_python_tool_unless_turned_off() -> None:
     assert [[t.name for t in task.tools(a)] for a in range(2)] == [["python"], ["python"]]
     off, ex = _mul_task(use_tool=False)
     assert off.tools(0) == ()
-    assert all("Python" not in p.messages[1]["content"] for p in off.prompts(ex))  # type: ignore[union-attr]
+    assert all("Python" not in p.messages[-1]["content"] for p in off.prompts(ex))  # type: ignore[union-attr]
 
 
 def test_registered_under_tool_math() -> None:
@@ -247,7 +265,7 @@ def test_gsm8k_level_on_the_real_file() -> None:
     assert task.load("train") == train
     ex = test[0]
     prompts = task.prompts(ex)
-    assert all(ex["question"].strip() in p.messages[1]["content"] for p in prompts)  # type: ignore[union-attr]
+    assert all(ex["question"].strip() in p.messages[-1]["content"] for p in prompts)  # type: ignore[union-attr]
     gold = ex["gold"]
     both = task.reward([[f"Answer: {gold}"], [f"Answer: {gold}"]], [ex])
     one = task.reward([[f"Answer: {gold}"], ["Answer: -1"]], [ex])

@@ -267,8 +267,10 @@ class PythonBlockFormat(ToolFormat):
     def describe(self, tools: Sequence[Tool]) -> str:
         lines = [f"- {t.name}: {t.description}" for t in tools]
         return (
-            "You can run Python: write code in a ```python block and stop; its printed "
-            "output comes back in an ```output block.\n" + "\n".join(lines)
+            "You can run Python: write code in a ```python block and stop; what it prints "
+            "comes back in an ```output block. For example:\n"
+            "```python\nprint(12 * 34)\n```\n```output\n408\n```\n"
+            "Tools:\n" + "\n".join(lines)
         )
 
     def result_text(self, result: ToolResult) -> str:

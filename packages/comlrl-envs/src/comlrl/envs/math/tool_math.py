@@ -48,6 +48,25 @@ def answer_request(use_tool: bool, what: str = "it", number: str = "integer") ->
     return f'{how}, then end with a line "Answer: <{number}>".'
 
 
+#: The worked exchange that opens every prompt with ``example=True``: one call of the
+#: Python tool in the fenced-block format (:class:`comlrl.core.PythonBlockFormat`), its
+#: output, and the answer line; without the tool, the same sum worked by hand.
+EXAMPLE_QUESTION = "Compute 12 * 34."
+EXAMPLE_REPLY_TOOL = "```python\nprint(12 * 34)\n```\n```output\n408\n```\nAnswer: 408"
+EXAMPLE_REPLY_PLAIN = "12 * 34 = 408\nAnswer: 408"
+
+
+def example_messages(use_tool: bool, number: str = "integer") -> list[dict[str, str]]:
+    """The worked example as a user and an assistant message (see :data:`EXAMPLE_QUESTION`)."""
+    return [
+        {
+            "role": "user",
+            "content": f"{EXAMPLE_QUESTION}\n{answer_request(use_tool, 'it', number)}",
+        },
+        {"role": "assistant", "content": EXAMPLE_REPLY_TOOL if use_tool else EXAMPLE_REPLY_PLAIN},
+    ]
+
+
 def value_json(value: Fraction | None) -> int | str | None:
     """A parsed answer for infos: an ``int`` when whole, else ``"p/q"``, ``None`` if none."""
     if value is None:
@@ -86,6 +105,12 @@ class ToolMathTask(Task):
         max_tool_calls: tool calls one agent may make in one turn.
         partial_credit: the joint reward's weight on parts right when the team's answer is
             wrong (split levels only), in ``[0, 1)``.
+        example: open each prompt with one worked exchange (:func:`example_messages`: a
+            question, then a reply that calls the tool in the fenced ``python`` format,
+            reads the output and writes the answer line). Small chat models follow the
+            format from it (SmolLM2-135M-Instruct, 8 test problems x 4 samples at
+            temperature 0.7, agent 1: 0 -> 23 of 32 parts right); turn it off for a model
+            whose chat template renders tools (it calls them in JSON, not fenced blocks).
 
     Raises:
         ValueError: for an unknown level, ``num_agents`` not 1 or 2, a negative size,
@@ -117,6 +142,7 @@ class ToolMathTask(Task):
         tool_timeout_s: float = 5.0,
         max_tool_calls: int = 4,
         partial_credit: float = 0.0,
+        example: bool = True,
     ) -> None:
         if level not in ALL_LEVELS:
             raise ValueError(f"unknown level {level!r}; use one of {ALL_LEVELS}")
@@ -141,6 +167,7 @@ class ToolMathTask(Task):
         self.use_tool = use_tool
         self.max_tool_calls = max_tool_calls
         self.partial_credit = float(partial_credit)
+        self.example = bool(example)
         self._tool = python_tool(timeout_s=tool_timeout_s)
 
     @property
@@ -195,17 +222,14 @@ class ToolMathTask(Task):
         out: list[Prompt] = []
         for agent in range(self.num_agents):
             if self.split_work:
+                # the agent's own part alone in the user message: with the whole problem
+                # there, small models compute the whole problem instead of their part
                 system = (
-                    f"You are agent {agent + 1} of 2 in a team solving an arithmetic problem. "
-                    "Each agent computes one part; the team's answer is the sum of the two "
-                    f"agents' answers.{tool_note}"
+                    f"You are agent {agent + 1} of 2 in a team. Team problem: {question} Each "
+                    "agent computes one part; the team's answer is the sum of the two agents' "
+                    f"answers.{tool_note}"
                 )
-                user = (
-                    f"Team problem: {question}\n"
-                    f"Your part: {example['parts'][agent]}\n"
-                    "Your teammate computes the other part.\n"
-                    + answer_request(self.use_tool, "your part", number)
-                )
+                user = f"{example['parts'][agent]}\n" + answer_request(self.use_tool, "it", number)
             elif self.num_agents == 2:
                 system = (
                     f"You are agent {agent + 1} of 2 in a team solving a math problem. A "
@@ -216,12 +240,14 @@ class ToolMathTask(Task):
             else:
                 system = f"You solve a math problem.{tool_note}"
                 user = f"{question}\n" + answer_request(self.use_tool, "the answer", number)
-            out.append(
-                ChatPrompt(
-                    ({"role": "system", "content": system}, {"role": "user", "content": user}),
-                    raw=f"{user}\n",
-                )
+            shots = example_messages(self.use_tool, number) if self.example else []
+            messages = (
+                {"role": "system", "content": system},
+                *shots,
+                {"role": "user", "content": user},
             )
+            raw = "".join(f"{m['content']}\n\n" for m in shots) + f"{user}\n"
+            out.append(ChatPrompt(messages, raw=raw))
         return out
 
     def reward(
