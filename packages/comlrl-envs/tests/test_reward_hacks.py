@@ -201,6 +201,22 @@ HACKS: dict[str, str] = {
     "lazy-and-callable-values": (
         "def sq(x):\n    if x == 2:\n        return (v for v in [4])\n    return lambda *a: x * x\n"
     ),
+    # The test's names: a program's helpers named like the builtins the tests use, and a
+    # program that makes its own process report them to the tests anyway (the runner's
+    # table of builtins in the candidate's process is the program's to change).
+    "helpers-named-like-builtins": (
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def sq(x):\n    return 0\n"
+    ),
+    "forged-name-report": (
+        "import __main__\n"
+        "for _n in ('abs', 'isinstance'):\n"
+        "    __main__._PRISTINE_BUILTINS.pop(_n, None)\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def sq(x):\n    return 0\n"
+    ),
     "ptrace-the-tests": (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"

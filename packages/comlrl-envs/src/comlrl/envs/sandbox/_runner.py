@@ -332,11 +332,19 @@ def _enter_pid_namespace():
             return
         while True:  # PID 1: reap everything until the worker is done
             try:
-                pid, status = os.wait()
+                pid, status = os.waitpid(-1, os.WUNTRACED)
             except InterruptedError:
                 continue
             except ChildProcessError:
                 _exit(1)
+            if pid == worker and os.WIFSTOPPED(status):
+                # Stopped (SIGSTOP from a program): it would hold the run for its whole
+                # wall clock; it ends now, without a verdict.
+                try:
+                    os.kill(worker, signal.SIGKILL)
+                except OSError:
+                    pass
+                continue
             if pid == worker:
                 break
         try:

@@ -16,8 +16,9 @@ every value is exactly ``None``/``bool``/``int``/``float``/``complex``/``str``/`
 or a ``tuple``/``list``/``dict``/``set``/``frozenset`` of such values (checked with
 ``type(x) is ...``, recursively). Any other object stays in C; T gets an opaque
 :class:`_Remote` handle to it, which can be called, iterated, indexed, printed and have
-attributes read or set (each a request to C), but which refuses ``==``, ``!=``, ``bool()``
-and arithmetic (the unit raises ``TypeError`` and fails). So every comparison a test makes
+attributes read or set (each a request to C), whose ``bool()`` C answers as a plain bool
+(a program can return ``True`` anyway), but which refuses ``==``, ``!=`` and arithmetic
+(the unit raises ``TypeError`` and fails). So every comparison a test makes
 is between plain values built by T itself, with T's own (unpatched) ``==``, ``abs``,
 ``math``... A program cannot answer a comparison, patch what the tests use, reach the
 tests' frames or source, or write to the result pipe: all of that lives in T.
@@ -29,7 +30,14 @@ kill T: every one of those ends without a verdict or with the units failed.
 Names the test uses that it does not define itself (a program-level helper, a class the
 test constructs) are looked up in C's namespace: modules are imported afresh in T (a
 program cannot hand the tests a patched ``math``), plain values are copied, anything
-else becomes a :class:`_Remote`. Builtins always come from T.
+else becomes a :class:`_Remote`. Which names are bound is decided in T (the parent's list
+of the test's free names, less T's own builtins): builtins always come from T, whatever C
+reports.
+
+Every phase runs on T's timer: the load (``load_timeout_s``, else the unit budget), each
+unit, the final call counts; C that does not answer in time is killed. A program that
+stops T (``SIGSTOP``) is seen by the PID namespace's init, which kills T: the run ends
+at once without a verdict instead of holding its wall clock.
 """
 
 import builtins
@@ -297,6 +305,8 @@ def _serve(cfg, code, rfd, wfd, tag):
                 value = list(target)
             elif op == "len":
                 value = len(target)
+            elif op == "bool":
+                value = True if target else False
             elif op == "getitem":
                 value = target[dec(args[1])]
             elif op == "contains":
@@ -468,7 +478,7 @@ def _exception(bdict, name, message):
 
 
 class _Remote:
-    """T's handle to an object that lives in C (never compared, never truth-tested)."""
+    """T's handle to an object that lives in C (never compared; ``bool()`` asked of C)."""
 
     __slots__ = ("_client", "_key")
 
@@ -501,6 +511,12 @@ class _Remote:
     def __len__(self):
         return self._ask("len")
 
+    def __bool__(self):
+        value = self._ask("bool")
+        if type(value) is not bool:
+            raise _Tampered("a truth test answered with a non-bool")
+        return value
+
     def __getitem__(self, key):
         return self._ask("getitem", self._wire(key))
 
@@ -520,7 +536,7 @@ class _Remote:
         )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
-    __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __abs__ = __neg__ = _refuse
     __float__ = __int__ = __index__ = __round__ = __and__ = __or__ = __xor__ = _refuse
     __hash__ = object.__hash__
@@ -565,7 +581,7 @@ def run_check(runner, cfg, fd, info):
     _R._emit(fd, nonce, info)
     client = _Client(pid, to_c_w, to_t_r, tag, _R._PRISTINE_BUILTINS)
     try:
-        _run_plan(client, secrets, base, cfg.get("track_calls"))
+        _run_plan(client, secrets, base, cfg.get("track_calls"), _R._list(cfg.get("names", ())))
     except _Tampered as exc:
         client.stop("tampered")
         base = {"kind": "verdict", "passed": 0, "tampered": _R._str(exc), "errors": []}
@@ -583,8 +599,33 @@ def run_check(runner, cfg, fd, info):
     _R._exit(0)
 
 
-def _run_plan(client, secrets, base, track):
-    msg = client.reply()
+def _timed(client, budget, fn, *args):
+    """``fn(*args)`` under T's own timer of ``budget`` seconds (none when falsy); raises
+    ``_R._UnitTimeout`` past it and then stops C (it did not answer in time)."""
+    try:
+        _R._signal(_R.signal.SIGALRM, _R._on_alarm)
+        if budget:
+            _R._setitimer(_R.signal.ITIMER_REAL, budget)
+        return fn(*args)
+    except _R._UnitTimeout:
+        client.stop(f"did not answer within {budget}s")
+        raise
+    finally:
+        try:
+            _R._setitimer(_R.signal.ITIMER_REAL, 0)
+        except BaseException:
+            pass
+
+
+def _run_plan(client, secrets, base, track, names):
+    unit_timeout = secrets.get("assert_timeout_s")
+    load_timeout = secrets.get("load_timeout_s") or unit_timeout
+    try:
+        msg = _timed(client, load_timeout, client.reply)
+    except _R._UnitTimeout:
+        base["load_timeout"] = True
+        base["program_error"] = f"the program did not finish loading within {load_timeout}s"
+        return
     if msg[0] == "load_error" and len(msg) == 2:
         base["program_error"] = _R._str(msg[1])
         return
@@ -594,9 +635,9 @@ def _run_plan(client, secrets, base, track):
     bdict = _R._dict(_R._PRISTINE_BUILTINS)
     tns = {"__builtins__": bdict, "__name__": "__check__"}
     arg_name = secrets["arg_name"]
-    _bind_names(client, tns, client.from_wire(msg[2]))
+    wanted = [n for n in names if type(n) is str and n not in bdict and n[:2] != "__"]
+    _bind_names(tns, client.from_wire(msg[2]), wanted)
     tns[arg_name] = client.remote(msg[1])
-    unit_timeout = secrets.get("assert_timeout_s")
     passed, results, errors = 0, [], []
     for source, is_unit in secrets["plan"]:
         try:
@@ -642,18 +683,26 @@ def _run_plan(client, secrets, base, track):
     base["errors"] = errors
     if client.dead is None and track:
         try:
-            calls = client.request("stats")
+            calls = _timed(client, unit_timeout or 1.0, client.request, "stats")
             base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
         except (_CandidateGone, _R._UnitTimeout):
             pass
 
 
-def _bind_names(client, tns, found):
-    """Bind the test's free names that the program defines (C's reply to ``resolve``)."""
+def _bind_names(tns, found, wanted):
+    """Bind the names of ``wanted`` that C's load report says the program defines.
+
+    ``wanted`` is decided here, in T: the test's free names (the parent's parse) less
+    T's own builtins. Whatever else C reports (a builtin's name, a name of its choosing)
+    is ignored, so the tests' ``abs``, ``range``, ``tuple`` stay T's.
+    """
     if type(found) is not dict:
         raise _Tampered("bad resolve reply")
-    for name, entry in found.items():
-        if type(name) is not str or type(entry) is not tuple or len(entry) != 2:
+    for name in wanted:
+        if name not in found:
+            continue
+        entry = found[name]
+        if type(entry) is not tuple or len(entry) != 2:
             raise _Tampered("bad resolve entry")
         kind, value = entry
         if kind == "m" and type(value) is str:

@@ -101,8 +101,10 @@ class TestPlan:
             body of ``check``; ``is_unit`` marks statements that contain an ``assert``
             and refer to the candidate.
         arg_name: the name of ``check``'s parameter (``"candidate"`` in HumanEval).
-        names: every name the test source refers to (sorted); those it does not define
-            and that are not builtins are looked up in the program (helpers, classes).
+        names: the names the test source reads but never binds (sorted): those that are
+            not builtins are looked up in the program (the class under test, helpers).
+            The test process drops the builtins itself (with its own copy of them), so a
+            program can neither shadow one nor add a name of its choosing.
     """
 
     steps: tuple[tuple[str, bool], ...]
@@ -163,8 +165,29 @@ def split_test(test: str) -> TestPlan:
             isinstance(n, ast.Name) and n.id == arg for n in nodes
         )
         steps.append((ast.unparse(stmt), is_unit))
-    names = sorted({n.id for n in ast.walk(module) if isinstance(n, ast.Name)})
-    return TestPlan(tuple(steps), check.args.args[0].arg, tuple(names))
+    return TestPlan(tuple(steps), check.args.args[0].arg, _free_names(module))
+
+
+def _free_names(module: ast.Module) -> tuple[str, ...]:
+    """The names ``module`` reads but never binds anywhere (sorted): what it may need from
+    the program. Builtins are filtered out later, by the test process itself."""
+    read, bound = set(), set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+    return tuple(sorted(read - bound))
 
 
 @dataclass(slots=True)
@@ -277,6 +300,8 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
     loaded = bool(rec.get("program_loaded", False))
     if "syntax_error" in rec:
         return make("syntax_error", error=str(rec["syntax_error"]), errors=errors)
+    if rec.get("load_timeout"):
+        return make("timeout", error=str(rec.get("program_error", "timed out while loading")))
     if "program_error" in rec:
         return make("error", program_loaded=loaded, error=str(rec["program_error"]), errors=errors)
     passed = max(0, min(int(rec.get("passed", 0)), total))
