@@ -222,7 +222,7 @@ class ClassEvalTask(SandboxedSuite):
     def reference_jobs(self, split: str = "test") -> list[CheckJob]:
         """Each class's reference ``solution_code`` of ``split`` as a sandbox job."""
         return [
-            CheckJob(r["reference_program"], r["check_test"], r["entry_point"], same_process=True)
+            CheckJob(r["reference_program"], r["check_test"], r["entry_point"])
             for r in self.load(split)
         ]
 
@@ -303,7 +303,7 @@ class ClassEvalTask(SandboxedSuite):
                     "syntax_error", 0, total, error=f"combined program does not compile: {error}"
                 )
                 continue
-            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
+            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"]))
             index.append(i)
         ran = self._run_jobs(verdicts, jobs, index)
         rewards, infos = [], []

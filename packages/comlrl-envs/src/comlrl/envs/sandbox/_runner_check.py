@@ -138,7 +138,12 @@ def _recv(fd):
 
 
 _PLAIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
-_REBUILT = ("deque", "decimal", "fraction")
+_REBUILT = ("deque", "decimal", "fraction", "datetime", "date", "time", "timedelta")
+_DATETIME_FIELDS = {
+    "datetime": ("year", "month", "day", "hour", "minute", "second", "microsecond"),
+    "date": ("year", "month", "day"),
+    "time": ("hour", "minute", "second", "microsecond"),
+}
 
 
 def _special(x, t):
@@ -150,6 +155,10 @@ def _special(x, t):
         return "decimal", str(x)
     if where == ("fractions", "Fraction"):
         return "fraction", (int(x.numerator), int(x.denominator))
+    if where[0] == "datetime" and where[1] in _DATETIME_FIELDS and x.tzinfo is None:
+        return where[1], tuple(int(getattr(x, f)) for f in _DATETIME_FIELDS[where[1]])
+    if where == ("datetime", "timedelta"):
+        return "timedelta", (int(x.days), int(x.seconds), int(x.microseconds))
     return None
 
 
@@ -168,6 +177,12 @@ def _rebuild(kind, payload):
         import fractions
 
         return fractions.Fraction(*payload)
+    if kind in _DATETIME_FIELDS or kind == "timedelta":
+        import datetime
+
+        if type(payload) is not tuple or any(type(v) is not int for v in payload):
+            raise ValueError(kind)
+        return getattr(datetime, kind)(*payload)
     raise ValueError(kind)
 
 
@@ -186,6 +201,23 @@ def _serve(cfg, code, rfd, wfd, tag):
 
     pristine = _R._PRISTINE_BUILTINS
 
+    def _lineage(cls):
+        """``[(handle key, name, [base names or keys])]`` of the program's classes in the
+        exception class ``cls``'s MRO (builtin bases by name), so T can rebuild them."""
+        out = []
+        try:
+            for klass in cls.__mro__:
+                if pristine.get(klass.__name__) is klass:
+                    continue
+                bases = [
+                    b.__name__ if pristine.get(b.__name__) is b else ref(b)[1]
+                    for b in klass.__bases__
+                ]
+                out.append((ref(klass)[1], str(klass.__name__), bases))
+        except BaseException:
+            return []
+        return out
+
     def enc(x, depth=0):
         t = type(x)
         if t in _PLAIN_ATOMS or x is Ellipsis:
@@ -202,6 +234,8 @@ def _serve(cfg, code, rfd, wfd, tag):
             return t(enc(i, depth + 1) for i in x)
         if t is type and pristine.get(x.__name__) is x:
             return (tag, "type", x.__name__)
+        if isinstance(x, type) and issubclass(x, BaseException):
+            return (tag, "exc", _lineage(x))
         special = _special(x, t)
         if special is not None:
             return (tag, special[0], enc(special[1], depth + 1))
@@ -307,6 +341,10 @@ def _serve(cfg, code, rfd, wfd, tag):
                 value = len(target)
             elif op == "bool":
                 value = True if target else False
+            elif op == "isinstance":
+                value = True if isinstance(dec(args[1]), target) else False
+            elif op == "issubclass":
+                value = True if issubclass(dec(args[1]), target) else False
             elif op == "getitem":
                 value = target[dec(args[1])]
             elif op == "contains":
@@ -326,12 +364,12 @@ def _serve(cfg, code, rfd, wfd, tag):
                 _R._setitimer(_R.signal.ITIMER_REAL, 0)
             except _R._BaseException:
                 pass
-            reply = ("raise", _R._type(exc).__name__, _R._short(exc))
+            reply = ("raise", _R._type(exc).__name__, _R._short(exc), _lineage(_R._type(exc)))
         flush()
         try:
             _send(wfd, reply)
         except (ValueError, TypeError, OverflowError):  # unmarshallable, too deep
-            _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests"))
+            _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests", []))
 
 
 # ----------------------------------------------------------------- test process
@@ -341,11 +379,13 @@ class _Client:
     def __init__(self, pid, wfd, rfd, tag, builtins_dict):
         self.pid, self.wfd, self.rfd, self.tag = pid, wfd, rfd, tag
         self.remotes = {}
+        self.exceptions = {}  # C's handle key -> T's stand-in exception class
         self.builtins = builtins_dict
         self.dead = None  # why C can no longer answer
         self.exited = None  # C's wait status when it ended on its own
         self.deadline = None  # monotonic end of the current unit's budget
         self.waiting = False  # T is writing to or waiting on C
+        self.timed_out = False  # a request ran past the unit's budget (C was stopped)
 
     def stop(self, why):
         if self.dead is None:
@@ -411,12 +451,49 @@ class _Client:
             cls = self.builtins.get(x[2])
             if type(cls) is type:
                 return cls
+        if len(x) == 3 and x[1] == "exc":
+            cls = self.exception_class(x[2])
+            if cls is not None:
+                return cls
         if len(x) == 3 and x[1] in _REBUILT:
             try:
                 return _rebuild(x[1], self.from_wire(x[2], depth + 1))
             except (TypeError, ValueError, ArithmeticError):
                 pass
         raise _Tampered("bad tagged value")
+
+    def exception_class(self, lineage):
+        """T's stand-in for one of the program's exception classes: a subclass of
+        :class:`CandidateError` (and of the builtin exception bases the program's class
+        names), one per class of the program, with the program's hierarchy. ``None`` for a
+        malformed ``lineage``. Only which ``except`` clauses match depends on it."""
+        if type(lineage) is not list or not lineage:
+            return None
+        for entry in reversed(lineage):  # bases first
+            if type(entry) is not tuple or len(entry) != 3:
+                return None
+            key, name, bases = entry
+            if type(key) is not int or type(name) is not str or type(bases) is not list:
+                return None
+            if key in self.exceptions:
+                continue
+            parents = []
+            for b in bases:
+                if type(b) is str:
+                    cls = self.builtins.get(b)
+                    if isinstance(cls, type) and issubclass(cls, Exception):
+                        parents.append(cls)
+                elif type(b) is int and b in self.exceptions:
+                    parents.append(self.exceptions[b])
+            parents = [p for p in parents if p is not Exception and p is not BaseException]
+            if not any(issubclass(p, CandidateError) for p in parents):
+                parents.append(CandidateError)
+            try:
+                self.exceptions[key] = type(name, tuple(parents), {"__module__": "candidate"})
+            except TypeError:  # an impossible layout: the stand-in without those bases
+                self.exceptions[key] = type(name, (CandidateError,), {"__module__": "candidate"})
+        head = lineage[0][0]
+        return self.exceptions.get(head)
 
     def reply(self):
         """The next decoded frame from C (a tuple), or raise ``_CandidateGone``."""
@@ -449,13 +526,22 @@ class _Client:
             msg = self.reply()
         except OSError:
             raise _CandidateGone("the candidate's process ended") from None
+        except _R._UnitTimeout:
+            # T's own timer fired while C owed an answer: C is stopped (a late answer
+            # would be taken for the next request's), the unit times out.
+            self.timed_out = True
+            self.stop("stopped after a test unit timed out")
+            raise
         self.waiting = False
         kind = msg[0]
         if kind == "ok" and len(msg) == 2:
             return self.from_wire(msg[1])
         if kind == "timeout":
             raise _R._UnitTimeout()
-        if kind == "raise" and len(msg) == 3 and type(msg[1]) is str and type(msg[2]) is str:
+        if kind == "raise" and len(msg) == 4 and type(msg[1]) is str and type(msg[2]) is str:
+            cls = self.exception_class(msg[3])
+            if cls is not None:
+                raise cls(msg[2])
             raise _exception(self.builtins, msg[1], msg[2])
         raise _Tampered(f"unexpected reply {kind!r}")
 
@@ -522,6 +608,22 @@ class _Remote:
 
     def __contains__(self, item):
         return self._ask("contains", self._wire(item))
+
+    def __instancecheck__(self, instance):
+        return self._plain_bool("isinstance", instance)
+
+    def __subclasscheck__(self, cls):
+        return self._plain_bool("issubclass", cls)
+
+    def _plain_bool(self, op, value):
+        try:
+            wired = self._wire(value)
+        except (TypeError, ValueError):
+            return False  # a value of T's own (a class of the tests) is never C's
+        answer = self._ask(op, wired)
+        if type(answer) is not bool:
+            raise _Tampered(f"{op} answered with a non-bool")
+        return answer
 
     def __str__(self):
         return self._ask("str")
@@ -638,6 +740,7 @@ def _run_plan(client, secrets, base, track, names):
     wanted = [n for n in names if type(n) is str and n not in bdict and n[:2] != "__"]
     _bind_names(tns, client.from_wire(msg[2]), wanted)
     tns[arg_name] = client.remote(msg[1])
+    tns["__comlrl_unittest__"] = _unittest_runner(client)
     passed, results, errors = 0, [], []
     for source, is_unit in secrets["plan"]:
         try:
@@ -687,6 +790,51 @@ def _run_plan(client, secrets, base, track, names):
             base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
         except (_CandidateGone, _R._UnitTimeout):
             pass
+
+
+def _unittest_runner(client):
+    """``run(candidate, case, method)``: one ``unittest`` test method run in T; raises
+    ``AssertionError`` unless the test itself reported success, else returns ``True``.
+
+    The test classes, ``unittest`` and the result object all live in T; the program's
+    objects are handles. A skip, an expected failure, an error or failure (subtests
+    included), a test that did not run, or one that never reported its success fails the
+    unit; a unit that ran past its budget raises ``_UnitTimeout`` (C was stopped).
+    """
+    state = {}
+
+    def run(candidate, case, method):
+        if "unittest" not in state:
+            import unittest
+
+            class Result(unittest.TestResult):
+                def __init__(self):
+                    super().__init__()
+                    self.successes = []
+
+                def addSuccess(self, test):
+                    self.successes.append(test)
+
+            state["unittest"], state["result"] = unittest, Result
+        unittest = state["unittest"]
+        if not (type(case) is type and issubclass(case, unittest.TestCase)):
+            raise AssertionError(f"{case!r} is not a unittest.TestCase class of the tests")
+        test = case(method)
+        result = state["result"]()
+        unittest.TestSuite([test]).run(result)
+        if client.timed_out:
+            client.timed_out = False
+            raise _R._UnitTimeout()
+        for _, trace in result.errors + result.failures:
+            lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
+            raise AssertionError(lines[-1][:300] if lines else "test failed")
+        if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
+            raise AssertionError(f"test {method} was skipped or marked as an expected failure")
+        if result.testsRun != 1 or len(result.successes) != 1 or result.successes[0] is not test:
+            raise AssertionError(f"test {method} did not report its success")
+        return True
+
+    return run
 
 
 def _bind_names(tns, found, wanted):
