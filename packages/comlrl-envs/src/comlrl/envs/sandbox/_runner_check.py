@@ -162,6 +162,33 @@ def _special(x, t):
     return None
 
 
+def _module_path(x):
+    """``(module, qualname)`` naming the callable ``x`` (``datetime.now``), when that
+    path leads back to ``x`` in this process; else ``None``."""
+    if not callable(x) or isinstance(x, type(sys)):
+        return None
+    owner = getattr(x, "__self__", None)
+    module = getattr(x, "__module__", None) or getattr(owner, "__module__", None)
+    qualname = getattr(x, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or "<" in qualname:
+        return None
+    try:
+        found = _resolve_path((module, qualname))
+        return (module, qualname) if found is x or found == x else None
+    except Exception:
+        return None
+
+
+def _resolve_path(path):
+    """The object at ``module.qualname`` (imported here)."""
+    module, qualname = path
+    __import__(module)
+    obj = sys.modules[module]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def _rebuild(kind, payload):
     """The value ``_special`` described, built from plain data with this process's stdlib."""
     if kind == "deque":
@@ -244,6 +271,19 @@ def _serve(cfg, code, rfd, wfd, tag):
                 return enc(base(x), depth)
         return ref(x)
 
+    def live(x, depth=0):
+        """``enc`` for an attribute's value: each list/dict/set (subclasses too) also
+        carries its handle key, so T can write its changes back into this very object."""
+        if depth <= _MAX_DEPTH:
+            for base, kind in ((list, "list"), (dict, "dict"), (set, "set")):
+                if isinstance(x, base):
+                    if base is dict:
+                        items = [(enc(k, depth + 1), live(v, depth + 1)) for k, v in x.items()]
+                    else:
+                        items = [live(v, depth + 1) for v in x]
+                    return (tag, "live", (ref(x)[1], kind, items))
+        return enc(x, depth)
+
     def dec(x):
         t = type(x)
         if t is tuple:
@@ -252,6 +292,8 @@ def _serve(cfg, code, rfd, wfd, tag):
                     return refs[x[1]]
                 if x[1] == "type":
                     return pristine[x[2]]
+                if x[1] == "path":
+                    return _resolve_path(x[2])
                 return _rebuild(x[1], dec(x[2]))
             return tuple(dec(i) for i in x)
         if t is list:
@@ -324,12 +366,25 @@ def _serve(cfg, code, rfd, wfd, tag):
             _send(wfd, ("ok", {str(k): int(v) for k, v in counter.items()}))
             continue
         budget = args[-1]
+        encode = live if op == "getattr" else enc
         try:
             if budget:
                 _R._setitimer(_R.signal.ITIMER_REAL, budget)
             target = refs[args[0]]
             if op == "call":
-                value = target(*dec(args[1]), **dec(args[2]))
+                pos, kw = dec(args[1]), dec(args[2])
+                value = target(*pos, **kw)
+                # T's own lists/dicts/sets the call changed in place: their new contents
+                changed = [
+                    (i, enc(a))
+                    for i, a in enumerate(pos)
+                    if type(a) in (list, dict, set) and enc(a) != args[1][i]
+                ]
+                changed += [
+                    (k, enc(a))
+                    for k, a in kw.items()
+                    if type(a) in (list, dict, set) and enc(a) != args[2][k]
+                ]
             elif op == "getattr":
                 value = getattr(target, args[1])
             elif op == "setattr":
@@ -339,6 +394,20 @@ def _serve(cfg, code, rfd, wfd, tag):
                 value = list(target)
             elif op == "len":
                 value = len(target)
+            elif op == "replace":  # T changed its copy of a list/dict/set: same object here
+                items = dec(args[1])
+                if isinstance(target, list):
+                    target[:] = items
+                else:
+                    target.clear()
+                    target.update(items)
+                value = None
+            elif op == "setitem":
+                target[dec(args[1])] = dec(args[2])
+                value = None
+            elif op == "delitem":
+                del target[dec(args[1])]
+                value = None
             elif op == "bool":
                 value = True if target else False
             elif op == "isinstance":
@@ -356,7 +425,7 @@ def _serve(cfg, code, rfd, wfd, tag):
             else:
                 raise ValueError(f"unknown request {op!r}")
             _R._setitimer(_R.signal.ITIMER_REAL, 0)
-            reply = ("ok", enc(value))
+            reply = ("ok", encode(value)) if op != "call" else ("ok", enc(value), changed)
         except _CallTimeout:
             reply = ("timeout", budget)
         except _R._BaseException as exc:
@@ -386,6 +455,7 @@ class _Client:
         self.deadline = None  # monotonic end of the current unit's budget
         self.waiting = False  # T is writing to or waiting on C
         self.timed_out = False  # a request ran past the unit's budget (C was stopped)
+        self.sent = ((), {})  # T's own arguments of the call in flight
 
     def stop(self, why):
         if self.dead is None:
@@ -406,6 +476,17 @@ class _Client:
             return x
         if t is _Remote:
             return (self.tag, object.__getattribute__(x, "_key"))
+        if t in _LIVE_TYPES:  # C's own list/dict/set, as is (a copy of one: its data)
+            key = getattr(x, "_comlrl_key", None)
+            if type(key) is int:
+                return (self.tag, key)
+            plain = list(x) if isinstance(x, list) else dict(x) if isinstance(x, dict) else set(x)
+            return self.to_wire(plain, depth)
+        if self.builtins.get(getattr(x, "__name__", None)) is x:
+            return (self.tag, "type", x.__name__)  # a builtin function (len, max, ...)
+        path = _module_path(x)
+        if path is not None:  # a module-level function/method of the stdlib, by name
+            return (self.tag, "path", path)
         if depth > _MAX_DEPTH:
             raise ValueError("argument nested too deeply to send to the candidate")
         if t is list:
@@ -451,6 +532,19 @@ class _Client:
             cls = self.builtins.get(x[2])
             if type(cls) is type:
                 return cls
+        if len(x) == 3 and x[1] == "live" and type(x[2]) is tuple and len(x[2]) == 3:
+            key, kind, items = x[2]
+            if type(key) is int and type(items) is list and kind in _LIVE:
+                if kind == "dict":
+                    pairs = []
+                    for pair in items:
+                        if type(pair) is not tuple or len(pair) != 2:
+                            raise _Tampered("bad live dict")
+                        pairs.append(
+                            (self.from_wire(pair[0], depth + 1), self.from_wire(pair[1], depth + 1))
+                        )
+                    return _LIVE[kind](self, key, pairs)
+                return _LIVE[kind](self, key, [self.from_wire(i, depth + 1) for i in items])
         if len(x) == 3 and x[1] == "exc":
             cls = self.exception_class(x[2])
             if cls is not None:
@@ -461,6 +555,24 @@ class _Client:
             except (TypeError, ValueError, ArithmeticError):
                 pass
         raise _Tampered("bad tagged value")
+
+    def write_back(self, changed):
+        """Put the new contents C reported into T's list/dict/set arguments of the call
+        in flight (the program changed them in place, as the tests may expect)."""
+        pos, kw = self.sent
+        for where, data in changed:
+            if type(where) is int and 0 <= where < len(pos):
+                arg = pos[where]
+            elif type(where) is str:
+                arg = kw.get(where)
+            else:
+                raise _Tampered("bad write-back")
+            new = self.from_wire(data)
+            if type(arg) is list and type(new) is list:
+                arg[:] = new
+            elif type(arg) in (dict, set) and type(new) is type(arg):
+                arg.clear()
+                arg.update(new)
 
     def exception_class(self, lineage):
         """T's stand-in for one of the program's exception classes: a subclass of
@@ -536,6 +648,9 @@ class _Client:
         kind = msg[0]
         if kind == "ok" and len(msg) == 2:
             return self.from_wire(msg[1])
+        if kind == "ok" and len(msg) == 3 and op == "call" and type(msg[2]) is list:
+            self.write_back(msg[2])
+            return self.from_wire(msg[1])
         if kind == "timeout":
             raise _R._UnitTimeout()
         if kind == "raise" and len(msg) == 4 and type(msg[1]) is str and type(msg[2]) is str:
@@ -563,6 +678,58 @@ def _exception(bdict, name, message):
     return CandidateError(message)
 
 
+def _live_class(base, mutators):
+    """A ``base`` subclass for T's copy of one of C's containers: each mutating method
+    changes the copy, then writes its new contents back into C's object (``replace``)."""
+
+    def init(self, client, key, items):
+        base.__init__(self, items)
+        self._comlrl_client, self._comlrl_key = client, key
+
+    def push(self):
+        client = getattr(self, "_comlrl_client", None)
+        if client is None:  # a copy (copy.deepcopy, pickle) is T's own
+            return
+        data = base(self) if base is not dict else dict(self)
+        client.request("replace", self._comlrl_key, client.to_wire(data))
+
+    def wrap(name):
+        method = getattr(base, name)
+
+        def mutator(self, *args, **kwargs):
+            out = method(self, *args, **kwargs)
+            push(self)
+            return self if name.startswith("__i") else out
+
+        mutator.__name__ = name
+        return mutator
+
+    attrs = {"__init__": init, "__slots__": ("_comlrl_client", "_comlrl_key")}
+    attrs.update({name: wrap(name) for name in mutators if hasattr(base, name)})
+    return type(base.__name__, (base,), attrs)
+
+
+_LIVE = {
+    "list": _live_class(
+        list,
+        ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse")
+        + ("__setitem__", "__delitem__", "__iadd__", "__imul__"),
+    ),
+    "dict": _live_class(
+        dict,
+        ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault")
+        + ("__ior__",),
+    ),
+    "set": _live_class(
+        set,
+        ("add", "discard", "remove", "pop", "clear", "update", "difference_update")
+        + ("intersection_update", "symmetric_difference_update")
+        + ("__ior__", "__iand__", "__isub__", "__ixor__"),
+    ),
+}
+_LIVE_TYPES = tuple(_LIVE.values())
+
+
 class _Remote:
     """T's handle to an object that lives in C (never compared; ``bool()`` asked of C)."""
 
@@ -581,6 +748,8 @@ class _Remote:
         return object.__getattribute__(self, "_client").to_wire(x)
 
     def __call__(self, *args, **kwargs):
+        client = object.__getattribute__(self, "_client")
+        client.sent = (args, kwargs)
         return self._ask("call", self._wire(args), self._wire(kwargs))
 
     def __getattr__(self, name):
@@ -596,6 +765,12 @@ class _Remote:
 
     def __len__(self):
         return self._ask("len")
+
+    def __setitem__(self, key, value):
+        self._ask("setitem", self._wire(key), self._wire(value))
+
+    def __delitem__(self, key):
+        self._ask("delitem", self._wire(key))
 
     def __bool__(self):
         value = self._ask("bool")
