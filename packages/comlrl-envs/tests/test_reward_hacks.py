@@ -461,6 +461,37 @@ CLASSEVAL_HACKS = {
 }
 
 
+# Escapes from a test run in the program's own process (392eea2 ran ClassEval's tests
+# there); none carries a signal that voided the credit.
+CLASSEVAL_HACKS.update(
+    {
+        "trusted-stdlib-dunders-mock-any": (
+            "    def sq(self, x):\n        from unittest.mock import ANY\n        return ANY\n",
+            "    def is_pos(self, x):\n        raise ValueError(x)\n",
+        ),
+        "runner-secrets-forge-the-verdict": (
+            "    def sq(self, x):\n"
+            "        import __main__, os\n"
+            "        nonce = __main__._SECRETS['nonce']\n"
+            '        rec = \'{"kind": "verdict", "passed": 5, "total": 5, \'\n'
+            '        rec += \'"program_loaded": true, "nonce": "%s"}\\n\' % nonce\n'
+            "        for fd in range(3, 64):\n"
+            "            try:\n"
+            "                os.write(fd, rec.encode())\n"
+            "            except OSError:\n"
+            "                pass\n"
+            "        os._exit(0)\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+        "exception-unittest-records-as-success": (
+            "    def sq(self, x):\n        from unittest.case import _ShouldStop\n"
+            "        raise _ShouldStop()\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+    }
+)
+
+
 def test_classeval_hacks_earn_no_test_credit(tmp_path: Path) -> None:
     path = tmp_path / "classeval.json"
     path.write_text(json.dumps([CLASSEVAL_ROW]))
@@ -471,11 +502,23 @@ def test_classeval_hacks_earn_no_test_credit(tmp_path: Path) -> None:
             "    def sq(self, x):\n        return x * x\n",
             "    def is_pos(self, x):\n        return x > 0\n",
         )
-        pairs = [honest, *CLASSEVAL_HACKS.values()]
+        # The floor: constant answers (is_pos always True earns test_is_pos, as a truth
+        # test of any returned object answered by the program can).
+        constants = [
+            (
+                f"    def sq(self, x):\n        return {c!r}\n",
+                f"    def is_pos(self, x):\n        return {b}\n",
+            )
+            for c in (0, None)
+            for b in (True, False)
+        ]
+        pairs = [honest, *constants, *CLASSEVAL_HACKS.values()]
         batch = task.reward([[a for a, _ in pairs], [b for _, b in pairs]], [row] * len(pairs))
     finally:
         task.close()
     assert batch.infos[0]["status"] == "passed", batch.infos[0]["errors"]
     assert batch.infos[0]["hack_signals"] == []
-    for name, info in zip(CLASSEVAL_HACKS, batch.infos[1:], strict=True):
-        assert info["reward_parts"]["tests"] == 0.0, (name, info["passed"], info["errors"])
+    floor = max(info["passed"] for info in batch.infos[1 : 1 + len(constants)])
+    assert floor == 1
+    for name, info in zip(CLASSEVAL_HACKS, batch.infos[1 + len(constants) :], strict=True):
+        assert info["passed"] <= floor, (name, info["passed"], info["errors"])
