@@ -76,7 +76,7 @@ SAME_PROCESS_UNTRUSTED = frozenset(
     | {"native", "signal"}
 )
 """Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
-verdict: its tests run in the program's own process, where a program reaching frames,
+verdict (kept from when its tests ran in the program's own process, where a program reaching frames,
 ``gc``, trace hooks or patching modules could forge the outcome. No reference solution
 carries any of them."""
 
@@ -109,12 +109,12 @@ class ClassEvalTask(SandboxedSuite):
     0.80   x fraction of test units (``test_*`` methods) passed
     =====  ===============================================================================
 
-    ClassEval's tests need the class's live objects, so they run in the program's own
-    process (``CheckJob(same_process=True)``; unittest restored before each assertion,
-    assertions refuse values whose comparisons the program wrote, skips fail). A program
-    that carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks,
-    module patching, ...) earns no test credit, since only the static check stands
-    between it and the verdict there.
+    ClassEval's ``unittest`` classes run in the sandbox's test process, the class under
+    test in the candidate's process (see :mod:`comlrl.envs.code.classeval_tests`): the
+    tests drive the program's objects through handles and decide every comparison
+    themselves; a unit passes only when its test reported success. A program that
+    carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks, module
+    patching, ...) still earns no test credit (kept from the one-process design).
 
     Methods left out or stubbed are absent from the class, so their tests fail: an empty
     answer earns 0, stubs earn 0, a program that exits early, crashes or times out earns

@@ -41,8 +41,16 @@ time:
   harness's own candidate code would never send mark the run ``tampered`` (no credit).
   Stdout is never parsed.
 
-``same_process=True`` (ClassEval, whose ``unittest`` tests need the class's live
-objects): the tests run in the program's own process against a snapshot of the builtins
+``unittest`` tests (ClassEval): a unit ``assert __comlrl_unittest__(candidate, Case,
+"test_x")`` runs that test method with ``unittest`` in the test process; the program's
+objects stay in the candidate process as handles (attribute reads give lists, dicts and
+sets whose changes are written back into the program's objects; a call's in-place
+changes to the tests' own list/dict/set arguments are written back to them; the
+program's exception classes become stand-ins that ``assertRaises`` matches). The unit
+passes only when the test reported success itself.
+
+``same_process=True`` (kept for tests that must share the program's process; no suite
+uses it): the tests run in the program's own process against a snapshot of the builtins
 taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
 and restored before each unit, and an audit hook that ends the run without a verdict at
 the first ``gc`` object-graph walk, trace/profile hook or ``ctypes`` call; the test source
