@@ -37,11 +37,6 @@ if sys.version_info >= (3, 12):
     # Python 3.12's sum() of floats is compensated (Neumaier), so the last digit changes
     # and an exact float comparison fails (0.9819805060619655 != ...659).
     KNOWN_UNSOUND["ClassEval_31"] = "exact float equality against a pre-3.12 sum()"
-# Tests that hand the class an object of their own that cannot cross to the candidate's
-# process (the tests run in a process of their own; only plain data, builtin and stdlib
-# callables cross): lost with the two-process design.
-KNOWN_UNSOUND["ClassEval_84"] = "a test passes a unittest.mock.MagicMock into the class"
-KNOWN_UNSOUND["ClassEval_98"] = "a test passes an xml.etree Element it built into the class"
 # References that may run past the per-test time budget on a loaded 2-core machine.
 SLOW = {"ClassEval_35": "EightPuzzle.solve searches for a long time"}
 

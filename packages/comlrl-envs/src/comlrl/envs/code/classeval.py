@@ -76,9 +76,9 @@ SAME_PROCESS_UNTRUSTED = frozenset(
     | {"native", "signal"}
 )
 """Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
-verdict (kept from when its tests ran in the program's own process, where a program reaching frames,
-``gc``, trace hooks or patching modules could forge the outcome. No reference solution
-carries any of them."""
+verdict. Kept from when its tests ran in the program's own process, where a program
+reaching frames, ``gc``, trace hooks or patching modules could forge the outcome; no
+reference solution carries any of them."""
 
 
 def load_classeval(path: str | Path) -> list[dict[str, Any]]:

@@ -249,6 +249,8 @@ def _serve(cfg, code, rfd, wfd, tag):
         t = type(x)
         if t in _PLAIN_ATOMS or x is Ellipsis:
             return x
+        if t is TestsCallable:
+            return (tag, "t", x.key)
         if depth > _MAX_DEPTH:
             return ref(x)
         if t is list:
@@ -270,6 +272,20 @@ def _serve(cfg, code, rfd, wfd, tag):
             if isinstance(x, base):
                 return enc(base(x), depth)
         return ref(x)
+
+    callbacks = {}  # key -> C's stand-in for T's callable; 0 -> call_back (below)
+
+    class TestsCallable:
+        """C's stand-in for a callable of the tests (``MagicMock``, a function): calling
+        it asks T to run it."""
+
+        __slots__ = ("key",)
+
+        def __init__(self, key):
+            self.key = key
+
+        def __call__(self, *args, **kwargs):
+            return callbacks[0](self.key, args, kwargs)
 
     def live(x, depth=0):
         """``enc`` for an attribute's value: each list/dict/set (subclasses too) also
@@ -294,6 +310,14 @@ def _serve(cfg, code, rfd, wfd, tag):
                     return pristine[x[2]]
                 if x[1] == "path":
                     return _resolve_path(x[2])
+                if x[1] == "t":
+                    if x[2] not in callbacks:
+                        callbacks[x[2]] = TestsCallable(x[2])
+                    return callbacks[x[2]]
+                if x[1] == "xml":
+                    import xml.etree.ElementTree as ET
+
+                    return ET.fromstring(x[2])
                 return _rebuild(x[1], dec(x[2]))
             return tuple(dec(i) for i in x)
         if t is list:
@@ -353,18 +377,8 @@ def _serve(cfg, code, rfd, wfd, tag):
     except BaseException:
         pass
 
-    while True:
-        try:
-            raw = _recv(rfd)
-        except _Tampered:
-            _R._exit(1)
-        if raw is None:
-            flush()
-            _R._exit(0)
-        op, args = marshal.loads(raw)
-        if op == "stats":
-            _send(wfd, ("ok", {str(k): int(v) for k, v in counter.items()}))
-            continue
+    def handle(op, args):
+        """The reply to one request of T."""
         budget = args[-1]
         encode = live if op == "getattr" else enc
         try:
@@ -425,20 +439,56 @@ def _serve(cfg, code, rfd, wfd, tag):
             else:
                 raise ValueError(f"unknown request {op!r}")
             _R._setitimer(_R.signal.ITIMER_REAL, 0)
-            reply = ("ok", encode(value)) if op != "call" else ("ok", enc(value), changed)
+            return ("ok", encode(value)) if op != "call" else ("ok", enc(value), changed)
         except _CallTimeout:
-            reply = ("timeout", budget)
+            return ("timeout", budget)
         except _R._BaseException as exc:
             try:
                 _R._setitimer(_R.signal.ITIMER_REAL, 0)
             except _R._BaseException:
                 pass
-            reply = ("raise", _R._type(exc).__name__, _R._short(exc), _lineage(_R._type(exc)))
+            return ("raise", _R._type(exc).__name__, _R._short(exc), _lineage(_R._type(exc)))
+
+    def next_request():
+        """The next ``(op, args)`` from T; exits at EOF or on a bad frame."""
+        try:
+            raw = _recv(rfd)
+        except _Tampered:
+            _R._exit(1)
+        if raw is None:
+            flush()
+            _R._exit(0)
+        return marshal.loads(raw)
+
+    def answer(op, args):
+        if op == "stats":
+            reply = ("ok", {str(k): int(v) for k, v in counter.items()})
+        else:
+            reply = handle(op, args)
         flush()
         try:
             _send(wfd, reply)
         except (ValueError, TypeError, OverflowError):  # unmarshallable, too deep
             _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests", []))
+
+    def call_back(key, args, kwargs):
+        """Call T's object ``key`` (one the tests passed in): T runs it and answers;
+        requests T makes meanwhile are served here."""
+        _send(wfd, ("callback", key, enc(args), enc(kwargs)))
+        while True:
+            op, reply = next_request()
+            if op == "cb_ok":
+                return dec(reply[0])
+            if op == "cb_raise":
+                cls = pristine.get(reply[0])
+                if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                    cls = RuntimeError
+                raise cls(reply[1])
+            answer(op, reply)
+
+    callbacks[0] = call_back
+    while True:
+        answer(*next_request())
 
 
 # ----------------------------------------------------------------- test process
@@ -456,6 +506,8 @@ class _Client:
         self.waiting = False  # T is writing to or waiting on C
         self.timed_out = False  # a request ran past the unit's budget (C was stopped)
         self.sent = ((), {})  # T's own arguments of the call in flight
+        self.t_objects = {}  # key -> a callable of the tests handed to C (C may call it)
+        self.t_keys = {}  # id -> key (the objects stay alive in t_objects)
 
     def stop(self, why):
         if self.dead is None:
@@ -487,6 +539,17 @@ class _Client:
         path = _module_path(x)
         if path is not None:  # a module-level function/method of the stdlib, by name
             return (self.tag, "path", path)
+        where = (getattr(t, "__module__", None), getattr(t, "__qualname__", None))
+        if where == ("xml.etree.ElementTree", "Element"):  # as its XML text
+            import xml.etree.ElementTree as ET
+
+            return (self.tag, "xml", ET.tostring(x, encoding="unicode"))
+        if callable(x) and t is not type:  # the tests' own callable (a MagicMock): by key
+            key = self.t_keys.get(id(x))
+            if key is None:
+                key = self.t_keys[id(x)] = len(self.t_objects) + 1
+                self.t_objects[key] = x
+            return (self.tag, "t", key)
         if depth > _MAX_DEPTH:
             raise ValueError("argument nested too deeply to send to the candidate")
         if t is list:
@@ -545,6 +608,8 @@ class _Client:
                         )
                     return _LIVE[kind](self, key, pairs)
                 return _LIVE[kind](self, key, [self.from_wire(i, depth + 1) for i in items])
+        if len(x) == 3 and x[1] == "t" and type(x[2]) is int and x[2] in self.t_objects:
+            return self.t_objects[x[2]]
         if len(x) == 3 and x[1] == "exc":
             cls = self.exception_class(x[2])
             if cls is not None:
@@ -608,7 +673,27 @@ class _Client:
         return self.exceptions.get(head)
 
     def reply(self):
-        """The next decoded frame from C (a tuple), or raise ``_CandidateGone``."""
+        """The next decoded frame from C (a tuple) that is not a call back of one of the
+        tests' callables (those are run here, in T, and answered), or raise
+        ``_CandidateGone``."""
+        while True:
+            msg = self._frame()
+            if msg[0] != "callback":
+                return msg
+            if len(msg) != 4 or type(msg[1]) is not int or msg[1] not in self.t_objects:
+                raise _Tampered("bad call back")
+            args, kwargs = self.from_wire(msg[2]), self.from_wire(msg[3])
+            if type(args) is not tuple or type(kwargs) is not dict:
+                raise _Tampered("bad call back")
+            try:
+                out = ("cb_ok", (self.to_wire(self.t_objects[msg[1]](*args, **kwargs)),))
+            except (_Tampered, _CandidateGone, _R._UnitTimeout):
+                raise
+            except Exception as exc:
+                out = ("cb_raise", (type(exc).__name__, _R._short(exc)))
+            _send(self.wfd, out)
+
+    def _frame(self):
         if self.dead is not None:
             raise _CandidateGone(self.dead)
         raw = _recv(self.rfd)

@@ -46,8 +46,10 @@ time:
 objects stay in the candidate process as handles (attribute reads give lists, dicts and
 sets whose changes are written back into the program's objects; a call's in-place
 changes to the tests' own list/dict/set arguments are written back to them; the
-program's exception classes become stand-ins that ``assertRaises`` matches). The unit
-passes only when the test reported success itself.
+program's exception classes become stand-ins that ``assertRaises`` matches; the tests'
+own callables, e.g. a ``MagicMock`` set as a method, stay in the test process and run
+there when the program calls them; an ``xml.etree`` element crosses as its XML text).
+The unit passes only when the test reported success itself.
 
 ``same_process=True`` (kept for tests that must share the program's process; no suite
 uses it): the tests run in the program's own process against a snapshot of the builtins
