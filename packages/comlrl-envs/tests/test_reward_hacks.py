@@ -361,6 +361,35 @@ def test_mbpp_hacks_earn_no_test_credit(tmp_path: Path) -> None:
         assert info["hack_signals"]
 
 
+# Agent 1's helper code makes the candidate's process report `abs` as a name the program
+# defines (392eea2 let the candidate's process decide which names the tests got).
+FORGED_ABS = (
+    "import __main__\n"
+    "_p = [__main__._PRISTINE_BUILTINS.pop(n, None) for n in ('abs', 'isinstance')]\n\n"
+    "def abs(x):\n    return 0\n\n"
+    "def aux(x):\n    return x\n"
+)
+
+
+def test_suite_programs_cannot_bind_a_builtin_name_of_the_tests(
+    coop: CoopHumanEvalTask, rows_by_id: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    row = rows_by_id["HumanEval/2"]  # assert abs(candidate(1.33) - 0.33) < 1e-6, ...
+    batch = coop.reward([[FORGED_ABS], ["def truncate_number(number):\n    return 0.0\n"]], [row])
+    assert batch.infos[0]["passed"] == 0, batch.infos[0]["errors"]
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps(MBPP_ROW) + "\n")
+    task = MbppTask(path, timeout_s=3.0)
+    try:
+        mbpp_row = task.load("train")[0]
+        mains = ["def sq(x):\n    return 0\n", HONEST]
+        batch = task.reward([[FORGED_ABS] * 2, mains], [mbpp_row] * 2)
+    finally:
+        task.close()
+    assert batch.infos[0]["passed"] == 0, batch.infos[0]["errors"]
+    assert batch.infos[1]["status"] == "passed", batch.infos[1]["errors"]  # control
+
+
 CLASSEVAL_TEST = textwrap.dedent(
     """
     import unittest
