@@ -181,7 +181,8 @@ def split_test(test: str) -> TestPlan:
 def _free_names(module: ast.Module) -> tuple[str, ...]:
     """The names ``module`` reads but never binds anywhere (sorted): what it may need from
     the program. Builtins are filtered out later, by the test process itself."""
-    read, bound = set(), set()
+    read: set[str] = set()
+    bound: set[str] = set()
     for node in ast.walk(module):
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
