@@ -227,6 +227,15 @@ def test_a_program_that_stops_the_test_process_ends_at_once_without_credit(where
     assert v.duration_s < 10, "a stopped test process held the run for its wall clock"
 
 
+def test_a_program_cannot_change_the_tests_own_arguments() -> None:
+    # Plain check units keep T's values T's: only unittest tests (ClassEval) see a call's
+    # in-place changes to their arguments, as they would in one process.
+    test = "def check(candidate):\n    xs = [3, 1, 2]\n    assert candidate(xs) == sorted(xs)\n"
+    program = "def inc(xs):\n    xs.clear()\n    return []\n"
+    v = check_solution(program, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("failed", 0), v.errors
+
+
 def test_tracked_helper_calls_are_counted_in_the_sandbox() -> None:
     program = "def aux(x):\n    return x + 1\n\ndef inc(x):\n    return aux(x)\n"
     v = verdict(program, track_calls=("aux",))

@@ -383,12 +383,14 @@ def _serve(cfg, code, rfd, wfd, tag):
     def handle(op, args):
         """The reply to one request of T."""
         budget = args[-1]
-        encode = live if op == "getattr" else enc
+        encode = live if op == "getlive" else enc
         try:
             if budget:
                 _R._setitimer(_R.signal.ITIMER_REAL, budget)
             target = refs[args[0]]
             if op == "call":
+                value = target(*dec(args[1]), **dec(args[2]))
+            elif op == "callwb":
                 pos, kw = dec(args[1]), dec(args[2])
                 value = target(*pos, **kw)
                 # T's own lists/dicts/sets the call changed in place: their new contents
@@ -402,7 +404,7 @@ def _serve(cfg, code, rfd, wfd, tag):
                     for k, a in kw.items()
                     if type(a) in (list, dict, set) and enc(a) != args[2][k]
                 ]
-            elif op == "getattr":
+            elif op == "getattr" or op == "getlive":
                 value = getattr(target, args[1])
             elif op == "setattr":
                 setattr(target, args[1], dec(args[2]))
@@ -442,7 +444,7 @@ def _serve(cfg, code, rfd, wfd, tag):
             else:
                 raise ValueError(f"unknown request {op!r}")
             _R._setitimer(_R.signal.ITIMER_REAL, 0)
-            return ("ok", encode(value)) if op != "call" else ("ok", enc(value), changed)
+            return ("ok", encode(value)) if op != "callwb" else ("ok", enc(value), changed)
         except _CallTimeout:
             return ("timeout", budget)
         except _R._BaseException as exc:
@@ -509,6 +511,10 @@ class _Client:
         self.waiting = False  # T is writing to or waiting on C
         self.timed_out = False  # a request ran past the unit's budget (C was stopped)
         self.sent = ((), {})  # T's own arguments of the call in flight
+        # Inside a unittest test (ClassEval): attribute reads are live containers and a
+        # call's in-place changes to T's arguments come back, as in one process. Plain
+        # check units (HumanEval, MBPP) keep copies: a program cannot touch their values.
+        self.unittest_mode = False
         self.t_objects = {}  # key -> a callable of the tests handed to C (C may call it)
         self.t_keys = {}  # id -> key (the objects stay alive in t_objects)
 
@@ -736,7 +742,7 @@ class _Client:
         kind = msg[0]
         if kind == "ok" and len(msg) == 2:
             return self.from_wire(msg[1])
-        if kind == "ok" and len(msg) == 3 and op == "call" and type(msg[2]) is list:
+        if kind == "ok" and len(msg) == 3 and op == "callwb" and type(msg[2]) is list:
             self.write_back(msg[2])
             return self.from_wire(msg[1])
         if kind == "timeout":
@@ -838,12 +844,14 @@ class _Remote:
     def __call__(self, *args, **kwargs):
         client = object.__getattribute__(self, "_client")
         client.sent = (args, kwargs)
-        return self._ask("call", self._wire(args), self._wire(kwargs))
+        op = "callwb" if client.unittest_mode else "call"
+        return self._ask(op, self._wire(args), self._wire(kwargs))
 
     def __getattr__(self, name):
         if name.startswith("__") and name not in _FORWARDED_DUNDERS:
             raise AttributeError(name)
-        return self._ask("getattr", name)
+        op = "getlive" if object.__getattribute__(self, "_client").unittest_mode else "getattr"
+        return self._ask(op, name)
 
     def __setattr__(self, name, value):
         self._ask("setattr", name, self._wire(value))
@@ -1084,7 +1092,11 @@ def _unittest_runner(client):
             raise AssertionError(f"{case!r} is not a unittest.TestCase class of the tests")
         test = case(method)
         result = state["result"]()
-        unittest.TestSuite([test]).run(result)
+        client.unittest_mode = True
+        try:
+            unittest.TestSuite([test]).run(result)
+        finally:
+            client.unittest_mode = False
         if client.timed_out:
             client.timed_out = False
             raise _R._UnitTimeout()
