@@ -512,6 +512,18 @@ CLASSEVAL_HACKS.update(
             "        os._exit(0)\n",
             "    def is_pos(self, x):\n        return self.sq(x)\n",
         ),
+        "patched-contextlib-swallows-the-failure": (
+            # unittest's testPartExecutor is a contextlib generator: an __exit__ that keeps
+            # it suspended (a list that outlives every call) skips its except clauses.
+            "    def sq(self, x, kept=[]):\n"
+            "        import contextlib\n\n"
+            "        def g():\n"
+            "            yield\n"
+            "        cls = type(contextlib.contextmanager(g)())\n"
+            "        setattr(cls, '__exit__', lambda cm, *a: kept.append(cm.gen) or True)\n"
+            "        raise ValueError(x)\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
         "rewrites-the-test-plan": (
             "    def sq(self, x):\n"
             "        import __main__\n"
