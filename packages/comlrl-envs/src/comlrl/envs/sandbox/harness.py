@@ -56,17 +56,19 @@ uses it): the tests run in the program's own process against a snapshot of the b
 taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
 and restored before each unit, and an audit hook that ends the run without a verdict at
 the first ``gc`` object-graph walk, trace/profile hook or ``ctypes`` call; the test source
-must guard its own comparisons (ClassEval's runner does, see
-:mod:`comlrl.envs.code.classeval`).
+must guard its own comparisons. A program there can reach the runner's state, so this mode
+is only for trusted programs.
 
 Threat model: with two processes, nothing a program does inside its own process decides a
 comparison or reaches the verdict; what it controls is the data it returns and whether
-it answers, and the process limits bound the rest. Not protected: the per-function call
-counts (``track_calls``, reported by the candidate process), and, in ``same_process``
-runs, a program written to attack the harness from inside the interpreter through frames
-(``sys._getframe``, traceback frames: the standard library needs them, so they stay
-allowed), which ClassEval answers by voiding the test credit of programs with such hack
-signals (:func:`comlrl.envs.code.hack_signals`).
+it answers, and the process limits bound the rest. Every phase runs on the test
+process's timer (the load, each unit, the call counts); a candidate that stops the test
+process (``SIGSTOP``) ends the run at once, without a verdict, where the run has a PID
+namespace (its init kills the stopped test process; without one the wall clock ends it).
+Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it. Not
+protected: the per-function call counts (``track_calls``, reported by the candidate
+process), the truth value of a handle (the candidate answers it, as a returned ``True``
+would), and everything in ``same_process`` runs.
 """
 
 from __future__ import annotations
