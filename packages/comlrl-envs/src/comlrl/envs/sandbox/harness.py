@@ -51,14 +51,6 @@ own callables, e.g. a ``MagicMock`` set as a method, stay in the test process an
 there when the program calls them; an ``xml.etree`` element crosses as its XML text).
 The unit passes only when the test reported success itself.
 
-``same_process=True`` (kept for tests that must share the program's process; no suite
-uses it): the tests run in the program's own process against a snapshot of the builtins
-taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
-and restored before each unit, and an audit hook that ends the run without a verdict at
-the first ``gc`` object-graph walk, trace/profile hook or ``ctypes`` call; the test source
-must guard its own comparisons. A program there can reach the runner's state, so this mode
-is only for trusted programs.
-
 Threat model: with two processes, nothing a program does inside its own process decides a
 comparison or reaches the verdict; what it controls is the data it returns and whether
 it answers, and the process limits bound the rest. Every phase runs on the test
@@ -67,8 +59,8 @@ process (``SIGSTOP``) ends the run at once, without a verdict, where the run has
 namespace (its init kills the stopped test process; without one the wall clock ends it).
 Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it. Not
 protected: the per-function call counts (``track_calls``, reported by the candidate
-process), the truth value of a handle (the candidate answers it, as a returned ``True``
-would), and everything in ``same_process`` runs.
+process) and the truth value of a handle (the candidate answers it, as a returned
+``True`` would).
 """
 
 from __future__ import annotations
@@ -264,12 +256,9 @@ def check_payload(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = None,
-    same_process: bool = False,
 ) -> dict[str, Any]:
     """The runner instructions for a check run (used by :func:`check_solution`)."""
     return {
-        "same_process": bool(same_process),
-        "guard_modules": list(_GUARDED) if same_process else [],
         "mode": "check",
         "code": program,
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
@@ -279,10 +268,6 @@ def check_payload(
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
     }
-
-
-_GUARDED = ("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader")
-"""Modules a ``same_process`` run imports before the program and restores before each test."""
 
 
 def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
@@ -338,7 +323,6 @@ def check_solution(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = 2.0,
-    same_process: bool = False,
 ) -> Verdict:
     """Run ``program`` in the sandbox and score it with ``test``'s ``check(entry_point)``.
 
@@ -352,9 +336,6 @@ def check_solution(
         assert_timeout_s: time budget of each test unit (``SIGALRM`` in the child); a unit
             past it fails and the next one runs. ``None`` disables it (only the wall-clock
             limit applies, and a hang then costs every unit).
-        same_process: run the tests in the program's own process (for tests that need
-            the candidate's live objects, e.g. ClassEval's ``unittest`` classes) instead
-            of the default two processes whose verdict the program cannot reach.
 
     Returns:
         A :class:`Verdict`; never raises for anything the program does.
@@ -369,7 +350,6 @@ def check_solution(
         entry_point,
         track_calls=track_calls,
         assert_timeout_s=assert_timeout_s,
-        same_process=same_process,
     )
     result = execute(payload, limits or SandboxLimits())
     return verdict_from_execution(result, plan.num_units)
