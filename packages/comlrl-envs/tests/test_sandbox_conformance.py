@@ -342,9 +342,12 @@ else:
     print("got", m.mtext.decode() if n > 0 else n)
 """,
     "posix-mq": """
-rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)
+try:
+    mq_open = libc.mq_open  # glibc >= 2.34; before, in librt
+except AttributeError:
+    mq_open = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1").mq_open
 name = b"/comlrl-%d" % KEY
-fd = rt.mq_open(name, 0o2 | (0o100 if MODE == "create" else 0), 0o600, None)
+fd = mq_open(name, 0o2 | (0o100 if MODE == "create" else 0), 0o600, None)
 print("refused" if fd < 0 else "got", fd)
 """,
     "posix-shm": """
@@ -382,7 +385,7 @@ def _host_has_ipc(kind: str, key: int) -> bool:
             libc.msgctl(qid, 0, None)
         return qid >= 0
     if kind == "posix-mq":
-        rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)
+        rt = libc if hasattr(libc, "mq_open") else ctypes.CDLL(ctypes.util.find_library("rt"))
         name = b"/comlrl-%d" % key
         fd = rt.mq_open(name, 0o2, 0o600, None)
         if fd >= 0:
