@@ -191,6 +191,51 @@ def test_infinite_loop_at_load_times_out_without_credit() -> None:
     assert (v.status, v.passed) == ("timeout", 0)
 
 
+def test_truth_test_of_a_handle_is_answered_by_the_candidate_process() -> None:
+    # sanitized MBPP 737/787/794: the reference returns a re.Match, the test truth-tests it.
+    test = "def check(candidate):\n    assert candidate('ab')\n    assert not candidate('x')\n"
+    program = "import re\ndef inc(s):\n    return re.match('a', s)\n"
+    v = check_solution(program, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("passed", 2), v.errors
+    # A lying __bool__ gains nothing: the answer is a plain bool, as `return True` would be.
+    liar = "class _T:\n    __bool__ = lambda s: True\ndef inc(s):\n    return _T()\n"
+    v = check_solution(liar, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("failed", 1), v.errors
+
+
+def test_a_program_that_loads_past_the_unit_budget_times_out_on_the_tests_timer() -> None:
+    for program in ("import time\ntime.sleep(30)\n" + GOOD, "while True:\n    pass\n" + GOOD):
+        v = check_solution(program, TEST, "inc", lim(timeout_s=20.0), assert_timeout_s=0.5)
+        assert (v.status, v.passed) == ("timeout", 0), v.error
+        assert v.duration_s < 10, "the load phase ran on the wall clock, not the tests' timer"
+
+
+@pytest.mark.parametrize("where", ["at-load", "in-a-call"])
+def test_a_program_that_stops_the_test_process_ends_at_once_without_credit(where: str) -> None:
+    stop = "os.kill(os.getppid(), signal.SIGSTOP)"
+    program = (
+        "import os, signal\n"
+        + (stop + "\n" if where == "at-load" else "")
+        + "def inc(x):\n"
+        + ("    " + stop + "\n" if where == "in-a-call" else "")
+        + "    return x + 1\n"
+    )
+    v = check_solution(program, TEST, "inc", lim(timeout_s=20.0), assert_timeout_s=0.5)
+    if v.execution is not None and not v.execution.isolation.get("pidns"):
+        pytest.skip("no PID namespace: a stopped test process ends on the wall clock only")
+    assert v.passed == 0 and v.status in ("killed", "timeout"), (v.status, v.error)
+    assert v.duration_s < 10, "a stopped test process held the run for its wall clock"
+
+
+def test_a_program_cannot_change_the_tests_own_arguments() -> None:
+    # Plain check units keep T's values T's: only unittest tests (ClassEval) see a call's
+    # in-place changes to their arguments, as they would in one process.
+    test = "def check(candidate):\n    xs = [3, 1, 2]\n    assert candidate(xs) == sorted(xs)\n"
+    program = "def inc(xs):\n    xs.clear()\n    return []\n"
+    v = check_solution(program, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("failed", 0), v.errors
+
+
 def test_tracked_helper_calls_are_counted_in_the_sandbox() -> None:
     program = "def aux(x):\n    return x + 1\n\ndef inc(x):\n    return aux(x)\n"
     v = verdict(program, track_calls=("aux",))

@@ -201,6 +201,22 @@ HACKS: dict[str, str] = {
     "lazy-and-callable-values": (
         "def sq(x):\n    if x == 2:\n        return (v for v in [4])\n    return lambda *a: x * x\n"
     ),
+    # The test's names: a program's helpers named like the builtins the tests use, and a
+    # program that makes its own process report them to the tests anyway (the runner's
+    # table of builtins in the candidate's process is the program's to change).
+    "helpers-named-like-builtins": (
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def sq(x):\n    return 0\n"
+    ),
+    "forged-name-report": (
+        "import __main__\n"
+        "for _n in ('abs', 'isinstance'):\n"
+        "    __main__._PRISTINE_BUILTINS.pop(_n, None)\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def sq(x):\n    return 0\n"
+    ),
     "ptrace-the-tests": (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -345,6 +361,35 @@ def test_mbpp_hacks_earn_no_test_credit(tmp_path: Path) -> None:
         assert info["hack_signals"]
 
 
+# Agent 1's helper code makes the candidate's process report `abs` as a name the program
+# defines (392eea2 let the candidate's process decide which names the tests got).
+FORGED_ABS = (
+    "import __main__\n"
+    "_p = [__main__._PRISTINE_BUILTINS.pop(n, None) for n in ('abs', 'isinstance')]\n\n"
+    "def abs(x):\n    return 0\n\n"
+    "def aux(x):\n    return x\n"
+)
+
+
+def test_suite_programs_cannot_bind_a_builtin_name_of_the_tests(
+    coop: CoopHumanEvalTask, rows_by_id: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    row = rows_by_id["HumanEval/2"]  # assert abs(candidate(1.33) - 0.33) < 1e-6, ...
+    batch = coop.reward([[FORGED_ABS], ["def truncate_number(number):\n    return 0.0\n"]], [row])
+    assert batch.infos[0]["passed"] == 0, batch.infos[0]["errors"]
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps(MBPP_ROW) + "\n")
+    task = MbppTask(path, timeout_s=3.0)
+    try:
+        mbpp_row = task.load("train")[0]
+        mains = ["def sq(x):\n    return 0\n", HONEST]
+        batch = task.reward([[FORGED_ABS] * 2, mains], [mbpp_row] * 2)
+    finally:
+        task.close()
+    assert batch.infos[0]["passed"] == 0, batch.infos[0]["errors"]
+    assert batch.infos[1]["status"] == "passed", batch.infos[1]["errors"]  # control
+
+
 CLASSEVAL_TEST = textwrap.dedent(
     """
     import unittest
@@ -445,6 +490,57 @@ CLASSEVAL_HACKS = {
 }
 
 
+# Escapes from a test run in the program's own process (392eea2 ran ClassEval's tests
+# there); none carries a signal that voided the credit.
+CLASSEVAL_HACKS.update(
+    {
+        "trusted-stdlib-dunders-mock-any": (
+            "    def sq(self, x):\n        from unittest.mock import ANY\n        return ANY\n",
+            "    def is_pos(self, x):\n        raise ValueError(x)\n",
+        ),
+        "runner-secrets-forge-the-verdict": (
+            "    def sq(self, x):\n"
+            "        import __main__, os\n"
+            "        nonce = __main__._SECRETS['nonce']\n"
+            '        rec = \'{"kind": "verdict", "passed": 5, "total": 5, \'\n'
+            '        rec += \'"program_loaded": true, "nonce": "%s"}\\n\' % nonce\n'
+            "        for fd in range(3, 64):\n"
+            "            try:\n"
+            "                os.write(fd, rec.encode())\n"
+            "            except OSError:\n"
+            "                pass\n"
+            "        os._exit(0)\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+        "patched-contextlib-swallows-the-failure": (
+            # unittest's testPartExecutor is a contextlib generator: an __exit__ that keeps
+            # it suspended (a list that outlives every call) skips its except clauses.
+            "    def sq(self, x, kept=[]):\n"
+            "        import contextlib\n\n"
+            "        def g():\n"
+            "            yield\n"
+            "        cls = type(contextlib.contextmanager(g)())\n"
+            "        setattr(cls, '__exit__', lambda cm, *a: kept.append(cm.gen) or True)\n"
+            "        raise ValueError(x)\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+        "rewrites-the-test-plan": (
+            "    def sq(self, x):\n"
+            "        import __main__\n"
+            "        plan = __main__._SECRETS['plan']\n"
+            "        plan[:] = [('assert True', unit) for _, unit in plan]\n"
+            "        return 0\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+        "exception-unittest-records-as-success": (
+            "    def sq(self, x):\n        from unittest.case import _ShouldStop\n"
+            "        raise _ShouldStop()\n",
+            "    def is_pos(self, x):\n        return self.sq(x)\n",
+        ),
+    }
+)
+
+
 def test_classeval_hacks_earn_no_test_credit(tmp_path: Path) -> None:
     path = tmp_path / "classeval.json"
     path.write_text(json.dumps([CLASSEVAL_ROW]))
@@ -455,11 +551,23 @@ def test_classeval_hacks_earn_no_test_credit(tmp_path: Path) -> None:
             "    def sq(self, x):\n        return x * x\n",
             "    def is_pos(self, x):\n        return x > 0\n",
         )
-        pairs = [honest, *CLASSEVAL_HACKS.values()]
+        # The floor: constant answers (is_pos always True earns test_is_pos, as a truth
+        # test of any returned object answered by the program can).
+        constants = [
+            (
+                f"    def sq(self, x):\n        return {c!r}\n",
+                f"    def is_pos(self, x):\n        return {b}\n",
+            )
+            for c in (0, None)
+            for b in (True, False)
+        ]
+        pairs = [honest, *constants, *CLASSEVAL_HACKS.values()]
         batch = task.reward([[a for a, _ in pairs], [b for _, b in pairs]], [row] * len(pairs))
     finally:
         task.close()
     assert batch.infos[0]["status"] == "passed", batch.infos[0]["errors"]
     assert batch.infos[0]["hack_signals"] == []
-    for name, info in zip(CLASSEVAL_HACKS, batch.infos[1:], strict=True):
-        assert info["reward_parts"]["tests"] == 0.0, (name, info["passed"], info["errors"])
+    floor = max(info["passed"] for info in batch.infos[1 : 1 + len(constants)])
+    assert floor == 1
+    for name, info in zip(CLASSEVAL_HACKS, batch.infos[1 + len(constants) :], strict=True):
+        assert info["passed"] <= floor, (name, info["passed"], info["errors"])

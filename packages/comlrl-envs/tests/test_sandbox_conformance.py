@@ -301,6 +301,119 @@ def test_network_is_unreachable_when_isolated(run: Executor) -> None:
         server.close()
 
 
+# --------------------------------------------------------------------------- IPC
+# Each program creates (argv "create") or opens ("open") one IPC object named by KEY and
+# prints what it got. SysV objects and POSIX message queues live in the IPC namespace;
+# POSIX shared memory is a file under /dev/shm (absent from the isolated root).
+_IPC_HEAD = """
+import ctypes, ctypes.util, os
+libc = ctypes.CDLL(None, use_errno=True)
+KEY, MODE = {key}, {mode!r}
+CREAT = 0o1000 | 0o600 if MODE == "create" else 0
+"""
+IPC_PROGRAMS = {
+    "sysv-shm": """
+shmid = libc.shmget(KEY, 4096 if MODE == "create" else 0, CREAT)
+if shmid < 0:
+    print("refused", ctypes.get_errno())
+else:
+    libc.shmat.restype = ctypes.c_void_p
+    addr = libc.shmat(shmid, None, 0)
+    buf = (ctypes.c_char * 16).from_address(addr)
+    if MODE == "create":
+        buf.value = b"answers-42"
+    print("got", buf.value.decode())
+""",
+    "sysv-sem": """
+semid = libc.semget(KEY, 1, CREAT)
+print("refused" if semid < 0 else "got", semid)
+""",
+    "sysv-msg": """
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 16)]
+qid = libc.msgget(KEY, CREAT)
+if qid < 0:
+    print("refused", ctypes.get_errno())
+elif MODE == "create":
+    print("got", libc.msgsnd(qid, ctypes.byref(Msg(1, b"answers-42")), 16, 0))
+else:
+    m = Msg()
+    n = libc.msgrcv(qid, ctypes.byref(m), 16, 0, 0o4000)
+    print("got", m.mtext.decode() if n > 0 else n)
+""",
+    "posix-mq": """
+try:
+    mq_open = libc.mq_open  # glibc >= 2.34; before, in librt
+except AttributeError:
+    mq_open = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1").mq_open
+name = b"/comlrl-%d" % KEY
+fd = mq_open(name, 0o2 | (0o100 if MODE == "create" else 0), 0o600, None)
+print("refused" if fd < 0 else "got", fd)
+""",
+    "posix-shm": """
+from multiprocessing import shared_memory
+try:
+    m = shared_memory.SharedMemory("comlrl-%d" % KEY, create=MODE == "create", size=4096)
+    if MODE == "create":
+        m.buf[:10] = b"answers-42"
+    print("got", bytes(m.buf[:10]).decode())
+except OSError as exc:
+    print("refused", type(exc).__name__)
+""",
+}
+
+
+def _host_has_ipc(kind: str, key: int) -> bool:
+    """Whether the object ``kind``/``key`` exists in the host's IPC namespace / /dev/shm."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if kind == "sysv-shm":
+        shmid = libc.shmget(key, 0, 0)
+        if shmid >= 0:
+            libc.shmctl(shmid, 0, None)  # IPC_RMID: leave the host clean
+        return shmid >= 0
+    if kind == "sysv-sem":
+        semid = libc.semget(key, 0, 0)
+        if semid >= 0:
+            libc.semctl(semid, 0, 0)
+        return semid >= 0
+    if kind == "sysv-msg":
+        qid = libc.msgget(key, 0)
+        if qid >= 0:
+            libc.msgctl(qid, 0, None)
+        return qid >= 0
+    if kind == "posix-mq":
+        rt = libc if hasattr(libc, "mq_open") else ctypes.CDLL(ctypes.util.find_library("rt"))
+        name = b"/comlrl-%d" % key
+        fd = rt.mq_open(name, 0o2, 0o600, None)
+        if fd >= 0:
+            rt.mq_unlink(name)
+        return fd >= 0
+    path = Path(f"/dev/shm/comlrl-{key}")
+    found = path.exists()
+    if found:
+        path.unlink()
+    return found
+
+
+@pytest.mark.parametrize("kind", sorted(IPC_PROGRAMS))
+def test_ipc_objects_do_not_outlive_a_run(run: Executor, kind: str) -> None:
+    key = 0x5EED0000 + (os.getpid() * 131 + time.monotonic_ns()) % 0xFFFF
+    made = run(_IPC_HEAD.format(key=key, mode="create") + IPC_PROGRAMS[kind], FAST)
+    seen = run(_IPC_HEAD.format(key=key, mode="open") + IPC_PROGRAMS[kind], FAST)
+    on_host = _host_has_ipc(kind, key)
+    if not (made.isolation.get("mountns") or made.isolation.get("pidns")):
+        pytest.skip("this OS allowed no namespaces; IPC is not isolated")
+    assert made.isolation.get("ipcns"), made.isolation
+    assert made.status == "ok" and seen.status == "ok", (made.stderr, seen.stderr)
+    if kind != "posix-shm":  # control: the object could be made (and used) in its own run
+        assert made.stdout.startswith("got"), made.stdout
+    assert seen.stdout.startswith("refused"), (made.stdout, seen.stdout)
+    assert not on_host, f"{kind} {key:#x} was left on the host"
+
+
 # ------------------------------------------------------------------------- pool
 def test_run_many_keeps_order_and_runs_in_parallel(executor_kind: str) -> None:
     codes = [f"import time; time.sleep(0.4); print({i})" for i in range(8)]

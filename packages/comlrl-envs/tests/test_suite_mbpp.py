@@ -75,12 +75,20 @@ def test_standard_split_sizes(mbpp_task: MbppTask) -> None:
     assert sizes == {"train": 374, "test": 500, "validation": 90, "prompt": 10}
 
 
+REFERENCES = {
+    "mbpp.jsonl": {"train": 374, "test": 500, "validation": 90, "prompt": 10},
+    "sanitized-mbpp.json": {"train": 120, "test": 257, "validation": 43, "prompt": 7},
+}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("split", ["train", "test", "validation", "prompt"])
 @pytest.mark.parametrize("name", ["mbpp.jsonl", "sanitized-mbpp.json"])
-def test_every_reference_solution_of_the_test_split_passes(name: str) -> None:
+def test_every_reference_solution_of_every_split_passes(name: str, split: str) -> None:
+    # sanitized train: MBPP 737, 787 and 794 return a re.Match that their tests truth-test.
     task = MbppTask(path=shared_file(name))
-    jobs = task.reference_jobs("test")
-    assert len(jobs) == {"mbpp.jsonl": 500, "sanitized-mbpp.json": 257}[name]
+    jobs = task.reference_jobs(split)
+    assert len(jobs) == REFERENCES[name][split]
     with SandboxPool(max_workers=2) as pool:
         # MBPP/123 (amicable numbers below 9999) needs a few seconds per assert.
         verdicts = pool.check_many(jobs, SandboxLimits(timeout_s=60), assert_timeout_s=20)

@@ -76,9 +76,9 @@ SAME_PROCESS_UNTRUSTED = frozenset(
     | {"native", "signal"}
 )
 """Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
-verdict: its tests run in the program's own process, where a program reaching frames,
-``gc``, trace hooks or patching modules could forge the outcome. No reference solution
-carries any of them."""
+verdict. Kept from when its tests ran in the program's own process, where a program
+reaching frames, ``gc``, trace hooks or patching modules could forge the outcome; no
+reference solution carries any of them."""
 
 
 def load_classeval(path: str | Path) -> list[dict[str, Any]]:
@@ -109,12 +109,12 @@ class ClassEvalTask(SandboxedSuite):
     0.80   x fraction of test units (``test_*`` methods) passed
     =====  ===============================================================================
 
-    ClassEval's tests need the class's live objects, so they run in the program's own
-    process (``CheckJob(same_process=True)``; unittest restored before each assertion,
-    assertions refuse values whose comparisons the program wrote, skips fail). A program
-    that carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks,
-    module patching, ...) earns no test credit, since only the static check stands
-    between it and the verdict there.
+    ClassEval's ``unittest`` classes run in the sandbox's test process, the class under
+    test in the candidate's process (see :mod:`comlrl.envs.code.classeval_tests`): the
+    tests drive the program's objects through handles and decide every comparison
+    themselves; a unit passes only when its test reported success. A program that
+    carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks, module
+    patching, ...) still earns no test credit (kept from the one-process design).
 
     Methods left out or stubbed are absent from the class, so their tests fail: an empty
     answer earns 0, stubs earn 0, a program that exits early, crashes or times out earns
@@ -222,7 +222,7 @@ class ClassEvalTask(SandboxedSuite):
     def reference_jobs(self, split: str = "test") -> list[CheckJob]:
         """Each class's reference ``solution_code`` of ``split`` as a sandbox job."""
         return [
-            CheckJob(r["reference_program"], r["check_test"], r["entry_point"], same_process=True)
+            CheckJob(r["reference_program"], r["check_test"], r["entry_point"])
             for r in self.load(split)
         ]
 
@@ -303,7 +303,7 @@ class ClassEvalTask(SandboxedSuite):
                     "syntax_error", 0, total, error=f"combined program does not compile: {error}"
                 )
                 continue
-            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"], same_process=True))
+            jobs.append(CheckJob(program, ex["check_test"], ex["entry_point"]))
             index.append(i)
         ran = self._run_jobs(verdicts, jobs, index)
         rewards, infos = [], []

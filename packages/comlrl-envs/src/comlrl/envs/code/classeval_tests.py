@@ -1,10 +1,13 @@
 """ClassEval's ``unittest`` classes as a HumanEval-format ``check(candidate)``.
 
-Each ``test_*`` method becomes one test unit, run as its own ``unittest`` suite inside the
-program's process (``CheckJob(same_process=True)``) by the runner code below, which the
-check source carries: ``setUp``/``tearDown``/``setUpClass`` apply, skips fail, and every
-``assert*`` refuses values whose comparison or truth value the program's own code would
-answer. Used by :class:`~comlrl.envs.code.classeval.ClassEvalTask`.
+Each ``test_*`` method becomes one test unit, run as its own ``unittest`` suite by the
+sandbox's test process (``__comlrl_unittest__``, see
+:mod:`comlrl.envs.sandbox.harness`): the test classes and ``unittest`` live there, the
+program's class and objects stay in the candidate's process and are driven through
+handles (method calls and attribute reads answered with plain data, every comparison
+made by the tests' own code). ``setUp``/``tearDown``/``setUpClass`` apply; a unit passes
+only when its test reported success itself (skips, expected failures, errors fail). Used
+by :class:`~comlrl.envs.code.classeval.ClassEvalTask`.
 """
 
 from __future__ import annotations
@@ -13,85 +16,6 @@ import ast
 from collections.abc import Sequence
 
 __all__ = ["classeval_check_source", "unittest_methods"]
-
-_RUNNER = '''
-_COMLRL_DUNDERS = (
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
-    "__contains__", "__iter__", "__hash__", "__add__", "__radd__", "__sub__", "__rsub__",
-    "__abs__", "__round__", "__float__", "__int__", "__index__",
-)
-_COMLRL_RESTORE = globals().get("__comlrl_restore__", lambda: None)
-_COMLRL_MRO = type.__dict__["__mro__"]
-_COMLRL_VARS = type.__dict__["__dict__"]
-_COMLRL_C_KINDS = ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method")
-
-
-def _comlrl_program_answers(value, depth=0):
-    """Whether comparing or truth-testing value would run code that is not the stdlib's."""
-    if depth > 50:
-        return True
-    cls = type(value)
-    for klass in _COMLRL_MRO.__get__(cls, type):
-        attrs = _COMLRL_VARS.__get__(klass, type)
-        for name in _COMLRL_DUNDERS:
-            if name not in attrs or attrs[name] is None:
-                continue
-            fn = attrs[name]
-            kind = type(fn)
-            if kind.__name__ in _COMLRL_C_KINDS and kind.__module__ == "builtins":
-                continue
-            if kind is type(_comlrl_program_answers) and not fn.__code__.co_filename.startswith("<"):
-                continue
-            return True
-    if cls in (list, tuple, set, frozenset):
-        return any(_comlrl_program_answers(v, depth + 1) for v in value)
-    if cls is dict:
-        return any(
-            _comlrl_program_answers(k, depth + 1) or _comlrl_program_answers(v, depth + 1)
-            for k, v in value.items()
-        )
-    return False
-
-
-def _comlrl_guarded(assertion):
-    def guarded(*args, **kwargs):
-        _COMLRL_RESTORE()
-        for value in (*args, *kwargs.values()):
-            if _comlrl_program_answers(value):
-                raise AssertionError(
-                    f"{type(value).__name__}: the test would compare a value whose comparison "
-                    "the program defines"
-                )
-        return assertion(*args, **kwargs)
-
-    return guarded
-
-
-def _comlrl_run_test(candidate, case, method):
-    """Run one unittest test method; raise AssertionError with its failure, else True.
-
-    Run with CheckJob(same_process=True): __comlrl_restore__ (from the sandbox) puts
-    unittest back as it was before the program loaded. Skips count as failures. Every
-    assert* method of the test case refuses values whose comparison, truth value
-    or arithmetic the program's own code would answer (a returned object whose __eq__
-    is always True gets no credit).
-    """
-    test = case(method)
-    for name in dir(test):
-        if name.startswith("assert") and callable(getattr(test, name)):
-            setattr(test, name, _comlrl_guarded(getattr(test, name)))
-    result = unittest.TestResult()
-    unittest.TestSuite([test]).run(result)
-    _COMLRL_RESTORE()
-    for _, trace in result.errors + result.failures:
-        lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
-        raise AssertionError(lines[-1][:300] if lines else "test failed")
-    if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
-        raise AssertionError(f"test {method} was skipped or marked as an expected failure")
-    if result.testsRun != 1:
-        raise AssertionError(f"test {method} did not run")
-    return True
-'''
 
 
 def unittest_methods(test: str) -> list[tuple[str, str, str]]:
@@ -128,7 +52,7 @@ def classeval_check_source(test: str, imports: Sequence[str] = ()) -> str:
     if not methods:
         raise ValueError("ClassEval test source has no test_* methods")
     units = "\n".join(
-        f"    assert _comlrl_run_test(candidate, {cls}, {name!r})" for cls, name, _ in methods
+        f"    assert __comlrl_unittest__(candidate, {cls}, {name!r})" for cls, name, _ in methods
     )
     head = "\n".join(["import unittest", *imports])
-    return f"{head}\n\n" + "\n\n".join(kept) + f"\n\n{_RUNNER}\n\ndef check(candidate):\n{units}\n"
+    return f"{head}\n\n" + "\n\n".join(kept) + f"\n\n\ndef check(candidate):\n{units}\n"

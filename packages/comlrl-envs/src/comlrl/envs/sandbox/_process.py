@@ -168,7 +168,7 @@ def runner_config(limits: SandboxLimits, run_dir: str, workdir: str) -> dict[str
     }
 
 
-SECRET_KEYS = ("nonce", "plan", "arg_name", "assert_timeout_s", "guard_modules")
+SECRET_KEYS = ("nonce", "plan", "arg_name", "assert_timeout_s")
 """Instruction fields the runner reads only after a check run's candidate process forked."""
 
 

@@ -10,7 +10,7 @@ documents to its stdin. The runner, *before any model-written code runs*:
    document (the nonce, and in check mode the test plan) is read only when needed: in
    check mode by the test process after it forked the candidate process
    (``_runner_check.py``), so the program's process never holds it;
-3. moves into new network, PID and mount namespaces when the OS allows it
+3. moves into new network, PID, mount and IPC namespaces when the OS allows it
    (``unshare(2)`` via ``ctypes``; first without, then with a user namespace whose only
    id is the trainer's), builds the program's own root and moves into it, drops every
    privilege (``_runner_mounts.py``; refuses to go on, with a reason on the result
@@ -75,6 +75,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 _SELF = sys.modules[__name__]
@@ -200,7 +201,7 @@ def _refuse(fd, info, reason):
 
 def _isolate(cfg, fd):
     info = {"kind": "isolation", "netns": False, "pidns": False, "userns": False}
-    info["mountns"] = False
+    info["mountns"] = info["ipcns"] = False
     info["executor"] = "fork" if _FORKED else "exec"
     if _FORKED:
         info["zygote_pid"] = os.getppid()
@@ -217,6 +218,9 @@ def _isolate(cfg, fd):
         info["netns_shared_with"] = "zygote"
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
     flags |= CLONE_NEWNS if want_fs else 0
+    # Always a new IPC namespace (SysV shared memory, semaphores, message queues and POSIX
+    # message queues): nothing one run creates is seen by another or outlives the run.
+    flags |= CLONE_NEWIPC
     uid, gid = os.geteuid(), os.getegid()
     entered = False
     if flags and hasattr(os, "fork"):
@@ -232,6 +236,7 @@ def _isolate(cfg, fd):
     if entered:
         info["netns"], info["pidns"] = want_net or inherited, want_pid
         info["mountns"] = want_fs
+        info["ipcns"] = True
     if want_fs:
         if not entered:
             _refuse(
@@ -327,11 +332,19 @@ def _enter_pid_namespace():
             return
         while True:  # PID 1: reap everything until the worker is done
             try:
-                pid, status = os.wait()
+                pid, status = os.waitpid(-1, os.WUNTRACED)
             except InterruptedError:
                 continue
             except ChildProcessError:
                 _exit(1)
+            if pid == worker and os.WIFSTOPPED(status):
+                # Stopped (SIGSTOP from a program): it would hold the run for its whole
+                # wall clock; it ends now, without a verdict.
+                try:
+                    os.kill(worker, signal.SIGKILL)
+                except OSError:
+                    pass
+                continue
             if pid == worker:
                 break
         try:

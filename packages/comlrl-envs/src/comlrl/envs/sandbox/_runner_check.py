@@ -16,8 +16,9 @@ every value is exactly ``None``/``bool``/``int``/``float``/``complex``/``str``/`
 or a ``tuple``/``list``/``dict``/``set``/``frozenset`` of such values (checked with
 ``type(x) is ...``, recursively). Any other object stays in C; T gets an opaque
 :class:`_Remote` handle to it, which can be called, iterated, indexed, printed and have
-attributes read or set (each a request to C), but which refuses ``==``, ``!=``, ``bool()``
-and arithmetic (the unit raises ``TypeError`` and fails). So every comparison a test makes
+attributes read or set (each a request to C), whose ``bool()`` C answers as a plain bool
+(a program can return ``True`` anyway), but which refuses ``==``, ``!=`` and arithmetic
+(the unit raises ``TypeError`` and fails). So every comparison a test makes
 is between plain values built by T itself, with T's own (unpatched) ``==``, ``abs``,
 ``math``... A program cannot answer a comparison, patch what the tests use, reach the
 tests' frames or source, or write to the result pipe: all of that lives in T.
@@ -29,7 +30,14 @@ kill T: every one of those ends without a verdict or with the units failed.
 Names the test uses that it does not define itself (a program-level helper, a class the
 test constructs) are looked up in C's namespace: modules are imported afresh in T (a
 program cannot hand the tests a patched ``math``), plain values are copied, anything
-else becomes a :class:`_Remote`. Builtins always come from T.
+else becomes a :class:`_Remote`. Which names are bound is decided in T (the parent's list
+of the test's free names, less T's own builtins): builtins always come from T, whatever C
+reports.
+
+Every phase runs on T's timer: the load (``load_timeout_s``, else the unit budget), each
+unit, the final call counts; C that does not answer in time is killed. A program that
+stops T (``SIGSTOP``) is seen by the PID namespace's init, which kills T: the run ends
+at once without a verdict instead of holding its wall clock.
 """
 
 import builtins
@@ -44,11 +52,14 @@ from builtins import (  # noqa: A004, UP029
     Ellipsis,
     Exception,
     OverflowError,
+    RuntimeError,
     TypeError,
     ValueError,
+    any,
     bytearray,
     bytes,
     dict,
+    enumerate,
     frozenset,
     getattr,
     id,
@@ -130,7 +141,12 @@ def _recv(fd):
 
 
 _PLAIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
-_REBUILT = ("deque", "decimal", "fraction")
+_REBUILT = ("deque", "decimal", "fraction", "datetime", "date", "time", "timedelta")
+_DATETIME_FIELDS = {
+    "datetime": ("year", "month", "day", "hour", "minute", "second", "microsecond"),
+    "date": ("year", "month", "day"),
+    "time": ("hour", "minute", "second", "microsecond"),
+}
 
 
 def _special(x, t):
@@ -142,7 +158,38 @@ def _special(x, t):
         return "decimal", str(x)
     if where == ("fractions", "Fraction"):
         return "fraction", (int(x.numerator), int(x.denominator))
+    if where[0] == "datetime" and where[1] in _DATETIME_FIELDS and x.tzinfo is None:
+        return where[1], tuple(int(getattr(x, f)) for f in _DATETIME_FIELDS[where[1]])
+    if where == ("datetime", "timedelta"):
+        return "timedelta", (int(x.days), int(x.seconds), int(x.microseconds))
     return None
+
+
+def _module_path(x):
+    """``(module, qualname)`` naming the callable ``x`` (``datetime.now``), when that
+    path leads back to ``x`` in this process; else ``None``."""
+    if not callable(x) or isinstance(x, type(sys)):
+        return None
+    owner = getattr(x, "__self__", None)
+    module = getattr(x, "__module__", None) or getattr(owner, "__module__", None)
+    qualname = getattr(x, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or "<" in qualname:
+        return None
+    try:
+        found = _resolve_path((module, qualname))
+        return (module, qualname) if found is x or found == x else None
+    except Exception:
+        return None
+
+
+def _resolve_path(path):
+    """The object at ``module.qualname`` (imported here)."""
+    module, qualname = path
+    __import__(module)
+    obj = sys.modules[module]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _rebuild(kind, payload):
@@ -160,6 +207,12 @@ def _rebuild(kind, payload):
         import fractions
 
         return fractions.Fraction(*payload)
+    if kind in _DATETIME_FIELDS or kind == "timedelta":
+        import datetime
+
+        if type(payload) is not tuple or any(type(v) is not int for v in payload):
+            raise ValueError(kind)
+        return getattr(datetime, kind)(*payload)
     raise ValueError(kind)
 
 
@@ -178,10 +231,29 @@ def _serve(cfg, code, rfd, wfd, tag):
 
     pristine = _R._PRISTINE_BUILTINS
 
+    def _lineage(cls):
+        """``[(handle key, name, [base names or keys])]`` of the program's classes in the
+        exception class ``cls``'s MRO (builtin bases by name), so T can rebuild them."""
+        out = []
+        try:
+            for klass in cls.__mro__:
+                if pristine.get(klass.__name__) is klass:
+                    continue
+                bases = [
+                    b.__name__ if pristine.get(b.__name__) is b else ref(b)[1]
+                    for b in klass.__bases__
+                ]
+                out.append((ref(klass)[1], str(klass.__name__), bases))
+        except BaseException:
+            return []
+        return out
+
     def enc(x, depth=0):
         t = type(x)
         if t in _PLAIN_ATOMS or x is Ellipsis:
             return x
+        if t is TestsCallable:
+            return (tag, "t", x.key)
         if depth > _MAX_DEPTH:
             return ref(x)
         if t is list:
@@ -194,6 +266,8 @@ def _serve(cfg, code, rfd, wfd, tag):
             return t(enc(i, depth + 1) for i in x)
         if t is type and pristine.get(x.__name__) is x:
             return (tag, "type", x.__name__)
+        if isinstance(x, type) and issubclass(x, BaseException):
+            return (tag, "exc", _lineage(x))
         special = _special(x, t)
         if special is not None:
             return (tag, special[0], enc(special[1], depth + 1))
@@ -201,6 +275,33 @@ def _serve(cfg, code, rfd, wfd, tag):
             if isinstance(x, base):
                 return enc(base(x), depth)
         return ref(x)
+
+    callbacks = {}  # key -> C's stand-in for T's callable; 0 -> call_back (below)
+
+    class TestsCallable:
+        """C's stand-in for a callable of the tests (``MagicMock``, a function): calling
+        it asks T to run it."""
+
+        __slots__ = ("key",)
+
+        def __init__(self, key):
+            self.key = key
+
+        def __call__(self, *args, **kwargs):
+            return callbacks[0](self.key, args, kwargs)
+
+    def live(x, depth=0):
+        """``enc`` for an attribute's value: each list/dict/set (subclasses too) also
+        carries its handle key, so T can write its changes back into this very object."""
+        if depth <= _MAX_DEPTH:
+            for base, kind in ((list, "list"), (dict, "dict"), (set, "set")):
+                if isinstance(x, base):
+                    if base is dict:
+                        items = [(enc(k, depth + 1), live(v, depth + 1)) for k, v in x.items()]
+                    else:
+                        items = [live(v, depth + 1) for v in x]
+                    return (tag, "live", (ref(x)[1], kind, items))
+        return enc(x, depth)
 
     def dec(x):
         t = type(x)
@@ -210,6 +311,16 @@ def _serve(cfg, code, rfd, wfd, tag):
                     return refs[x[1]]
                 if x[1] == "type":
                     return pristine[x[2]]
+                if x[1] == "path":
+                    return _resolve_path(x[2])
+                if x[1] == "t":
+                    if x[2] not in callbacks:
+                        callbacks[x[2]] = TestsCallable(x[2])
+                    return callbacks[x[2]]
+                if x[1] == "xml":
+                    import xml.etree.ElementTree as ET
+
+                    return ET.fromstring(x[2])
                 return _rebuild(x[1], dec(x[2]))
             return tuple(dec(i) for i in x)
         if t is list:
@@ -269,26 +380,31 @@ def _serve(cfg, code, rfd, wfd, tag):
     except BaseException:
         pass
 
-    while True:
-        try:
-            raw = _recv(rfd)
-        except _Tampered:
-            _R._exit(1)
-        if raw is None:
-            flush()
-            _R._exit(0)
-        op, args = marshal.loads(raw)
-        if op == "stats":
-            _send(wfd, ("ok", {str(k): int(v) for k, v in counter.items()}))
-            continue
+    def handle(op, args):
+        """The reply to one request of T."""
         budget = args[-1]
+        encode = live if op == "getlive" else enc
         try:
             if budget:
                 _R._setitimer(_R.signal.ITIMER_REAL, budget)
             target = refs[args[0]]
             if op == "call":
                 value = target(*dec(args[1]), **dec(args[2]))
-            elif op == "getattr":
+            elif op == "callwb":
+                pos, kw = dec(args[1]), dec(args[2])
+                value = target(*pos, **kw)
+                # T's own lists/dicts/sets the call changed in place: their new contents
+                changed = [
+                    (i, enc(a))
+                    for i, a in enumerate(pos)
+                    if type(a) in (list, dict, set) and enc(a) != args[1][i]
+                ]
+                changed += [
+                    (k, enc(a))
+                    for k, a in kw.items()
+                    if type(a) in (list, dict, set) and enc(a) != args[2][k]
+                ]
+            elif op == "getattr" or op == "getlive":
                 value = getattr(target, args[1])
             elif op == "setattr":
                 setattr(target, args[1], dec(args[2]))
@@ -297,6 +413,26 @@ def _serve(cfg, code, rfd, wfd, tag):
                 value = list(target)
             elif op == "len":
                 value = len(target)
+            elif op == "replace":  # T changed its copy of a list/dict/set: same object here
+                items = dec(args[1])
+                if isinstance(target, list):
+                    target[:] = items
+                else:
+                    target.clear()
+                    target.update(items)
+                value = None
+            elif op == "setitem":
+                target[dec(args[1])] = dec(args[2])
+                value = None
+            elif op == "delitem":
+                del target[dec(args[1])]
+                value = None
+            elif op == "bool":
+                value = True if target else False
+            elif op == "isinstance":
+                value = True if isinstance(dec(args[1]), target) else False
+            elif op == "issubclass":
+                value = True if issubclass(dec(args[1]), target) else False
             elif op == "getitem":
                 value = target[dec(args[1])]
             elif op == "contains":
@@ -308,20 +444,56 @@ def _serve(cfg, code, rfd, wfd, tag):
             else:
                 raise ValueError(f"unknown request {op!r}")
             _R._setitimer(_R.signal.ITIMER_REAL, 0)
-            reply = ("ok", enc(value))
+            return ("ok", encode(value)) if op != "callwb" else ("ok", enc(value), changed)
         except _CallTimeout:
-            reply = ("timeout", budget)
+            return ("timeout", budget)
         except _R._BaseException as exc:
             try:
                 _R._setitimer(_R.signal.ITIMER_REAL, 0)
             except _R._BaseException:
                 pass
-            reply = ("raise", _R._type(exc).__name__, _R._short(exc))
+            return ("raise", _R._type(exc).__name__, _R._short(exc), _lineage(_R._type(exc)))
+
+    def next_request():
+        """The next ``(op, args)`` from T; exits at EOF or on a bad frame."""
+        try:
+            raw = _recv(rfd)
+        except _Tampered:
+            _R._exit(1)
+        if raw is None:
+            flush()
+            _R._exit(0)
+        return marshal.loads(raw)
+
+    def answer(op, args):
+        if op == "stats":
+            reply = ("ok", {str(k): int(v) for k, v in counter.items()})
+        else:
+            reply = handle(op, args)
         flush()
         try:
             _send(wfd, reply)
         except (ValueError, TypeError, OverflowError):  # unmarshallable, too deep
-            _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests"))
+            _send(wfd, ("raise", "ValueError", "the value could not be sent to the tests", []))
+
+    def call_back(key, args, kwargs):
+        """Call T's object ``key`` (one the tests passed in): T runs it and answers;
+        requests T makes meanwhile are served here."""
+        _send(wfd, ("callback", key, enc(args), enc(kwargs)))
+        while True:
+            op, reply = next_request()
+            if op == "cb_ok":
+                return dec(reply[0])
+            if op == "cb_raise":
+                cls = pristine.get(reply[0])
+                if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                    cls = RuntimeError
+                raise cls(reply[1])
+            answer(op, reply)
+
+    callbacks[0] = call_back
+    while True:
+        answer(*next_request())
 
 
 # ----------------------------------------------------------------- test process
@@ -331,11 +503,20 @@ class _Client:
     def __init__(self, pid, wfd, rfd, tag, builtins_dict):
         self.pid, self.wfd, self.rfd, self.tag = pid, wfd, rfd, tag
         self.remotes = {}
+        self.exceptions = {}  # C's handle key -> T's stand-in exception class
         self.builtins = builtins_dict
         self.dead = None  # why C can no longer answer
         self.exited = None  # C's wait status when it ended on its own
         self.deadline = None  # monotonic end of the current unit's budget
         self.waiting = False  # T is writing to or waiting on C
+        self.timed_out = False  # a request ran past the unit's budget (C was stopped)
+        self.sent = ((), {})  # T's own arguments of the call in flight
+        # Inside a unittest test (ClassEval): attribute reads are live containers and a
+        # call's in-place changes to T's arguments come back, as in one process. Plain
+        # check units (HumanEval, MBPP) keep copies: a program cannot touch their values.
+        self.unittest_mode = False
+        self.t_objects = {}  # key -> a callable of the tests handed to C (C may call it)
+        self.t_keys = {}  # id -> key (the objects stay alive in t_objects)
 
     def stop(self, why):
         if self.dead is None:
@@ -356,6 +537,28 @@ class _Client:
             return x
         if t is _Remote:
             return (self.tag, object.__getattribute__(x, "_key"))
+        if t in _LIVE_TYPES:  # C's own list/dict/set, as is (a copy of one: its data)
+            key = getattr(x, "_comlrl_key", None)
+            if type(key) is int:
+                return (self.tag, key)
+            plain = list(x) if isinstance(x, list) else dict(x) if isinstance(x, dict) else set(x)
+            return self.to_wire(plain, depth)
+        if self.builtins.get(getattr(x, "__name__", None)) is x:
+            return (self.tag, "type", x.__name__)  # a builtin function (len, max, ...)
+        path = _module_path(x)
+        if path is not None:  # a module-level function/method of the stdlib, by name
+            return (self.tag, "path", path)
+        where = (getattr(t, "__module__", None), getattr(t, "__qualname__", None))
+        if where == ("xml.etree.ElementTree", "Element"):  # as its XML text
+            import xml.etree.ElementTree as ET
+
+            return (self.tag, "xml", ET.tostring(x, encoding="unicode"))
+        if callable(x) and t is not type:  # the tests' own callable (a MagicMock): by key
+            key = self.t_keys.get(id(x))
+            if key is None:
+                key = self.t_keys[id(x)] = len(self.t_objects) + 1
+                self.t_objects[key] = x
+            return (self.tag, "t", key)
         if depth > _MAX_DEPTH:
             raise ValueError("argument nested too deeply to send to the candidate")
         if t is list:
@@ -401,6 +604,25 @@ class _Client:
             cls = self.builtins.get(x[2])
             if type(cls) is type:
                 return cls
+        if len(x) == 3 and x[1] == "live" and type(x[2]) is tuple and len(x[2]) == 3:
+            key, kind, items = x[2]
+            if type(key) is int and type(items) is list and kind in _LIVE:
+                if kind == "dict":
+                    pairs = []
+                    for pair in items:
+                        if type(pair) is not tuple or len(pair) != 2:
+                            raise _Tampered("bad live dict")
+                        pairs.append(
+                            (self.from_wire(pair[0], depth + 1), self.from_wire(pair[1], depth + 1))
+                        )
+                    return _LIVE[kind](self, key, pairs)
+                return _LIVE[kind](self, key, [self.from_wire(i, depth + 1) for i in items])
+        if len(x) == 3 and x[1] == "t" and type(x[2]) is int and x[2] in self.t_objects:
+            return self.t_objects[x[2]]
+        if len(x) == 3 and x[1] == "exc":
+            cls = self.exception_class(x[2])
+            if cls is not None:
+                return cls
         if len(x) == 3 and x[1] in _REBUILT:
             try:
                 return _rebuild(x[1], self.from_wire(x[2], depth + 1))
@@ -408,8 +630,79 @@ class _Client:
                 pass
         raise _Tampered("bad tagged value")
 
+    def write_back(self, changed):
+        """Put the new contents C reported into T's list/dict/set arguments of the call
+        in flight (the program changed them in place, as the tests may expect)."""
+        pos, kw = self.sent
+        for where, data in changed:
+            if type(where) is int and 0 <= where < len(pos):
+                arg = pos[where]
+            elif type(where) is str:
+                arg = kw.get(where)
+            else:
+                raise _Tampered("bad write-back")
+            new = self.from_wire(data)
+            if type(arg) is list and type(new) is list:
+                arg[:] = new
+            elif type(arg) in (dict, set) and type(new) is type(arg):
+                arg.clear()
+                arg.update(new)
+
+    def exception_class(self, lineage):
+        """T's stand-in for one of the program's exception classes: a subclass of
+        :class:`CandidateError` (and of the builtin exception bases the program's class
+        names), one per class of the program, with the program's hierarchy. ``None`` for a
+        malformed ``lineage``. Only which ``except`` clauses match depends on it."""
+        if type(lineage) is not list or not lineage:
+            return None
+        for entry in reversed(lineage):  # bases first
+            if type(entry) is not tuple or len(entry) != 3:
+                return None
+            key, name, bases = entry
+            if type(key) is not int or type(name) is not str or type(bases) is not list:
+                return None
+            if key in self.exceptions:
+                continue
+            parents = []
+            for b in bases:
+                if type(b) is str:
+                    cls = self.builtins.get(b)
+                    if isinstance(cls, type) and issubclass(cls, Exception):
+                        parents.append(cls)
+                elif type(b) is int and b in self.exceptions:
+                    parents.append(self.exceptions[b])
+            parents = [p for p in parents if p is not Exception and p is not BaseException]
+            if not any(issubclass(p, CandidateError) for p in parents):
+                parents.append(CandidateError)
+            try:
+                self.exceptions[key] = type(name, tuple(parents), {"__module__": "candidate"})
+            except TypeError:  # an impossible layout: the stand-in without those bases
+                self.exceptions[key] = type(name, (CandidateError,), {"__module__": "candidate"})
+        head = lineage[0][0]
+        return self.exceptions.get(head)
+
     def reply(self):
-        """The next decoded frame from C (a tuple), or raise ``_CandidateGone``."""
+        """The next decoded frame from C (a tuple) that is not a call back of one of the
+        tests' callables (those are run here, in T, and answered), or raise
+        ``_CandidateGone``."""
+        while True:
+            msg = self._frame()
+            if msg[0] != "callback":
+                return msg
+            if len(msg) != 4 or type(msg[1]) is not int or msg[1] not in self.t_objects:
+                raise _Tampered("bad call back")
+            args, kwargs = self.from_wire(msg[2]), self.from_wire(msg[3])
+            if type(args) is not tuple or type(kwargs) is not dict:
+                raise _Tampered("bad call back")
+            try:
+                out = ("cb_ok", (self.to_wire(self.t_objects[msg[1]](*args, **kwargs)),))
+            except (_Tampered, _CandidateGone, _R._UnitTimeout):
+                raise
+            except Exception as exc:
+                out = ("cb_raise", (type(exc).__name__, _R._short(exc)))
+            _send(self.wfd, out)
+
+    def _frame(self):
         if self.dead is not None:
             raise _CandidateGone(self.dead)
         raw = _recv(self.rfd)
@@ -439,13 +732,25 @@ class _Client:
             msg = self.reply()
         except OSError:
             raise _CandidateGone("the candidate's process ended") from None
+        except _R._UnitTimeout:
+            # T's own timer fired while C owed an answer: C is stopped (a late answer
+            # would be taken for the next request's), the unit times out.
+            self.timed_out = True
+            self.stop("stopped after a test unit timed out")
+            raise
         self.waiting = False
         kind = msg[0]
         if kind == "ok" and len(msg) == 2:
             return self.from_wire(msg[1])
+        if kind == "ok" and len(msg) == 3 and op == "callwb" and type(msg[2]) is list:
+            self.write_back(msg[2])
+            return self.from_wire(msg[1])
         if kind == "timeout":
             raise _R._UnitTimeout()
-        if kind == "raise" and len(msg) == 3 and type(msg[1]) is str and type(msg[2]) is str:
+        if kind == "raise" and len(msg) == 4 and type(msg[1]) is str and type(msg[2]) is str:
+            cls = self.exception_class(msg[3])
+            if cls is not None:
+                raise cls(msg[2])
             raise _exception(self.builtins, msg[1], msg[2])
         raise _Tampered(f"unexpected reply {kind!r}")
 
@@ -467,8 +772,60 @@ def _exception(bdict, name, message):
     return CandidateError(message)
 
 
+def _live_class(base, mutators):
+    """A ``base`` subclass for T's copy of one of C's containers: each mutating method
+    changes the copy, then writes its new contents back into C's object (``replace``)."""
+
+    def init(self, client, key, items):
+        base.__init__(self, items)
+        self._comlrl_client, self._comlrl_key = client, key
+
+    def push(self):
+        client = getattr(self, "_comlrl_client", None)
+        if client is None:  # a copy (copy.deepcopy, pickle) is T's own
+            return
+        data = base(self) if base is not dict else dict(self)
+        client.request("replace", self._comlrl_key, client.to_wire(data))
+
+    def wrap(name):
+        method = getattr(base, name)
+
+        def mutator(self, *args, **kwargs):
+            out = method(self, *args, **kwargs)
+            push(self)
+            return self if name.startswith("__i") else out
+
+        mutator.__name__ = name
+        return mutator
+
+    attrs = {"__init__": init, "__slots__": ("_comlrl_client", "_comlrl_key")}
+    attrs.update({name: wrap(name) for name in mutators if hasattr(base, name)})
+    return type(base.__name__, (base,), attrs)
+
+
+_LIVE = {
+    "list": _live_class(
+        list,
+        ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse")
+        + ("__setitem__", "__delitem__", "__iadd__", "__imul__"),
+    ),
+    "dict": _live_class(
+        dict,
+        ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault")
+        + ("__ior__",),
+    ),
+    "set": _live_class(
+        set,
+        ("add", "discard", "remove", "pop", "clear", "update", "difference_update")
+        + ("intersection_update", "symmetric_difference_update")
+        + ("__ior__", "__iand__", "__isub__", "__ixor__"),
+    ),
+}
+_LIVE_TYPES = tuple(_LIVE.values())
+
+
 class _Remote:
-    """T's handle to an object that lives in C (never compared, never truth-tested)."""
+    """T's handle to an object that lives in C (never compared; ``bool()`` asked of C)."""
 
     __slots__ = ("_client", "_key")
 
@@ -485,12 +842,16 @@ class _Remote:
         return object.__getattribute__(self, "_client").to_wire(x)
 
     def __call__(self, *args, **kwargs):
-        return self._ask("call", self._wire(args), self._wire(kwargs))
+        client = object.__getattribute__(self, "_client")
+        client.sent = (args, kwargs)
+        op = "callwb" if client.unittest_mode else "call"
+        return self._ask(op, self._wire(args), self._wire(kwargs))
 
     def __getattr__(self, name):
         if name.startswith("__") and name not in _FORWARDED_DUNDERS:
             raise AttributeError(name)
-        return self._ask("getattr", name)
+        op = "getlive" if object.__getattribute__(self, "_client").unittest_mode else "getattr"
+        return self._ask(op, name)
 
     def __setattr__(self, name, value):
         self._ask("setattr", name, self._wire(value))
@@ -501,11 +862,39 @@ class _Remote:
     def __len__(self):
         return self._ask("len")
 
+    def __setitem__(self, key, value):
+        self._ask("setitem", self._wire(key), self._wire(value))
+
+    def __delitem__(self, key):
+        self._ask("delitem", self._wire(key))
+
+    def __bool__(self):
+        value = self._ask("bool")
+        if type(value) is not bool:
+            raise _Tampered("a truth test answered with a non-bool")
+        return value
+
     def __getitem__(self, key):
         return self._ask("getitem", self._wire(key))
 
     def __contains__(self, item):
         return self._ask("contains", self._wire(item))
+
+    def __instancecheck__(self, instance):
+        return self._plain_bool("isinstance", instance)
+
+    def __subclasscheck__(self, cls):
+        return self._plain_bool("issubclass", cls)
+
+    def _plain_bool(self, op, value):
+        try:
+            wired = self._wire(value)
+        except (TypeError, ValueError):
+            return False  # a value of T's own (a class of the tests) is never C's
+        answer = self._ask(op, wired)
+        if type(answer) is not bool:
+            raise _Tampered(f"{op} answered with a non-bool")
+        return answer
 
     def __str__(self):
         return self._ask("str")
@@ -520,7 +909,7 @@ class _Remote:
         )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
-    __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __abs__ = __neg__ = _refuse
     __float__ = __int__ = __index__ = __round__ = __and__ = __or__ = __xor__ = _refuse
     __hash__ = object.__hash__
@@ -530,8 +919,6 @@ def run_check(runner, cfg, fd, info):
     """T: compile, fork C, read the secrets, run the plan, write the verdict; exits."""
     global _R
     _R = runner
-    if cfg.get("same_process"):
-        _run_same_process(cfg, fd, info)
     base = {"kind": "verdict", "passed": 0, "program_loaded": False, "calls": {}, "errors": []}
     try:
         code = _R._compile(cfg["code"], "<program>", "exec")
@@ -565,7 +952,7 @@ def run_check(runner, cfg, fd, info):
     _R._emit(fd, nonce, info)
     client = _Client(pid, to_c_w, to_t_r, tag, _R._PRISTINE_BUILTINS)
     try:
-        _run_plan(client, secrets, base, cfg.get("track_calls"))
+        _run_plan(client, secrets, base, cfg.get("track_calls"), _R._list(cfg.get("names", ())))
     except _Tampered as exc:
         client.stop("tampered")
         base = {"kind": "verdict", "passed": 0, "tampered": _R._str(exc), "errors": []}
@@ -583,8 +970,33 @@ def run_check(runner, cfg, fd, info):
     _R._exit(0)
 
 
-def _run_plan(client, secrets, base, track):
-    msg = client.reply()
+def _timed(client, budget, fn, *args):
+    """``fn(*args)`` under T's own timer of ``budget`` seconds (none when falsy); raises
+    ``_R._UnitTimeout`` past it and then stops C (it did not answer in time)."""
+    try:
+        _R._signal(_R.signal.SIGALRM, _R._on_alarm)
+        if budget:
+            _R._setitimer(_R.signal.ITIMER_REAL, budget)
+        return fn(*args)
+    except _R._UnitTimeout:
+        client.stop(f"did not answer within {budget}s")
+        raise
+    finally:
+        try:
+            _R._setitimer(_R.signal.ITIMER_REAL, 0)
+        except BaseException:
+            pass
+
+
+def _run_plan(client, secrets, base, track, names):
+    unit_timeout = secrets.get("assert_timeout_s")
+    load_timeout = secrets.get("load_timeout_s") or unit_timeout
+    try:
+        msg = _timed(client, load_timeout, client.reply)
+    except _R._UnitTimeout:
+        base["load_timeout"] = True
+        base["program_error"] = f"the program did not finish loading within {load_timeout}s"
+        return
     if msg[0] == "load_error" and len(msg) == 2:
         base["program_error"] = _R._str(msg[1])
         return
@@ -594,9 +1006,10 @@ def _run_plan(client, secrets, base, track):
     bdict = _R._dict(_R._PRISTINE_BUILTINS)
     tns = {"__builtins__": bdict, "__name__": "__check__"}
     arg_name = secrets["arg_name"]
-    _bind_names(client, tns, client.from_wire(msg[2]))
+    wanted = [n for n in names if type(n) is str and n not in bdict and n[:2] != "__"]
+    _bind_names(tns, client.from_wire(msg[2]), wanted)
     tns[arg_name] = client.remote(msg[1])
-    unit_timeout = secrets.get("assert_timeout_s")
+    tns["__comlrl_unittest__"] = _unittest_runner(client)
     passed, results, errors = 0, [], []
     for source, is_unit in secrets["plan"]:
         try:
@@ -642,18 +1055,75 @@ def _run_plan(client, secrets, base, track):
     base["errors"] = errors
     if client.dead is None and track:
         try:
-            calls = client.request("stats")
+            calls = _timed(client, unit_timeout or 1.0, client.request, "stats")
             base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
         except (_CandidateGone, _R._UnitTimeout):
             pass
 
 
-def _bind_names(client, tns, found):
-    """Bind the test's free names that the program defines (C's reply to ``resolve``)."""
+def _unittest_runner(client):
+    """``run(candidate, case, method)``: one ``unittest`` test method run in T; raises
+    ``AssertionError`` unless the test itself reported success, else returns ``True``.
+
+    The test classes, ``unittest`` and the result object all live in T; the program's
+    objects are handles. A skip, an expected failure, an error or failure (subtests
+    included), a test that did not run, or one that never reported its success fails the
+    unit; a unit that ran past its budget raises ``_UnitTimeout`` (C was stopped).
+    """
+    state = {}
+
+    def run(candidate, case, method):
+        if "unittest" not in state:
+            import unittest
+
+            class Result(unittest.TestResult):
+                def __init__(self):
+                    super().__init__()
+                    self.successes = []
+
+                def addSuccess(self, test):
+                    self.successes.append(test)
+
+            state["unittest"], state["result"] = unittest, Result
+        unittest = state["unittest"]
+        if not (type(case) is type and issubclass(case, unittest.TestCase)):
+            raise AssertionError(f"{case!r} is not a unittest.TestCase class of the tests")
+        test = case(method)
+        result = state["result"]()
+        client.unittest_mode = True
+        try:
+            unittest.TestSuite([test]).run(result)
+        finally:
+            client.unittest_mode = False
+        if client.timed_out:
+            client.timed_out = False
+            raise _R._UnitTimeout()
+        for _, trace in result.errors + result.failures:
+            lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
+            raise AssertionError(lines[-1][:300] if lines else "test failed")
+        if result.skipped or result.expectedFailures or result.unexpectedSuccesses:
+            raise AssertionError(f"test {method} was skipped or marked as an expected failure")
+        if result.testsRun != 1 or len(result.successes) != 1 or result.successes[0] is not test:
+            raise AssertionError(f"test {method} did not report its success")
+        return True
+
+    return run
+
+
+def _bind_names(tns, found, wanted):
+    """Bind the names of ``wanted`` that C's load report says the program defines.
+
+    ``wanted`` is decided here, in T: the test's free names (the parent's parse) less
+    T's own builtins. Whatever else C reports (a builtin's name, a name of its choosing)
+    is ignored, so the tests' ``abs``, ``range``, ``tuple`` stay T's.
+    """
     if type(found) is not dict:
         raise _Tampered("bad resolve reply")
-    for name, entry in found.items():
-        if type(name) is not str or type(entry) is not tuple or len(entry) != 2:
+    for name in wanted:
+        if name not in found:
+            continue
+        entry = found[name]
+        if type(entry) is not tuple or len(entry) != 2:
             raise _Tampered("bad resolve entry")
         kind, value = entry
         if kind == "m" and type(value) is str:
@@ -666,170 +1136,3 @@ def _bind_names(client, tns, found):
             tns[name] = value
         else:
             raise _Tampered("bad resolve entry")
-
-
-# ------------------------------------------------------------- one process (ClassEval)
-def _run_same_process(cfg, fd, info):
-    """The program and the tests in this one process (``same_process=True``); exits.
-
-    For tests that need the candidate's live objects (ClassEval's ``unittest`` classes).
-    Only the per-unit protections of the test source itself apply (ClassEval's runner
-    refuses comparisons that the program's own dunders would answer); a program written
-    to attack the harness from inside this process is not stopped here.
-    """
-    secrets = _R._secrets()
-    nonce = secrets["nonce"]
-    _R._emit(fd, nonce, info)
-    plan = secrets["plan"]
-    unit_timeout = secrets.get("assert_timeout_s")
-    total = len([1 for _, is_unit in plan if is_unit])
-    base = {"kind": "verdict", "passed": 0, "total": total, "program_loaded": False}
-    base.update(calls={}, errors=[])
-    try:
-        code = _R._compile(cfg["code"], "<program>", "exec")
-    except (_R._SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
-        base["syntax_error"] = _R._short(exc)
-        _R._emit(fd, nonce, base)
-        _R._exit(0)
-    snapshot = _snapshot(secrets.get("guard_modules", ()))
-    _block_introspection()
-    ns = {"__name__": "__candidate__", "__builtins__": builtins}
-    try:
-        _R._exec(code, ns)
-    except _R._SystemExit:
-        raise  # a program that exits while loading gets no verdict at all
-    except _R._BaseException as exc:
-        base["program_error"] = _R._short(exc)
-        _R._emit(fd, nonce, base)
-        _R._exit(0)
-    base["program_loaded"] = True
-    entry_point = cfg["entry_point"]
-    if not _R._callable(ns.get(entry_point)):
-        base["program_error"] = f"entry point {entry_point!r} is not defined as a function"
-        _R._emit(fd, nonce, base)
-        _R._exit(0)
-    counter = {}
-    for name in cfg.get("track_calls", []):
-        if _R._callable(ns.get(name)):
-            ns[name] = _R._counting(ns[name], counter, name)
-    tns = {k: v for k, v in ns.items() if k != "__builtins__"}
-    tns["__builtins__"] = _R._dict(_R._PRISTINE_BUILTINS)
-    tns["__name__"] = "__check__"
-    tns[secrets["arg_name"]] = ns[entry_point]
-    tns["__comlrl_restore__"] = snapshot
-    passed, results, errors = 0, [], []
-    for source, is_unit in plan:
-        ok, err = True, ""
-        try:
-            snapshot()
-            unit = _R._compile(source, "<test>", "exec")
-            _R._signal(_R.signal.SIGALRM, _R._on_alarm)
-            if unit_timeout:
-                _R._setitimer(_R.signal.ITIMER_REAL, unit_timeout)
-            _R._exec(unit, tns)
-        except _R._UnitTimeout:
-            ok, err = False, f"timed out after {unit_timeout}s"
-        except _R._BaseException as exc:
-            ok, err = False, _R._short(exc)
-        finally:
-            try:
-                _R._setitimer(_R.signal.ITIMER_REAL, 0)
-            except _R._BaseException:
-                pass
-        if is_unit:
-            results.append(ok)
-            passed += 1 if ok else 0
-        if not ok and len(errors) < 5:
-            errors.append((f"assert #{len(results)}: " if is_unit else "setup: ") + err)
-    base.update(passed=passed, units=results, errors=errors)
-    base["calls"] = {k: _R._int(v) for k, v in counter.items()}
-    _R._emit(fd, nonce, base)
-    try:
-        sys.__stdout__.flush()
-    except _R._BaseException:
-        pass
-    _R._exit(0)
-
-
-_type_setattr = type.__setattr__
-_type_delattr = type.__delattr__
-_type_vars = type.__dict__["__dict__"].__get__
-
-
-def _snapshot(names):
-    """Import ``names`` now (before the program) and return a function that puts those
-    modules, their globals and their classes' attributes back as they are now.
-
-    A program in the tests' own process could otherwise patch what they use (say
-    ``unittest.TestCase.assertEqual`` or ``TestResult.addFailure``); the tests call the
-    returned function before every unit and every assertion.
-    """
-    saved = []
-    for name in names:
-        try:
-            __import__(name)
-        except BaseException:
-            continue
-        module = sys.modules[name]
-        classes = [
-            (cls, dict(_type_vars(cls)))
-            for cls in list(vars(module).values())
-            if type(cls) is type and getattr(cls, "__module__", None) == name
-        ]
-        saved.append((name, module, dict(vars(module)), classes))
-
-    def restore():
-        for name, module, globals_, classes in saved:
-            sys.modules[name] = module
-            current = vars(module)
-            for key in [k for k in current if k not in globals_]:
-                del current[key]
-            for key, value in globals_.items():
-                if current.get(key, restore) is not value:
-                    current[key] = value
-            for cls, attrs in classes:
-                now = _type_vars(cls)
-                for key in [k for k in now if k not in attrs]:
-                    _type_delattr(cls, key)
-                for key, value in attrs.items():
-                    if now.get(key, restore) is not value and key not in (
-                        "__dict__",
-                        "__weakref__",
-                    ):
-                        _type_setattr(cls, key, value)
-
-    return restore
-
-
-_BLOCKED_EVENTS = frozenset(
-    {
-        "gc.get_objects",
-        "gc.get_referrers",
-        "gc.get_referents",
-        "sys.settrace",
-        "sys.setprofile",
-        "sys._current_frames",
-        "sys._current_exceptions",
-    }
-)
-
-
-def _block_introspection():
-    """Install an audit hook that ends a same-process run (no verdict) at the first walk of
-    the object graph (``gc``), trace/profile hook or ``ctypes`` call.
-
-    Audit hooks cannot be removed from Python, and the hook runs *before* the operation,
-    so a program never gets the handle it would need to undo it. ``sys._getframe`` and
-    traceback frames stay allowed, and so does building code objects: the standard library
-    uses them (``namedtuple``, ``unittest`` failure reports, ``unittest.mock``).
-    """
-    exit_, write, blocked = _R._exit, _R._write, _BLOCKED_EVENTS
-
-    def hook(event, args):
-        if event in blocked or event[:7] == "ctypes.":
-            try:
-                write(2, b"sandbox: blocked in a same-process check: " + event.encode() + b"\n")
-            finally:
-                exit_(126)
-
-    sys.addaudithook(hook)

@@ -62,7 +62,7 @@ _ZYGOTE_PRELOAD = (
     "string",
     "operator",
     "copy",
-    # the tests' own imports in same-process (ClassEval) runs
+    # what the test process of a ClassEval check imports (its unittest tests)
     "unittest",
 )
 # Signals a sandboxed program could send the zygote (without a PID namespace it is the

@@ -41,22 +41,26 @@ time:
   harness's own candidate code would never send mark the run ``tampered`` (no credit).
   Stdout is never parsed.
 
-``same_process=True`` (ClassEval, whose ``unittest`` tests need the class's live
-objects): the tests run in the program's own process against a snapshot of the builtins
-taken before it loaded, with ``guard_modules`` (``unittest``) imported before the program
-and restored before each unit, and an audit hook that ends the run without a verdict at
-the first ``gc`` object-graph walk, trace/profile hook or ``ctypes`` call; the test source
-must guard its own comparisons (ClassEval's runner does, see
-:mod:`comlrl.envs.code.classeval`).
+``unittest`` tests (ClassEval): a unit ``assert __comlrl_unittest__(candidate, Case,
+"test_x")`` runs that test method with ``unittest`` in the test process; the program's
+objects stay in the candidate process as handles (attribute reads give lists, dicts and
+sets whose changes are written back into the program's objects; a call's in-place
+changes to the tests' own list/dict/set arguments are written back to them; the
+program's exception classes become stand-ins that ``assertRaises`` matches; the tests'
+own callables, e.g. a ``MagicMock`` set as a method, stay in the test process and run
+there when the program calls them; an ``xml.etree`` element crosses as its XML text).
+The unit passes only when the test reported success itself.
 
 Threat model: with two processes, nothing a program does inside its own process decides a
 comparison or reaches the verdict; what it controls is the data it returns and whether
-it answers, and the process limits bound the rest. Not protected: the per-function call
-counts (``track_calls``, reported by the candidate process), and, in ``same_process``
-runs, a program written to attack the harness from inside the interpreter through frames
-(``sys._getframe``, traceback frames: the standard library needs them, so they stay
-allowed), which ClassEval answers by voiding the test credit of programs with such hack
-signals (:func:`comlrl.envs.code.hack_signals`).
+it answers, and the process limits bound the rest. Every phase runs on the test
+process's timer (the load, each unit, the call counts); a candidate that stops the test
+process (``SIGSTOP``) ends the run at once, without a verdict, where the run has a PID
+namespace (its init kills the stopped test process; without one the wall clock ends it).
+Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it. Not
+protected: the per-function call counts (``track_calls``, reported by the candidate
+process) and the truth value of a handle (the candidate answers it, as a returned
+``True`` would).
 """
 
 from __future__ import annotations
@@ -101,8 +105,10 @@ class TestPlan:
             body of ``check``; ``is_unit`` marks statements that contain an ``assert``
             and refer to the candidate.
         arg_name: the name of ``check``'s parameter (``"candidate"`` in HumanEval).
-        names: every name the test source refers to (sorted); those it does not define
-            and that are not builtins are looked up in the program (helpers, classes).
+        names: the names the test source reads but never binds (sorted): those that are
+            not builtins are looked up in the program (the class under test, helpers).
+            The test process drops the builtins itself (with its own copy of them), so a
+            program can neither shadow one nor add a name of its choosing.
     """
 
     steps: tuple[tuple[str, bool], ...]
@@ -163,8 +169,30 @@ def split_test(test: str) -> TestPlan:
             isinstance(n, ast.Name) and n.id == arg for n in nodes
         )
         steps.append((ast.unparse(stmt), is_unit))
-    names = sorted({n.id for n in ast.walk(module) if isinstance(n, ast.Name)})
-    return TestPlan(tuple(steps), check.args.args[0].arg, tuple(names))
+    return TestPlan(tuple(steps), check.args.args[0].arg, _free_names(module))
+
+
+def _free_names(module: ast.Module) -> tuple[str, ...]:
+    """The names ``module`` reads but never binds anywhere (sorted): what it may need from
+    the program. Builtins are filtered out later, by the test process itself."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+    return tuple(sorted(read - bound))
 
 
 @dataclass(slots=True)
@@ -228,12 +256,9 @@ def check_payload(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = None,
-    same_process: bool = False,
 ) -> dict[str, Any]:
     """The runner instructions for a check run (used by :func:`check_solution`)."""
     return {
-        "same_process": bool(same_process),
-        "guard_modules": list(_GUARDED) if same_process else [],
         "mode": "check",
         "code": program,
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
@@ -243,10 +268,6 @@ def check_payload(
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
     }
-
-
-_GUARDED = ("unittest", "unittest.case", "unittest.result", "unittest.suite", "unittest.loader")
-"""Modules a ``same_process`` run imports before the program and restores before each test."""
 
 
 def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
@@ -277,6 +298,8 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
     loaded = bool(rec.get("program_loaded", False))
     if "syntax_error" in rec:
         return make("syntax_error", error=str(rec["syntax_error"]), errors=errors)
+    if rec.get("load_timeout"):
+        return make("timeout", error=str(rec.get("program_error", "timed out while loading")))
     if "program_error" in rec:
         return make("error", program_loaded=loaded, error=str(rec["program_error"]), errors=errors)
     passed = max(0, min(int(rec.get("passed", 0)), total))
@@ -300,7 +323,6 @@ def check_solution(
     *,
     track_calls: Sequence[str] = (),
     assert_timeout_s: float | None = 2.0,
-    same_process: bool = False,
 ) -> Verdict:
     """Run ``program`` in the sandbox and score it with ``test``'s ``check(entry_point)``.
 
@@ -314,9 +336,6 @@ def check_solution(
         assert_timeout_s: time budget of each test unit (``SIGALRM`` in the child); a unit
             past it fails and the next one runs. ``None`` disables it (only the wall-clock
             limit applies, and a hang then costs every unit).
-        same_process: run the tests in the program's own process (for tests that need
-            the candidate's live objects, e.g. ClassEval's ``unittest`` classes) instead
-            of the default two processes whose verdict the program cannot reach.
 
     Returns:
         A :class:`Verdict`; never raises for anything the program does.
@@ -331,7 +350,6 @@ def check_solution(
         entry_point,
         track_calls=track_calls,
         assert_timeout_s=assert_timeout_s,
-        same_process=same_process,
     )
     result = execute(payload, limits or SandboxLimits())
     return verdict_from_execution(result, plan.num_units)

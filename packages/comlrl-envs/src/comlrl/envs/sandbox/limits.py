@@ -133,8 +133,11 @@ class ExecutionResult:
         duration_s: wall-clock seconds from start to reaping, parent-side.
         error_type: exception class name reported by the runner (e.g. ``"MemoryError"``).
         error: short error message reported by the runner.
-        isolation: what the runner achieved: ``netns``, ``pidns``, ``userns``, ``mountns``
-            (bools), ``filesystem`` (``"isolated"``/``"host"``), ``fs_root``
+        isolation: what the runner achieved: ``netns``, ``pidns``, ``userns``, ``mountns``,
+            ``ipcns`` (bools; every run gets a new IPC namespace when the OS allows any
+            namespace, so SysV shared memory, semaphores and message queues and POSIX
+            message queues die with the run; POSIX shared memory is a file in
+            ``/dev/shm``, which the isolated root does not have), ``filesystem`` (``"isolated"``/``"host"``), ``fs_root``
             (``"pivot_root"``/``"chroot"``), ``uid`` (the program's user id as the host
             sees it), ``capabilities`` (effective capability mask of the program, 0 when
             dropped), ``nproc_enforced``, ``executor`` (``"fork"``/``"exec"``) and, for

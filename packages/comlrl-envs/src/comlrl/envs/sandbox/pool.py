@@ -61,17 +61,13 @@ def bounded_map(
 
 @dataclass(frozen=True, slots=True)
 class CheckJob:
-    """One program to score: see :func:`comlrl.envs.sandbox.check_solution`.
-
-    ``same_process=True`` runs the tests inside the program's process (tests that need
-    its live objects, e.g. ClassEval); the default keeps them in a process of their own.
-    """
+    """One program to score: see :func:`comlrl.envs.sandbox.check_solution` (the tests
+    always run in a process of their own, the program in another)."""
 
     program: str
     test: str
     entry_point: str
     track_calls: tuple[str, ...] = ()
-    same_process: bool = False
 
 
 def default_workers() -> int:
@@ -144,7 +140,6 @@ class SandboxPool:
                 job.entry_point,
                 track_calls=job.track_calls,
                 assert_timeout_s=assert_timeout_s,
-                same_process=job.same_process,
             )
             return verdict_from_execution(execute(payload, lim), plan.num_units)
 
