@@ -135,6 +135,14 @@ def main() -> None:
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="a .gguf file, folder or Hub id")
     ap.add_argument("--task", default="coop_story", help="a task suite (comlrl tasks)")
     ap.add_argument("--task-path", default=None, help="task.kwargs.path (e.g. mbpp.jsonl)")
+    ap.add_argument(
+        "--task-kwarg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another task.kwargs.KEY=VALUE (repeatable), e.g. level=mul for tool_math",
+    )
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument(
@@ -162,6 +170,8 @@ def main() -> None:
     task = [f"task.name={args.task}", f"max_new_tokens={args.max_new_tokens}", f"seed={args.seed}"]
     if args.task_path:
         task.append(f"task.kwargs.path={args.task_path}")
+    task += [f"task.kwargs.{kv}" for kv in args.task_kwarg]
+    task.append(f"temperature={args.temperature:g}")
     evaluation = ["eval_greedy=false", f"eval_num_samples={args.eval_samples}"]
     if args.eval_limit:
         evaluation.append(f"eval_limit={args.eval_limit}")
