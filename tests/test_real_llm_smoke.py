@@ -126,3 +126,49 @@ def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf
                 assert calls[0] == 11 * (30 * 4 + 1)
             statuses.clear()
     assert sampler.fast_decode_status == "on"
+
+
+@pytest.mark.slow
+def test_smollm2_calls_the_sandboxed_python_tool_through_its_chat_template(
+    smollm2_gguf: Path,
+) -> None:
+    """tool_math's first test problem, greedy: SmolLM2 writes a fenced Python call, the
+    sandbox runs it, the output comes back inside the ChatML turn, and the model answers;
+    the first update's ratio is 1 with the observation inside the sequence."""
+    import torch
+    from comlrl.algos import HFAgent, load_model_and_tokenizer
+    from comlrl.algos.rollout.environment import TaskEnvironment
+    from comlrl.algos.rollout.tool_calls import sample_with_tools
+    from comlrl.algos.training.update import UpdateSettings, update_policy
+    from comlrl.core import SamplingParams, get_task
+
+    task = get_task("tool_math", level="mul", num_train=4, num_eval=4)
+    env = TaskEnvironment(task)
+    example = task.load("test")[0]
+    model, tokenizer = load_model_and_tokenizer(str(smollm2_gguf))
+    agent = HFAgent(model, tokenizer, name="smollm2")
+    assert agent.prompt_format == "chat"
+    box = env.toolboxes[0]
+    assert box is not None
+    params = SamplingParams(num_generations=1, max_new_tokens=64, top_k=1)
+    samples = sample_with_tools(agent, [task.prompts(example)[0]], params, box)
+    env.close()
+    prompt = samples.prompts[0]
+    # the ChatML template rendered the task's messages, the python format's declaration in
+    # the system message (SmolLM2's template has no tools of its own)
+    assert prompt.startswith("<|im_start|>system\n") and "```python block" in prompt
+    completion = samples.completions[0][0]
+    assert completion.tool_results, completion.text
+    first = completion.tool_results[0]
+    assert first.call.name == "python" and first.error is None, first
+    assert f"```output\n{first.content}\n```" in completion.transcript
+    assert "```output" not in completion.text  # the reward reads the model's own text only
+    batch = samples.batch
+    observed = batch.attention_mask[:, batch.prompt_length :].bool() & ~batch.completion_mask
+    assert int(observed.sum()) == first.result_tokens > 0
+    settings = UpdateSettings(clip_ratio=0.2, max_completion_length=batch.completion_mask.shape[1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    stats = update_policy(model, opt, [batch], [torch.tensor([1.0])], settings)
+    # behaviour log-probs (segment by segment, KV-cached decode) against the update's one
+    # forward over prompt, calls and observation: float32 round-off only
+    assert abs(stats["ratio_mean"] - 1.0) < 1e-3, stats
