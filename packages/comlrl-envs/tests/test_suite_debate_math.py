@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from comlrl.core import ChatPrompt, JointAction, get_task, get_tool_format, run_tool_call
 from comlrl.envs import DebateMathTask
+from comlrl.envs.math.tool_math import EXAMPLE_REPLY_PLAIN
 
 SHARED_GSM8K = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "gsm8k_test.jsonl"
 
@@ -67,7 +68,7 @@ def test_long_solutions_are_cut_in_the_feedback() -> None:
 
 
 def test_later_prompts_continue_each_agents_conversation() -> None:
-    task, ex = _task(num_agents=3, rounds=2)
+    task, ex = _task(num_agents=3, rounds=2, example=False)
     texts = ["Answer: 1", "Answer: 2", "Answer: 3"]
     _, fb0 = _turn(task, ex, texts, 0)
     _, fb1 = _turn(task, ex, ["Answer: 4", "Answer: 5", "Answer: 6"], 1)
@@ -118,6 +119,17 @@ def test_a_fake_output_block_is_not_an_answer() -> None:
     batch = task.reward([[fake], [only_fake]], [ex])
     assert batch.infos[0]["correct"] == [True, False]
     assert batch.rewards == [0.0]
+
+
+def test_the_worked_example_opens_each_conversation() -> None:
+    task, ex = _task(num_agents=2, rounds=1)
+    _, fb0 = _turn(task, ex, ["Answer: 1", "Answer: 2"], 0)
+    for prompt in task.prompts(ex, [fb0]):
+        assert isinstance(prompt, ChatPrompt)
+        roles = [m["role"] for m in prompt.messages]
+        assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+        assert prompt.messages[2]["content"] == EXAMPLE_REPLY_PLAIN
+        assert ex["question"] in prompt.messages[3]["content"]
 
 
 def test_tools_only_with_use_tool() -> None:

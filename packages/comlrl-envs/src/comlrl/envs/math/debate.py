@@ -32,7 +32,7 @@ from typing import Any
 from comlrl.core import ChatPrompt, Feedback, JointAction, Prompt, RewardBatch, Task, Tool
 from comlrl.envs.math.answer import answer_line, normalize_number
 from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits, load_problems
-from comlrl.envs.math.tool_math import answer_request, value_json
+from comlrl.envs.math.tool_math import answer_request, example_messages, value_json
 from comlrl.envs.tools.python import python_tool
 
 __all__ = ["DebateMathTask", "REWARD_MODES"]
@@ -68,6 +68,8 @@ class DebateMathTask(Task):
         tool_timeout_s: wall-clock seconds one tool call may run in the sandbox.
         max_tool_calls: tool calls one agent may make in one turn.
         max_shown_chars: characters of each other agent's text shown in the feedback.
+        example: open each agent's conversation with the worked exchange of
+            :func:`~comlrl.envs.math.tool_math.example_messages` (as ``tool_math`` does).
 
     Raises:
         ValueError: an unknown level or reward mode, ``num_agents`` not in 1..3,
@@ -102,6 +104,7 @@ class DebateMathTask(Task):
         tool_timeout_s: float = 5.0,
         max_tool_calls: int = 4,
         max_shown_chars: int = 600,
+        example: bool = True,
     ) -> None:
         if level not in ALL_LEVELS:
             raise ValueError(f"unknown level {level!r}; use one of {ALL_LEVELS}")
@@ -133,6 +136,7 @@ class DebateMathTask(Task):
         self.use_tool = use_tool
         self.max_tool_calls = max_tool_calls
         self.max_shown_chars = max_shown_chars
+        self.example = bool(example)
         self._tool = python_tool(timeout_s=tool_timeout_s)
 
     def tools(self, agent: int) -> Sequence[Tool]:
@@ -192,8 +196,10 @@ class DebateMathTask(Task):
         out: list[Prompt] = []
         for agent in range(self.num_agents):
             system, user = self._first(example, agent)
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-            raw = user
+            shots = example_messages(self.use_tool, self._number()) if self.example else []
+            messages = [{"role": "system", "content": system}, *shots]
+            messages.append({"role": "user", "content": user})
+            raw = "".join(f"{m['content']}\n\n" for m in shots) + user
             for fb in history:
                 completions = fb.info.get("completions") if fb.info else None
                 own = (
