@@ -87,9 +87,14 @@ class ScriptedBackend:
         """Nothing to do."""
 
 
+def _results(context: str) -> int:
+    """Observations of the python format in ``context`` (its declaration shows one)."""
+    return context.count("```output\n") - 1
+
+
 def two_step_script(context: str) -> str:
     """Call the tool once, then answer from its output."""
-    if "```output\n" not in context:
+    if _results(context) < 1:
         return "Let me compute.\n```python\nprint(6 * 7)\n```\nignored tail"
     return "So the answer is 42.\nAnswer: 42"
 
@@ -181,7 +186,7 @@ def test_malformed_unknown_raising_and_hanging_calls_become_error_results(
 
     def script(kind: str) -> Callable[[str], str]:
         call = "```python\n\n```" if kind == "malformed" else "```python\nprint(1)\n```"
-        return lambda ctx: "Answer: 0" if "```output\n" in ctx else call
+        return lambda ctx: "Answer: 0" if _results(ctx) >= 1 else call
 
     cases = {
         "malformed": PYTHON,
@@ -222,7 +227,7 @@ def test_calls_past_the_limit_get_a_limit_result_without_running(
         return "ok"
 
     def script(ctx: str) -> str:
-        return "Answer: 1" if ctx.count("```output\n") >= 3 else "```python\nprint(1)\n```"
+        return "Answer: 1" if _results(ctx) >= 3 else "```python\nprint(1)\n```"
 
     box = _box(Tool("python", "d", CODE, run=record), max_tool_calls=2)
     c = _one(_agent(tiny_model, tiny_tokenizer, script), box)

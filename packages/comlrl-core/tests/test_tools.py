@@ -11,6 +11,7 @@ from comlrl.core import (
     Task,
     Tool,
     ToolCallParseError,
+    ToolError,
     get_tool_format,
     run_tool_call,
 )
@@ -103,6 +104,19 @@ def test_unknown_raising_and_hanging_tools_are_error_results() -> None:
         tools, fmt, '<tool_call>{"name": "double", "arguments": {"b": 1}}</tool_call>'
     )
     assert wrong_args.error == "raised" and "TypeError" in wrong_args.content
+
+
+def test_a_tool_error_is_a_failed_call_whose_message_the_model_reads() -> None:
+    def fails(a: int) -> str:
+        raise ToolError("Error: your program raised ZeroDivisionError")
+
+    tools = _tools(fails=Tool("fails", "d", SCHEMA, run=fails))
+    call = '<tool_call>{"name": "fails", "arguments": {"a": 1}}</tool_call>'
+    result = run_tool_call(tools, JsonToolFormat(), call)
+    assert (result.error, result.content) == (
+        "failed",
+        "Error: your program raised ZeroDivisionError",
+    )
 
 
 def test_a_long_result_is_cut() -> None:

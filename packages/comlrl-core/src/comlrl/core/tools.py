@@ -20,8 +20,10 @@ How a call looks in the model's text is a :class:`ToolFormat`:
 
 Every failure of a call is a :class:`ToolResult` with an :attr:`ToolResult.error` kind and a
 message the model reads, never an exception out of the rollout: a call that does not parse
-(``"malformed"``), a name no tool has (``"unknown_tool"``), a tool that raises (``"raised"``)
-or runs past its timeout (``"timeout"``), a call past the turn's limit (``"limit"``).
+(``"malformed"``), a name no tool has (``"unknown_tool"``), a tool that reports a failed
+call by raising :class:`ToolError` (``"failed"``: e.g. the program the model wrote raised),
+a tool that raises anything else (``"raised"``: a fault of the tool) or runs past its
+timeout (``"timeout"``), a call past the turn's limit (``"limit"``).
 
 Nothing here imports torch or a tokenizer.
 """
@@ -46,6 +48,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCallParseError",
+    "ToolError",
     "ToolFormat",
     "ToolResult",
     "get_tool_format",
@@ -53,7 +56,13 @@ __all__ = [
 ]
 
 #: The kinds of :attr:`ToolResult.error`, in the order metrics list them.
-TOOL_ERROR_KINDS = ("malformed", "unknown_tool", "raised", "timeout", "limit")
+TOOL_ERROR_KINDS = ("malformed", "unknown_tool", "failed", "raised", "timeout", "limit")
+
+
+class ToolError(Exception):
+    """Raised by a tool's ``run`` to report that the call failed (bad arguments, the
+    model's program raised): the model reads the message as it is, and the result's
+    :attr:`ToolResult.error` is ``"failed"``."""
 
 
 @dataclass(frozen=True)
@@ -331,6 +340,8 @@ def run_tool_call(tools: Mapping[str, Tool], fmt: ToolFormat, call_text: str) ->
     t0 = time.perf_counter()
     try:
         out = _run_with_timeout(lambda: tool.run(**call.arguments), tool.timeout_s)
+    except ToolError as e:
+        return ToolResult(call, str(e), "failed", time.perf_counter() - t0)
     except concurrent.futures.TimeoutError:
         return ToolResult(
             call,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from comlrl.core.tools import Tool
+from comlrl.core.tools import Tool, ToolError
 from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, run_python
 
 __all__ = ["python_tool", "format_result", "PYTHON_TOOL_NAME", "DEFAULT_MAX_OUTPUT_CHARS"]
@@ -92,7 +92,10 @@ def python_tool(
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> Tool:
     """A :class:`~comlrl.core.tools.Tool` named ``python`` that runs ``{"code": str}`` in the
-    sandbox and returns what the program printed (:func:`format_result`).
+    sandbox and returns what the program printed (:func:`format_result`). A program that
+    does not end well (raises, does not compile, runs out of time or memory) raises
+    :class:`~comlrl.core.tools.ToolError` with that same text: the model reads it, and the
+    call counts as a ``"failed"`` tool call in the metrics.
 
     Stateless: every call is a fresh sandboxed process; an agent's Python state does not
     persist between its calls in a turn, nor across joint actions (module docstring).
@@ -122,7 +125,11 @@ def python_tool(
     def run(code: str) -> str:
         if not isinstance(code, str):
             raise TypeError(f'"code" must be a string of Python source, got {type(code).__name__}')
-        return format_result(run_python(code, run_limits), max_output_chars)
+        result = run_python(code, run_limits)
+        text = format_result(result, max_output_chars)
+        if result.status != "ok":  # the program failed: the model reads why, a "failed" call
+            raise ToolError(text)
+        return text
 
     return Tool(
         name=PYTHON_TOOL_NAME,
