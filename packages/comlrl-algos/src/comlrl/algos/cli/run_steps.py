@@ -128,7 +128,9 @@ def stopped(exc: BaseException) -> int:
     """Report a run that training stopped and return its exit code: Ctrl-C
     (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
     checkpointed and how to resume) or a failing reward function
-    (:class:`comlrl.core.RewardFunctionError`: 1). Anything else is raised again."""
+    (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
+    checkpoint of the last completed step). Anything else is raised again (its traceback
+    ends with that note)."""
     from comlrl.algos.training.lifecycle import TrainingInterrupted
     from comlrl.core import RewardFunctionError
 
@@ -137,6 +139,8 @@ def stopped(exc: BaseException) -> int:
         return 130
     if isinstance(exc, RewardFunctionError):
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved
+            print(note, file=sys.stderr)
         return 1
     raise exc
 

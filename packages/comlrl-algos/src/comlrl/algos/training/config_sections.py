@@ -251,7 +251,11 @@ class OutputsSection(BaseModel):
     """Where a run writes (``output_dir``), how often it checkpoints, what it logs."""
 
     output_dir: str = "runs/default"
-    save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
+    save_every: int = Field(
+        0,
+        ge=0,
+        description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C or when a step fails.",
+    )
     log_samples: int = Field(
         4, ge=0, description="Joint actions per step written to samples.jsonl."
     )

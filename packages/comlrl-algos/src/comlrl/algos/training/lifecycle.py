@@ -34,6 +34,7 @@ __all__ = [
     "StopAtStepBoundary",
     "RUN_OUTPUTS",
     "existing_run_outputs",
+    "failure_note",
     "used_output_dir_message",
     "CUSTOM_REWARD",
     "run_record",
@@ -137,6 +138,34 @@ class StopAtStepBoundary:
             self._installed = False
 
 
+def failure_note(
+    step: int, checkpoint: Path | None, output_dir: str | Path, *, saved: bool = True
+) -> str:
+    """What a run that failed in the step after ``step`` says about its checkpoint: where
+    the last completed step is saved and how to resume it (command line and library), or
+    that nothing can be resumed.
+
+    Args:
+        step: the last completed step (0: none).
+        checkpoint: the step checkpoint to resume from (``None``: there is none).
+        output_dir: the run's folder.
+        saved: ``checkpoint`` was written on the way out (else it is the newest one found).
+    """
+    head = f"comlrl: training failed in step {step + 1}"
+    if checkpoint is None:
+        return (
+            f"{head}; no step checkpoint to resume from (no step had completed, or none was "
+            "saved); after fixing the cause, start the run again (--overwrite if the command "
+            "line refuses the folder)."
+        )
+    what = f"step {step} (the last completed step) was saved" if saved else "newest checkpoint"
+    return (
+        f"{head}; {what}: {checkpoint}; after fixing the cause, resume with: "
+        f"comlrl train --resume {output_dir} (library: trainer.resume({str(checkpoint)!r}) "
+        "before train())"
+    )
+
+
 def existing_run_outputs(output_dir: str | Path) -> list[str]:
     """The outputs of an earlier run in ``output_dir`` that a new run would mix with.
 
@@ -163,17 +192,26 @@ def existing_run_outputs(output_dir: str | Path) -> list[str]:
 
 def used_output_dir_message(output_dir: str | Path, earlier: list[str], *, api: bool) -> str:
     """Why a new run refuses ``output_dir`` (it holds ``earlier``, from
-    :func:`existing_run_outputs`) and the ways out: resume it, overwrite it, or choose
-    another folder; ``api``: in the library's words (``overwrite=True``, ``resume()``),
-    else the command line's (``--resume``, ``--overwrite``)."""
-    resume, overwrite = (
-        ("trainer.resume(<its latest step checkpoint>) before train()", "train(overwrite=True)")
-        if api
-        else (f"comlrl train --resume {output_dir}", "--overwrite")
-    )
+    :func:`existing_run_outputs`) and the ways out: resume it (only when it has a complete
+    step checkpoint, which the message names), overwrite it, or choose another folder;
+    ``api``: in the library's words (``overwrite=True``, ``resume()``), else the command
+    line's (``--resume``, ``--overwrite``)."""
+    from comlrl.algos.training.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(output_dir)
+    overwrite = "train(overwrite=True)" if api else "--overwrite"
+    if found is None:
+        resume = (
+            "it has no step checkpoint to resume from (save_every=0 saves one only on Ctrl-C "
+            "or when a step fails); "
+        )
+    elif api:
+        resume = f"continue it from its newest checkpoint with: trainer.resume({str(found)!r}) before train(), or "
+    else:
+        resume = f"continue it from its newest checkpoint ({found}) with: comlrl train --resume {output_dir}, or "
     return (
         f"output_dir {str(output_dir)!r} already holds a run ({', '.join(earlier)}); "
-        f"continue it with: {resume}, or start over with {overwrite} (deletes that run's "
+        f"{resume}start over with {overwrite} (deletes that run's "
         "metrics, samples, evaluations, checkpoints and final/), or choose another output_dir."
     )
 
