@@ -35,6 +35,7 @@ __all__ = [
     "RUN_OUTPUTS",
     "existing_run_outputs",
     "failure_note",
+    "add_note",
     "used_output_dir_message",
     "CUSTOM_REWARD",
     "run_record",
@@ -164,6 +165,17 @@ def failure_note(
         f"comlrl train --resume {output_dir} (library: trainer.resume({str(checkpoint)!r}) "
         "before train())"
     )
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to ``exc``: ``exc.add_note`` (Python 3.11+: the traceback ends with
+    it); on Python 3.10 it goes to ``exc.__notes__`` (which the command line prints) and,
+    since 3.10's traceback does not show notes, to stderr now."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+        return
+    exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+    print(note, file=sys.stderr, flush=True)
 
 
 def existing_run_outputs(output_dir: str | Path) -> list[str]:

@@ -38,6 +38,7 @@ from comlrl.algos.training.config import ConfigError
 from comlrl.algos.training.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
+    add_note,
     clear_run_outputs,
     existing_run_outputs,
     failure_note,
@@ -351,19 +352,20 @@ def _save_after_failure(
     path = ckpt.step_checkpoint_path(out, step)
     if col.world_size > 1:
         found = ckpt.latest_checkpoint(out)
-        exc.add_note(failure_note(step, found, out, saved=False))
+        add_note(exc, failure_note(step, found, out, saved=False))
         return
     if step > 0 and not path.is_dir():
         try:
             _checkpoint(recipe, settings, out, step, col.is_main)
         except Exception as save_exc:  # the original exception is the one to see
-            exc.add_note(
-                f"comlrl: the checkpoint of step {step} could not be written either: {save_exc!r}"
+            add_note(
+                exc,
+                f"comlrl: the checkpoint of step {step} could not be written either: {save_exc!r}",
             )
             path = ckpt.latest_checkpoint(out) or path
-            exc.add_note(failure_note(step, path if path.is_dir() else None, out, saved=False))
+            add_note(exc, failure_note(step, path if path.is_dir() else None, out, saved=False))
             return
-    exc.add_note(failure_note(step, path if path.is_dir() else None, out))
+    add_note(exc, failure_note(step, path if path.is_dir() else None, out))
 
 
 def _postfix(bar: Any, row: Mapping[str, Any]) -> None:
