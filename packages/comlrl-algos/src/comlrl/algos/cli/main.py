@@ -217,6 +217,8 @@ def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
     if str(data.get("algo", "")).strip().lower() == "list":
         return None, None
     recipe, rest = resolve_recipe(data)
+    if "task" in recipe.config_class().model_fields and "task" not in rest:
+        rest = {**rest, "task": {}}  # the task trained on is named: its new-token budget applies
     return recipe, recipe.build_config(apply_overrides(rest, _flag_overrides(args, recipe)))
 
 
@@ -255,6 +257,9 @@ def _config_text(algo: str, config: Any) -> str:
         except ConfigError as exc:
             text += f"# task {task.name!r}: {exc}\n"
     models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
+    defaults = getattr(config, "model_defaults", None)
+    if callable(defaults):
+        text += f"# {defaults().header()}\n"
     return f"{text}# built-in models: {models}\n"
 
 

@@ -64,14 +64,19 @@ def preflight(config: Any, model_names: Sequence[str]) -> tuple[Any, list[Mappin
 
 
 def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:
-    """The run's first line on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
-    <what>; outputs in <output_dir>/``; ``who`` defaults to ``<num_agents> agents``."""
+    """The run's header on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
+    <what>; outputs in <output_dir>/`` (``who`` defaults to ``<num_agents> agents``), then,
+    for a :class:`~comlrl.algos.training.config.TrainConfig`, which defaults applied and
+    why (:meth:`~comlrl.algos.training.config.TrainConfig.model_defaults`)."""
     who = who if who is not None else f"{config.num_agents} agents"
     print(
         f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
         f"({num_examples} examples), {what}; outputs in {config.output_dir}/",
         file=sys.stderr,
     )
+    defaults = getattr(config, "model_defaults", None)
+    if callable(defaults):  # TrainConfig: which defaults applied and why
+        print(f"comlrl: {defaults().header()}", file=sys.stderr)
 
 
 def load_eval_split(task: Any, split: str, limit: int | None = None) -> list[Mapping[str, Any]]:

@@ -24,7 +24,19 @@ from comlrl.algos.training.config_sections import (
     TurnsSection,
     VLLMConfig,
 )
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from comlrl.algos.training.model_defaults import (
+    ModelDefaults,
+    choose_defaults,
+    learning_rate_warning,
+)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
     "TrainConfig",
@@ -63,9 +75,45 @@ class TrainConfig(
     agents, task, sampling, turns, estimator and loss, optimisation, outputs, evaluation
     and checkpoint retention, reporting. The keys stay flat (``learning_rate=...``); the
     checks here are those that span sections.
+
+    Defaults by model (:mod:`comlrl.algos.training.model_defaults`): with built-in models
+    (``builtin:*``) the field defaults apply; with any other model the fields of the
+    pretrained-LLM table that are not given (``optimizer``, ``learning_rate``,
+    ``loss_reduction``, ``num_generations``, ``max_new_tokens``) take its values instead.
+    :meth:`model_defaults` says which set applied and what it filled in.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    _model_defaults: ModelDefaults | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _defaults_by_model(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        # a mapping (construction, YAML, overrides) gets its models' defaults; an assignment
+        # (validate_assignment hands in the model) keeps what the config has
+        if not isinstance(data, dict):
+            return handler(data)
+        default_models = cls.model_fields["models"].get_default(call_default_factory=True)
+        filled, chosen = choose_defaults(data, default_models)
+        config = handler(filled)
+        if isinstance(config, TrainConfig):
+            config._model_defaults = chosen
+            message = learning_rate_warning(config.models, config.learning_rate)
+            if message is not None:
+                import warnings
+
+                from comlrl.algos.training.diagnostics import TrainingWarning
+
+                warnings.warn(message, TrainingWarning, stacklevel=2)
+        return config
+
+    def model_defaults(self) -> ModelDefaults:
+        """Which set of defaults this config got (built-in or pretrained), why, and the
+        fields it filled in (:mod:`comlrl.algos.training.model_defaults`)."""
+        if self._model_defaults is None:  # built by model_construct: judge by the models
+            _, chosen = choose_defaults(self.model_dump(), self.models)
+            return ModelDefaults(chosen.kind, chosen.reason)
+        return self._model_defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

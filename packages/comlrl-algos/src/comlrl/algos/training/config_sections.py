@@ -169,7 +169,8 @@ class OptimisationSection(BaseModel):
         1e-3,
         ge=0,
         description="1e-3 suits the built-in 260K-parameter stories260k with "
-        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5. 0 makes a "
+        "RAdam; any other model gets 1e-6 unless set (defaults by model: "
+        "comlrl.algos.training.model_defaults; 1e-4 or more on one warns). 0 makes a "
         "control run: every rollout and update runs, the weights stay as loaded (warned).",
     )
     optimizer: Literal["radam", "adamw", "sgd"] = Field(
