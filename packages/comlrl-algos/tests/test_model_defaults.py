@@ -84,15 +84,27 @@ def test_yaml_and_command_line_values_win(tmp_path: Path) -> None:
     assert cli_cfg.learning_rate == 1e-6
 
 
-def test_a_high_learning_rate_on_a_pretrained_model_warns() -> None:
-    with pytest.warns(TrainingWarning, match=r"learning_rate=0.001 on the pretrained model"):
-        TrainConfig(models=[HUB], learning_rate=1e-3)
-    with pytest.warns(TrainingWarning, match=r"learning_rate=0.0001 "):
-        TrainConfig(models=[HUB], learning_rate=1e-4)
+def test_a_high_learning_rate_on_a_pretrained_model_warns(tmp_path: Path) -> None:
+    """At setup, judged by the models the agents hold (a Python run may give pretrained
+    agents a config that names the built-in model); --print-config says it too."""
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.training.diagnostics import warn_if_cannot_learn
+    from comlrl.algos.training.model_defaults import learning_rate_warning
+
+    assert "learning_rate=0.001 on the pretrained model" in str(learning_rate_warning([HUB], 1e-3))
+    assert learning_rate_warning([HUB], 1e-4) is not None
+    assert learning_rate_warning([HUB], 5e-5) is None
+    assert learning_rate_warning(["builtin:stories260k"], 1e-2) is None
+    model, tok = load_model_and_tokenizer("builtin:stories260k")
+    model.name_or_path = "my-org/pretrained-7b"  # what from_pretrained would say
+    agents = [HFAgent(model, tok)]
+    config = TrainConfig(num_agents=1)  # names builtin:stories260k, lr 1e-3
+    with pytest.warns(TrainingWarning, match="on the pretrained model my-org/pretrained-7b"):
+        warn_if_cannot_learn(config, agents, None, [])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        TrainConfig(models=[HUB], learning_rate=5e-5)
-        TrainConfig(learning_rate=1e-2)  # built-in: no warning
+        warn_if_cannot_learn(config.model_copy(update={"learning_rate": 2e-5}), agents, None, [])
 
 
 def test_print_config_of_a_hub_id_shows_the_table_without_loading_it(
@@ -116,6 +128,9 @@ def test_print_config_of_a_hub_id_shows_the_table_without_loading_it(
     ):
         assert f"\n{line}\n" in out, line
     assert f"# defaults for pretrained LLMs ({HUB} is not a built-in model)" in out
+    assert "# warning" not in out
+    assert cli.main(["train", "--model", HUB, "learning_rate=1e-3", "--print-config"]) == 0
+    assert "# warning: learning_rate=0.001 on the pretrained model" in capsys.readouterr().out
 
 
 def test_the_run_header_says_which_defaults_applied_and_why(

@@ -259,7 +259,11 @@ def _config_text(algo: str, config: Any) -> str:
     models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
     defaults = getattr(config, "model_defaults", None)
     if callable(defaults):
+        from comlrl.algos.training.model_defaults import learning_rate_warning
+
         text += f"# {defaults().header()}\n"
+        high = learning_rate_warning(config.models, config.learning_rate)
+        text += f"# warning: {high}\n" if high else ""
     return f"{text}# built-in models: {models}\n"
 
 

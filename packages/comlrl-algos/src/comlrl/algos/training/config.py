@@ -24,11 +24,7 @@ from comlrl.algos.training.config_sections import (
     TurnsSection,
     VLLMConfig,
 )
-from comlrl.algos.training.model_defaults import (
-    ModelDefaults,
-    choose_defaults,
-    learning_rate_warning,
-)
+from comlrl.algos.training.model_defaults import ModelDefaults, choose_defaults
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -98,13 +94,6 @@ class TrainConfig(
         config = handler(filled)
         if isinstance(config, TrainConfig):
             config._model_defaults = chosen
-            message = learning_rate_warning(config.models, config.learning_rate)
-            if message is not None:
-                import warnings
-
-                from comlrl.algos.training.diagnostics import TrainingWarning
-
-                warnings.warn(message, TrainingWarning, stacklevel=2)
         return config
 
     def model_defaults(self) -> ModelDefaults:

@@ -39,6 +39,8 @@ __all__ = [
     "used_output_dir_message",
     "CUSTOM_REWARD",
     "run_record",
+    "agent_model_names",
+    "IN_MEMORY",
     "finished_step",
     "clear_run_outputs",
     "truncate_jsonl",
@@ -234,16 +236,22 @@ CUSTOM_REWARD = "custom:"
 
 
 def run_record(
-    config: Any, *, algo: str | None = None, task: Any = None, reward_func: Any = None
+    config: Any,
+    *,
+    algo: str | None = None,
+    task: Any = None,
+    reward_func: Any = None,
+    agents: Any = None,
 ) -> dict[str, Any]:
     """What a library run writes to ``config.yaml``: ``config.model_dump()`` with the task
-    it really trained on.
+    it really trained on and the models its agents really hold.
 
     ``task.name`` becomes the given task object's ``name`` (its ``task.kwargs`` are dropped
     when that is another task than the config names); without a task, a ``reward_func``
     is recorded as ``custom:<module>.<qualname>`` (:data:`CUSTOM_REWARD`), so no one scores
-    the run with a registered task's reward by mistake. ``algo`` (the recipe's name) goes
-    first, as the command line writes it.
+    the run with a registered task's reward by mistake. ``models`` becomes what
+    ``agents`` hold (:func:`agent_model_names`) when given. ``algo`` (the recipe's name)
+    goes first, as the command line writes it.
     """
     data = dict(config.model_dump())
     section = dict(data.get("task") or {})
@@ -257,7 +265,53 @@ def run_record(
         section.update(name=f"{CUSTOM_REWARD}{where}.{what}", kwargs={})
     if section:
         data["task"] = section
+    if agents is not None and "models" in data:
+        names = agent_model_names(agents, config.model_for)
+        if len(set(names)) == 1:
+            names = names[:1]
+        data["models"] = names
     return {"algo": algo, **data} if algo is not None else data
+
+
+#: The end of :func:`agent_model_names`' entry for a model built in memory (no name).
+IN_MEMORY = " (in-memory model, no name_or_path)"
+
+
+def agent_model_names(agents: Any, named: Callable[[int], str]) -> list[str]:
+    """Per agent, the name of the model it holds, for ``config.yaml``: the config's name
+    (``named(i)``) when the agent's model came from it (its ``name_or_path`` is that name,
+    that folder, the folder of that ``.gguf`` file, or the built-in model's files), else the
+    model's own ``name_or_path``, else ``<Class> (in-memory model, no name_or_path)``."""
+    from comlrl.algos.models.loading import STORIES260K, TINY_QWEN2, builtin_model_path
+
+    out = []
+    for i, agent in enumerate(agents):
+        model = getattr(agent, "model", agent)
+        source = str(getattr(model, "name_or_path", "") or "")
+        wanted = named(i)
+        if wanted == STORIES260K:
+            same = source == str(builtin_model_path())
+        elif wanted == TINY_QWEN2:
+            same = (
+                not source and getattr(getattr(model, "config", None), "model_type", "") == "qwen2"
+            )
+        elif source:
+            here = Path(source).expanduser().resolve()
+            there = Path(wanted).expanduser().resolve()
+            same = (
+                source == wanted
+                or here == there
+                or (wanted.endswith(".gguf") and here == there.parent)
+            )
+        else:
+            same = False
+        if same:
+            out.append(wanted)
+        elif source == str(builtin_model_path()):
+            out.append(STORIES260K)
+        else:
+            out.append(source or f"{type(model).__name__}{IN_MEMORY}")
+    return out
 
 
 def finished_step(output_dir: str | Path) -> int | None:

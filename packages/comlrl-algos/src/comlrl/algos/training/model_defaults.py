@@ -24,9 +24,12 @@ field               built-in models         pretrained LLMs (any other model)
 An explicit value always wins: a ``key=value`` override, a YAML key or a keyword of
 ``TrainConfig(...)``. One non-built-in model among the agents makes the run a pretrained
 one. A local folder with a built-in model's architecture (its ``config.json``: a copy of
-stories260k, or a run's ``final/agent_0`` trained from it) counts as built in. A learning rate of :data:`HIGH_LEARNING_RATE` or more on a pretrained model warns
-(:class:`~comlrl.algos.training.diagnostics.TrainingWarning`). ``docs/real-models.md``
-holds the same table.
+stories260k, or a run's ``final/agent_0`` trained from it) counts as built in.
+
+A learning rate of :data:`HIGH_LEARNING_RATE` or more on a pretrained model warns
+(:class:`~comlrl.algos.training.diagnostics.TrainingWarning`, at setup, judged by the models
+the agents really hold; ``--print-config`` notes it too). ``docs/real-models.md`` holds the
+same table.
 """
 
 from __future__ import annotations

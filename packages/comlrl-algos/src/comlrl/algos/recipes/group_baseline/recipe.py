@@ -274,7 +274,7 @@ def loop_settings(
         log_samples=config.log_samples,
         progress=config.progress,
         desc=desc,
-        reporters=lambda out: build_reporters(config, out),
+        reporters=lambda out: build_reporters(config, out, record=record),
         overwrite=overwrite,
     )
 
