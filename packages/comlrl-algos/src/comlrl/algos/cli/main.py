@@ -178,6 +178,11 @@ def _run_train(args: argparse.Namespace) -> int:
         return run_recipes()
     if args.print_config:
         print(_config_text(recipe.name, config), end="")
+        try:
+            _check_like_train(config)
+        except ConfigError as exc:
+            print(f"comlrl: {exc}", file=sys.stderr)
+            return 2
         return 0
     world = distributed.rank_and_world()[1]
     if world > 1 and not recipe.distributed:
@@ -237,6 +242,34 @@ def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
     return out
 
 
+def _check_like_train(config: Any) -> None:
+    """The checks ``comlrl train`` makes before it loads a model, for ``--print-config``:
+    reporting extras, model names, the task and its options against the config
+    (:func:`comlrl.algos.cli.preflight.build_task`); nothing is downloaded, no example is
+    loaded and no reward worker is contacted.
+
+    Raises:
+        ConfigError: what ``comlrl train`` would refuse.
+    """
+    from comlrl.algos.cli.preflight import build_task, check_model_names
+    from comlrl.algos.training.config import TaskConfig, TrainConfig
+    from comlrl.algos.training.reporting import check_report_to
+
+    if hasattr(config, "report_to"):
+        check_report_to(config.report_to)
+    models = getattr(config, "models", None)
+    if isinstance(models, list):
+        check_model_names([str(m) for m in models])
+    task = getattr(config, "task", None)
+    if isinstance(task, TaskConfig) and hasattr(config, "num_agents"):
+        as_train = (
+            config
+            if isinstance(config, TrainConfig)
+            else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
+        )
+        build_task(as_train).close()
+
+
 def _config_text(algo: str, config: Any) -> str:
     """The resolved config as YAML (``algo`` first), with the task's options and the
     built-in models as comments."""
@@ -287,7 +320,9 @@ def run_tasks() -> int:
 
     infos = describe_tasks()
     if not infos:
-        print("no task suites are registered; pip install comlrl-envs")
+        from comlrl.core.task import ENVS_INSTALL
+
+        print(f"no task suites are registered; {ENVS_INSTALL}")
         return 0
     for info in infos:
         agents = f"{info.num_agents} agents" if info.num_agents else "agents: ?"

@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from comlrl.core import Feedback, JointAction, RewardBatch, Task, as_joint_reward
+from comlrl.core import (
+    Feedback,
+    JointAction,
+    RewardBatch,
+    Task,
+    as_joint_reward,
+    check_reward_arity,
+)
 from comlrl.core.prompts import ChatPrompt, Prompt, prompt_text
 
 __all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
@@ -179,6 +186,10 @@ class CallbackEnvironment(_RewardEnvironment):
             returning the ``A`` next prompts; ``prompt`` is ``example.get("prompt", "")``,
             the histories run along this branch up to and including the current turn.
             Without it the environment is single-turn.
+
+    Raises:
+        TypeError: ``reward_func`` cannot take one completions list per agent
+            (:func:`comlrl.core.check_reward_arity`), before anything is generated.
     """
 
     def __init__(
@@ -190,6 +201,7 @@ class CallbackEnvironment(_RewardEnvironment):
         self.formatters = list(formatters)
         self.num_agents = len(self.formatters)
         self.max_turns: int | None = None if transition is not None else 1
+        check_reward_arity(reward_func, self.num_agents)  # now, not after the first generation
         self._reward = as_joint_reward(reward_func)
         self._transition = transition
 
