@@ -177,7 +177,7 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
     first, last = quarter_means([float(r["reward_mean"]) for r in rows])
     speed = float(rows[-1].get("prompts_per_s", float("nan")))
     steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
-    series = reward_series(rows)
+    series = reward_series(r for r in rows if "step" in r)
     if len(series) < 2:
         return (
             f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
