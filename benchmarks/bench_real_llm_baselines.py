@@ -18,8 +18,9 @@ model; one model object, nothing is trained) roll out the task's evaluation spli
 ``raw`` feeds the tasks' completion-style texts (what a base model needs), ``chat`` applies
 the tokenizer's chat template to the tasks' chat messages (``prompt_format`` of the agents).
 
-    python benchmarks/bench_real_llm_baselines.py --limit 16 \\
-        --out benchmarks/results/real_llm_baselines.json
+    python benchmarks/bench_real_llm_baselines.py --limit 16   # runs/real-llm-baselines/
+
+(``--out benchmarks/results/real_llm_baselines.json`` refreshes the committed JSON.)
 
 prints one line per (task, format) and writes the JSON (machine, settings, rows) after each.
 """
@@ -76,7 +77,9 @@ def single_agent_scores(task: Any, name: str, rollouts: list[Any]) -> dict[str, 
     }
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's options; ``--out`` defaults to a fresh path under ``runs/``, never the
+    committed ``benchmarks/results/real_llm_baselines.json`` (pass it to refresh that)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_GGUF))
     parser.add_argument("--tasks", nargs="+", default=TASKS)
@@ -85,11 +88,15 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(REPO / "benchmarks/results/real_llm_baselines.json"))
+    parser.add_argument("--out", default="runs/real-llm-baselines/real_llm_baselines.json")
     parser.add_argument(
         "--keep", action="store_true", help="keep --out's rows and measure only the missing ones"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.rollout.agent import HFAgent
@@ -149,6 +156,7 @@ def main() -> None:
                 }
                 result["rows"].append(out)
                 print(json.dumps(out), flush=True)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         finally:
             task.close()

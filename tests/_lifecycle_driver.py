@@ -12,7 +12,8 @@ No sleeps or timings: the place is fixed by the pause, not by a clock.
 - ``mid_step``: in step ``STEP + 1``, after its rollout, before the first agent's update;
 - ``mid_checkpoint``: while writing the checkpoint of step ``STEP + 1``, after the agents'
   weights, before the training state (a half-written temporary folder exists);
-- ``after_metrics``: after step ``STEP + 1``'s metrics row, before its checkpoint.
+- ``after_metrics``: after step ``STEP + 1``'s metrics row, before its checkpoint;
+- ``raise_in_reward``: the task's reward raises once in step ``STEP + 1`` (no pause).
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def main() -> int:
                     _pause(where, step + 1)
 
         loop.JsonlWriter = Writer  # type: ignore[misc]
+    elif where == "raise_in_reward":
+        from comlrl.algos.rollout import environment
+
+        original_reward = environment.TaskEnvironment.reward
+        raised: list[bool] = []
+
+        def reward(self: Any, *a: Any, **kw: Any) -> Any:
+            if not raised and gb_run_step[0] == step:
+                raised.append(True)
+                raise ZeroDivisionError("a rare branch of the reward")
+            return original_reward(self, *a, **kw)
+
+        environment.TaskEnvironment.reward = reward  # type: ignore[method-assign]
     else:
         raise SystemExit(f"unknown pause point {where!r}")
     return cli.main(args)

@@ -199,6 +199,47 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_130(
     _assert_same_run(out, reference)
 
 
+def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
+    reference: Path, tmp_path: Path
+) -> None:
+    """save_every=0: the reward raises in step 4; the run keeps step 3 and says how to
+    resume; --resume (the reward works again) ends with the rows of the unbroken run."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "_lifecycle_driver.py"),
+            "raise_in_reward",
+            "3",
+            "--",
+            "train",
+            *RUN_ARGS,
+            "save_every=0",
+            f"output_dir={out}",
+        ],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+        check=False,
+    )
+    assert proc.returncode != 0
+    saved = out / "checkpoints" / "step-000003"
+    assert (
+        f"training failed in step 4; step 3 (the last completed step) was saved: {saved}; "
+        f"after fixing the cause, resume with: comlrl train --resume {out}"
+    ) in proc.stderr, proc.stderr[-3000:]
+    assert "ZeroDivisionError" in proc.stderr
+    assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3]
+    refused = _comlrl("train", *RUN_ARGS, f"output_dir={out}", cwd=tmp_path)
+    assert refused.returncode == 2 and f"({saved}) with: comlrl train --resume" in refused.stderr
+    resumed = _comlrl("train", "--resume", str(out), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming {out} at step 3 of {NUM_STEPS}" in resumed.stdout
+    _assert_same_run(out, reference)
+
+
 def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(
     reference: Path, tmp_path: Path
 ) -> None:

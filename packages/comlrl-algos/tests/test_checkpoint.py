@@ -23,8 +23,10 @@ from comlrl.algos.training.lifecycle import (
     existing_run_outputs,
     resume_config,
     truncate_jsonl,
+    used_output_dir_message,
 )
 from comlrl.algos.training.steps import DataStream
+from comlrl.core import RewardFunctionError
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
 
@@ -33,7 +35,7 @@ def _length_reward(c1: list[str], c2: list[str]) -> list[float]:
     return [-abs(len(a) - len(b)) / 50.0 for a, b in zip(c1, c2)]
 
 
-def _trainer(tok, out: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
+def _trainer(tok, out: Path, reward=_length_reward, **overrides) -> MultiAgentTrainer:  # type: ignore[no-untyped-def]
     """Two tiny agents; 5 examples in batches of 2, so epochs straddle steps."""
     settings = dict(
         num_steps=4,
@@ -55,7 +57,7 @@ def _trainer(tok, out: Path, **overrides) -> MultiAgentTrainer:  # type: ignore[
         agents,
         cfg,
         dataset=DATA,
-        reward_func=_length_reward,
+        reward_func=reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
     )
 
@@ -102,6 +104,82 @@ def test_a_resumed_trainer_continues_bit_for_bit(tiny_tokenizer, tmp_path: Path)
     assert a["data"] == b["data"] and a["rng"]["run"] == b["rng"]["run"]
     for x, y in zip(a["rng"]["agents"], b["rng"]["agents"], strict=True):
         assert torch.equal(x, y)
+
+
+def test_a_reward_that_raises_at_step_4_leaves_step_3_which_resumes_to_the_unbroken_run(
+    tiny_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """save_every=0 (the default): an exception in step 4 of 8 writes the checkpoint of
+    step 3 as Ctrl-C would, the exception says where and how to resume, and the resumed
+    run (reward fixed) gives exactly the rows of a run that never failed: the failed
+    step's batch and random draws were put back before the checkpoint."""
+    want = _trainer(tiny_tokenizer, tmp_path / "full", num_steps=8).train()
+    completed: list[int] = [0]
+
+    def buggy(c1: list[str], c2: list[str]) -> list[float]:
+        if completed[0] == 3:  # in step 4
+            raise ZeroDivisionError("a rare branch of the reward")
+        return _length_reward(c1, c2)
+
+    out = tmp_path / "run"
+    broken = _trainer(tiny_tokenizer, out, num_steps=8, reward=buggy)
+    step = group_baseline.step
+
+    def counting_step(run):  # type: ignore[no-untyped-def]
+        completed[0] = run.step
+        return step(run)
+
+    monkeypatch.setattr(group_baseline, "step", counting_step)
+    with pytest.raises(RewardFunctionError, match="a rare branch") as caught:
+        broken.train()
+    monkeypatch.undo()
+    saved = out / "checkpoints" / "step-000003"
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert f"step 3 (the last completed step) was saved: {saved}" in notes, notes
+    assert f"comlrl train --resume {out}" in notes
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000003"]
+    assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3]
+    assert ckpt.latest_checkpoint(out) == saved
+
+    fixed = _trainer(tiny_tokenizer, out, num_steps=8)
+    assert fixed.resume(saved) == 3
+    got = fixed.train()
+    assert [r["step"] for r in got] == [4, 5, 6, 7, 8]
+    for g, w in zip(got, want[3:], strict=True):
+        for key in ("reward_mean", "loss/agent_0", "loss/agent_1", "grad_norm/agent_0"):
+            assert g[key] == w[key], (g["step"], key, g[key], w[key])
+    assert [r["step"] for r in _rows(out / "metrics.jsonl")] == list(range(1, 9))
+
+
+def test_a_failure_in_the_first_step_saves_nothing_and_says_so(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    def broken_reward(c1: list[str], c2: list[str]) -> list[float]:
+        raise KeyError("answer")
+
+    out = tmp_path / "run"
+    with pytest.raises(RewardFunctionError) as caught:
+        _trainer(tiny_tokenizer, out, reward=broken_reward).train()
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "no step checkpoint to resume from" in notes and "--resume" not in notes, notes
+    assert not (out / "checkpoints").exists()
+
+
+def test_the_refusal_of_a_used_folder_names_only_a_checkpoint_that_exists(
+    tiny_tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "run"
+    _trainer(tiny_tokenizer, out, num_steps=1).train()  # save_every=0: final/, no checkpoint
+    with pytest.raises(ConfigError) as caught:
+        _trainer(tiny_tokenizer, out, num_steps=1).train()
+    assert "no step checkpoint to resume from" in str(caught.value)
+    assert "trainer.resume" not in str(caught.value), str(caught.value)
+    text = used_output_dir_message(out, ["metrics.jsonl"], api=False)
+    assert "--resume" not in text and "--overwrite" in text
+    _trainer(tiny_tokenizer, out, num_steps=2, save_every=1).train(overwrite=True)
+    text = used_output_dir_message(out, ["metrics.jsonl"], api=False)
+    newest = out / "checkpoints" / "step-000002"
+    assert f"({newest}) with: comlrl train --resume {out}" in text, text
 
 
 def test_resume_without_the_optimizer_state_would_differ(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

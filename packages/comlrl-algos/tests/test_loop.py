@@ -84,6 +84,50 @@ def test_config_yaml_records_a_custom_reward_function_as_such(
     assert saved["task"]["name"] == f"custom:{__name__}._reward"
 
 
+def test_config_yaml_and_the_curve_record_the_agents_models_and_the_real_reward(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """Python-API runs: ``models:`` says what the agents hold (not the config's default
+    builtin:stories260k), and reward_curve.png is titled with the custom reward, not the
+    default task."""
+    from comlrl.algos.models.loading import builtin_model_path, load_model_and_tokenizer
+    from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+    from comlrl.algos.training.reporting import RewardCurveReporter
+
+    out = tmp_path / "custom"
+    trainer = _group_trainer(tiny_tokenizer, out, num_steps=1)  # in-memory tiny models
+    trainer.train()
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["models"] == ["Qwen2ForCausalLM (in-memory model, no name_or_path)"], saved
+    reporters = group_baseline.loop_settings(trainer.config, record=trainer.record).reporters
+    assert reporters is not None
+    curve = [r for r in reporters(tmp_path / "x") if isinstance(r, RewardCurveReporter)]
+    assert curve and curve[0].title is not None
+    assert curve[0].title.startswith(f"custom:{__name__}._reward - Qwen2ForCausalLM")
+
+    copy = tmp_path / "my-model"
+    import shutil
+
+    shutil.copytree(builtin_model_path(), copy)
+    agents = [HFAgent(*load_model_and_tokenizer(str(copy)), name=f"a{i}") for i in range(2)]
+    loaded = MultiAgentTrainer(
+        agents,
+        TrainConfig(**_settings(tmp_path / "loaded", num_steps=1)),
+        dataset=DATA,
+        reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
+    )
+    assert loaded.record["models"] == [str(copy)]
+    default = MultiAgentTrainer(
+        [HFAgent(*load_model_and_tokenizer("builtin:stories260k"), name=f"b{i}") for i in range(2)],
+        TrainConfig(**_settings(tmp_path / "builtin", num_steps=1)),
+        dataset=DATA,
+        reward_func=_reward,
+        formatters=[lambda ex: ex["text"]] * 2,
+    )
+    assert default.record["models"] == ["builtin:stories260k"]
+
+
 def test_comlrl_eval_refuses_to_score_a_custom_reward_run_with_a_task(
     tiny_tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -102,3 +102,17 @@ def test_a_stopped_run_exits_130_on_ctrl_c_and_1_when_the_reward_fails(
         run_steps.stopped(RuntimeError("a bug"))
     line = run_steps.resuming_line(tmp_path, 3, 8, tmp_path / "ck")
     assert line == f"resuming {tmp_path} at step 3 of 8 (from {tmp_path / 'ck'})"
+
+
+def test_a_failed_reward_prints_where_the_last_completed_step_was_saved(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from comlrl.algos.training.lifecycle import add_note, failure_note
+
+    exc = RewardFunctionError("boom")
+    saved = tmp_path / "checkpoints" / "step-000003"
+    add_note(exc, failure_note(3, saved, tmp_path))
+    assert run_steps.stopped(exc) == 1
+    err = capsys.readouterr().err
+    assert f"training failed in step 4; step 3 (the last completed step) was saved: {saved}" in err
+    assert f"resume with: comlrl train --resume {tmp_path}" in err

@@ -31,7 +31,9 @@ def test_single_turn_task_has_no_feedback() -> None:
 
 def test_unknown_task_names_what_is_registered_and_what_to_install() -> None:
     with pytest.raises(
-        TaskNotFoundError, match="no task named 'no-such-task'.*pip install comlrl-envs"
+        TaskNotFoundError,
+        match=r"no task named 'no-such-task'.*not on PyPI.*pip install ./packages/comlrl-core "
+        r"./packages/comlrl-envs",
     ):
         get_task("no-such-task")
 

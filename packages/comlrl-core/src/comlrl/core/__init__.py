@@ -10,6 +10,7 @@ from comlrl.core.reward import (
     RewardBatch,
     RewardFunctionError,
     as_joint_reward,
+    check_reward_arity,
     check_rewards,
 )
 from comlrl.core.task import (
@@ -50,6 +51,7 @@ __all__ = [
     "RewardBatch",
     "RewardFunctionError",
     "as_joint_reward",
+    "check_reward_arity",
     "check_rewards",
     "ENTRY_POINT_GROUP",
     "Task",

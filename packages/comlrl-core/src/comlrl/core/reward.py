@@ -28,6 +28,7 @@ __all__ = [
     "JointReward",
     "RewardFunctionError",
     "as_joint_reward",
+    "check_reward_arity",
     "check_rewards",
 ]
 
@@ -247,6 +248,37 @@ class _PerPromptReward:
             rewards.extend(check_rewards(values, chunk, [example] * (stop - start)))
             start = stop
         return RewardBatch(rewards)
+
+
+def check_reward_arity(func: Callable[..., Any], num_agents: int) -> None:
+    """Check, before any generation, that a reward function in CoMLRL's per-agent form
+    takes one completions list per agent: ``func(c_1, ..., c_A)`` (plus ``example=`` /
+    ``batch_items=`` when it declares them). Joint rewards (``is_joint_reward``) and
+    callables without a readable signature pass unchecked.
+
+    Raises:
+        TypeError: ``func`` cannot be called with ``num_agents`` completions lists; the
+            message names the function, its signature and the call it will get.
+    """
+    if getattr(func, "is_joint_reward", False):
+        return
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    params = sig.parameters
+    has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: None for k in ("example", "batch_items") if k in params or has_var_kw}
+    try:
+        sig.bind(*([[]] * num_agents), **kwargs)
+    except TypeError as exc:
+        name = getattr(func, "__qualname__", None) or type(func).__name__
+        lists = ", ".join(f"completions_agent{i + 1}" for i in range(num_agents))
+        raise TypeError(
+            f"reward function {name}{sig} cannot take the call it will get with "
+            f"{num_agents} agents: {name}({lists}) ({exc}); give it one completions list "
+            "per agent (it returns one float per joint action)."
+        ) from None
 
 
 def as_joint_reward(func: Callable[..., Any]) -> JointReward:

@@ -19,9 +19,22 @@ from comlrl.core.records import Feedback, JointAction
 from comlrl.core.reward import RewardBatch
 from comlrl.core.tools import Tool
 
-__all__ = ["Task", "TaskNotFoundError", "get_task", "available_tasks", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "Task",
+    "TaskNotFoundError",
+    "get_task",
+    "available_tasks",
+    "ENTRY_POINT_GROUP",
+    "ENVS_INSTALL",
+]
 
 ENTRY_POINT_GROUP = "comlrl.tasks"
+
+#: How to install the task suites (``comlrl-envs`` is not on PyPI): from a CoMLRL checkout.
+ENVS_INSTALL = (
+    "comlrl-envs is not on PyPI; install it from a CoMLRL checkout: "
+    "`pip install ./packages/comlrl-core ./packages/comlrl-envs` (docs/install.md)"
+)
 
 
 class Task(abc.ABC):
@@ -135,7 +148,8 @@ def get_task(name: str, **kwargs: Any) -> Task:
 
     Raises:
         TaskNotFoundError: when no installed package registers ``name``; the message lists
-            the names that are registered and suggests installing ``comlrl-envs``.
+            the names that are registered and how to install ``comlrl-envs`` from the
+            repository (:data:`ENVS_INSTALL`).
     """
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
@@ -150,5 +164,5 @@ def get_task(name: str, **kwargs: Any) -> Task:
     known = sorted(available_tasks())
     raise TaskNotFoundError(
         f"no task named {name!r} is registered (registered: {known or 'none'}). "
-        "Install the suite that provides it, e.g. `pip install comlrl-envs`, or pass a Task object."
+        f"Install the suite that provides it ({ENVS_INSTALL}), or pass a Task object."
     )

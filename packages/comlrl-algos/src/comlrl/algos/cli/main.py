@@ -178,6 +178,11 @@ def _run_train(args: argparse.Namespace) -> int:
         return run_recipes()
     if args.print_config:
         print(_config_text(recipe.name, config), end="")
+        try:
+            _check_like_train(config)
+        except ConfigError as exc:
+            print(f"comlrl: {exc}", file=sys.stderr)
+            return 2
         return 0
     world = distributed.rank_and_world()[1]
     if world > 1 and not recipe.distributed:
@@ -217,6 +222,8 @@ def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
     if str(data.get("algo", "")).strip().lower() == "list":
         return None, None
     recipe, rest = resolve_recipe(data)
+    if "task" in recipe.config_class().model_fields and "task" not in rest:
+        rest = {**rest, "task": {}}  # the task trained on is named: its new-token budget applies
     return recipe, recipe.build_config(apply_overrides(rest, _flag_overrides(args, recipe)))
 
 
@@ -233,6 +240,34 @@ def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
     if args.num_steps is not None:
         out.append(f"num_steps={args.num_steps}")
     return out
+
+
+def _check_like_train(config: Any) -> None:
+    """The checks ``comlrl train`` makes before it loads a model, for ``--print-config``:
+    reporting extras, model names, the task and its options against the config
+    (:func:`comlrl.algos.cli.preflight.build_task`); nothing is downloaded, no example is
+    loaded and no reward worker is contacted.
+
+    Raises:
+        ConfigError: what ``comlrl train`` would refuse.
+    """
+    from comlrl.algos.cli.preflight import build_task, check_model_names
+    from comlrl.algos.training.config import TaskConfig, TrainConfig
+    from comlrl.algos.training.reporting import check_report_to
+
+    if hasattr(config, "report_to"):
+        check_report_to(config.report_to)
+    models = getattr(config, "models", None)
+    if isinstance(models, list):
+        check_model_names([str(m) for m in models])
+    task = getattr(config, "task", None)
+    if isinstance(task, TaskConfig) and hasattr(config, "num_agents"):
+        as_train = (
+            config
+            if isinstance(config, TrainConfig)
+            else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
+        )
+        build_task(as_train).close()
 
 
 def _config_text(algo: str, config: Any) -> str:
@@ -255,6 +290,13 @@ def _config_text(algo: str, config: Any) -> str:
         except ConfigError as exc:
             text += f"# task {task.name!r}: {exc}\n"
     models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
+    defaults = getattr(config, "model_defaults", None)
+    if callable(defaults):
+        from comlrl.algos.training.model_defaults import learning_rate_warning
+
+        text += f"# {defaults().header()}\n"
+        high = learning_rate_warning(config.models, config.learning_rate)
+        text += f"# warning: {high}\n" if high else ""
     return f"{text}# built-in models: {models}\n"
 
 
@@ -278,7 +320,9 @@ def run_tasks() -> int:
 
     infos = describe_tasks()
     if not infos:
-        print("no task suites are registered; pip install comlrl-envs")
+        from comlrl.core.task import ENVS_INSTALL
+
+        print(f"no task suites are registered; {ENVS_INSTALL}")
         return 0
     for info in infos:
         agents = f"{info.num_agents} agents" if info.num_agents else "agents: ?"

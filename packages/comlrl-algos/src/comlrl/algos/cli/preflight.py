@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any
 
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.core.task import ENVS_INSTALL
 
 __all__ = [
     "TaskInfo",
@@ -23,6 +24,7 @@ __all__ = [
     "check_task_fits",
     "describe_tasks",
     "prepare_task",
+    "build_task",
     "task_info",
     "task_options",
 ]
@@ -106,10 +108,10 @@ def task_info(name: str) -> TaskInfo:
 def _unknown_task(name: str) -> str:
     known = sorted(ep.name for ep in metadata.entry_points(group=_GROUP))
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
     return (
         f"no task named {name!r} is registered (registered: {known or 'none'}){hint} "
-        "Install the suite that provides it, e.g. `pip install comlrl-envs`."
+        f"Install the suite that provides it ({ENVS_INSTALL})."
     )
 
 
@@ -176,6 +178,16 @@ def check_task_fits(config: TrainConfig, task: Any) -> None:
         )
     max_turns = getattr(task, "max_turns", None)
     if isinstance(max_turns, int) and config.num_turns > max_turns:
+        try:
+            options = task_info(config.task.name).options
+        except ConfigError:
+            options = {}
+        if "max_turns" in options:  # the task's own limit is an option: raise it there
+            raise ConfigError(
+                f"num_turns={config.num_turns} but task {config.task.name!r} stops after "
+                f"task.kwargs.max_turns={max_turns} turn(s); set task.kwargs.max_turns="
+                f"{config.num_turns} (or lower num_turns to {max_turns})."
+            )
         raise ConfigError(
             f"num_turns={config.num_turns} but task {config.task.name!r} supports at most "
             f"{max_turns} turn(s); lower num_turns or pick a multi-turn task."
@@ -198,23 +210,9 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
             unknown split, no examples, or reward workers that do not answer or serve
             another task.
     """
-    from comlrl.core import TaskNotFoundError, get_task
-
+    task = build_task(config)
     name, kwargs = config.task.name, config.task.kwargs
     try:
-        task = get_task(name, **kwargs)
-    except TaskNotFoundError:
-        raise ConfigError(_unknown_task(name)) from None
-    except (TypeError, ValueError, OSError) as exc:
-        try:
-            options = task_info(name).signature()
-        except ConfigError:
-            options = "?"
-        raise ConfigError(
-            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}\n  its options: {options}"
-        ) from None
-    try:
-        check_task_fits(config, task)
         if config.task.remote_workers:
             task = _remote_task(config, task)
         try:
@@ -236,6 +234,55 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     return task, examples
 
 
+def build_task(config: TrainConfig) -> Any:
+    """Build ``config.task`` and check it against the config (:func:`check_task_fits`),
+    loading no examples and contacting no reward worker (what ``--print-config`` checks).
+
+    Returns:
+        the task; the caller closes it.
+
+    Raises:
+        ConfigError: an unknown task, options the task rejects (with did-you-mean for a
+            misspelt ``task.kwargs.<option>`` and the task's options), or a task that
+            does not fit the config.
+    """
+    from comlrl.core import TaskNotFoundError, get_task
+
+    name, kwargs = config.task.name, config.task.kwargs
+    try:
+        task = get_task(name, **kwargs)
+    except TaskNotFoundError:
+        raise ConfigError(_unknown_task(name)) from None
+    except (TypeError, ValueError, OSError) as exc:
+        try:
+            info = task_info(name)
+            options, known = info.signature(), list(info.options)
+        except ConfigError:
+            options, known = "?", []
+        hints = []
+        for key in kwargs:
+            if known and key not in known:
+                close = difflib.get_close_matches(str(key), known, n=2, cutoff=0.6)
+                if close:
+                    hints.append(
+                        f"task.kwargs.{key}: did you mean "
+                        + " or ".join(f"task.kwargs.{c}" for c in close)
+                        + "?"
+                    )
+                else:
+                    hints.append(f"task.kwargs.{key}: not an option of {name!r}")
+        hint = "".join(f"\n  {h}" for h in hints)
+        raise ConfigError(
+            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}{hint}\n  its options: {options}"
+        ) from None
+    try:
+        check_task_fits(config, task)
+    except BaseException:
+        task.close()
+        raise
+    return task
+
+
 def _remote_task(config: TrainConfig, task: Any) -> Any:
     """``task`` with its reward sent to ``config.task.remote_workers``.
 
@@ -249,7 +296,7 @@ def _remote_task(config: TrainConfig, task: Any) -> Any:
         from comlrl.envs.remote import RemoteRewardTask
     except ImportError as exc:
         raise ConfigError(
-            f"task.remote_workers needs comlrl-envs (pip install comlrl-envs): {exc}"
+            f"task.remote_workers needs comlrl-envs ({ENVS_INSTALL}): {exc}"
         ) from None
     try:
         return RemoteRewardTask(

@@ -102,19 +102,22 @@ def _normalise(key: str, value: Any) -> Any:
 
 
 def _validate(cls: type[Any], data: Mapping[str, Any], name: str) -> Any:
+    from comlrl.algos.training.config import FORMATS_ERRORS, unknown_field_hint
     from pydantic import ValidationError
 
     try:
-        return cls.model_validate(dict(data))
+        return cls.model_validate(dict(data), context={FORMATS_ERRORS: True})
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "(config)"
             value = err.get("input")
             shown = repr(value) if not isinstance(value, dict) else "{...}"
-            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            unknown = err["type"] == "extra_forbidden"
+            msg = "unknown field" if unknown else err["msg"]
             msg = msg.removeprefix("Value error, ")
-            lines.append(f"  - {loc}: {msg} (got {shown})")
+            hint = unknown_field_hint(tuple(err["loc"]), cls) if unknown else ""
+            lines.append(f"  - {loc}: {msg} (got {shown}){hint}")
         raise ConfigError(f"invalid config for algo={name}:\n" + "\n".join(lines)) from None
 
 

@@ -44,7 +44,9 @@ class _CommandLineRun(BaseModel):
     trust_remote_code: bool = False
     progress: bool = True
     save_every: int = Field(
-        0, ge=0, description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C."
+        0,
+        ge=0,
+        description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C or when a step fails.",
     )
     keep_last: int | None = Field(
         None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."

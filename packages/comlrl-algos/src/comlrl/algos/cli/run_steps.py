@@ -82,14 +82,19 @@ def preflight(
 
 
 def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:
-    """The run's first line on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
-    <what>; outputs in <output_dir>/``; ``who`` defaults to ``<num_agents> agents``."""
+    """The run's header on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
+    <what>; outputs in <output_dir>/`` (``who`` defaults to ``<num_agents> agents``), then,
+    for a :class:`~comlrl.algos.training.config.TrainConfig`, which defaults applied and
+    why (:meth:`~comlrl.algos.training.config.TrainConfig.model_defaults`)."""
     who = who if who is not None else f"{config.num_agents} agents"
     print(
         f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
         f"({num_examples} examples), {what}; outputs in {config.output_dir}/",
         file=sys.stderr,
     )
+    defaults = getattr(config, "model_defaults", None)
+    if callable(defaults):  # TrainConfig: which defaults applied and why
+        print(f"comlrl: {defaults().header()}", file=sys.stderr)
 
 
 def load_eval_split(task: Any, split: str, limit: int | None = None) -> list[Mapping[str, Any]]:
@@ -146,7 +151,9 @@ def stopped(exc: BaseException) -> int:
     """Report a run that training stopped and return its exit code: Ctrl-C
     (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
     checkpointed and how to resume) or a failing reward function
-    (:class:`comlrl.core.RewardFunctionError`: 1). Anything else is raised again."""
+    (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
+    checkpoint of the last completed step). Anything else is raised again (its traceback
+    ends with that note)."""
     from comlrl.algos.training.lifecycle import TrainingInterrupted
     from comlrl.core import RewardFunctionError
 
@@ -155,6 +162,8 @@ def stopped(exc: BaseException) -> int:
         return 130
     if isinstance(exc, RewardFunctionError):
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved
+            print(note, file=sys.stderr)
         return 1
     raise exc
 

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from comlrl.algos.rollout.tool_calls import ToolBox
-from comlrl.core import Feedback, JointAction, RewardBatch, Task, Tool, as_joint_reward
+from comlrl.core import (
+    Feedback,
+    JointAction,
+    RewardBatch,
+    Task,
+    Tool,
+    as_joint_reward,
+    check_reward_arity,
+)
 from comlrl.core.prompts import ChatPrompt, Prompt, prompt_text
 
 __all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
@@ -214,6 +222,8 @@ class CallbackEnvironment(_RewardEnvironment):
 
     Raises:
         ValueError: ``tools`` not one list per agent.
+        TypeError: ``reward_func`` cannot take one completions list per agent
+            (:func:`comlrl.core.check_reward_arity`), before anything is generated.
     """
 
     def __init__(
@@ -229,6 +239,7 @@ class CallbackEnvironment(_RewardEnvironment):
         self.formatters = list(formatters)
         self.num_agents = len(self.formatters)
         self.max_turns: int | None = None if transition is not None else 1
+        check_reward_arity(reward_func, self.num_agents)  # now, not after the first generation
         self._reward = as_joint_reward(reward_func)
         self._transition = transition
         if tools is not None and len(tools) != self.num_agents:

@@ -24,7 +24,16 @@ from comlrl.algos.training.config_sections import (
     TurnsSection,
     VLLMConfig,
 )
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from comlrl.algos.training.model_defaults import ModelDefaults, choose_defaults
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 __all__ = [
     "TrainConfig",
@@ -35,11 +44,20 @@ __all__ = [
     "load_config",
     "load_config_data",
     "apply_overrides",
+    "unknown_fields_message",
+    "unknown_field_hint",
+    "FORMATS_ERRORS",
 ]
 
 
 class ConfigError(ValueError):
     """The training configuration is invalid; the message lists every bad field."""
+
+
+#: Validation context key: the caller formats unknown fields itself (one line per bad
+#: field, with a did-you-mean: :func:`build_config`, the command line's recipes), so the
+#: config's own unknown-field check steps aside.
+FORMATS_ERRORS = "comlrl_formats_errors"
 
 
 class TrainConfig(
@@ -63,9 +81,45 @@ class TrainConfig(
     agents, task, sampling, turns, estimator and loss, optimisation, outputs, evaluation
     and checkpoint retention, reporting. The keys stay flat (``learning_rate=...``); the
     checks here are those that span sections.
+
+    Defaults by model (:mod:`comlrl.algos.training.model_defaults`): with built-in models
+    (``builtin:*``) the field defaults apply; with any other model the fields of the
+    pretrained-LLM table that are not given (``optimizer``, ``learning_rate``,
+    ``loss_reduction``, ``num_generations``, ``max_new_tokens``) take its values instead.
+    :meth:`model_defaults` says which set applied and what it filled in.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    _model_defaults: ModelDefaults | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _defaults_by_model(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Any], info: ValidationInfo
+    ) -> Any:
+        # a mapping (construction, YAML, overrides) gets its models' defaults; an assignment
+        # (validate_assignment hands in the model) keeps what the config has
+        if not isinstance(data, dict):
+            return handler(data)
+        unknown = unknown_fields_message(cls, data)
+        if unknown is not None and not (info.context or {}).get(FORMATS_ERRORS):
+            # TrainConfig(...) in Python: pydantic's own says only "Extra inputs are not
+            # permitted"; build_config and the command line format their own, with hints
+            raise ValueError(unknown)
+        default_models = cls.model_fields["models"].get_default(call_default_factory=True)
+        filled, chosen = choose_defaults(data, default_models)
+        config = handler(filled)
+        if isinstance(config, TrainConfig):
+            config._model_defaults = chosen
+        return config
+
+    def model_defaults(self) -> ModelDefaults:
+        """Which set of defaults this config got (built-in or pretrained), why, and the
+        fields it filled in (:mod:`comlrl.algos.training.model_defaults`)."""
+        if self._model_defaults is None:  # built by model_construct: judge by the models
+            _, chosen = choose_defaults(self.model_dump(), self.models)
+            return ModelDefaults(chosen.kind, chosen.reason)
+        return self._model_defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -233,17 +287,68 @@ def _format_errors(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def _did_you_mean(loc: tuple[Any, ...]) -> str:
+def unknown_fields_message(model: type[BaseModel], data: dict[str, Any]) -> str | None:
+    """``unknown field 'x' (did you mean 'y'?)`` for every key of ``data``, and of its
+    sections (``task``, ``lora``, ``vllm``: fields typed as a pydantic model), that ``model``
+    does not have; ``None`` when all are known. Dotted names, as ``key=value`` overrides
+    write them (``task.nme``)."""
+    found = _unknown_fields(model, data, ())
+    if not found:
+        return None
+    parts = []
+    for loc in found:
+        hint = _did_you_mean(loc, model)
+        if loc[:-1] and "did you mean" in hint:  # name the section: 'task.name', not 'name'
+            hint = hint.replace("'", f"'{'.'.join(loc[:-1])}.", 1)
+            hint = hint.replace(" or '", f" or '{'.'.join(loc[:-1])}.")
+        parts.append(f"unknown field {'.'.join(loc)!r}{hint}")
+    return "; ".join(parts)
+
+
+def _unknown_fields(
+    model: type[BaseModel], data: dict[str, Any], prefix: tuple[str, ...]
+) -> list[tuple[str, ...]]:
+    import typing
+
+    found: list[tuple[str, ...]] = []
+    for key, value in data.items():
+        field = model.model_fields.get(str(key))
+        if field is None:
+            found.append((*prefix, str(key)))
+            continue
+        if not isinstance(value, dict):
+            continue
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        section = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if section is not None and section.model_config.get("extra") == "forbid":
+            found.extend(_unknown_fields(section, value, (*prefix, str(key))))
+    return found
+
+
+def unknown_field_hint(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:
+    """``"; did you mean 'x'?"`` for the unknown field at ``loc`` (pydantic's error location,
+    e.g. ``("task", "nmae")``), from the fields of its section of ``root`` (default
+    :class:`TrainConfig`); else a pointer to ``--print-config``."""
+    return _did_you_mean(loc, root)
+
+
+def _did_you_mean(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:
     """``"; did you mean 'x'?"`` for an unknown field, from the fields of its section."""
     import difflib
+    import typing
 
-    model: type[BaseModel] = TrainConfig
+    model: type[BaseModel] = root if root is not None else TrainConfig
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        candidates = [field.annotation, *typing.get_args(field.annotation)] if field else []
+        section = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if section is None:
             return ""
-        model = annotation
+        model = section
     names = list(model.model_fields)
     close = difflib.get_close_matches(str(loc[-1]), names, n=3, cutoff=0.6)
     if close:
@@ -304,7 +409,7 @@ def build_config(data: dict[str, Any]) -> TrainConfig:
         ConfigError: listing every invalid or unknown field with its value.
     """
     try:
-        return TrainConfig.model_validate(data)
+        return TrainConfig.model_validate(data, context={FORMATS_ERRORS: True})
     except ValidationError as exc:
         raise ConfigError("invalid training config:\n" + _format_errors(exc)) from None
 

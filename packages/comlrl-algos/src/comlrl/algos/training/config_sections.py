@@ -185,7 +185,8 @@ class OptimisationSection(BaseModel):
         1e-3,
         ge=0,
         description="1e-3 suits the built-in 260K-parameter stories260k with "
-        "RAdam; pretrained LLMs of 0.5B+ parameters want about 1e-6 to 1e-5. 0 makes a "
+        "RAdam; any other model gets 1e-6 unless set (defaults by model: "
+        "comlrl.algos.training.model_defaults; 1e-4 or more on one warns). 0 makes a "
         "control run: every rollout and update runs, the weights stay as loaded (warned).",
     )
     optimizer: Literal["radam", "adamw", "sgd"] = Field(
@@ -267,7 +268,11 @@ class OutputsSection(BaseModel):
     """Where a run writes (``output_dir``), how often it checkpoints, what it logs."""
 
     output_dir: str = "runs/default"
-    save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
+    save_every: int = Field(
+        0,
+        ge=0,
+        description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C or when a step fails.",
+    )
     log_samples: int = Field(
         4, ge=0, description="Joint actions per step written to samples.jsonl."
     )

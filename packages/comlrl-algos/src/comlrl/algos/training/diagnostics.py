@@ -113,6 +113,21 @@ def context_overflow(
     )
 
 
+def _high_learning_rate(config: Any, agents: Sequence[Any]) -> str | None:
+    """:func:`~comlrl.algos.training.model_defaults.learning_rate_warning` for the models
+    the agents really hold (a Python run may hand pretrained agents to a config that names
+    the built-in model); models built in memory without a name are not judged."""
+    from comlrl.algos.training.lifecycle import IN_MEMORY, agent_model_names
+    from comlrl.algos.training.model_defaults import learning_rate_warning
+
+    learning_rate = getattr(config, "learning_rate", None)
+    model_for = getattr(config, "model_for", None)
+    if learning_rate is None or model_for is None:
+        return None
+    names = [n for n in agent_model_names(agents, model_for) if not n.endswith(IN_MEMORY)]
+    return learning_rate_warning(names, float(learning_rate))
+
+
 def warn_if_cannot_learn(
     config: Any,
     agents: Sequence[Any],
@@ -123,7 +138,8 @@ def warn_if_cannot_learn(
 ) -> list[str]:
     """Warn (:class:`TrainingWarning`) about settings that stop a run from learning.
 
-    Checks ``config.learning_rate`` (0: a control run whose weights stay as loaded),
+    Checks ``config.learning_rate`` (0: a control run whose weights stay as loaded; 1e-4
+    or more on an agent holding a pretrained model: :mod:`comlrl.algos.training.model_defaults`),
     ``config.num_generations`` against ``config.estimator``
     (:func:`group_size_problem`; only with ``group_baseline``: a recipe whose baseline
     is a critic, IAC/MAAC, does not use the estimator), and the turn-0 prompts of the first
@@ -134,6 +150,9 @@ def warn_if_cannot_learn(
         The warning messages (empty when all is well).
     """
     messages = []
+    high = _high_learning_rate(config, agents)
+    if high is not None:
+        messages.append(high)
     if getattr(config, "learning_rate", None) == 0:
         messages.append(
             "learning_rate=0: a control run; every rollout and update runs but the weights "

@@ -34,9 +34,13 @@ __all__ = [
     "StopAtStepBoundary",
     "RUN_OUTPUTS",
     "existing_run_outputs",
+    "failure_note",
+    "add_note",
     "used_output_dir_message",
     "CUSTOM_REWARD",
     "run_record",
+    "agent_model_names",
+    "IN_MEMORY",
     "finished_step",
     "clear_run_outputs",
     "truncate_jsonl",
@@ -137,6 +141,45 @@ class StopAtStepBoundary:
             self._installed = False
 
 
+def failure_note(
+    step: int, checkpoint: Path | None, output_dir: str | Path, *, saved: bool = True
+) -> str:
+    """What a run that failed in the step after ``step`` says about its checkpoint: where
+    the last completed step is saved and how to resume it (command line and library), or
+    that nothing can be resumed.
+
+    Args:
+        step: the last completed step (0: none).
+        checkpoint: the step checkpoint to resume from (``None``: there is none).
+        output_dir: the run's folder.
+        saved: ``checkpoint`` was written on the way out (else it is the newest one found).
+    """
+    head = f"comlrl: training failed in step {step + 1}"
+    if checkpoint is None:
+        return (
+            f"{head}; no step checkpoint to resume from (no step had completed, or none was "
+            "saved); after fixing the cause, start the run again (--overwrite if the command "
+            "line refuses the folder)."
+        )
+    what = f"step {step} (the last completed step) was saved" if saved else "newest checkpoint"
+    return (
+        f"{head}; {what}: {checkpoint}; after fixing the cause, resume with: "
+        f"comlrl train --resume {output_dir} (library: trainer.resume({str(checkpoint)!r}) "
+        "before train())"
+    )
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to ``exc``: ``exc.add_note`` (Python 3.11+: the traceback ends with
+    it); on Python 3.10 it goes to ``exc.__notes__`` (which the command line prints) and,
+    since 3.10's traceback does not show notes, to stderr now."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+        return
+    exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+    print(note, file=sys.stderr, flush=True)
+
+
 def existing_run_outputs(output_dir: str | Path) -> list[str]:
     """The outputs of an earlier run in ``output_dir`` that a new run would mix with.
 
@@ -163,17 +206,26 @@ def existing_run_outputs(output_dir: str | Path) -> list[str]:
 
 def used_output_dir_message(output_dir: str | Path, earlier: list[str], *, api: bool) -> str:
     """Why a new run refuses ``output_dir`` (it holds ``earlier``, from
-    :func:`existing_run_outputs`) and the ways out: resume it, overwrite it, or choose
-    another folder; ``api``: in the library's words (``overwrite=True``, ``resume()``),
-    else the command line's (``--resume``, ``--overwrite``)."""
-    resume, overwrite = (
-        ("trainer.resume(<its latest step checkpoint>) before train()", "train(overwrite=True)")
-        if api
-        else (f"comlrl train --resume {output_dir}", "--overwrite")
-    )
+    :func:`existing_run_outputs`) and the ways out: resume it (only when it has a complete
+    step checkpoint, which the message names), overwrite it, or choose another folder;
+    ``api``: in the library's words (``overwrite=True``, ``resume()``), else the command
+    line's (``--resume``, ``--overwrite``)."""
+    from comlrl.algos.training.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(output_dir)
+    overwrite = "train(overwrite=True)" if api else "--overwrite"
+    if found is None:
+        resume = (
+            "it has no step checkpoint to resume from (save_every=0 saves one only on Ctrl-C "
+            "or when a step fails); "
+        )
+    elif api:
+        resume = f"continue it from its newest checkpoint with: trainer.resume({str(found)!r}) before train(), or "
+    else:
+        resume = f"continue it from its newest checkpoint ({found}) with: comlrl train --resume {output_dir}, or "
     return (
         f"output_dir {str(output_dir)!r} already holds a run ({', '.join(earlier)}); "
-        f"continue it with: {resume}, or start over with {overwrite} (deletes that run's "
+        f"{resume}start over with {overwrite} (deletes that run's "
         "metrics, samples, evaluations, checkpoints and final/), or choose another output_dir."
     )
 
@@ -184,16 +236,22 @@ CUSTOM_REWARD = "custom:"
 
 
 def run_record(
-    config: Any, *, algo: str | None = None, task: Any = None, reward_func: Any = None
+    config: Any,
+    *,
+    algo: str | None = None,
+    task: Any = None,
+    reward_func: Any = None,
+    agents: Any = None,
 ) -> dict[str, Any]:
     """What a library run writes to ``config.yaml``: ``config.model_dump()`` with the task
-    it really trained on.
+    it really trained on and the models its agents really hold.
 
     ``task.name`` becomes the given task object's ``name`` (its ``task.kwargs`` are dropped
     when that is another task than the config names); without a task, a ``reward_func``
     is recorded as ``custom:<module>.<qualname>`` (:data:`CUSTOM_REWARD`), so no one scores
-    the run with a registered task's reward by mistake. ``algo`` (the recipe's name) goes
-    first, as the command line writes it.
+    the run with a registered task's reward by mistake. ``models`` becomes what
+    ``agents`` hold (:func:`agent_model_names`) when given. ``algo`` (the recipe's name)
+    goes first, as the command line writes it.
     """
     data = dict(config.model_dump())
     section = dict(data.get("task") or {})
@@ -207,7 +265,53 @@ def run_record(
         section.update(name=f"{CUSTOM_REWARD}{where}.{what}", kwargs={})
     if section:
         data["task"] = section
+    if agents is not None and "models" in data:
+        names = agent_model_names(agents, config.model_for)
+        if len(set(names)) == 1:
+            names = names[:1]
+        data["models"] = names
     return {"algo": algo, **data} if algo is not None else data
+
+
+#: The end of :func:`agent_model_names`' entry for a model built in memory (no name).
+IN_MEMORY = " (in-memory model, no name_or_path)"
+
+
+def agent_model_names(agents: Any, named: Callable[[int], str]) -> list[str]:
+    """Per agent, the name of the model it holds, for ``config.yaml``: the config's name
+    (``named(i)``) when the agent's model came from it (its ``name_or_path`` is that name,
+    that folder, the folder of that ``.gguf`` file, or the built-in model's files), else the
+    model's own ``name_or_path``, else ``<Class> (in-memory model, no name_or_path)``."""
+    from comlrl.algos.models.loading import STORIES260K, TINY_QWEN2, builtin_model_path
+
+    out = []
+    for i, agent in enumerate(agents):
+        model = getattr(agent, "model", agent)
+        source = str(getattr(model, "name_or_path", "") or "")
+        wanted = named(i)
+        if wanted == STORIES260K:
+            same = source == str(builtin_model_path())
+        elif wanted == TINY_QWEN2:
+            same = (
+                not source and getattr(getattr(model, "config", None), "model_type", "") == "qwen2"
+            )
+        elif source:
+            here = Path(source).expanduser().resolve()
+            there = Path(wanted).expanduser().resolve()
+            same = (
+                source == wanted
+                or here == there
+                or (wanted.endswith(".gguf") and here == there.parent)
+            )
+        else:
+            same = False
+        if same:
+            out.append(wanted)
+        elif source == str(builtin_model_path()):
+            out.append(STORIES260K)
+        else:
+            out.append(source or f"{type(model).__name__}{IN_MEMORY}")
+    return out
 
 
 def finished_step(output_dir: str | Path) -> int | None:

@@ -9,6 +9,7 @@ every recipe (group baseline, IAC/MAAC, SFT, DPO, MADPO, MARLHF's RL phase)::
         samples.jsonl  <- result.rollout       # the first log_samples joint actions per turn
         eval           <- recipe.evaluate()    # every eval_every steps (and at step 0)
         Ctrl-C         -> checkpoint, TrainingInterrupted
+        an exception   -> checkpoint of the last completed step, the exception (noted)
         checkpoint     <- every save_every steps and at the last step (keep_last newest)
     final/             <- recipe.save_final(output_dir / "final")
 
@@ -37,8 +38,10 @@ from comlrl.algos.training.config import ConfigError
 from comlrl.algos.training.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
+    add_note,
     clear_run_outputs,
     existing_run_outputs,
+    failure_note,
     truncate_jsonl,
     used_output_dir_message,
 )
@@ -108,12 +111,15 @@ class Collective:
             stops all of them at the same step).
         barrier: wait for every rank.
         full_weights: a context in which evaluation sees whole weights (FSDP2 gathers).
+        world_size: the number of ranks (an exception in a step is checkpointed only in
+            one process: the other ranks may be inside a collective of the failed step).
     """
 
     is_main: bool = True
     any_rank: Callable[[bool], bool] = bool
     barrier: Callable[[], Any] = lambda: None
     full_weights: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    world_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -208,7 +214,14 @@ def run_loop(
             ``settings.overwrite`` (before anything is written).
         TrainingInterrupted: after the first Ctrl-C (with an ``output_dir``): the step in
             progress was finished and checkpointed; the exception names the checkpoint.
-        Exception: whatever the step raises, unchanged (the newest checkpoint stays).
+        Exception: whatever the step raises. In one process with an ``output_dir``, the
+            last completed step is checkpointed first (as on Ctrl-C; unless it has a
+            checkpoint already) and a note on the exception names the checkpoint and how
+            to resume (:func:`~comlrl.algos.training.lifecycle.failure_note`). The
+            group-baseline recipe puts its data and random streams back when its rollout
+            fails, so that checkpoint resumes to exactly the run that never failed; an
+            exception inside an optimizer update leaves the weights of the agents updated
+            so far in the checkpoint.
     """
     import yaml
     from tqdm.auto import tqdm
@@ -256,7 +269,12 @@ def run_loop(
                     writers["eval"].write({"step": 0, **start})
             last = time.perf_counter()
             for _ in range(step, settings.num_steps):
-                result = recipe.step()
+                try:
+                    result = recipe.step()
+                except Exception as exc:
+                    if out is not None:
+                        _save_after_failure(recipe, settings, out, step, col, exc)
+                    raise
                 row, step = result.row, int(result.row["step"])
                 now = time.perf_counter()
                 row.setdefault("time/step_s", now - last)
@@ -319,6 +337,35 @@ def _checkpoint(
     if main and settings.keep_last:
         ckpt.prune_checkpoints(out, settings.keep_last, keep=path)
     return path
+
+
+def _save_after_failure(
+    recipe: RecipeLoop,
+    settings: LoopSettings,
+    out: Path,
+    step: int,
+    col: Collective,
+    exc: BaseException,
+) -> None:
+    """After ``recipe.step()`` raised ``exc`` in the step after ``step``: checkpoint ``step``
+    (one process only) and add a note to ``exc`` saying where it is and how to resume."""
+    path = ckpt.step_checkpoint_path(out, step)
+    if col.world_size > 1:
+        found = ckpt.latest_checkpoint(out)
+        add_note(exc, failure_note(step, found, out, saved=False))
+        return
+    if step > 0 and not path.is_dir():
+        try:
+            _checkpoint(recipe, settings, out, step, col.is_main)
+        except Exception as save_exc:  # the original exception is the one to see
+            add_note(
+                exc,
+                f"comlrl: the checkpoint of step {step} could not be written either: {save_exc!r}",
+            )
+            path = ckpt.latest_checkpoint(out) or path
+            add_note(exc, failure_note(step, path if path.is_dir() else None, out, saved=False))
+            return
+    add_note(exc, failure_note(step, path if path.is_dir() else None, out))
 
 
 def _postfix(bar: Any, row: Mapping[str, Any]) -> None:

@@ -212,22 +212,32 @@ class RewardCurveReporter:
         self.written = plot_reward_curve(rows or self.rows, self.path, title=self.title)
 
 
-def build_reporters(config: TrainConfig, output_dir: str | Path) -> list[Reporter]:
+def build_reporters(
+    config: TrainConfig, output_dir: str | Path, *, record: Mapping[str, Any] | None = None
+) -> list[Reporter]:
     """The reporters ``config`` asks for (see the module docstring), in that order.
+
+    ``record``: what the run writes to ``config.yaml`` (the task or ``custom:`` reward
+    function and the models it really trained:
+    :func:`~comlrl.algos.training.lifecycle.run_record`); the reward curve's title and
+    W&B's config come from it (default: the config).
 
     Raises:
         ConfigError: a reporting target whose package is not installed.
     """
     from comlrl.algos.training.diagnostics import EarlyEndWatch, LearningSignalWatch
 
-    title = f"{config.task.name} - {', '.join(config.models)} - {config.estimator}"
+    data = dict(record) if record is not None else config.model_dump()
+    task = (data.get("task") or {}).get("name", config.task.name)
+    models = data.get("models") or config.models
+    title = f"{task} - {', '.join(str(m) for m in models)} - {config.estimator}"
     reporters = reporters_for(
         output_dir,
         report_to=config.report_to,
         reward_curve=config.reward_curve,
         title=title,
         wandb_project=config.wandb_project,
-        record=config.model_dump(),
+        record=data,
     )
     reporters.append(LearningSignalWatch())
     reporters.append(

@@ -75,7 +75,8 @@ def plot_reward_curve(
     window: int | None = None,
     title: str | None = None,
 ) -> Path:
-    """Write a PNG of the per-step mean joint reward and its rolling mean, one colour per turn.
+    """Write a PNG of the per-step mean joint reward and its rolling mean, one colour per turn
+    (labelled ``turn_<t>`` as the metric keys are: ``turn_0`` is the first turn).
 
     Args:
         rows: metrics rows (``step``, ``turn_<t>/reward_mean``), e.g. ``metrics.jsonl``.
@@ -101,7 +102,7 @@ def plot_reward_curve(
     ax = fig.add_subplot()
     for t, (steps, values) in series.items():
         color = f"C{t % 10}"
-        label = f"turn {t + 1}: " if len(series) > 1 else ""
+        label = f"turn_{t}: " if len(series) > 1 else ""  # as the metric keys count turns
         ax.plot(steps, values, color=color, alpha=0.3, linewidth=1, label=f"{label}per step")
         ax.plot(
             steps,
@@ -156,6 +157,11 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
     """The closing line of a run, e.g. ``done: 160 steps, reward first quarter 0.51 -> last
     quarter 0.71 (+0.20), ...; outputs in runs/default/ (...)``.
 
+    Turns are counted from 0, as the metric keys count them (``turn_0`` is the first
+    turn). A multi-turn run names each turn: ``turn_0`` is ``reward_mean`` (the first
+    turn's joint actions), and each later turn's quarters are over the steps that reached
+    it (``turn_<t>/reward_mean``).
+
     The quarters are over the whole run as ``output_dir/metrics.jsonl`` records it (a
     resumed run included), or over ``history`` when that file has no rows.
     """
@@ -171,7 +177,20 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
     first, last = quarter_means([float(r["reward_mean"]) for r in rows])
     speed = float(rows[-1].get("prompts_per_s", float("nan")))
     steps = f"{len(rows)} step{'s' if len(rows) != 1 else ''}"
+    series = reward_series(r for r in rows if "step" in r)
+    if len(series) < 2:
+        return (
+            f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
+            f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
+        )
+    # multi-turn: reward_mean is turn_0's; every later turn over the steps that reached it
+    later = []
+    for t, (_, values) in series.items():
+        if t == 0:
+            continue
+        a, b = quarter_means(values)
+        later.append(f"turn_{t} {a:.2f} -> {b:.2f} ({b - a:+.2f})")
     return (
-        f"done: {steps}, reward first quarter {first:.2f} -> last quarter {last:.2f} "
-        f"({last - first:+.2f}), {speed:.2f} prompts/s; {where}"
+        f"done: {steps}, reward first quarter -> last quarter: turn_0 {first:.2f} -> "
+        f"{last:.2f} ({last - first:+.2f}), {', '.join(later)}, {speed:.2f} prompts/s; {where}"
     )

@@ -8,7 +8,7 @@ comments, so a completion-style code prompt stays valid Python up to where the a
 
 One agent's feedback text reads::
 
-    Turn 1: 2 of 7 tests passed (failed).
+    Turn 0: 2 of 7 tests passed (failed).
     Failing test: assert candidate([1.0, 2.0], 0.5) == False
     Error: AssertionError
     Your previous code:
@@ -121,10 +121,11 @@ def strip_docstrings(code: str) -> str:
 
 
 def verdict_line(info: Mapping[str, Any], turn: int) -> str:
-    """One line summing a sandbox verdict up, e.g. ``"Turn 1: 2 of 7 tests passed (failed)."``."""
+    """One line summing a sandbox verdict up, e.g. ``"Turn 0: 2 of 7 tests passed (failed)."``
+    (``turn`` counted from 0, as the training metrics count turns: ``turn_0/reward_mean``)."""
     status = info.get("status", "unknown")
     passed, total = info.get("passed", 0), info.get("total", 0)
-    line = f"Turn {turn + 1}: {passed} of {total} tests passed ({status})."
+    line = f"Turn {turn}: {passed} of {total} tests passed ({status})."
     if status in ("error", "syntax_error", "timeout", "killed", "no_result", "not_run"):
         error = info.get("error")
         if error:

@@ -276,6 +276,10 @@ class CoopStoryTask(Task):
     data_source = "built in: generated from names, places and objects (nothing to download)"
     num_agents = 2
     max_turns = 1
+    #: New tokens per completion a run on a pretrained LLM gets unless it sets
+    #: ``max_new_tokens`` (:mod:`comlrl.algos.training.model_defaults`): one story half
+    #: (SmolLM2-135M's halves fit; docs/real-models.md's CPU run used 48).
+    max_new_tokens = 48
 
     def __init__(
         self,

@@ -45,6 +45,7 @@ from comlrl.algos.recipes.group_baseline.state import checkpoint, resume, save
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout import evaluate as evaluation
 from comlrl.algos.rollout.tree import derive_seed, rollout
+from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.loop import (
     Collective,
@@ -144,6 +145,11 @@ def step(run: GroupBaselineRun) -> StepResult:
     """One step: rollout, advantages, every agent's update; returns the metrics row and
     the rollout (for ``samples.jsonl``).
 
+    A step that fails before the update (in the rollout: sampling, a reward function,
+    the task's feedback) leaves the data and random streams as the last completed step
+    left them, and the weights and optimizers untouched, so the checkpoint the loop
+    driver writes on the way out resumes exactly (:func:`~comlrl.algos.training.loop.run_loop`).
+
     Data parallel (``run.world_size > 1``; every rank calls this together): this rank
     rolls out its share of the global batch, the update averages gradients over the
     ranks, and the returned metrics (rewards, advantages, lengths, losses, KL, clip
@@ -151,27 +157,40 @@ def step(run: GroupBaselineRun) -> StepResult:
     """
     cfg = run.config
     t0 = time.perf_counter()
-    examples = run.data.next_batch(cfg.batch_size)  # the same global batch on every rank
-    keys = (
-        [derive_seed(cfg.seed, run.step, j) for j in range(len(examples))]
-        if cfg.sampling_rng == "prompt"
-        else None
+    generators = [getattr(a, "generator", None) for a in run.agents]
+    # the data and random streams as the last completed step left them: put back when the
+    # rollout fails (a reward function that raises), so the checkpoint the loop driver then
+    # writes resumes to exactly the run that never failed (the weights are not touched yet)
+    streams = ckpt.capture_state(
+        step=run.step, optimizers=(), data=run.data, rng=run.rng, generators=generators
     )
-    lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
-    with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
-        ro = rollout(
-            run.agents,
-            examples[lo:hi],
-            run.env,
-            run.sampling,
-            run.tree,
-            map_agents=run.sample_pool.map,
-            rng=run.rng,
-            sample_keys=keys[lo:hi] if keys is not None else None,
+    try:
+        examples = run.data.next_batch(cfg.batch_size)  # the same global batch on every rank
+        keys = (
+            [derive_seed(cfg.seed, run.step, j) for j in range(len(examples))]
+            if cfg.sampling_rng == "prompt"
+            else None
         )
-    adv = group_advantages(
-        ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
-    )
+        lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
+        with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
+            ro = rollout(
+                run.agents,
+                examples[lo:hi],
+                run.env,
+                run.sampling,
+                run.tree,
+                map_agents=run.sample_pool.map,
+                rng=run.rng,
+                sample_keys=keys[lo:hi] if keys is not None else None,
+            )
+        adv = group_advantages(
+            ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
+        )
+    except Exception:
+        ckpt.restore_state(
+            streams, optimizers=(), data=run.data, rng=run.rng, generators=generators
+        )
+        raise
     t1 = time.perf_counter()
 
     # agents that share one model object take one step on the sum of their losses (one
@@ -289,7 +308,7 @@ def loop_settings(
         log_samples=config.log_samples,
         progress=config.progress,
         desc=desc,
-        reporters=lambda out: build_reporters(config, out),
+        reporters=lambda out: build_reporters(config, out, record=record),
         overwrite=overwrite,
     )
 
@@ -301,6 +320,7 @@ def collective(run: GroupBaselineRun) -> Collective:
         any_rank=dp.all_reduce_flag,
         barrier=dp.barrier,
         full_weights=lambda: dp.full_weights(run.syncs),
+        world_size=run.world_size,
     )
 
 

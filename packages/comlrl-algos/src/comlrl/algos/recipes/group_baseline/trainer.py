@@ -130,7 +130,7 @@ class MultiAgentTrainer:
         self.env = env
         #: what ``config.yaml`` records: the config, with the task or reward really used
         self.record = lifecycle.run_record(
-            config, algo=self.algo, task=task, reward_func=reward_func
+            config, algo=self.algo, task=task, reward_func=reward_func, agents=self.agents
         )
         self.run = group_baseline.setup(
             self.agents,
