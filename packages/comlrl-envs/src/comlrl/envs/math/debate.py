@@ -81,6 +81,9 @@ class DebateMathTask(Task):
     num_agents = 3
     max_turns = 2
     tool_format = "python"
+    #: new-token budget of a completion (a call, its answer line and some room; the
+    #: pretrained-model default of ``max_new_tokens``, docs/real-models.md#defaults-by-model)
+    max_new_tokens = 96
     #: Where the examples come from (``comlrl tasks`` prints it).
     data_source = (
         "generated from task.kwargs.seed (levels mul, expr, word); level=gsm8k reads "
