@@ -5,7 +5,8 @@
 processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a run resumes on
 any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
-(:mod:`comlrl.algos.cli.eval`).
+(:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
+recipes and extras (:mod:`comlrl.algos.cli.info`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     from comlrl.algos.cli.eval import add_eval_parser
 
     add_eval_parser(sub)
+    from comlrl.algos.cli.info import add_info_parser
+
+    add_info_parser(sub)
     return parser
 
 
@@ -304,6 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from comlrl.algos.cli.eval import run_eval
 
         return run_eval(args)
+    if args.command == "info":
+        from comlrl.algos.cli.info import run_info
+
+        return run_info(args)
     if args.command == "tasks":
         return run_tasks()
     if args.command == "recipes":
