@@ -6,7 +6,8 @@ processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a r
 any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
 (:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
-recipes and extras (:mod:`comlrl.algos.cli.info`).
+recipes and extras (:mod:`comlrl.algos.cli.info`); ``comlrl plot RUN_DIR`` remakes a run's
+``reward_curve.png`` from its ``metrics.jsonl`` (:mod:`comlrl.algos.cli.plot`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from comlrl.algos.cli.info import add_info_parser
 
     add_info_parser(sub)
+    from comlrl.algos.cli.plot import add_plot_parser
+
+    add_plot_parser(sub)
     return parser
 
 
@@ -312,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from comlrl.algos.cli.info import run_info
 
         return run_info(args)
+    if args.command == "plot":
+        from comlrl.algos.cli.plot import run_plot
+
+        return run_plot(args)
     if args.command == "tasks":
         return run_tasks()
     if args.command == "recipes":
