@@ -7,7 +7,9 @@ any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
 (:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
 recipes and extras (:mod:`comlrl.algos.cli.info`); ``comlrl plot RUN_DIR`` remakes a run's
-``reward_curve.png`` from its ``metrics.jsonl`` (:mod:`comlrl.algos.cli.plot`).
+``reward_curve.png`` from its ``metrics.jsonl`` (:mod:`comlrl.algos.cli.plot`);
+``comlrl collect`` writes SFT rows of the sampled joint actions that reach a reward
+(:mod:`comlrl.algos.cli.collect`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
@@ -66,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     from comlrl.algos.cli.plot import add_plot_parser
 
     add_plot_parser(sub)
+    from comlrl.algos.cli.collect import add_collect_parser
+
+    add_collect_parser(sub)
     return parser
 
 
@@ -136,6 +141,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         add_train_arguments(train)
         ns = train.parse_intermixed_args(args[1:])
         ns.command = "train"
+        return ns
+    if args and args[0] == "collect":
+        from comlrl.algos.cli.collect import add_collect_parser
+
+        holder = argparse.ArgumentParser(prog="comlrl").add_subparsers(dest="command")
+        ns = add_collect_parser(holder).parse_intermixed_args(args[1:])
+        ns.command = "collect"
         return ns
     return build_parser().parse_args(args)
 
@@ -316,6 +328,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from comlrl.algos.cli.info import run_info
 
         return run_info(args)
+    if args.command == "collect":
+        from comlrl.algos.cli.collect import run_collect
+
+        return run_collect(args)
     if args.command == "plot":
         from comlrl.algos.cli.plot import run_plot
 
