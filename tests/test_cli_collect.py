@@ -84,6 +84,9 @@ def test_collected_rows_are_what_the_model_saw_and_sft_trains_on_them(
     train = ["train", "algo=sft", f"data={rows_path}", "num_steps=2", "batch_size=4"]
     assert main([*train, f"output_dir={sft}", "progress=false"]) == 0
     assert (sft / "final" / "agent_0").is_dir()
+    # the fine-tuned model alone: its run's config is an SFT config, not a team's
+    sft_eval = ["eval", "--model", str(sft / "final" / "agent_0"), "eval_limit=2"]
+    assert main([*sft_eval, "--output-dir", str(tmp_path / "sft_eval")]) == 0
     # ... then MAGRPO from the fine-tuned model, then a held-out evaluation
     rl = tmp_path / "rl"
     rl_args = ["train", "--model", str(sft / "final" / "agent_0"), "num_steps=2", "batch_size=2"]

@@ -53,11 +53,25 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     return ev
 
 
+#: Recipes that train one model on a data file: their runs' configs name no task or team.
+ONE_MODEL_RECIPES = ("sft", "dpo")
+
+
 def find_run_config(model: str | Path) -> Path | None:
-    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up."""
+    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up;
+    ``None`` for a run of a one-model recipe (``algo: sft`` / ``dpo``: a model fine-tuned on
+    rows, e.g. the SFT step of SFT-then-RL), whose settings are not a team's."""
+    import yaml
+
     here = Path(model).resolve()
     for parent in list(here.parents)[:3]:
         if (parent / "config.yaml").is_file():
+            try:
+                data = yaml.safe_load((parent / "config.yaml").read_text())
+            except (OSError, yaml.YAMLError):
+                data = None
+            if isinstance(data, dict) and data.get("algo") in ONE_MODEL_RECIPES:
+                return None
             return parent / "config.yaml"
     return None
 
