@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
 
 __all__ = [
     "TaskInfo",
+    "build_task",
     "check_model_names",
     "check_task_fits",
     "describe_tasks",
@@ -198,21 +199,8 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
             unknown split, no examples, or reward workers that do not answer or serve
             another task.
     """
-    from comlrl.core import TaskNotFoundError, get_task
-
     name, kwargs = config.task.name, config.task.kwargs
-    try:
-        task = get_task(name, **kwargs)
-    except TaskNotFoundError:
-        raise ConfigError(_unknown_task(name)) from None
-    except (TypeError, ValueError, OSError) as exc:
-        try:
-            options = task_info(name).signature()
-        except ConfigError:
-            options = "?"
-        raise ConfigError(
-            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}\n  its options: {options}"
-        ) from None
+    task = build_task(config.task)
     try:
         check_task_fits(config, task)
         if config.task.remote_workers:
@@ -234,6 +222,48 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
         task.close()
         raise
     return task, examples
+
+
+def build_task(task_config: TaskConfig) -> Any:
+    """The task ``task_config`` names: one registered task built with its ``kwargs``, or,
+    with ``mixture``, a :class:`~comlrl.algos.rollout.mixture.MixtureTask` of its entries.
+
+    Raises:
+        ConfigError: an unknown task, options a task rejects (with its options and
+            defaults), or mixture tasks for different numbers of agents.
+    """
+    if not task_config.mixture:
+        return _one_task(task_config.name, task_config.kwargs)
+    from comlrl.algos.rollout.mixture import MixtureTask
+
+    tasks: dict[str, Any] = {}
+    try:
+        for entry in task_config.mixture:
+            where = f"task.mixture entry {entry.name!r} rejected kwargs"
+            tasks[entry.name] = _one_task(entry.name, entry.kwargs, where)
+        return MixtureTask(tasks)
+    except (ConfigError, ValueError) as exc:
+        for task in tasks.values():
+            task.close()
+        raise ConfigError(str(exc)) from None
+
+
+def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
+    from comlrl.core import TaskNotFoundError, get_task
+
+    try:
+        return get_task(name, **kwargs)
+    except TaskNotFoundError:
+        raise ConfigError(_unknown_task(name)) from None
+    except (TypeError, ValueError, OSError) as exc:
+        try:
+            options = task_info(name).signature()
+        except ConfigError:
+            options = "?"
+        raise ConfigError(
+            f"{where or f'task {name!r} rejected task.kwargs'}={kwargs!r}: {exc}\n"
+            f"  its options: {options}"
+        ) from None
 
 
 def _remote_task(config: TrainConfig, task: Any) -> Any:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from comlrl.algos.training.data_mixture import MixtureStream
 from comlrl.algos.training.steps import DataStream, atomic_folder, save_agent_checkpoint
 
 __all__ = [
@@ -77,7 +78,7 @@ def capture_state(
     *,
     step: int,
     optimizers: Sequence[torch.optim.Optimizer],
-    data: DataStream,
+    data: DataStream | MixtureStream,
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),
@@ -147,7 +148,7 @@ def restore_state(
     state: Mapping[str, Any],
     *,
     optimizers: Sequence[torch.optim.Optimizer],
-    data: DataStream,
+    data: DataStream | MixtureStream,
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),
