@@ -76,6 +76,12 @@ def test_a_mixture_run_reports_each_task_apart_and_resumes_where_it_stood(
     assert drawn == {"coop_story", "HumanEval"}, drawn
     for row in _rows(whole / "eval.jsonl"):  # eval_limit=4 holds both tasks (interleaved)
         assert {"reward/coop_story", "reward/coop_humaneval"} <= set(row), row
+    # comlrl eval of the trained team rebuilds the mixture from the run's config.yaml
+    final = [whole / "final" / f"agent_{i}" for i in (0, 1)]
+    ev = _comlrl("eval", "--model", str(final[0]), "--model", str(final[1]), cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    row = _rows(whole / "evals" / "final" / "eval.jsonl")[-1]
+    assert {"reward/coop_story", "reward/coop_humaneval"} <= set(row), row
     # stopped after step 2, then resumed: the same examples, rewards and updates
     part = tmp_path / "part"
     args = [*RUN_ARGS, "num_steps=2", "save_every=2", f"output_dir={part}"]

@@ -161,18 +161,14 @@ def run_collect(args: argparse.Namespace) -> int:
             "eval_num_samples": g,
         }
     )
+    from comlrl.algos.cli.preflight import build_task
     from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.core import TaskNotFoundError, get_task
 
     try:
-        task = get_task(config.task.name, **config.task.kwargs)
-    except TaskNotFoundError as exc:
+        task = build_task(config.task)  # one task, or the mixture of task.mixture
+    except ConfigError as exc:
         return _fail(str(exc))
-    except (TypeError, ValueError, OSError) as exc:
-        return _fail(
-            f"task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}"
-        )
     try:
         try:
             split = list(task.load(config.task.split))

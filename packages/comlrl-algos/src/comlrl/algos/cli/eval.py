@@ -139,20 +139,14 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
+    from comlrl.algos.cli.preflight import build_task
     from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.core import TaskNotFoundError, get_task
 
     try:
-        task = get_task(config.task.name, **config.task.kwargs)
-    except TaskNotFoundError as exc:
+        task = build_task(config.task)  # one task, or the mixture of task.mixture
+    except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
-        return 2
-    except (TypeError, ValueError, OSError) as exc:
-        print(
-            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
-            file=sys.stderr,
-        )
         return 2
     if config.task.remote_workers:
         from comlrl.algos.cli.preflight import _remote_task
