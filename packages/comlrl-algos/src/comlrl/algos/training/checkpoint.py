@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.training.data_mixture import MixtureStream
 from comlrl.algos.training.steps import DataStream, atomic_folder, save_agent_checkpoint
 
 __all__ = [
@@ -78,7 +77,7 @@ def capture_state(
     *,
     step: int,
     optimizers: Sequence[torch.optim.Optimizer],
-    data: DataStream | MixtureStream,
+    data: DataStream,
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),
@@ -148,7 +147,7 @@ def restore_state(
     state: Mapping[str, Any],
     *,
     optimizers: Sequence[torch.optim.Optimizer],
-    data: DataStream | MixtureStream,
+    data: DataStream,
     rng: random.Random,
     generators: Sequence[torch.Generator | None],
     schedulers: Sequence[Any] = (),

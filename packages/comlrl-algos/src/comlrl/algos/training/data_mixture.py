@@ -11,13 +11,16 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from comlrl.algos.rollout.mixture import task_of
 from comlrl.algos.training.data import DataStream
 
-__all__ = ["MixtureStream"]
+__all__ = ["MixtureStream", "example_stream"]
 
 
-class MixtureStream:
-    """Examples of several tasks, drawn by weight, each task in its own seeded order.
+class MixtureStream(DataStream):
+    """Examples of several tasks, drawn by weight, each task in its own seeded order: a
+    :class:`DataStream` (same methods, so every recipe and the checkpoint take it) whose
+    batches come from one :class:`DataStream` per task.
 
     Args:
         dataset: every task's examples (e.g. :meth:`comlrl.algos.rollout.mixture.MixtureTask.load`).
@@ -39,8 +42,7 @@ class MixtureStream:
         seed: int = 0,
         shuffle: bool = True,
     ) -> None:
-        if len(dataset) == 0:
-            raise ValueError("the dataset is empty; nothing to train on.")
+        super().__init__(dataset, seed=seed, shuffle=shuffle)  # checks it is not empty
         parts: dict[str, list[Mapping[str, Any]]] = {name: [] for name in weights}
         for ex in dataset:
             name = task_of(ex)
@@ -63,11 +65,6 @@ class MixtureStream:
         }
         self.rng = random.Random(seed)
         self.drawn = dict.fromkeys(self.names, 0)
-
-    @property
-    def epoch(self) -> int:
-        """The most epochs any task has started (a single-task stream's ``epoch``)."""
-        return max(s.epoch for s in self.streams.values())
 
     def next_batch(self, size: int) -> list[Mapping[str, Any]]:
         """The next ``size`` examples: a task drawn by weight for each, then that task's
@@ -108,3 +105,20 @@ class MixtureStream:
         self.drawn = {name: int(state["drawn"][name]) for name in self.names}
         for name, stream in self.streams.items():
             stream.load_state_dict(state["streams"][name])
+
+
+def example_stream(
+    dataset: Sequence[Mapping[str, Any]], *, seed: int, shuffle: bool = True, task: Any = None
+) -> DataStream:
+    """The example stream of a run: a :class:`MixtureStream` weighted as ``task.mixture``
+    when ``task`` (a :class:`~comlrl.algos.training.config.TaskConfig`, or ``None``) names a
+    mixture, else a :class:`DataStream`.
+
+    Raises:
+        ValueError: as those classes' constructors.
+    """
+    mixture = getattr(task, "mixture", None)
+    if mixture:
+        weights = {entry.name: entry.weight for entry in mixture}
+        return MixtureStream(dataset, weights, task_of, seed=seed, shuffle=shuffle)
+    return DataStream(dataset, seed=seed, shuffle=shuffle)

@@ -16,10 +16,9 @@ from comlrl.algos.models import distributed as dp
 from comlrl.algos.models.devices import agent_placement
 from comlrl.algos.models.lora import attach_lora, model_key, reference_model
 from comlrl.algos.rollout.environment import Environment
-from comlrl.algos.rollout.mixture import task_of
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed
 from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.data_mixture import MixtureStream
+from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.diagnostics import warn_if_cannot_learn
 from comlrl.algos.training.steps import (
     AgentPool,
@@ -43,7 +42,7 @@ class GroupBaselineRun:
     config: TrainConfig
     agents: list[Any]
     env: Environment
-    data: DataStream | MixtureStream
+    data: DataStream
     optimizers: list[torch.optim.Optimizer]
     ref_models: list[Any] | None
     sampling: SamplingParams
@@ -126,12 +125,8 @@ def setup(
             "lower num_turns, use a multi-turn task, or pass a transition callback."
         )
     try:
-        data: DataStream | MixtureStream
-        if config.task.mixture:  # each prompt's task drawn by weight (task.mixture)
-            weights = {m.name: m.weight for m in config.task.mixture}
-            data = MixtureStream(dataset, weights, task_of, config.seed, config.shuffle)
-        else:
-            data = DataStream(dataset, seed=config.seed, shuffle=config.shuffle)
+        # task.mixture: each prompt's task drawn by weight
+        data = example_stream(dataset, seed=config.seed, shuffle=config.shuffle, task=config.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if eval_dataset is not None:
