@@ -9,7 +9,8 @@ any number of processes);
 recipes and extras (:mod:`comlrl.algos.cli.info`); ``comlrl plot RUN_DIR`` remakes a run's
 ``reward_curve.png`` from its ``metrics.jsonl`` (:mod:`comlrl.algos.cli.plot`);
 ``comlrl collect`` writes SFT rows of the sampled joint actions that reach a reward
-(:mod:`comlrl.algos.cli.collect`).
+(:mod:`comlrl.algos.cli.collect`); ``comlrl serve`` hosts whole tasks for trainers on
+other machines (:mod:`comlrl.algos.cli.serve`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     from comlrl.algos.cli.collect import add_collect_parser
 
     add_collect_parser(sub)
+    from comlrl.algos.cli.serve import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -328,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from comlrl.algos.cli.info import run_info
 
         return run_info(args)
+    if args.command == "serve":
+        from comlrl.algos.cli.serve import run_serve
+
+        return run_serve(args)
     if args.command == "collect":
         from comlrl.algos.cli.collect import run_collect
 

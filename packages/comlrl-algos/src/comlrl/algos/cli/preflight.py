@@ -225,13 +225,27 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
 
 
 def build_task(task_config: TaskConfig) -> Any:
-    """The task ``task_config`` names: one registered task built with its ``kwargs``, or,
-    with ``mixture``, a :class:`~comlrl.algos.rollout.mixture.MixtureTask` of its entries.
+    """The task ``task_config`` names: one registered task built with its ``kwargs``; with
+    ``mixture``, a :class:`~comlrl.algos.rollout.mixture.MixtureTask` of its entries; with
+    ``remote``, a :class:`~comlrl.algos.rollout.remote_task.RemoteTask` on those servers.
 
     Raises:
         ConfigError: an unknown task, options a task rejects (with its options and
-            defaults), or mixture tasks for different numbers of agents.
+            defaults), mixture tasks for different numbers of agents, or task servers that
+            do not answer or serve another task or version.
     """
+    if task_config.remote:
+        from comlrl.algos.rollout.remote_task import RemoteTask
+
+        try:
+            return RemoteTask(
+                task_config.name,
+                task_config.remote,
+                kwargs=task_config.kwargs,
+                timeout_s=task_config.remote_timeout_s,
+            )
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"task.remote: {exc}") from None
     if not task_config.mixture:
         return _one_task(task_config.name, task_config.kwargs)
     from comlrl.algos.rollout.mixture import MixtureTask

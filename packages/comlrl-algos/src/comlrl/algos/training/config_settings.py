@@ -45,8 +45,12 @@ class TaskConfig(BaseModel):
         remote_workers: ``"host:port"`` addresses of reward workers serving this task
             (``python -m comlrl.envs.remote serve --task NAME ...``); empty: the reward runs
             in this process. Data, prompts and feedback stay local either way.
-        remote_timeout_s: seconds a reward worker may stay silent on a request before its
-            joint actions are retried on another worker.
+        remote_timeout_s: seconds a reward worker (or task server) may stay silent on a
+            request before it is retried on another one.
+        remote: ``"host:port"`` addresses of task servers (``comlrl serve --task NAME``)
+            that host the whole task, data, prompts, feedback and reward
+            (:class:`~comlrl.algos.rollout.remote_task.RemoteTask`); this machine then needs
+            no task suite installed. ``kwargs`` must be the options the servers run it with.
         mixture: train on several tasks at once (:class:`MixtureEntry` each: name, weight,
             kwargs), e.g. ``task.mixture=[{name: coop_humaneval, weight: 0.5}, {name: mbpp,
             weight: 0.5}]``; ``name`` then becomes their names joined by ``+`` and
@@ -64,11 +68,19 @@ class TaskConfig(BaseModel):
     remote_workers: list[str] = Field(default_factory=list)
     remote_timeout_s: float = Field(300.0, gt=0)
     mixture: list[MixtureEntry] = Field(default_factory=list)
+    remote: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _mixture_names(self) -> TaskConfig:
+        if self.remote and self.remote_workers:
+            raise ValueError(
+                "task.remote (task servers) and task.remote_workers (reward workers) both set; "
+                "a served task scores its rewards on its servers: keep task.remote only"
+            )
         if not self.mixture:
             return self
+        if self.remote:
+            raise ValueError("task.remote with task.mixture is not supported; use one of them")
         names = [m.name for m in self.mixture]
         if len(set(names)) != len(names):
             raise ValueError(f"task.mixture names a task twice: {names!r}; list each task once")
@@ -87,7 +99,7 @@ class TaskConfig(BaseModel):
             object.__setattr__(self, "name", joined)
         return self
 
-    @field_validator("remote_workers")
+    @field_validator("remote_workers", "remote")
     @classmethod
     def _host_port(cls, v: list[str]) -> list[str]:
         for spec in v:
