@@ -93,6 +93,8 @@ class RemoteTask(Task):
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.timeout_s = timeout_s
         self._next = 0
+        #: calls that a server failed and the next one answered or was asked (diagnostics)
+        self.failovers = 0
         self._loaded: dict[str, list[dict[str, Any]]] = {}
         shapes, failures = set(), []
         for server in self.servers:
@@ -180,12 +182,14 @@ class RemoteTask(Task):
             except _Rejected as exc:
                 if exc.status >= 500:
                     failures.append(f"{server}: {exc.kind}: {exc.message}")
+                    self.failovers += 1
                     continue
                 if exc.kind == "not_implemented":
                     raise NotImplementedError(exc.message) from None
                 raise ValueError(f"task server {server} refused {op!r}: {exc.message}") from None
             except OSError as exc:  # refused, reset, timed out
                 failures.append(f"{server}: {exc}")
+                self.failovers += 1
         raise RemoteTaskUnavailable(
             f"no task server answered {op!r} of {self.name!r}: " + "; ".join(failures)
         )
