@@ -111,9 +111,10 @@ def test_calls_fail_over_to_the_next_server(talk_server: Any) -> None:
     dead = _address(spare)
     spare.close()  # a port nothing listens on any more
     remote = RemoteTask("talk", [dead, _address(server)])
-    for _ in range(3):  # each call starts at another server; the dead one is skipped
+    for _ in range(4):  # each call starts at another server; the dead one is skipped
         assert remote.reward([["aa"], ["a"]], [{"id": "x", "topic": "t"}]).rewards == [1.0]
-    assert task.scored == 3
+    assert task.scored == 4
+    assert remote.failovers == 1  # once failed, the dead server is asked last
     server.close()
     with pytest.raises(RewardFunctionError, match="no task server answered 'score'"):
         remote.reward([["aa"], ["a"]], [{"id": "x", "topic": "t"}])

@@ -8,7 +8,8 @@ trainer needs neither ``comlrl-envs`` nor the task's data, sandbox or tools:
 
 - **Failover**: a call goes to the servers in turn, starting one further each call; a
   server that refuses the connection, drops it, answers 5xx or stays silent past
-  ``timeout_s`` is skipped and the next one gets the same request.
+  ``timeout_s`` is skipped and the next one gets the same request; for :data:`DOWN_S`
+  seconds after that it is asked last.
 - **Idempotency, one reward per joint action**: a call keeps its request id across
   retries, and a server answers a repeated id from its cache, so a scored batch is never
   scored again on the server that scored it, and the trainer takes exactly one answer.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -38,10 +40,13 @@ from comlrl.core.wire import (
     encode_joint_action,
 )
 
-__all__ = ["TOKEN_ENV", "RemoteTask", "RemoteTaskUnavailable"]
+__all__ = ["DOWN_S", "TOKEN_ENV", "RemoteTask", "RemoteTaskUnavailable"]
 
 #: The environment variable of the shared token (the reward workers' too).
 TOKEN_ENV = "COMLRL_REMOTE_TOKEN"
+
+#: Seconds a server that failed a call is asked last (after the others).
+DOWN_S = 30.0
 
 
 class RemoteTaskUnavailable(ConnectionError):
@@ -95,6 +100,7 @@ class RemoteTask(Task):
         self._next = 0
         #: calls that a server failed and the next one answered or was asked (diagnostics)
         self.failovers = 0
+        self._down_until: dict[str, float] = {}
         self._loaded: dict[str, list[dict[str, Any]]] = {}
         shapes, failures = set(), []
         for server in self.servers:
@@ -174,25 +180,33 @@ class RemoteTask(Task):
         }
         start = self._next
         self._next = (self._next + 1) % len(self.servers)
+        order = [self.servers[(start + i) % len(self.servers)] for i in range(len(self.servers))]
+        now = time.monotonic()
+        # servers that failed lately go last (still asked when the others fail too)
+        order.sort(key=lambda s: self._down_until.get(s, 0.0) > now)
         failures = []
-        for i in range(len(self.servers)):
-            server = self.servers[(start + i) % len(self.servers)]
+        for server in order:
             try:
                 return self._request(server, "POST", "/v1/task", body)["result"]
             except _Rejected as exc:
                 if exc.status >= 500:
                     failures.append(f"{server}: {exc.kind}: {exc.message}")
-                    self.failovers += 1
+                    self._failed(server)
                     continue
                 if exc.kind == "not_implemented":
                     raise NotImplementedError(exc.message) from None
                 raise ValueError(f"task server {server} refused {op!r}: {exc.message}") from None
             except OSError as exc:  # refused, reset, timed out
                 failures.append(f"{server}: {exc}")
-                self.failovers += 1
+                self._failed(server)
         raise RemoteTaskUnavailable(
             f"no task server answered {op!r} of {self.name!r}: " + "; ".join(failures)
         )
+
+    def _failed(self, server: str) -> None:
+        """Count a failover and put ``server`` last for the next :data:`DOWN_S` seconds."""
+        self.failovers += 1
+        self._down_until[server] = time.monotonic() + DOWN_S
 
     # ------------------------------------------------------------------ Task
     def load(self, split: str = "train") -> list[dict[str, Any]]:
