@@ -96,7 +96,7 @@ LOCAL_DEPS = {
     "algos": ["core", "kernels"],
 }
 # Optional extras installed with a package for its tests (they test what the extras do).
-EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]"}
+EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]", "envs": "[serve]"}
 NEEDS_TORCH = {"kernels", "algos"}
 
 

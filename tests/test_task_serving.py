@@ -242,3 +242,27 @@ def test_comlrl_serve_hosts_a_task_until_sigterm() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+
+
+def test_the_reward_worker_runs_on_aiohttp_and_answers_errors_as_json() -> None:
+    import urllib.error
+
+    from comlrl.envs.remote import RewardServer
+
+    worker = RewardServer(_Talk(), max_body_bytes=100).start()
+    host, port = worker.address
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/v1/health", timeout=30) as resp:
+            assert "aiohttp" in resp.headers["Server"]  # not the standard library's http.server
+            assert json.loads(resp.read())["protocol"] == 1
+        for path, data, status, kind in (
+            ("/v1/score", b"x" * 101, 413, "too_large"),
+            ("/v1/nothing", b"{}", 404, "not_found"),
+        ):
+            req = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=30)
+            assert err.value.code == status
+            assert json.loads(err.value.read())["error"] == kind
+    finally:
+        worker.close()

@@ -30,7 +30,6 @@ import asyncio
 import hmac
 import json
 import os
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -45,6 +44,7 @@ from comlrl.core.wire import (
     encode_feedback,
     encode_prompt,
 )
+from comlrl.envs.remote._aio import BackgroundApp, bind, require_aiohttp
 
 __all__ = ["TaskServer"]
 
@@ -92,8 +92,7 @@ class TaskServer:
         max_concurrency: int = 8,
         cache_size: int = 1024,
     ) -> None:
-        import aiohttp  # noqa: F401  (fail here, with the extra to install, not in the thread)
-
+        require_aiohttp("the task server")
         if not tasks:
             raise ValueError("a task server needs at least one task")
         if max_concurrency < 1 or cache_size < 1:
@@ -112,17 +111,14 @@ class TaskServer:
         self.calls = 0
         self.duplicates_served = 0
         self._started = time.time()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._sock.bind((host, port))
-            self._sock.listen(128)
-        except OSError:
-            self._sock.close()
-            raise
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._sock = bind(host, port)
+        self._app = BackgroundApp(
+            self._sock,
+            self._routes,
+            name="comlrl-task-server",
+            client_max_size=512 * 2**20,
+            on_loop=self._make_semaphore,
+        )
         self._semaphore: asyncio.Semaphore | None = None
 
     @property
@@ -134,47 +130,15 @@ class TaskServer:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> TaskServer:
         """Serve on a background thread with its own event loop; returns ``self``."""
-        from aiohttp import web
-
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-            app = web.Application(client_max_size=512 * 2**20)
-            app.router.add_get("/v1/health", self._health)
-            app.router.add_post("/v1/task", self._call)
-            runner = web.AppRunner(app, access_log=None)
-            try:
-                self._semaphore = asyncio.Semaphore(self.max_concurrency)
-                loop.run_until_complete(runner.setup())
-                loop.run_until_complete(web.SockSite(runner, self._sock).start())
-            except BaseException as exc:  # reported to start()'s caller
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(runner.cleanup())
-                loop.close()
-
-        self._thread = threading.Thread(target=main, name="comlrl-task-server", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            raise failure[0]
+        self._app.start()
         return self
 
     def serve_forever(self) -> None:
         """:meth:`start`, then block until Ctrl-C; then :meth:`close`."""
         self.start()
         try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(0.5)
+            while self._app.running():
+                self._app.thread.join(0.5)  # type: ignore[union-attr]
         except KeyboardInterrupt:
             pass
         finally:
@@ -182,13 +146,17 @@ class TaskServer:
 
     def close(self) -> None:
         """Stop serving, release the socket and close every task. Safe to call twice."""
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._thread = None
+        self._app.stop()
         self._sock.close()
         for task in self.tasks.values():
             task.close()
+
+    def _make_semaphore(self) -> None:
+        self._semaphore = asyncio.Semaphore(self.max_concurrency)
+
+    def _routes(self, app: Any) -> None:
+        app.router.add_get("/v1/health", self._health)
+        app.router.add_post("/v1/task", self._call)
 
     # ------------------------------------------------------------------ handlers
     def _check_token(self, header: str | None) -> None:
