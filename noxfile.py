@@ -96,7 +96,7 @@ LOCAL_DEPS = {
     "algos": ["core", "kernels"],
 }
 # Optional extras installed with a package for its tests (they test what the extras do).
-EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]"}
+EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]", "envs": "[serve]"}
 NEEDS_TORCH = {"kernels", "algos"}
 
 
@@ -244,13 +244,15 @@ for src in sorted(pathlib.Path(sys.argv[1]).glob("*/src/comlrl/*")):
         copy = installed / path.relative_to(src)
         if not copy.is_file() or copy.read_bytes() != path.read_bytes():
             sys.exit(f"comlrl.{src.name}: installed {copy} differs from {path}")
-import datasets, gguf, hypothesis, peft, pytest, transformers, xdist
+import aiohttp, datasets, gguf, hypothesis, peft, pytest, transformers, xdist
 """
 
 
 def _install_all(session: nox.Session) -> None:
-    """The four packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests)."""
+    """The four packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests),
+    and envs' ``[serve]`` extra (aiohttp: ``comlrl serve``, ``tests/test_task_serving.py``)."""
     _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    session.install(_local(session, "envs", "[serve]"))
 
 
 def _reusable_python(session: nox.Session) -> str | None:

@@ -154,7 +154,8 @@ def test_multi_turn_runs_count_turns_from_0_in_the_closing_line_plot_and_feedbac
 
     monkeypatch.setattr(Figure, "savefig", savefig)
     plot_reward_curve(rows, tmp_path / "curve.png")
-    assert seen and seen[0][0] == "turn_0: per step" and "turn_1: per step" in seen[0]
+    # the curves are named as the metrics name them: turns count from 0
+    assert seen and seen[0][0] == "turn_0/reward_mean" and "turn_1/reward_mean" in seen[0]
     assert verdict_line({"status": "failed", "passed": 2, "total": 7}, 0).startswith(
         "Turn 0: 2 of 7 tests passed"
     )

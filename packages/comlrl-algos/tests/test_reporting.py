@@ -97,7 +97,7 @@ def test_reward_curve_without_matplotlib_prints_one_notice(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "comlrl: reward_curve.png skipped: matplotlib is not installed "
-        "(pip install 'comlrl-algos[plot]')"
+        "(pip install 'comlrl-algos[plot]', then `comlrl plot RUN_DIR` draws it)"
     ]
     assert not (tmp_path / "reward_curve.png").exists()
 

@@ -53,11 +53,25 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     return ev
 
 
+#: Recipes that train one model on a data file: their runs' configs name no task or team.
+ONE_MODEL_RECIPES = ("sft", "dpo")
+
+
 def find_run_config(model: str | Path) -> Path | None:
-    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up."""
+    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up;
+    ``None`` for a run of a one-model recipe (``algo: sft`` / ``dpo``: a model fine-tuned on
+    rows, e.g. the SFT step of SFT-then-RL), whose settings are not a team's."""
+    import yaml
+
     here = Path(model).resolve()
     for parent in list(here.parents)[:3]:
         if (parent / "config.yaml").is_file():
+            try:
+                data = yaml.safe_load((parent / "config.yaml").read_text())
+            except (OSError, yaml.YAMLError):
+                data = None
+            if isinstance(data, dict) and data.get("algo") in ONE_MODEL_RECIPES:
+                return None
             return parent / "config.yaml"
     return None
 
@@ -125,20 +139,14 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
+    from comlrl.algos.cli.preflight import build_task
     from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.core import TaskNotFoundError, get_task
 
     try:
-        task = get_task(config.task.name, **config.task.kwargs)
-    except TaskNotFoundError as exc:
+        task = build_task(config.task)  # one task, or the mixture of task.mixture
+    except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
-        return 2
-    except (TypeError, ValueError, OSError) as exc:
-        print(
-            f"comlrl: task {config.task.name!r} rejected task.kwargs={config.task.kwargs!r}: {exc}",
-            file=sys.stderr,
-        )
         return 2
     if config.task.remote_workers:
         from comlrl.algos.cli.preflight import _remote_task

@@ -234,8 +234,9 @@ def run_marlhf_iter(
     )
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.data_mixture import example_stream
     from comlrl.algos.training.reporting import summary_line
-    from comlrl.algos.training.steps import DataStream, JsonlWriter
+    from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)
@@ -290,7 +291,7 @@ def run_marlhf_iter(
             reward_model=marlhf.reward_model,
             reward_tokenizer=marlhf.reward_tokenizer,
             reward_config=config.reward,
-            data=DataStream(examples, seed=config.seed + 1),
+            data=example_stream(examples, seed=config.seed + 1, task=config.task),
             section=config,
             batch_size=config.batch_size,
             scoring_reward=config.scoring_reward,

@@ -5,7 +5,12 @@
 processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a run resumes on
 any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
-(:mod:`comlrl.algos.cli.eval`).
+(:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
+recipes and extras (:mod:`comlrl.algos.cli.info`); ``comlrl plot RUN_DIR`` remakes a run's
+``reward_curve.png`` from its ``metrics.jsonl`` (:mod:`comlrl.algos.cli.plot`);
+``comlrl collect`` writes SFT rows of the sampled joint actions that reach a reward
+(:mod:`comlrl.algos.cli.collect`); ``comlrl serve`` hosts whole tasks for trainers on
+other machines (:mod:`comlrl.algos.cli.serve`).
 
 With no config file, ``comlrl train`` runs the built-in default experiment offline on CPU:
 two agents, each a copy of the pretrained stories260k (:data:`~comlrl.algos.models.loading.DEFAULT_MODEL`),
@@ -58,6 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     from comlrl.algos.cli.eval import add_eval_parser
 
     add_eval_parser(sub)
+    from comlrl.algos.cli.info import add_info_parser
+
+    add_info_parser(sub)
+    from comlrl.algos.cli.plot import add_plot_parser
+
+    add_plot_parser(sub)
+    from comlrl.algos.cli.collect import add_collect_parser
+
+    add_collect_parser(sub)
+    from comlrl.algos.cli.serve import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -128,6 +145,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         add_train_arguments(train)
         ns = train.parse_intermixed_args(args[1:])
         ns.command = "train"
+        return ns
+    if args and args[0] == "collect":
+        from comlrl.algos.cli.collect import add_collect_parser
+
+        holder = argparse.ArgumentParser(prog="comlrl").add_subparsers(dest="command")
+        ns = add_collect_parser(holder).parse_intermixed_args(args[1:])
+        ns.command = "collect"
         return ns
     return build_parser().parse_args(args)
 
@@ -251,7 +275,7 @@ def _check_like_train(config: Any) -> None:
     Raises:
         ConfigError: what ``comlrl train`` would refuse.
     """
-    from comlrl.algos.cli.preflight import build_task, check_model_names
+    from comlrl.algos.cli.preflight import build_checked_task, check_model_names
     from comlrl.algos.training.config import TaskConfig, TrainConfig
     from comlrl.algos.training.reporting import check_report_to
 
@@ -267,7 +291,7 @@ def _check_like_train(config: Any) -> None:
             if isinstance(config, TrainConfig)
             else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
         )
-        build_task(as_train).close()
+        build_checked_task(as_train).close()
 
 
 def _config_text(algo: str, config: Any) -> str:
@@ -348,6 +372,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from comlrl.algos.cli.eval import run_eval
 
         return run_eval(args)
+    if args.command == "info":
+        from comlrl.algos.cli.info import run_info
+
+        return run_info(args)
+    if args.command == "serve":
+        from comlrl.algos.cli.serve import run_serve
+
+        return run_serve(args)
+    if args.command == "collect":
+        from comlrl.algos.cli.collect import run_collect
+
+        return run_collect(args)
+    if args.command == "plot":
+        from comlrl.algos.cli.plot import run_plot
+
+        return run_plot(args)
     if args.command == "tasks":
         return run_tasks()
     if args.command == "recipes":

@@ -15,16 +15,17 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
 from comlrl.core.task import ENVS_INSTALL
 
 __all__ = [
     "TaskInfo",
+    "build_checked_task",
+    "build_task",
     "check_model_names",
     "check_task_fits",
     "describe_tasks",
     "prepare_task",
-    "build_task",
     "task_info",
     "task_options",
 ]
@@ -210,7 +211,7 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
             unknown split, no examples, or reward workers that do not answer or serve
             another task.
     """
-    task = build_task(config)
+    task = build_checked_task(config)
     name, kwargs = config.task.name, config.task.kwargs
     try:
         if config.task.remote_workers:
@@ -234,23 +235,68 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     return task, examples
 
 
-def build_task(config: TrainConfig) -> Any:
-    """Build ``config.task`` and check it against the config (:func:`check_task_fits`),
-    loading no examples and contacting no reward worker (what ``--print-config`` checks).
+def build_checked_task(config: TrainConfig) -> Any:
+    """Build ``config.task`` (:func:`build_task`) and check it against the config
+    (:func:`check_task_fits`), loading no examples (what ``--print-config`` checks).
 
     Returns:
         the task; the caller closes it.
 
     Raises:
-        ConfigError: an unknown task, options the task rejects (with did-you-mean for a
-            misspelt ``task.kwargs.<option>`` and the task's options), or a task that
-            does not fit the config.
+        ConfigError: as :func:`build_task`, or a task that does not fit the config.
     """
+    task = build_task(config.task)
+    try:
+        check_task_fits(config, task)
+    except BaseException:
+        task.close()
+        raise
+    return task
+
+
+def build_task(task_config: TaskConfig) -> Any:
+    """The task ``task_config`` names: one registered task built with its ``kwargs``; with
+    ``mixture``, a :class:`~comlrl.algos.rollout.mixture.MixtureTask` of its entries; with
+    ``remote``, a :class:`~comlrl.algos.rollout.remote_task.RemoteTask` on those servers.
+
+    Raises:
+        ConfigError: an unknown task, options a task rejects (with its options and
+            defaults), mixture tasks for different numbers of agents, or task servers that
+            do not answer or serve another task or version.
+    """
+    if task_config.remote:
+        from comlrl.algos.rollout.remote_task import RemoteTask
+
+        try:
+            return RemoteTask(
+                task_config.name,
+                task_config.remote,
+                kwargs=task_config.kwargs,
+                timeout_s=task_config.remote_timeout_s,
+            )
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"task.remote: {exc}") from None
+    if not task_config.mixture:
+        return _one_task(task_config.name, task_config.kwargs)
+    from comlrl.algos.rollout.mixture import MixtureTask
+
+    tasks: dict[str, Any] = {}
+    try:
+        for entry in task_config.mixture:
+            where = f"task.mixture entry {entry.name!r} rejected kwargs"
+            tasks[entry.name] = _one_task(entry.name, entry.kwargs, where)
+        return MixtureTask(tasks)
+    except (ConfigError, ValueError) as exc:
+        for task in tasks.values():
+            task.close()
+        raise ConfigError(str(exc)) from None
+
+
+def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
     from comlrl.core import TaskNotFoundError, get_task
 
-    name, kwargs = config.task.name, config.task.kwargs
     try:
-        task = get_task(name, **kwargs)
+        return get_task(name, **kwargs)
     except TaskNotFoundError:
         raise ConfigError(_unknown_task(name)) from None
     except (TypeError, ValueError, OSError) as exc:
@@ -273,14 +319,9 @@ def build_task(config: TrainConfig) -> Any:
                     hints.append(f"task.kwargs.{key}: not an option of {name!r}")
         hint = "".join(f"\n  {h}" for h in hints)
         raise ConfigError(
-            f"task {name!r} rejected task.kwargs={kwargs!r}: {exc}{hint}\n  its options: {options}"
+            f"{where or f'task {name!r} rejected task.kwargs'}={kwargs!r}: {exc}{hint}\n"
+            f"  its options: {options}"
         ) from None
-    try:
-        check_task_fits(config, task)
-    except BaseException:
-        task.close()
-        raise
-    return task
 
 
 def _remote_task(config: TrainConfig, task: Any) -> Any:

@@ -16,7 +16,9 @@ evaluation set in batches, greedily (``top_k=1``) or sampled, and
     counts as passed when a joint action anywhere in its subtree passed (the team got
     there with the feedback of later turns);
   - ``turn_<t>/pass_rate``: the fraction of turn ``t``'s joint actions that passed;
-  - ``solved_rate``: the fraction of problems with a passing joint action at any turn.
+  - ``solved_rate``: the fraction of problems with a passing joint action at any turn;
+- on a task mixture (:mod:`comlrl.algos.rollout.mixture`), ``reward/<task>``: the mean
+  turn-0 reward of each task's joint actions.
 - for agents with tools, the tool metrics of
   :func:`~comlrl.algos.rollout.tool_calls.tool_metrics` (calls per completion, error kinds,
   ``tool_error_fraction``).
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.rollout.mixture import task_reward_sums
 from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.core import SamplingParams
@@ -197,6 +200,16 @@ def summarize_rollouts(rollouts: Sequence[Rollout]) -> dict[str, float]:
             episode.append(sub[0][n * k0 : (n + 1) * k0])
     out["num_problems"] = float(len(first))
     out["reward_mean"] = float(torch.cat(rewards[0]).mean())
+    per_task: dict[str, list[float]] = {}
+    for ro in rollouts:
+        for name, (total, count) in (
+            task_reward_sums(ro.turns[0].infos, ro.turns[0].rewards) or {}
+        ).items():
+            entry = per_task.setdefault(name, [0.0, 0.0])
+            entry[0] += total
+            entry[1] += count
+    for name, (total, count) in sorted(per_task.items()):
+        out[f"reward/{name}"] = total / count
     for t in sorted(rewards):
         r = torch.cat(rewards[t])
         out[f"turn_{t}/reward_mean"] = float(r.mean())

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from comlrl.algos.records import Rollout
+from comlrl.algos.rollout.mixture import task_reward_sums
 from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
 
 __all__ = [
@@ -42,6 +43,10 @@ def rollout_metrics(
     that ended in each error kind of :data:`comlrl.core.TOOL_ERROR_KINDS`, all agents)
     with ``tool_error_fraction`` (of all calls; 0 without calls).
 
+    On a task mixture (reward infos naming their task, :mod:`comlrl.algos.rollout.mixture`):
+    ``reward/<task>``, the mean turn-0 reward of that task's joint actions (absent in a
+    step that drew no example of it).
+
     When the task's reward infos carry ``hack_signals`` (the code suites of
     :mod:`comlrl.envs`: the reward-hacking patterns found in a joint action's program,
     :func:`comlrl.envs.code.hack_signals`), also ``hack_signals/count`` (joint actions of
@@ -61,7 +66,8 @@ def rollout_summary(
     """What :func:`rollout_metrics` reads, per turn, as small CPU tensors (picklable).
 
     Per turn: ``rewards`` and ``returns`` ``[N_t, K]`` float32, ``terminal`` ``[N_t, K]``
-    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32),
+    bool, ``lengths`` (per agent, completion lengths ``[B_t]`` float32), ``tasks``
+    (:func:`task_reward_sums`),
     ``advantages`` (per agent ``[B_t]`` float32, or None) and ``hacks`` (None when the
     infos carry no ``hack_signals``, else ``{"flagged": n, "<signal>": n, ...}``) and
     ``tools`` (per agent ``None`` without tools, else ``{"completions", "calls",
@@ -73,6 +79,7 @@ def rollout_summary(
             {
                 "tools": [tool_counts(s) for s in turn.agents],
                 "hacks": _hack_counts(turn.infos),
+                "tasks": task_reward_sums(turn.infos, turn.rewards),
                 "rewards": turn.rewards.detach().float().cpu(),
                 "returns": turn.returns.detach().float().cpu(),
                 "terminal": turn.terminal.detach().cpu(),
@@ -113,6 +120,21 @@ def _sum_counts(parts: Sequence[Mapping[str, int] | None]) -> dict[str, int] | N
     return total
 
 
+def _sum_task_rewards(
+    parts: Sequence[Mapping[str, Sequence[float]] | None],
+) -> dict[str, list[float]] | None:
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    total: dict[str, list[float]] = {}
+    for sums in present:
+        for name, (value, count) in sums.items():
+            entry = total.setdefault(name, [0.0, 0.0])
+            entry[0] += value
+            entry[1] += count
+    return total
+
+
 def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Concatenate :func:`rollout_summary` outputs turn by turn (a rollout may have fewer turns)."""
     turns = max(len(s) for s in summaries)
@@ -135,6 +157,7 @@ def merge_summaries(summaries: Sequence[Sequence[Mapping[str, Any]]]) -> list[di
         entry["tools"] = [
             sum_tool_counts(xs) for xs in zip(*(p.get("tools") or [] for p in parts), strict=False)
         ]
+        entry["tasks"] = _sum_task_rewards([p.get("tasks") for p in parts])
         merged.append(entry)
     return merged
 
@@ -149,6 +172,8 @@ def summary_metrics(summary: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     out["reward_max"] = float(first.max())
     out["return_mean"] = float(summary[0]["returns"].mean())
     out["num_joint_actions"] = float(sum(t["rewards"].numel() for t in summary))
+    for name, (total, count) in sorted((summary[0].get("tasks") or {}).items()):
+        out[f"reward/{name}"] = total / count
     lengths: dict[int, list[torch.Tensor]] = {}
     advs: dict[int, list[torch.Tensor]] = {}
     for t, turn in enumerate(summary):

@@ -196,7 +196,13 @@ class RewardCurveReporter:
         self.written: Path | None = None
 
     def log(self, row: Mapping[str, Any]) -> None:
-        self.rows.append({k: v for k, v in row.items() if k == "step" or k.endswith("reward_mean")})
+        self.rows.append(
+            {
+                k: v
+                for k, v in row.items()
+                if k == "step" or k.endswith("reward_mean") or k.startswith("reward/")
+            }
+        )
 
     def close(self) -> None:
         if not self.rows:
@@ -204,7 +210,7 @@ class RewardCurveReporter:
         if missing_extra("plot") is not None:
             print(
                 f"comlrl: {self.path.name} skipped: matplotlib is not installed "
-                "(pip install 'comlrl-algos[plot]')",
+                "(pip install 'comlrl-algos[plot]', then `comlrl plot RUN_DIR` draws it)",
                 file=sys.stderr,
             )
             return

@@ -3,7 +3,8 @@ run's closing summary line.
 
 :func:`read_metrics` reads ``metrics.jsonl`` (a resumed run counted once),
 :func:`reward_series` takes each turn's mean joint reward out of the rows,
-:func:`plot_reward_curve` draws them with a rolling mean (extra ``comlrl-algos[plot]``),
+:func:`plot_reward_curve` draws the curves of :func:`curve_series` (each labelled with its
+metric name, integer step ticks) with a rolling mean (extra ``comlrl-algos[plot]``),
 and :func:`summary_line` is the closing line (first- and last-quarter mean reward). The
 reporter that writes ``reward_curve.png``: :mod:`comlrl.algos.training.reporting`.
 """
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "curve_series",
     "plot_reward_curve",
+    "reward_figure",
     "quarter_means",
     "read_metrics",
     "reward_series",
@@ -68,49 +71,69 @@ def _default_window(n: int) -> int:
     return max(1, min(25, round(n / 10)))
 
 
-def plot_reward_curve(
+def curve_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
+    """The curves of a reward plot, keyed by their metric name: every ``turn_<t>/reward_mean``
+    (in turn order; ``reward_mean`` when no row has per-turn keys), then every
+    ``reward/<task>`` of a task mixture (in name order). Non-finite values are left out."""
+    rows = list(rows)
+    names: set[str] = set()
+    for row in rows:
+        names.update(k for k in row if k.startswith("turn_") and k.endswith("/reward_mean"))
+    turns = sorted(names, key=lambda k: int(k[len("turn_") : -len("/reward_mean")]))
+    if not turns and any("reward_mean" in row for row in rows):
+        turns = ["reward_mean"]
+    tasks = sorted({k for row in rows for k in row if k.startswith("reward/")})
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for name in [*turns, *tasks]:
+        steps, values = out.setdefault(name, ([], []))
+        for row in rows:
+            value = row.get(name)
+            if isinstance(value, (int, float)) and math.isfinite(float(value)):
+                steps.append(int(row["step"]))
+                values.append(float(value))
+    return {k: v for k, v in out.items() if v[0]}
+
+
+def reward_figure(
     rows: Sequence[Mapping[str, Any]],
-    path: str | Path,
     *,
     window: int | None = None,
     title: str | None = None,
-) -> Path:
-    """Write a PNG of the per-step mean joint reward and its rolling mean, one colour per turn
-    (labelled ``turn_<t>`` as the metric keys are: ``turn_0`` is the first turn).
+) -> Any:
+    """A matplotlib ``Figure`` of the per-step mean joint reward and its rolling mean, one
+    colour per curve of :func:`curve_series`, each labelled with its metric name
+    (``turn_0/reward_mean``, ``reward/mbpp``); the step axis has integer ticks only.
 
     Args:
         rows: metrics rows (``step``, ``turn_<t>/reward_mean``), e.g. ``metrics.jsonl``.
-        path: the PNG to write.
         window: rolling-mean window in steps (default: a tenth of the steps, 1 to 25).
         title: figure title.
-
-    Returns:
-        ``path``.
 
     Raises:
         ImportError: matplotlib is not installed (``pip install 'comlrl-algos[plot]'``).
         ValueError: no row has a reward.
     """
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+    from matplotlib.ticker import MaxNLocator
 
-    series = reward_series(rows)
+    series = curve_series(rows)
     if not series:
         raise ValueError("no metrics row has a reward (turn_<t>/reward_mean); nothing to plot")
     n = max(len(steps) for steps, _ in series.values())
     window = window or _default_window(n)
     fig = Figure(figsize=(8, 4.5), dpi=100)
     ax = fig.add_subplot()
-    for t, (steps, values) in series.items():
-        color = f"C{t % 10}"
-        label = f"turn_{t}: " if len(series) > 1 else ""  # as the metric keys count turns
-        ax.plot(steps, values, color=color, alpha=0.3, linewidth=1, label=f"{label}per step")
+    for i, (name, (steps, values)) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        ax.plot(steps, values, color=color, alpha=0.3, linewidth=1, marker=".", label=name)
         ax.plot(
             steps,
             rolling_mean(values, window),
             color=color,
             linewidth=2.2,
-            label=f"{label}rolling mean ({window} steps)",
+            label=f"{name}, rolling mean ({window} steps)",
         )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("mean joint reward")
     ax.grid(True, alpha=0.3)
@@ -118,6 +141,23 @@ def plot_reward_curve(
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot_reward_curve(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    window: int | None = None,
+    title: str | None = None,
+) -> Path:
+    """Write :func:`reward_figure` of ``rows`` to the PNG ``path``; returns ``path``.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install 'comlrl-algos[plot]'``).
+        ValueError: no row has a reward.
+    """
+    fig = reward_figure(rows, window=window, title=title)
     path = Path(path)
     fig.savefig(path)
     return path

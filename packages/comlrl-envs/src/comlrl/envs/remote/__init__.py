@@ -11,9 +11,10 @@ hangs past the timeout is retried on the others, and every joint action gets exa
 reward (idempotent request ids, results kept by joint-action id). ``python -m
 comlrl.envs.remote health HOST:PORT ...`` prints each worker's health check.
 
-The transport is the standard library's HTTP server and client with JSON bodies: no
-dependency beyond Python, and arbitrary completion text (control characters included)
-travels intact. Nothing here imports torch.
+The transport is JSON over HTTP: the worker runs on aiohttp (extra ``comlrl-envs[serve]``,
+shared with the task server of ``comlrl serve``, :mod:`comlrl.envs.remote.task_server`),
+the trainer's client is the standard library's; arbitrary completion text (control
+characters included) travels intact. Nothing here imports torch.
 """
 
 from __future__ import annotations

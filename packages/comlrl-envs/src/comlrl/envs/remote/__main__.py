@@ -76,6 +76,10 @@ def _serve(args: argparse.Namespace) -> int:
             token=os.environ.get(args.token_env),
             task_kwargs=kwargs,
         )
+    except ImportError as exc:  # aiohttp missing: the message names the extra
+        task.close()
+        print(f"comlrl-remote: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         task.close()
         print(f"comlrl-remote: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)

@@ -2,11 +2,12 @@
 
 The worker builds the task once (``get_task(name, **kwargs)``, or a ``"module:attr"``
 factory) and answers ``POST /v1/score`` and ``GET /v1/health`` (wire format in
-:mod:`comlrl.envs.remote._protocol`). It runs on the standard library's
-:class:`http.server.ThreadingHTTPServer`: one thread per connection, so health checks are
-answered while a batch is being scored; the task's reward itself runs one request at a
-time (the task's own sandbox pool gives the parallelism inside a request, and task
-objects are not promised to be thread-safe).
+:mod:`comlrl.envs.remote._protocol`). It runs on aiohttp (extra ``comlrl-envs[serve]``,
+the stack of :mod:`comlrl.envs.remote.task_server` too): an event loop on a background
+thread hands each scoring request to a worker thread, at most ``max_concurrency`` at once,
+so health checks are answered while a batch is being scored; the task's reward itself
+runs one request at a time (the task's own sandbox pool gives the parallelism inside a
+request, and task objects are not promised to be thread-safe).
 
 Idempotency: each request carries a ``request_id``. A request whose id is being scored
 already waits for that run and gets its answer; one whose id was answered recently (the
@@ -20,6 +21,7 @@ cluster-internal address and set a shared token (``COMLRL_REMOTE_TOKEN``).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -29,11 +31,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import import_module
 from typing import Any
 
 from comlrl.core import RewardBatch, Task, get_task
+from comlrl.envs.remote._aio import BackgroundApp, bind, require_aiohttp
 from comlrl.envs.remote._protocol import PROTOCOL_VERSION, dumps, is_number
 
 __all__ = ["RewardServer", "build_task"]
@@ -99,10 +101,12 @@ class RewardServer:
             client can see that it scores the task it expects.
         cache_size: answered request ids remembered for idempotent retries.
         max_body_bytes: largest request accepted (413 beyond).
+        max_concurrency: scoring requests handed to worker threads at once (more wait).
 
     Raises:
+        ImportError: aiohttp is not installed (``pip install 'comlrl-envs[serve]'``).
         OSError: the address cannot be bound (e.g. port in use).
-        ValueError: ``cache_size < 1`` or ``max_body_bytes < 1``.
+        ValueError: ``cache_size``, ``max_body_bytes`` or ``max_concurrency`` below 1.
     """
 
     def __init__(
@@ -115,11 +119,15 @@ class RewardServer:
         task_kwargs: Mapping[str, Any] | None = None,
         cache_size: int = 256,
         max_body_bytes: int = 256 * 2**20,
+        max_concurrency: int = 8,
     ) -> None:
-        if cache_size < 1 or max_body_bytes < 1:
+        require_aiohttp("the reward worker")
+        if cache_size < 1 or max_body_bytes < 1 or max_concurrency < 1:
             raise ValueError(
-                f"cache_size and max_body_bytes must be >= 1, got {cache_size}, {max_body_bytes}"
+                "cache_size, max_body_bytes and max_concurrency must be >= 1, got "
+                f"{cache_size}, {max_body_bytes}, {max_concurrency}"
             )
+        self.max_concurrency = max_concurrency
         self.task = task
         self.token = token or None
         self.task_kwargs = dict(task_kwargs or {})
@@ -133,42 +141,90 @@ class RewardServer:
         self.items_scored = 0
         self.duplicates_served = 0
         self._started = time.time()
-        self._httpd = ThreadingHTTPServer((host, port), _Handler)
-        self._httpd.daemon_threads = True
-        self._httpd.app = self  # type: ignore[attr-defined]
-        self._thread: threading.Thread | None = None
+        self._sock = bind(host, port)
+        self._app = BackgroundApp(
+            self._sock,
+            self._routes,
+            name="comlrl-reward-server",
+            client_max_size=max_body_bytes + 1,
+            on_loop=self._make_semaphore,
+        )
+        self._closed = False
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound ``(host, port)`` (the real port when constructed with ``port=0``)."""
-        host, port = self._httpd.server_address[:2]
+        host, port = self._sock.getsockname()[:2]
         return str(host), int(port)
 
     def serve_forever(self) -> None:
         """Answer requests until :meth:`shutdown` is called (from another thread)."""
-        self._httpd.serve_forever(poll_interval=0.2)
+        self.start()
+        while self._app.running():
+            self._app.thread.join(0.2)  # type: ignore[union-attr]
 
     def start(self) -> RewardServer:
-        """Serve in a background daemon thread; returns ``self``."""
-        self._thread = threading.Thread(
-            target=self.serve_forever, name="comlrl-reward-server", daemon=True
-        )
-        self._thread.start()
+        """Serve on a background daemon thread (its own event loop); returns ``self``."""
+        self._app.start()
         return self
 
     def shutdown(self) -> None:
-        """Stop accepting requests (requests in flight finish on their threads)."""
-        self._httpd.shutdown()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        """Stop accepting requests and answering (the event loop stops)."""
+        self._app.stop()
+
+    def _make_semaphore(self) -> None:
+        self._semaphore = asyncio.Semaphore(self.max_concurrency)
+
+    def _routes(self, app: Any) -> None:
+        app.router.add_get("/v1/health", self._http_health)
+        app.router.add_post("/v1/score", self._http_score)
+        app.router.add_route("*", "/{tail:.*}", self._http_not_found)
 
     def close(self) -> None:
         """Stop serving, release the socket and close the task. Safe to call twice."""
-        if self._thread is not None:
-            self.shutdown()
-        self._httpd.server_close()
-        self.task.close()
+        self.shutdown()
+        self._sock.close()
+        if not self._closed:
+            self._closed = True
+            self.task.close()
+
+    # ------------------------------------------------------------------ HTTP (aiohttp)
+    @staticmethod
+    def _http(status: int, body: bytes) -> Any:
+        from aiohttp import web
+
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    async def _http_health(self, request: Any) -> Any:
+        try:
+            self.check_token(request.headers.get("Authorization"))
+        except _RequestError as exc:
+            return self._http(*_error(exc.status, exc.kind, exc.message))
+        return self._http(200, dumps(self.health()))
+
+    async def _http_not_found(self, request: Any) -> Any:
+        return self._http(
+            *_error(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {request.path!r}")
+        )
+
+    async def _http_score(self, request: Any) -> Any:
+        try:
+            self.check_token(request.headers.get("Authorization"))
+            length = request.content_length
+            if length is not None and length > self.max_body_bytes:
+                raise _RequestError(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    "too_large",
+                    f"request of {length} bytes is over this worker's {self.max_body_bytes}; "
+                    "send smaller chunks (chunk_size=)",
+                )
+            body = await request.read()
+        except _RequestError as exc:
+            return self._http(*_error(exc.status, exc.kind, exc.message))
+        async with self._semaphore:
+            loop = asyncio.get_running_loop()
+            status, answer = await loop.run_in_executor(None, self.score, body)
+        return self._http(status, answer)
 
     # ------------------------------------------------------------------ handlers
     def check_token(self, header: str | None) -> None:
@@ -349,61 +405,3 @@ class RewardServer:
 
 def _error(status: HTTPStatus, kind: str, message: str) -> tuple[int, bytes]:
     return int(status), dumps({"error": kind, "message": message})
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "comlrl-reward-worker"
-
-    @property
-    def app(self) -> RewardServer:
-        return self.server.app  # type: ignore[attr-defined,no-any-return]
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if self.path != "/v1/health":
-            self._send(*_error(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {self.path!r}"))
-            return
-        try:
-            self.app.check_token(self.headers.get("Authorization"))
-        except _RequestError as exc:
-            self._send(*_error(exc.status, exc.kind, exc.message))
-            return
-        self._send(200, dumps(self.app.health()))
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        if self.path != "/v1/score":
-            self._send(*_error(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {self.path!r}"))
-            return
-        try:
-            self.app.check_token(self.headers.get("Authorization"))
-            length = int(self.headers.get("Content-Length") or -1)
-            if length < 0:
-                raise _RequestError(
-                    HTTPStatus.LENGTH_REQUIRED, "bad_request", "Content-Length required"
-                )
-            if length > self.app.max_body_bytes:
-                raise _RequestError(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                    "too_large",
-                    f"request of {length} bytes is over this worker's {self.app.max_body_bytes}; "
-                    "send smaller chunks (chunk_size=)",
-                )
-        except _RequestError as exc:
-            self._send(*_error(exc.status, exc.kind, exc.message))
-            return
-        except ValueError:
-            self._send(
-                *_error(HTTPStatus.BAD_REQUEST, "bad_request", "Content-Length is not an integer")
-            )
-            return
-        body = self.rfile.read(length)
-        self._send(*self.app.score(body))
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
-        log.debug("%s %s", self.address_string(), format % args)

@@ -18,6 +18,7 @@ from comlrl.algos.models.lora import attach_lora, model_key, reference_model
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.diagnostics import warn_if_cannot_learn
 from comlrl.algos.training.steps import (
     AgentPool,
@@ -124,7 +125,8 @@ def setup(
             "lower num_turns, use a multi-turn task, or pass a transition callback."
         )
     try:
-        data = DataStream(dataset, seed=config.seed, shuffle=config.shuffle)
+        # task.mixture: each prompt's task drawn by weight
+        data = example_stream(dataset, seed=config.seed, shuffle=config.shuffle, task=config.task)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if eval_dataset is not None:

@@ -35,6 +35,7 @@ from comlrl.algos.records import PolicyBatch
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.loop import (
     RecipeLoop,
     StepResult,
@@ -114,7 +115,7 @@ def madpo_setup(
             f"{len(ref_models)} reference models for {n} agents; give one per agent or None."
         )
     try:
-        data = DataStream(dataset, seed=config.seed)
+        data = example_stream(dataset, seed=config.seed, task=getattr(config, "task", None))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     torch.manual_seed(config.seed)

@@ -18,7 +18,7 @@ from comlrl.algos.recipes.preference.recipe import (
 )
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.steps import DataStream
+from comlrl.algos.training.data_mixture import example_stream
 from comlrl.core import SamplingParams, Task
 from comlrl.core.prompts import prompt_text
 
@@ -107,7 +107,7 @@ class MARLHFTrainer:
             agents=self.agents,
             ref_models=[],
             env=self.env,
-            data=DataStream(self.dataset, seed=cfg.seed),
+            data=example_stream(self.dataset, seed=cfg.seed, task=getattr(cfg, "task", None)),
             optimizers=[],
             sampling=SamplingParams.from_config(cfg, cfg.num_candidates),
             tree=TreeSettings(num_turns=1, joint_mode=cfg.joint_mode),

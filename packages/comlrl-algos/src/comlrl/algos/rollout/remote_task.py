@@ -1,0 +1,271 @@
+"""A task served on other machines (``comlrl serve``) as a local :class:`comlrl.core.Task`.
+
+:class:`RemoteTask` sends every call of the task interface (``load``, ``prompts``,
+``feedback``, ``reward``) to task servers (:mod:`comlrl.envs.remote.task_server`) as JSON
+over HTTP (wire format :mod:`comlrl.core.wire`), with the standard library's client, so a
+trainer needs neither ``comlrl-envs`` nor the task's data, sandbox or tools:
+``task.remote=[HOST:PORT, ...]`` in a run's config.
+
+- **Failover**: a call goes to the servers in turn, starting one further each call; a
+  server that refuses the connection, drops it, answers 5xx or stays silent past
+  ``timeout_s`` is skipped and the next one gets the same request; for :data:`DOWN_S`
+  seconds after that it is asked last.
+- **Idempotency, one reward per joint action**: a call keeps its request id across
+  retries, and a server answers a repeated id from its cache, so a scored batch is never
+  scored again on the server that scored it, and the trainer takes exactly one answer.
+- **Auth**: ``token`` (default ``COMLRL_REMOTE_TOKEN``) goes as a bearer token.
+- **Versions**: the servers' health checks are read first: a server of another protocol
+  version, one that does not serve the task, or one that serves it with other options
+  is an error naming it, before any training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from comlrl.core import Feedback, JointAction, RewardBatch, RewardFunctionError, Task
+from comlrl.core.prompts import Prompt
+from comlrl.core.wire import (
+    TASK_PROTOCOL,
+    decode_feedback,
+    decode_prompt,
+    encode_feedback,
+    encode_joint_action,
+)
+
+__all__ = ["DOWN_S", "TOKEN_ENV", "RemoteTask", "RemoteTaskUnavailable"]
+
+#: The environment variable of the shared token (the reward workers' too).
+TOKEN_ENV = "COMLRL_REMOTE_TOKEN"
+
+#: Seconds a server that failed a call is asked last (after the others).
+DOWN_S = 30.0
+
+
+class RemoteTaskUnavailable(ConnectionError):
+    """No task server answered a call (each server's failure is in the message)."""
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def _url(address: str, path: str) -> str:
+    address = address.strip().removeprefix("http://").rstrip("/")
+    return f"http://{address}{path}"
+
+
+class RemoteTask(Task):
+    """The task ``name`` as served by ``servers`` (see the module docstring).
+
+    Args:
+        name: the served task's name.
+        servers: ``"host:port"`` of each task server.
+        kwargs: the options the task must be served with (checked against each server's
+            health answer; ``None``: not checked).
+        token: bearer token (default: the ``COMLRL_REMOTE_TOKEN`` environment variable).
+        timeout_s: seconds a server may stay silent on a call before the next one is tried.
+
+    Raises:
+        ValueError: no servers, a server of another protocol version, one that refuses the
+            token, does not serve ``name`` or serves it with other options, or servers that
+            disagree on the task's agents or turns.
+        RemoteTaskUnavailable: no server answered the health check.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        servers: Sequence[str],
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        token: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        if not servers:
+            raise ValueError("a remote task needs at least one server address (HOST:PORT)")
+        self.name = name
+        self.servers = [str(s) for s in servers]
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.timeout_s = timeout_s
+        self._next = 0
+        #: calls that a server failed and the next one answered or was asked (diagnostics)
+        self.failovers = 0
+        self._down_until: dict[str, float] = {}
+        self._loaded: dict[str, list[dict[str, Any]]] = {}
+        shapes, failures = set(), []
+        for server in self.servers:
+            try:
+                health = self._request(server, "GET", "/v1/health", None)
+            except _Rejected as exc:
+                if exc.status >= 500:
+                    failures.append(f"{server}: {exc.message}")
+                    continue
+                raise ValueError(f"task server {server}: {exc.message}") from None
+            except OSError as exc:
+                failures.append(f"{server}: {exc}")
+                continue
+            if health.get("protocol") != TASK_PROTOCOL:
+                raise ValueError(
+                    f"task server {server} speaks task protocol {health.get('protocol')!r}, "
+                    f"this client {TASK_PROTOCOL} (a reward worker of `python -m "
+                    "comlrl.envs.remote serve` is not a task server: start `comlrl serve`); "
+                    "install the same comlrl version on both sides"
+                )
+            served = health.get("tasks") or {}
+            if name not in served:
+                raise ValueError(
+                    f"task server {server} serves {sorted(served)}, not {name!r}; start it "
+                    f"with `comlrl serve --task {name}` or fix task.name"
+                )
+            info = served[name]
+            if kwargs is not None and dict(info.get("kwargs") or {}) != dict(kwargs):
+                raise ValueError(
+                    f"task server {server} serves {name!r} with options {info.get('kwargs')!r} "
+                    f"but this run asks for {dict(kwargs)!r}; start the server with the run's "
+                    "task options or set them to the server's"
+                )
+            shapes.add((int(info["num_agents"]), int(info["max_turns"])))
+        if not shapes:
+            raise RemoteTaskUnavailable(
+                f"no task server answered for {name!r}: " + "; ".join(failures)
+            )
+        if len(shapes) > 1:
+            raise ValueError(f"the task servers of {name!r} disagree on (agents, turns): {shapes}")
+        self.num_agents, self.max_turns = shapes.pop()
+
+    # ------------------------------------------------------------------ transport
+    def _request(self, server: str, method: str, path: str, body: Any) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(_url(server, path), data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                err = json.loads(exc.read())
+            except ValueError:
+                err = {}
+            raise _Rejected(
+                exc.code, str(err.get("error", "http_error")), str(err.get("message", exc))
+            ) from None
+
+    def _call(self, op: str, **fields: Any) -> Any:
+        """One call, failing over across the servers with one request id.
+
+        Raises:
+            NotImplementedError: the task has no such call (single-turn ``feedback``).
+            ValueError: the task rejected the call (the same on any server), or a
+                protocol, token or task mismatch.
+            RemoteTaskUnavailable: every server failed.
+        """
+        body = {
+            "protocol": TASK_PROTOCOL,
+            "request_id": uuid.uuid4().hex,
+            "task": self.name,
+            "op": op,
+            **fields,
+        }
+        start = self._next
+        self._next = (self._next + 1) % len(self.servers)
+        order = [self.servers[(start + i) % len(self.servers)] for i in range(len(self.servers))]
+        now = time.monotonic()
+        # servers that failed lately go last (still asked when the others fail too)
+        order.sort(key=lambda s: self._down_until.get(s, 0.0) > now)
+        failures = []
+        for server in order:
+            try:
+                return self._request(server, "POST", "/v1/task", body)["result"]
+            except _Rejected as exc:
+                if exc.status >= 500:
+                    failures.append(f"{server}: {exc.kind}: {exc.message}")
+                    self._failed(server)
+                    continue
+                if exc.kind == "not_implemented":
+                    raise NotImplementedError(exc.message) from None
+                raise ValueError(f"task server {server} refused {op!r}: {exc.message}") from None
+            except OSError as exc:  # refused, reset, timed out
+                failures.append(f"{server}: {exc}")
+                self._failed(server)
+        raise RemoteTaskUnavailable(
+            f"no task server answered {op!r} of {self.name!r}: " + "; ".join(failures)
+        )
+
+    def _failed(self, server: str) -> None:
+        """Count a failover and put ``server`` last for the next :data:`DOWN_S` seconds."""
+        self.failovers += 1
+        self._down_until[server] = time.monotonic() + DOWN_S
+
+    # ------------------------------------------------------------------ Task
+    def load(self, split: str = "train") -> list[dict[str, Any]]:
+        """The served task's ``split`` (fetched once per split)."""
+        if split not in self._loaded:
+            self._loaded[split] = list(self._call("load", split=split))
+        return self._loaded[split]
+
+    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Prompt]:
+        data = self._call(
+            "prompts", example=dict(example), history=[encode_feedback(h) for h in history]
+        )
+        return [decode_prompt(p) for p in data]
+
+    def feedback(
+        self,
+        example: Mapping[str, Any],
+        joint_action: JointAction,
+        info: Mapping[str, Any],
+        turn: int,
+    ) -> Feedback:
+        data = self._call(
+            "feedback",
+            example=dict(example),
+            joint_action=encode_joint_action(joint_action),
+            info=dict(info),
+            turn=int(turn),
+        )
+        return decode_feedback(data)
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> RewardBatch:
+        """Score ``K`` joint actions on a server (each distinct example sent once).
+
+        Raises:
+            RewardFunctionError: the servers rejected or could not score the batch.
+        """
+        k = self.check_joint_batch(completions, examples)
+        unique: list[Mapping[str, Any]] = []
+        index: list[int] = []
+        seen: dict[int, int] = {}
+        for ex in examples:
+            if id(ex) not in seen:
+                seen[id(ex)] = len(unique)
+                unique.append(ex)
+            index.append(seen[id(ex)])
+        try:
+            data = self._call(
+                "score",
+                examples=[dict(ex) for ex in unique],
+                example_index=index,
+                completions=[list(c) for c in completions],
+            )
+        except (ValueError, RemoteTaskUnavailable) as exc:
+            raise RewardFunctionError(f"remote task {self.name!r}: {exc}") from None
+        rewards = [float(r) for r in data["rewards"]]
+        if len(rewards) != k:
+            raise RewardFunctionError(
+                f"remote task {self.name!r} returned {len(rewards)} rewards for {k} joint actions"
+            )
+        return RewardBatch(rewards, [dict(i) for i in data["infos"]])
