@@ -283,9 +283,11 @@ def hf_generate(
     if stop is not None:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        hook = stop
+
         class _Stop(StoppingCriteria):  # type: ignore[misc]
             def __call__(self, ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-                return stop(ids[:, -1])
+                return hook(ids[:, -1])
 
         criteria = StoppingCriteriaList([_Stop()])
     out = model.generate(
