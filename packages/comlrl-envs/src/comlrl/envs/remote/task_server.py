@@ -166,6 +166,9 @@ class TaskServer:
         self._running: dict[str, asyncio.Future[tuple[int, str]]] = {}
         self._loads: dict[tuple[str, str], list[Any]] = {}
         self.calls = 0
+        #: tool calls run here (a repeated request id is not run again, not counted)
+        self.tool_calls = 0
+        self._tool_count_lock = threading.Lock()
         self.duplicates_served = 0
         self._started = time.time()
         self._sock = bind(host, port)
@@ -250,6 +253,7 @@ class TaskServer:
             "in_flight": len(self._running),
             "max_concurrency": self.max_concurrency,
             "calls": self.calls,
+            "tool_calls": self.tool_calls,
             "duplicates_served": self.duplicates_served,
             "pid": os.getpid(),
             "uptime_s": time.time() - self._started,
@@ -363,6 +367,8 @@ class TaskServer:
                 f"agent {agent} of {name!r} has no tool {tool_name!r} "
                 f"(tools: {sorted(per_agent[agent]) or 'none'})",
             )
+        with self._tool_count_lock:
+            self.tool_calls += 1
         return _run_tool(tool, arguments)
 
     def _run(self, task: Task, name: str, body: Mapping[str, Any]) -> Any:
