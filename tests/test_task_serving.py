@@ -411,7 +411,12 @@ class _ScriptedSampler:
         self.tokenizer = tokenizer
 
     def sample(
-        self, input_ids: Any, attention_mask: Any, params: Any, generator: Any = None, stop: Any = None
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        params: Any,
+        generator: Any = None,
+        stop: Any = None,
     ) -> Any:
         import torch
 
@@ -463,4 +468,6 @@ def test_training_on_a_served_task_runs_its_tool_calls_on_the_server(
     assert row["tool_calls_mean/agent_0"] == row["tool_calls_mean/agent_1"] == 1.0
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").open()]
     calls = [c for s in samples for agent in s["tool_calls"] for c in agent]
-    assert calls and all((c["name"], c["result"], c["error"]) == ("python", "42", None) for c in calls)
+    assert calls and all(
+        (c["name"], c["result"], c["error"]) == ("python", "42", None) for c in calls
+    )

@@ -16,7 +16,8 @@ trainer needs neither ``comlrl-envs`` nor the task's data, sandbox or tools:
 - **Tools**: :meth:`RemoteTask.tools` gives :class:`comlrl.core.Tool` s built from the
   servers' declarations, whose ``run`` runs the call on a server (its sandbox, its
   files): a :class:`~comlrl.core.ToolError` there is raised here as one (a ``"failed"``
-  result), any other failure of the tool as a :class:`RuntimeError` (``"raised"``);
+  result), a tool past its ``timeout_s`` there as a :class:`TimeoutError` (``"timeout"``),
+  any other failure of the tool as a :class:`RuntimeError` (``"raised"``);
   ``tool_format`` and ``max_tool_calls`` are the served task's.
 - **Auth**: ``token`` (default ``COMLRL_REMOTE_TOKEN``) goes as a bearer token.
 - **Versions**: the servers' health checks are read first: a server of another protocol
@@ -167,9 +168,7 @@ class RemoteTask(Task):
                 f"the task servers of {name!r} disagree on (agents, turns, tools, tool format, "
                 f"tool calls per turn): {shapes}; serve the same task version and options"
             )
-        self.num_agents, self.max_turns, tools, self.tool_format, self.max_tool_calls = (
-            shapes.pop()
-        )
+        self.num_agents, self.max_turns, tools, self.tool_format, self.max_tool_calls = shapes.pop()
         declared = json.loads(tools) or [[] for _ in range(self.num_agents)]
         self._tools = [
             tuple(self._remote_tool(a, d) for d in per_agent)
@@ -259,6 +258,8 @@ class RemoteTask(Task):
                 return str(answer["text"])
             if answer.get("error") == "failed":
                 raise ToolError(str(answer.get("message", "")))
+            if answer.get("error") == "timeout":  # a "timeout" result, as for a local tool
+                raise TimeoutError(str(answer.get("message", "")))
             raise RuntimeError(
                 f"tool {name!r} on the task server: {answer.get('error')}: {answer.get('message')}"
             )
