@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -353,10 +354,12 @@ class _Broken(_Talk):
                 raise ToolError(f"x must be >= 0, got {x}")
             if x == 0:
                 raise KeyError("zero")
+            if x == 7:
+                time.sleep(3)  # past timeout_s: the server stops waiting
             return str(x * 2)
 
         schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-        return (Tool("double", "Doubles x.", schema, run, timeout_s=5.0),) if agent == 0 else ()
+        return (Tool("double", "Doubles x.", schema, run, timeout_s=0.5),) if agent == 0 else ()
 
 
 def test_tool_errors_come_back_as_their_kinds_and_a_retried_call_runs_once() -> None:
@@ -377,6 +380,8 @@ def test_tool_errors_come_back_as_their_kinds_and_a_retried_call_runs_once() -> 
         assert kinds[1] == ("failed", "x must be >= 0, got -1")
         assert kinds[2][0] == "raised" and "KeyError" in kinds[2][1]
         assert task.runs == 3
+        with pytest.raises(TimeoutError, match="did not return within 0.5 s on the server"):
+            tools["double"].run(x=7)  # what run_tool_call reports as "timeout"
         body = {
             "protocol": TASK_PROTOCOL,
             "request_id": "tool-id",
@@ -394,7 +399,7 @@ def test_tool_errors_come_back_as_their_kinds_and_a_retried_call_runs_once() -> 
             with urllib.request.urlopen(req, timeout=30) as resp:
                 answers.append(json.loads(resp.read()))
         assert answers[0] == answers[1] == {"request_id": "tool-id", "result": {"text": "10"}}
-        assert task.runs == 4 and server.tool_calls == 4 and server.duplicates_served == 1
+        assert task.runs == 5 and server.tool_calls == 5 and server.duplicates_served == 1
     finally:
         server.close()
 
