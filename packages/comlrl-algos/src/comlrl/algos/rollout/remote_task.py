@@ -13,6 +13,12 @@ trainer needs neither ``comlrl-envs`` nor the task's data, sandbox or tools:
 - **Idempotency, one reward per joint action**: a call keeps its request id across
   retries, and a server answers a repeated id from its cache, so a scored batch is never
   scored again on the server that scored it, and the trainer takes exactly one answer.
+- **Tools**: :meth:`RemoteTask.tools` gives :class:`comlrl.core.Tool` s built from the
+  servers' declarations, whose ``run`` runs the call on a server (its sandbox, its
+  files): a :class:`~comlrl.core.ToolError` there is raised here as one (a ``"failed"``
+  result), a tool past its ``timeout_s`` there as a :class:`TimeoutError` (``"timeout"``),
+  any other failure of the tool as a :class:`RuntimeError` (``"raised"``);
+  ``tool_format`` and ``max_tool_calls`` are the served task's.
 - **Auth**: ``token`` (default ``COMLRL_REMOTE_TOKEN``) goes as a bearer token.
 - **Versions**: the servers' health checks are read first: a server of another protocol
   version, one that does not serve the task, or one that serves it with other options
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +37,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comlrl.core import Feedback, JointAction, RewardBatch, RewardFunctionError, Task
+from comlrl.core import (
+    Feedback,
+    JointAction,
+    RewardBatch,
+    RewardFunctionError,
+    Task,
+    Tool,
+    ToolError,
+)
 from comlrl.core.prompts import Prompt
 from comlrl.core.wire import (
     TASK_PROTOCOL,
@@ -78,7 +93,7 @@ class RemoteTask(Task):
     Raises:
         ValueError: no servers, a server of another protocol version, one that refuses the
             token, does not serve ``name`` or serves it with other options, or servers that
-            disagree on the task's agents or turns.
+            disagree on the task's agents, turns or tools.
         RemoteTaskUnavailable: no server answered the health check.
     """
 
@@ -98,6 +113,7 @@ class RemoteTask(Task):
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.timeout_s = timeout_s
         self._next = 0
+        self._next_lock = threading.Lock()  # tool calls come from the rollout's threads
         #: calls that a server failed and the next one answered or was asked (diagnostics)
         self.failovers = 0
         self._down_until: dict[str, float] = {}
@@ -134,24 +150,42 @@ class RemoteTask(Task):
                     f"but this run asks for {dict(kwargs)!r}; start the server with the run's "
                     "task options or set them to the server's"
                 )
-            shapes.add((int(info["num_agents"]), int(info["max_turns"])))
+            shapes.add(
+                (
+                    int(info["num_agents"]),
+                    int(info["max_turns"]),
+                    json.dumps(info.get("tools") or [], sort_keys=True),
+                    str(info.get("tool_format", "json")),
+                    int(info.get("max_tool_calls", 4)),
+                )
+            )
         if not shapes:
             raise RemoteTaskUnavailable(
                 f"no task server answered for {name!r}: " + "; ".join(failures)
             )
         if len(shapes) > 1:
-            raise ValueError(f"the task servers of {name!r} disagree on (agents, turns): {shapes}")
-        self.num_agents, self.max_turns = shapes.pop()
+            raise ValueError(
+                f"the task servers of {name!r} disagree on (agents, turns, tools, tool format, "
+                f"tool calls per turn): {shapes}; serve the same task version and options"
+            )
+        self.num_agents, self.max_turns, tools, self.tool_format, self.max_tool_calls = shapes.pop()
+        declared = json.loads(tools) or [[] for _ in range(self.num_agents)]
+        self._tools = [
+            tuple(self._remote_tool(a, d) for d in per_agent)
+            for a, per_agent in enumerate(declared)
+        ]
 
     # ------------------------------------------------------------------ transport
-    def _request(self, server: str, method: str, path: str, body: Any) -> Any:
+    def _request(
+        self, server: str, method: str, path: str, body: Any, timeout_s: float | None = None
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(_url(server, path), data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:  # noqa: S310
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             try:
@@ -162,8 +196,9 @@ class RemoteTask(Task):
                 exc.code, str(err.get("error", "http_error")), str(err.get("message", exc))
             ) from None
 
-    def _call(self, op: str, **fields: Any) -> Any:
-        """One call, failing over across the servers with one request id.
+    def _call(self, op: str, timeout_s: float | None = None, **fields: Any) -> Any:
+        """One call, failing over across the servers with one request id; a server silent
+        for ``timeout_s`` (default :attr:`timeout_s`) is left for the next.
 
         Raises:
             NotImplementedError: the task has no such call (single-turn ``feedback``).
@@ -178,8 +213,9 @@ class RemoteTask(Task):
             "op": op,
             **fields,
         }
-        start = self._next
-        self._next = (self._next + 1) % len(self.servers)
+        with self._next_lock:
+            start = self._next
+            self._next = (self._next + 1) % len(self.servers)
         order = [self.servers[(start + i) % len(self.servers)] for i in range(len(self.servers))]
         now = time.monotonic()
         # servers that failed lately go last (still asked when the others fail too)
@@ -187,7 +223,7 @@ class RemoteTask(Task):
         failures = []
         for server in order:
             try:
-                return self._request(server, "POST", "/v1/task", body)["result"]
+                return self._request(server, "POST", "/v1/task", body, timeout_s)["result"]
             except _Rejected as exc:
                 if exc.status >= 500:
                     failures.append(f"{server}: {exc.kind}: {exc.message}")
@@ -208,7 +244,46 @@ class RemoteTask(Task):
         self.failovers += 1
         self._down_until[server] = time.monotonic() + DOWN_S
 
+    def _remote_tool(self, agent: int, declared: Mapping[str, Any]) -> Tool:
+        """A :class:`Tool` of agent ``agent`` as declared by the servers, run on them."""
+        name = str(declared["name"])
+        timeout_s = float(declared["timeout_s"])
+
+        def run(**arguments: Any) -> str:
+            # the rollout stops waiting after timeout_s; the request ends soon after it
+            answer = self._call(
+                "tool", timeout_s=timeout_s + 5.0, agent=agent, name=name, arguments=arguments
+            )
+            if "text" in answer:
+                return str(answer["text"])
+            if answer.get("error") == "failed":
+                raise ToolError(str(answer.get("message", "")))
+            if answer.get("error") == "timeout":  # a "timeout" result, as for a local tool
+                raise TimeoutError(str(answer.get("message", "")))
+            raise RuntimeError(
+                f"tool {name!r} on the task server: {answer.get('error')}: {answer.get('message')}"
+            )
+
+        return Tool(
+            name=name,
+            description=str(declared.get("description", "")),
+            parameters=dict(declared["parameters"]),
+            run=run,
+            timeout_s=timeout_s,
+            max_result_chars=int(declared.get("max_result_chars", 2000)),
+        )
+
     # ------------------------------------------------------------------ Task
+    def tools(self, agent: int) -> tuple[Tool, ...]:
+        """Agent ``agent``'s tools as the servers declare them; each call runs on a server.
+
+        Raises:
+            IndexError: ``agent`` is not in ``[0, num_agents)``.
+        """
+        if not 0 <= agent < len(self._tools):
+            raise IndexError(f"agent {agent} of {self.name!r}: it has {len(self._tools)} agents")
+        return self._tools[agent]
+
     def load(self, split: str = "train") -> list[dict[str, Any]]:
         """The served task's ``split`` (fetched once per split)."""
         if split not in self._loaded:

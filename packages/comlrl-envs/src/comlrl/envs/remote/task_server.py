@@ -1,5 +1,5 @@
-"""A task server: whole task suites (examples, prompts, multi-turn feedback, rewards) served
-over HTTP on aiohttp (``comlrl serve``; extra ``comlrl-envs[serve]``).
+"""A task server: whole task suites (examples, prompts, multi-turn feedback, tool calls,
+rewards) served over HTTP on aiohttp (``comlrl serve``; extra ``comlrl-envs[serve]``).
 
 A trainer with only ``comlrl-core`` and ``comlrl-algos`` installed trains on a served task
 through :class:`comlrl.algos.rollout.remote_task.RemoteTask` (``task.remote=[HOST:PORT,
@@ -15,6 +15,14 @@ Guarantees:
 - **Idempotent requests**: a request whose ``request_id`` is running waits for that run
   and gets its answer; one answered recently (the last ``cache_size`` ids) gets the stored
   answer, so a client retrying after a dropped connection never has a batch scored twice.
+- **Tools**: the health answer declares each agent's tools (name, description, parameters
+  schema, ``timeout_s``, ``max_result_chars``), the task's ``tool_format`` and
+  ``max_tool_calls``; the ``tool`` op runs ``task.tools(agent)[name].run(**arguments)``
+  here, on a thread of its own (tools, unlike the task's other calls, run concurrently,
+  as in a local rollout), for at most the tool's ``timeout_s`` (then ``{"error":
+  "timeout"}``; the thread is abandoned). A :class:`~comlrl.core.ToolError` comes back as
+  ``{"error": "failed", "message": ...}``, any other exception as ``{"error": "raised",
+  ...}``, with status 200 and cached like any answer: a retried tool call runs once.
 - **Auth**: with a token (``COMLRL_REMOTE_TOKEN``), every request must carry
   ``Authorization: Bearer <token>`` (401 otherwise); the health check too.
 - **Versions**: a request of another protocol version gets 409 with both versions named.
@@ -27,6 +35,7 @@ cluster-internal address and set a token.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import json
 import os
@@ -36,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from comlrl.core import Task
+from comlrl.core import Task, Tool, ToolError
 from comlrl.core.wire import (
     TASK_PROTOCOL,
     decode_feedback,
@@ -60,6 +69,49 @@ class _Error(Exception):
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, default=repr, allow_nan=True)
+
+
+def _declare(tool: Tool) -> dict[str, Any]:
+    """A tool's declaration as the health answer gives it (everything but ``run``)."""
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+        "timeout_s": float(tool.timeout_s),
+        "max_result_chars": int(tool.max_result_chars),
+    }
+
+
+def _run_tool(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one tool call on a daemon thread for at most ``tool.timeout_s`` seconds.
+
+    Returns:
+        ``{"text": ...}`` (cut to ``max_result_chars + 1`` characters: the client cuts it
+        again and notes the cut), or ``{"error": "failed" | "raised" | "timeout",
+        "message": ...}``.
+    """
+    box: concurrent.futures.Future[str] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            box.set_result(tool.run(**arguments))
+        except BaseException as exc:  # noqa: BLE001 - sent back to the client
+            box.set_exception(exc)
+
+    threading.Thread(target=target, daemon=True, name=f"comlrl-tool-{tool.name}").start()
+    try:
+        out = box.result(timeout=tool.timeout_s)
+    except ToolError as exc:
+        return {"error": "failed", "message": str(exc)}
+    except concurrent.futures.TimeoutError:
+        return {
+            "error": "timeout",
+            "message": f"{tool.name} did not return within {tool.timeout_s:g} s on the server",
+        }
+    except Exception as exc:  # noqa: BLE001 - a fault of the tool, reported as "raised"
+        return {"error": "raised", "message": f"{type(exc).__name__}: {exc}"}
+    text = out if isinstance(out, str) else str(out)
+    return {"text": text[: tool.max_result_chars + 1]}
 
 
 class TaskServer:
@@ -105,10 +157,18 @@ class TaskServer:
         self.max_concurrency = max_concurrency
         self.cache_size = cache_size
         self._locks = {name: threading.Lock() for name in self.tasks}
+        #: per task, per agent, its tools by name (asked once, here)
+        self._tools: dict[str, list[dict[str, Tool]]] = {
+            name: [{t.name: t for t in task.tools(a)} for a in range(int(task.num_agents))]
+            for name, task in self.tasks.items()
+        }
         self._done: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._running: dict[str, asyncio.Future[tuple[int, str]]] = {}
         self._loads: dict[tuple[str, str], list[Any]] = {}
         self.calls = 0
+        #: tool calls run here (a repeated request id is not run again, not counted)
+        self.tool_calls = 0
+        self._tool_count_lock = threading.Lock()
         self.duplicates_served = 0
         self._started = time.time()
         self._sock = bind(host, port)
@@ -172,7 +232,8 @@ class TaskServer:
             )
 
     def health(self) -> dict[str, Any]:
-        """The health answer: protocol, the tasks served (agents, turns, options), load."""
+        """The health answer: protocol, the tasks served (agents, turns, options, each
+        agent's tool declarations, the tool format and calls per turn), load."""
         return {
             "status": "ok",
             "protocol": TASK_PROTOCOL,
@@ -181,12 +242,18 @@ class TaskServer:
                     "num_agents": int(task.num_agents),
                     "max_turns": int(task.max_turns),
                     "kwargs": self.task_kwargs.get(name, {}),
+                    "tools": [
+                        [_declare(t) for t in by_name.values()] for by_name in self._tools[name]
+                    ],
+                    "tool_format": str(getattr(task, "tool_format", "json")),
+                    "max_tool_calls": int(getattr(task, "max_tool_calls", 4)),
                 }
                 for name, task in self.tasks.items()
             },
             "in_flight": len(self._running),
             "max_concurrency": self.max_concurrency,
             "calls": self.calls,
+            "tool_calls": self.tool_calls,
             "duplicates_served": self.duplicates_served,
             "pid": os.getpid(),
             "uptime_s": time.time() - self._started,
@@ -265,8 +332,11 @@ class TaskServer:
         """Run one call on its task (in a worker thread); ``(status, JSON text)``."""
         name = str(body["task"])
         try:
-            with self._locks[name]:
-                result = self._run(self.tasks[name], name, body)
+            if body.get("op") == "tool":  # tools run concurrently, as in a local rollout
+                result = self._tool(name, body)
+            else:
+                with self._locks[name]:
+                    result = self._run(self.tasks[name], name, body)
             return 200, _dumps({"request_id": rid, "result": result})
         except _Error as err:
             return err.status, _dumps({"error": err.kind, "message": err.message})
@@ -278,6 +348,28 @@ class TaskServer:
             )
         except Exception as exc:  # the task failed here; another server may succeed
             return 500, _dumps({"error": "task_failed", "message": f"{type(exc).__name__}: {exc}"})
+
+    def _tool(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``tool`` op: ``{"agent": int, "name": str, "arguments": {...}}``."""
+        agent, tool_name, arguments = body.get("agent"), body.get("name"), body.get("arguments")
+        per_agent = self._tools[name]
+        if not isinstance(agent, int) or not 0 <= agent < len(per_agent):
+            raise _Error(
+                400, "bad_request", f"agent must be an int in [0, {len(per_agent)}), got {agent!r}"
+            )
+        if not isinstance(arguments, dict):
+            raise _Error(400, "bad_request", f"arguments must be an object, got {arguments!r}")
+        tool = per_agent[agent].get(str(tool_name))
+        if tool is None:
+            raise _Error(
+                404,
+                "unknown_tool",
+                f"agent {agent} of {name!r} has no tool {tool_name!r} "
+                f"(tools: {sorted(per_agent[agent]) or 'none'})",
+            )
+        with self._tool_count_lock:
+            self.tool_calls += 1
+        return _run_tool(tool, arguments)
 
     def _run(self, task: Task, name: str, body: Mapping[str, Any]) -> Any:
         op = body.get("op")
@@ -301,5 +393,5 @@ class TaskServer:
             batch = task.reward(body["completions"], examples)
             return {"rewards": list(batch.rewards), "infos": list(batch.infos)}
         raise _Error(
-            400, "bad_request", f"unknown op {op!r}; one of load, prompts, feedback, score"
+            400, "bad_request", f"unknown op {op!r}; one of load, prompts, feedback, score, tool"
         )
