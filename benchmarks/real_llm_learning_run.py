@@ -193,7 +193,14 @@ def main() -> None:
         task.append(f"task.kwargs.path={args.task_path}")
     task += [f"task.kwargs.{kv}" for kv in args.task_kwarg]
     task.append(f"temperature={args.temperature:g}")
-    evaluation = ["eval_greedy=false", f"eval_num_samples={args.eval_samples}"]
+    # batch_size too: without prompt-keyed streams an evaluation's samples depend on which
+    # problems share a rollout call, and the runs' own config.yaml (read when a run's
+    # final/ is evaluated) holds --batch-size, so every evaluation gets the same batches
+    evaluation = [
+        "eval_greedy=false",
+        f"eval_num_samples={args.eval_samples}",
+        f"batch_size={args.batch_size}",
+    ]
     if args.eval_limit:
         evaluation.append(f"eval_limit={args.eval_limit}")
     training = [f"num_steps={args.steps}", f"batch_size={args.batch_size}"]
