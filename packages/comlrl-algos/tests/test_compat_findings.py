@@ -112,10 +112,17 @@ def test_q_critic_advantage_keeps_a_signal_once_q_fits() -> None:
     fits the targets."""
     from comlrl.algos.functional.gae import q_advantages
 
-    targets = torch.tensor([[1.0, 0.0, 2.0]])
+    # two nodes, K = 3 joint actions each; Q fits the targets exactly
+    targets = torch.tensor([[1.0, 0.0, 2.0], [-1.0, 3.0, 1.0]])
     fitted_q = targets.clone()
-    torch.testing.assert_close(q_advantages(targets, fitted_q), torch.tensor([[0.0, -1.0, 1.0]]))
-    torch.testing.assert_close(targets - fitted_q, torch.zeros(1, 3))  # 1.4.3's: no signal
+    adv = q_advantages(targets, fitted_q)
+    # the signal is kept: each action against the node's mean Q (1.4.3's would be all 0)
+    torch.testing.assert_close(adv, torch.tensor([[0.0, -1.0, 1.0], [-2.0, 2.0, 0.0]]))
+    # the baseline target - advantage is one number per node, the same for every action,
+    # also for a Q that does not fit (a Q(h, a) baseline would differ across the node)
+    q = torch.tensor([[0.5, -2.0, 4.0], [1.0, 1.0, -5.0]])
+    baseline = targets - q_advantages(targets, q)
+    torch.testing.assert_close(baseline, q.mean(dim=1, keepdim=True).expand_as(q))
 
 
 def test_cross_credit_mean_is_the_sum_up_to_a_constant() -> None:
