@@ -29,22 +29,6 @@ def epochs_done(data: Any) -> int:
     return int(data.epoch) - (1 if data.order else 0)
 
 
-_TRAIN_DEFAULTS: dict[str, Any] = {
-    "resume_from_checkpoint": None,
-    "checkpoint_dir": None,
-    "checkpoint_interval": 1,
-    "checkpoint_total_limit": None,
-}
-
-
-def explicit_train_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``train()``'s keyword arguments without those left at their defaults
-    (``resume_from_checkpoint=None``, ``checkpoint_interval=1``, ...): a trainer without
-    checkpoints trains when a 1.4.3 script passes the defaults explicitly and refuses
-    only what would change the run."""
-    return {k: v for k, v in kwargs.items() if k not in _TRAIN_DEFAULTS or v != _TRAIN_DEFAULTS[k]}
-
-
 class TrainLoop143(TrainingCheckpointMixin):
     """``train(resume_from_checkpoint=, checkpoint_dir=, checkpoint_interval=,
     checkpoint_total_limit=)`` over a ``CompatTrainer``'s recipe run."""

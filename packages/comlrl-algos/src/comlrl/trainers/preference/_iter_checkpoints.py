@@ -71,9 +71,10 @@ class _RoundCheckpoints:
         raise NotImplementedError
 
     def _run_rounds(self) -> list[dict[str, float]]:
-        """``num_iterations`` rounds over every training prompt from the cursor on (the
-        form of :func:`comlrl.algos.recipes.preference.rounds.run_rounds`), committing
-        after each."""
+        """``num_iterations`` rounds over every training prompt from the cursor on
+        (:meth:`comlrl.algos.recipes.preference.rounds.IterativeRounds.begin`, the round's
+        training, :meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.finish`),
+        committing after each."""
         a, rounds = self.args, self.rounds
         progress = dict(self.__dict__.get("_checkpoint_progress") or {})
         start, total = int(progress.get("iteration", 0)), int(a.num_iterations)

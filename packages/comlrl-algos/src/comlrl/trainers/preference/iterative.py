@@ -108,7 +108,7 @@ class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
 class _IterativeRounds:
     """1.4.3's round schedule shared by :class:`MADPOIterTrainer` and
     :class:`MARLHFIterTrainer`: every training prompt each round, mapped onto
-    :func:`comlrl.algos.recipes.preference.rounds.run_rounds` (with a commit per round:
+    :class:`comlrl.algos.recipes.preference.rounds.IterativeRounds` (with a commit per round:
     :mod:`comlrl.trainers.preference._iter_checkpoints`); a subclass gives
     :meth:`_policy_agents`, :meth:`_scoring_env`, :meth:`_train_round` and :meth:`_log`.
 

@@ -1,20 +1,18 @@
 """The rounds of iterative preference refresh (:mod:`.iterative`): what every round of
-MADPO-Iter and MARLHF-Iter does before its training, and the plain round loop.
+MADPO-Iter and MARLHF-Iter does before its training.
 
 :class:`IterativeRounds` holds the comparator (:mod:`.comparator`), the replay and the
 random streams of pairing and ordering; :meth:`IterativeRounds.begin` samples a round's
 current and comparator candidates on a list of prompts, pairs them and picks the round's
 training pairs; :meth:`IterativeRounds.finish` lets the comparator snapshot the policy.
-:func:`run_rounds` runs ``R`` rounds with a caller's training callback (the form CoMLRL
-1.4.3's trainers take: every training prompt each round); the step-driven recipes of
-:mod:`.iterative_loops` call :meth:`~IterativeRounds.begin` themselves, under the loop
-driver.
+The step-driven recipes of :mod:`.iterative_loops` call :meth:`~IterativeRounds.begin`
+under the loop driver; CoMLRL 1.4.3's iterative trainers (``comlrl.trainers.preference``)
+call it once per round on every training prompt.
 """
 
 from __future__ import annotations
 
 import random
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +24,7 @@ from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.checkpoint import set_random_state
 from comlrl.core import SamplingParams
 
-__all__ = ["IterativeRounds", "run_rounds"]
+__all__ = ["IterativeRounds"]
 
 
 class IterativeRounds:
@@ -206,45 +204,3 @@ class IterativeRounds:
             out.append(order[start : start + size])
             start += size
         return out
-
-
-def run_rounds(
-    rounds: IterativeRounds,
-    num_rounds: int,
-    *,
-    examples: Sequence[Mapping[str, Any]],
-    batch_size: int,
-    env_for: Callable[[int], Environment],
-    train_round: Callable[[list[IterPair], int], list[dict[str, float]]],
-    log: Callable[[Mapping[str, Any]], Any] | None = None,
-    save_policy: Callable[[str], Any] | None = None,
-    name: str = "iterative",
-) -> list[dict[str, float]]:
-    """``num_rounds`` rounds on every prompt of ``examples``: :meth:`IterativeRounds.begin`
-    (scored in ``env_for(round)``), ``train_round(training pairs, round)`` when there are
-    any, :meth:`IterativeRounds.finish`; ``save_policy("initial")`` before round 0 and
-    ``save_policy("iteration_XXXX")`` after each round. Warns when no round found a pair.
-
-    Returns:
-        The rows ``train_round`` returned, in order (the round rows are in
-        ``rounds.history`` and went to ``log``).
-    """
-    history: list[dict[str, float]] = []
-    if save_policy is not None:
-        save_policy("initial")
-    for r in range(num_rounds):
-        train_pairs, row = rounds.begin(r, env_for(r), examples, batch_size)
-        if log is not None:
-            log(row)
-        if train_pairs:
-            history.extend(train_round(train_pairs, r))
-        rounds.finish(r)
-        if save_policy is not None:
-            save_policy(f"iteration_{r:04d}")
-    if rounds.total_pairs == 0:
-        warnings.warn(
-            f"{name}: every current/comparator joint action tied under the reward in every "
-            "round; no pairs, no training (raise the candidates or the temperature).",
-            stacklevel=3,
-        )
-    return history
