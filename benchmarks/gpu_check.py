@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, seconds")
     p.add_argument("--model", default=str(GGUF), help="the GGUF file (or FILE.part-NN parts)")
     p.add_argument("--sha256", default=GGUF_SHA256, help="expected sha256 of joined parts")
-    p.add_argument("--task", default="coop_humaneval", help="task of the training run")
+    p.add_argument(
+        "--task",
+        default="tool_math",
+        help="task of the training run (default tool_math: the agents call the sandboxed "
+        "Python tool inside their turns)",
+    )
     p.add_argument("--steps", type=int, default=4, help="training steps before the resume")
     p.add_argument("--split", metavar="FILE", help="only split FILE into parts and exit")
     p.add_argument("--part-mib", type=int, default=60, help="largest part of --split, MiB")
@@ -248,9 +253,10 @@ def phase_train(
         settings += ["num_steps=1", "batch_size=1", "num_generations=2", "max_new_tokens=8"]
         settings += ["device=cpu", "parallel_agents=false", "eval_every=0"]
     else:
-        settings = ["--model", model, f"task.name={task}", "task.kwargs.limit=16"]
+        size = "task.kwargs.num_train=16" if task == "tool_math" else "task.kwargs.limit=16"
+        settings = ["--model", model, f"task.name={task}", size]
         settings += [f"num_steps={steps}", "batch_size=2", "num_generations=4"]
-        settings += ["max_new_tokens=128", "learning_rate=1e-5", "temperature=0.7"]
+        settings += ["max_new_tokens=96", "learning_rate=1e-5", "temperature=0.7"]
         settings += ["device=cuda", "dtype=bfloat16"]
     settings += ["save_every=1", "keep_last=1", "progress=false", "log_samples=1"]
     started = time.perf_counter()
