@@ -1,0 +1,158 @@
+"""Every policy-gradient recipe takes tools end to end (issue 29, item 1).
+
+A scripted backend writes a fenced Python call and then an answer, as token ids, so each
+row makes one tool call per turn whatever the random tiny model would write; its NaN
+behaviour log-probs are measured by the tool loop with the real model, so the first
+importance ratio of a step is 1 only if the update sees exactly the sampled sequence
+(prompt, model segments, observations) with observations masked out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from comlrl.algos.models.loading import build_default_model
+from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
+from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.rollout.agent import HFAgent
+from comlrl.algos.rollout.tool_calls import ToolBox
+from comlrl.algos.training.config import TrainConfig
+from comlrl.core import SamplingParams, Tool
+
+CODE = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+EXAMPLES = [{"q": f"What is {i} * 7?"} for i in range(2, 6)]
+
+
+def _exec_python(code: str) -> str:
+    """A test stand-in for the sandboxed Python tool (the test's own code only)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {})  # noqa: S102 - the scripts below are the test's own
+    return out.getvalue().strip()
+
+
+PYTHON = Tool("python", "Run Python code and read what it prints.", CODE, run=_exec_python)
+
+
+class ScriptedBackend:
+    """Writes ``script(context_text)`` for every row (then EOS), NaN log-probs."""
+
+    name = "native"
+    recompute_logprobs = False
+    supports_stop = False
+
+    def __init__(self, tokenizer: Any, script: Callable[[str], str]) -> None:
+        self.tokenizer, self.script = tokenizer, script
+
+    def sample(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        params: SamplingParams,
+        generator: Any = None,
+        stop: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rows: list[list[int]] = []
+        for p in range(input_ids.shape[0]):
+            context = self.tokenizer.decode(input_ids[p][attention_mask[p].bool()].tolist())
+            for _ in range(params.num_generations):
+                ids = self.tokenizer(self.script(context), add_special_tokens=False)["input_ids"]
+                rows.append(list(ids)[: params.max_new_tokens - 1] + [self.tokenizer.eos_token_id])
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.int64)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+        return ids, torch.full(ids.shape, float("nan"))
+
+    def after_update(self) -> None:
+        """Nothing to do."""
+
+
+def script(context: str) -> str:
+    """One call per turn: answer once this turn's text (after the question) holds a result."""
+    turn = context[max(context.rfind("What is"), context.rfind("#revise")) :]
+    if "```output\n" in turn:
+        return "So the answer follows.\nAnswer: 42"
+    return "Let me compute.\n```python\nprint(6 * 7)\n```\nignored tail"
+
+
+def _reward(a: Sequence[str], b: Sequence[str]) -> list[float]:
+    return [float("Answer: 42" in x) + 0.5 * len(y) % 3 for x, y in zip(a, b)]
+
+
+def _transition(  # type: ignore[no-untyped-def]
+    prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent
+):
+    return [f"{prompt} #revise {a}" for a in range(num_agents)]
+
+
+def _agents(tok: Any, lora: bool = False) -> list[HFAgent]:
+    out = []
+    for i in range(2):
+        model = build_default_model(len(tok), seed=i)
+        backend = ScriptedBackend(tok, script)
+        out.append(HFAgent(model, tok, name=f"agent_{i}", prompt_format="raw", backend=backend))
+    return out
+
+
+def _with_tools(trainer: Any) -> Any:
+    """Give agent 0 the python tool and agent 1 none, in the trainer's own environment."""
+    trainer.env.toolboxes = (ToolBox((PYTHON,), fallback_format="python"), None)
+    return trainer
+
+
+def _settings(tmp: Path, **kw: Any) -> dict[str, Any]:
+    return dict(
+        num_steps=2, batch_size=2, num_generations=2, max_new_tokens=48, learning_rate=1e-3,
+        clip_ratio=0.2, output_dir=str(tmp), progress=False, parallel_agents=False,
+        log_samples=2, **kw,
+    )  # fmt: skip
+
+
+def _check(row: Mapping[str, Any], tmp: Path) -> None:
+    assert row["tool_calls_mean/agent_0"] >= 1.0, row
+    assert "tool_calls_mean/agent_1" not in row
+    assert row["tool_error_fraction"] == 0.0
+    ratio = [v for k, v in row.items() if "ratio_mean" in k and "agent_0" in k]
+    assert ratio, sorted(row)
+    for v in ratio:  # float32 segment prefill vs the full forward: ~1e-6
+        assert abs(v - 1.0) < 1e-3, row
+    text = (tmp / "samples.jsonl").read_text()
+    assert "```output\\n42" in text
+
+
+@pytest.mark.parametrize("turns", [1, 2])
+def test_magrpo_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, turns: int) -> None:
+    cfg = TrainConfig(**_settings(tmp_path, num_turns=turns))
+    trainer = _with_tools(
+        MultiAgentTrainer(
+            _agents(tiny_tokenizer), cfg, dataset=EXAMPLES, reward_func=_reward,
+            formatters=[lambda ex: ex["q"]] * 2, transition=_transition if turns > 1 else None,
+        )
+    )  # fmt: skip
+    history = trainer.train()
+    assert len(history) == 2
+    _check(history[0], tmp_path)
+    if turns == 2:
+        assert history[0]["turn_1/tool_calls_mean/agent_0"] >= 1.0
+
+
+@pytest.mark.parametrize("cls", [IACTrainer, MAACTrainer])
+def test_actor_critic_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, cls: Any) -> None:
+    cfg = ActorCriticConfig(**_settings(tmp_path, num_turns=2, critic_learning_rate=1e-3))
+    trainer = _with_tools(
+        cls(
+            _agents(tiny_tokenizer), cfg, dataset=EXAMPLES, reward_func=_reward,
+            formatters=[lambda ex: ex["q"]] * 2, transition=_transition,
+        )
+    )  # fmt: skip
+    history = trainer.train()
+    assert len(history) == 2
+    _check(history[0], tmp_path)
