@@ -22,9 +22,11 @@ from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
 from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
 from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.rollout.tool_calls import ToolBox
+from comlrl.algos.rollout.tool_calls import ToolBox, sample_with_tools
 from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.update import UpdateSettings, update_policy
 from comlrl.core import SamplingParams, Tool
+from comlrl.core.tools import TOOL_FORMATS, ToolCall, ToolFormat, ToolResult
 
 CODE = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
 EXAMPLES = [{"q": f"What is {i} * 7?"} for i in range(2, 6)]
@@ -109,11 +111,12 @@ def _with_tools(trainer: Any) -> Any:
 
 
 def _settings(tmp: Path, **kw: Any) -> dict[str, Any]:
-    return dict(
+    base = dict(
         num_steps=2, batch_size=2, num_generations=2, max_new_tokens=48, learning_rate=1e-3,
         clip_ratio=0.2, output_dir=str(tmp), progress=False, parallel_agents=False,
-        log_samples=2, **kw,
+        log_samples=2,
     )  # fmt: skip
+    return {**base, **kw}
 
 
 def _check(row: Mapping[str, Any], tmp: Path) -> None:
@@ -144,6 +147,33 @@ def test_magrpo_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, turns: int
         assert history[0]["turn_1/tool_calls_mean/agent_0"] >= 1.0
 
 
+def test_lora_agents_train_with_tools(
+    tiny_tokenizer: Any, tmp_path: Path, letter_format: None
+) -> None:
+    """LoRA adapters on the native backend (real decoding, the stop hook) with tools."""
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")
+    from comlrl.algos.models.lora import is_lora_policy
+
+    cfg = TrainConfig(**_settings(tmp_path, lora={"r": 4}, max_new_tokens=16))
+    agents = [
+        HFAgent(build_default_model(len(tiny_tokenizer), seed=i), tiny_tokenizer,
+                name=f"agent_{i}", prompt_format="raw")
+        for i in range(2)
+    ]  # fmt: skip
+    trainer = MultiAgentTrainer(
+        agents, cfg, dataset=EXAMPLES, reward_func=_reward, formatters=[lambda ex: ex["q"]] * 2
+    )
+    box = ToolBox((ECHO,), fallback_format="letter", max_tool_calls=2)
+    trainer.env.toolboxes = (box, None)
+    assert all(is_lora_policy(a.model) for a in trainer.agents)
+    history = trainer.train()
+    row = history[0]
+    assert row["tool_calls_mean/agent_0"] > 0 and "tool_calls_mean/agent_1" not in row
+    ratio = [v for k, v in row.items() if "ratio_mean" in k and "agent_0" in k]
+    assert ratio and all(abs(v - 1.0) < 1e-3 for v in ratio), row
+    assert "[ok]" in (tmp_path / "samples.jsonl").read_text()
+
+
 @pytest.mark.parametrize("cls", [IACTrainer, MAACTrainer])
 def test_actor_critic_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, cls: Any) -> None:
     cfg = ActorCriticConfig(**_settings(tmp_path, num_turns=2, critic_learning_rate=1e-3))
@@ -156,3 +186,71 @@ def test_actor_critic_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, cls:
     history = trainer.train()
     assert len(history) == 2
     _check(history[0], tmp_path)
+
+
+class LetterFormat(ToolFormat):
+    """Test-only format: a call is everything up to and including the first ``e`` of a
+    segment (a random byte-level model writes one often), a call of the ``echo`` tool."""
+
+    name = "letter"
+    closers = ("e",)
+
+    def find_call(self, text: str) -> tuple[int, int] | None:
+        at = text.find("e")
+        return None if at < 0 else (0, at + 1)
+
+    def parse(self, call_text: str) -> ToolCall:
+        return ToolCall("echo", {"text": call_text}, call_text)
+
+    def describe(self, tools: Sequence[Tool]) -> str:
+        return "Write e to call echo."
+
+    def result_text(self, result: ToolResult) -> str:
+        return f"[{result.content}]"
+
+
+ECHO = Tool(
+    "echo", "Say ok.", {"type": "object", "properties": {"text": {"type": "string"}}},
+    run=lambda text: "ok",
+)  # fmt: skip
+
+
+@pytest.fixture
+def letter_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TOOL_FORMATS, "letter", LetterFormat)
+
+
+def _sampled_update(agent: HFAgent, model: Any) -> tuple[Any, dict[str, float]]:
+    """Sample 4 rows with the echo tool, then one update at lr 0: (samples, stats)."""
+    box = ToolBox((ECHO,), fallback_format="letter", max_tool_calls=3)
+    samples = sample_with_tools(agent, ["Hello there", "Tell me"], SamplingParams(2, 24), box)
+    batch = samples.batch
+    settings = UpdateSettings(clip_ratio=0.2, max_completion_length=batch.completion_mask.shape[1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    return samples, update_policy(model, opt, [batch], [adv], settings)
+
+
+@pytest.mark.parametrize("backend", ["native", "hf"])
+def test_real_decoding_backends_pause_at_calls_and_train_model_tokens_only(
+    tiny_tokenizer: Any, letter_format: None, backend: str
+) -> None:
+    torch.manual_seed(0)
+    model = build_default_model(len(tiny_tokenizer), seed=3)
+    agent = HFAgent(model, tiny_tokenizer, prompt_format="raw", backend=backend)
+    agent.seed(7)
+    samples, stats = _sampled_update(agent, model)
+    results = [r for group in samples.completions for c in group for r in c.tool_results]
+    assert results and all(r.content == "ok" or r.error == "limit" for r in results)
+    for group in samples.completions:
+        for c in group:  # each call ends on its first "e": the model's text has a result after it
+            assert c.transcript.count("[") >= len(c.tool_results)
+            parts = c.transcript.split("[ok]")
+            assert all(p.endswith("e") for p in parts[:-1]), c.transcript  # paused in place
+    batch = samples.batch
+    s = batch.prompt_length
+    observed = batch.attention_mask[:, s:].bool() & ~batch.completion_mask
+    assert bool(observed.any())  # observations are in the sequence, outside the mask
+    assert bool((batch.behaviour_logprobs[~batch.completion_mask] == 0).all())
+    assert abs(stats["ratio_mean"] - 1.0) < 1e-4, stats
+    assert stats["clip_fraction"] == 0.0
