@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,13 @@ ECHO = Tool(
 )  # fmt: skip
 
 
+def _paused_at_calls(transcript: str) -> bool:
+    """Every model segment before a result ends within one token (<= 16 characters of a
+    byte-level token) after its first ``e``: generation paused at the call's token."""
+    parts = re.split(r"\[(?:ok|Error[^\]]*)\]", transcript)
+    return all("e" in p and len(p) - p.index("e") - 1 <= 16 for p in parts[:-1])
+
+
 @pytest.fixture
 def letter_format(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TOOL_FORMATS, "letter", LetterFormat)
@@ -245,8 +253,7 @@ def test_real_decoding_backends_pause_at_calls_and_train_model_tokens_only(
     for group in samples.completions:
         for c in group:  # each call ends on its first "e": the model's text has a result after it
             assert c.transcript.count("[") >= len(c.tool_results)
-            parts = c.transcript.split("[ok]")
-            assert all(p.endswith("e") for p in parts[:-1]), c.transcript  # paused in place
+            assert _paused_at_calls(c.transcript), c.transcript
     batch = samples.batch
     s = batch.prompt_length
     observed = batch.attention_mask[:, s:].bool() & ~batch.completion_mask
@@ -254,3 +261,38 @@ def test_real_decoding_backends_pause_at_calls_and_train_model_tokens_only(
     assert bool((batch.behaviour_logprobs[~batch.completion_mask] == 0).all())
     assert abs(stats["ratio_mean"] - 1.0) < 1e-4, stats
     assert stats["clip_fraction"] == 0.0
+
+
+def test_vllm_path_truncates_after_the_fact_at_the_first_call(
+    tiny_tokenizer: Any, letter_format: None
+) -> None:
+    """vLLM has no stop hook: the engine writes past a call, and the tool loop keeps the
+    tokens up to the first closed call only, runs it and resumes after the result."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from comlrl.algos.rollout.sampling.vllm_backend import VLLMBackend
+    from test_generation_backends import (  # the vLLM fakes
+        FAKE_API,
+        ModelEngine,
+        state_dict_sender,
+    )
+
+    torch.manual_seed(0)
+    model = build_default_model(len(tiny_tokenizer), seed=3)
+    eos = [int(tiny_tokenizer.eos_token_id)]
+    backend = VLLMBackend(
+        model, pad_token_id=int(tiny_tokenizer.pad_token_id), eos_token_ids=eos,
+        engine=ModelEngine(model), api=FAKE_API, weight_sender=state_dict_sender,
+    )  # fmt: skip
+    assert not getattr(backend, "supports_stop", False)
+    agent = HFAgent(model, tiny_tokenizer, eos_token_ids=eos, backend=backend, prompt_format="raw")
+    samples, stats = _sampled_update(agent, model)
+    results = [r for group in samples.completions for c in group for r in c.tool_results]
+    assert results
+    for group in samples.completions:
+        for c in group:
+            # each segment that made a call ends in the token of its first "e"
+            assert _paused_at_calls(c.transcript), c.transcript
+    assert bool((samples.batch.behaviour_logprobs[~samples.batch.completion_mask] == 0).all())
+    assert abs(stats["ratio_mean"] - 1.0) < 1e-4, stats
