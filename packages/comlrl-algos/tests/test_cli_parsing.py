@@ -20,25 +20,6 @@ def test_options_and_overrides_may_be_intermixed() -> None:
     assert args.model == ["X"] and args.print_config
 
 
-def test_print_config_shows_intermixed_overrides(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(
-            [
-                "train",
-                "num_steps=2",
-                "--model",
-                "builtin:tiny-qwen2",
-                "output_dir=y",
-                "--print-config",
-            ]
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "num_steps: 2" in out and "output_dir: y" in out and "- builtin:tiny-qwen2" in out
-    assert "# built-in models: builtin:stories260k" in out
-
-
 def test_tasks_subcommand_still_parses() -> None:
     assert parse_args(["tasks"]).command == "tasks"
     with pytest.raises(SystemExit):

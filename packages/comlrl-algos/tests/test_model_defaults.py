@@ -57,12 +57,6 @@ def test_any_other_model_gets_the_pretrained_table(model: str) -> None:
     assert mixed.model_defaults().kind == "pretrained"
 
 
-def test_the_new_token_budget_is_the_named_tasks_own_or_256() -> None:
-    assert TrainConfig(models=[HUB], task={"name": "coop_story"}).max_new_tokens == 48
-    assert TrainConfig(models=[HUB], task={"name": "coop_humaneval"}).max_new_tokens == 256
-    assert TrainConfig(models=[HUB]).max_new_tokens == 256  # no task named (own reward)
-
-
 def test_an_explicit_value_always_wins() -> None:
     python = TrainConfig(models=[HUB], learning_rate=5e-6, optimizer="radam", num_generations=2)
     assert (python.learning_rate, python.optimizer, python.num_generations) == (5e-6, "radam", 2)
@@ -105,32 +99,6 @@ def test_a_high_learning_rate_on_a_pretrained_model_warns(tmp_path: Path) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_if_cannot_learn(config.model_copy(update={"learning_rate": 2e-5}), agents, None, [])
-
-
-def test_print_config_of_a_hub_id_shows_the_table_without_loading_it(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from comlrl.algos.models import loading
-
-    def no_loading(*a: object, **kw: object) -> None:
-        raise AssertionError("--print-config must not load a model")
-
-    monkeypatch.setattr(loading, "load_model_and_tokenizer", no_loading)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert cli.main(["train", "--model", HUB, "--print-config"]) == 0
-    out = capsys.readouterr().out
-    for line in (
-        "optimizer: adamw",
-        "learning_rate: 1.0e-06",
-        "loss_reduction: token_mean",
-        "num_generations: 8",
-        "max_new_tokens: 48",  # the default task, coop_story, declares 48
-    ):
-        assert f"\n{line}\n" in out, line
-    assert f"# defaults for pretrained LLMs ({HUB} is not a built-in model)" in out
-    assert "# warning" not in out
-    assert cli.main(["train", "--model", HUB, "learning_rate=1e-3", "--print-config"]) == 0
-    assert "# warning: learning_rate=0.001 on the pretrained model" in capsys.readouterr().out
 
 
 def test_the_run_header_says_which_defaults_applied_and_why(

@@ -15,6 +15,14 @@ from comlrl.algos.training.config import TrainConfig
 from pydantic import ValidationError
 
 
+@pytest.fixture(scope="module")
+def tiny_tokenizer() -> Any:
+    """The built-in tiny-qwen2's tokenizer (trained on the spot, ~1 s)."""
+    from comlrl.algos.models.loading import build_default_tokenizer
+
+    return build_default_tokenizer()
+
+
 def _train(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(["train", *argv])
     return code, capsys.readouterr().err
