@@ -118,7 +118,8 @@ class ForcedBackend:
 
 def run_once(agent: Any, tool: Any) -> tuple[float, float, int, list[str]]:
     """One rollout: (wall s, summed tool s, calls, errors)."""
-    from comlrl.algos.rollout.tool_calls import ToolBox, sample_with_tools
+    from comlrl.algos.rollout.tool_calls import sample_with_tools
+    from comlrl.algos.rollout.toolbox import ToolBox
     from comlrl.core import SamplingParams
 
     box = ToolBox((tool,), fallback_format="python", max_tool_calls=2, max_workers=ROWS)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from comlrl.algos.rollout.tool_calls import ToolBox
+from comlrl.algos.rollout.toolbox import ToolBox
 from comlrl.core import (
     Feedback,
     JointAction,

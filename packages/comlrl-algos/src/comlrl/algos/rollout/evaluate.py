@@ -20,7 +20,7 @@ evaluation set in batches, greedily (``top_k=1``) or sampled, and
 - on a task mixture (:mod:`comlrl.algos.rollout.mixture`), ``reward/<task>``: the mean
   turn-0 reward of each task's joint actions.
 - for agents with tools, the tool metrics of
-  :func:`~comlrl.algos.rollout.tool_calls.tool_metrics` (calls per completion, error kinds,
+  :func:`~comlrl.algos.rollout.tool_metrics.tool_metrics` (calls per completion, error kinds,
   ``tool_error_fraction``).
 
 Random streams: evaluation draws from its own streams, seeded from ``seed`` alone (the same
@@ -41,7 +41,7 @@ import torch
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.mixture import task_reward_sums
-from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
+from comlrl.algos.rollout.tool_metrics import sum_tool_counts, tool_counts, tool_metrics
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.core import SamplingParams
 

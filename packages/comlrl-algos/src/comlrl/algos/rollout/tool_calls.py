@@ -19,13 +19,9 @@ is True on the model's tokens only, and behaviour log-probs are those the sample
 measured for the model's tokens (0 on observations). The training forward over the whole
 sequence therefore gives ratio 1 at step 0.
 
-Formats (:func:`resolve_tool_format`): a chat template that renders tools
-(``apply_chat_template(..., tools=...)``, e.g. Qwen2.5 and Hermes templates) declares the
-tools and renders each result as the template's tool message, with the
-``<tool_call>{json}</tool_call>`` call format; otherwise the task's ``tool_format`` (json or
-fenced ``python`` blocks) is used, the tools are declared by
-:meth:`comlrl.core.ToolFormat.describe` in the system message (or ahead of a raw prompt),
-and results come back as :meth:`comlrl.core.ToolFormat.result_text`.
+How the tools are declared in the prompt and how a result reads (the chat template's own
+tool format, or the task's fallback): :mod:`comlrl.algos.rollout.toolbox`; the metrics:
+:mod:`comlrl.algos.rollout.tool_metrics`.
 
 Named axes: ``N`` prompts, ``G`` completions per prompt, ``B = N * G`` rows, ``S`` padded
 prompt tokens, ``L`` completion tokens (model and observation tokens).
@@ -35,173 +31,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from comlrl.algos.records import AgentSamples, PolicyBatch
-from comlrl.core import (
-    TOOL_ERROR_KINDS,
-    Completion,
-    JsonToolFormat,
-    SamplingParams,
-    Tool,
-    ToolCall,
-    ToolFormat,
-    ToolResult,
-    get_tool_format,
-    run_tool_call,
-)
-from comlrl.core.prompts import Prompt, chat_messages, prompt_text
+from comlrl.algos.rollout.toolbox import ToolBox, observation_text, render_tool_prompts
+from comlrl.core import Completion, SamplingParams, ToolCall, ToolFormat, ToolResult
+from comlrl.core.prompts import Prompt
 
-__all__ = [
-    "ToolBox",
-    "resolve_tool_format",
-    "render_tool_prompts",
-    "observation_text",
-    "sample_with_tools",
-    "sum_tool_counts",
-    "template_renders_tools",
-    "tool_counts",
-    "tool_metrics",
-]
-
-_MARK = "\x00COMLRL_TOOL_MARK\x00"
-
-
-def template_renders_tools(tokenizer: Any) -> bool:
-    """Whether ``tokenizer``'s chat template renders a ``tools`` list (and tool messages)."""
-    template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, dict):
-        template = template.get("tool_use") or template.get("default")
-    return isinstance(template, str) and "tools" in template and "tool" in template
-
-
-@dataclass
-class ToolBox:
-    """One agent's tools for a turn, and how calls are run.
-
-    Attributes:
-        tools: the agent's tools.
-        fallback_format: the task's call format for templates that do not render tools.
-        max_tool_calls: calls run per completion per turn; later calls get ``"limit"``.
-        max_result_tokens: an observation longer than this is cut to it (tokens).
-        executor: where calls run (threads; a sandboxed tool's thread waits on its child
-            process). ``None``: a pool of :attr:`max_workers` threads made on first use.
-        max_workers: size of that pool.
-    """
-
-    tools: tuple[Tool, ...]
-    fallback_format: str = "json"
-    max_tool_calls: int = 4
-    max_result_tokens: int = 256
-    executor: concurrent.futures.Executor | None = None
-    max_workers: int = 16
-    _own: concurrent.futures.ThreadPoolExecutor | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls must be >= 0, got {self.max_tool_calls}")
-        if self.max_result_tokens < 1:
-            raise ValueError(f"max_result_tokens must be >= 1, got {self.max_result_tokens}")
-        get_tool_format(self.fallback_format)  # raises on an unknown name
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"two tools share a name: {names}; give each tool its own name")
-
-    @property
-    def by_name(self) -> dict[str, Tool]:
-        """The tools by name."""
-        return {t.name: t for t in self.tools}
-
-    def submit(self, fmt: ToolFormat, call_text: str) -> concurrent.futures.Future[ToolResult]:
-        """Run one call in the pool; the future never raises (see
-        :func:`comlrl.core.run_tool_call`)."""
-        pool = self.executor
-        if pool is None:
-            if self._own is None:
-                self._own = concurrent.futures.ThreadPoolExecutor(
-                    self.max_workers, thread_name_prefix="comlrl-tools"
-                )
-            pool = self._own
-        return pool.submit(run_tool_call, self.by_name, fmt, call_text)
-
-    def close(self) -> None:
-        """Shut the pool this box made down (safe to call twice)."""
-        if self._own is not None:
-            self._own.shutdown(wait=False, cancel_futures=True)
-            self._own = None
-
-
-def resolve_tool_format(
-    tokenizer: Any, prompt_format: str, box: ToolBox
-) -> tuple[ToolFormat, bool]:
-    """The call format an agent uses and whether its chat template renders the tools.
-
-    A chat agent whose template renders tools uses :class:`~comlrl.core.JsonToolFormat`
-    through the template; every other agent uses ``box.fallback_format``.
-    """
-    if prompt_format == "chat" and template_renders_tools(tokenizer):
-        return JsonToolFormat(), True
-    return get_tool_format(box.fallback_format), False
-
-
-def _with_declaration(prompt: Prompt, declaration: str) -> list[dict[str, str]]:
-    """Chat messages of ``prompt`` with the tool declaration in the system message."""
-    messages = [dict(m) for m in chat_messages(prompt)]
-    if messages and messages[0]["role"] == "system":
-        messages[0]["content"] = f"{messages[0]['content']}\n\n{declaration}"
-    else:
-        messages.insert(0, {"role": "system", "content": declaration})
-    return messages
-
-
-def render_tool_prompts(
-    tokenizer: Any, prompts: Sequence[Prompt], prompt_format: str, box: ToolBox
-) -> tuple[list[str], ToolFormat, bool]:
-    """Model-input texts of ``prompts`` with the tools declared, the call format, and
-    whether the template renders tools (see the module docstring)."""
-    fmt, templated = resolve_tool_format(tokenizer, prompt_format, box)
-    schemas = [t.schema() for t in box.tools]
-    if templated:
-        texts = [
-            tokenizer.apply_chat_template(
-                chat_messages(p), tools=schemas, add_generation_prompt=True, tokenize=False
-            )
-            for p in prompts
-        ]
-    elif prompt_format == "chat":
-        declaration = fmt.describe(box.tools)
-        texts = [
-            tokenizer.apply_chat_template(
-                _with_declaration(p, declaration), add_generation_prompt=True, tokenize=False
-            )
-            for p in prompts
-        ]
-    else:
-        declaration = fmt.describe(box.tools)
-        texts = [f"{declaration}\n\n{prompt_text(p)}" for p in prompts]
-    return texts, fmt, templated
-
-
-def observation_text(
-    tokenizer: Any, prompt: Prompt, fmt: ToolFormat, templated: bool, result: ToolResult
-) -> str:
-    """The text appended after a call: the template's tool message (from the end of the
-    assistant's text to the start of its next message) or ``fmt.result_text``."""
-    if not templated:
-        return fmt.result_text(result)
-    messages = [
-        *chat_messages(prompt),
-        {"role": "assistant", "content": _MARK},
-        {"role": "tool", "content": result.content},
-    ]
-    full = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    at = full.rfind(_MARK)
-    if at < 0:  # a template that drops assistant content: fall back to plain text
-        return fmt.result_text(result)
-    return full[at + len(_MARK) :]
+__all__ = ["sample_with_tools"]
 
 
 @dataclass
@@ -511,62 +351,3 @@ def _assemble(
     batch = PolicyBatch(ids, attn, cmask, logp, group_size=g).to(device)
     groups = tuple(tuple(completions[k * g : (k + 1) * g]) for k in range(n))
     return AgentSamples(tuple(texts), groups, batch, with_tools=True)
-
-
-def tool_counts(samples: AgentSamples) -> dict[str, float] | None:
-    """Tool-call counts of one agent's completions (``None`` when it had no tools):
-    ``completions``, ``calls``, ``result_tokens``, ``seconds`` and one count per error kind
-    that occurred."""
-    if not samples.with_tools:
-        return None
-    counts = {"completions": 0.0, "calls": 0.0, "result_tokens": 0.0, "seconds": 0.0}
-    for group in samples.completions:
-        for c in group:
-            counts["completions"] += 1
-            for r in c.tool_results:
-                counts["calls"] += 1
-                counts["result_tokens"] += r.result_tokens
-                counts["seconds"] += r.seconds
-                if r.error is not None:
-                    counts[r.error] = counts.get(r.error, 0.0) + 1
-    return counts
-
-
-def sum_tool_counts(parts: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
-    """The key-wise sum of :func:`tool_counts` results (``None`` when all are ``None``)."""
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    total: dict[str, float] = {}
-    for counts in present:
-        for key, n in counts.items():
-            total[key] = total.get(key, 0.0) + n
-    return total
-
-
-def tool_metrics(
-    per_agent: Sequence[Mapping[str, float] | None], prefix: str = ""
-) -> dict[str, float]:
-    """Metrics of per-agent :func:`tool_counts`: ``<prefix>tool_calls_mean/agent_<a>``
-    (calls per completion), ``tool_result_tokens_mean/agent_<a>``,
-    ``tool_seconds/agent_<a>``, ``tool_errors/<kind>`` for every kind of
-    :data:`comlrl.core.TOOL_ERROR_KINDS` and ``tool_error_fraction`` (errors per call, 0
-    without calls); empty when no agent had tools."""
-    out: dict[str, float] = {}
-    errors = dict.fromkeys(TOOL_ERROR_KINDS, 0.0)
-    calls = 0.0
-    for a, c in enumerate(per_agent):
-        if c is None:
-            continue
-        n = max(c["completions"], 1.0)
-        out[f"{prefix}tool_calls_mean/agent_{a}"] = c["calls"] / n
-        out[f"{prefix}tool_result_tokens_mean/agent_{a}"] = c["result_tokens"] / n
-        out[f"{prefix}tool_seconds/agent_{a}"] = c["seconds"]
-        calls += c["calls"]
-        for kind in TOOL_ERROR_KINDS:
-            errors[kind] += c.get(kind, 0.0)
-    if out:
-        for kind, n in errors.items():
-            out[f"{prefix}tool_errors/{kind}"] = n
-        out[f"{prefix}tool_error_fraction"] = sum(errors.values()) / calls if calls else 0.0
-    return out

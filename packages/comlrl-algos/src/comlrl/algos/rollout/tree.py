@@ -24,7 +24,8 @@ from comlrl.algos.functional.returns import tree_returns
 from comlrl.algos.records import AgentSamples, Rollout, TurnRollout, flat_texts
 from comlrl.algos.rollout.environment import Branch, Environment
 from comlrl.algos.rollout.sampling.collate import collate_completions
-from comlrl.algos.rollout.tool_calls import ToolBox, sample_with_tools
+from comlrl.algos.rollout.tool_calls import sample_with_tools
+from comlrl.algos.rollout.toolbox import ToolBox
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
 from comlrl.core.prompts import Prompt, prompt_text
 
@@ -102,7 +103,7 @@ def sample_agent(
     ``sample(prompts, params, keys=keys)`` draws each prompt's completions from a stream
     seeded by its key.
 
-    ``tools`` (the agent's :class:`~comlrl.algos.rollout.tool_calls.ToolBox`): sample with
+    ``tools`` (the agent's :class:`~comlrl.algos.rollout.toolbox.ToolBox`): sample with
     tool calls inside the completions
     (:func:`~comlrl.algos.rollout.tool_calls.sample_with_tools`), which needs an
     :class:`~comlrl.algos.HFAgent`.

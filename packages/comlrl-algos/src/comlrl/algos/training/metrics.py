@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.mixture import task_reward_sums
-from comlrl.algos.rollout.tool_calls import sum_tool_counts, tool_counts, tool_metrics
+from comlrl.algos.rollout.tool_metrics import sum_tool_counts, tool_counts, tool_metrics
 
 __all__ = [
     "rollout_metrics",
