@@ -29,10 +29,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.core import ChatPrompt, Feedback, JointAction, Prompt, RewardBatch, Task, Tool
+from comlrl.core import ChatPrompt, Feedback, JointAction, Prompt, RewardBatch
 from comlrl.envs.math.answer import answer_line, normalize_number
-from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits, load_problems
-from comlrl.envs.math.tool_math import answer_request, example_messages, value_json
+from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits
+from comlrl.envs.math.tool_math import (
+    MathProblemTask,
+    answer_request,
+    example_messages,
+    value_json,
+)
 from comlrl.envs.tools.python import python_tool
 
 __all__ = ["DebateMathTask", "REWARD_MODES"]
@@ -48,7 +53,7 @@ def _shown(text: str, limit: int) -> str:
     return text[:limit].rstrip() + " [...]"
 
 
-class DebateMathTask(Task):
+class DebateMathTask(MathProblemTask):
     """``A`` agents answer a math problem, then debate it for ``rounds`` rounds (module
     docstring).
 
@@ -141,29 +146,6 @@ class DebateMathTask(Task):
         self.max_shown_chars = max_shown_chars
         self.example = bool(example)
         self._tool = python_tool(timeout_s=tool_timeout_s)
-
-    def tools(self, agent: int) -> Sequence[Tool]:
-        """``(python_tool,)`` for every agent when ``use_tool``, else ``()``."""
-        return (self._tool,) if self.use_tool else ()
-
-    def load(self, split: str = "train") -> list[dict[str, Any]]:
-        """The examples of ``split`` (``"train"``, ``"test"``/``"eval"``); see
-        :func:`~comlrl.envs.math.problem_sets.load_problems`.
-
-        Raises:
-            ValueError: an unknown split, or too few distinct problems.
-            FileNotFoundError: ``gsm8k_path`` does not exist.
-        """
-        return load_problems(
-            self.level,
-            split,
-            seed=self.seed,
-            num_train=self.num_train,
-            num_eval=self.num_eval,
-            digits=self.digits,
-            ops=self.ops,
-            gsm8k_path=self.gsm8k_path,
-        )
 
     # --------------------------------------------------------------- prompts
     def _number(self) -> str:

@@ -39,7 +39,7 @@ from comlrl.envs.math.answer import answer_line, normalize_number
 from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits, load_problems
 from comlrl.envs.tools.python import python_tool
 
-__all__ = ["ToolMathTask", "answer_request", "value_json"]
+__all__ = ["MathProblemTask", "ToolMathTask", "answer_request", "value_json"]
 
 
 def answer_request(use_tool: bool, what: str = "it", number: str = "integer") -> str:
@@ -74,7 +74,47 @@ def value_json(value: Fraction | None) -> int | str | None:
     return int(value) if value.denominator == 1 else str(value)
 
 
-class ToolMathTask(Task):
+class MathProblemTask(Task):
+    """What ``tool_math`` and ``debate_math`` share: their problems
+    (:func:`~comlrl.envs.math.problem_sets.load_problems` of ``level``) and the sandboxed
+    Python tool every agent gets when ``use_tool`` is set. Subclasses set the attributes
+    below in ``__init__``."""
+
+    level: str
+    seed: int
+    num_train: int
+    num_eval: int
+    digits: tuple[int, int]
+    ops: int
+    gsm8k_path: str | Path | None
+    use_tool: bool
+    _tool: Tool
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """``(python_tool,)`` for every agent, ``()`` when ``use_tool=False``."""
+        return (self._tool,) if self.use_tool else ()
+
+    def load(self, split: str = "train") -> list[dict[str, Any]]:
+        """The examples of ``split`` (``"train"``, ``"test"``/``"eval"``); see
+        :func:`~comlrl.envs.math.problem_sets.load_problems`.
+
+        Raises:
+            ValueError: an unknown split, or too few distinct problems.
+            FileNotFoundError: ``gsm8k_path`` does not exist.
+        """
+        return load_problems(
+            self.level,
+            split,
+            seed=self.seed,
+            num_train=self.num_train,
+            num_eval=self.num_eval,
+            digits=self.digits,
+            ops=self.ops,
+            gsm8k_path=self.gsm8k_path,
+        )
+
+
+class ToolMathTask(MathProblemTask):
     """Arithmetic problems split between agents that may run Python (module docstring).
 
     Reward of one joint action, in ``[0, 1]``:
@@ -177,29 +217,6 @@ class ToolMathTask(Task):
     def split_work(self) -> bool:
         """Whether each agent solves a part (two agents, a generated level)."""
         return self.num_agents == 2 and self.level != "gsm8k"
-
-    def tools(self, agent: int) -> Sequence[Tool]:
-        """``(python_tool,)`` for every agent, ``()`` when ``use_tool=False``."""
-        return (self._tool,) if self.use_tool else ()
-
-    def load(self, split: str = "train") -> list[dict[str, Any]]:
-        """The examples of ``split`` (``"train"``, ``"test"``/``"eval"``); see
-        :func:`~comlrl.envs.math.problem_sets.load_problems`.
-
-        Raises:
-            ValueError: an unknown split, or too few distinct problems.
-            FileNotFoundError: ``gsm8k_path`` does not exist.
-        """
-        return load_problems(
-            self.level,
-            split,
-            seed=self.seed,
-            num_train=self.num_train,
-            num_eval=self.num_eval,
-            digits=self.digits,
-            ops=self.ops,
-            gsm8k_path=self.gsm8k_path,
-        )
 
     def targets(self, example: Mapping[str, Any]) -> list[str]:
         """What each agent must find: its part's answer when the work is split, else the
