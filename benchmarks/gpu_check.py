@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Python tool inside their turns)",
     )
     p.add_argument("--steps", type=int, default=4, help="training steps before the resume")
+    p.add_argument(
+        "--phases",
+        default="cuda_tests,kernel_bench,train",
+        help="comma-separated phases to run (default: all three); a machine that receives "
+        "the model in parts over two calls runs the kernels' phases in the first",
+    )
     p.add_argument("--split", metavar="FILE", help="only split FILE into parts and exit")
     p.add_argument("--part-mib", type=int, default=60, help="largest part of --split, MiB")
     return p
@@ -321,8 +327,16 @@ def main(argv: list[str] | None = None) -> int:
         "cuda_tests": lambda: phase_cuda_tests(args.dry_run, LIMITS_S["cuda_tests"] * scale),
         "kernel_bench": lambda: phase_kernel_bench(args.dry_run),
     }
+    chosen = [x.strip() for x in args.phases.split(",") if x.strip()]
+    unknown = sorted(set(chosen) - {"cuda_tests", "kernel_bench", "train"})
+    if unknown:
+        print(
+            f"gpu_check: unknown phases {unknown}; choose from cuda_tests, kernel_bench, train",
+            file=sys.stderr,
+        )
+        return 2
     model = args.model
-    if not args.dry_run:
+    if not args.dry_run and "train" in chosen:
         try:
             path, info = resolve_model(Path(args.model), work / "model", args.sha256)
             model, result["model"] = str(path), info
@@ -335,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         else {"ok": False, "error": result["model"]["error"]}
     )
     for name, phase in phases.items():
+        if name not in chosen:
+            continue
         t0 = time.perf_counter()
         try:
             row = phase()
