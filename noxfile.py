@@ -2,7 +2,7 @@
 
 ``nox -s tests`` runs every package's tests in its own virtual environment holding only
 that package, its declared dependencies and the test tools, then the cross-package tests
-in ``tests/`` with all four packages installed:
+in ``tests/`` with all five packages installed:
 
 - the torch-free packages on the Pythons in :data:`PYTHONS_FOR` (``core`` on all of
   :data:`ALL_PYTHONS`, ``envs`` on 3.10 and 3.13) that are on this machine (``PATH`` or pyenv's ``~/.pyenv/versions``); a missing one is
@@ -15,7 +15,7 @@ in ``tests/`` with all four packages installed:
   the Python the pinned CPU torch wheel is installed for.
 
 ``nox -s lint`` runs ``ruff check`` and ``ruff format --check`` over the repository;
-``nox -s typecheck`` runs mypy over the four packages' sources (settings in
+``nox -s typecheck`` runs mypy over the five packages' sources (settings in
 ``pyproject.toml``). ``nox -s demo`` runs the built-in default experiment. torch is
 pinned (``TORCH_SPEC``) because an unpinned torch pulls the CUDA build. The venvs are made
 with uv where it is installed (``pip install nox uv``), else with venv and pip.
@@ -94,10 +94,11 @@ LOCAL_DEPS = {
     "kernels": [],
     "envs": ["core"],
     "algos": ["core", "kernels"],
+    "compat": ["core", "kernels", "algos"],
 }
 # Optional extras installed with a package for its tests (they test what the extras do).
-EXTRAS = {"algos": "[compat,gguf,lora,plot,tensorboard,wandb]", "envs": "[serve]"}
-NEEDS_TORCH = {"kernels", "algos"}
+EXTRAS = {"algos": "[gguf,lora,plot,tensorboard,wandb]", "envs": "[serve]"}
+NEEDS_TORCH = {"kernels", "algos", "compat"}
 
 
 def _pip_settings_for_uv() -> None:
@@ -215,12 +216,12 @@ SKIPPED_PACKAGES = [p for p in os.environ.get("COMLRL_NOX_SKIP_PACKAGES", "").sp
 MATRIX = [
     (py, pkg)
     for py, pkg in [(py, pkg) for pkg in TORCH_FREE for py in PYTHONS_FOR[pkg]]
-    + [(TORCH_PYTHON, pkg) for pkg in ("kernels", "algos", "integration")]
+    + [(TORCH_PYTHON, pkg) for pkg in ("kernels", "algos", "compat", "integration")]
     if pkg not in SKIPPED_PACKAGES
 ]
 
 
-#: venvs that hold our four packages with algos' extras and the test tools, as
+#: venvs that hold our five packages with algos' extras and the test tools, as
 #: :func:`_install_all` makes them: ``tests(integration)``'s (built first in CI), then
 #: ``slow(integration)``'s. ``slow(integration)`` and ``compat`` run in one of them when its
 #: installed ``comlrl`` sources equal this checkout's (:func:`_reusable_python`), so CI
@@ -249,9 +250,9 @@ import aiohttp, datasets, gguf, hypothesis, peft, pytest, transformers, xdist
 
 
 def _install_all(session: nox.Session) -> None:
-    """The four packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests),
+    """The five packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests),
     and envs' ``[serve]`` extra (aiohttp: ``comlrl serve``, ``tests/test_task_serving.py``)."""
-    _install(session, ["core", "kernels", "envs", "algos"], tested="algos")
+    _install(session, ["core", "kernels", "envs", "algos", "compat"], tested="algos")
     session.install(_local(session, "envs", "[serve]"))
 
 
@@ -366,15 +367,16 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=TORCH_PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy over the four packages' sources and this file, with their dependencies installed."""
+    """mypy over the five packages' sources and this file, with their dependencies installed."""
     session.install(TORCH_SPEC, MYPY_SPEC, "nox")
-    session.install(*[_local(session, n) for n in ("core", "kernels", "envs", "algos")])
+    session.install(*[_local(session, n) for n in ("core", "kernels", "envs", "algos", "compat")])
     session.run(
         "mypy",
         "packages/comlrl-core/src",
         "packages/comlrl-envs/src",
         "packages/comlrl-kernels/src",
         "packages/comlrl-algos/src",
+        "packages/comlrl-compat/src",
         "noxfile.py",
     )
 

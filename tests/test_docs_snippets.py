@@ -28,7 +28,7 @@ and links of ``docs/compat.md``, which also names what CoMLRL 1.4.3 had and this
 package lacks).
 
 ``docs/compat.md`` is left out: its blocks show CoMLRL 1.4.3 code fragments and
-``examples/comlrl143/`` (run by ``packages/comlrl-algos/tests/test_compat_examples.py``)
+``examples/comlrl143/`` (run by ``packages/comlrl-compat/tests/test_compat_examples.py``)
 holds the complete scripts.
 """
 

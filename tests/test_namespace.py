@@ -1,4 +1,4 @@
-"""The four distributions share the PEP 420 ``comlrl`` namespace without clobbering it."""
+"""The distributions share the PEP 420 ``comlrl`` namespace without clobbering it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ["comlrl.core", "comlrl.kernels", "comlrl.algos", "comlrl.envs"]
+PACKAGES = ["comlrl.core", "comlrl.kernels", "comlrl.algos", "comlrl.envs", "comlrl.trainers"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -1,4 +1,4 @@
-"""The HTTP comparator (comlrl.algos.recipes.preference.api_comparator): request bodies,
+"""The HTTP comparator (comlrl.algos.recipes.preference.iterative.api_comparator): request bodies,
 reply parsing and key headers per format, request splitting, errors, and a real local
 HTTP server answering it."""
 
@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
-from comlrl.algos.recipes.preference.api_comparator import (
+from comlrl.algos.recipes.preference.iterative.api_comparator import (
     ApiAgent,
     ApiComparatorClient,
     ApiComparatorConfig,

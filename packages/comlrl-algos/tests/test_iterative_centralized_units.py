@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
-from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay
-from comlrl.algos.recipes.preference.rounds import IterativeRounds
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay
+from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.rollout.centralized import (
     CentralizedReward,
     RoleParseError,

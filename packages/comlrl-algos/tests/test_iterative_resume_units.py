@@ -14,12 +14,16 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative import REPLAY_MODES, IterPair, PreferenceReplay
-from comlrl.algos.recipes.preference.iterative_state import (
+from comlrl.algos.recipes.preference.iterative.checkpoint import (
     RoundState,
     madpo_iter_resume,
     marlhf_iter_resume,
+)
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.replay import (
+    REPLAY_MODES,
+    IterPair,
+    PreferenceReplay,
 )
 from comlrl.algos.training import checkpoint as ckpt
 from hypothesis import given, settings

@@ -2,7 +2,7 @@
 
 :func:`collect_info` gathers, without loading any model:
 
-- the versions of the four ``comlrl-*`` distributions and of the libraries they lean on
+- the versions of the five ``comlrl-*`` distributions and of the libraries they lean on
   (torch, transformers, tokenizers, peft, vllm, ...; ``None`` for one not installed),
   read with :mod:`importlib.metadata`;
 - torch's build: its CUDA version (``None`` for a CPU build), whether a GPU is usable now
@@ -37,7 +37,7 @@ __all__ = [
     "version_of",
 ]
 
-PACKAGES = ("comlrl-core", "comlrl-kernels", "comlrl-algos", "comlrl-envs")
+PACKAGES = ("comlrl-core", "comlrl-kernels", "comlrl-algos", "comlrl-envs", "comlrl-compat")
 """The distributions of this repository."""
 
 DEPENDENCIES = (

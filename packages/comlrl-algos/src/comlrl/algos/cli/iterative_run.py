@@ -1,5 +1,5 @@
 """``comlrl train algo=madpo_iter`` and ``algo=marlhf_iter``: iterative preference refresh
-against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative_loops`)."""
+against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative.recipe`)."""
 
 from __future__ import annotations
 
@@ -111,12 +111,12 @@ def run_madpo_iter(
     policy_config: Any = None,
 ) -> int:
     """``algo=madpo_iter``: MADPO-Iter on ``config.task``
-    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_madpo_iter`).
+    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_madpo_iter`).
 
     ``algo=centralized_madpo_iter`` loads ``num_models`` (1) models, takes the one joint
     policy's ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and
     builds its MADPO run with ``policy_config`` (the policy's one-agent config)."""
-    from comlrl.algos.recipes.preference.iterative_loops import (
+    from comlrl.algos.recipes.preference.iterative.recipe import (
         MADPOIterRun,
         build_rounds,
         madpo_iter_resume,
@@ -219,14 +219,14 @@ def run_marlhf_iter(
     policy_config: Any = None,
 ) -> int:
     """``algo=marlhf_iter``: MARLHF-Iter on ``config.task``
-    (:func:`~comlrl.algos.recipes.preference.iterative_loops.train_marlhf_iter`); the
+    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_marlhf_iter`); the
     reward model's fit rows in ``reward_model_metrics.jsonl``, its last fit in
     ``final/reward_model``. ``algo=centralized_marlhf_iter`` as :func:`run_madpo_iter`'s
     centralized form: one joint policy, its RL steps with ``policy_config``."""
     import torch
     from comlrl.algos.cli.marlhf_run import _save_reward_model
     from comlrl.algos.recipes.preference.config import MADPOConfig
-    from comlrl.algos.recipes.preference.iterative_loops import (
+    from comlrl.algos.recipes.preference.iterative.recipe import (
         MARLHFIterRun,
         build_rounds,
         marlhf_iter_resume,

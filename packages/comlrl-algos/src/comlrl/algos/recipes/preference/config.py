@@ -146,7 +146,7 @@ class RewardModelConfig(_Validated):
 
 class IterativeSection(_Validated):
     """The rounds of iterative preference refresh (MADPO-Iter, MARLHF-Iter;
-    :mod:`comlrl.algos.recipes.preference.iterative`). A run of ``num_steps`` optimizer
+    :mod:`comlrl.algos.recipes.preference.iterative.replay`). A run of ``num_steps`` optimizer
     steps is ``ceil(num_steps / steps_per_round)`` rounds; each round first samples
     ``round_prompts`` prompts' candidates from the current and the comparator policy and
     pairs them, then trains ``steps_per_round`` steps.
@@ -157,7 +157,7 @@ class IterativeSection(_Validated):
         comparator: ``current`` / ``current_copy`` (the current agents), ``model``
             (frozen ``comparator_models``), ``history`` (the policy
             ``comparator_history_k`` rounds ago) or ``api`` (a model served at
-            ``comparator_api_url``); see :mod:`comlrl.algos.recipes.preference.comparator`.
+            ``comparator_api_url``); see :mod:`comlrl.algos.recipes.preference.iterative.comparator`.
         comparator_models: ``comparator="model"``: one model for every agent or one per agent.
         comparator_num_candidates: ``K'`` comparator candidates per prompt (``None``: ``K``).
         comparator_history_k: ``comparator="history"``: rounds back (1: the current policy).
@@ -165,7 +165,7 @@ class IterativeSection(_Validated):
             comparator_api_key_env: ``comparator="api"``: the endpoint, its request format
             (``generic``, ``openai_chat``, ``anthropic_messages``, ``openai_responses``),
             the served model's name and the environment variable holding the API key
-            (:mod:`comlrl.algos.recipes.preference.api_comparator`).
+            (:mod:`comlrl.algos.recipes.preference.iterative.api_comparator`).
         pair_selection: order of a prompt's pairs before ``pairs_per_prompt`` cuts:
             ``comparator_reward`` (highest comparator reward first), ``reward_gap``,
             ``random``, ``all``.
@@ -176,7 +176,7 @@ class IterativeSection(_Validated):
         replay_sample_size: pairs drawn per round by the replay modes other than
             ``current`` (``None``: as many as this round generated).
         replay_dir: a folder for every round's pairs (``iteration_XXXX.json``, read back
-            when a draw picks that round; :mod:`comlrl.algos.recipes.preference.replay_shards`);
+            when a draw picks that round; :mod:`comlrl.algos.recipes.preference.iterative.replay_shards`);
             ``None`` keeps them in memory.
     """
 

@@ -48,7 +48,7 @@ from comlrl.algos.recipes.preference.encoding import (
     encode_completions,
     sequence_logprobs,
 )
-from comlrl.algos.recipes.preference.madpo import (
+from comlrl.algos.recipes.preference.madpo.recipe import (
     MADPORun,
     madpo_checkpoint,
     madpo_evaluate,
@@ -59,18 +59,18 @@ from comlrl.algos.recipes.preference.madpo import (
     madpo_update,
     train_madpo,
 )
-from comlrl.algos.recipes.preference.outputs import (
-    loop_settings,
-)
-from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
-from comlrl.algos.recipes.preference.reward_model import (
+from comlrl.algos.recipes.preference.marlhf.reward_model import (
     JointRewardModel,
     RewardModelReward,
     evaluate_reward_model,
     format_joint_text,
     train_reward_model,
 )
-from comlrl.algos.recipes.preference.supervised import (
+from comlrl.algos.recipes.preference.outputs import (
+    loop_settings,
+)
+from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
+from comlrl.algos.recipes.preference.supervised.recipe import (
     evaluate_dpo,
     evaluate_sft,
     train_dpo,

@@ -19,7 +19,7 @@ from typing import Any
 
 from comlrl.algos.recipes.preference import recipe
 from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
-from comlrl.algos.recipes.preference.marlhf_trainer import MARLHFTrainer
+from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
 from comlrl.algos.recipes.preference.recipe import (
     DPOConfig,
     MADPOConfig,

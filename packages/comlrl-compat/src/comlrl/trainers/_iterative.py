@@ -1,7 +1,7 @@
 """CoMLRL 1.4.3's iterative preference arguments (``MADPOIter`` / ``MARLHFIter``) mapped
-onto our recipe's rounds (:mod:`comlrl.algos.recipes.preference.iterative`,
-:mod:`~comlrl.algos.recipes.preference.comparator`,
-:mod:`~comlrl.algos.recipes.preference.rounds`): 1.4.3's spellings and field rules
+onto our recipe's rounds (:mod:`comlrl.algos.recipes.preference.iterative.replay`,
+:mod:`~comlrl.algos.recipes.preference.iterative.comparator`,
+:mod:`~comlrl.algos.recipes.preference.iterative.rounds`): 1.4.3's spellings and field rules
 (:func:`validate_iterative_fields`), what is not implemented
 (:func:`check_iterative_supported`), and :func:`rounds_from_args`. The method lives in
 ``comlrl.algos``; its names are re-exported here.
@@ -43,9 +43,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.preference.api_comparator import ApiComparatorClient
-from comlrl.algos.recipes.preference.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative import (
+from comlrl.algos.recipes.preference.iterative.api_comparator import ApiComparatorClient
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.replay import (
     PAIR_SELECTIONS,
     IterPair,
     PreferenceReplay,
@@ -55,8 +55,8 @@ from comlrl.algos.recipes.preference.iterative import (
     row_tokens,
     select_comparison_pairs,
 )
-from comlrl.algos.recipes.preference.iterative import pair_steps as steps
-from comlrl.algos.recipes.preference.rounds import IterativeRounds
+from comlrl.algos.recipes.preference.iterative.replay import pair_steps as steps
+from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.core import SamplingParams
 
 __all__ = [
@@ -214,13 +214,13 @@ def validate_iterative_fields(args: Any) -> None:
 
 
 def api_config(args: Any) -> Any:
-    """The :class:`~comlrl.algos.recipes.preference.api_comparator.ApiComparatorConfig` of
+    """The :class:`~comlrl.algos.recipes.preference.iterative.api_comparator.ApiComparatorConfig` of
     1.4.3's ``comparator_api_*`` fields.
 
     Raises:
         ValueError: as the config (an empty url, an unknown format, a bad timeout).
     """
-    from comlrl.algos.recipes.preference.api_comparator import ApiComparatorConfig
+    from comlrl.algos.recipes.preference.iterative.api_comparator import ApiComparatorConfig
 
     return ApiComparatorConfig(
         url=str(args.comparator_api_url or ""),

@@ -16,8 +16,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.preference.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, round_pairs
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay, round_pairs
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
@@ -35,7 +35,7 @@ class IterativeRounds:
         replay: every round's pairs and the choice of a round's training pairs.
         sampling: the current agents' sampling (``num_generations`` = ``K``).
         comparator_sampling: the comparator's (``num_generations`` = ``K'``).
-        pair_selection: :data:`~comlrl.algos.recipes.preference.iterative.PAIR_SELECTIONS`.
+        pair_selection: :data:`~comlrl.algos.recipes.preference.iterative.replay.PAIR_SELECTIONS`.
         pairs_per_prompt: pairs kept per prompt (``None``: all).
         seed: seeds the pairing (``seed + 2``) and ordering (``seed + 3``) streams.
         observe: called as ``observe(round_index, current, comparator)`` with each batch's

@@ -8,7 +8,7 @@ The cursor is ``{"kind": "madpo_iter" | "marlhf_iter", "iteration", "updates_see
 ``updates_seen``: optimizer steps taken, ``total_pairs``: pairs generated), committed
 after every round (its pairs, its training and the comparator's snapshot), the last one
 always written. The trainer's part holds
-the rounds (:meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.state_dict`:
+the rounds (:meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.state_dict`:
 the pairing and ordering streams, the round rows, the replay of every round's pairs,
 the history comparator's snapshots and its agents' sampling streams); MADPOIter's run
 part is MADPO's (agents, AdamW moments, step, every random stream), MARLHFIter's the RL
@@ -72,8 +72,8 @@ class _RoundCheckpoints:
 
     def _run_rounds(self) -> list[dict[str, float]]:
         """``num_iterations`` rounds over every training prompt from the cursor on
-        (:meth:`comlrl.algos.recipes.preference.rounds.IterativeRounds.begin`, the round's
-        training, :meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.finish`),
+        (:meth:`comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.begin`, the round's
+        training, :meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.finish`),
         committing after each."""
         a, rounds = self.args, self.rounds
         progress = dict(self.__dict__.get("_checkpoint_progress") or {})

@@ -83,7 +83,7 @@ class IterativePairHooks143:
         """The same from round ``iteration_idx``'s comparator policy: the current agents
         for ``comparator_policy="current"``, else the comparator's agents
         (``self.rounds.comparator``, a
-        :class:`comlrl.algos.recipes.preference.comparator.Comparator`);
+        :class:`comlrl.algos.recipes.preference.iterative.comparator.Comparator`);
         ``comparator_generation_mode="centralized"`` goes to
         :meth:`_generate_centralized_comparator_outputs_for_item`."""
         a = self.args
@@ -115,14 +115,14 @@ class IterativePairHooks143:
         num_candidates: int,
     ) -> list[str]:
         """``num_candidates`` completions of ``prompt`` from the HTTP comparator
-        (``comparator_api_*``; :class:`comlrl.algos.recipes.preference.api_comparator.ApiComparatorClient`),
+        (``comparator_api_*``; :class:`comlrl.algos.recipes.preference.iterative.api_comparator.ApiComparatorClient`),
         sampled with the trainer's ``max_new_tokens`` / ``temperature`` / ``top_p`` /
         ``top_k``.
 
         Raises:
             ApiComparatorError: the request failed or returned no completion.
         """
-        from comlrl.algos.recipes.preference.api_comparator import ApiComparatorClient
+        from comlrl.algos.recipes.preference.iterative.api_comparator import ApiComparatorClient
         from comlrl.core import SamplingParams
         from comlrl.trainers._iterative import api_config
 
@@ -137,7 +137,7 @@ class IterativePairHooks143:
     def _comparator_models(self, iteration_idx: int) -> list[Any]:
         """Round ``iteration_idx``'s comparator models: the current agents for
         ``comparator_policy="current"``, else the comparator's (``self.rounds.comparator``,
-        a :class:`comlrl.algos.recipes.preference.comparator.Comparator`)."""
+        a :class:`comlrl.algos.recipes.preference.iterative.comparator.Comparator`)."""
         if str(getattr(self.args, "comparator_policy", "current")) == "current":
             return list(self.agents)  # type: ignore[attr-defined]
         comparator = self.rounds.comparator.agents_for(int(iteration_idx))  # type: ignore[attr-defined]

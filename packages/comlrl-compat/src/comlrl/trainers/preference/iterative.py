@@ -108,12 +108,12 @@ class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
 class _IterativeRounds:
     """1.4.3's round schedule shared by :class:`MADPOIterTrainer` and
     :class:`MARLHFIterTrainer`: every training prompt each round, mapped onto
-    :class:`comlrl.algos.recipes.preference.rounds.IterativeRounds` (with a commit per round:
+    :class:`comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds` (with a commit per round:
     :mod:`comlrl.trainers.preference._iter_checkpoints`); a subclass gives
     :meth:`_policy_agents`, :meth:`_scoring_env`, :meth:`_train_round` and :meth:`_log`.
 
     Attributes:
-        rounds: the :class:`~comlrl.algos.recipes.preference.rounds.IterativeRounds`
+        rounds: the :class:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds`
             (comparator, replay; its ``history`` is :attr:`round_history`).
     """
 
@@ -316,7 +316,7 @@ class MARLHFIterTrainer(MARLHFIterCheckpoints, _IterativeRounds, MARLHFTrainer):
         self.rl_trainer._wandb_log(row)
 
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference.iterative_loops import fit_fresh_reward_model
+        from comlrl.algos.recipes.preference.iterative.recipe import fit_fresh_reward_model
         from comlrl.trainers._iterative import steps
 
         a, rl = self.args, self.rl_trainer

@@ -452,7 +452,7 @@ PROMPTS = ["Once upon a time", "The cat sat", "Lily had a red", "Tom went to the
 def _dataset() -> Any:
     try:
         from datasets import Dataset
-    except ImportError:  # the [compat] extra is absent: the list form is the same rows
+    except ImportError:  # datasets is absent: the list form is the same rows
         return [{"prompt": p} for p in PROMPTS]
     return Dataset.from_dict({"prompt": PROMPTS})
 
@@ -470,7 +470,7 @@ def _assert_saved_equal(path: Path, model: Any) -> None:
 
 
 def test_datasets_objects_are_accepted_when_installed() -> None:
-    datasets = pytest.importorskip("datasets", reason="install comlrl-algos[compat] for datasets")
+    datasets = pytest.importorskip("datasets", reason="datasets (a comlrl-compat dependency) is not installed")
     from comlrl.trainers._base import as_examples
 
     ds = datasets.Dataset.from_dict({"prompt": PROMPTS, "n": [1, 2, 3, 4]})

@@ -10,9 +10,9 @@ Each trainer's ``train()`` is one loop that commits a cursor at its boundaries (
 - **MADPO** (``{"kind": "madpo", "epoch", "updates_seen", "complete"}``): once the
   preference pairs are built (epoch 0; always written, as generating them is the
   expensive part), then after every epoch over them. The trainer's part holds the pairs
-  (:meth:`~comlrl.algos.recipes.preference.iterative.IterPair.to_state`) and the epoch
+  (:meth:`~comlrl.algos.recipes.preference.iterative.replay.IterPair.to_state`) and the epoch
   shuffle's stream; the MADPO run's part the agents, AdamW moments, step and every
-  random stream (:func:`comlrl.algos.recipes.preference.madpo.madpo_checkpoint`).
+  random stream (:func:`comlrl.algos.recipes.preference.madpo.recipe.madpo_checkpoint`).
 - **MARLHF** (``{"kind": "marlhf", "phase", "rl"}``): once the reward model is fitted
   (``phase="online_rl"``, ``rl={}``; always written), then after every epoch of the RL
   stage (``rl``: the RL trainer's own cursor, ``{"kind": "magrpo" | "actor_critic",
@@ -92,12 +92,12 @@ class MADPOCheckpoints(MADPOHookCheckpoints143):
 
     # --- the checkpoint's parts ---------------------------------------------------------
     def _checkpoint_write(self, path: Path, section: dict[str, Any]) -> Path:
-        from comlrl.algos.recipes.preference.madpo import madpo_checkpoint
+        from comlrl.algos.recipes.preference.madpo.recipe import madpo_checkpoint
 
         return madpo_checkpoint(self._run, path, recipe_state={SECTION: section})
 
     def _checkpoint_restore(self, path: Path, saved: dict[str, Any]) -> None:
-        from comlrl.algos.recipes.preference.madpo import madpo_resume
+        from comlrl.algos.recipes.preference.madpo.recipe import madpo_resume
 
         madpo_resume(self._run, path, state=saved)
 
@@ -110,7 +110,7 @@ class MADPOCheckpoints(MADPOHookCheckpoints143):
         }
 
     def _checkpoint_load_extra(self, extra: Mapping[str, Any]) -> None:
-        from comlrl.algos.recipes.preference.iterative import IterPair
+        from comlrl.algos.recipes.preference.iterative.replay import IterPair
         from comlrl.algos.training.checkpoint import set_random_state
 
         self._last_train_log_step = int(extra.get("last_train_log_step", -1))

@@ -5,7 +5,7 @@ MAGRPOTrainer`` and friends) run against this package: the config dataclasses ha
 same fields and defaults, the trainers the same constructor arguments, ``train()``,
 ``evaluate()`` and ``save_model(dir)``. Settings we do not implement raise
 :class:`UnsupportedFieldError`; what we do differently on purpose is listed in
-``docs/compat.md``. Install ``comlrl-algos[compat]`` for ``datasets``.
+``docs/compat.md``. It is the ``comlrl-compat`` distribution (with ``datasets``).
 
 Names load lazily (PEP 562): importing this package does not import ``transformers``.
 """

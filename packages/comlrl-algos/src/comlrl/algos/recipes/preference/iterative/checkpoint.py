@@ -1,13 +1,13 @@
 """Step checkpoints of MADPO-Iter and MARLHF-Iter (:mod:`.iterative_loops`) in the one
 format (:mod:`comlrl.algos.training.checkpoint`), and exact resume from them.
 
-A checkpoint holds what MADPO's (:func:`~comlrl.algos.recipes.preference.madpo.madpo_checkpoint`)
+A checkpoint holds what MADPO's (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_checkpoint`)
 or the group-baseline recipe's (:func:`comlrl.algos.recipes.group_baseline.recipe.checkpoint`)
 holds (weights, optimizers, data stream, random streams) and, under
 :data:`~comlrl.algos.training.checkpoint.RECIPE_STATE`, the iterative state:
 
 - ``recipe``: ``"madpo_iter"`` or ``"marlhf_iter"`` (a checkpoint of another recipe is refused);
-- ``rounds``: :meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.state_dict`:
+- ``rounds``: :meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.state_dict`:
   the pairing and ordering streams, the round rows, the replay of every round's pairs,
   the comparator's history snapshots and its frozen agents' sampling streams;
 - ``round``: the round in progress (:class:`RoundState`: its row and, MADPO-Iter, the
@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.recipes.group_baseline import state as group_baseline_state
-from comlrl.algos.recipes.preference.iterative import IterPair
-from comlrl.algos.recipes.preference.madpo import madpo_checkpoint, madpo_resume
+from comlrl.algos.recipes.preference.iterative.replay import IterPair
+from comlrl.algos.recipes.preference.madpo.recipe import madpo_checkpoint, madpo_resume
 from comlrl.algos.training import checkpoint as ckpt
 
 if TYPE_CHECKING:
-    from comlrl.algos.recipes.preference.iterative_loops import MADPOIterRun, MARLHFIterRun
+    from comlrl.algos.recipes.preference.iterative.recipe import MADPOIterRun, MARLHFIterRun
 
 __all__ = [
     "RoundState",

@@ -7,7 +7,7 @@ training pairs (after replay), by the side each completion came from. Both are b
 :data:`REWARD_BINS` bins over the reward function's declared ``reward_range`` (values
 outside are clipped into the end bins; NaN/inf are dropped). :class:`RewardDistributionLog`
 collects them (:meth:`~RewardDistributionLog.observe`, given to
-:class:`~comlrl.algos.recipes.preference.rounds.IterativeRounds` as its ``observe``) and,
+:class:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds` as its ``observe``) and,
 once the round's training pairs are chosen (:class:`ChartedRounds`), writes
 ``reward_distributions/iteration_XXXX.json`` (1.4.3's payload) and returns the W&B
 metrics (counts, means, and line and bar charts: :mod:`._reward_chart`).
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from comlrl.algos.recipes.preference.rounds import IterativeRounds
+from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.records import Rollout
 
 __all__ = [
@@ -185,7 +185,7 @@ class RewardDistributionLog:
 
 
 class ChartedRounds(IterativeRounds):
-    """:class:`~comlrl.algos.recipes.preference.rounds.IterativeRounds` whose round row
+    """:class:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds` whose round row
     also carries :meth:`RewardDistributionLog.finish`'s metrics (1.4.3 logs them with the
     round's ``iter/*`` numbers); :attr:`history` keeps the numeric row only."""
 

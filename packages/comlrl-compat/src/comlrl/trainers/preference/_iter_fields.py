@@ -19,12 +19,12 @@ class _IterativeFields:
     ``nearest_k`` | ``all_history`` | ``lambda_decay``) with ``preference_replay_k``,
     ``preference_replay_lambda``, ``preference_replay_sample_size``;
     ``preference_replay_dir`` (each round's pairs on disk,
-    :mod:`comlrl.algos.recipes.preference.replay_shards`); ``policy_checkpoint_dir``
+    :mod:`comlrl.algos.recipes.preference.iterative.replay_shards`); ``policy_checkpoint_dir``
     (the policy before round 0 and after each round, as ``initial/agent_<i>`` and
     ``iteration_XXXX/agent_<i>``); ``comparator_policy`` (``current`` | ``current_copy``
     | ``model`` | ``history`` | ``api``), ``comparator_model_name``,
     ``comparator_agents``, ``comparator_num_candidates``, ``comparator_history_k``,
-    ``comparator_api_*`` (:mod:`comlrl.algos.recipes.preference.api_comparator`);
+    ``comparator_api_*`` (:mod:`comlrl.algos.recipes.preference.iterative.api_comparator`);
     ``comparator_generation_mode`` (``centralized`` only with
     ``collaboration_mode="centralized"``, where it is the default);
     ``log_reward_distribution`` (:mod:`comlrl.trainers.preference._reward_distribution`).

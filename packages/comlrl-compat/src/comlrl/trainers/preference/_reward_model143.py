@@ -1,10 +1,12 @@
 """CoMLRL 1.4.3's ``comlrl.trainers.preference.marlhf.JointRewardModel``, as a thin
-adapter over ours (:class:`comlrl.algos.recipes.preference.reward_model.JointRewardModel`)."""
+adapter over ours (:class:`comlrl.algos.recipes.preference.marlhf.reward_model.JointRewardModel`)."""
 
 from __future__ import annotations
 
 import torch
-from comlrl.algos.recipes.preference.reward_model import JointRewardModel as _JointRewardModel
+from comlrl.algos.recipes.preference.marlhf.reward_model import (
+    JointRewardModel as _JointRewardModel,
+)
 from torch import nn
 
 __all__ = ["JointRewardModel"]

@@ -45,7 +45,7 @@ class Comparator:
             would read are kept either way).
         seed: base seed of the comparator agents' sampling streams.
         api: ``policy="api"``: the
-            :class:`~comlrl.algos.recipes.preference.api_comparator.ApiComparatorClient`.
+            :class:`~comlrl.algos.recipes.preference.iterative.api_comparator.ApiComparatorClient`.
 
     Raises:
         ValueError: an unknown ``policy``, ``history_k < 1``, ``policy="model"`` without
@@ -85,7 +85,7 @@ class Comparator:
             self.sources = self._per_agent(sources)
         self.api_agents: list[Any] = []
         if policy == "api":
-            from comlrl.algos.recipes.preference.api_comparator import ApiAgent
+            from comlrl.algos.recipes.preference.iterative.api_comparator import ApiAgent
 
             self.api_agents = [
                 ApiAgent(api, a.tokenizer, i, name=f"comparator_{i}")

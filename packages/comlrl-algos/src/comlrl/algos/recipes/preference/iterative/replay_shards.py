@@ -1,5 +1,5 @@
 """One round's preference pairs as a JSON file on disk: the replay's store when it is given
-a folder (:class:`~comlrl.algos.recipes.preference.iterative.PreferenceReplay`,
+a folder (:class:`~comlrl.algos.recipes.preference.iterative.replay.PreferenceReplay`,
 ``replay_dir`` / CoMLRL 1.4.3's ``preference_replay_dir``).
 
 With a folder, the replay keeps only each round's file and pair count in memory and reads
@@ -11,7 +11,7 @@ File layout (``iteration_XXXX.json``, ``XXXX`` the 1-based round, 4 digits)::
     {"iteration": 3, "num_pairs": 2, "pairs": [<IterPair.to_state()>, ...]}
 
 Each pair record holds its prompts, chosen and rejected texts, token ids, rewards and
-sources (:meth:`~comlrl.algos.recipes.preference.iterative.IterPair.to_state`).
+sources (:meth:`~comlrl.algos.recipes.preference.iterative.replay.IterPair.to_state`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from comlrl.algos.recipes.preference.iterative import IterPair
+    from comlrl.algos.recipes.preference.iterative.replay import IterPair
 
 __all__ = ["ReplayShard", "write_shard", "read_shard", "shard_path"]
 
@@ -94,7 +94,7 @@ def read_shard(shard: ReplayShard) -> list[IterPair]:
         FileNotFoundError: the file is gone (a replay folder must outlive its run).
         ValueError: the file does not hold ``shard.num_pairs`` pair records.
     """
-    from comlrl.algos.recipes.preference.iterative import IterPair
+    from comlrl.algos.recipes.preference.iterative.replay import IterPair
 
     with open(shard.path, encoding="utf-8") as handle:
         payload = json.load(handle)

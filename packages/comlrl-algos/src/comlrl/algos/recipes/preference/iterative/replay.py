@@ -31,8 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from comlrl.algos.recipes.preference.iterative.replay_shards import (
+    ReplayShard,
+    read_shard,
+    write_shard,
+)
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
-from comlrl.algos.recipes.preference.replay_shards import ReplayShard, read_shard, write_shard
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
 from comlrl.algos.training.checkpoint import set_random_state
@@ -211,7 +215,7 @@ class PreferenceReplay:
 
     Attributes:
         rounds: per round, its pairs (in memory) or its
-            :class:`~comlrl.algos.recipes.preference.replay_shards.ReplayShard`.
+            :class:`~comlrl.algos.recipes.preference.iterative.replay_shards.ReplayShard`.
     """
 
     def __init__(
@@ -366,7 +370,7 @@ def joint_pairs(
     """``P`` :class:`IterPair` s as one :class:`~comlrl.algos.recipes.preference.pairs.JointPreferencePairs`
     (per agent a :class:`~comlrl.algos.records.PolicyBatch` of ``2P`` rows, group size 2:
     chosen then rejected; prompts left-padded, completions right-padded with
-    ``pad_ids[a]``), for :func:`~comlrl.algos.recipes.preference.madpo.madpo_update` and the
+    ``pad_ids[a]``), for :func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_update` and the
     reward model's Bradley-Terry fit.
 
     Raises:

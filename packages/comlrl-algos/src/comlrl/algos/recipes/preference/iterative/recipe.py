@@ -2,13 +2,13 @@
 
 Both run ``num_steps`` optimizer steps in rounds of ``steps_per_round``
 (:class:`~comlrl.algos.recipes.preference.config.IterativeSection`). The first step of a
-round starts it (:meth:`~comlrl.algos.recipes.preference.rounds.IterativeRounds.begin`):
+round starts it (:meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.begin`):
 ``round_prompts`` prompts from the training stream, current vs comparator candidates,
 pairs, replay. Then:
 
 - **MADPO-Iter** (:func:`madpo_iter_step`): the round's training pairs, shuffled once,
   are spread over its ``steps_per_round`` steps; each step is one joint DPO update
-  (:func:`~comlrl.algos.recipes.preference.madpo.madpo_update`: Rafailov et al. 2023,
+  (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_update`: Rafailov et al. 2023,
   eq. 7, every agent on its own term of the joint log-ratio) against the frozen initial
   policy. A step without pairs logs and does not update (``num_pairs = 0``).
 - **MARLHF-Iter** (:func:`marlhf_iter_step`): the round refits the joint reward model
@@ -35,20 +35,20 @@ from typing import Any
 
 import torch
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.preference.comparator import Comparator
 from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
-from comlrl.algos.recipes.preference.iterative import IterPair, PreferenceReplay, joint_pairs
-from comlrl.algos.recipes.preference.iterative_state import (
+from comlrl.algos.recipes.preference.iterative.checkpoint import (
     RoundState,
     madpo_iter_checkpoint,
     madpo_iter_resume,
     marlhf_iter_checkpoint,
     marlhf_iter_resume,
 )
-from comlrl.algos.recipes.preference.madpo import MADPORun, madpo_evaluate, madpo_update
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay, joint_pairs
+from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
+from comlrl.algos.recipes.preference.madpo.recipe import MADPORun, madpo_evaluate, madpo_update
+from comlrl.algos.recipes.preference.marlhf.reward_model import train_reward_model
 from comlrl.algos.recipes.preference.outputs import _save_models, loop_settings
-from comlrl.algos.recipes.preference.reward_model import train_reward_model
-from comlrl.algos.recipes.preference.rounds import IterativeRounds
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.training.checkpoint import cpu_state_dict
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
@@ -116,7 +116,7 @@ def build_rounds(
 
 def _api_client(section: IterativeSection) -> Any:
     """The HTTP comparator of ``comparator=api``."""
-    from comlrl.algos.recipes.preference.api_comparator import (
+    from comlrl.algos.recipes.preference.iterative.api_comparator import (
         ApiComparatorClient,
         ApiComparatorConfig,
     )
@@ -190,8 +190,8 @@ def train_madpo_iter(
     reporters: Callable[[Path], list[Reporter]] | None = None,
 ) -> list[dict[str, float]]:
     """Run :func:`madpo_iter_step` s up to ``config.num_steps`` under the loop driver
-    (outputs as :func:`~comlrl.algos.recipes.preference.madpo.train_madpo`; evaluation,
-    :func:`~comlrl.algos.recipes.preference.madpo.madpo_evaluate`, in ``eval.jsonl``),
+    (outputs as :func:`~comlrl.algos.recipes.preference.madpo.recipe.train_madpo`; evaluation,
+    :func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_evaluate`, in ``eval.jsonl``),
     from the run's step: ``resume_from`` (a step checkpoint of this run, loaded when the
     run is at step 0 with :func:`madpo_iter_resume`) continues exactly.
 
@@ -273,7 +273,7 @@ def fit_fresh_reward_model(
     round_index: int,
 ) -> list[dict[str, float]]:
     """Load ``initial`` into the reward model and fit it on ``pairs`` (Bradley-Terry,
-    :func:`~comlrl.algos.recipes.preference.reward_model.train_reward_model` with
+    :func:`~comlrl.algos.recipes.preference.marlhf.reward_model.train_reward_model` with
     ``config``); returns the fit's rows, each with ``iteration`` (``round_index + 1``)."""
     model.load_state_dict(dict(initial))
     rows = train_reward_model(model, tokenizer, [joint_pairs(pairs, pad_ids)], config)
