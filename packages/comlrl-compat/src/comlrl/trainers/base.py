@@ -25,6 +25,7 @@ from typing import Any
 from comlrl.trainers.config_fields import UnsupportedFieldError, device_fields
 from comlrl.trainers.environment import CompatEnvironment, CompatReward, build_formatters
 from comlrl.trainers.loading import as_examples, load_agents
+from comlrl.utils.wandb_utils import verbose_from_wandb_config
 
 __all__ = ["CompatTrainer", "OutputSettings", "recipe_agents"]
 
@@ -72,13 +73,14 @@ class CompatTrainer:
     """
 
     #: the 1.4.3 config dataclass (``args`` of another type is refused)
-    config_cls: type = object
+    config_cls: type[Any] = object
     #: the config types ``args`` may have (default :attr:`config_cls`)
     accepted_config: type | None = None
     #: the name in messages and the W&B run config
     algorithm_name: str = ""
     #: a reward function's ``A`` values for one joint action are per-agent rewards (IAC, MAAC)
     per_agent_rewards: bool = False
+    args: Any
     _recipe: Any = None
     _output: OutputSettings | None = None
 
@@ -112,12 +114,13 @@ class CompatTrainer:
                 ``agents``; ``num_turns > 1`` without ``external_transition``; malformed
                 devices, agents or tokenizers (named in the message).
         """
-        self.args = args if args is not None else self.config_cls()
-        if not isinstance(self.args, self.accepted_config or self.config_cls):
+        chosen = args if args is not None else self.config_cls()
+        if not isinstance(chosen, self.accepted_config or self.config_cls):
             raise TypeError(
                 f"{type(self).__name__} takes args={self.config_cls.__name__}(...), got "
-                f"{type(self.args).__name__}."
+                f"{type(chosen).__name__}."
             )
+        self.args = args if args is not None else chosen
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
         if agent_model is None and agents is None:
@@ -214,7 +217,7 @@ class CompatTrainer:
         )
         fields["save_every"] = output.save_every
         fields["keep_last"] = output.keep_last
-        fields["progress"] = self._verbose()
+        fields["progress"] = verbose_from_wandb_config(self.wandb_config)
         if self.wandb_config is not None and os.environ.get("WANDB_MODE") != "disabled":
             fields["report_to"] = ["jsonl", "wandb"]
             fields["wandb_project"] = str(self.wandb_config.get("project") or "comlrl")
@@ -311,13 +314,13 @@ class CompatTrainer:
         """One evaluation of the agents on the first ``num_eval_samples`` (default
         ``args.eval_num_samples``) examples of ``eval_dataset``: the recipe's evaluation
         row, each key prefixed with ``eval/``; empty without ``eval_dataset``."""
-        if self.eval_dataset is None:
+        _, evals = self._rows()
+        if evals is None:
             return {}
         trainer = self.recipe_trainer
         run = trainer.run
         held = run.eval_data
         limit = num_eval_samples or int(getattr(self.args, "eval_num_samples", 0) or 0)
-        _, evals = self._rows()
         run.eval_data = evals[:limit] if limit else evals
         try:
             row = trainer.evaluate()
@@ -336,8 +339,3 @@ class CompatTrainer:
             save_agent_checkpoint(agent, root / f"agent_{i}")
             for i, agent in enumerate(self.recipe_trainer.agents)
         ]
-
-    def _verbose(self) -> bool:
-        sections = (self.wandb_config or {}).get("config_sections") or {}
-        output = sections.get("output") if isinstance(sections, Mapping) else None
-        return bool(output.get("verbose", True)) if isinstance(output, Mapping) else True

@@ -1,15 +1,8 @@
-"""CoMLRL 1.4.3's user callbacks (reward functions, formatters, ``external_transition``)
-adapted to :mod:`comlrl.algos`' interfaces.
-
-- :class:`CompatReward` calls a reward function in any of the signature forms CoMLRL 1.4.3
-  accepts, once per joint action, applies ``reward_processor`` and returns a batched
-  :class:`comlrl.core.RewardBatch`.
-- :func:`build_formatters` turns ``None`` / one callable / ``A`` callables into ``A``
-  per-agent formatters that take ``external_prompts=`` after the first turn.
-- :class:`CompatEnvironment` is a :class:`comlrl.algos.CallbackEnvironment` whose
-  later-turn prompts come from ``external_transition`` run through the formatters (or
-  used as they are with ``external_prompt_passthrough``), as CoMLRL 1.4.3 builds them.
-"""
+"""CoMLRL 1.4.3's callbacks (``reward_func``, ``reward_processor``, ``formatters``,
+``external_transition``) as the environment the ``comlrl.algos`` recipes play:
+:class:`CompatReward` (a batched joint reward), :func:`build_formatters` and
+:class:`CompatEnvironment` (later turns' prompts from the transition, through the
+formatters)."""
 
 from __future__ import annotations
 
@@ -25,40 +18,25 @@ from comlrl.utils.reward_utils import reward_values
 
 __all__ = ["CompatReward", "CompatEnvironment", "Formatter", "build_formatters"]
 
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
 
 class CompatReward:
     """A CoMLRL 1.4.3 ``reward_func`` as a batched :class:`comlrl.core.JointReward`.
 
-    Each joint action is scored by its own call with one-element lists per agent, exactly
-    as CoMLRL 1.4.3 calls it. The call form is read from the signature:
-
-    - ``f(*completions)`` (var-positional): ``f(c_1, ..., c_A)``;
-    - ``A`` positional parameters: ``f(c_1, ..., c_A)``; ``A + 1``: ``f(prompts, c_1,
-      ..., c_A)``; one parameter (and ``A > 1``): ``f([c_1, ..., c_A])``; one agent with
-      two or more parameters: ``f(prompts, c_1)``; any other count: ``f(c_1, ..., c_A)``;
-    - a parameter named ``batch_items`` (or ``**kwargs``) receives ``[example]``, and
-      ``prompts`` (or ``**kwargs``), when not passed positionally, receives ``[prompt]``;
-      ``batch_items`` (anywhere) and ``prompts`` (after the first place) are keywords,
-      not counted as positional parameters (see docs/compat.md);
-    - a callable without a readable signature is tried as ``f(*completions,
-      batch_items=...)``, ``f(*completions)``, then ``f([completions])``; a ``TypeError``
-      from the chosen form is retried as ``f(*completions)``.
-
-    Here ``c_a = [text]`` and ``prompts = [prompt_of(example)]`` (agent 0's turn-0 prompt).
-    The first returned value goes through ``processor``. With ``per_agent`` (IAC, MAAC:
-    CoMLRL 1.4.3 gives agent ``a`` the ``a``-th value when the function returns ``A``
-    values), ``A`` returned values are each processed and kept in the reward info under
-    ``agent_rewards`` (agent ``a``'s reward, read by
-    the actor-critic recipes); the joint reward is their mean.
+    Each joint action is scored by its own call with one-element lists ``c_a = [text]``,
+    as 1.4.3 calls it, in the form the signature asks for
+    (:func:`comlrl.utils.reward_utils.reward_values`: ``f(c_1, ..., c_A)``,
+    ``f(prompts, c_1, ..., c_A)``, ``f([c_1, ..., c_A])``, ``f(*cs)``, with
+    ``batch_items=[example]`` / ``prompts=[prompt_of(example)]`` when declared). The first
+    returned value goes through ``processor``. With ``per_agent`` (IAC, MAAC), ``A``
+    returned values are agent ``a``'s rewards, each processed and kept in the reward info
+    under :data:`comlrl.algos.AGENT_REWARDS_KEY`; the joint reward is their mean.
 
     Args:
         func: the user's reward function.
         num_agents: ``A``.
         prompt_of: ``example -> prompt`` for the ``prompts`` argument.
-        processor: ``float -> float`` applied to each reward (CoMLRL's ``reward_processor``).
-        per_agent: keep ``A`` returned values as per-agent rewards (see above).
+        processor: ``float -> float`` applied to each reward (``reward_processor``).
+        per_agent: keep ``A`` returned values as per-agent rewards.
 
     Raises:
         TypeError: ``func`` or ``processor`` not callable.
@@ -91,19 +69,6 @@ class CompatReward:
         except (TypeError, ValueError):
             self.signature = None
 
-    def call(
-        self, prompts: list[str], completions: list[list[str]], batch_items: list[Mapping[str, Any]]
-    ) -> list[Any]:
-        """Call the user's function in its form; its values as a list (unprocessed)."""
-        return reward_values(
-            self.func,
-            prompts,
-            completions,
-            num_agents=self.num_agents,
-            batch_items=batch_items,
-            signature=self.signature,
-        )
-
     def __call__(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
     ) -> RewardBatch:
@@ -119,7 +84,14 @@ class CompatReward:
             texts = [[str(completions[a][k])] for a in range(self.num_agents)]
             shown = [t[0] for t in texts]
             try:
-                raw = self.call([self.prompt_of(example)], texts, [example])
+                raw = reward_values(
+                    self.func,
+                    [self.prompt_of(example)],
+                    texts,
+                    num_agents=self.num_agents,
+                    batch_items=[example],
+                    signature=self.signature,
+                )
             except Exception as exc:
                 raise RewardFunctionError(
                     f"reward function {self.__name__!r} raised {type(exc).__name__}: {exc}",
@@ -180,7 +152,8 @@ class CompatEnvironment(CallbackEnvironment):
 
     Args:
         formatters: ``A`` formatters from :func:`build_formatters`.
-        reward: the batched reward (:class:`CompatReward`).
+        reward: the batched joint reward (:class:`CompatReward`, or any object with
+            ``is_joint_reward = True``).
         transition: ``external_transition``; None: single-turn.
         passthrough: CoMLRL's ``external_prompt_passthrough``.
     """
@@ -188,7 +161,7 @@ class CompatEnvironment(CallbackEnvironment):
     def __init__(
         self,
         formatters: Sequence[Formatter],
-        reward: CompatReward,
+        reward: Any,
         transition: Callable[..., Sequence[str]] | None = None,
         passthrough: bool = False,
     ) -> None:
@@ -216,17 +189,3 @@ class CompatEnvironment(CallbackEnvironment):
             item["prompt"] = ext
             prompts.append(fmt(item, external_prompts=ext))
         return prompts
-
-    @property
-    def reward(self) -> Any:
-        """The batched joint reward every joint action is scored with."""
-        return self._reward
-
-    @reward.setter
-    def reward(self, reward: Any) -> None:
-        if not getattr(reward, "is_joint_reward", False):
-            raise TypeError(
-                f"the environment's reward must be a batched joint reward (is_joint_reward=True), "
-                f"got {type(reward).__name__}"
-            )
-        self._reward = reward

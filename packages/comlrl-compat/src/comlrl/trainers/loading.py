@@ -51,10 +51,6 @@ def model_kwargs(model_config: Mapping[str, Any], section: str = "model_kwargs")
     return kwargs
 
 
-def _is_tokenizer_list(tokenizer: Any) -> bool:
-    return isinstance(tokenizer, (list, tuple))
-
-
 def load_agents(
     agent_model: Any,
     agents: Sequence[Any] | None,
@@ -125,7 +121,7 @@ def load_agents(
                 "per agent)."
             )
         tokenizers = [AutoTokenizer.from_pretrained(s) for s in sources]
-    elif _is_tokenizer_list(tokenizer):
+    elif isinstance(tokenizer, (list, tuple)):
         if len(tokenizer) != len(models):
             raise ValueError(
                 f"tokenizers length ({len(tokenizer)}) must equal the number of agents "

@@ -1,7 +1,7 @@
 """CoMLRL 1.4.3's ``comlrl.utils.reward_utils``: calling a user's reward function in the
 forms 1.4.3 accepts, and declaring its range.
 
-:func:`call_reward_function` is what :class:`comlrl.trainers._callbacks.CompatReward`
+:func:`reward_values` is what :class:`comlrl.trainers.environment.CompatReward`
 uses for every joint action; :func:`set_reward_range` / :func:`resolve_reward_range`
 attach and read a ``reward_range`` attribute (1.4.3 reads it for its reward histograms;
 here it is validated and kept, nothing clips rewards to it).
@@ -187,22 +187,19 @@ def resolve_reward_range(reward_func: Callable[..., Any]) -> tuple[float, float]
     declared = getattr(reward_func, "reward_range", None)
     if declared is None:
         return None
-    if isinstance(declared, (str, bytes)) or not isinstance(declared, Sequence):
+    if (
+        isinstance(declared, (str, bytes))
+        or not isinstance(declared, Sequence)
+        or len(declared) != 2
+    ):
         raise ValueError(
             f"reward_func.reward_range must be a two-item sequence (minimum, maximum), got "
             f"{declared!r}"
         )
-    if len(declared) != 2:
-        raise ValueError(
-            f"reward_func.reward_range must be a two-item sequence (minimum, maximum), got "
-            f"{len(declared)} items: {declared!r}"
-        )
     low, high = float(declared[0]), float(declared[1])
-    if not (math.isfinite(low) and math.isfinite(high)):
-        raise ValueError(f"reward_func.reward_range values must be finite, got {declared!r}")
-    if low >= high:
+    if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
         raise ValueError(
-            f"reward_func.reward_range minimum must be less than maximum, got {declared!r}"
+            f"reward_func.reward_range must hold finite values, minimum < maximum, got {declared!r}"
         )
     return low, high
 

@@ -47,15 +47,10 @@ class CentralizedMAGRPOTrainer(MAGRPOTrainer):
     splits each into the roles' outputs (all ``""`` when it cannot), and ``reward_func``
     scores them as one joint action. Advantages and loss: :class:`MAGRPOTrainer`'s.
 
-    Args:
-        centralized_adapter: an object with ``build_prompt`` and ``parse_completion``
-            (e.g. :class:`comlrl.algos.TaggedRoles`).
-        num_agents: the role count; must equal ``args.num_agents``.
-        agents: None or one model (the joint policy); or ``agent_model=``.
-        tokenizer: one tokenizer.
-        reward_func, formatters: role-level, as :class:`MAGRPOTrainer`'s.
-        args: a :class:`CentralizedMAGRPOConfig`.
-        **kwargs: the other :class:`MAGRPOTrainer` arguments.
+    ``centralized_adapter`` is any object with ``build_prompt`` and ``parse_completion``
+    (e.g. :class:`comlrl.algos.TaggedRoles`); ``num_agents`` (the role count) must equal
+    ``args.num_agents``; ``agents``/``tokenizer`` give the one joint policy; the other
+    arguments are :class:`MAGRPOTrainer`'s, role-level.
 
     Raises:
         ValueError: a non-centralized config, ``num_agents != args.num_agents``, several

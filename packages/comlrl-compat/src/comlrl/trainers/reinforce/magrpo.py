@@ -137,22 +137,12 @@ class MAGRPOTrainer(CompatTrainer):
     :class:`comlrl.algos.MultiAgentTrainer` with the estimator of ``args.advantage_mode``
     (any REINFORCE-family config works, as in 1.4.3).
 
-    Args:
-        agent_model: a model name/path; ``num_agents`` independent copies are loaded.
-        agents: instead, ``A`` models (names/paths or ``transformers`` model objects).
-        num_agents: ``A`` with ``agent_model``.
-        tokenizer: one tokenizer, one per agent, or None (loaded from the names).
-        model_config: ``torch_dtype``/``dtype``, ``attn_implementation``,
-            ``special_tokens``, nested ``model_kwargs``.
-        train_dataset, eval_dataset: ``datasets.Dataset`` or lists of dicts.
-        reward_func: any of 1.4.3's forms
-            (:class:`comlrl.trainers.environment.CompatReward`).
-        reward_processor: ``float -> float`` applied to every reward.
-        formatters: None (``example["prompt"]``), one callable, or one per agent.
-        external_transition: builds later turns' prompts; required when ``num_turns > 1``.
-        wandb_config: ``project`` (a W&B run unless ``WANDB_MODE=disabled``).
-        eval_logger, eval_aggregator: accepted, not called (docs/compat.md).
-        args: a :class:`MAGRPOConfig` (default: its defaults).
+    Args: 1.4.3's (``agent_model`` or ``agents``, ``num_agents``, ``tokenizer``,
+    ``model_config``, ``train_dataset``, ``eval_dataset``, ``reward_func`` in any 1.4.3 form,
+    ``reward_processor``, ``formatters``, ``external_transition`` (required when
+    ``num_turns > 1``), ``wandb_config`` (its ``project``), ``eval_logger`` /
+    ``eval_aggregator`` (accepted, not called), ``args``: a :class:`MAGRPOConfig`); see
+    :class:`comlrl.trainers.base.CompatTrainer` and docs/compat.md.
 
     Raises:
         ValueError: missing or malformed arguments (named in the message).

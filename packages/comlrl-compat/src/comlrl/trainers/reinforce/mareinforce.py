@@ -18,7 +18,7 @@ class MAREINFORCEConfig(MAGRPOConfig):
 
 
 class MAREINFORCETrainer(MAGRPOTrainer):
-    """:class:`MAGRPOTrainer` whose default config is :class:`MAREINFORCEConfig`."""
+    """:class:`MAGRPOTrainer`; default config :class:`MAREINFORCEConfig`."""
 
     config_cls = MAREINFORCEConfig
     algorithm_name = "MAREINFORCE"

@@ -18,7 +18,7 @@ class MAReMaxConfig(MAGRPOConfig):
 
 
 class MAReMaxTrainer(MAGRPOTrainer):
-    """:class:`MAGRPOTrainer` whose default config is :class:`MAReMaxConfig`."""
+    """:class:`MAGRPOTrainer`; default config :class:`MAReMaxConfig`."""
 
     config_cls = MAReMaxConfig
     algorithm_name = "MAReMax"

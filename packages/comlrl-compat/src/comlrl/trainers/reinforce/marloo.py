@@ -18,7 +18,7 @@ class MARLOOConfig(MAGRPOConfig):
 
 
 class MARLOOTrainer(MAGRPOTrainer):
-    """:class:`MAGRPOTrainer` whose default config is :class:`MARLOOConfig`."""
+    """:class:`MAGRPOTrainer`; default config :class:`MARLOOConfig`."""
 
     config_cls = MARLOOConfig
     algorithm_name = "MARLOO"
