@@ -102,20 +102,26 @@ def _magrpo(tiny_model: Any, tiny_tokenizer: Any, cls: type = MAGRPOTrainer, **f
 
 
 @pytest.mark.parametrize(
-    ("cls", "mode", "estimator", "scale"),
+    ("cls", "mode", "algos_cls", "estimator", "scale"),
     [
-        (MAGRPOTrainer, None, "grpo", "group"),
-        (MARLOOTrainer, None, "rloo", "group"),
-        (MAREINFORCETrainer, None, "reinforce", "none"),
-        (MAGRPOTrainer, "max", "remax", "group"),
+        (MAGRPOTrainer, None, algos.MAGRPOTrainer, "grpo", "group"),
+        (MARLOOTrainer, None, algos.MARLOOTrainer, "rloo", "group"),
+        (MAREINFORCETrainer, None, algos.MAREINFORCETrainer, "reinforce", "none"),
+        (MAGRPOTrainer, "max", algos.MAReMaxTrainer, "remax", "group"),
     ],
 )
-def test_advantage_mode_picks_the_estimator_of_the_algos_recipe(
-    tiny_model: Any, tiny_tokenizer: Any, cls: type, mode: str | None, estimator: str, scale: str
+def test_advantage_mode_picks_the_algos_trainer_of_its_estimator(
+    tiny_model: Any,
+    tiny_tokenizer: Any,
+    cls: type,
+    mode: str | None,
+    algos_cls: type,
+    estimator: str,
+    scale: str,
 ) -> None:
     extra = {"advantage_mode": mode} if mode else {}
     trainer = _magrpo(tiny_model, tiny_tokenizer, cls, **extra)
-    assert isinstance(trainer.recipe_trainer, algos.MultiAgentTrainer)
+    assert type(trainer.recipe_trainer) is algos_cls
     assert trainer.config.estimator == estimator
     assert trainer.config.advantage_scale == scale
     assert trainer.config.loss_reduction == "seq_sum"

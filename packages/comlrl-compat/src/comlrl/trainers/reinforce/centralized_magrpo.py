@@ -1,5 +1,5 @@
 """CoMLRL 1.4.3's ``CentralizedMAGRPOConfig`` / ``CentralizedMAGRPOTrainer``: one joint
-policy writes every role's output (:mod:`comlrl.algos`' centralized collaboration:
+policy writes every role's output (:mod:`comlrl.algos` centralized collaboration:
 :func:`comlrl.algos.centralized_callbacks`), trained as a one-agent MAGRPO run, as
 ``comlrl train algo=centralized_magrpo`` does."""
 

@@ -1,5 +1,5 @@
 """CoMLRL 1.4.3's ``MAGRPOConfig`` and ``MAGRPOTrainer`` on the group-baseline recipe of
-``comlrl.algos`` (:class:`comlrl.algos.MultiAgentTrainer`).
+``comlrl.algos`` (:class:`comlrl.algos.MAGRPOTrainer` and its estimator variants).
 
 The estimator is 1.4.3's ``advantage_mode``: ``mean`` (GRPO's group-mean baseline; Shao et
 al. 2024), ``rloo`` (leave-one-out; Kool et al. 2019, Ahmadian et al. 2024), ``max`` (the
@@ -133,9 +133,9 @@ def group_baseline_config(
 
 
 class MAGRPOTrainer(CompatTrainer):
-    """CoMLRL 1.4.3's ``MAGRPOTrainer`` (its arguments), trained by
-    :class:`comlrl.algos.MultiAgentTrainer` with the estimator of ``args.advantage_mode``
-    (any REINFORCE-family config works, as in 1.4.3).
+    """CoMLRL 1.4.3's ``MAGRPOTrainer`` (its arguments), trained by the ``comlrl.algos``
+    trainer of ``args.advantage_mode``'s estimator: :class:`comlrl.algos.MAGRPOTrainer` for
+    1.4.3's default ``"mean"`` (any REINFORCE-family config works, as in 1.4.3).
 
     Args: 1.4.3's (``agent_model`` or ``agents``, ``num_agents``, ``tokenizer``,
     ``model_config``, ``train_dataset``, ``eval_dataset``, ``reward_func`` in any 1.4.3 form,
@@ -195,11 +195,18 @@ class MAGRPOTrainer(CompatTrainer):
     def build_recipe_trainer(
         self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
     ) -> Any:
-        from comlrl.algos import MultiAgentTrainer, TrainConfig
+        import comlrl.algos as algos
 
-        return MultiAgentTrainer(
+        # the comlrl.algos trainer of the same estimator (and name, for the defaults)
+        trainer_cls = {
+            "grpo": algos.MAGRPOTrainer,
+            "rloo": algos.MARLOOTrainer,
+            "remax": algos.MAReMaxTrainer,
+            "reinforce": algos.MAREINFORCETrainer,
+        }[config["estimator"]]
+        return trainer_cls(
             recipe_agents(self.agents, self.tokenizers),
-            TrainConfig(**config),
+            algos.TrainConfig(**config),
             environment=self.env,
             dataset=data,
             reward_func=self.reward_func,
