@@ -9,7 +9,6 @@ import comlrl.trainers
 import comlrl.utils
 import pytest
 
-
 #: the preference trainers' names (tested beside their trainers)
 PREFERENCE = {"MADPO", "MARLHF", "JointRewardModel", "CentralizedComparator", "TaggedCentralized"}
 

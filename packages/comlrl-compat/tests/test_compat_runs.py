@@ -87,6 +87,22 @@ def test_checkpoints_are_algos_checkpoints_and_resume_through_it(
     assert resumed.output_dir == tmp_path / "run"  # the checkpoint's own run folder
 
 
+def test_train_again_trains_the_same_models_on_the_current_dataset(
+    tiny_model: Any, tiny_tokenizer: Any
+) -> None:
+    trainer = MAGRPOTrainer(
+        agents=[tiny_model, tiny_model],
+        tokenizer=tiny_tokenizer,
+        train_dataset=[{"prompt": "a"}, {"prompt": "b"}],
+        reward_func=lambda a, b: [float(len(a[0]))],
+        args=MAGRPOConfig(num_turns=1, num_train_epochs=1, max_new_tokens=3, num_generations=2),
+    )
+    assert len(trainer.train()) == 1
+    trainer.train_dataset = [{"prompt": p} for p in "cdef"]
+    assert len(trainer.train()) == 2  # 4 examples at 2 per step
+    assert trainer.recipe_trainer.agents[0].model is tiny_model
+
+
 def test_train_without_data_says_what_to_pass(tiny_model: Any, tiny_tokenizer: Any) -> None:
     trainer = MAGRPOTrainer(
         agents=[tiny_model, tiny_model],

@@ -258,7 +258,9 @@ class CompatTrainer:
         **kwargs: Any,
     ) -> list[dict[str, float]]:
         """Train ``num_train_epochs`` passes over ``train_dataset`` with the recipe's loop
-        driver; returns the metrics rows (one per optimizer step).
+        driver; returns the metrics rows (one per optimizer step). Called again after a
+        finished run, it trains the same models ``num_train_epochs`` more on the current
+        ``train_dataset`` (a new recipe run: fresh optimizer state, a new output folder).
 
         Args:
             resume_from_checkpoint: a step checkpoint this package wrote
@@ -297,13 +299,17 @@ class CompatTrainer:
         output = OutputSettings(
             str(root) if root is not None else None, save_every, checkpoint_total_limit
         )
-        if self._recipe is not None and output != self._output:
-            if self._recipe.step > 0:
-                raise UnsupportedFieldError(
-                    "checkpoint settings are fixed once training has started; build a new "
-                    "trainer for another checkpoint_dir."
-                )
-            self._recipe = None
+        if self._recipe is not None:
+            done = self._recipe.step >= self._recipe.config.num_steps
+            if done:  # 1.4.3: another train() trains num_train_epochs more on train_dataset
+                self._recipe = None
+            elif output != self._output:
+                if self._recipe.step > 0:
+                    raise UnsupportedFieldError(
+                        "checkpoint settings are fixed once training has started; build a "
+                        "new trainer for another checkpoint_dir."
+                    )
+                self._recipe = None
         if self._recipe is None:
             self._recipe = self._build(output)
         if resume_from_checkpoint is not None:
