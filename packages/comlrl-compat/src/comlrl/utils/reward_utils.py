@@ -76,31 +76,13 @@ def reward_values(
     """Call ``reward_func`` in the form its signature asks for; its values as a list
     (:func:`as_reward_list`, unconverted).
 
-    With a readable signature (``P`` = positional parameters, not counting ``batch_items``
-    nor a ``prompts`` after the first place, which are passed by keyword; 1.4.3 counts
-    them and then falls back to ``f(c_1, ..., c_A)``):
-
-    - ``*args``: ``f(c_1, ..., c_A)``;
-    - one agent: ``f(c_1)`` when ``P == 1``, else ``f(prompts, c_1)``;
-    - ``P == A``: ``f(c_1, ..., c_A)``; ``P == A + 1``: ``f(prompts, c_1, ..., c_A)``;
-      ``P == 1``: ``f([c_1, ..., c_A])``; otherwise ``f(c_1, ..., c_A)``;
-    - ``batch_items=`` (when given) to a ``batch_items`` parameter or ``**kwargs``, and
-      ``prompts=`` to a ``prompts`` parameter or ``**kwargs`` when not passed positionally.
-
-    A ``TypeError`` from that call is retried as ``f(c_1, ..., c_A)``; if that fails too
-    the first ``TypeError`` is raised (the same object). Without a readable signature:
-    ``f(*cs, batch_items=...)`` (when given), ``f(*cs)``, then ``f(cs)``.
-
-    Args:
-        reward_func: the user's function.
-        prompts: the prompts of the scored examples.
-        agent_completions: ``A`` lists, agent ``a``'s completion texts.
-        num_agents: ``A``.
-        batch_items: the dataset rows, or None.
-        signature: ``inspect.signature(reward_func)`` when already computed.
-
-    Returns:
-        The returned values as a list (a scalar becomes one value).
+    With ``P`` positional parameters (not counting ``batch_items``, nor ``prompts`` after
+    the first place: both go by keyword): ``*args`` or ``P == A``: ``f(c_1, ..., c_A)``;
+    ``P == A + 1`` (or one agent with ``P != 1``): ``f(prompts, c_1, ...)``; ``P == 1``:
+    ``f([c_1, ..., c_A])``; else ``f(c_1, ..., c_A)``; ``batch_items=`` / ``prompts=`` to
+    parameters of those names or ``**kwargs``. A ``TypeError`` is retried as ``f(c_1, ...,
+    c_A)`` (the first one is raised if that fails too). Without a readable signature:
+    ``f(*cs, batch_items=...)``, ``f(*cs)``, then ``f(cs)``.
     """
     if signature is None:
         try:
