@@ -73,6 +73,15 @@ _EXPORTS: dict[str, str] = {
     "load_value_head": "models.value",
     "IACTrainer": "recipes.actor_critic.trainer",
     "MAACTrainer": "recipes.actor_critic.trainer",
+    # the names comlrl-compat (comlrl.trainers) uses beside the ones above
+    "ActorCriticConfig": "recipes.actor_critic.config",
+    "AGENT_REWARDS_KEY": "recipes.actor_critic.critic",
+    "RoleFormat": "rollout.centralized",
+    "RoleParseError": "rollout.centralized",
+    "TaggedRoles": "rollout.centralized",
+    "CentralizedReward": "rollout.centralized",
+    "check_role_format": "rollout.centralized",
+    "centralized_callbacks": "rollout.centralized",
 }
 
 __all__ = [
@@ -136,6 +145,14 @@ __all__ = [
     "load_value_head",
     "IACTrainer",
     "MAACTrainer",
+    "ActorCriticConfig",
+    "AGENT_REWARDS_KEY",
+    "RoleFormat",
+    "RoleParseError",
+    "TaggedRoles",
+    "CentralizedReward",
+    "check_role_format",
+    "centralized_callbacks",
 ]
 
 
@@ -182,6 +199,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         load_model_and_tokenizer,
     )
     from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
+    from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
+    from comlrl.algos.recipes.actor_critic.critic import AGENT_REWARDS_KEY
     from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
     from comlrl.algos.recipes.group_baseline.trainer import (
         MAGRPOTrainer,
@@ -206,6 +225,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     )
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent
+    from comlrl.algos.rollout.centralized import (
+        CentralizedReward,
+        RoleFormat,
+        RoleParseError,
+        TaggedRoles,
+        centralized_callbacks,
+        check_role_format,
+    )
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
     from comlrl.algos.rollout.tree import TreeSettings
     from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig, load_config

@@ -43,8 +43,8 @@ _EXPORTS: dict[str, str] = {
     "CentralizedComparatorAdapter": "preference",
     "CentralizedComparatorParseError": "preference",
     "TaggedCentralizedComparatorAdapter": "preference",
-    "UnsupportedFieldError": "_base",
-    "UnsupportedTrainerError": "_base",
+    "UnsupportedFieldError": "config_fields",
+    "UnsupportedTrainerError": "config_fields",
 }
 
 __all__ = list(_EXPORTS)

@@ -2,13 +2,12 @@
 
 Its module paths are kept: :mod:`comlrl.utils.reward_utils` (calling a reward function in
 1.4.3's forms, ``set_reward_range``), :mod:`comlrl.utils.formatters`,
-:mod:`comlrl.utils.reference_kl`, :mod:`comlrl.utils.wandb_utils`,
-:mod:`comlrl.utils.distributed`, :mod:`comlrl.utils.reward_processor`
-(``RewardProcessors``), :mod:`comlrl.utils.tokenizer_utils` (``ensure_pad_token``) and
-:mod:`comlrl.utils.checkpoint` (``read_checkpoint_metadata``; the trainers' resumable
-checkpoints).
-The rest of 1.4.3's ``comlrl.utils.__all__`` are its trainers' internals; asking for one
-raises :class:`NotProvidedError` naming it and what to use instead (docs/compat.md).
+:mod:`comlrl.utils.wandb_utils`, :mod:`comlrl.utils.distributed`,
+:mod:`comlrl.utils.reward_processor` (``RewardProcessors``) and
+:mod:`comlrl.utils.tokenizer_utils` (``ensure_pad_token``).
+The rest of 1.4.3's ``comlrl.utils.__all__`` are its trainers' internals (reference-KL
+helpers, its checkpoint reader); asking for one raises :class:`NotProvidedError` naming it
+and what to use instead (docs/compat.md).
 
 Names load lazily (PEP 562): importing this package does not import torch.
 """
@@ -31,13 +30,6 @@ _EXPORTS = {
     "DistributedContext": "distributed",
     "local_context": "distributed",
     "unwrap_model": "distributed",
-    "clone_reference_models": "reference_kl",
-    "reference_kl_coef": "reference_kl",
-    "reference_kl_enabled": "reference_kl",
-    "reference_kl_for_sequence": "reference_kl",
-    "resolve_reference_devices": "reference_kl",
-    "validate_reference_kl_config": "reference_kl",
-    "read_checkpoint_metadata": "checkpoint",
 }
 
 __all__ = ["NotProvidedError", "RewardProcessors", "ensure_pad_token", *_EXPORTS]
@@ -56,6 +48,13 @@ _NOT_PROVIDED = {
     "infer_model_name": "the trainer's model_name attribute",
     "resolve_model_sources": "pass agent_model= or agents= to the trainer",
     "load_reference_models_from_sources": "reference_kl_enabled=True in the config",
+    "clone_reference_models": "reference_kl_enabled=True in the config",
+    "reference_kl_coef": "the config's reference_kl_coef",
+    "reference_kl_enabled": "the config's reference_kl_enabled",
+    "reference_kl_for_sequence": "comlrl.algos.kl_penalty",
+    "resolve_reference_devices": "the config's reference_devices",
+    "validate_reference_kl_config": "building the config (it checks its fields)",
+    "read_checkpoint_metadata": "train(resume_from_checkpoint=...) (comlrl.algos' format)",
 }
 
 

@@ -170,7 +170,7 @@ def warn_if_cannot_learn(
         for a, agent in enumerate(agents):
             tokenizer = getattr(agent, "tokenizer", None)
             context = context_length(getattr(agent, "model", None))
-            if tokenizer is None or context is None:
+            if not callable(tokenizer) or context is None:  # nothing to count the tokens with
                 continue
             if roots is None:
                 roots = [env.root(ex).prompts for ex in examples]

@@ -1,5 +1,7 @@
-"""CoMLRL 1.4.3's ``CentralizedMAGRPOConfig`` / ``CentralizedMAGRPOTrainer`` (module path
-``comlrl.trainers.reinforce.centralized_magrpo``): one joint policy for every role."""
+"""CoMLRL 1.4.3's ``CentralizedMAGRPOConfig`` / ``CentralizedMAGRPOTrainer``: one joint
+policy writes every role's output (:mod:`comlrl.algos`' centralized collaboration:
+:func:`comlrl.algos.centralized_callbacks`), trained as a one-agent MAGRPO run, as
+``comlrl train algo=centralized_magrpo`` does."""
 
 from __future__ import annotations
 
@@ -7,24 +9,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from comlrl.trainers._centralized import JointRoleEvaluation
-from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer, accepts_legacy_fields
-from comlrl.trainers.reinforce._centralized_hooks143 import CentralizedLossHooks143
+from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 __all__ = ["CentralizedMAGRPOConfig", "CentralizedMAGRPOTrainer"]
 
 
-@accepts_legacy_fields
 @dataclass
 class CentralizedMAGRPOConfig(MAGRPOConfig):
-    """CoMLRL 1.4.3's ``CentralizedMAGRPOConfig``: :class:`MAGRPOConfig` with
-    ``num_turns=1`` and ``collaboration_mode="centralized"``. ``num_agents`` is the role
-    count; ``max_new_tokens`` is the budget of the whole joint response;
+    """:class:`MAGRPOConfig` with ``num_turns=1`` and ``collaboration_mode="centralized"``;
+    ``num_agents`` counts roles, ``max_new_tokens`` bounds the whole joint response and
     ``num_generations`` counts joint responses.
 
     Raises:
-        ValueError: as :class:`MAGRPOConfig`, ``collaboration_mode`` other than
-            ``"centralized"`` or ``num_turns != 1``.
+        ValueError: as :class:`MAGRPOConfig`; ``collaboration_mode`` other than
+            ``"centralized"``; ``num_turns != 1``.
     """
 
     num_turns: int = 1
@@ -34,48 +32,39 @@ class CentralizedMAGRPOConfig(MAGRPOConfig):
         super().__post_init__()
         if self.collaboration_mode != "centralized":
             raise ValueError(
-                f"CentralizedMAGRPOConfig.collaboration_mode={self.collaboration_mode!r}; it "
-                "must be 'centralized': centralized collaboration trains one joint policy (use "
-                "MAGRPOConfig for separate agents)."
+                f"collaboration_mode={self.collaboration_mode!r}; CentralizedMAGRPOConfig "
+                "trains one joint policy ('centralized'); use MAGRPOConfig for separate agents."
             )
         if self.num_turns != 1:
-            raise ValueError(
-                f"CentralizedMAGRPOConfig.num_turns={self.num_turns!r}; centralized MAGRPO is "
-                "single-turn (num_turns=1), as in CoMLRL 1.4.3."
-            )
+            raise ValueError(f"num_turns={self.num_turns!r}; centralized MAGRPO is single-turn.")
 
 
-class CentralizedMAGRPOTrainer(JointRoleEvaluation, CentralizedLossHooks143, MAGRPOTrainer):
-    """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: one joint policy, trained with the
-    MAGRPO objective on the task reward of its parsed role outputs.
-
-    Per example, the roles' prompts (``formatters``, one per role) go through
-    ``centralized_adapter.build_prompt(item, agent_prompts)`` into one prompt; the single
-    policy samples ``num_generations`` joint responses of up to ``max_new_tokens`` tokens;
-    ``centralized_adapter.parse_completion(completion, item, num_agents)`` splits each into
-    the roles' outputs, which ``reward_func`` scores as one joint action (a response the
-    adapter cannot parse gives every role ``""``). Advantages and the loss are
-    :class:`MAGRPOTrainer`'s over every token of the joint response, up to and including
-    its EOS. ``eval_logger`` receives the role outputs.
+class CentralizedMAGRPOTrainer(MAGRPOTrainer):
+    """CoMLRL 1.4.3's ``CentralizedMAGRPOTrainer``: per example, the roles' prompts
+    (``formatters``, one per role) go through ``centralized_adapter.build_prompt(item,
+    agent_prompts)`` into one prompt; the one policy samples ``num_generations`` joint
+    responses, ``centralized_adapter.parse_completion(completion, item, num_agents)``
+    splits each into the roles' outputs (all ``""`` when it cannot), and ``reward_func``
+    scores them as one joint action. Advantages and loss: :class:`MAGRPOTrainer`'s.
 
     Args:
         centralized_adapter: an object with ``build_prompt`` and ``parse_completion``
-            (e.g. :class:`comlrl.trainers.preference.TaggedCentralizedComparatorAdapter`).
+            (e.g. :class:`comlrl.algos.TaggedRoles`).
         num_agents: the role count; must equal ``args.num_agents``.
-        agents: None, or a one-element list (the joint policy); or ``agent_model=``.
-        tokenizer: one tokenizer (or a one-element list).
-        reward_func, formatters: role-level, as :class:`MAGRPOTrainer` with ``num_agents``
-            agents.
+        agents: None or one model (the joint policy); or ``agent_model=``.
+        tokenizer: one tokenizer.
+        reward_func, formatters: role-level, as :class:`MAGRPOTrainer`'s.
         args: a :class:`CentralizedMAGRPOConfig`.
         **kwargs: the other :class:`MAGRPOTrainer` arguments.
 
     Raises:
-        ValueError: a non-centralized config, ``num_turns != 1``, ``num_agents !=
-            args.num_agents``, several models or tokenizers, or no ``reward_func``.
+        ValueError: a non-centralized config, ``num_agents != args.num_agents``, several
+            models or tokenizers, or no callable ``reward_func``.
         TypeError: an adapter without ``build_prompt`` / ``parse_completion``.
     """
 
     config_cls = CentralizedMAGRPOConfig
+    accepted_config = CentralizedMAGRPOConfig
     algorithm_name = "CentralizedMAGRPO"
 
     def __init__(
@@ -90,59 +79,45 @@ class CentralizedMAGRPOTrainer(JointRoleEvaluation, CentralizedLossHooks143, MAG
         args: Any = None,
         **kwargs: Any,
     ) -> None:
-        from comlrl.trainers._callbacks import CompatReward, build_formatters
-        from comlrl.trainers._centralized import centralized_callbacks, check_adapter
+        from comlrl.algos import centralized_callbacks, check_role_format
+        from comlrl.trainers.environment import CompatReward, build_formatters
 
         config = args if args is not None else CentralizedMAGRPOConfig()
-        if getattr(config, "collaboration_mode", None) != "centralized":
+        if not isinstance(config, CentralizedMAGRPOConfig):
             raise ValueError(
                 "CentralizedMAGRPOTrainer needs args=CentralizedMAGRPOConfig(...) "
                 f"(collaboration_mode='centralized'), got {type(config).__name__}"
             )
-        if config.num_turns != 1:
-            raise ValueError(f"centralized MAGRPO is single-turn; got num_turns={config.num_turns}")
         if num_agents != config.num_agents:
             raise ValueError(
-                f"num_agents={num_agents} but args.num_agents={config.num_agents}; both are "
-                "the role count and must match."
+                f"num_agents={num_agents} but args.num_agents={config.num_agents}; both count "
+                "the roles and must match."
             )
         if agents is not None and len(agents) != 1:
             raise ValueError(
-                f"centralized MAGRPO trains exactly one actor (a joint policy); got {len(agents)} agents "
+                f"centralized MAGRPO trains one joint policy; got {len(agents)} agents "
                 "(pass agents=[model] or agent_model=)."
             )
         if isinstance(tokenizer, (list, tuple)) and len(tokenizer) != 1:
             raise ValueError(f"centralized MAGRPO takes one tokenizer, got {len(tokenizer)}")
-        if not callable(reward_func):
+        if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
-        check_adapter(centralized_adapter)
+        check_role_format(centralized_adapter)
         self.centralized_adapter = centralized_adapter
         self.num_roles = num_agents
-        role_formatters = build_formatters(formatters, num_agents)
+        roles = build_formatters(formatters, num_agents)
         role_reward = CompatReward(
-            reward_func, num_agents, role_formatters[0], kwargs.get("reward_processor")
+            reward_func, num_agents, roles[0], kwargs.pop("reward_processor", None)
         )
-        joint_prompt, joint_reward = centralized_callbacks(
-            lambda item: [f(item) for f in role_formatters],
-            role_reward,
-            num_agents,
-            centralized_adapter,
+        joint_prompt, self.joint_reward = centralized_callbacks(
+            lambda item: [f(item) for f in roles], role_reward, num_agents, centralized_adapter
         )
-        self._joint_reward = joint_reward
         super().__init__(
             agents=agents,
             num_agents=1,
             tokenizer=tokenizer,
-            reward_func=reward_func,
+            reward_func=self.joint_reward,
             formatters=[joint_prompt],
             args=config,
             **kwargs,
         )
-        self.env.reward = joint_reward
-
-    def _wandb_run_config(self) -> dict[str, Any]:
-        """1.4.3's run config of centralized MAGRPO: ``algorithm="MAGRPO"`` (the config's
-        ``collaboration_mode`` says it is centralized), ``num_roles`` and
-        ``num_actor_models=1``, beside the config's fields."""
-        return {**super()._wandb_run_config(), "algorithm": "MAGRPO",
-                "num_roles": self.num_roles, "num_actor_models": 1}  # fmt: skip

@@ -1,22 +1,217 @@
-"""CoMLRL 1.4.3's module path ``comlrl.trainers.reinforce.magrpo``: MAGRPO's config and trainer
-(defined in :mod:`comlrl.trainers.reinforce`), its rollout record ``NodeSample``, and
-1.4.3's module attribute ``wandb`` (the wandb module, imported on first use, or None when
-it is not installed)."""
+"""CoMLRL 1.4.3's ``MAGRPOConfig`` and ``MAGRPOTrainer`` on the group-baseline recipe of
+``comlrl.algos`` (:class:`comlrl.algos.MultiAgentTrainer`).
+
+The estimator is 1.4.3's ``advantage_mode``: ``mean`` (GRPO's group-mean baseline; Shao et
+al. 2024), ``rloo`` (leave-one-out; Kool et al. 2019, Ahmadian et al. 2024), ``max`` (the
+group's best return, after Li et al. 2023 ReMax) or ``raw`` (no baseline; Williams 1992);
+``advantage_normalization`` divides by the group's std of returns. The loss is
+``-A_g * sum_t log pi(a_gt | h)`` per completion averaged over completions (``seq_sum``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from comlrl.trainers.reinforce import (
-    MAGRPOConfig,
-    MAGRPOTrainer,
+from comlrl.trainers.base import CompatTrainer, recipe_agents
+from comlrl.trainers.config_fields import (
+    check_minimums,
+    check_parallel_training,
+    common_train_config,
 )
-from comlrl.trainers.reinforce._records143 import NodeSample
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "NodeSample"]
+__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "group_baseline_config"]
+
+#: 1.4.3's ``advantage_mode`` -> the ``comlrl.algos`` estimator
+ADVANTAGE_MODES = {"mean": "grpo", "raw": "reinforce", "max": "remax", "rloo": "rloo"}
+#: 1.4.3's ``joint_mode`` spellings -> ``comlrl.algos``'
+JOINT_MODES = {"aligned": "align", "align": "align", "cross": "cross", "crossed": "cross"}
+#: the PPO clip of the later (off-policy) optimizer steps of a multi-turn step
+MULTI_TURN_CLIP_RATIO = 0.2
 
 
-def __getattr__(name: str) -> Any:
-    from comlrl.trainers._wandb import optional_wandb
+@dataclass
+class MAGRPOConfig:
+    """CoMLRL 1.4.3's ``MAGRPOConfig``: its fields, defaults and checks.
 
-    return optional_wandb(name, __name__)
+    Units: ``agent_learning_rate`` per optimizer step; ``num_train_epochs`` passes over the
+    training set; ``max_new_tokens`` tokens; ``eval_interval`` / ``eval_num_samples``
+    examples; ``train_batch_size`` (default ``rollout_buffer_size``) examples per step.
+    With 1.4.3's defaults ``num_turns=2`` and ``early_termination_threshold=-0.2`` a reward
+    that is never below -0.2 ends every episode after turn 1 (as in 1.4.3).
+
+    Raises:
+        ValueError: a count below its minimum (``num_generations >= 2``), an unknown
+            ``advantage_mode`` / ``joint_mode`` or ``parallel_training``, naming the field.
+    """
+
+    num_train_epochs: int = 20
+    agent_learning_rate: float = 5.0e-6
+    logging_steps: int = 50
+    num_agents: int = 2
+    parallel_training: str = "none"
+    agent_devices: str | Sequence[str] | None = None
+    num_generations: int = 4
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: int | None = 50
+    num_turns: int = 2
+    discount: float = 1.0
+    joint_mode: str = "aligned"
+    early_termination_threshold: float | None = -0.2
+    external_prompt_passthrough: bool = False
+    eval_interval: int = 16
+    eval_num_samples: int = 4
+    eval_batch_size: int = 1
+    rollout_buffer_size: int = 2
+    train_batch_size: int | None = None
+    advantage_normalization: bool = True
+    advantage_mode: str = "mean"
+    reference_kl_enabled: bool = False
+    reference_kl_coef: float = 0.1
+    reference_devices: str | Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        check_minimums(
+            self,
+            {
+                "num_train_epochs": 1,
+                "num_agents": 1,
+                "num_generations": 2,
+                "rollout_buffer_size": 1,
+                "eval_interval": 0,
+                "eval_num_samples": 0,
+                "eval_batch_size": 1,
+                "num_turns": 1,
+                "logging_steps": 1,
+                "train_batch_size": 1,
+            },
+        )
+        if self.train_batch_size is None:
+            self.train_batch_size = self.rollout_buffer_size
+        if str(self.advantage_mode).lower() not in ADVANTAGE_MODES:
+            raise ValueError(
+                f"advantage_mode={self.advantage_mode!r}; use one of {sorted(ADVANTAGE_MODES)}"
+            )
+        if str(self.joint_mode).lower() not in JOINT_MODES:
+            raise ValueError(f"joint_mode={self.joint_mode!r}; use 'aligned' or 'cross'")
+        check_parallel_training(self)
+
+
+def group_baseline_config(
+    args: MAGRPOConfig, num_agents: int, num_examples: int, has_eval: bool
+) -> dict[str, Any]:
+    """The :class:`comlrl.algos.TrainConfig` fields of a 1.4.3 REINFORCE-family config.
+
+    ``advantage_normalization`` is ``advantage_scale="group"`` (the group's population std
+    plus 1e-6, no re-centring), except for ``raw`` (no baseline), whose advantage stays the
+    return (1.4.3 z-scores it, which turns MAREINFORCE into MAGRPO). Multi-turn steps
+    follow 1.4.3's update schedule: one optimizer step per turn of each
+    ``rollout_buffer_size`` tree nodes (``update_chunk_nodes``), the later, off-policy ones
+    PPO-clipped at :data:`MULTI_TURN_CLIP_RATIO`.
+    """
+    fields = common_train_config(args, num_agents, num_examples, has_eval)
+    estimator = ADVANTAGE_MODES[str(args.advantage_mode).lower()]
+    scale = "group" if args.advantage_normalization and estimator != "reinforce" else "none"
+    fields.update(
+        num_generations=int(args.num_generations),
+        joint_mode=JOINT_MODES[str(args.joint_mode).lower()],
+        estimator=estimator,
+        advantage_scale=scale,
+        loss_reduction="seq_sum",
+        clip_ratio=None,
+    )
+    if int(args.num_turns) > 1:
+        fields.update(
+            update_chunk_nodes=int(args.rollout_buffer_size),
+            update_chunk_split_turns=True,
+            clip_ratio=MULTI_TURN_CLIP_RATIO,
+        )
+    return fields
+
+
+class MAGRPOTrainer(CompatTrainer):
+    """CoMLRL 1.4.3's ``MAGRPOTrainer`` (its arguments), trained by
+    :class:`comlrl.algos.MultiAgentTrainer` with the estimator of ``args.advantage_mode``
+    (any REINFORCE-family config works, as in 1.4.3).
+
+    Args:
+        agent_model: a model name/path; ``num_agents`` independent copies are loaded.
+        agents: instead, ``A`` models (names/paths or ``transformers`` model objects).
+        num_agents: ``A`` with ``agent_model``.
+        tokenizer: one tokenizer, one per agent, or None (loaded from the names).
+        model_config: ``torch_dtype``/``dtype``, ``attn_implementation``,
+            ``special_tokens``, nested ``model_kwargs``.
+        train_dataset, eval_dataset: ``datasets.Dataset`` or lists of dicts.
+        reward_func: any of 1.4.3's forms
+            (:class:`comlrl.trainers.environment.CompatReward`).
+        reward_processor: ``float -> float`` applied to every reward.
+        formatters: None (``example["prompt"]``), one callable, or one per agent.
+        external_transition: builds later turns' prompts; required when ``num_turns > 1``.
+        wandb_config: ``project`` (a W&B run unless ``WANDB_MODE=disabled``).
+        eval_logger, eval_aggregator: accepted, not called (docs/compat.md).
+        args: a :class:`MAGRPOConfig` (default: its defaults).
+
+    Raises:
+        ValueError: missing or malformed arguments (named in the message).
+        comlrl.algos.ConfigError: the translated config does not validate.
+    """
+
+    config_cls: type = MAGRPOConfig
+    accepted_config = MAGRPOConfig
+    algorithm_name = "MAGRPO"
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int = 2,
+        tokenizer: Any = None,
+        model_config: dict[str, Any] | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        reward_processor: Callable[[float], float] | None = None,
+        formatters: Any = None,
+        external_transition: Callable[..., Sequence[str]] | None = None,
+        wandb_config: dict[str, Any] | None = None,
+        eval_logger: Callable[..., Any] | None = None,
+        eval_aggregator: Callable[..., Any] | None = None,
+        args: Any = None,
+    ) -> None:
+        self._init_front(
+            args=args,
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=num_agents,
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+            eval_logger=eval_logger,
+            eval_aggregator=eval_aggregator,
+        )
+
+    def recipe_config(self, num_examples: int, has_eval: bool) -> dict[str, Any]:
+        return group_baseline_config(self.args, self.num_agents, num_examples, has_eval)
+
+    def build_recipe_trainer(
+        self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
+    ) -> Any:
+        from comlrl.algos import MultiAgentTrainer, TrainConfig
+
+        return MultiAgentTrainer(
+            recipe_agents(self.agents, self.tokenizers),
+            TrainConfig(**config),
+            environment=self.env,
+            dataset=data,
+            reward_func=self.reward_func,
+            eval_dataset=eval_rows,
+        )

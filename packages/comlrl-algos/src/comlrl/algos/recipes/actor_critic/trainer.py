@@ -19,7 +19,7 @@ from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic import recipe as actor_critic
 from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, Method
 from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-from comlrl.algos.rollout.environment import Transition
+from comlrl.algos.rollout.environment import Environment, Transition
 from comlrl.algos.training.config import ConfigError
 from comlrl.core import Task
 
@@ -42,6 +42,7 @@ class _ActorCriticTrainer(MultiAgentTrainer):
         reward_func: Callable[..., Any] | None = None,
         transition: Transition | None = None,
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        environment: Environment | None = None,
     ) -> None:
         if not isinstance(config, ActorCriticConfig):
             raise ConfigError(
@@ -62,6 +63,7 @@ class _ActorCriticTrainer(MultiAgentTrainer):
             reward_func=reward_func,
             transition=transition,
             eval_dataset=eval_dataset,
+            environment=environment,
         )
         self.ac_run = actor_critic.attach(self.run, config, self.method, critics)
 

@@ -64,6 +64,11 @@ class MultiAgentTrainer:
         eval_env: the environment evaluation plays and scores in (default: the training
             one), e.g. the task's true reward while training on a learned reward model
             (:meth:`MARLHFTrainer.rl_trainer <comlrl.algos.MARLHFTrainer.rl_trainer>`).
+        environment: instead of ``task`` or ``formatters``/``transition``, a ready
+            :class:`~comlrl.algos.rollout.environment.Environment` (e.g. a
+            :class:`~comlrl.algos.CallbackEnvironment` subclass with its own prompts for
+            later turns, as ``comlrl.trainers`` builds for CoMLRL 1.4.3 scripts); needs
+            ``dataset``. ``reward_func``, when given too, is only recorded in ``config.yaml``.
 
     Raises:
         ConfigError: when the agents, task/formatters, dataset and config disagree
@@ -88,6 +93,7 @@ class MultiAgentTrainer:
         transition: Transition | None = None,
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
         eval_env: Environment | None = None,
+        environment: Environment | None = None,
     ) -> None:
         from comlrl.algos.functional.advantages import ESTIMATORS
 
@@ -108,7 +114,16 @@ class MultiAgentTrainer:
         self.task = task
         env: Environment
         data: Sequence[Mapping[str, Any]]
-        if task is not None:
+        if environment is not None:
+            if task is not None or formatters is not None or transition is not None:
+                raise ConfigError(
+                    "environment= replaces task=, formatters= and transition=; pass one form."
+                )
+            if dataset is None:
+                raise ConfigError("environment= needs dataset= (the examples to train on).")
+            env = environment
+            data = dataset if isinstance(dataset, Sequence) else list(dataset)
+        elif task is not None:
             env = TaskEnvironment(task, transition)
             data = list(dataset) if dataset is not None else list(task.load(config.task.split))
             if eval_dataset is None and config.eval_every:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["as_examples", "load_agents"]
+__all__ = ["as_examples", "load_agents", "load_models", "model_kwargs"]
 
 
 def as_examples(data: Any, name: str) -> list[dict[str, Any]]:
@@ -32,7 +32,9 @@ def as_examples(data: Any, name: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _model_kwargs(model_config: Mapping[str, Any], section: str = "model_kwargs") -> dict[str, Any]:
+def model_kwargs(model_config: Mapping[str, Any], section: str = "model_kwargs") -> dict[str, Any]:
+    """``from_pretrained`` keywords from a 1.4.3 ``model_config``: ``torch_dtype``/``dtype``
+    and ``attn_implementation``, top level or in its ``section`` (e.g. ``model_kwargs``)."""
     nested = model_config.get(section) or {}
     dtype = nested.get("torch_dtype") or nested.get("dtype")
     dtype = dtype or model_config.get("torch_dtype") or model_config.get("dtype")
@@ -79,7 +81,7 @@ def load_agents(
             several agents; model objects without a tokenizer; a tokenizer list of the
             wrong length.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if agent_model is None and agents is None:
         raise ValueError(
@@ -110,11 +112,7 @@ def load_agents(
             f"{label} must be a model name or path to build {num_agents} agents (each gets its "
             "own copy); for model objects pass agents=[model_1, ..., model_A]."
         )
-    kwargs = _model_kwargs(model_config, section)
-    models = [
-        AutoModelForCausalLM.from_pretrained(s, **kwargs) if isinstance(s, str) else s
-        for s in sources
-    ]
+    models = load_models(sources, model_config, section)
     names = [
         s if isinstance(s, str) else getattr(getattr(s, "config", None), "_name_or_path", None)
         for s in sources
@@ -143,3 +141,17 @@ def load_agents(
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
     return models, tokenizers, names
+
+
+def load_models(
+    sources: Sequence[Any], model_config: Mapping[str, Any], section: str = "model_kwargs"
+) -> list[Any]:
+    """Each name/path of ``sources`` loaded as a causal LM (``model_config`` as in
+    :func:`model_kwargs`); model objects are kept as they are."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = model_kwargs(model_config, section)
+    return [
+        AutoModelForCausalLM.from_pretrained(s, **kwargs) if isinstance(s, str) else s
+        for s in sources
+    ]

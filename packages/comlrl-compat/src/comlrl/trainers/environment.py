@@ -6,7 +6,7 @@ adapted to :mod:`comlrl.algos`' interfaces.
   :class:`comlrl.core.RewardBatch`.
 - :func:`build_formatters` turns ``None`` / one callable / ``A`` callables into ``A``
   per-agent formatters that take ``external_prompts=`` after the first turn.
-- :class:`CompatEnvironment` is a :class:`comlrl.algos.rollout.environment.CallbackEnvironment` whose
+- :class:`CompatEnvironment` is a :class:`comlrl.algos.CallbackEnvironment` whose
   later-turn prompts come from ``external_transition`` run through the formatters (or
   used as they are with ``external_prompt_passthrough``), as CoMLRL 1.4.3 builds them.
 """
@@ -17,8 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.actor_critic.recipe import AGENT_REWARDS_KEY
-from comlrl.algos.rollout.environment import CallbackEnvironment
+from comlrl.algos import AGENT_REWARDS_KEY, CallbackEnvironment
 from comlrl.core import RewardBatch, RewardFunctionError, check_rewards
 from comlrl.utils.formatters import Formatter
 from comlrl.utils.formatters import build_formatters as _build_formatters
@@ -52,8 +51,7 @@ class CompatReward:
     CoMLRL 1.4.3 gives agent ``a`` the ``a``-th value when the function returns ``A``
     values), ``A`` returned values are each processed and kept in the reward info under
     ``agent_rewards`` (agent ``a``'s reward, read by
-    :func:`comlrl.algos.recipes.actor_critic.recipe.agent_rewards`); the joint reward is
-    their mean.
+    the actor-critic recipes); the joint reward is their mean.
 
     Args:
         func: the user's reward function.
@@ -171,7 +169,7 @@ def _as_text(fmt: Formatter) -> Formatter:
 
 
 class CompatEnvironment(CallbackEnvironment):
-    """CoMLRL 1.4.3's multi-turn contract as an :class:`~comlrl.algos.rollout.environment.Environment`.
+    """CoMLRL 1.4.3's multi-turn contract as a :class:`comlrl.algos.CallbackEnvironment`.
 
     Turn 0: agent ``a``'s prompt is ``formatters[a](example)``. After a joint action,
     ``external_transition(prompt=example["prompt"], agent_completions=..., num_agents=A,
