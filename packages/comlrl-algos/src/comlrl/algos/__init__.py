@@ -82,6 +82,12 @@ _EXPORTS: dict[str, str] = {
     "CentralizedReward": "rollout.centralized",
     "check_role_format": "rollout.centralized",
     "centralized_callbacks": "rollout.centralized",
+    # the preference names comlrl-compat (comlrl.trainers.preference) uses
+    "IterativeMADPOConfig": "recipes.preference.config",
+    "MADPOIterRun": "recipes.preference.iterative.recipe",
+    "build_rounds": "recipes.preference.iterative.recipe",
+    "train_madpo_iter": "recipes.preference.iterative.recipe",
+    "madpo_iter_resume": "recipes.preference.iterative.checkpoint",
 }
 
 __all__ = [
@@ -153,6 +159,11 @@ __all__ = [
     "CentralizedReward",
     "check_role_format",
     "centralized_callbacks",
+    "IterativeMADPOConfig",
+    "MADPOIterRun",
+    "build_rounds",
+    "train_madpo_iter",
+    "madpo_iter_resume",
 ]
 
 
@@ -208,6 +219,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         MAReMaxTrainer,
         MARLOOTrainer,
         MultiAgentTrainer,
+    )
+    from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
+    from comlrl.algos.recipes.preference.iterative.checkpoint import madpo_iter_resume
+    from comlrl.algos.recipes.preference.iterative.recipe import (
+        MADPOIterRun,
+        build_rounds,
+        train_madpo_iter,
     )
     from comlrl.algos.recipes.preference.recipe import (
         DPOConfig,

@@ -142,7 +142,9 @@ def madpo_fields(args: Any, num_agents: int, has_eval: bool, trainer: str) -> di
         "top_p": float(args.top_p),
         "top_k": int(args.top_k or 0),
         "joint_mode": JOINT_MODES[str(args.joint_mode).lower()],
-        "pairs_per_prompt": int(k * (k - 1) // 2 if limit is None or args.pair_selection == "all" else limit),
+        "pairs_per_prompt": int(
+            k * (k - 1) // 2 if limit is None or args.pair_selection == "all" else limit
+        ),
         "beta": float(args.dpo_beta),
         "learning_rate": float(args.agent_learning_rate),
         "optimizer": "adamw",
@@ -327,4 +329,6 @@ class MADPOTrainer(CompatTrainer):
 def _loop_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
     """The loop's outputs of a preference run (``output_dir``, ``save_every``,
     ``keep_last``, ``progress``) from :meth:`CompatTrainer._build`'s fields."""
-    return {k: outputs[k] for k in ("output_dir", "save_every", "keep_last", "progress") if k in outputs}
+    return {
+        k: outputs[k] for k in ("output_dir", "save_every", "keep_last", "progress") if k in outputs
+    }
