@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from comlrl.trainers.config_fields import UnsupportedFieldError, UnsupportedTrainerError
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer, madpo_fields
@@ -71,7 +71,12 @@ class _IterativeFields:
     comparator_api_response_field: str = "completions"
     comparator_api_extra_body: dict[str, Any] | None = None
 
-    pair_selections = ("comparator_reward", "reward_gap", "random", "all")
+    pair_selections: ClassVar[tuple[str, ...]] = (
+        "comparator_reward",
+        "reward_gap",
+        "random",
+        "all",
+    )
 
     def _check_iterative(self) -> None:
         if self.num_iterations < 1:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from comlrl.trainers.base import CompatTrainer, recipe_agents
 from comlrl.trainers.config_fields import (
@@ -85,7 +85,7 @@ class MADPOConfig:
     environment_steps_per_pair: int = 2
 
     #: the ``pair_selection`` values this config takes
-    pair_selections = ("reward_gap", "random", "all")
+    pair_selections: ClassVar[tuple[str, ...]] = ("reward_gap", "random", "all")
 
     def __post_init__(self) -> None:
         check_minimums(
