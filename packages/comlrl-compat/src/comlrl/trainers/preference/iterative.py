@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from comlrl.trainers.config_fields import UnsupportedFieldError, UnsupportedTrainerError
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer, madpo_fields
 from comlrl.trainers.preference.marlhf import MARLHFConfig
-from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun
+from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
 
 __all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 
@@ -194,16 +194,14 @@ class MADPOIterTrainer(MADPOTrainer):
             IterativeMADPOConfig,
             MADPOIterRun,
             build_rounds,
-            load_model_and_tokenizer,
             madpo_iter_resume,
             train_madpo_iter,
         )
         from comlrl.algos import MADPOTrainer as Recipe
         from comlrl.core import SamplingParams
         from comlrl.trainers.base import recipe_agents
-        from comlrl.trainers.preference.recipe_run import OUTPUT_FIELDS
 
-        outputs = {k: config.pop(k) for k in OUTPUT_FIELDS if k in config}
+        outputs = loop_outputs(config)
         cfg = IterativeMADPOConfig.build(**config)
         trainer = Recipe(
             recipe_agents(self.agents, self.tokenizers),
@@ -213,24 +211,31 @@ class MADPOIterTrainer(MADPOTrainer):
             reward_func=self.env.reward,
             eval_dataset=eval_rows if cfg.eval_every else None,
         )
-        madpo = trainer.run
-        rounds = build_rounds(
-            cfg,
-            madpo.agents,
-            SamplingParams.from_config(cfg, cfg.num_candidates),
-            pairs_per_prompt=cfg.pairs_per_prompt,
-            num_rounds=int(self.args.num_iterations),
-            seed=cfg.seed,
-            load=lambda name: load_model_and_tokenizer(name)[0],
+        run = MADPOIterRun(
+            trainer.run,
+            build_rounds(
+                cfg,
+                trainer.run.agents,
+                SamplingParams.from_config(cfg, cfg.num_candidates),
+                pairs_per_prompt=cfg.pairs_per_prompt,
+                num_rounds=int(self.args.num_iterations),
+                seed=cfg.seed,
+                load=_load_model,
+            ),
         )
-        keep = ("output_dir", "save_every", "keep_last", "progress")
         return PreferenceRecipeRun(
-            MADPOIterRun(madpo, rounds),
-            {k: outputs[k] for k in keep if k in outputs},
-            train=train_madpo_iter,
-            resume=madpo_iter_resume,
-            evaluate=lambda _run: trainer.evaluate(),
+            trainer,
+            train=lambda: train_madpo_iter(run, **outputs),
+            resume=lambda path: madpo_iter_resume(run, path, outputs["output_dir"]),
+            output_dir=outputs["output_dir"],
         )
+
+
+def _load_model(name: str) -> Any:
+    """A comparator model by name (``comparator_model_name``)."""
+    from comlrl.algos import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(name)[0]
 
 
 def _refuse_untranslated(a: Any) -> None:

@@ -26,7 +26,7 @@ from comlrl.trainers.config_fields import (
     check_parallel_training,
     one_device,
 )
-from comlrl.trainers.preference.recipe_run import OUTPUT_FIELDS, PreferenceRecipeRun
+from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
 
 __all__ = ["MADPOConfig", "MADPOTrainer", "madpo_fields"]
 
@@ -302,7 +302,7 @@ class MADPOTrainer(CompatTrainer):
         from comlrl.algos import MADPOConfig as RecipeConfig
         from comlrl.algos import MADPOTrainer as Recipe
 
-        outputs = {k: config.pop(k) for k in OUTPUT_FIELDS if k in config}
+        outputs = loop_outputs(config)
         trainer = Recipe(
             recipe_agents(self.agents, self.tokenizers),
             RecipeConfig.build(**config),
@@ -312,11 +312,10 @@ class MADPOTrainer(CompatTrainer):
             eval_dataset=eval_rows if config["eval_every"] else None,  # None: no held-out pairs
         )
         return PreferenceRecipeRun(
-            trainer.run,
-            _loop_outputs(outputs),
-            train=lambda _run, **o: trainer.train(**o),
-            resume=lambda _run, path, out: trainer.resume(path, out),
-            evaluate=lambda _run: trainer.evaluate(),
+            trainer,
+            train=lambda: trainer.train(**outputs),
+            resume=lambda path: trainer.resume(path, outputs["output_dir"]),
+            output_dir=outputs["output_dir"],
         )
 
     @property
@@ -324,11 +323,3 @@ class MADPOTrainer(CompatTrainer):
         """The pairs built from the initial policy (``IterPair`` records: prompts,
         chosen/rejected texts and token ids, rewards)."""
         return list(self.recipe_trainer.run.pairs or [])
-
-
-def _loop_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
-    """The loop's outputs of a preference run (``output_dir``, ``save_every``,
-    ``keep_last``, ``progress``) from :meth:`CompatTrainer._build`'s fields."""
-    return {
-        k: outputs[k] for k in ("output_dir", "save_every", "keep_last", "progress") if k in outputs
-    }
