@@ -16,10 +16,10 @@ from comlrl.trainers import (
     MADPOIterTrainer,
     MADPOTrainer,
     MARLHFConfig,
+    MARLHFIterConfig,
     MARLHFIterTrainer,
     MARLHFTrainer,
     UnsupportedFieldError,
-    UnsupportedTrainerError,
 )
 
 TOPICS = [{"prompt": t} for t in ("A fox", "A ship", "A bell", "A cat")]
@@ -134,11 +134,8 @@ def test_centralized_madpo_trains_one_joint_actor(tiny_tokenizer: Any) -> None:
 def test_marlhf_fits_the_reward_model_then_trains_on_it(
     tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
-    from comlrl.algos import RewardModelReward, build_default_model
+    from comlrl.algos import RewardModelReward
 
-    folder = tmp_path / "rm"
-    build_default_model(len(tiny_tokenizer), seed=5).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
     trainer = MARLHFTrainer(
         agents=_agents(tiny_tokenizer),
         tokenizer=tiny_tokenizer,
@@ -148,7 +145,8 @@ def test_marlhf_fits_the_reward_model_then_trains_on_it(
         args=MARLHFConfig(
             agent_devices="cpu", num_agents=2, num_train_epochs=1, num_turns=1,
             preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=8,
-            num_generations=2, reward_model_name=str(folder), reward_model_device="cpu",
+            num_generations=2, reward_model_name=_reward_model_folder(tiny_tokenizer, tmp_path),
+            reward_model_device="cpu",
             eval_interval=0, rl_algorithm="marloo",
         ),
     )  # fmt: skip
@@ -171,5 +169,42 @@ def test_madpo_iter_runs_its_rounds(tiny_tokenizer: Any) -> None:
     assert [r["iteration"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
     with pytest.raises(UnsupportedFieldError, match="policy_checkpoint_dir"):
         _madpo(tiny_tokenizer, MADPOIterTrainer, policy_checkpoint_dir="x")
-    with pytest.raises(UnsupportedTrainerError, match="marlhf_iter"):
-        MARLHFIterTrainer()
+
+
+def _reward_model_folder(tiny_tokenizer: Any, tmp_path: Path) -> str:
+    from comlrl.algos import build_default_model
+
+    folder = tmp_path / "rm"
+    build_default_model(len(tiny_tokenizer), seed=5).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_marlhf_iter_refits_its_reward_model_each_round(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    trainer = MARLHFIterTrainer(
+        agents=_agents(tiny_tokenizer),
+        tokenizer=tiny_tokenizer,
+        train_dataset=TOPICS,
+        eval_dataset=TOPICS[:2],
+        reward_func=story_reward,
+        formatters=[lambda ex: ex["prompt"], lambda ex: ex["prompt"] + " then"],
+        args=MARLHFIterConfig(
+            agent_devices="cpu", num_iterations=2, num_train_epochs=1, num_turns=1,
+            preference_num_candidates=4, max_new_tokens=8, num_generations=2,
+            reward_model_name=_reward_model_folder(tiny_tokenizer, tmp_path),
+            reward_model_device="cpu", eval_interval=2, rl_algorithm="maremax",
+        ),
+    )  # fmt: skip
+    config = trainer.config
+    assert (config.estimator, config.num_steps, config.batch_size) == ("remax", 4, 2)
+    rows = trainer.train()
+    assert [r["iteration"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
+    fitted = [r for r in rows if "reward_model/loss" in r]
+    assert fitted  # a round with pairs refits the reward model
+    with pytest.raises(UnsupportedFieldError, match="rl_algorithm"):
+        MARLHFIterTrainer(
+            agents=_agents(tiny_tokenizer), reward_func=story_reward,
+            args=MARLHFIterConfig(agent_devices="cpu", num_turns=1, rl_algorithm="iac"),
+        )  # fmt: skip

@@ -9,9 +9,8 @@ comparator joint action ``k`` (``pair_selection``, ``preference_pairs_per_sample
 them in the replay (``preference_replay_*``) and trains the round's pairs in
 ``num_train_epochs * ceil(N / train_batch_size)`` steps, each on its share of them.
 
-:class:`MARLHFIterTrainer` is not implemented here (it raises
-:class:`~comlrl.trainers.config_fields.UnsupportedTrainerError`); ``comlrl train
-algo=marlhf_iter`` runs MARLHF-Iter.
+:class:`MARLHFIterTrainer` runs the MARLHF-Iter recipe
+(:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from comlrl.trainers.config_fields import UnsupportedFieldError, UnsupportedTrainerError
+from comlrl.trainers.base import CompatTrainer
+from comlrl.trainers.config_fields import UnsupportedFieldError
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer, madpo_fields
 from comlrl.trainers.preference.marlhf import MARLHFConfig
 from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
@@ -113,8 +113,9 @@ class MADPOIterConfig(_IterativeFields, MADPOConfig):
 
 @dataclasses.dataclass
 class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
-    """CoMLRL 1.4.3's ``MARLHFIterConfig`` (its fields and defaults, checked as
-    :class:`MADPOIterConfig`); :class:`MARLHFIterTrainer` is not implemented here."""
+    """CoMLRL 1.4.3's ``MARLHFIterConfig``: :class:`MARLHFConfig`'s fields with 1.4.3's
+    iterative defaults, the iterative fields (checked as :class:`MADPOIterConfig`) and
+    ``preference_scoring_reward`` (``task`` or ``reward_model``)."""
 
     num_train_epochs: int = 2
     preference_num_candidates: int = 20
@@ -161,30 +162,8 @@ class MADPOIterTrainer(MADPOTrainer):
         fields.update(
             pairs_per_prompt=int(k or a.preference_num_candidates),
             num_steps=steps * int(a.num_iterations),
-            steps_per_round=steps,
-            round_prompts=num_examples,
-            comparator=a.comparator_policy,
-            comparator_models=[a.comparator_model_name] if a.comparator_policy == "model" else None,
-            comparator_num_candidates=a.comparator_num_candidates,
-            comparator_history_k=int(a.comparator_history_k or 1),
-            pair_selection=a.pair_selection,
-            replay_mode=a.preference_replay_mode,
-            replay_k=a.preference_replay_k if a.preference_replay_mode == "nearest_k" else None,
-            replay_lambda=(
-                a.preference_replay_lambda if a.preference_replay_mode == "lambda_decay" else None
-            ),
-            replay_sample_size=(
-                a.preference_replay_sample_size if a.preference_replay_mode != "current" else None
-            ),
-            replay_dir=a.preference_replay_dir,
+            **section_fields(a, num_examples, steps),
         )
-        if a.comparator_policy == "api":
-            fields.update(
-                comparator_api_url=a.comparator_api_url,
-                comparator_api_format=a.comparator_api_format,
-                comparator_api_model=a.comparator_api_model,
-                comparator_api_key_env=a.comparator_api_key_env,
-            )
         return fields
 
     def build_recipe_trainer(
@@ -238,14 +217,43 @@ def _load_model(name: str) -> Any:
     return load_model_and_tokenizer(name)[0]
 
 
+def section_fields(a: Any, num_examples: int, steps_per_round: int) -> dict[str, Any]:
+    """The :class:`comlrl.algos.IterativeSection` fields of a 1.4.3 iterative config: a
+    round is every one of the ``num_examples`` training prompts, then
+    ``steps_per_round`` steps."""
+    mode = a.preference_replay_mode
+    fields = dict(
+        steps_per_round=steps_per_round,
+        round_prompts=num_examples,
+        comparator=a.comparator_policy,
+        comparator_models=[a.comparator_model_name] if a.comparator_policy == "model" else None,
+        comparator_num_candidates=a.comparator_num_candidates,
+        comparator_history_k=int(a.comparator_history_k or 1),
+        pair_selection=a.pair_selection,
+        replay_mode=mode,
+        replay_k=a.preference_replay_k if mode == "nearest_k" else None,
+        replay_lambda=a.preference_replay_lambda if mode == "lambda_decay" else None,
+        replay_sample_size=a.preference_replay_sample_size if mode != "current" else None,
+        replay_dir=a.preference_replay_dir,
+    )
+    if a.comparator_policy == "api":
+        fields.update(
+            comparator_api_url=a.comparator_api_url,
+            comparator_api_format=a.comparator_api_format,
+            comparator_api_model=a.comparator_api_model,
+            comparator_api_key_env=a.comparator_api_key_env,
+        )
+    return fields
+
+
 def _refuse_untranslated(a: Any) -> None:
     """Raise :class:`UnsupportedFieldError` for an iterative setting left untranslated."""
     if a.collaboration_mode != "decentralized":
         raise UnsupportedFieldError(
-            "MADPOIterConfig.collaboration_mode='centralized' is not supported here; use "
-            "comlrl train algo=centralized_madpo_iter."
+            f"{type(a).__name__}.collaboration_mode='centralized' is not supported here; use "
+            "comlrl train algo=centralized_madpo_iter / centralized_marlhf_iter."
         )
-    defaults = MADPOIterConfig.__dataclass_fields__
+    defaults = type(a).__dataclass_fields__
     for name in (
         "log_reward_distribution", "policy_checkpoint_dir", "comparator_agents",
         "comparator_devices", "comparator_api_max_n_per_request", "comparator_api_timeout",
@@ -255,20 +263,138 @@ def _refuse_untranslated(a: Any) -> None:
     ):  # fmt: skip
         if getattr(a, name) != defaults[name].default:
             raise UnsupportedFieldError(
-                f"MADPOIterConfig.{name}={getattr(a, name)!r} is not supported by "
+                f"{type(a).__name__}.{name}={getattr(a, name)!r} is not supported by "
                 f"comlrl.trainers; leave it at {defaults[name].default!r} (docs/compat.md)."
             )
 
 
-class MARLHFIterTrainer:
-    """CoMLRL 1.4.3's ``MARLHFIterTrainer``: not implemented by this package.
+class MARLHFIterTrainer(CompatTrainer):
+    """CoMLRL 1.4.3's ``MARLHFIterTrainer`` (arguments of
+    :class:`~comlrl.trainers.preference.marlhf.MARLHFTrainer`, ``args`` a
+    :class:`MARLHFIterConfig`), run by ``comlrl.algos``' MARLHF-Iter recipe
+    (:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``): each of
+    ``num_iterations`` rounds pairs every training prompt's current and comparator joint
+    actions (scored by the task reward, or with ``preference_scoring_reward=
+    "reward_model"`` by the previous round's reward model), refits the joint reward model
+    from its initial weights on the round's pairs (Bradley-Terry), then takes
+    ``num_train_epochs * ceil(N / train_batch_size)`` MAGRPO-family steps
+    (``rl_algorithm``) on its reward; evaluation scores with the task reward.
 
     Raises:
-        UnsupportedTrainerError: always; ``comlrl train algo=marlhf_iter`` runs MARLHF-Iter.
+        UnsupportedFieldError: ``rl_algorithm`` ``iac`` / ``maac``, critics, or a setting
+            :class:`MADPOIterTrainer` or :class:`MARLHFTrainer` refuses.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise UnsupportedTrainerError(
-            "MARLHFIterTrainer is not provided by comlrl.trainers; run MARLHF-Iter with "
-            "`comlrl train algo=marlhf_iter` (see docs/compat.md)."
+    config_cls: type = MARLHFIterConfig
+    algorithm_name = "MARLHFIter"
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int = 2,
+        *,
+        centralized_comparator_adapter: Any = None,
+        metrics_callback: Any = None,
+        critic_model: Any = None,
+        critics: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from comlrl.trainers.preference.marlhf import RL_ALGORITHMS, refuse_unsupported
+
+        cfg = kwargs.pop("args", None) or MARLHFIterConfig()
+
+        def check() -> None:
+            refuse_unsupported(
+                cfg, kwargs.get("external_transition"), centralized_comparator_adapter,
+                metrics_callback, iterative=True,
+            )  # fmt: skip
+            _refuse_untranslated(cfg)
+            if cfg.rl_algorithm not in RL_ALGORITHMS or critic_model or critics:
+                raise UnsupportedFieldError(
+                    f"MARLHFIterConfig.rl_algorithm={cfg.rl_algorithm!r}: MARLHF-Iter trains "
+                    f"with the MAGRPO family here ({sorted(RL_ALGORITHMS)}), without critics."
+                )
+
+        self._init_front(
+            args=cfg, agent_model=agent_model, agents=agents, num_agents=num_agents,
+            model_config=kwargs.pop("model_config", None), before_loading=check,
+            **{k: kwargs.pop(k, None) for k in _FRONT_ARGUMENTS},
+        )  # fmt: skip
+        if kwargs:
+            raise TypeError(f"MARLHFIterTrainer got unexpected arguments {sorted(kwargs)}")
+
+    def recipe_config(self, num_examples: int, has_eval: bool) -> dict[str, Any]:
+        from comlrl.trainers.reinforce.magrpo import group_baseline_config
+
+        fields = group_baseline_config(self.args, self.num_agents, num_examples, has_eval)
+        fields["num_steps"] *= int(self.args.num_iterations)
+        return fields
+
+    def build_recipe_trainer(
+        self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
+    ) -> Any:
+        from comlrl.algos import (
+            DataStream,
+            IterativeSection,
+            MADPOConfig,
+            MARLHFIterRun,
+            MARLHFTrainer,
+            TrainConfig,
+            build_rounds,
+            marlhf_iter_resume,
+            train_marlhf_iter,
         )
+        from comlrl.core import SamplingParams
+        from comlrl.trainers.base import recipe_agents
+        from comlrl.trainers.preference.marlhf import load_reward_backbone, reward_model_config
+
+        a, train_config = self.args, TrainConfig(**config)
+        steps = train_config.num_steps // int(a.num_iterations)
+        section = IterativeSection.build(**section_fields(a, len(data), steps))
+        backbone, tokenizer = load_reward_backbone(a, self.model_name, self.agents[0])
+        fit = reward_model_config(a)
+        preference = MARLHFTrainer(
+            recipe_agents(self.agents, self.tokenizers),
+            MADPOConfig(num_agents=self.num_agents),  # its pair sampling is unused here
+            reward_backbone=backbone, reward_tokenizer=tokenizer, reward_config=fit,
+            dataset=data, formatters=list(self.env.compat_formatters),
+            reward_func=self.env.reward,
+        )  # fmt: skip
+        self.reward_model = preference.reward_model
+        rl = preference.rl_trainer(train_config, eval_dataset=eval_rows)
+        k = a.preference_pairs_per_sample
+        run = MARLHFIterRun(
+            rl=rl.run,
+            rounds=build_rounds(
+                section,
+                rl.run.agents,
+                SamplingParams.from_config(train_config, int(a.preference_num_candidates)),
+                pairs_per_prompt=int(k or a.preference_num_candidates),
+                num_rounds=int(a.num_iterations),
+                seed=train_config.seed,
+                load=_load_model,
+            ),  # fmt: skip
+            task_env=preference.env,
+            reward_env=rl.env,
+            reward_model=preference.reward_model,
+            reward_tokenizer=tokenizer,
+            reward_config=fit,
+            data=DataStream(data, seed=train_config.seed + 1, shuffle=False),
+            section=section,
+            batch_size=train_config.batch_size,
+            scoring_reward=a.preference_scoring_reward,
+        )
+        return PreferenceRecipeRun(
+            rl,
+            train=lambda: train_marlhf_iter(run),
+            resume=lambda path: marlhf_iter_resume(run, path),
+            output_dir=rl.output_dir,
+        )
+
+
+#: the :meth:`CompatTrainer._init_front` arguments MARLHFIterTrainer passes on as given
+_FRONT_ARGUMENTS = (
+    "tokenizer", "train_dataset", "eval_dataset", "reward_func", "reward_processor",
+    "formatters", "external_transition", "wandb_config", "eval_logger", "eval_aggregator",
+)  # fmt: skip

@@ -37,7 +37,14 @@ from typing import Any
 from comlrl.trainers.config_fields import UnsupportedFieldError
 from comlrl.trainers.preference.madpo import JOINT_MODES, MADPOConfig, madpo_fields
 
-__all__ = ["MARLHFConfig", "MARLHFTrainer"]
+__all__ = [
+    "MARLHFConfig",
+    "MARLHFTrainer",
+    "RL_ALGORITHMS",
+    "load_reward_backbone",
+    "refuse_unsupported",
+    "reward_model_config",
+]
 
 #: 1.4.3's ``rl_algorithm`` names of the MAGRPO family -> ``advantage_mode``
 RL_ALGORITHMS = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
@@ -166,7 +173,7 @@ class MARLHFTrainer:
                 "Either agent_model or agents must be provided: pass agent_model= (a model "
                 "name or path) or agents= (a list of models)."
             )
-        self._refuse(a, external_transition, centralized_comparator_adapter, metrics_callback)
+        refuse_unsupported(a, external_transition, centralized_comparator_adapter, metrics_callback)
         self.args = a
         rl_args: dict[str, Any] = dict(
             agent_model=agent_model, agents=agents, tokenizer=tokenizer,
@@ -197,60 +204,13 @@ class MARLHFTrainer:
         self.preference: Any = None
         self.reward_model_history: list[dict[str, float]] = []
 
-    @staticmethod
-    def _refuse(a: MARLHFConfig, transition: Any, adapter: Any, callback: Any) -> None:
-        """Raise :class:`UnsupportedFieldError` for what MARLHF does not implement here."""
-        checks = (
-            (a.num_turns == 1, f"num_turns={a.num_turns!r}: MARLHF is single-turn; set num_turns=1"),
-            (transition is None, "external_transition: MARLHF is single-turn; drop it"),
-            (a.pair_selection == "reward_gap", f"pair_selection={a.pair_selection!r}: the "
-             "reward model's pairs are the largest reward gaps; set pair_selection='reward_gap'"),
-            (JOINT_MODES[str(a.joint_mode).lower()] == "align", f"joint_mode={a.joint_mode!r}: "
-             "the reward model scores aligned joint actions; set joint_mode='aligned'"),
-            (a.collaboration_mode == "decentralized",
-             "collaboration_mode='centralized': not supported by MARLHFTrainer here; use "
-             "comlrl train algo=centralized_marlhf"),
-            (callback is None, "metrics_callback: read the metric rows train() returns"),
-        )  # fmt: skip
-        for ok, message in checks:
-            if not ok:
-                raise UnsupportedFieldError(f"MARLHFConfig/MARLHFTrainer: {message}.")
-
     # --- the stages ----------------------------------------------------------------------
-    def _reward_backbone(self) -> tuple[Any, Any]:
-        """The reward model's LM and tokenizer, on ``reward_model_device``.
-
-        Raises:
-            ValueError: no name to load it from (the agents are model objects).
-        """
-        import torch
-        from comlrl.algos import load_model_and_tokenizer
-
-        a, rl = self.args, self.rl_trainer
-        source = a.reward_model_name or rl.model_name
-        if not isinstance(source, str) or not source:
-            raise ValueError(
-                "MARLHFConfig.reward_model_name is None and the agents are model objects; set "
-                "reward_model_name to the reward model's name or path."
-            )
-        model, tokenizer = load_model_and_tokenizer(source)
-        device = a.reward_model_device or str(next(rl.agents[0].parameters()).device)
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            warnings.warn(
-                f"reward_model_device={device!r} but CUDA is not available; the reward model "
-                "runs on the CPU.",
-                stacklevel=3,
-            )
-            device = "cpu"
-        return model.to(device), tokenizer
-
     def fit_reward_model(self) -> list[dict[str, float]]:
         """Stages 1 and 2 (pairs, reward model) from the agents as they are now; sets the
         RL stage's reward to the fitted model. Returns the reward model's rows (``[]``,
         and no reward model, when every candidate tied: no pair)."""
         from comlrl.algos import MADPOConfig as SamplingConfig
         from comlrl.algos import MARLHFTrainer as Preference
-        from comlrl.algos import RewardModelConfig
         from comlrl.trainers.base import recipe_agents
         from comlrl.trainers.loading import as_examples
 
@@ -259,22 +219,13 @@ class MARLHFTrainer:
         sampling = madpo_fields(a, rl.num_agents, False, "MARLHFTrainer")
         for key in ("eval_limit", "reference_free"):
             sampling.pop(key)
-        backbone, tokenizer = self._reward_backbone()
+        backbone, tokenizer = load_reward_backbone(a, rl.model_name, rl.agents[0])
         self.preference = Preference(
             recipe_agents(rl.agents, rl.tokenizers),
             SamplingConfig.build(**sampling),
             reward_backbone=backbone,
             reward_tokenizer=tokenizer,
-            reward_config=RewardModelConfig.build(
-                learning_rate=float(a.reward_learning_rate),
-                optimizer="adamw",
-                weight_decay=0.01,
-                num_epochs=int(a.reward_num_train_epochs),
-                batch_size=int(a.reward_train_batch_size),
-                max_length=int(a.reward_max_length or 1 << 30),
-                max_grad_norm=None,
-                freeze_backbone=bool(a.reward_freeze_backbone),
-            ),  # fmt: skip
+            reward_config=reward_model_config(a),
             dataset=data,
             formatters=list(rl.env.compat_formatters),
             reward_func=rl.env.reward,
@@ -334,6 +285,70 @@ class MARLHFTrainer:
         if name == "rl_trainer":
             raise AttributeError(name)
         return getattr(self.rl_trainer, name)
+
+
+def refuse_unsupported(
+    a: MARLHFConfig, transition: Any, adapter: Any, callback: Any, iterative: bool = False
+) -> None:
+    """Raise :class:`UnsupportedFieldError` for what MARLHF (``iterative``: MARLHF-Iter,
+    whose ``pair_selection`` orders current-vs-comparator pairs) does not implement here."""
+    checks = (
+        (a.num_turns == 1, f"num_turns={a.num_turns!r}: MARLHF is single-turn; set num_turns=1"),
+        (transition is None, "external_transition: MARLHF is single-turn; drop it"),
+        (iterative or a.pair_selection == "reward_gap", f"pair_selection={a.pair_selection!r}: the "
+         "reward model's pairs are the largest reward gaps; set pair_selection='reward_gap'"),
+        (JOINT_MODES[str(a.joint_mode).lower()] == "align", f"joint_mode={a.joint_mode!r}: "
+         "the reward model scores aligned joint actions; set joint_mode='aligned'"),
+        (a.collaboration_mode == "decentralized",
+         "collaboration_mode='centralized': not supported by MARLHFTrainer here; use "
+         "comlrl train algo=centralized_marlhf"),
+        (callback is None, "metrics_callback: read the metric rows train() returns"),
+    )  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise UnsupportedFieldError(f"MARLHFConfig/MARLHFTrainer: {message}.")
+
+
+def reward_model_config(a: MARLHFConfig) -> Any:
+    """The :class:`comlrl.algos.RewardModelConfig` of a 1.4.3 MARLHF config (1.4.3's
+    AdamW: weight decay 0.01, no clipping; ``reward_max_length`` None: no limit)."""
+    from comlrl.algos import RewardModelConfig
+
+    return RewardModelConfig.build(
+        learning_rate=float(a.reward_learning_rate), optimizer="adamw", weight_decay=0.01,
+        num_epochs=int(a.reward_num_train_epochs), batch_size=int(a.reward_train_batch_size),
+        max_length=int(a.reward_max_length or 1 << 30), max_grad_norm=None,
+        freeze_backbone=bool(a.reward_freeze_backbone),
+    )  # fmt: skip
+
+
+def load_reward_backbone(a: MARLHFConfig, model_name: str | None, agent: Any) -> tuple[Any, Any]:
+    """The reward model's LM and tokenizer (``reward_model_name``, else the agents'
+    ``model_name``) on ``reward_model_device`` (None: ``agent``'s device; a CUDA device
+    without CUDA: the CPU, with a warning).
+
+    Raises:
+        ValueError: no name to load it from (the agents are model objects).
+    """
+    import torch
+    from comlrl.algos import load_model_and_tokenizer
+
+    source = a.reward_model_name or model_name
+    if not isinstance(source, str) or not source:
+        raise ValueError(
+            "MARLHFConfig.reward_model_name is None and the agents are model objects; set "
+            "reward_model_name to the reward model's name or path."
+        )
+    model, tokenizer = load_model_and_tokenizer(source)
+    device = a.reward_model_device or str(next(agent.parameters()).device)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"reward_model_device={device!r} but CUDA is not available; the reward model runs "
+            "on the CPU.",
+            stacklevel=3,
+        )
+        device = "cpu"
+    return model.to(device), tokenizer
 
 
 def _subset(cls: type, args: Any, **overrides: Any) -> Any:
