@@ -1,15 +1,12 @@
 """CoMLRL 1.4.3's ``MADPOConfig`` / ``MADPOTrainer`` (module path
 ``comlrl.trainers.preference.madpo``), run by :class:`comlrl.algos.MADPOTrainer`.
 
-1.4.3's MADPO is the ``comlrl.algos`` MADPO recipe with three of its options
-(:class:`comlrl.algos.MADPOConfig`; ``comlrl train algo=madpo pair_source=initial
-num_epochs=N reference_free=true`` runs the same): ``pair_source="initial"`` (before
-training, every training prompt's ``preference_num_candidates`` joint actions are sampled
-from the initial policy, scored, and paired within the prompt), ``num_epochs`` (then
-``num_train_epochs`` passes over those pairs, ``train_batch_size`` pairs per step) and
-``reference_free`` (the joint DPO loss of Rafailov et al. 2023, eq. 7, summed over agents,
-with ``log pi_ref = 0``; ``reference_kl_enabled=True`` makes it DPO against the frozen
-initial policy instead).
+1.4.3's MADPO is the ``comlrl.algos`` MADPO recipe with options of
+:class:`comlrl.algos.MADPOConfig` (``comlrl train algo=madpo pair_source=initial
+num_epochs=N reference_free=true`` runs the same): every training prompt's pairs built
+once from the initial policy, ``num_train_epochs`` passes over them, ``train_batch_size``
+pairs per step, the joint DPO loss (Rafailov et al. 2023, eq. 7, summed over agents) with
+``log pi_ref = 0`` (``reference_kl_enabled=True``: against the frozen initial policy).
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ from comlrl.trainers.config_fields import (
     one_device,
 )
 from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
+from comlrl.trainers.reinforce.magrpo import JOINT_MODES
 
 __all__ = ["MADPOConfig", "MADPOTrainer", "madpo_fields"]
-
-#: 1.4.3's ``joint_mode`` names -> the recipe's
-JOINT_MODES = {"aligned": "align", "align": "align", "cross": "cross"}
 
 
 @dataclass

@@ -5,20 +5,15 @@
 the RL stage:
 
 1. **Pairs** (:meth:`comlrl.algos.MARLHFTrainer.collect_pairs`): ``ceil(N /
-   train_batch_size)`` batches of training prompts, ``preference_num_candidates`` aligned
-   joint actions each, scored by the task ``reward_func`` and paired by reward gap
-   (``preference_pairs_per_sample`` per prompt; None: every untied pair).
+   train_batch_size)`` batches of prompts, ``preference_num_candidates`` aligned joint
+   actions each, scored by ``reward_func``, paired by reward gap.
 2. **Reward model** (:meth:`~comlrl.algos.MARLHFTrainer.train_reward_model`):
-   :class:`comlrl.algos.JointRewardModel` (``reward_model_name``, else the agents' model,
-   plus a linear head on the last token) fitted with the Bradley-Terry loss (Bradley &
-   Terry 1952; Ouyang et al. 2022, eq. 1): ``reward_num_train_epochs`` passes, batches of
-   ``reward_train_batch_size`` pairs, AdamW at ``reward_learning_rate``.
-3. **RL**: the ``comlrl.trainers`` trainer of ``rl_algorithm`` (``magrpo`` /
-   ``mareinforce`` / ``maremax`` / ``marloo``: :class:`comlrl.trainers.MAGRPOTrainer` with
-   that ``advantage_mode``; ``iac`` / ``maac``: :class:`comlrl.trainers.IACTrainer` /
-   ``MAACTrainer``), built on the same agents from the config fields it shares with
-   :class:`MARLHFConfig`, as in 1.4.3; every joint action's reward is the reward model's
-   score (:class:`comlrl.algos.RewardModelReward`).
+   :class:`comlrl.algos.JointRewardModel` (``reward_model_name`` + a linear head) fitted
+   with the Bradley-Terry loss (Bradley & Terry 1952; Ouyang et al. 2022, eq. 1).
+3. **RL**: the ``comlrl.trainers`` trainer of ``rl_algorithm`` (the MAGRPO family:
+   :class:`comlrl.trainers.MAGRPOTrainer`; ``iac`` / ``maac``) on the same agents, built
+   from the fields it shares with :class:`MARLHFConfig`, as in 1.4.3, rewarded by the
+   reward model (:class:`comlrl.algos.RewardModelReward`), also in its evaluation.
 
 A resume (``train(resume_from_checkpoint=...)``, a step checkpoint of the RL stage) runs
 stages 1 and 2 again from the initial weights (the same seeds give the same pairs and
