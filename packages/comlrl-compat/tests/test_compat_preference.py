@@ -70,6 +70,16 @@ def test_a_madpo_script_learns_its_initial_pairs(tiny_tokenizer: Any) -> None:
     assert last > first + 0.5, (first, last)
 
 
+def test_madpo_evaluates_and_saves_like_1_4_3(tiny_tokenizer: Any, tmp_path: Path) -> None:
+    trainer = _madpo(tiny_tokenizer, num_train_epochs=1, eval_num_samples=2)
+    trainer.eval_dataset = TOPICS
+    row = trainer.evaluate()
+    assert set(row) == {"eval/reward_mean"} and row["eval/reward_mean"] > 0
+    folders = trainer.save_model(tmp_path / "out")
+    assert [f.name for f in folders] == ["agent_0", "agent_1"]
+    assert all((f / "config.json").is_file() for f in folders)
+
+
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
