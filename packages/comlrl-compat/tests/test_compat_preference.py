@@ -141,30 +141,41 @@ def test_centralized_madpo_trains_one_joint_actor(tiny_tokenizer: Any) -> None:
     assert rows or not trainer.preference_pairs
 
 
-def test_marlhf_fits_the_reward_model_then_trains_on_it(
-    tiny_tokenizer: Any, tmp_path: Path
-) -> None:
-    from comlrl.algos import RewardModelReward
-
-    trainer = MARLHFTrainer(
+def _marlhf(tiny_tokenizer: Any, tmp_path: Path) -> MARLHFTrainer:
+    return MARLHFTrainer(
         agents=_agents(tiny_tokenizer),
         tokenizer=tiny_tokenizer,
         train_dataset=TOPICS,
         reward_func=story_reward,
         formatters=[lambda ex: ex["prompt"], lambda ex: ex["prompt"] + " then"],
         args=MARLHFConfig(
-            agent_devices="cpu", num_agents=2, num_train_epochs=1, num_turns=1,
+            agent_devices="cpu", num_agents=2, num_train_epochs=2, num_turns=1,
             preference_num_candidates=4, preference_pairs_per_sample=2, max_new_tokens=8,
             num_generations=2, reward_model_name=_reward_model_folder(tiny_tokenizer, tmp_path),
-            reward_model_device="cpu",
-            eval_interval=0, rl_algorithm="marloo",
+            reward_model_device="cpu", eval_interval=0, rl_algorithm="marloo",
         ),
     )  # fmt: skip
+
+
+def test_marlhf_fits_the_reward_model_then_trains_on_it_and_resumes(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    from comlrl.algos import RewardModelReward
+
+    trainer = _marlhf(tiny_tokenizer, tmp_path)
     assert trainer.rl_trainer.config.estimator == "rloo"
-    rows = trainer.train()
+    rows = trainer.train(checkpoint_dir=tmp_path / "run")
     assert trainer.reward_model_history and trainer.preference_pairs
     assert isinstance(trainer.rl_trainer.env.reward, RewardModelReward)
-    assert len(rows) == 2  # 4 prompts, 2 per step, 1 epoch
+    assert len(rows) == 4  # 4 prompts, 2 per step, 2 epochs
+    first = sorted((tmp_path / "run" / "checkpoints").iterdir())[0]
+    step = int(first.name.split("-")[-1])
+    # a fresh trainer refits the pairs and reward model from the initial weights, then
+    # continues the RL stage from the checkpoint exactly (same float32 ops)
+    resumed = _marlhf(tiny_tokenizer, tmp_path).train(resume_from_checkpoint=first)
+    assert [r["step"] for r in resumed] == [r["step"] for r in rows][step:]
+    for got, want in zip(resumed, rows[step:]):
+        assert got["reward_mean"] == pytest.approx(want["reward_mean"], abs=1e-6)
 
 
 def test_madpo_iter_runs_its_rounds(tiny_tokenizer: Any) -> None:
