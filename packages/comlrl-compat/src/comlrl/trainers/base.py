@@ -259,7 +259,7 @@ class CompatTrainer:
 
         Args:
             resume_from_checkpoint: a step checkpoint this package wrote
-                (``<checkpoint_dir>/step_<n>``): training continues from its step.
+                (``<checkpoint_dir>/checkpoints/step-<n>``): training continues from its step.
             checkpoint_dir: the run's output folder (metrics, samples, step checkpoints in
                 the ``comlrl.algos`` format); default a fresh temporary folder.
             checkpoint_interval: a step checkpoint every this many epochs.
@@ -286,7 +286,7 @@ class CompatTrainer:
             raise ValueError(f"checkpoint_interval must be >= 1, got {checkpoint_interval!r}")
         root = checkpoint_dir
         if root is None and resume_from_checkpoint is not None:
-            root = Path(resume_from_checkpoint).parent
+            root = Path(resume_from_checkpoint).parent.parent  # <run>/checkpoints/step-<n>
         save_every = 0
         if checkpoint_dir is not None:
             per_epoch = math.ceil(len(train) / int(self.args.train_batch_size or 1))
