@@ -82,6 +82,17 @@ _EXPORTS: dict[str, str] = {
     "CentralizedReward": "rollout.centralized",
     "check_role_format": "rollout.centralized",
     "centralized_callbacks": "rollout.centralized",
+    # the preference names comlrl-compat (comlrl.trainers.preference) uses
+    "IterativeMADPOConfig": "recipes.preference.config",
+    "MADPOIterRun": "recipes.preference.iterative.recipe",
+    "build_rounds": "recipes.preference.iterative.recipe",
+    "train_madpo_iter": "recipes.preference.iterative.recipe",
+    "madpo_iter_resume": "recipes.preference.iterative.checkpoint",
+    "IterativeSection": "recipes.preference.config",
+    "MARLHFIterRun": "recipes.preference.iterative.recipe",
+    "train_marlhf_iter": "recipes.preference.iterative.recipe",
+    "marlhf_iter_resume": "recipes.preference.iterative.checkpoint",
+    "DataStream": "training.data",
 }
 
 __all__ = [
@@ -153,6 +164,16 @@ __all__ = [
     "CentralizedReward",
     "check_role_format",
     "centralized_callbacks",
+    "IterativeMADPOConfig",
+    "MADPOIterRun",
+    "build_rounds",
+    "train_madpo_iter",
+    "madpo_iter_resume",
+    "IterativeSection",
+    "MARLHFIterRun",
+    "train_marlhf_iter",
+    "marlhf_iter_resume",
+    "DataStream",
 ]
 
 
@@ -209,6 +230,18 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         MARLOOTrainer,
         MultiAgentTrainer,
     )
+    from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
+    from comlrl.algos.recipes.preference.iterative.checkpoint import (
+        madpo_iter_resume,
+        marlhf_iter_resume,
+    )
+    from comlrl.algos.recipes.preference.iterative.recipe import (
+        MADPOIterRun,
+        MARLHFIterRun,
+        build_rounds,
+        train_madpo_iter,
+        train_marlhf_iter,
+    )
     from comlrl.algos.recipes.preference.recipe import (
         DPOConfig,
         JointRewardModel,
@@ -236,5 +269,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
     from comlrl.algos.rollout.tree import TreeSettings
     from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig, load_config
+    from comlrl.algos.training.data import DataStream
     from comlrl.algos.training.steps import save_agent_checkpoint
     from comlrl.algos.training.update import UpdateSettings, update_policy

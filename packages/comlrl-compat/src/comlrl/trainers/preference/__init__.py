@@ -1,25 +1,13 @@
-"""CoMLRL 1.4.3's preference trainers (``comlrl.trainers.preference``).
-
-:class:`MADPOTrainer` is CoMLRL 1.4.3's MADPO: before training, per training prompt,
-``preference_num_candidates`` joint actions are sampled from the initial policy and scored
-by the reward, and pairs are formed within the prompt (``pair_selection``,
-``preference_pairs_per_sample`` kept; :mod:`comlrl.trainers._madpo_pairs`); then
-``num_train_epochs`` epochs over those pairs, ``train_batch_size`` pairs per step, every
-agent on its own term of the joint DPO loss (Rafailov et al. 2023, eq. 7, joint log-ratio
-summed over agents) without a reference model (``log pi_ref = 0``), as 1.4.3
-(:func:`comlrl.algos.recipes.preference.recipe.madpo_update`).
-
-:class:`MARLHFTrainer` fits a joint reward model on pairs labelled by the task reward
-(Bradley-Terry), then trains the agents with the MAGRPO family or IAC/MAAC on that model's
-scores (:class:`comlrl.algos.MARLHFTrainer` for the pairs and the reward model, the
-trainers of :mod:`comlrl.trainers.reinforce` / :mod:`comlrl.trainers.actor_critic` for
-the RL stage).
-"""
+"""CoMLRL 1.4.3's preference trainers (``comlrl.trainers.preference``), run by
+``comlrl.algos``' preference recipes: :class:`MADPOTrainer` (the MADPO recipe with pairs
+built once from the initial policy), :class:`MARLHFTrainer` (``comlrl.algos``' MARLHF
+pairs and reward model, then a ``comlrl.trainers`` RL trainer on it),
+:class:`MADPOIterTrainer` (the MADPO-Iter recipe); the centralized names are
+``comlrl.algos``' role formats under 1.4.3's names."""
 
 from __future__ import annotations
 
-from comlrl.algos.recipes.preference.recipe import JointRewardModel  # ours (docs/compat.md)
-from comlrl.trainers._centralized import (
+from comlrl.trainers.preference.centralized import (
     CentralizedComparatorAdapter,
     CentralizedComparatorParseError,
     TaggedCentralizedComparatorAdapter,
@@ -47,3 +35,11 @@ __all__ = [
     "MARLHFTrainer",
     "TaggedCentralizedComparatorAdapter",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "JointRewardModel":  # comlrl.algos' joint reward model (loads torch)
+        from comlrl.algos import JointRewardModel
+
+        return JointRewardModel
+    raise AttributeError(f"module 'comlrl.trainers.preference' has no attribute {name!r}")

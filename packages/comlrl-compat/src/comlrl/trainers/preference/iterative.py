@@ -1,50 +1,104 @@
-"""CoMLRL 1.4.3's ``MADPOIterConfig/Trainer``, ``MARLHFIterConfig/Trainer`` (module path
-``comlrl.trainers.preference.iterative``) and module attribute ``wandb`` (None without it)."""
+"""CoMLRL 1.4.3's ``MADPOIterConfig`` / ``MADPOIterTrainer`` and ``MARLHFIterConfig`` /
+``MARLHFIterTrainer`` (module path ``comlrl.trainers.preference.iterative``).
+
+:class:`MADPOIterTrainer` runs ``comlrl.algos``' MADPO-Iter recipe
+(:func:`comlrl.algos.train_madpo_iter`, as ``comlrl train algo=madpo_iter``): each of
+``num_iterations`` rounds samples every training prompt's candidates from the current
+policy and the comparator (``comparator_policy``), pairs current joint action ``k`` with
+comparator joint action ``k`` (``pair_selection``, ``preference_pairs_per_sample``), keeps
+them in the replay (``preference_replay_*``) and trains the round's pairs in
+``num_train_epochs * ceil(N / train_batch_size)`` steps, each on its share of them.
+
+:class:`MARLHFIterTrainer` runs the MARLHF-Iter recipe
+(:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``).
+"""
 
 from __future__ import annotations
 
-import os  # noqa: F401  (1.4.3's module attribute: its tests patch ``iterative.os.makedirs``)
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from comlrl.trainers._base import (
-    CompatTrainer,
-)
-from comlrl.trainers.preference._iter_checkpoints import (
-    MADPOIterCheckpoints,
-    MARLHFIterCheckpoints,
-)
-from comlrl.trainers.preference._iter_fields import _IterativeFields
-from comlrl.trainers.preference._iter_hooks143 import IterativeHooks143
-from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer
-from comlrl.trainers.preference.marlhf import MARLHFConfig, MARLHFTrainer
+from comlrl.trainers.base import CompatTrainer
+from comlrl.trainers.config_fields import UnsupportedFieldError
+from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer, madpo_fields
+from comlrl.trainers.preference.marlhf import MARLHFConfig
+from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
 
 __all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 
-
-def __getattr__(name: str) -> Any:
-    from comlrl.trainers._wandb import optional_wandb
-
-    return optional_wandb(name, __name__)
+#: 1.4.3's ``comparator_policy`` values; ``preference_replay_mode`` values
+COMPARATORS = ("current", "current_copy", "model", "history", "api")
+REPLAY_MODES = ("current", "nearest_k", "all_history", "lambda_decay")
 
 
-# --- iterative preference refresh (CoMLRL 1.4.3's MADPOIter / MARLHFIter) -------------
-@dataclass
+@dataclasses.dataclass
+class _IterativeFields:
+    """The iterative fields of 1.4.3's ``MADPOIterConfig`` / ``MARLHFIterConfig`` and
+    their defaults. Translated: ``num_iterations``, ``preference_replay_*``,
+    ``comparator_policy``, ``comparator_model_name``, ``comparator_num_candidates``,
+    ``comparator_history_k``, ``comparator_api_url`` / ``_format`` / ``_model`` /
+    ``_key_env``; the others are accepted at their defaults only (see
+    :meth:`MADPOIterTrainer.recipe_config`)."""
+
+    num_iterations: int = 6
+    preference_replay_mode: str = "current"
+    preference_replay_k: int | None = None
+    preference_replay_lambda: float | None = None
+    preference_replay_sample_size: int | None = None
+    preference_replay_dir: str | None = None
+    log_reward_distribution: bool = False
+    policy_checkpoint_dir: str | None = None
+    comparator_policy: str = "current"
+    comparator_generation_mode: str = "decentralized"
+    comparator_centralized_agent_index: int = 0
+    comparator_model_name: str | None = None
+    comparator_agents: Sequence[Any] | None = None
+    comparator_devices: str | Sequence[str] | None = None
+    comparator_num_candidates: int | None = None
+    comparator_history_k: int | None = None
+    comparator_api_url: str | None = None
+    comparator_api_format: str = "generic"
+    comparator_api_model: str | None = None
+    comparator_api_max_n_per_request: int | None = None
+    comparator_api_timeout: float = 120.0
+    comparator_api_headers: dict[str, str] | None = None
+    comparator_api_key: str | None = None
+    comparator_api_key_env: str | None = None
+    comparator_api_key_header: str = "Authorization"
+    comparator_api_key_prefix: str = "Bearer"
+    comparator_api_response_field: str = "completions"
+    comparator_api_extra_body: dict[str, Any] | None = None
+
+    pair_selections: ClassVar[tuple[str, ...]] = (
+        "comparator_reward",
+        "reward_gap",
+        "random",
+        "all",
+    )
+
+    def _check_iterative(self) -> None:
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations!r}")
+        for name, allowed in (
+            ("comparator_policy", COMPARATORS),
+            ("preference_replay_mode", REPLAY_MODES),
+        ):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r}; use one of {allowed}")
+            setattr(self, name, value)
+
+
+@dataclasses.dataclass
 class MADPOIterConfig(_IterativeFields, MADPOConfig):
-    """CoMLRL 1.4.3's ``MADPOIterConfig``: :class:`MADPOConfig`'s fields (with 1.4.3's
-    iterative defaults: ``num_train_epochs=1`` pass over each round's training pairs,
-    ``preference_num_candidates=20``, ``preference_pairs_per_sample=4``,
-    ``pair_selection="comparator_reward"``) plus :class:`_IterativeFields`.
-
-    ``pair_selection`` orders a prompt's current-vs-comparator pairs:
-    ``comparator_reward`` (highest comparator reward first), ``reward_gap``, ``random``
-    or ``all`` (see :func:`comlrl.trainers._iterative.select_comparison_pairs`).
+    """CoMLRL 1.4.3's ``MADPOIterConfig``: :class:`MADPOConfig`'s fields with 1.4.3's
+    iterative defaults plus the iterative fields (see the module docstring).
 
     Raises:
-        ValueError: as :class:`MADPOConfig`, or a bad iterative field (named; see
-            :func:`comlrl.trainers._iterative.validate_iterative_fields`).
+        ValueError: as :class:`MADPOConfig`, ``num_iterations < 1``, an unknown
+            ``comparator_policy`` or ``preference_replay_mode``.
     """
 
     num_train_epochs: int = 1
@@ -53,31 +107,15 @@ class MADPOIterConfig(_IterativeFields, MADPOConfig):
     pair_selection: str = "comparator_reward"
 
     def __post_init__(self) -> None:
-        from comlrl.trainers._iterative import validate_iterative_fields
-
         super().__post_init__()
-        validate_iterative_fields(self)
-
-    def _pair_selections(self) -> tuple[str, ...]:
-        from comlrl.trainers._iterative import PAIR_SELECTIONS
-
-        return PAIR_SELECTIONS
+        self._check_iterative()
 
 
-@dataclass
+@dataclasses.dataclass
 class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
-    """CoMLRL 1.4.3's ``MARLHFIterConfig``: :class:`MARLHFConfig`'s fields (1.4.3's
-    iterative defaults: ``num_train_epochs=2`` RL passes over the prompts per round,
-    ``preference_num_candidates=20``, ``preference_pairs_per_sample=4``,
-    ``pair_selection="comparator_reward"``, ``reward_num_train_epochs=2``) plus
-    :class:`_IterativeFields` and ``preference_scoring_reward``: ``task`` (pairs ordered
-    by the task reward) or ``reward_model`` (by the previous round's reward model; round
-    0, which has none, uses the task reward, as 1.4.3 does).
-
-    Raises:
-        ValueError: as :class:`MARLHFConfig` and :class:`MADPOIterConfig`, or an unknown
-            ``preference_scoring_reward``.
-    """
+    """CoMLRL 1.4.3's ``MARLHFIterConfig``: :class:`MARLHFConfig`'s fields with 1.4.3's
+    iterative defaults, the iterative fields (checked as :class:`MADPOIterConfig`) and
+    ``preference_scoring_reward`` (``task`` or ``reward_model``)."""
 
     num_train_epochs: int = 2
     preference_num_candidates: int = 20
@@ -87,296 +125,276 @@ class MARLHFIterConfig(_IterativeFields, MARLHFConfig):
     preference_scoring_reward: str = "task"
 
     def __post_init__(self) -> None:
-        from comlrl.trainers._iterative import (
-            SCORING_REWARDS,
-            _canonical,
-            validate_iterative_fields,
-        )
-
         super().__post_init__()
-        validate_iterative_fields(self)
-        self.preference_scoring_reward = _canonical(
-            SCORING_REWARDS, "preference_scoring_reward", self.preference_scoring_reward, "task"
-        )
-
-    def _pair_selections(self) -> tuple[str, ...]:
-        from comlrl.trainers._iterative import PAIR_SELECTIONS
-
-        return PAIR_SELECTIONS
+        self._check_iterative()
+        if self.preference_scoring_reward not in ("task", "reward_model"):
+            raise ValueError(
+                f"preference_scoring_reward={self.preference_scoring_reward!r}; use 'task' or "
+                "'reward_model'"
+            )
 
 
-class _IterativeRounds:
-    """1.4.3's round schedule shared by :class:`MADPOIterTrainer` and
-    :class:`MARLHFIterTrainer`: every training prompt each round, mapped onto
-    :class:`comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds` (with a commit per round:
-    :mod:`comlrl.trainers.preference._iter_checkpoints`); a subclass gives
-    :meth:`_policy_agents`, :meth:`_scoring_env`, :meth:`_train_round` and :meth:`_log`.
-
-    Attributes:
-        rounds: the :class:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds`
-            (comparator, replay; its ``history`` is :attr:`round_history`).
-    """
-
-    args: Any
-    env_step: int
-    reward_func: Any
-    _train_rows: list[dict[str, Any]]
-
-    def _setup_rounds(self, agents: Sequence[Any], seed: int) -> None:
-        from comlrl.trainers._base import _model_kwargs
-        from comlrl.trainers._iterative import rounds_from_args
-        from comlrl.trainers.preference._reward_distribution import distribution_log
-
-        model_config = dict(getattr(self, "model_config", {}) or {})
-        charts = distribution_log(self.args, self.reward_func, getattr(self, "wandb_config", None))
-        self.rounds = rounds_from_args(self.args, agents, _model_kwargs(model_config), seed, charts)
-
-    @property
-    def round_history(self) -> list[dict[str, float]]:
-        """One row per round (pair counts, mean current/comparator reward)."""
-        return self.rounds.history
-
-    def _policy_agents(self) -> list[Any]:
-        raise NotImplementedError
-
-    def _scoring_env(self, round_index: int) -> Any:
-        raise NotImplementedError
-
-    def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        raise NotImplementedError
-
-    def _log(self, row: Mapping[str, Any]) -> None:
-        raise NotImplementedError
-
-    def _save_policy(self, label: str) -> None:
-        from comlrl.algos.training.steps import save_agent_checkpoint
-
-        root = Path(self.args.policy_checkpoint_dir) / label
-        for i, agent in enumerate(self._policy_agents()):
-            save_agent_checkpoint(agent, root / f"agent_{i}")
-
-
-class MADPOIterTrainer(MADPOIterCheckpoints, IterativeHooks143, _IterativeRounds, MADPOTrainer):
-    """CoMLRL 1.4.3's ``MADPOIterTrainer``: ``num_iterations`` rounds of fresh preference
-    pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
-    by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
-    joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.recipe.madpo_update`)
-    on the round's training pairs, ``train_batch_size`` pairs per step: reference-free
-    (``log pi_ref = 0``, as 1.4.3's), or against the frozen initial policy with
-    ``reference_kl_enabled`` (see :class:`MADPOTrainer`).
-
-    Args: as :class:`MADPOTrainer` with ``args`` a :class:`MADPOIterConfig`.
+class MADPOIterTrainer(MADPOTrainer):
+    """CoMLRL 1.4.3's ``MADPOIterTrainer`` (arguments of :class:`MADPOTrainer`, ``args`` a
+    :class:`MADPOIterConfig`), run by ``comlrl.algos``' MADPO-Iter recipe (see the module
+    docstring).
 
     Raises:
-        UnsupportedFieldError: a setting this package does not implement (named), before
-            any model loads.
-        ValueError, TypeError: as :class:`MADPOTrainer`.
+        UnsupportedFieldError: ``collaboration_mode="centralized"`` or an iterative field
+            this package does not translate, set to other than its default.
     """
 
     config_cls: type = MADPOIterConfig
     algorithm_name = "MADPOIter"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        cfg = kwargs.get("args")
-        if cfg is not None and not isinstance(cfg, MADPOIterConfig):
-            raise TypeError(
-                f"MADPOIterTrainer takes args=MADPOIterConfig(...), got {type(cfg).__name__}."
-            )
+        config = kwargs.get("args")
+        if config is not None and not isinstance(config, MADPOIterConfig):
+            raise TypeError(f"MADPOIterTrainer takes args=MADPOIterConfig(...), got {config!r}")
+        _refuse_untranslated(config if config is not None else MADPOIterConfig())
         super().__init__(*args, **kwargs)
-        self._setup_rounds(self._run.agents, int(self._run.config.seed))
 
-    def _check_args(self, cfg: MADPOConfig) -> None:
-        from comlrl.trainers._iterative import check_iterative_supported
-
-        check_iterative_supported(cfg)
-
-    def _policy_agents(self) -> list[Any]:
-        return list(self._run.agents)
-
-    def _scoring_env(self, round_index: int) -> Any:
-        return self._run.env
-
-    def _log(self, row: Mapping[str, Any]) -> None:
-        self._wandb_log(row)
-
-    def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference.recipe import madpo_update
-        from comlrl.trainers._iterative import joint_pairs
-
+    def recipe_config(self, num_examples: int, has_eval: bool) -> dict[str, Any]:
         a = self.args
-        pad = [int(t.pad_token_id) for t in self.tokenizers]
-        history = []
-        eval_every = int(a.eval_interval) if self._eval_rows and a.eval_num_samples > 0 else 0
-        batches = self.rounds.pair_batches(pairs, int(a.num_train_epochs), int(a.train_batch_size))
-        for part in batches:
-            if eval_every > 0 and self._run.step % eval_every == 0:
-                self.evaluate()
-            row: dict[str, float] = {"iteration": float(round_index + 1), "num_pairs": len(part)}
-            row.update(madpo_update(self._run, joint_pairs(part, pad)))
-            self._run.step += 1
-            row["step"] = float(self._run.step)
-            self.env_step += (
-                int(a.environment_steps_per_pair) * len(part) if a.use_environment_step else 1
+        fields = madpo_fields(a, self.num_agents, has_eval, type(self).__name__)
+        steps = int(a.num_train_epochs) * math.ceil(num_examples / fields["batch_size"])
+        k = a.preference_pairs_per_sample
+        fields.update(
+            pairs_per_prompt=int(k or a.preference_num_candidates),
+            num_steps=steps * int(a.num_iterations),
+            **section_fields(a, num_examples, steps),
+        )
+        return fields
+
+    def build_recipe_trainer(
+        self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
+    ) -> Any:
+        from comlrl.algos import (
+            IterativeMADPOConfig,
+            MADPOIterRun,
+            build_rounds,
+            madpo_iter_resume,
+            train_madpo_iter,
+        )
+        from comlrl.algos import MADPOTrainer as Recipe
+        from comlrl.core import SamplingParams
+        from comlrl.trainers.base import recipe_agents
+
+        outputs = loop_outputs(config)
+        cfg = IterativeMADPOConfig.build(**config)
+        trainer = Recipe(
+            recipe_agents(self.agents, self.tokenizers),
+            cfg,
+            dataset=data,
+            formatters=list(self.env.compat_formatters),
+            reward_func=self.env.reward,
+            eval_dataset=eval_rows if cfg.eval_every else None,
+        )
+        run = MADPOIterRun(
+            trainer.run,
+            build_rounds(
+                cfg,
+                trainer.run.agents,
+                SamplingParams.from_config(cfg, cfg.num_candidates),
+                pairs_per_prompt=cfg.pairs_per_prompt,
+                num_rounds=int(self.args.num_iterations),
+                seed=cfg.seed,
+                load=_load_model,
+            ),
+        )
+        return PreferenceRecipeRun(
+            trainer,
+            train=lambda: train_madpo_iter(run, **outputs),
+            resume=lambda path: madpo_iter_resume(run, path, outputs["output_dir"]),
+            output_dir=outputs["output_dir"],
+        )
+
+
+def _load_model(name: str) -> Any:
+    """A comparator model by name (``comparator_model_name``)."""
+    from comlrl.algos import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(name)[0]
+
+
+def section_fields(a: Any, num_examples: int, steps_per_round: int) -> dict[str, Any]:
+    """The :class:`comlrl.algos.IterativeSection` fields of a 1.4.3 iterative config: a
+    round is every one of the ``num_examples`` training prompts, then
+    ``steps_per_round`` steps."""
+    mode = a.preference_replay_mode
+    fields = dict(
+        steps_per_round=steps_per_round,
+        round_prompts=num_examples,
+        comparator=a.comparator_policy,
+        comparator_models=[a.comparator_model_name] if a.comparator_policy == "model" else None,
+        comparator_num_candidates=a.comparator_num_candidates,
+        comparator_history_k=int(a.comparator_history_k or 1),
+        pair_selection=a.pair_selection,
+        replay_mode=mode,
+        replay_k=a.preference_replay_k if mode == "nearest_k" else None,
+        replay_lambda=a.preference_replay_lambda if mode == "lambda_decay" else None,
+        replay_sample_size=a.preference_replay_sample_size if mode != "current" else None,
+        replay_dir=a.preference_replay_dir,
+    )
+    if a.comparator_policy == "api":
+        fields.update(
+            comparator_api_url=a.comparator_api_url,
+            comparator_api_format=a.comparator_api_format,
+            comparator_api_model=a.comparator_api_model,
+            comparator_api_key_env=a.comparator_api_key_env,
+        )
+    return fields
+
+
+def _refuse_untranslated(a: Any) -> None:
+    """Raise :class:`UnsupportedFieldError` for an iterative setting left untranslated."""
+    if a.collaboration_mode != "decentralized":
+        raise UnsupportedFieldError(
+            f"{type(a).__name__}.collaboration_mode='centralized' is not supported here; use "
+            "comlrl train algo=centralized_madpo_iter / centralized_marlhf_iter."
+        )
+    defaults = type(a).__dataclass_fields__
+    for name in (
+        "log_reward_distribution", "policy_checkpoint_dir", "comparator_agents",
+        "comparator_devices", "comparator_api_max_n_per_request", "comparator_api_timeout",
+        "comparator_api_headers", "comparator_api_key", "comparator_api_key_header",
+        "comparator_api_key_prefix", "comparator_api_response_field",
+        "comparator_api_extra_body", "comparator_generation_mode",
+    ):  # fmt: skip
+        if getattr(a, name) != defaults[name].default:
+            raise UnsupportedFieldError(
+                f"{type(a).__name__}.{name}={getattr(a, name)!r} is not supported by "
+                f"comlrl.trainers; leave it at {defaults[name].default!r} (docs/compat.md)."
             )
-            history.append(row)
-            self._wandb_log(row)
-        return history
-
-    def train(  # type: ignore[override]
-        self,
-        resume_from_checkpoint: str | Path | None = None,
-        checkpoint_dir: str | Path | None = None,
-        checkpoint_interval: int = 1,
-        checkpoint_total_limit: int | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, float]]:
-        """Run the ``num_iterations`` rounds; 1.4.3's checkpoint arguments commit a cursor
-        after every round (:mod:`comlrl.trainers.preference._iter_checkpoints`).
-
-        Returns:
-            One row per DPO step (``iteration``, ``step``, ``num_pairs``, ``loss``,
-            ``margin``, ``accuracy``, per-agent terms); the per-round rows (pair counts,
-            mean current/comparator reward) are in :attr:`round_history`.
-
-        Raises:
-            UnsupportedFieldError: other keyword arguments.
-            ValueError, FileExistsError: as :meth:`MADPOTrainer.train`.
-        """
-        from comlrl.trainers.preference._checkpoints import start_train
-
-        if kwargs:
-            return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
-        start_train(
-            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
-            checkpoint_total_limit,
-        )  # fmt: skip
-        return self._run_rounds()
 
 
-class MARLHFIterTrainer(MARLHFIterCheckpoints, _IterativeRounds, MARLHFTrainer):
-    """CoMLRL 1.4.3's ``MARLHFIterTrainer``: ``num_iterations`` rounds; each collects
-    pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), refits the
-    joint reward model from its initial weights on the round's training pairs
-    (Bradley-Terry, ``reward_num_train_epochs`` passes) and then runs the RL stage
-    (``rl_algorithm``, as :class:`MARLHFTrainer`) for ``num_train_epochs`` passes over
-    the prompts on that model's scores. Evaluation keeps the task reward.
-
-    Args: as :class:`MARLHFTrainer` with ``args`` a :class:`MARLHFIterConfig`.
+class MARLHFIterTrainer(CompatTrainer):
+    """CoMLRL 1.4.3's ``MARLHFIterTrainer`` (arguments of
+    :class:`~comlrl.trainers.preference.marlhf.MARLHFTrainer`, ``args`` a
+    :class:`MARLHFIterConfig`), run by ``comlrl.algos``' MARLHF-Iter recipe
+    (:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``): each of
+    ``num_iterations`` rounds pairs every training prompt's current and comparator joint
+    actions (scored by the task reward, or with ``preference_scoring_reward=
+    "reward_model"`` by the previous round's reward model), refits the joint reward model
+    from its initial weights on the round's pairs (Bradley-Terry), then takes
+    ``num_train_epochs * ceil(N / train_batch_size)`` MAGRPO-family steps
+    (``rl_algorithm``) on its reward; evaluation scores with the task reward.
 
     Raises:
-        UnsupportedFieldError: a setting this package does not implement (named), before
-            any model loads.
-        ValueError, TypeError: as :class:`MARLHFTrainer`.
+        UnsupportedFieldError: ``rl_algorithm`` ``iac`` / ``maac``, critics, or a setting
+            :class:`MADPOIterTrainer` or :class:`MARLHFTrainer` refuses.
     """
 
     config_cls: type = MARLHFIterConfig
     algorithm_name = "MARLHFIter"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        cfg = kwargs.get("args")
-        if cfg is None:
-            kwargs["args"] = MARLHFIterConfig()
-        elif not isinstance(cfg, MARLHFIterConfig):
-            raise TypeError(
-                f"MARLHFIterTrainer takes args=MARLHFIterConfig(...), got {type(cfg).__name__}."
-            )
-        super().__init__(*args, **kwargs)
-        # centralized: no reward model until training starts (1.4.3's _init_reward_model)
-        self._reward_init: dict[str, Any] = (
-            self._initial_reward_weights() if self.reward_model is not None else {}
-        )
-        self._task_reward = self.rl_trainer.eval_reward
-        self._reward_trained = False
-        seed = int(self._preference.config.seed) if self._preference is not None else 0
-        self._setup_rounds(self.rl_trainer._run.agents, seed)
-
-    def _initial_reward_weights(self) -> dict[str, Any]:
-        from comlrl.algos.training.checkpoint import cpu_state_dict
-
-        return cpu_state_dict(self.reward_model)
-
-    def _fresh_reward_model(self) -> None:
-        """Centralized: a new reward model for this round through 1.4.3's
-        ``_init_reward_model`` hook (as 1.4.3 builds one per iteration), and the preference
-        stage over it; decentralized rounds restore the initial weights instead."""
-        self._init_reward_model()
-        self._preference = self._build_preference_stage(self.reward_model, self.reward_tokenizer)
-        self._reward_init = self._initial_reward_weights()
-
-    def _policy_agents(self) -> list[Any]:
-        return list(self.rl_trainer._run.agents)
-
-    def _scoring_env(self, round_index: int) -> Any:
-        env = self.rl_trainer.env
-        learned = self.args.preference_scoring_reward == "reward_model" and self._reward_trained
-        env.reward = self._preference.reward_function() if learned else self._task_reward
-        return env
-
-    def _log(self, row: Mapping[str, Any]) -> None:
-        self.rl_trainer._wandb_log(row)
-
-    def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference.iterative.recipe import fit_fresh_reward_model
-        from comlrl.trainers._iterative import steps
-
-        a, rl = self.args, self.rl_trainer
-        if self.centralized_collaboration is not None:
-            self._fresh_reward_model()
-        rm_rows = fit_fresh_reward_model(  # a fresh reward model each round
-            self.reward_model,
-            self.reward_tokenizer,
-            self._preference.reward_config,
-            self._reward_init,
-            pairs,
-            [int(t.pad_token_id) for t in self.tokenizers],
-            round_index,
-        )
-        self._reward_trained = True
-        self.reward_model_history.extend(rm_rows)
-        rl._wandb_log({f"reward_model/{k}": v for k, v in rm_rows[-1].items()})
-        rl.env.reward = self._preference.reward_function()
-        batch = int(rl.config.batch_size)
-        eval_every = int(getattr(rl, "_eval_every", 0))
-        history = []
-        for _ in range(steps(len(self._train_rows), batch, int(a.num_train_epochs))):
-            if eval_every and rl._run.step % eval_every == 0:
-                rl.evaluate()
-            row = rl._train_step()
-            row["iteration"] = float(round_index + 1)
-            rl.env_step += int(row.get("num_joint_actions", batch))  # as the RL stage counts
-            history.append(row)
-            rl._wandb_log(row)
-        return history
-
-    def train(  # type: ignore[override]
+    def __init__(
         self,
-        resume_from_checkpoint: str | Path | None = None,
-        checkpoint_dir: str | Path | None = None,
-        checkpoint_interval: int = 1,
-        checkpoint_total_limit: int | None = None,
+        agent_model: Any = None,
+        agents: Sequence[Any] | None = None,
+        num_agents: int = 2,
+        *,
+        centralized_comparator_adapter: Any = None,
+        metrics_callback: Any = None,
+        critic_model: Any = None,
+        critics: Sequence[Any] | None = None,
         **kwargs: Any,
-    ) -> list[dict[str, float]]:
-        """Run the ``num_iterations`` rounds; 1.4.3's checkpoint arguments commit a cursor
-        after every round (:mod:`comlrl.trainers.preference._iter_checkpoints`).
+    ) -> None:
+        from comlrl.trainers.preference.marlhf import RL_ALGORITHMS, refuse_unsupported
 
-        Returns:
-            The RL stage's per-step rows (with ``iteration``); the reward model's rows are
-            in :attr:`reward_model_history`, the per-round rows in :attr:`round_history`.
+        cfg = kwargs.pop("args", None) or MARLHFIterConfig()
 
-        Raises:
-            UnsupportedFieldError: other keyword arguments.
-            ValueError, FileExistsError: as :meth:`MARLHFTrainer.train`.
-        """
-        from comlrl.trainers.preference._checkpoints import start_train
+        def check() -> None:
+            refuse_unsupported(
+                cfg, kwargs.get("external_transition"), centralized_comparator_adapter,
+                metrics_callback, iterative=True,
+            )  # fmt: skip
+            _refuse_untranslated(cfg)
+            if cfg.rl_algorithm not in RL_ALGORITHMS or critic_model or critics:
+                raise UnsupportedFieldError(
+                    f"MARLHFIterConfig.rl_algorithm={cfg.rl_algorithm!r}: MARLHF-Iter trains "
+                    f"with the MAGRPO family here ({sorted(RL_ALGORITHMS)}), without critics."
+                )
 
-        if kwargs:
-            return CompatTrainer.train(self, **kwargs)  # raises, naming the arguments
-        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, before a resume restores it
-        start_train(
-            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
-            checkpoint_total_limit,
+        self._init_front(
+            args=cfg, agent_model=agent_model, agents=agents, num_agents=num_agents,
+            model_config=kwargs.pop("model_config", None), before_loading=check,
+            **{k: kwargs.pop(k, None) for k in _FRONT_ARGUMENTS},
         )  # fmt: skip
-        try:
-            return self._run_rounds()
-        finally:
-            self.rl_trainer.env.reward = self._task_reward
+        if kwargs:
+            raise TypeError(f"MARLHFIterTrainer got unexpected arguments {sorted(kwargs)}")
+
+    def recipe_config(self, num_examples: int, has_eval: bool) -> dict[str, Any]:
+        from comlrl.trainers.reinforce.magrpo import group_baseline_config
+
+        fields = group_baseline_config(self.args, self.num_agents, num_examples, has_eval)
+        fields["num_steps"] *= int(self.args.num_iterations)
+        return fields
+
+    def build_recipe_trainer(
+        self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
+    ) -> Any:
+        from comlrl.algos import (
+            DataStream,
+            IterativeSection,
+            MADPOConfig,
+            MARLHFIterRun,
+            MARLHFTrainer,
+            TrainConfig,
+            build_rounds,
+            marlhf_iter_resume,
+            train_marlhf_iter,
+        )
+        from comlrl.core import SamplingParams
+        from comlrl.trainers.base import recipe_agents
+        from comlrl.trainers.preference.marlhf import load_reward_backbone, reward_model_config
+
+        a, train_config = self.args, TrainConfig(**config)
+        steps = train_config.num_steps // int(a.num_iterations)
+        section = IterativeSection.build(**section_fields(a, len(data), steps))
+        backbone, tokenizer = load_reward_backbone(a, self.model_name, self.agents[0])
+        fit = reward_model_config(a)
+        preference = MARLHFTrainer(
+            recipe_agents(self.agents, self.tokenizers),
+            MADPOConfig(num_agents=self.num_agents),  # its pair sampling is unused here
+            reward_backbone=backbone, reward_tokenizer=tokenizer, reward_config=fit,
+            dataset=data, formatters=list(self.env.compat_formatters),
+            reward_func=self.env.reward,
+        )  # fmt: skip
+        self.reward_model = preference.reward_model
+        rl = preference.rl_trainer(train_config, eval_dataset=eval_rows)
+        k = a.preference_pairs_per_sample
+        run = MARLHFIterRun(
+            rl=rl.run,
+            rounds=build_rounds(
+                section,
+                rl.run.agents,
+                SamplingParams.from_config(train_config, int(a.preference_num_candidates)),
+                pairs_per_prompt=int(k or a.preference_num_candidates),
+                num_rounds=int(a.num_iterations),
+                seed=train_config.seed,
+                load=_load_model,
+            ),  # fmt: skip
+            task_env=preference.env,
+            reward_env=rl.env,
+            reward_model=preference.reward_model,
+            reward_tokenizer=tokenizer,
+            reward_config=fit,
+            data=DataStream(data, seed=train_config.seed + 1, shuffle=False),
+            section=section,
+            batch_size=train_config.batch_size,
+            scoring_reward=a.preference_scoring_reward,
+        )
+        return PreferenceRecipeRun(
+            rl,
+            train=lambda: train_marlhf_iter(run),
+            resume=lambda path: marlhf_iter_resume(run, path),
+            output_dir=rl.output_dir,
+        )
+
+
+#: the :meth:`CompatTrainer._init_front` arguments MARLHFIterTrainer passes on as given
+_FRONT_ARGUMENTS = (
+    "tokenizer", "train_dataset", "eval_dataset", "reward_func", "reward_processor",
+    "formatters", "external_transition", "wandb_config", "eval_logger", "eval_aggregator",
+)  # fmt: skip

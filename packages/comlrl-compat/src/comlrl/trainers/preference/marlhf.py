@@ -1,98 +1,139 @@
-"""CoMLRL 1.4.3's ``MARLHFConfig`` / ``MARLHFTrainer`` (module path ``comlrl.trainers.preference.marlhf``).
+"""CoMLRL 1.4.3's ``MARLHFConfig`` / ``MARLHFTrainer`` (module path
+``comlrl.trainers.preference.marlhf``), composed of ``comlrl.algos``' MARLHF and an RL trainer.
 
-MARLHF fits a joint reward model on pairs labelled by the task reward
-(Bradley-Terry), then trains the agents with the MAGRPO family or IAC/MAAC on that model's
-scores (:class:`comlrl.algos.MARLHFTrainer` for the pairs and the reward model, the
-trainers of :mod:`comlrl.trainers.reinforce` / :mod:`comlrl.trainers.actor_critic` for
-the RL stage).
+:meth:`MARLHFTrainer.train` runs :class:`comlrl.algos.MARLHFTrainer`'s two stages, then
+the RL stage:
+
+1. **Pairs** (:meth:`comlrl.algos.MARLHFTrainer.collect_pairs`): ``ceil(N /
+   train_batch_size)`` batches of prompts, ``preference_num_candidates`` aligned joint
+   actions each, scored by ``reward_func``, paired by reward gap.
+2. **Reward model** (:meth:`~comlrl.algos.MARLHFTrainer.train_reward_model`):
+   :class:`comlrl.algos.JointRewardModel` (``reward_model_name`` + a linear head) fitted
+   with the Bradley-Terry loss (Bradley & Terry 1952; Ouyang et al. 2022, eq. 1).
+3. **RL**: the ``comlrl.trainers`` trainer of ``rl_algorithm`` (the MAGRPO family:
+   :class:`comlrl.trainers.MAGRPOTrainer`; ``iac`` / ``maac``) on the same agents, built
+   from the fields it shares with :class:`MARLHFConfig`, as in 1.4.3, rewarded by the
+   reward model (:class:`comlrl.algos.RewardModelReward`), also in its evaluation.
+
+A resume (``train(resume_from_checkpoint=...)``, a step checkpoint of the RL stage) runs
+stages 1 and 2 again from the initial weights (the same seeds give the same pairs and
+reward model), then continues the RL stage from the checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from comlrl.trainers._base import (
-    CompatTrainer,
-    UnsupportedFieldError,
-)
-from comlrl.trainers.preference._centralized143 import CentralizedMARLHF143
-from comlrl.trainers.preference._centralized_ac143 import CentralizedActorCriticStage143
-from comlrl.trainers.preference._checkpoints import MARLHFCheckpoints
-from comlrl.trainers.preference._marlhf_config import (
-    _NO_LIMIT,
-    RL_ALGORITHMS,
-    MARLHFConfig,
-    _actor_critic_fields,
-    _check_marlhf,
-)
-from comlrl.trainers.preference._reward_model143 import JointRewardModel
+from comlrl.trainers.config_fields import UnsupportedFieldError
+from comlrl.trainers.preference.madpo import JOINT_MODES, MADPOConfig, madpo_fields
 
-__all__ = ["JointRewardModel", "MARLHFConfig", "MARLHFTrainer"]
+__all__ = [
+    "MARLHFConfig",
+    "MARLHFTrainer",
+    "RL_ALGORITHMS",
+    "load_reward_backbone",
+    "refuse_unsupported",
+    "reward_model_config",
+]
+
+#: 1.4.3's ``rl_algorithm`` names of the MAGRPO family -> ``advantage_mode``
+RL_ALGORITHMS = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
+_ALIASES = {"mareforce": "mareinforce"}
 
 
-class MARLHFTrainer(
-    CentralizedActorCriticStage143, MARLHFCheckpoints, CentralizedMARLHF143, CompatTrainer
-):
-    """CoMLRL 1.4.3's ``MARLHFTrainer``: fit a joint reward model on preference pairs
-    labelled by the task reward, then train the agents with an RL algorithm whose reward is
-    that model (evaluation keeps scoring with the task reward).
+@dataclasses.dataclass
+class MARLHFConfig(MADPOConfig):
+    """CoMLRL 1.4.3's ``MARLHFConfig``: :class:`MADPOConfig`'s fields plus the reward-model
+    and RL-stage fields, with its defaults (see the module docstring).
 
-    :meth:`train` runs three stages on :mod:`comlrl.algos`' preference machinery
-    (:class:`comlrl.algos.MARLHFTrainer`):
+    ``reward_model_device`` None: the agents' device (a CUDA device without CUDA falls back
+    to the CPU with a warning); ``reward_max_length`` None: no limit. The critic fields
+    are read by ``iac`` / ``maac`` as in :class:`comlrl.trainers.IACConfig`.
 
-    1. **Pairs.** One pass over ``train_dataset`` (``ceil(N / train_batch_size)`` batches):
-       each agent samples ``preference_num_candidates`` completions per prompt, the
-       ``k``-th completions form joint action ``k`` (``joint_mode="aligned"``), the task
-       ``reward_func`` (through ``reward_processor``) scores them and the
-       ``preference_pairs_per_sample`` pairs with the largest positive reward gap are kept
-       per prompt (None: every untied pair).
-    2. **Reward model.** :class:`~comlrl.algos.JointRewardModel` (``reward_model_name``, or
-       the agents' model, plus a linear head on the last token's hidden state) is fitted
-       with the Bradley-Terry loss ``-log sigmoid(r(chosen) - r(rejected))`` (Bradley &
-       Terry 1952; Ouyang et al. 2022, eq. 1) over the joint texts (every agent's prompt
-       and completion): ``reward_num_train_epochs`` shuffled passes, batches of
-       ``reward_train_batch_size`` pairs, AdamW at ``reward_learning_rate``.
-    3. **RL.** ``rl_algorithm``: ``magrpo`` / ``mareinforce`` / ``maremax`` / ``marloo``
-       run :class:`comlrl.trainers.reinforce.MAGRPOTrainer` with the matching
-       ``advantage_mode``; ``iac`` / ``maac`` run
-       :class:`comlrl.trainers.actor_critic.IACTrainer` / ``MAACTrainer``. The config
-       fields they share with :class:`MARLHFConfig` are passed on, as in 1.4.3. Each joint
-       action's reward is the reward model's score (no ``reward_processor``).
+    Raises:
+        ValueError: as :class:`MADPOConfig` (``num_turns`` is checked by the trainer), an
+            unknown ``rl_algorithm`` or ``critic_type``, ``num_generations < 2`` for the
+            MAGRPO family, or a non-positive learning rate, count or length.
+    """
+
+    rl_algorithm: str = "magrpo"
+    num_generations: int = 4
+    reward_model_name: str | None = None
+    reward_model_device: str | None = "cuda:0"
+    reward_learning_rate: float = 1.0e-5
+    reward_num_train_epochs: int = 1
+    reward_train_batch_size: int = 1
+    reward_max_length: int | None = None
+    reward_freeze_backbone: bool = False
+    critic_model_name: str | None = None
+    critic_learning_rate: float | None = None
+    critic_devices: str | Sequence[str] | None = None
+    use_separate_critic: bool = True
+    critic_type: str = "v"
+    value_loss_coef: float = 0.6
+    value_clip_range: float | None = 0.2
+    critic_value_head_hidden_dim: int | None = None
+    value_head_hidden_dim: int | None = None
+
+    def _check_turns(self) -> None:
+        """1.4.3 builds a multi-turn MARLHFConfig; the trainer refuses it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = str(self.rl_algorithm or "magrpo").strip().lower()
+        self.rl_algorithm = _ALIASES.get(name, name)
+        if self.rl_algorithm not in (*RL_ALGORITHMS, "iac", "maac"):
+            raise ValueError(
+                f"rl_algorithm={self.rl_algorithm!r}; use one of "
+                f"{sorted([*RL_ALGORITHMS, 'iac', 'maac'])}"
+            )
+        low = 2 if self.rl_algorithm in RL_ALGORITHMS else 1
+        if self.num_generations < low:
+            raise ValueError(
+                f"num_generations must be >= {low} for rl_algorithm={self.rl_algorithm!r}, "
+                f"got {self.num_generations!r}"
+            )
+        self.advantage_mode = RL_ALGORITHMS.get(self.rl_algorithm, self.advantage_mode)
+        for name in ("reward_learning_rate", "value_loss_coef"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("reward_num_train_epochs", "reward_train_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("reward_max_length", "critic_learning_rate", "value_clip_range"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 or None, got {value!r}")
+        self.critic_type = str(self.critic_type or "v").strip().lower()
+        if self.critic_type not in ("v", "q"):
+            raise ValueError(f"critic_type={self.critic_type!r}; use 'v' or 'q'")
+
+
+class MARLHFTrainer:
+    """CoMLRL 1.4.3's ``MARLHFTrainer`` (its arguments): :class:`comlrl.algos.MARLHFTrainer`
+    for the pairs and the reward model, then the RL stage's ``comlrl.trainers`` trainer
+    (:attr:`rl_trainer`) on that model's reward (see the module docstring).
 
     Args:
         agent_model, agents, num_agents, tokenizer, model_config, train_dataset,
             eval_dataset, reward_func, reward_processor, formatters, wandb_config,
-            eval_logger, eval_aggregator: as :class:`comlrl.trainers.reinforce.MAGRPOTrainer`;
-            ``reward_func`` labels the pairs and scores evaluation.
-        external_transition: must be None (MARLHF is single-turn, as in 1.4.3).
+            eval_logger, eval_aggregator: as :class:`comlrl.trainers.MAGRPOTrainer`;
+            ``reward_func`` labels the pairs.
+        external_transition: accepted only as None (MARLHF is single-turn, as in 1.4.3).
         args: a :class:`MARLHFConfig`.
-        critic_model, critics: the critic source(s) for ``iac`` / ``maac`` (default
-            ``critic_model_name``, then the agents' model). Centralized: also
-            :attr:`critic_sources`, assignable until :meth:`train` starts.
-        centralized_comparator_adapter: with ``collaboration_mode="centralized"``, how the
-            one joint actor is prompted for and answers with every role's output (default
-            ``TaggedCentralizedComparatorAdapter``): pairs, reward model and the MAGRPO-family
-            RL stage (:class:`comlrl.trainers.reinforce.CentralizedMAGRPOTrainer`) all work
-            on the joint text (:mod:`comlrl.trainers.preference._centralized143`);
-            ``iac`` / ``maac`` train the joint actor with our actor-critic recipe on the
-            reward model's score, a stage built when :meth:`train` starts
-            (:mod:`comlrl.trainers.preference._centralized_ac143`).
-        metrics_callback: not supported (raises when given).
+        critic_model, critics: the critics of ``iac`` / ``maac`` (default
+            ``critic_model_name``).
+        centralized_comparator_adapter, metrics_callback: accepted only as None.
 
     Raises:
-        UnsupportedFieldError: a setting this package does not implement (named), checked
-            before any model loads.
-        ValueError, TypeError: missing or malformed arguments (named in the message).
+        UnsupportedFieldError: a setting this package does not implement (named).
+        ValueError, TypeError: missing or malformed arguments (1.4.3's messages).
     """
-
-    single_device = True
-
-    config_cls: type = MARLHFConfig
-    algorithm_name = "MARLHF"
 
     def __init__(
         self,
@@ -117,229 +158,92 @@ class MARLHFTrainer(
         critic_model: Any = None,
         critics: Sequence[Any] | None = None,
     ) -> None:
-        cfg = args if args is not None else MARLHFConfig()
-        if not isinstance(cfg, MARLHFConfig):
-            raise TypeError(
-                f"MARLHFTrainer takes args=MARLHFConfig(...), got {type(cfg).__name__}; build "
-                "one with MARLHFConfig(**fields)."
+        a = args if args is not None else MARLHFConfig()
+        if not isinstance(a, MARLHFConfig):
+            raise TypeError(f"MARLHFTrainer takes args=MARLHFConfig(...), got {type(a).__name__}")
+        if reward_func is None or not callable(reward_func):
+            raise ValueError(f"reward_func must be a callable, got {reward_func!r}")
+        if agent_model is None and agents is None:
+            raise ValueError(
+                "Either agent_model or agents must be provided: pass agent_model= (a model "
+                "name or path) or agents= (a list of models)."
             )
-        _check_marlhf(cfg)
-        if metrics_callback is not None:
-            raise UnsupportedFieldError(
-                "MARLHFTrainer(metrics_callback=...) is not supported by comlrl.trainers; "
-                "read the metric rows train() returns."
-            )
-        num_agents, formatters, self._joint_reward = self._centralized_inputs(
-            cfg,
-            agents=agents,
-            tokenizer=tokenizer,
-            num_agents=num_agents,
-            formatters=formatters,
-            reward_func=reward_func,
-            reward_processor=reward_processor,
-            adapter=centralized_comparator_adapter,
-        )
-        self._init_common(
-            args=cfg,
-            agent_model=agent_model,
-            agents=agents,
-            num_agents=num_agents,
-            tokenizer=tokenizer,
-            model_config=model_config,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            reward_func=reward_func,
-            reward_processor=reward_processor,
-            formatters=formatters,
-            external_transition=external_transition,
+        refuse_unsupported(a, external_transition, centralized_comparator_adapter, metrics_callback)
+        self.args = a
+        rl_args: dict[str, Any] = dict(
+            agent_model=agent_model, agents=agents, tokenizer=tokenizer,
+            model_config=model_config, train_dataset=train_dataset,
+            eval_dataset=eval_dataset, reward_func=reward_func,
+            reward_processor=reward_processor, formatters=formatters,
             wandb_config=wandb_config,
-        )
-        self.eval_logger = eval_logger
-        self.eval_aggregator = eval_aggregator
-        self.reward_processor = reward_processor
-        self.critic_model_source = critic_model
-        self.critic_sources = critics  # centralized IAC/MAAC: checked now, used at train()
-        self.rl_trainer = self._build_rl_trainer(critic_model, critics)
-        self._run = self.rl_trainer._run
-        self.advantage_mode = str(getattr(self.rl_trainer, "advantage_mode", cfg.advantage_mode))
-        self.reward_optimizer: Any = None
-        self._preference: Any = None
-        self.reward_model: Any = None
-        self.reward_tokenizer: Any = None
-        if self.centralized_collaboration is None:  # centralized: 1.4.3's lazy reward model
-            self._preference = self._build_preference_stage()
-            self.reward_model = self._preference.reward_model
-            self.reward_tokenizer = self._preference.reward_tokenizer
-        self.preference_pairs: list[Any] = []
-        self.reward_model_history: list[dict[str, float]] = []
-
-    # --- construction ------------------------------------------------------------------
-    def _build_rl_trainer(self, critic_model: Any, critics: Sequence[Any] | None) -> Any:
-        a = self.args
-        shared: dict[str, Any] = {
-            "agents": self._models,
-            "tokenizer": self.tokenizers,
-            "model_config": self.model_config,
-            "train_dataset": self._train_rows,
-            "eval_dataset": self._eval_rows,
-            "reward_func": self.reward_func,
-            "reward_processor": self.reward_processor,
-            "formatters": [getattr(f, "__wrapped__", f) for f in self.formatters],
-            "wandb_config": self.wandb_config,
-        }
-        if self._centralized_ac:  # the stage itself is built when training starts
-            return self._centralized_ac_front(self.wandb_config)
-        if self.centralized_collaboration is not None:
-            return self._centralized_rl_trainer(shared)
+        )  # fmt: skip
         if a.rl_algorithm in RL_ALGORITHMS:
             from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-            rl_args = MAGRPOConfig(
-                **{f.name: getattr(a, f.name) for f in dataclasses.fields(MAGRPOConfig)}
-            )
-            trainer: Any = MAGRPOTrainer(
-                num_agents=self.num_agents,
-                eval_logger=self.eval_logger,
-                eval_aggregator=self.eval_aggregator,
-                args=rl_args,
-                **shared,
-            )
+            self.rl_trainer: Any = MAGRPOTrainer(
+                num_agents=num_agents, eval_logger=eval_logger, eval_aggregator=eval_aggregator,
+                args=_subset(MAGRPOConfig, a, num_agents=num_agents), **rl_args,
+            )  # fmt: skip
         else:
-            from comlrl.trainers.actor_critic import (
-                IACConfig,
-                IACTrainer,
-                MAACConfig,
-                MAACTrainer,
+            from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
+
+            cls, cfg_cls = (
+                (IACTrainer, IACConfig) if a.rl_algorithm == "iac" else (MAACTrainer, MAACConfig)
             )
-
-            common = _actor_critic_fields(a, self.num_agents)
-            source = None
-            if critics is None and (a.rl_algorithm == "maac" or a.use_separate_critic):
-                source = critic_model or a.critic_model_name or self.model_name
-                if critic_model is None and not (isinstance(source, str) and source):
-                    raise ValueError(
-                        "MARLHFConfig.critic_model_name is None and the agents are model "
-                        "objects; set critic_model_name, or pass critic_model= or critics=."
-                    )
-            if a.rl_algorithm == "maac":
-                trainer = MAACTrainer(
-                    args=MAACConfig(**common), critic_model=source, critics=critics, **shared
-                )
-            else:
-                iac = IACConfig(
-                    **common,
-                    use_separate_critic=a.use_separate_critic,
-                    value_clip_range=a.value_clip_range,
-                    critic_value_head_hidden_dim=a.critic_value_head_hidden_dim,
-                    value_head_hidden_dim=a.value_head_hidden_dim,
-                )
-                separate = bool(a.use_separate_critic)
-                trainer = IACTrainer(
-                    args=iac,
-                    critic_model=source if separate else None,
-                    critics=critics if separate else None,
-                    **shared,
-                )
-        # evaluation keeps the task reward; training switches to the learned one in train()
-        trainer.eval_reward = trainer.env.reward
-        return trainer
-
-    def _load_reward_backbone(self) -> tuple[Any, Any]:
-        """The reward model's LM and tokenizer (``reward_model_name``, else the agents'
-        model name), on ``reward_model_device`` (None: the agents' device).
-
-        Raises:
-            ValueError: no name to load from (the agents are model objects).
-        """
-        import torch
-        from comlrl.trainers._base import _model_kwargs
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        a = self.args
-        source = a.reward_model_name or self.model_name
-        if not isinstance(source, str) or not source:
-            raise ValueError(
-                "MARLHFConfig.reward_model_name is None and the agents' model name is unknown "
-                "(model objects); set reward_model_name to the reward model's name or path."
+            self.rl_trainer = cls(
+                args=_subset(cfg_cls, a, num_agents=num_agents),
+                critic_model=critic_model or a.critic_model_name,
+                critics=critics,
+                **rl_args,
             )
-        backbone = AutoModelForCausalLM.from_pretrained(source, **_model_kwargs(self.model_config))
-        reward_tokenizer = AutoTokenizer.from_pretrained(source)
-        if reward_tokenizer.pad_token is None:
-            reward_tokenizer.pad_token = reward_tokenizer.eos_token
-        device = a.reward_model_device
-        if device is None:
-            device = str(next(self._models[0].parameters()).device)
-        elif torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            warnings.warn(
-                f"MARLHFConfig.reward_model_device={device!r} but CUDA is not available; the "
-                "reward model runs on the CPU (set reward_model_device=None to follow the "
-                "agents, or 'cpu').",
-                stacklevel=4,
-            )
-            device = "cpu"
-        backbone.to(device)
-        return backbone, reward_tokenizer
+        self.preference: Any = None
+        self.reward_model_history: list[dict[str, float]] = []
 
-    def _build_preference_stage(
-        self, reward_model: Any = None, reward_tokenizer: Any = None
-    ) -> Any:
-        """Our preference stage (pairs, reward-model fit) over the RL stage's agents and
-        environment; its reward model is ``reward_model`` or one loaded now."""
-        import math
+    # --- the stages ----------------------------------------------------------------------
+    def fit_reward_model(self) -> list[dict[str, float]]:
+        """Stages 1 and 2 (pairs, reward model) from the agents as they are now; sets the
+        RL stage's reward to the fitted model. Returns the reward model's rows (``[]``,
+        and no reward model, when every candidate tied: no pair)."""
+        from comlrl.algos import MADPOConfig as SamplingConfig
+        from comlrl.algos import MARLHFTrainer as Preference
+        from comlrl.trainers.base import recipe_agents
+        from comlrl.trainers.loading import as_examples
 
-        from comlrl.algos.recipes.preference import recipe as preference
-        from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
-        from comlrl.trainers._base import one_device
-
-        a = self.args
-        backbone = None
-        if reward_model is None:
-            backbone, reward_tokenizer = self._load_reward_backbone()
-        k = int(a.preference_num_candidates)
-        batch = int(a.train_batch_size or a.rollout_buffer_size)
-        sampling = preference.MADPOConfig(
-            num_agents=self.num_agents,
-            num_candidates=k,
-            max_new_tokens=int(a.max_new_tokens),
-            temperature=float(a.temperature),
-            top_p=float(a.top_p),
-            top_k=int(a.top_k or 0),
-            joint_mode="align",
-            pairs_per_prompt=int(a.preference_pairs_per_sample or k * (k - 1) // 2),
-            batch_size=batch,
-            device=one_device(a, self.num_agents, type(self).__name__),
-        )
-        reward_config = preference.RewardModelConfig(
-            learning_rate=float(a.reward_learning_rate),
-            optimizer="adamw",
-            weight_decay=0.01,  # torch.optim.AdamW's default, which 1.4.3 uses
-            num_epochs=int(a.reward_num_train_epochs),
-            batch_size=int(a.reward_train_batch_size),
-            max_length=int(a.reward_max_length or _NO_LIMIT),
-            max_grad_norm=None,
-            freeze_backbone=bool(a.reward_freeze_backbone),
-        )
-        return PreferenceStage(
-            self.rl_trainer._run.agents,
-            sampling,
+        a, rl = self.args, self.rl_trainer
+        data = as_examples(rl.train_dataset, "train_dataset")
+        sampling = madpo_fields(a, rl.num_agents, False, "MARLHFTrainer")
+        for key in ("eval_limit", "reference_free"):
+            sampling.pop(key)
+        backbone, tokenizer = load_reward_backbone(a, rl.model_name, rl.agents[0])
+        self.preference = Preference(
+            recipe_agents(rl.agents, rl.tokenizers),
+            SamplingConfig.build(**sampling),
             reward_backbone=backbone,
-            reward_model=reward_model,
-            reward_tokenizer=reward_tokenizer,
-            reward_config=reward_config,
-            dataset=self._train_rows,
-            formatters=list(self.rl_trainer.env.formatters),
-            reward_func=self.rl_trainer.env.reward,
-            num_collect_batches=math.ceil(len(self._train_rows) / batch),
+            reward_tokenizer=tokenizer,
+            reward_config=reward_model_config(a),
+            dataset=data,
+            formatters=list(rl.env.compat_formatters),
+            reward_func=rl.env.reward,
+            num_collect_batches=math.ceil(len(data) / sampling["batch_size"]),
             eval_fraction=0.0,
         )
+        if not any(len(p) for p in self.preference.collect_pairs()):
+            return []
+        self.reward_model_history = self.preference.train_reward_model()
+        rl.env.reward = self.preference.reward_function()
+        return self.reward_model_history
 
-    # --- the run -----------------------------------------------------------------------
     @property
-    def config(self) -> Any:
-        """Our validated config of the RL stage."""
-        return self.rl_trainer.config
+    def reward_model(self) -> Any:
+        """The fitted :class:`comlrl.algos.JointRewardModel` (None before :meth:`train`)."""
+        return None if self.preference is None else self.preference.reward_model
 
-    def train(  # type: ignore[override]
+    @property
+    def preference_pairs(self) -> list[Any]:
+        """The pair batches stage 1 sampled (``comlrl.algos`` ``JointPreferencePairs``)."""
+        return [] if self.preference is None else list(self.preference.pairs)
+
+    def train(
         self,
         resume_from_checkpoint: str | Path | None = None,
         checkpoint_dir: str | Path | None = None,
@@ -347,49 +251,103 @@ class MARLHFTrainer(
         checkpoint_total_limit: int | None = None,
         **kwargs: Any,
     ) -> list[dict[str, float]]:
-        """Collect preference pairs, fit the reward model, then run the RL stage on it
-        (see the class docstring).
-
-        Args:
-            resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
-                checkpoint_total_limit: 1.4.3's checkpoint arguments: a cursor is
-                committed once the reward model is fitted (always written with
-                ``checkpoint_dir``) and after every RL epoch; a resume neither collects
-                pairs nor refits the reward model
-                (:mod:`comlrl.trainers.preference._checkpoints`).
-
-        Returns:
-            The RL stage's per-step metric rows (empty when every sampled group tied: no
-            pair, no reward model, as 1.4.3 stops there). The reward model's rows are in
-            :attr:`reward_model_history`, the pairs in :attr:`preference_pairs`.
-
-        Raises:
-            UnsupportedFieldError: other keyword arguments.
-            ValueError: a bad checkpoint option, or a checkpoint that does not fit this
-                trainer (before anything changes).
-            FileExistsError: ``checkpoint_dir`` holds checkpoints this run would overwrite.
-        """
-        from comlrl.trainers.preference._checkpoints import start_train
-
-        if kwargs:
-            return super().train(**kwargs)  # raises, naming the arguments
-        self._ensure_rl_stage()  # centralized IAC/MAAC: built now, before a resume restores it
-        start_train(
-            self, resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
-            checkpoint_total_limit,
-        )  # fmt: skip
-        return self._marlhf_stages()
+        """Stages 1 and 2 (:meth:`fit_reward_model`), then the RL stage's ``train`` with
+        the same arguments (its rows; ``[]`` without a pair, as 1.4.3 stops there)."""
+        if self.preference is None and not self.fit_reward_model():
+            return []
+        return list(
+            self.rl_trainer.train(
+                resume_from_checkpoint,
+                checkpoint_dir,
+                checkpoint_interval,
+                checkpoint_total_limit,
+                **kwargs,
+            )  # fmt: skip
+        )
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """The RL stage's evaluation, scored with the task ``reward_func`` (see
-        :meth:`CompatTrainer.evaluate`)."""
-        # 1.4.3's scripts set eval_logger / eval_aggregator on the trainer after building it
-        self.rl_trainer.eval_logger = self.eval_logger
-        self.rl_trainer.eval_aggregator = self.eval_aggregator
-        result: dict[str, float] = self.rl_trainer.evaluate(num_eval_samples)
-        return result
+        """The RL stage's evaluation (scored by its reward: the task's before
+        :meth:`train`, the reward model's after)."""
+        return dict(self.rl_trainer.evaluate(num_eval_samples))
 
     def save_model(self, output_dir: str | Path) -> list[Path]:
-        """Write every agent to ``output_dir/agent_<i>`` (Hugging Face format), as 1.4.3's
-        MARLHF does (the reward model and critics are not written)."""
-        return CompatTrainer.save_model(self.rl_trainer, output_dir)
+        """Every agent to ``output_dir/agent_<i>`` (the reward model is not written, as in
+        1.4.3)."""
+        return list(self.rl_trainer.save_model(output_dir))
+
+    def __getattr__(self, name: str) -> Any:
+        # 1.4.3's attributes of the agents (agents, tokenizer, num_agents, env, ...)
+        if name == "rl_trainer":
+            raise AttributeError(name)
+        return getattr(self.rl_trainer, name)
+
+
+def refuse_unsupported(
+    a: MARLHFConfig, transition: Any, adapter: Any, callback: Any, iterative: bool = False
+) -> None:
+    """Raise :class:`UnsupportedFieldError` for what MARLHF (``iterative``: MARLHF-Iter,
+    whose ``pair_selection`` orders current-vs-comparator pairs) does not implement here."""
+    checks = (
+        (a.num_turns == 1, f"num_turns={a.num_turns!r}: MARLHF is single-turn; set num_turns=1"),
+        (transition is None, "external_transition: MARLHF is single-turn; drop it"),
+        (iterative or a.pair_selection == "reward_gap", f"pair_selection={a.pair_selection!r}: the "
+         "reward model's pairs are the largest reward gaps; set pair_selection='reward_gap'"),
+        (JOINT_MODES[str(a.joint_mode).lower()] == "align", f"joint_mode={a.joint_mode!r}: "
+         "the reward model scores aligned joint actions; set joint_mode='aligned'"),
+        (a.collaboration_mode == "decentralized",
+         "collaboration_mode='centralized': not supported by MARLHFTrainer here; use "
+         "comlrl train algo=centralized_marlhf"),
+        (callback is None, "metrics_callback: read the metric rows train() returns"),
+    )  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise UnsupportedFieldError(f"MARLHFConfig/MARLHFTrainer: {message}.")
+
+
+def reward_model_config(a: MARLHFConfig) -> Any:
+    """The :class:`comlrl.algos.RewardModelConfig` of a 1.4.3 MARLHF config (1.4.3's
+    AdamW: weight decay 0.01, no clipping; ``reward_max_length`` None: no limit)."""
+    from comlrl.algos import RewardModelConfig
+
+    return RewardModelConfig.build(
+        learning_rate=float(a.reward_learning_rate), optimizer="adamw", weight_decay=0.01,
+        num_epochs=int(a.reward_num_train_epochs), batch_size=int(a.reward_train_batch_size),
+        max_length=int(a.reward_max_length or 1 << 30), max_grad_norm=None,
+        freeze_backbone=bool(a.reward_freeze_backbone),
+    )  # fmt: skip
+
+
+def load_reward_backbone(a: MARLHFConfig, model_name: str | None, agent: Any) -> tuple[Any, Any]:
+    """The reward model's LM and tokenizer (``reward_model_name``, else the agents'
+    ``model_name``) on ``reward_model_device`` (None: ``agent``'s device; a CUDA device
+    without CUDA: the CPU, with a warning).
+
+    Raises:
+        ValueError: no name to load it from (the agents are model objects).
+    """
+    import torch
+    from comlrl.algos import load_model_and_tokenizer
+
+    source = a.reward_model_name or model_name
+    if not isinstance(source, str) or not source:
+        raise ValueError(
+            "MARLHFConfig.reward_model_name is None and the agents are model objects; set "
+            "reward_model_name to the reward model's name or path."
+        )
+    model, tokenizer = load_model_and_tokenizer(source)
+    device = a.reward_model_device or str(next(agent.parameters()).device)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"reward_model_device={device!r} but CUDA is not available; the reward model runs "
+            "on the CPU.",
+            stacklevel=3,
+        )
+        device = "cpu"
+    return model.to(device), tokenizer
+
+
+def _subset(cls: type, args: Any, **overrides: Any) -> Any:
+    """``cls`` (a 1.4.3 config dataclass) built from the fields ``args`` shares with it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    shared = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    return cls(**{**shared, **{k: v for k, v in overrides.items() if k in names}})

@@ -106,6 +106,19 @@ class MADPOConfig(PreferenceTrainConfig):
         pairs_per_prompt: pairs kept per prompt, largest gap first.
         beta: DPO inverse temperature.
         eval_num_samples: samples per held-out prompt in :func:`madpo_evaluate`'s reward.
+        pair_selection: which of a prompt's candidate pairs are kept: ``reward_gap``
+            (the largest gaps) or ``random`` (a uniform draw;
+            :func:`~comlrl.algos.recipes.preference.madpo.initial_pairs.within_prompt_pairs`).
+        pair_source: ``online``: every step samples ``batch_size`` prompts' candidates
+            from the current policy and pairs them; ``initial`` (CoMLRL 1.4.3's MADPO):
+            every training prompt's pairs are built once from the initial policy before
+            the first step, and each step trains on the next ``batch_size`` pairs
+            (:mod:`~comlrl.algos.recipes.preference.madpo.initial_pairs`).
+        num_epochs: ``pair_source="initial"`` only: passes over the pairs; the run then
+            has ``num_epochs * ceil(P / batch_size)`` steps (``P`` pairs) instead of
+            ``num_steps``.
+        reference_free: ``log pi_ref = 0`` for every agent (no frozen reference copy; the
+            loss of CoMLRL 1.4.3's MADPO) instead of DPO against the initial policy.
     """
 
     num_agents: int = Field(2, ge=1, le=16)
@@ -119,6 +132,19 @@ class MADPOConfig(PreferenceTrainConfig):
     pairs_per_prompt: int = Field(1, ge=1)
     beta: float = Field(0.1, gt=0)
     eval_num_samples: int = Field(4, ge=1)
+    pair_selection: Literal["reward_gap", "random"] = "reward_gap"
+    pair_source: Literal["online", "initial"] = "online"
+    num_epochs: int | None = Field(None, ge=1)
+    reference_free: bool = False
+
+    @model_validator(mode="after")
+    def _epochs_need_initial_pairs(self) -> MADPOConfig:
+        if self.num_epochs is not None and self.pair_source != "initial":
+            raise ValueError(
+                f"num_epochs={self.num_epochs} counts passes over the pairs built once "
+                "(pair_source='initial'); set pair_source='initial' or drop num_epochs"
+            )
+        return self
 
 
 class RewardModelConfig(_Validated):
@@ -242,4 +268,19 @@ class IterativeSection(_Validated):
 class IterativeMADPOConfig(MADPOConfig, IterativeSection):
     """MADPO-Iter: :class:`MADPOConfig` (sampling, DPO loss, ``pairs_per_prompt`` per
     prompt against the comparator; ``min_gap`` is unused: any non-tie pairs) plus the
-    rounds (:class:`IterativeSection`)."""
+    rounds (:class:`IterativeSection`, whose ``pair_selection`` this is). The rounds are
+    the pairs' source: ``pair_source`` stays ``online`` and ``num_epochs`` unset."""
+
+    # IterativeSection's pair_selection (the MRO would give MADPOConfig's)
+    pair_selection: Literal["comparator_reward", "reward_gap", "random", "all"] = (
+        "comparator_reward"  # type: ignore[assignment]
+    )
+
+    @model_validator(mode="after")
+    def _rounds_make_the_pairs(self) -> IterativeMADPOConfig:
+        if self.pair_source != "online":
+            raise ValueError(
+                f"pair_source={self.pair_source!r}: MADPO-Iter's rounds make its pairs; "
+                "leave pair_source='online'"
+            )
+        return self

@@ -129,6 +129,9 @@ class MADPOTrainer:
     """Multi-agent DPO (:func:`comlrl.algos.recipes.preference.recipe.madpo_step`): each step
     samples ``K`` candidates per agent, pairs joint actions by reward gap and steps every
     agent on its own term of the joint DPO loss, against a frozen reference per agent.
+    CoMLRL 1.4.3's MADPO (``comlrl.trainers.MADPOTrainer``, the same algorithm with 1.4.3's
+    arguments) is this trainer with ``pair_source="initial"``, ``num_epochs`` and
+    ``reference_free=True`` (:class:`MADPOConfig`).
 
     Args:
         agents: ``A`` :class:`~comlrl.algos.HFAgent` s or ``(model, tokenizer)`` pairs,

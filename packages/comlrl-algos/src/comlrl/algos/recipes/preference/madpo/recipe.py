@@ -10,6 +10,7 @@ Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per pr
 from __future__ import annotations
 
 import copy
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,11 @@ from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.recipes.preference.config import MADPOConfig
 from comlrl.algos.recipes.preference.encoding import _device_of, _step, sequence_logprobs
+from comlrl.algos.recipes.preference.iterative.replay import IterPair, joint_pairs
+from comlrl.algos.recipes.preference.madpo.initial_pairs import (
+    build_initial_pairs,
+    rollout_pairs,
+)
 from comlrl.algos.recipes.preference.outputs import (
     _read_step,
     _save_models,
@@ -78,6 +84,7 @@ class MADPORun:
     eval_pairs: JointPreferencePairs | None = None
     eval_data: Sequence[Mapping[str, Any]] | None = None
     step: int = 0
+    pairs: list[IterPair] | None = None  # pair_source="initial": the pairs built at setup
 
 
 def madpo_setup(
@@ -90,16 +97,22 @@ def madpo_setup(
     ref_models: Sequence[Any] | None = None,
 ) -> MADPORun:
     """Check agents, environment and config; freeze a reference model per agent; build
-    optimizers; and, with an ``eval_dataset``, sample held-out pairs once from the initial
-    policies (:func:`madpo_pair_metrics` measures their margin as training goes).
+    optimizers; with ``config.pair_source="initial"``, build every training prompt's
+    pairs from the initial policies (:func:`~comlrl.algos.recipes.preference.madpo.initial_pairs.build_initial_pairs`;
+    ``run.pairs``; with ``num_epochs`` the run's ``config.num_steps`` becomes
+    ``num_epochs * ceil(P / batch_size)``, at least 1); and, with an ``eval_dataset``,
+    sample held-out pairs once from the initial policies (:func:`madpo_pair_metrics`
+    measures their margin as training goes).
 
     ``ref_models`` defaults to a deep copy of each agent's model, made here, once; an
-    entry ``None`` makes that agent's loss reference-free (``log pi_ref = 0``).
+    entry ``None`` makes that agent's loss reference-free (``log pi_ref = 0``), as
+    ``config.reference_free`` does for every agent.
 
     Raises:
         ConfigError: agent counts disagree, agents share one model object (each agent
             needs its own parameters and optimizer), a multi-turn environment limit below
-            1, an empty dataset, or ``ref_models`` of the wrong length.
+            1, an empty dataset, ``ref_models`` of the wrong length, or ``ref_models``
+            with ``reference_free``.
     """
     n = len(agents)
     if n != config.num_agents or env.num_agents != n:
@@ -110,6 +123,12 @@ def madpo_setup(
         raise ConfigError(
             "MADPO agents share a model object; give each agent its own model (e.g. load it twice)."
         )
+    if ref_models is not None and config.reference_free:
+        raise ConfigError(
+            "ref_models were given but config.reference_free=True uses none; drop one of them."
+        )
+    if config.reference_free:
+        ref_models = [None] * n
     if ref_models is not None and len(ref_models) != n:
         raise ConfigError(
             f"{len(ref_models)} reference models for {n} agents; give one per agent or None."
@@ -149,6 +168,8 @@ def madpo_setup(
         rng=random.Random(config.seed),
         eval_data=list(eval_dataset) if eval_dataset is not None else None,
     )
+    if config.pair_source == "initial":
+        _initial_pairs(run, list(dataset))
     if run.eval_data:
         ro = rollout(
             run.agents,
@@ -162,6 +183,21 @@ def madpo_setup(
             ro, min_gap=config.min_gap, pairs_per_prompt=config.pairs_per_prompt
         )
     return run
+
+
+def _initial_pairs(run: MADPORun, dataset: Sequence[Mapping[str, Any]]) -> None:
+    """``pair_source="initial"``: the run's pairs and the stream the steps draw them from."""
+    cfg = run.config
+    run.pairs = build_initial_pairs(
+        run.agents, run.env, dataset, run.sampling, run.tree, batch_size=cfg.batch_size,
+        selection=cfg.pair_selection, limit=cfg.pairs_per_prompt, min_gap=cfg.min_gap,
+        rng=random.Random(cfg.seed + 2),
+    )  # fmt: skip
+    if run.pairs:  # no pair (every candidate tied): the steps only log num_pairs = 0
+        run.data = DataStream(run.pairs, seed=cfg.seed)  # type: ignore[arg-type]
+    if cfg.num_epochs is not None:
+        steps = cfg.num_epochs * math.ceil(len(run.pairs) / cfg.batch_size)
+        run.config = cfg.model_copy(update={"num_steps": max(1, steps)})
 
 
 def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,7 +242,8 @@ def madpo_step(run: MADPORun) -> dict[str, float]:
     Every agent's log-probs keep their graph until the joint loss is formed (``A`` graphs
     at once; use fewer prompts per step for large models). A step whose prompts give no
     pair (every joint action ties or gaps are below ``min_gap``) samples and logs but
-    takes no optimizer step (``num_pairs = 0``).
+    takes no optimizer step (``num_pairs = 0``). With ``pair_source="initial"`` the step
+    samples nothing: it trains on the next ``batch_size`` of the pairs built at setup.
 
     Returns:
         The metrics row: ``reward_mean``/``reward_max`` of all sampled joint actions,
@@ -215,20 +252,45 @@ def madpo_step(run: MADPORun) -> dict[str, float]:
         ``margin/agent_<i>``, ``grad_norm/agent_<i>``.
     """
     cfg = run.config
+    if run.pairs is not None:
+        return _initial_pairs_step(run)
     examples = run.data.next_batch(cfg.batch_size)
     ro = rollout(run.agents, examples, run.env, run.sampling, run.tree, rng=run.rng)
-    pairs = preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
+    if cfg.pair_selection == "random":
+        found = rollout_pairs(
+            ro, selection="random", limit=cfg.pairs_per_prompt, min_gap=cfg.min_gap, rng=run.rng
+        )
+        pairs = joint_pairs(found, _pad_ids(run)) if found else None
+    else:
+        pairs = preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
     rewards = ro.turns[0].rewards
     run.step += 1
     row: dict[str, float] = {
         "step": run.step,
         "reward_mean": float(rewards.mean()),
         "reward_max": float(rewards.max()),
-        "num_pairs": len(pairs),
+        "num_pairs": len(pairs) if pairs is not None else 0,
     }
-    if len(pairs) == 0:
+    if pairs is None or len(pairs) == 0:
         return row
     row.update(madpo_update(run, pairs))
+    return row
+
+
+def _pad_ids(run: MADPORun) -> list[int]:
+    return [int(a.tokenizer.pad_token_id) for a in run.agents]
+
+
+def _initial_pairs_step(run: MADPORun) -> dict[str, float]:
+    """A ``pair_source="initial"`` step: the next ``batch_size`` of the pairs built at
+    setup (the last ones of a pass and the first of the next may share a step)."""
+    chunk: list[Any] = run.data.next_batch(run.config.batch_size) if run.pairs else []
+    run.step += 1
+    row: dict[str, float] = {"step": run.step, "num_pairs": len(chunk)}
+    if chunk:
+        rewards = [r for p in chunk for r in (p.chosen_reward, p.rejected_reward)]
+        row["reward_mean"] = sum(rewards) / len(rewards)
+        row.update(madpo_update(run, joint_pairs(chunk, _pad_ids(run))))
     return row
 
 

@@ -35,6 +35,8 @@ class MARLHFTrainer:
     Bradley-Terry loss; :meth:`reward_function` wraps it as a joint reward and
     :meth:`rl_trainer` builds any RL trainer (default
     :class:`~comlrl.algos.MultiAgentTrainer`) whose reward is the learned model.
+    ``comlrl.trainers.MARLHFTrainer`` (CoMLRL 1.4.3's arguments) runs the same algorithm:
+    this trainer's pairs and reward model, then its RL trainer on the learned reward.
 
     Args:
         agents, task, dataset, formatters, reward_func: as :class:`MADPOTrainer`; the
