@@ -166,7 +166,7 @@ def test_marlhf_fits_the_reward_model_then_trains_on_it_and_resumes(
     assert trainer.rl_trainer.config.estimator == "rloo"
     rows = trainer.train(checkpoint_dir=tmp_path / "run")
     assert trainer.reward_model_history and trainer.preference_pairs
-    assert isinstance(trainer.rl_trainer.env.reward, RewardModelReward)
+    assert isinstance(trainer.rl_trainer.env.joint_reward, RewardModelReward)
     assert len(rows) == 4  # 4 prompts, 2 per step, 2 epochs
     first = sorted((tmp_path / "run" / "checkpoints").iterdir())[0]
     step = int(first.name.split("-")[-1])

@@ -168,6 +168,33 @@ class CompatEnvironment(CallbackEnvironment):
         self.compat_formatters = list(formatters)
         super().__init__(self.compat_formatters, reward, transition)
         self.passthrough = passthrough
+        self._joint_reward = reward
+
+    @property
+    def joint_reward(self) -> Any:
+        """The batched joint reward this environment scores with (``is_joint_reward``)."""
+        return self._joint_reward
+
+    def use_reward(self, reward: Any) -> None:
+        """Score with ``reward`` (a batched joint reward) from now on: MARLHF's RL stage
+        swaps the task's reward for the fitted reward model's.
+
+        Raises:
+            TypeError: ``reward`` is not a batched joint reward (``is_joint_reward``).
+        """
+        if not getattr(reward, "is_joint_reward", False):
+            raise TypeError(
+                f"use_reward needs a batched joint reward (is_joint_reward = True), got "
+                f"{type(reward).__name__}"
+            )
+        self._joint_reward = reward
+
+    def reward(
+        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
+    ) -> Any:
+        """Score ``K`` joint actions (agent-major texts ``[A][K]``, ``K`` examples) with
+        :attr:`joint_reward`."""
+        return self._joint_reward(completions, examples)
 
     def next_prompts(self, example: Mapping[str, Any], external: Sequence[str]) -> list[str]:
         """Agent ``a``'s next prompt from ``external_transition``'s ``external[a]`` (see

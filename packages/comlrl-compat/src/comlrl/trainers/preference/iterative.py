@@ -187,7 +187,7 @@ class MADPOIterTrainer(MADPOTrainer):
             cfg,
             dataset=data,
             formatters=list(self.env.compat_formatters),
-            reward_func=self.env.reward,
+            reward_func=self.env.joint_reward,
             eval_dataset=eval_rows if cfg.eval_every else None,
         )
         run = MADPOIterRun(
@@ -359,7 +359,7 @@ class MARLHFIterTrainer(CompatTrainer):
             MADPOConfig(num_agents=self.num_agents),  # its pair sampling is unused here
             reward_backbone=backbone, reward_tokenizer=tokenizer, reward_config=fit,
             dataset=data, formatters=list(self.env.compat_formatters),
-            reward_func=self.env.reward,
+            reward_func=self.env.joint_reward,
         )  # fmt: skip
         self.reward_model = preference.reward_model
         rl = preference.rl_trainer(train_config, eval_dataset=eval_rows)

@@ -303,7 +303,7 @@ class MADPOTrainer(CompatTrainer):
             RecipeConfig.build(**config),
             dataset=data,
             formatters=list(self.env.compat_formatters),
-            reward_func=self.env.reward,
+            reward_func=self.env.joint_reward,
             eval_dataset=eval_rows if config["eval_every"] else None,  # None: no held-out pairs
         )
         return PreferenceRecipeRun(

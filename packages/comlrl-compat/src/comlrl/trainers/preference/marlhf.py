@@ -223,14 +223,14 @@ class MARLHFTrainer:
             reward_config=reward_model_config(a),
             dataset=data,
             formatters=list(rl.env.compat_formatters),
-            reward_func=rl.env.reward,
+            reward_func=rl.env.joint_reward,
             num_collect_batches=math.ceil(len(data) / sampling["batch_size"]),
             eval_fraction=0.0,
         )
         if not any(len(p) for p in self.preference.collect_pairs()):
             return []
         self.reward_model_history = self.preference.train_reward_model()
-        rl.env.reward = self.preference.reward_function()
+        rl.env.use_reward(self.preference.reward_function())
         return self.reward_model_history
 
     @property
