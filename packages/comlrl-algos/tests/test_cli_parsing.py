@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main, parse_args
-from comlrl.algos.cli.preflight import TaskInfo, check_model_names, check_task_fits, task_options
+from comlrl.algos.training.task_setup import TaskInfo, check_model_names, check_task_fits, task_options
 from comlrl.algos.training.config import ConfigError, TrainConfig
 
 

@@ -158,7 +158,7 @@ def test_yaml_files_pick_the_recipe_with_an_algo_key(tmp_path: Path) -> None:
 
 
 def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
-    from comlrl.algos.cli.runs import read_jsonl_rows
+    from comlrl.algos.recipes.run_steps import read_jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "a"}\n')

@@ -140,7 +140,7 @@ def _kernels_info() -> dict[str, str]:
 
 def collect_info() -> dict[str, Any]:
     """Everything ``comlrl info`` shows, as plain data (see the module docstring)."""
-    from comlrl.algos.cli.preflight import describe_tasks
+    from comlrl.algos.training.task_setup import describe_tasks
     from comlrl.algos.cli.registry import RECIPES
 
     return {

@@ -184,8 +184,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
-    from comlrl.algos.cli.runs import RunRequest
     from comlrl.algos.models import distributed
+    from comlrl.algos.recipes.run_steps import RunOutputs
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.config import ConfigError
 
@@ -229,7 +229,37 @@ def _run_train(args: argparse.Namespace) -> int:
         message = lifecycle.used_output_dir_message(config.output_dir, earlier, api=False)
         print(f"comlrl: {message}", file=sys.stderr)
         return 2
-    return recipe.run(config, RunRequest(clear_earlier=bool(earlier), resume_from=resume_from))
+    outputs = RunOutputs.of(config, resume_from=resume_from, overwrite=bool(earlier))
+    return _run_recipe(recipe, config, outputs)
+
+
+def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
+    """Run the recipe and turn how it ended into the exit code of ``comlrl train``: 0 done
+    (its summary line printed), 2 a bad config, data, model or checkpoint (reported before
+    training where it can be), 1 the reward function failed, 130 Ctrl-C (each with where
+    the run checkpointed and how to resume). Any other error keeps its traceback."""
+    from comlrl.algos.models import distributed
+    from comlrl.algos.training.checkpoint import CheckpointError
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.lifecycle import TrainingInterrupted
+    from comlrl.core import RewardFunctionError
+
+    try:
+        result = recipe.run(config, outputs)
+    except (ConfigError, CheckpointError) as exc:
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as exc:
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    except RewardFunctionError as exc:
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved
+            print(note, file=sys.stderr)
+        return 1
+    if distributed.is_main():
+        print(result.summary)
+    return 0
 
 
 def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -269,13 +299,13 @@ def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
 def _check_like_train(config: Any) -> None:
     """The checks ``comlrl train`` makes before it loads a model, for ``--print-config``:
     reporting extras, model names, the task and its options against the config
-    (:func:`comlrl.algos.cli.preflight.build_task`); nothing is downloaded, no example is
+    (:func:`comlrl.algos.training.task_setup.build_task`); nothing is downloaded, no example is
     loaded and no reward worker is contacted.
 
     Raises:
         ConfigError: what ``comlrl train`` would refuse.
     """
-    from comlrl.algos.cli.preflight import build_checked_task, check_model_names
+    from comlrl.algos.training.task_setup import build_checked_task, check_model_names
     from comlrl.algos.training.config import TaskConfig, TrainConfig
     from comlrl.algos.training.reporting import check_report_to
 
@@ -298,7 +328,7 @@ def _config_text(algo: str, config: Any) -> str:
     """The resolved config as YAML (``algo`` first), with the task's options and the
     built-in models as comments."""
     import yaml
-    from comlrl.algos.cli.preflight import task_info
+    from comlrl.algos.training.task_setup import task_info
     from comlrl.algos.models.loading import BUILTIN_MODELS
     from comlrl.algos.training.config import ConfigError, TaskConfig
 
@@ -340,7 +370,7 @@ def run_recipes() -> int:
 def run_tasks() -> int:
     """Print every registered task: name, agents, summary, constructor options and, where
     the suite says (its ``data_source``), where its examples come from."""
-    from comlrl.algos.cli.preflight import describe_tasks
+    from comlrl.algos.training.task_setup import describe_tasks
 
     infos = describe_tasks()
     if not infos:

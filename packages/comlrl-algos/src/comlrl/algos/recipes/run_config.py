@@ -1,5 +1,8 @@
-"""The ``*RunConfig`` classes: the library configs plus what a command-line run needs
-(model names, task or data file, ``output_dir``, dtype); the library configs are unchanged."""
+"""What the ``*RunConfig`` classes of the recipes' end-to-end runs add to the library
+configs: the fields a run needs that a trainer leaves to its caller (:class:`RunFields`:
+``output_dir``, dtype, prompt format, checkpoints; :class:`OneModelRunFields`: the model and
+the ``data`` files of a one-model recipe), and :func:`eval_on_start_follows`. Each
+``*RunConfig`` lives beside its recipe (``recipes/<family>/run.py``)."""
 
 from __future__ import annotations
 
@@ -7,28 +10,16 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from comlrl.algos.cli.run_steps import RunRequest
 from comlrl.algos.models.loading import DEFAULT_MODEL
-from comlrl.algos.recipes.preference.recipe import (
-    DPOConfig,
-    MADPOConfig,
-    RewardModelConfig,
-    SFTConfig,
-)
-from comlrl.algos.training.config import TaskConfig, TrainConfig
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = [
-    "eval_on_start_follows",
-    "SFTRunConfig",
-    "DPORunConfig",
-    "MADPORunConfig",
-    "MARLHFRunConfig",
-]
+__all__ = ["RunFields", "OneModelRunFields", "eval_on_start_follows"]
 
 
-class _CommandLineRun(BaseModel):
-    """Fields of a command-line run that the library configs leave to the caller."""
+class RunFields(BaseModel):
+    """Fields of a run that the library configs leave to the caller: where it writes and
+    how it checkpoints (read by :meth:`~comlrl.algos.recipes.run_steps.RunOutputs.of`) and
+    how its models load."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -52,21 +43,11 @@ class _CommandLineRun(BaseModel):
         None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
     )
 
-    def run_outputs(self, request: RunRequest, algo: str) -> dict[str, Any]:
-        """The run-output arguments of the preference recipes' ``train_*`` functions: where
-        this run writes (``config.yaml`` records ``algo`` for ``--resume``), how often it
-        checkpoints, and the step checkpoint ``--resume`` continues from."""
-        return {
-            "output_dir": Path(self.output_dir),
-            "save_every": self.save_every,
-            "keep_last": self.keep_last,
-            "resume_from": request.resume_from,
-            "record": {"algo": algo, **self.model_dump()},
-            "progress": self.progress,
-        }
 
+class OneModelRunFields(RunFields):
+    """:class:`RunFields` of a one-model recipe (SFT, DPO) plus its model and the
+    JSON-lines ``data`` / ``eval_data`` files (checked to exist)."""
 
-class _OneModelRun(_CommandLineRun):
     #: the string fields every ``data`` / ``eval_data`` row must have.
     row_keys: ClassVar[tuple[str, ...]] = ()
     models: list[str] = Field(
@@ -77,7 +58,7 @@ class _OneModelRun(_CommandLineRun):
     eval_data: str | None = Field(None, description="JSON-lines file of held-out rows.")
 
     @model_validator(mode="after")
-    def _one_model_and_data(self) -> _OneModelRun:
+    def _one_model_and_data(self) -> OneModelRunFields:
         if len(self.models) != 1:
             raise ValueError(
                 f"this recipe trains one model but models lists {len(self.models)}: "
@@ -97,107 +78,6 @@ class _OneModelRun(_CommandLineRun):
                     f"{key}={path!r}: no such file; give a JSON-lines file of {example} rows"
                 )
         return self
-
-
-class SFTRunConfig(SFTConfig, _OneModelRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.SFTConfig` plus the command line's model,
-    ``data`` / ``eval_data`` files of ``{"prompt", "completion"}`` rows, and outputs."""
-
-    row_keys: ClassVar[tuple[str, ...]] = ("prompt", "completion")
-    output_dir: str = "runs/sft"
-
-
-class DPORunConfig(DPOConfig, _OneModelRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.DPOConfig` plus the command line's model,
-    ``data`` / ``eval_data`` files of ``{"prompt", "chosen", "rejected"}`` rows, and outputs."""
-
-    row_keys: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
-    output_dir: str = "runs/dpo"
-
-
-class MADPORunConfig(MADPOConfig, _CommandLineRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.MADPOConfig` plus the agents' models, the
-    task and outputs. ``learning_rate`` defaults to 1e-3, ``num_steps`` to 60 and
-    ``optimizer`` to RAdam (Liu et al. 2020), which suit the built-in 260K-parameter
-    stories260k (pretrained LLMs want about 1e-6 to 1e-5). Measured on the built-in
-    ``coop_story`` task, `comlrl train algo=madpo` with seeds 0-2: training reward, first ->
-    last quarter of the 60 steps, +0.20 / +0.17 / +0.18 with RAdam; AdamW's first steps at this
-    rate (bias-corrected second moments from a single pair batch) overshoot and the reward
-    fell (-0.06, -0.08 for seeds 0, 1).
-
-    Attributes:
-        eval_split: task split for held-out reward and pair margin (None: no evaluation).
-        eval_limit: evaluate on the first N examples of ``eval_split`` only.
-    """
-
-    output_dir: str = "runs/madpo"
-    learning_rate: float = Field(1e-3, gt=0)
-    optimizer: Literal["adamw", "radam", "sgd"] = "radam"
-    num_steps: int = Field(60, ge=1)
-    batch_size: int = Field(4, ge=1, description="Prompts per step.")
-    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL])
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    eval_split: str | None = None
-    eval_limit: int | None = Field(None, ge=1)
-    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
-        ["jsonl"], description="As TrainConfig.report_to: jsonl, tensorboard, wandb."
-    )
-    wandb_project: str = Field("comlrl", description="W&B project name (report_to wandb).")
-    reward_curve: bool = Field(True, description="Write output_dir/reward_curve.png at the end.")
-
-    _report_to_list = field_validator("report_to", mode="before")(
-        TrainConfig._report_to_list.__func__  # type: ignore[attr-defined]
-    )
-
-    @model_validator(mode="after")
-    def _models_fit(self) -> MADPORunConfig:
-        if len(self.models) not in (1, self.num_agents):
-            raise ValueError(
-                f"models lists {len(self.models)} models for num_agents={self.num_agents}; "
-                "give one model for all agents or exactly one per agent."
-            )
-        return self
-
-    def model_for(self, agent: int) -> str:
-        """Model name or path of agent ``agent`` (0-based)."""
-        return self.models[0] if len(self.models) == 1 else self.models[agent]
-
-
-class MARLHFRunConfig(TrainConfig):
-    """MARLHF from the command line: :class:`~comlrl.algos.training.config.TrainConfig` for the RL
-    phase (MAGRPO by default, on the learned reward) plus how preference pairs are sampled
-    and the joint reward model is fit (:class:`~comlrl.algos.MARLHFTrainer`).
-
-    Attributes:
-        reward_model: the reward model's backbone (None: agent 0's model).
-        reward: the reward model's training settings
-            (:class:`~comlrl.algos.recipes.preference.recipe.RewardModelConfig`).
-        num_candidates: ``K``, candidates per agent per prompt when sampling pairs (>= 2).
-        min_gap: smallest task-reward gap that makes a pair.
-        pairs_per_prompt: pairs kept per prompt, largest gap first.
-        num_collect_batches: batches of ``batch_size`` prompts to sample pairs from.
-        eval_fraction: share of the pair batches held out to evaluate the reward model.
-        eval_every: as in ``TrainConfig``, but on by default (every 40 steps, and before
-            the first step: ``eval_on_start``): the RL phase climbs the learned reward, and
-            the evaluation rows (``eval.jsonl``) score the agents with the task's own reward
-            on ``eval_split``, which says whether that helped.
-    """
-
-    output_dir: str = "runs/marlhf"
-    eval_every: int = Field(40, ge=0)
-    eval_on_start: bool = True
-    reward_model: str | None = None
-    reward: RewardModelConfig = Field(default_factory=lambda: RewardModelConfig(learning_rate=1e-3))
-    num_candidates: int = Field(4, ge=2)
-    min_gap: float = Field(0.0, ge=0)
-    pairs_per_prompt: int = Field(1, ge=1)
-    num_collect_batches: int = Field(8, ge=1)
-    eval_fraction: float = Field(0.2, ge=0, lt=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_start_eval_when_off(cls, data: Any) -> Any:
-        return eval_on_start_follows(data)
 
 
 def eval_on_start_follows(data: Any) -> Any:

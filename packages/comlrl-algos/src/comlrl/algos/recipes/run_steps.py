@@ -1,14 +1,15 @@
-"""What every ``comlrl train`` run shares: the request (:class:`RunRequest`), the checks
-before any model loads (:func:`preflight`), the evaluation split (:func:`load_eval_split`),
-reading JSON-lines rows, starting the output folder, loading a model or the agents
-(:func:`load_agents`), the loss summary line, and the exit code of a configuration error
-(2, with a message)."""
+"""What every end-to-end recipe run shares: its outputs and loop settings
+(:class:`RunOutputs`, the one such argument of every ``run_*`` function), what it returns
+(:class:`RunResult`), the checks before any model loads (:func:`preflight`), the evaluation
+split (:func:`load_eval_split`), reading JSON-lines rows, starting the output folder,
+loading a model or the agents (:func:`load_agents`) and the closing summary line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,30 +17,182 @@ from typing import Any
 from comlrl.algos.training.config import ConfigError
 
 __all__ = [
-    "RunRequest",
+    "RunOutputs",
+    "RunResult",
+    "setup_errors",
     "preflight",
     "announce",
     "resuming_line",
-    "stopped",
     "load_eval_split",
     "load_agents",
+    "load_model",
     "read_jsonl_rows",
+    "start_outputs",
+    "loss_summary",
+    "quiet_transformers",
 ]
 
 
 @dataclass(frozen=True)
-class RunRequest:
-    """What ``comlrl train`` decided before a recipe runs.
+class RunOutputs:
+    """Where a recipe's run writes, how its loop checkpoints and reports, and what it
+    continues: the one outputs/loop-settings argument every ``run_*`` function takes
+    (``run_marlhf(config, outputs)``). :meth:`of` reads it from a run config's fields of
+    the same names; a ``run_*`` function given none uses ``RunOutputs.of(config)``.
 
     Attributes:
-        clear_earlier: ``--overwrite`` on an ``output_dir`` that holds a run: delete its
-            outputs once the models have loaded (so a failed load deletes nothing).
-        resume_from: the step checkpoint of ``--resume`` (recipes registered
-            ``resumable``).
+        output_dir: the run's folder: ``config.yaml``, ``metrics.jsonl`` (a row per step),
+            ``eval.jsonl``, ``checkpoints/step-*``, ``final/`` (Hugging Face format).
+        save_every: a step checkpoint every this many steps and at the last; 0: only on
+            Ctrl-C or when a step fails.
+        keep_last: keep the newest this many step checkpoints (``None``: all).
+        progress: show a progress bar.
+        report_to: where metrics go besides ``metrics.jsonl`` (``tensorboard``, ``wandb``).
+        wandb_project: the W&B project (``report_to`` wandb).
+        reward_curve: write ``output_dir/reward_curve.png`` at the end.
+        resume_from: a step checkpoint of this run to continue from (``None``: a fresh
+            run); :meth:`of` with ``resume=True`` picks the newest in ``output_dir``.
+        overwrite: a fresh run into an ``output_dir`` that holds another run deletes that
+            run's outputs (once the models have loaded, so a failed load deletes nothing);
+            ``False``: the run refuses to start (:class:`ConfigError`).
     """
 
-    clear_earlier: bool = False
+    output_dir: Path
+    save_every: int = 0
+    keep_last: int | None = None
+    progress: bool = True
+    report_to: tuple[str, ...] = ("jsonl",)
+    wandb_project: str = "comlrl"
+    reward_curve: bool = True
     resume_from: Path | None = None
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.save_every < 0:
+            raise ConfigError(f"save_every must be >= 0, got {self.save_every}")
+        if self.keep_last is not None and self.keep_last < 1:
+            raise ConfigError(f"keep_last must be >= 1 or None, got {self.keep_last}")
+
+    @classmethod
+    def of(
+        cls,
+        config: Any,
+        *,
+        resume_from: str | Path | None = None,
+        resume: bool = False,
+        overwrite: bool = False,
+    ) -> RunOutputs:
+        """The outputs of ``config`` (a run config: its ``output_dir``, ``save_every``,
+        ``keep_last``, ``progress`` and, where it has them, ``report_to``,
+        ``wandb_project``, ``reward_curve``); ``resume=True`` continues from the newest
+        step checkpoint in ``output_dir``.
+
+        Raises:
+            ConfigError: ``resume=True`` and ``output_dir`` has no complete step checkpoint.
+        """
+        if resume and resume_from is None:
+            from comlrl.algos.training.checkpoint import latest_checkpoint
+
+            resume_from = latest_checkpoint(config.output_dir)
+            if resume_from is None:
+                raise ConfigError(
+                    f"nothing to resume in {config.output_dir!r}: no complete step checkpoint "
+                    "under its checkpoints/ (a run writes one every save_every steps and on "
+                    "Ctrl-C); start a fresh run instead."
+                )
+        return cls(
+            output_dir=Path(config.output_dir),
+            save_every=config.save_every,
+            keep_last=config.keep_last,
+            progress=config.progress,
+            report_to=tuple(getattr(config, "report_to", ("jsonl",))),
+            wandb_project=getattr(config, "wandb_project", "comlrl"),
+            reward_curve=getattr(config, "reward_curve", True),
+            resume_from=Path(resume_from) if resume_from is not None else None,
+            overwrite=overwrite,
+        )
+
+    def config_fields(self) -> dict[str, Any]:
+        """These outputs as run-config fields (``output_dir`` a string)."""
+        return {
+            "output_dir": str(self.output_dir),
+            "save_every": self.save_every,
+            "keep_last": self.keep_last,
+            "progress": self.progress,
+            "report_to": list(self.report_to),
+            "wandb_project": self.wandb_project,
+            "reward_curve": self.reward_curve,
+        }
+
+    def apply(self, config: Any) -> Any:
+        """``config`` with these outputs in its fields of the same names (a copy; the
+        same object when nothing differs), for trainers that read them from their config."""
+        update = {
+            k: v
+            for k, v in self.config_fields().items()
+            if k in type(config).model_fields and getattr(config, k) != v
+        }
+        return config.model_copy(update=update) if update else config
+
+    def check_folder(self) -> None:
+        """Refuse a fresh run into an ``output_dir`` that holds another run, unless
+        :attr:`overwrite`.
+
+        Raises:
+            ConfigError: naming what the folder holds and the ways out.
+        """
+        from comlrl.algos.training.lifecycle import existing_run_outputs, used_output_dir_message
+
+        if self.resume_from is not None or self.overwrite:
+            return
+        earlier = existing_run_outputs(self.output_dir)
+        if earlier:
+            message = used_output_dir_message(self.output_dir, earlier, api=True)
+            raise ConfigError(
+                message.replace("train(overwrite=True)", "RunOutputs(overwrite=True)")
+            )
+
+    def loop_arguments(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The loop arguments of the preference recipes' ``train_*`` functions and
+        trainers (``output_dir``, ``save_every``, ``keep_last``, ``record``,
+        ``progress``); the resume is the caller's."""
+        return {
+            "output_dir": self.output_dir,
+            "save_every": self.save_every,
+            "keep_last": self.keep_last,
+            "record": dict(record),
+            "progress": self.progress,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a recipe's run returns.
+
+    Attributes:
+        history: the metrics rows of the steps run here (as in ``metrics.jsonl``).
+        summary: one closing line (steps, the reward or loss first -> last quarter, where
+            the outputs are).
+        output_dir: the run's folder.
+    """
+
+    history: list[dict[str, float]]
+    summary: str
+    output_dir: Path
+
+
+@contextlib.contextmanager
+def setup_errors() -> Iterator[None]:
+    """Around a run's set-up (models load, trainer builds, checkpoint read): an
+    ``OSError`` or ``ValueError`` there is bad input, raised again as
+    :class:`ConfigError` with the same message (so ``comlrl train`` reports it and exits
+    2); errors in training keep their type and traceback."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def preflight(
@@ -47,7 +200,7 @@ def preflight(
 ) -> tuple[Any, list[Mapping[str, Any]]]:
     """What a task run checks before any model loads: the extras ``config.report_to``
     needs, the ``model_names`` it will load (agents, reward model, comparators), and the
-    task (:func:`~comlrl.algos.cli.preflight.prepare_task` on ``config``, or, for a
+    task (:func:`~comlrl.algos.training.task_setup.prepare_task` on ``config``, or, for a
     config that is not a :class:`~comlrl.algos.training.config.TrainConfig` (MADPO's), on
     its ``models``, ``num_agents`` and ``task``). Returns ``(task, training examples)``.
 
@@ -59,7 +212,7 @@ def preflight(
         ConfigError: a missing extra, an unusable model name, a task that does not fit,
             or a task with tools for a recipe that refuses them.
     """
-    from comlrl.algos.cli.preflight import check_model_names, prepare_task
+    from comlrl.algos.training.task_setup import check_model_names, prepare_task
     from comlrl.algos.training.config import TrainConfig
     from comlrl.algos.training.reporting import check_report_to
 
@@ -133,7 +286,7 @@ def load_agents(config: Any, count: int | None = None, **options: Any) -> list[A
         if name in first:
             loaded.append(copy.deepcopy(first[name]))
             continue
-        pair = _load(name, config, config.seed + i)
+        pair = load_model(name, config, config.seed + i)
         if is_gguf_file(name):
             first[name] = pair
         loaded.append(pair)
@@ -145,32 +298,6 @@ def resuming_line(out: Any, step: int, num_steps: int, source: Any) -> str:
     """``resuming <out> at step <step> of <num_steps> (from <checkpoint>)``: what a run
     continued with ``--resume`` prints first."""
     return f"resuming {out} at step {step} of {num_steps} (from {source})"
-
-
-def stopped(exc: BaseException) -> int:
-    """Report a run that training stopped and return its exit code: Ctrl-C
-    (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
-    checkpointed and how to resume) or a failing reward function
-    (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
-    checkpoint of the last completed step). Anything else is raised again (its traceback
-    ends with that note)."""
-    from comlrl.algos.training.lifecycle import TrainingInterrupted
-    from comlrl.core import RewardFunctionError
-
-    if isinstance(exc, TrainingInterrupted):
-        print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
-    if isinstance(exc, RewardFunctionError):
-        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
-        for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved
-            print(note, file=sys.stderr)
-        return 1
-    raise exc
-
-
-def _err(message: str) -> int:
-    print(f"comlrl: {message}", file=sys.stderr)
-    return 2
 
 
 def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[dict[str, Any]]:
@@ -215,14 +342,14 @@ def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[di
     return rows
 
 
-def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
-    """Clear an earlier run's outputs (``--overwrite``) and write ``config.yaml`` (with
-    ``algo``), before the recipe's loop starts."""
+def start_outputs(config: Any, algo: str, outputs: RunOutputs) -> Path:
+    """Clear an earlier run's outputs (``outputs.overwrite``) and write ``config.yaml``
+    (``config`` with ``algo``), before the recipe's loop starts. Returns the folder."""
     import yaml
     from comlrl.algos.training.lifecycle import clear_run_outputs
 
-    out = Path(config.output_dir)
-    if request.clear_earlier:
+    out = outputs.output_dir
+    if outputs.overwrite and outputs.resume_from is None:
         clear_run_outputs(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(
@@ -231,7 +358,7 @@ def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
     return out
 
 
-def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
+def loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
     """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
     from comlrl.algos.training.reporting import quarter_means
 
@@ -246,13 +373,20 @@ def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "l
     )
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
+    """One progress bar (ours), not one per model load and save."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # one progress bar (ours), not one per load and save
+    hf_logging.disable_progress_bar()
 
 
-def _load(name: str, config: Any, seed: int) -> tuple[Any, Any]:
+def load_model(name: str, config: Any, seed: int) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``name`` with ``config.dtype`` and
+    ``config.trust_remote_code``, initialised (a built-in model) with ``seed``.
+
+    Raises:
+        OSError, ValueError: the model does not load.
+    """
     from comlrl.algos.models.loading import load_model_and_tokenizer
 
     return load_model_and_tokenizer(

@@ -1,31 +1,34 @@
-"""``comlrl train algo=madpo_iter`` and ``algo=marlhf_iter``: iterative preference refresh
-against a comparator policy (:mod:`comlrl.algos.recipes.preference.iterative.recipe`)."""
+"""The end-to-end runs of the iterative preference recipes (``algo=madpo_iter``,
+``algo=marlhf_iter``): their run configs and the runs, rounds of fresh pairs against a
+comparator policy (:mod:`comlrl.algos.recipes.preference.iterative.recipe`), from config to
+final checkpoint and resumable, from Python as from ``comlrl train``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Literal
 
-from comlrl.algos.cli.run_configs import MADPORunConfig, eval_on_start_follows
-from comlrl.algos.cli.run_steps import (
-    RunRequest,
-    _err,
-    _load,
-    _loss_summary,
-    _quiet_transformers,
+from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig
+from comlrl.algos.recipes.run_config import eval_on_start_follows
+from comlrl.algos.recipes.run_steps import (
+    RunOutputs,
+    RunResult,
     announce,
     load_agents,
     load_eval_split,
+    load_model,
+    loss_summary,
     preflight,
+    quiet_transformers,
     resuming_line,
-    stopped,
+    setup_errors,
 )
 from comlrl.algos.recipes.preference.config import (
     IterativeMADPOConfig,
     IterativeSection,
     RewardModelConfig,
 )
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import TrainConfig
 from comlrl.core import SamplingParams
 from pydantic import Field, model_validator
 
@@ -33,7 +36,7 @@ __all__ = ["MADPOIterRunConfig", "MARLHFIterRunConfig", "run_madpo_iter", "run_m
 
 
 class MADPOIterRunConfig(MADPORunConfig, IterativeMADPOConfig):
-    """``algo=madpo_iter``: :class:`~comlrl.algos.cli.run_configs.MADPORunConfig` (agents,
+    """``algo=madpo_iter``: :class:`~comlrl.algos.recipes.preference.madpo.run.MADPORunConfig` (agents,
     task, DPO and sampling settings; ``pairs_per_prompt`` current-vs-comparator pairs per
     prompt) plus the rounds (:class:`~comlrl.algos.recipes.preference.config.IterativeSection`:
     ``steps_per_round``, ``comparator``, ``replay_mode``, ...)."""
@@ -94,7 +97,7 @@ def _check_aligned(joint_mode: str) -> None:
 
 def _loader(config: Any) -> Any:
     """``name -> model`` for ``comparator_models`` (frozen, loaded as the agents are)."""
-    return lambda name: _load(name, config, config.seed + 7919)[0]
+    return lambda name: load_model(name, config, config.seed + 7919)[0]
 
 
 #: ``task -> (formatters, reward)`` of one joint policy (the centralized recipes)
@@ -103,19 +106,28 @@ JointInputs = Callable[[Any], tuple[list[Any], Any]]
 
 def run_madpo_iter(
     config: MADPOIterRunConfig,
-    request: RunRequest,
+    outputs: RunOutputs | None = None,
     *,
     algo: str = "madpo_iter",
     num_models: int | None = None,
     joint: JointInputs | None = None,
     policy_config: Any = None,
-) -> int:
+) -> RunResult:
     """``algo=madpo_iter``: MADPO-Iter on ``config.task``
-    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_madpo_iter`).
+    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_madpo_iter`); with
+    ``outputs.resume_from`` it continues that step checkpoint (rounds, replay and
+    comparator included).
 
     ``algo=centralized_madpo_iter`` loads ``num_models`` (1) models, takes the one joint
     policy's ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and
-    builds its MADPO run with ``policy_config`` (the policy's one-agent config)."""
+    builds its MADPO run with ``policy_config`` (the policy's one-agent config).
+
+    Raises:
+        ConfigError: a bad config, task, model name, a model that does not load, a
+            folder that holds another run (without ``outputs.overwrite``), or a checkpoint
+            that does not fit, all before training.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+    """
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MADPOIterRun,
         build_rounds,
@@ -123,75 +135,75 @@ def run_madpo_iter(
         train_madpo_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
-    from comlrl.algos.training import lifecycle
     from comlrl.algos.training.reporting import reporters_for
 
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    outputs.check_folder()
+    task, examples = preflight(
+        config,
+        [*config.models, *(config.comparator_models or [])],
+        refuse_tools="madpo_iter",
+    )
     try:
-        task, examples = preflight(
-            config,
-            [*config.models, *(config.comparator_models or [])],
-            refuse_tools="madpo_iter",
-        )
-    except ConfigError as exc:
-        return _err(str(exc))
-    try:
-        eval_examples = None
-        if config.eval_split is not None:
-            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
-        _quiet_transformers()
-        announce(
-            config,
-            len(examples),
-            f"MADPO-Iter against the {config.comparator} comparator, "
-            f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps",
-            _who(config, num_models),
-        )
-        agents = load_agents(config, num_models, prompt_format=config.prompt_format)
-        madpo = MADPOTrainer(
-            agents,
-            policy_config or config,
-            dataset=examples,
-            eval_dataset=eval_examples,
-            **_task_inputs(task, joint),
-        ).run
-        rounds = build_rounds(
-            config,
-            madpo.agents,
-            SamplingParams.from_config(config, config.num_candidates),
-            pairs_per_prompt=config.pairs_per_prompt,
-            num_rounds=config.num_rounds(config.num_steps),
-            seed=config.seed,
-            load=_loader(config),
-        )
-        run = MADPOIterRun(madpo, rounds)
-        if request.resume_from is not None:
-            step = madpo_iter_resume(run, request.resume_from, config.output_dir)
-            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
-    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        with setup_errors():
+            eval_examples = None
+            if config.eval_split is not None:
+                eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
+            quiet_transformers()
+            announce(
+                config,
+                len(examples),
+                f"MADPO-Iter against the {config.comparator} comparator, "
+                f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps",
+                _who(config, num_models),
+            )
+            agents = load_agents(config, num_models, prompt_format=config.prompt_format)
+            madpo = MADPOTrainer(
+                agents,
+                policy_config or config,
+                dataset=examples,
+                eval_dataset=eval_examples,
+                **_task_inputs(task, joint),
+            ).run
+            rounds = build_rounds(
+                config,
+                madpo.agents,
+                SamplingParams.from_config(config, config.num_candidates),
+                pairs_per_prompt=config.pairs_per_prompt,
+                num_rounds=config.num_rounds(config.num_steps),
+                seed=config.seed,
+                load=_loader(config),
+            )
+            run = MADPOIterRun(madpo, rounds)
+            if outputs.resume_from is not None:
+                step = madpo_iter_resume(run, outputs.resume_from, outputs.output_dir)
+                print(
+                    resuming_line(
+                        outputs.output_dir, step, config.num_steps, outputs.resume_from
+                    )
+                )
+    except BaseException:
         task.close()
-        return _err(str(exc))
+        raise
     try:  # a bug from here on keeps its traceback
         history = train_madpo_iter(
             run,
-            **{**config.run_outputs(request, algo), "resume_from": None},
-            overwrite=request.clear_earlier,
+            **outputs.loop_arguments({"algo": algo, **config.model_dump()}),
+            overwrite=outputs.overwrite,
             reporters=lambda out: reporters_for(
                 out,
-                report_to=config.report_to,
-                reward_curve=config.reward_curve,
+                report_to=list(outputs.report_to),
+                reward_curve=outputs.reward_curve,
                 title=f"{config.task.name} - {', '.join(config.models)} - MADPO-Iter",
-                wandb_project=config.wandb_project,
+                wandb_project=outputs.wandb_project,
                 record=config.model_dump(),
             ),
         )
-    except lifecycle.TrainingInterrupted as exc:
-        return stopped(exc)
     finally:
         task.close()
-    from pathlib import Path
-
-    print(_loss_summary(history, Path(config.output_dir), "reward_mean"))
-    return 0
+    out = outputs.output_dir
+    return RunResult(history, loss_summary(history, out, "reward_mean"), out)
 
 
 def _who(config: Any, num_models: int | None) -> str:
@@ -211,20 +223,26 @@ def _task_inputs(task: Any, joint: JointInputs | None) -> dict[str, Any]:
 
 def run_marlhf_iter(
     config: MARLHFIterRunConfig,
-    request: RunRequest,
+    outputs: RunOutputs | None = None,
     *,
     algo: str = "marlhf_iter",
     num_models: int | None = None,
     joint: JointInputs | None = None,
     policy_config: Any = None,
-) -> int:
+) -> RunResult:
     """``algo=marlhf_iter``: MARLHF-Iter on ``config.task``
     (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_marlhf_iter`); the
     reward model's fit rows in ``reward_model_metrics.jsonl``, its last fit in
-    ``final/reward_model``. ``algo=centralized_marlhf_iter`` as :func:`run_madpo_iter`'s
-    centralized form: one joint policy, its RL steps with ``policy_config``."""
+    ``final/reward_model``; with ``outputs.resume_from`` it continues that step checkpoint.
+    ``algo=centralized_marlhf_iter`` as :func:`run_madpo_iter`'s centralized form: one
+    joint policy, its RL steps with ``policy_config``.
+
+    Raises:
+        ConfigError: as :func:`run_madpo_iter`.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+        RewardFunctionError: the reward function failed.
+    """
     import torch
-    from comlrl.algos.cli.marlhf_run import _save_reward_model
     from comlrl.algos.recipes.preference.config import MADPOConfig
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MARLHFIterRun,
@@ -232,87 +250,92 @@ def run_marlhf_iter(
         marlhf_iter_resume,
         train_marlhf_iter,
     )
+    from comlrl.algos.recipes.preference.marlhf.run import save_reward_model
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.data_mixture import example_stream
     from comlrl.algos.training.reporting import summary_line
     from comlrl.algos.training.steps import JsonlWriter
-    from comlrl.core import RewardFunctionError
 
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    if policy_config is not None:
+        policy_config = outputs.apply(policy_config)
+    outputs.check_folder()
     backbone_name = config.reward_model or config.model_for(0)
+    task, examples = preflight(
+        config,
+        [*config.models, backbone_name, *(config.comparator_models or [])],
+        refuse_tools="marlhf_iter",
+    )
     try:
-        task, examples = preflight(
-            config,
-            [*config.models, backbone_name, *(config.comparator_models or [])],
-            refuse_tools="marlhf_iter",
-        )
-    except ConfigError as exc:
-        return _err(str(exc))
-    try:
-        eval_examples = None
-        if config.eval_every:
-            eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
-        _quiet_transformers()
-        announce(
-            config,
-            len(examples),
-            f"MARLHF-Iter against the {config.comparator} comparator, "
-            f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
-            f"{config.steps_per_round} steps of estimator {config.estimator}",
-            _who(config, num_models),
-        )
-        torch.manual_seed(config.seed)
-        agents = load_agents(config, num_models, **config.generation_options())
-        n_models = len(agents)
-        backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
-        marlhf = MARLHFTrainer(
-            agents,
-            MADPOConfig(num_agents=n_models, seed=config.seed, device=config.device),
-            reward_backbone=backbone,
-            reward_tokenizer=backbone_tok,
-            reward_config=config.reward,
-            dataset=examples,
-            **_task_inputs(task, joint),
-        )
-        rl = marlhf.rl_trainer(policy_config or config, eval_dataset=eval_examples)
-        run = MARLHFIterRun(
-            rl=rl.run,
-            rounds=build_rounds(
+        with setup_errors():
+            eval_examples = None
+            if config.eval_every:
+                eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
+            quiet_transformers()
+            announce(
                 config,
-                rl.run.agents,
-                SamplingParams.from_config(config, config.num_candidates),
-                pairs_per_prompt=config.pairs_per_prompt,
-                num_rounds=config.num_rounds(config.num_steps),
-                seed=config.seed,
-                load=_loader(config),
-            ),
-            task_env=marlhf.env,
-            reward_env=rl.env,
-            reward_model=marlhf.reward_model,
-            reward_tokenizer=marlhf.reward_tokenizer,
-            reward_config=config.reward,
-            data=example_stream(examples, seed=config.seed + 1, task=config.task),
-            section=config,
-            batch_size=config.batch_size,
-            scoring_reward=config.scoring_reward,
-        )
-        if request.resume_from is not None:
-            step = marlhf_iter_resume(run, request.resume_from)
-            print(resuming_line(config.output_dir, step, config.num_steps, request.resume_from))
-    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+                len(examples),
+                f"MARLHF-Iter against the {config.comparator} comparator, "
+                f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
+                f"{config.steps_per_round} steps of estimator {config.estimator}",
+                _who(config, num_models),
+            )
+            torch.manual_seed(config.seed)
+            agents = load_agents(config, num_models, **config.generation_options())
+            n_models = len(agents)
+            backbone, backbone_tok = load_model(backbone_name, config, config.seed + 104_729)
+            marlhf = MARLHFTrainer(
+                agents,
+                MADPOConfig(num_agents=n_models, seed=config.seed, device=config.device),
+                reward_backbone=backbone,
+                reward_tokenizer=backbone_tok,
+                reward_config=config.reward,
+                dataset=examples,
+                **_task_inputs(task, joint),
+            )
+            rl = marlhf.rl_trainer(policy_config or config, eval_dataset=eval_examples)
+            run = MARLHFIterRun(
+                rl=rl.run,
+                rounds=build_rounds(
+                    config,
+                    rl.run.agents,
+                    SamplingParams.from_config(config, config.num_candidates),
+                    pairs_per_prompt=config.pairs_per_prompt,
+                    num_rounds=config.num_rounds(config.num_steps),
+                    seed=config.seed,
+                    load=_loader(config),
+                ),
+                task_env=marlhf.env,
+                reward_env=rl.env,
+                reward_model=marlhf.reward_model,
+                reward_tokenizer=marlhf.reward_tokenizer,
+                reward_config=config.reward,
+                data=example_stream(examples, seed=config.seed + 1, task=config.task),
+                section=config,
+                batch_size=config.batch_size,
+                scoring_reward=config.scoring_reward,
+            )
+            if outputs.resume_from is not None:
+                step = marlhf_iter_resume(run, outputs.resume_from)
+                print(
+                    resuming_line(
+                        outputs.output_dir, step, config.num_steps, outputs.resume_from
+                    )
+                )
+    except BaseException:
         task.close()
-        return _err(str(exc))
-    if request.clear_earlier:
-        lifecycle.clear_run_outputs(config.output_dir)
+        raise
+    if outputs.overwrite and outputs.resume_from is None:
+        lifecycle.clear_run_outputs(outputs.output_dir)
     out = rl.run.output_dir
     try:  # a bug from here on keeps its traceback
         history = train_marlhf_iter(
             run,
             record=lifecycle.run_record(config, algo=algo, task=task),
-            save_final=lambda path: _save_reward_model(marlhf, path / "reward_model"),
+            save_final=lambda path: save_reward_model(marlhf, path / "reward_model"),
         )
-    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
-        return stopped(exc)
     finally:
         task.close()
         if run.reward_model_rows:  # all of the run's fits (a resumed run's saved ones too)
@@ -323,5 +346,5 @@ def run_marlhf_iter(
                     writer.write(row)
             finally:
                 writer.close()
-    print(summary_line(history, out) + " (reward: the learned reward model's)")
-    return 0
+    line = summary_line(history, out) + " (reward: the learned reward model's)"
+    return RunResult(history, line, out)

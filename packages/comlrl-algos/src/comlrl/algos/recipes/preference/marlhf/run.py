@@ -1,5 +1,9 @@
-"""``comlrl train algo=marlhf``: sample reward-gap pairs, fit the joint reward model
-(saved so a resumed run skips the fit), then the group-baseline recipe on its reward."""
+"""The end-to-end run of MARLHF (``algo=marlhf``), its two phases and the reward model's
+checkpoint: sample reward-gap pairs on the task, fit the joint reward model (saved under
+``checkpoints/reward_model``, so a resumed run skips the pairs and the fit), then the
+group-baseline recipe on its reward. ``run_marlhf(MARLHFRunConfig(...))`` from Python is
+the run ``comlrl train algo=marlhf`` makes; ``RunOutputs.of(config, resume=True)``
+continues it."""
 
 from __future__ import annotations
 
@@ -7,117 +11,170 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from comlrl.algos.cli.run_configs import MARLHFRunConfig
-from comlrl.algos.cli.run_steps import (
-    RunRequest,
-    _err,
-    _load,
-    _quiet_transformers,
-    _start_outputs,
+from comlrl.algos.recipes.preference.config import MADPOConfig, RewardModelConfig
+from comlrl.algos.recipes.run_config import eval_on_start_follows
+from comlrl.algos.recipes.run_steps import (
+    RunOutputs,
+    RunResult,
     announce,
     load_agents,
     load_eval_split,
+    load_model,
     preflight,
+    quiet_transformers,
     resuming_line,
-    stopped,
+    setup_errors,
+    start_outputs,
 )
-from comlrl.algos.recipes.preference.recipe import (
-    MADPOConfig,
-)
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config import TrainConfig
+from pydantic import Field, model_validator
 
 __all__ = [
+    "MARLHFRunConfig",
     "run_marlhf",
     "REWARD_MODEL_DIR",
+    "save_reward_model",
+    "load_reward_model",
 ]
+
+
+class MARLHFRunConfig(TrainConfig):
+    """MARLHF from the command line: :class:`~comlrl.algos.training.config.TrainConfig` for the RL
+    phase (MAGRPO by default, on the learned reward) plus how preference pairs are sampled
+    and the joint reward model is fit (:class:`~comlrl.algos.MARLHFTrainer`).
+
+    Attributes:
+        reward_model: the reward model's backbone (None: agent 0's model).
+        reward: the reward model's training settings
+            (:class:`~comlrl.algos.recipes.preference.recipe.RewardModelConfig`).
+        num_candidates: ``K``, candidates per agent per prompt when sampling pairs (>= 2).
+        min_gap: smallest task-reward gap that makes a pair.
+        pairs_per_prompt: pairs kept per prompt, largest gap first.
+        num_collect_batches: batches of ``batch_size`` prompts to sample pairs from.
+        eval_fraction: share of the pair batches held out to evaluate the reward model.
+        eval_every: as in ``TrainConfig``, but on by default (every 40 steps, and before
+            the first step: ``eval_on_start``): the RL phase climbs the learned reward, and
+            the evaluation rows (``eval.jsonl``) score the agents with the task's own reward
+            on ``eval_split``, which says whether that helped.
+    """
+
+    output_dir: str = "runs/marlhf"
+    eval_every: int = Field(40, ge=0)
+    eval_on_start: bool = True
+    reward_model: str | None = None
+    reward: RewardModelConfig = Field(default_factory=lambda: RewardModelConfig(learning_rate=1e-3))
+    num_candidates: int = Field(4, ge=2)
+    min_gap: float = Field(0.0, ge=0)
+    pairs_per_prompt: int = Field(1, ge=1)
+    num_collect_batches: int = Field(8, ge=1)
+    eval_fraction: float = Field(0.2, ge=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_start_eval_when_off(cls, data: Any) -> Any:
+        return eval_on_start_follows(data)
 
 
 def run_marlhf(
     config: MARLHFRunConfig,
-    request: RunRequest,
+    outputs: RunOutputs | None = None,
     *,
     algo: str = "marlhf",
     num_models: int | None = None,
     joint: Callable[[Any], tuple[list[Any], Any]] | None = None,
     rl_config: Any = None,
-) -> int:
+) -> RunResult:
     """``algo=marlhf``: :class:`~comlrl.algos.MARLHFTrainer`: sample reward-gap pairs on
     ``config.task``, fit the joint reward model (rows in ``reward_model_metrics.jsonl``,
-    weights in ``final/reward_model``), then the group-baseline recipe on its reward.
+    weights in ``final/reward_model`` and ``checkpoints/reward_model``), then the
+    group-baseline recipe on its reward. With ``outputs.resume_from`` a run whose reward
+    model was saved skips the pairs and the fit and continues its RL phase from that step
+    checkpoint.
 
     ``algo=centralized_marlhf`` loads ``num_models`` (1) models, takes the one policy's
     ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and runs the
-    RL phase with ``rl_config`` (the policy's one-agent config)."""
+    RL phase with ``rl_config`` (the policy's one-agent config).
+
+    Raises:
+        ConfigError: a bad config, task, model name, a model that does not load, a
+            folder that holds another run (without ``outputs.overwrite``), before training.
+        CheckpointError: the step checkpoint or saved reward model does not fit.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+        RewardFunctionError: the reward function failed.
+    """
     import torch
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
-    from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
     from comlrl.algos.training.reporting import read_metrics, summary_line
     from comlrl.algos.training.steps import JsonlWriter
-    from comlrl.core import RewardFunctionError
 
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    if rl_config is not None:
+        rl_config = outputs.apply(rl_config)
+    outputs.check_folder()
     backbone_name = config.reward_model or config.model_for(0)
     n_models = config.num_agents if num_models is None else num_models
     who = f"{config.num_agents} agents"
     if n_models != config.num_agents:
         who = f"{n_models} policy for {config.num_agents} roles"
+    task, examples = preflight(config, [*config.models, backbone_name], refuse_tools=algo)
     try:
-        task, examples = preflight(config, [*config.models, backbone_name], refuse_tools=algo)
-    except ConfigError as exc:
-        return _err(str(exc))
-    try:
-        eval_examples = None
-        if config.eval_every:
-            eval_examples = load_eval_split(task, config.eval_split)
-        _quiet_transformers()
-        announce(
-            config,
-            len(examples),
-            f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
-            f"{backbone_name}, then {config.num_steps} steps of estimator {config.estimator} "
-            "on its reward",
-            who,
-        )
-        torch.manual_seed(config.seed)
-        agents = load_agents(config, n_models, **config.generation_options())
-        backbone, backbone_tok = _load(backbone_name, config, config.seed + 104_729)
-        pairing = MADPOConfig.build(
-            num_agents=n_models,
-            num_candidates=config.num_candidates,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            joint_mode=config.joint_mode,
-            min_gap=config.min_gap,
-            pairs_per_prompt=config.pairs_per_prompt,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            device=config.device,
-        )
-        marlhf = MARLHFTrainer(
-            agents,
-            pairing,
-            reward_backbone=backbone,
-            reward_tokenizer=backbone_tok,
-            reward_config=config.reward,
-            dataset=examples,
-            **(
-                {"task": task}
-                if joint is None
-                else dict(zip(("formatters", "reward_func"), joint(task), strict=True))
-            ),
-            num_collect_batches=config.num_collect_batches,
-            eval_fraction=config.eval_fraction,
-        )
-        out = _start_outputs(config, algo, request)
-        saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
-        fitted = request.resume_from is not None and (saved_rm / "head.safetensors").is_file()
-        if fitted:
-            _load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
-    except (OSError, ValueError) as exc:  # before training: ConfigError, CheckpointError, loads
+        with setup_errors():
+            eval_examples = None
+            if config.eval_every:
+                eval_examples = load_eval_split(task, config.eval_split)
+            quiet_transformers()
+            announce(
+                config,
+                len(examples),
+                f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
+                f"{backbone_name}, then {config.num_steps} steps of estimator "
+                f"{config.estimator} on its reward",
+                who,
+            )
+            torch.manual_seed(config.seed)
+            agents = load_agents(config, n_models, **config.generation_options())
+            backbone, backbone_tok = load_model(backbone_name, config, config.seed + 104_729)
+            pairing = MADPOConfig.build(
+                num_agents=n_models,
+                num_candidates=config.num_candidates,
+                max_new_tokens=config.max_new_tokens,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                top_k=config.top_k,
+                joint_mode=config.joint_mode,
+                min_gap=config.min_gap,
+                pairs_per_prompt=config.pairs_per_prompt,
+                batch_size=config.batch_size,
+                seed=config.seed,
+                device=config.device,
+            )
+            marlhf = MARLHFTrainer(
+                agents,
+                pairing,
+                reward_backbone=backbone,
+                reward_tokenizer=backbone_tok,
+                reward_config=config.reward,
+                dataset=examples,
+                **(
+                    {"task": task}
+                    if joint is None
+                    else dict(zip(("formatters", "reward_func"), joint(task), strict=True))
+                ),
+                num_collect_batches=config.num_collect_batches,
+                eval_fraction=config.eval_fraction,
+            )
+            out = start_outputs(config, algo, outputs)
+            saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
+            fitted = (
+                outputs.resume_from is not None and (saved_rm / "head.safetensors").is_file()
+            )
+            if fitted:
+                load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
+    except BaseException:
         task.close()
-        return _err(str(exc))
+        raise
     try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
         if not fitted:
             (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
@@ -128,25 +185,20 @@ def run_marlhf(
                     writer.write(row)
             finally:
                 writer.close()
-            _save_reward_model(marlhf, saved_rm)
-        _save_reward_model(marlhf, out / "final" / "reward_model")
-        try:
-            trainer = marlhf.rl_trainer(rl_config or config, eval_dataset=eval_examples)
-        except ConfigError as exc:
-            return _err(str(exc))
+            save_reward_model(marlhf, saved_rm)
+        save_reward_model(marlhf, out / "final" / "reward_model")
+        trainer = marlhf.rl_trainer(rl_config or config, eval_dataset=eval_examples)
         if joint is not None:  # config.yaml: this recipe, the task it played
             from comlrl.algos.training.lifecycle import run_record
 
             trainer.record = run_record(config, algo=algo, task=task)
-        if request.resume_from is not None:
+        if outputs.resume_from is not None:
             try:
-                step = trainer.resume(request.resume_from)
+                step = trainer.resume(outputs.resume_from)
             except CheckpointError as exc:
-                return _err(f"cannot resume from {request.resume_from}: {exc}")
-            print(resuming_line(out, step, config.num_steps, request.resume_from))
+                raise CheckpointError(f"cannot resume from {outputs.resume_from}: {exc}") from None
+            print(resuming_line(out, step, config.num_steps, outputs.resume_from))
         history = trainer.train()
-    except (RewardFunctionError, lifecycle.TrainingInterrupted) as exc:
-        return stopped(exc)
     finally:
         task.close()
     line = summary_line(history, out) + " (reward: the learned reward model's)"
@@ -157,8 +209,7 @@ def run_marlhf(
             f"{float(evals[0]['reward_mean']):.3f} -> step {evals[-1]['step']} "
             f"{float(evals[-1]['reward_mean']):.3f}"
         )
-    print(line)
-    return 0
+    return RunResult(history, line, out)
 
 
 #: Folder under ``output_dir/checkpoints`` with MARLHF's fitted reward model: a resumed
@@ -166,7 +217,7 @@ def run_marlhf(
 REWARD_MODEL_DIR = "reward_model"
 
 
-def _save_reward_model(marlhf: Any, path: Path) -> None:
+def save_reward_model(marlhf: Any, path: Path) -> None:
     """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
     (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
     (a temporary sibling folder, then renamed)."""
@@ -183,8 +234,8 @@ def _save_reward_model(marlhf: Any, path: Path) -> None:
         )
 
 
-def _load_reward_model(marlhf: Any, path: Path) -> None:
-    """Load what :func:`_save_reward_model` wrote into ``marlhf.reward_model`` in place.
+def load_reward_model(marlhf: Any, path: Path) -> None:
+    """Load what :func:`save_reward_model` wrote into ``marlhf.reward_model`` in place.
 
     Raises:
         CheckpointError: the folder cannot be read or does not fit the reward model.
