@@ -80,7 +80,7 @@ class _QuietTask:
 def test_comlrl_tasks_says_where_a_suites_data_comes_from(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from comlrl.algos.cli import preflight
+    from comlrl.algos.training import task_setup as preflight
 
     class _EntryPoint:
         def __init__(self, name: str, factory: type) -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from comlrl.algos.cli.registry import (
+from comlrl.algos.recipes.registry import (
     DEFAULT_RECIPE,
     RECIPES,
     build_recipe_config,

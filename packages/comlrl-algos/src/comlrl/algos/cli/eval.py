@@ -139,9 +139,9 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
-    from comlrl.algos.training.task_setup import build_task
-    from comlrl.algos.recipes.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.run_steps import load_agents
+    from comlrl.algos.training.task_setup import build_task
 
     try:
         task = build_task(config.task)  # one task, or the mixture of task.mixture

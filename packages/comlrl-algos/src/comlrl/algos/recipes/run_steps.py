@@ -21,6 +21,7 @@ __all__ = [
     "RunResult",
     "setup_errors",
     "preflight",
+    "check_offline",
     "announce",
     "resuming_line",
     "load_eval_split",
@@ -212,9 +213,9 @@ def preflight(
         ConfigError: a missing extra, an unusable model name, a task that does not fit,
             or a task with tools for a recipe that refuses them.
     """
-    from comlrl.algos.training.task_setup import check_model_names, prepare_task
     from comlrl.algos.training.config import TrainConfig
     from comlrl.algos.training.reporting import check_report_to
+    from comlrl.algos.training.task_setup import check_model_names, prepare_task
 
     check_report_to(config.report_to)
     check_model_names(list(model_names))
@@ -232,6 +233,34 @@ def preflight(
                 "without tools."
             )
     return task, examples
+
+
+def check_offline(config: Any) -> None:
+    """The checks a run makes of ``config`` before it loads a model, without loading
+    anything (``comlrl train --print-config``): reporting extras, model names, the task and
+    its options against the config (:func:`comlrl.algos.training.task_setup.build_task`);
+    nothing is downloaded, no example is loaded and no reward worker is contacted.
+
+    Raises:
+        ConfigError: what ``comlrl train`` would refuse.
+    """
+    from comlrl.algos.training.config import TaskConfig, TrainConfig
+    from comlrl.algos.training.reporting import check_report_to
+    from comlrl.algos.training.task_setup import build_checked_task, check_model_names
+
+    if hasattr(config, "report_to"):
+        check_report_to(config.report_to)
+    models = getattr(config, "models", None)
+    if isinstance(models, list):
+        check_model_names([str(m) for m in models])
+    task = getattr(config, "task", None)
+    if isinstance(task, TaskConfig) and hasattr(config, "num_agents"):
+        as_train = (
+            config
+            if isinstance(config, TrainConfig)
+            else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
+        )
+        build_checked_task(as_train).close()
 
 
 def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from comlrl.algos.recipes.group_baseline.run import run_policy_gradient
 from comlrl.algos.recipes.preference.iterative.run import (
     MADPOIterRunConfig,
     MARLHFIterRunConfig,
@@ -19,7 +20,6 @@ from comlrl.algos.recipes.preference.iterative.run import (
 )
 from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
 from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
-from comlrl.algos.recipes.group_baseline.run import run_policy_gradient
 from comlrl.algos.recipes.run_steps import RunOutputs, RunResult, load_eval_split
 from comlrl.algos.training.config import TrainConfig
 from pydantic import BaseModel, model_validator
@@ -122,7 +122,8 @@ def build_centralized_trainer(
     return trainer
 
 
-def run_centralized_magrpo(config: CentralizedRunConfig, outputs: RunOutputs | None = None
+def run_centralized_magrpo(
+    config: CentralizedRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
     """``algo=centralized_magrpo``: :func:`build_centralized_trainer` on ``config.task``
     (the joint policy's final weights in ``final/agent_0``)."""
@@ -201,7 +202,8 @@ def _joint_inputs(task: Any, num_roles: int, role_format: str) -> tuple[list[Any
     return [joint_prompt], reward
 
 
-def run_centralized_madpo(config: CentralizedMADPORunConfig, outputs: RunOutputs | None = None
+def run_centralized_madpo(
+    config: CentralizedMADPORunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
     """``algo=centralized_madpo``: :func:`build_centralized_madpo_trainer` on
     ``config.task`` (the joint policy's final weights in ``final/agent_0``)."""
@@ -248,7 +250,8 @@ class CentralizedMARLHFRunConfig(MARLHFRunConfig):
         return MARLHFRunConfig.model_validate(data)
 
 
-def run_centralized_marlhf(config: CentralizedMARLHFRunConfig, outputs: RunOutputs | None = None
+def run_centralized_marlhf(
+    config: CentralizedMARLHFRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
     """``algo=centralized_marlhf``: :func:`~comlrl.algos.recipes.preference.marlhf.run.run_marlhf` with one
     joint policy (its final weights in ``final/agent_0``, the reward model's in
@@ -305,7 +308,8 @@ class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
         return result
 
 
-def run_centralized_madpo_iter(config: CentralizedMADPOIterRunConfig, outputs: RunOutputs | None = None
+def run_centralized_madpo_iter(
+    config: CentralizedMADPOIterRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
     """``algo=centralized_madpo_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_madpo_iter`
     with one joint policy (its final weights in ``final/agent_0``)."""
@@ -339,7 +343,8 @@ class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
         return result
 
 
-def run_centralized_marlhf_iter(config: CentralizedMARLHFIterRunConfig, outputs: RunOutputs | None = None
+def run_centralized_marlhf_iter(
+    config: CentralizedMARLHFIterRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
     """``algo=centralized_marlhf_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_marlhf_iter`
     with one joint policy."""

@@ -36,9 +36,7 @@ def run_group_baseline(config: TrainConfig, outputs: RunOutputs | None = None) -
     (:func:`run_policy_gradient`)."""
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 
-    return run_policy_gradient(
-        config, outputs, MultiAgentTrainer, f"estimator {config.estimator}"
-    )
+    return run_policy_gradient(config, outputs, MultiAgentTrainer, f"estimator {config.estimator}")
 
 
 def run_policy_gradient(

@@ -8,6 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from comlrl.algos.recipes.preference.config import (
+    IterativeMADPOConfig,
+    IterativeSection,
+    RewardModelConfig,
+)
 from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig
 from comlrl.algos.recipes.run_config import eval_on_start_follows
 from comlrl.algos.recipes.run_steps import (
@@ -22,11 +27,6 @@ from comlrl.algos.recipes.run_steps import (
     quiet_transformers,
     resuming_line,
     setup_errors,
-)
-from comlrl.algos.recipes.preference.config import (
-    IterativeMADPOConfig,
-    IterativeSection,
-    RewardModelConfig,
 )
 from comlrl.algos.training.config import TrainConfig
 from comlrl.core import SamplingParams
@@ -179,9 +179,7 @@ def run_madpo_iter(
             if outputs.resume_from is not None:
                 step = madpo_iter_resume(run, outputs.resume_from, outputs.output_dir)
                 print(
-                    resuming_line(
-                        outputs.output_dir, step, config.num_steps, outputs.resume_from
-                    )
+                    resuming_line(outputs.output_dir, step, config.num_steps, outputs.resume_from)
                 )
     except BaseException:
         task.close()
@@ -320,9 +318,7 @@ def run_marlhf_iter(
             if outputs.resume_from is not None:
                 step = marlhf_iter_resume(run, outputs.resume_from)
                 print(
-                    resuming_line(
-                        outputs.output_dir, step, config.num_steps, outputs.resume_from
-                    )
+                    resuming_line(outputs.output_dir, step, config.num_steps, outputs.resume_from)
                 )
     except BaseException:
         task.close()

@@ -167,9 +167,7 @@ def run_marlhf(
             )
             out = start_outputs(config, algo, outputs)
             saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
-            fitted = (
-                outputs.resume_from is not None and (saved_rm / "head.safetensors").is_file()
-            )
+            fitted = outputs.resume_from is not None and (saved_rm / "head.safetensors").is_file()
             if fitted:
                 load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
     except BaseException:

@@ -1,6 +1,6 @@
 """One entry of the recipe registry (:class:`Recipe`): which config class validates a
 recipe's settings, what it presets or fixes, and which function runs it; the error messages
-for unknown keys and invalid values (:mod:`comlrl.algos.cli.registry` holds the entries).
+for unknown keys and invalid values (:mod:`comlrl.algos.recipes.registry` holds the entries).
 """
 
 from __future__ import annotations
@@ -138,6 +138,6 @@ def _unknown_keys_message(recipe: Recipe, unknown: list[str], valid: list[str]) 
 def _registered() -> list[Recipe]:
     """Every registered entry (imported here, not at module level: the registry imports
     this module to build its entries)."""
-    from comlrl.algos.cli.registry import RECIPES
+    from comlrl.algos.recipes.registry import RECIPES
 
     return list(RECIPES.values())

@@ -39,7 +39,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from comlrl.algos.cli.recipe_entry import Recipe
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
 from comlrl.algos.recipes.actor_critic.run import run_iac, run_maac
 from comlrl.algos.recipes.centralized.run import (
@@ -69,6 +68,7 @@ from comlrl.algos.recipes.preference.supervised.run import (
     run_dpo,
     run_sft,
 )
+from comlrl.algos.recipes.recipe_entry import Recipe
 from comlrl.algos.training.config import ConfigError, TrainConfig
 
 __all__ = [
