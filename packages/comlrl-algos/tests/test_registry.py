@@ -176,3 +176,16 @@ def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
     assert read_jsonl_rows(path, ("prompt", "completion"), "SFT") == [
         {"prompt": "a", "completion": "b"}
     ]
+
+
+def test_every_entry_holds_its_config_class_and_the_public_run_function() -> None:
+    import comlrl.algos as algos
+    from pydantic import BaseModel
+
+    for recipe in RECIPES.values():
+        assert isinstance(recipe.config, type) and issubclass(recipe.config, BaseModel)
+        name = recipe.runner.__name__
+        assert name.startswith("run_") and getattr(algos, name) is recipe.runner, name
+    assert get_recipe("marlhf").runner is algos.run_marlhf
+    assert get_recipe("marlhf").config is algos.MARLHFRunConfig
+    assert get_recipe("rloo").runner is algos.run_group_baseline

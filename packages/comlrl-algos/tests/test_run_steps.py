@@ -118,3 +118,20 @@ def test_a_failed_reward_prints_where_the_last_completed_step_was_saved(
     err = capsys.readouterr().err
     assert f"training failed in step 4; step 3 (the last completed step) was saved: {saved}" in err
     assert f"resume with: comlrl train --resume {tmp_path}" in err
+
+
+def test_run_outputs_read_a_config_and_replace_only_the_fields_that_differ(tmp_path: Path) -> None:
+    from comlrl.algos import MADPORunConfig, TrainConfig
+
+    config = TrainConfig(output_dir=str(tmp_path / "a"), save_every=2, report_to="tensorboard")
+    outputs = run_steps.RunOutputs.of(config)
+    assert outputs.output_dir == tmp_path / "a" and outputs.save_every == 2
+    assert outputs.report_to == ("jsonl", "tensorboard") and outputs.resume_from is None
+    assert outputs.apply(config) is config  # nothing differs: the same object
+    moved = run_steps.RunOutputs(output_dir=tmp_path / "b", keep_last=1).apply(config)
+    assert (moved.output_dir, moved.keep_last, moved.save_every) == (str(tmp_path / "b"), 1, 0)
+    assert config.output_dir == str(tmp_path / "a")  # a copy; the config is unchanged
+    madpo = MADPORunConfig(output_dir=str(tmp_path / "m"), reward_curve=False)
+    assert run_steps.RunOutputs.of(madpo).reward_curve is False
+    with pytest.raises(ConfigError, match="save_every must be >= 0, got -1"):
+        run_steps.RunOutputs(output_dir=tmp_path, save_every=-1)

@@ -71,7 +71,7 @@ def run_dpo(config: DPORunConfig, outputs: RunOutputs | None = None) -> RunResul
 
 
 def _run_one_model(
-    config: OneModelRunFields,
+    config: SFTRunConfig | DPORunConfig,
     outputs: RunOutputs | None,
     algo: str,
     train: Callable[..., list[dict[str, float]]],
