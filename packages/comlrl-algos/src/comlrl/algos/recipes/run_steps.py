@@ -69,6 +69,9 @@ class RunOutputs:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "output_dir", Path(self.output_dir))  # a str is taken too
+        if self.resume_from is not None:
+            object.__setattr__(self, "resume_from", Path(self.resume_from))
         if self.save_every < 0:
             raise ConfigError(f"save_every must be >= 0, got {self.save_every}")
         if self.keep_last is not None and self.keep_last < 1:
@@ -140,18 +143,30 @@ class RunOutputs:
         :attr:`overwrite`.
 
         Raises:
-            ConfigError: naming what the folder holds and the ways out.
+            ConfigError: naming what the folder holds and the ways out (resume it, start
+                over, or another folder).
         """
-        from comlrl.algos.training.lifecycle import existing_run_outputs, used_output_dir_message
+        from comlrl.algos.training.checkpoint import latest_checkpoint
+        from comlrl.algos.training.lifecycle import existing_run_outputs
 
         if self.resume_from is not None or self.overwrite:
             return
         earlier = existing_run_outputs(self.output_dir)
-        if earlier:
-            message = used_output_dir_message(self.output_dir, earlier, api=True)
-            raise ConfigError(
-                message.replace("train(overwrite=True)", "RunOutputs(overwrite=True)")
-            )
+        if not earlier:
+            return
+        found = latest_checkpoint(self.output_dir)
+        resume = (
+            f"continue it from its newest checkpoint ({found}) with "
+            "RunOutputs.of(config, resume=True), or "
+            if found is not None
+            else "it has no step checkpoint to resume from; "
+        )
+        raise ConfigError(
+            f"output_dir {str(self.output_dir)!r} already holds a run ({', '.join(earlier)}); "
+            f"{resume}start over with RunOutputs.of(config, overwrite=True) (deletes that "
+            "run's metrics, samples, evaluations, checkpoints and final/), or choose another "
+            "output_dir."
+        )
 
     def loop_arguments(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """The loop arguments of the preference recipes' ``train_*`` functions and
