@@ -126,7 +126,9 @@ def test_a_run_refuses_a_used_folder_unless_told_to_overwrite_and_resume_needs_a
     with pytest.raises(ConfigError, match="nothing to resume"):
         RunOutputs.of(config, resume=True)
     assert [r["step"] for r in run_sft(config).history] == [1, 2]
-    with pytest.raises(ConfigError, match=r"already holds a run .*RunOutputs\(overwrite=True\)"):
+    with pytest.raises(
+        ConfigError, match=r"already holds a run .*RunOutputs.of\(config, overwrite=True\)"
+    ):
         run_sft(config)
     assert [r["step"] for r in run_sft(config, RunOutputs.of(config, overwrite=True)).history] == [
         1,
