@@ -1,9 +1,16 @@
 """The end-to-end run of MARLHF (``algo=marlhf``), its two phases and the reward model's
 checkpoint: sample reward-gap pairs on the task, fit the joint reward model (saved under
 ``checkpoints/reward_model``, so a resumed run skips the pairs and the fit), then the
-group-baseline recipe on its reward. ``run_marlhf(MARLHFRunConfig(...))`` from Python is
-the run ``comlrl train algo=marlhf`` makes; ``RunOutputs.of(config, resume=True)``
-continues it."""
+group-baseline recipe on its reward. From Python it is the run ``comlrl train algo=marlhf``
+makes::
+
+    from comlrl.algos import MARLHFRunConfig, RunOutputs, run_marlhf
+
+    config = MARLHFRunConfig(output_dir="runs/marlhf", save_every=20)
+    result = run_marlhf(config)  # both phases; result.history: the RL phase's rows
+    # after Ctrl-C (TrainingInterrupted): the RL phase continues, the reward model is read
+    result = run_marlhf(config, RunOutputs.of(config, resume=True))
+"""
 
 from __future__ import annotations
 
