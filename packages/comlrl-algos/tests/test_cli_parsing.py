@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main, parse_args
-from comlrl.algos.training.task_setup import TaskInfo, check_model_names, check_task_fits, task_options
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.task_setup import (
+    TaskInfo,
+    check_model_names,
+    check_task_fits,
+    task_options,
+)
 
 
 def test_options_and_overrides_may_be_intermixed() -> None:
