@@ -41,9 +41,9 @@ PARTS = ("logprob_forward", "loss", "backward", "clip_grad_norm", "zero_grad", "
 
 def measure(batch_size: int, warmup: int, repeats: int, work: Path) -> dict[str, Any]:
     import torch
-    from comlrl.algos.cli.run_steps import load_agents, preflight
     from comlrl.algos.recipes.group_baseline import recipe
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.run_steps import load_agents, preflight
     from comlrl.algos.rollout.tree import rollout
     from comlrl.algos.training import update as upd
     from comlrl.algos.training.config import TrainConfig

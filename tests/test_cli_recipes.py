@@ -323,7 +323,7 @@ def test_a_bug_during_training_keeps_its_traceback_and_the_last_checkpoint(
 def test_a_bug_in_a_preference_step_keeps_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from comlrl.algos.recipes.preference import supervised as preference
+    from comlrl.algos.recipes.preference.supervised import recipe as preference
 
     calls: list[int] = []
     original = preference.sft_nll

@@ -95,8 +95,8 @@ def test_a_gguf_model_without_the_gguf_package_fails_before_loading(
 ) -> None:
     import importlib.util
 
-    from comlrl.algos.cli.preflight import check_model_names
     from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.task_setup import check_model_names
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main, parse_args
-from comlrl.algos.cli.preflight import TaskInfo, check_model_names, check_task_fits, task_options
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.task_setup import (
+    TaskInfo,
+    check_model_names,
+    check_task_fits,
+    task_options,
+)
 
 
 def test_options_and_overrides_may_be_intermixed() -> None:
@@ -80,7 +85,7 @@ class _QuietTask:
 def test_comlrl_tasks_says_where_a_suites_data_comes_from(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from comlrl.algos.cli import preflight
+    from comlrl.algos.training import task_setup as preflight
 
     class _EntryPoint:
         def __init__(self, name: str, factory: type) -> None:

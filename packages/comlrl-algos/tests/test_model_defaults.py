@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from comlrl.algos.cli import main as cli
-from comlrl.algos.cli.run_steps import announce
+from comlrl.algos.recipes.run_steps import announce
 from comlrl.algos.training.config import TrainConfig, load_config
 from comlrl.algos.training.diagnostics import TrainingWarning
 from comlrl.algos.training.model_defaults import (

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from comlrl.algos.cli.registry import (
+from comlrl.algos.recipes.registry import (
     DEFAULT_RECIPE,
     RECIPES,
     build_recipe_config,
@@ -158,7 +158,7 @@ def test_yaml_files_pick_the_recipe_with_an_algo_key(tmp_path: Path) -> None:
 
 
 def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
-    from comlrl.algos.cli.runs import read_jsonl_rows
+    from comlrl.algos.recipes.run_steps import read_jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "a"}\n')
@@ -176,3 +176,16 @@ def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
     assert read_jsonl_rows(path, ("prompt", "completion"), "SFT") == [
         {"prompt": "a", "completion": "b"}
     ]
+
+
+def test_every_entry_holds_its_config_class_and_the_public_run_function() -> None:
+    import comlrl.algos as algos
+    from pydantic import BaseModel
+
+    for recipe in RECIPES.values():
+        assert isinstance(recipe.config, type) and issubclass(recipe.config, BaseModel)
+        name = recipe.runner.__name__
+        assert name.startswith("run_") and getattr(algos, name) is recipe.runner, name
+    assert get_recipe("marlhf").runner is algos.run_marlhf
+    assert get_recipe("marlhf").config is algos.MARLHFRunConfig
+    assert get_recipe("rloo").runner is algos.run_group_baseline

@@ -1,6 +1,7 @@
-"""The pieces every ``comlrl train`` run shares (:mod:`comlrl.algos.cli.run_steps`): the
-evaluation split loader, the agents loader's naming and seeds, the resume line, and the
-exit codes of a run that training stopped."""
+"""The pieces every recipe run shares (:mod:`comlrl.algos.recipes.run_steps`): the
+evaluation split loader, the agents loader's naming and seeds, the resume line, the
+outputs argument (:class:`~comlrl.algos.recipes.run_steps.RunOutputs`), and the exit codes
+of a ``comlrl train`` run that training stopped (:func:`comlrl.algos.cli.main.stopped`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from comlrl.algos.cli import run_steps
+from comlrl.algos.cli.main import stopped
+from comlrl.algos.recipes import run_steps
 from comlrl.algos.training.config import ConfigError
 from comlrl.algos.training.lifecycle import TrainingInterrupted
 from comlrl.core import RewardFunctionError
@@ -44,7 +46,7 @@ def test_agents_are_named_by_index_and_seeded_from_the_config(
         def __init__(self, model: Any, tok: Any, **kw: Any) -> None:
             made.append(kw)
 
-    monkeypatch.setattr(run_steps, "_load", fake_load)
+    monkeypatch.setattr(run_steps, "load_model", fake_load)
     monkeypatch.setattr("comlrl.algos.rollout.agent.HFAgent", FakeAgent)
     config = SimpleNamespace(num_agents=3, seed=10, model_for=lambda i: f"m{i}")
     assert len(run_steps.load_agents(config, prompt_format="raw")) == 3
@@ -76,7 +78,7 @@ def test_agents_on_one_gguf_file_read_it_once_and_get_their_own_copies(
             built.append((model, tok))
             model.weight.data.add_(1.0)  # an agent that changes its model
 
-    monkeypatch.setattr(run_steps, "_load", fake_load)
+    monkeypatch.setattr(run_steps, "load_model", fake_load)
     monkeypatch.setattr("comlrl.algos.rollout.agent.HFAgent", FakeAgent)
     names = [str(gguf), str(gguf), str(folder), str(folder), str(gguf)]
     config = SimpleNamespace(num_agents=5, seed=0, model_for=lambda i: names[i])
@@ -94,12 +96,12 @@ def test_a_stopped_run_exits_130_on_ctrl_c_and_1_when_the_reward_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ctrl_c = TrainingInterrupted(3, tmp_path / "checkpoints" / "step-000003", tmp_path)
-    assert run_steps.stopped(ctrl_c) == 130
+    assert stopped(ctrl_c) == 130
     assert f"comlrl train --resume {tmp_path}" in capsys.readouterr().err
-    assert run_steps.stopped(RewardFunctionError("boom")) == 1
+    assert stopped(RewardFunctionError("boom")) == 1
     assert "the reward function failed, training stopped: boom" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="a bug"):
-        run_steps.stopped(RuntimeError("a bug"))
+        stopped(RuntimeError("a bug"))
     line = run_steps.resuming_line(tmp_path, 3, 8, tmp_path / "ck")
     assert line == f"resuming {tmp_path} at step 3 of 8 (from {tmp_path / 'ck'})"
 
@@ -112,7 +114,24 @@ def test_a_failed_reward_prints_where_the_last_completed_step_was_saved(
     exc = RewardFunctionError("boom")
     saved = tmp_path / "checkpoints" / "step-000003"
     add_note(exc, failure_note(3, saved, tmp_path))
-    assert run_steps.stopped(exc) == 1
+    assert stopped(exc) == 1
     err = capsys.readouterr().err
     assert f"training failed in step 4; step 3 (the last completed step) was saved: {saved}" in err
     assert f"resume with: comlrl train --resume {tmp_path}" in err
+
+
+def test_run_outputs_read_a_config_and_replace_only_the_fields_that_differ(tmp_path: Path) -> None:
+    from comlrl.algos import MADPORunConfig, TrainConfig
+
+    config = TrainConfig(output_dir=str(tmp_path / "a"), save_every=2, report_to="tensorboard")
+    outputs = run_steps.RunOutputs.of(config)
+    assert outputs.output_dir == tmp_path / "a" and outputs.save_every == 2
+    assert outputs.report_to == ("jsonl", "tensorboard") and outputs.resume_from is None
+    assert outputs.apply(config) is config  # nothing differs: the same object
+    moved = run_steps.RunOutputs(output_dir=tmp_path / "b", keep_last=1).apply(config)
+    assert (moved.output_dir, moved.keep_last, moved.save_every) == (str(tmp_path / "b"), 1, 0)
+    assert config.output_dir == str(tmp_path / "a")  # a copy; the config is unchanged
+    madpo = MADPORunConfig(output_dir=str(tmp_path / "m"), reward_curve=False)
+    assert run_steps.RunOutputs.of(madpo).reward_curve is False
+    with pytest.raises(ConfigError, match="save_every must be >= 0, got -1"):
+        run_steps.RunOutputs(output_dir=tmp_path, save_every=-1)

@@ -93,6 +93,34 @@ _EXPORTS: dict[str, str] = {
     "train_marlhf_iter": "recipes.preference.iterative.recipe",
     "marlhf_iter_resume": "recipes.preference.iterative.checkpoint",
     "DataStream": "training.data",
+    # the recipes' end-to-end runs (config to final checkpoint, resumable): what `comlrl train` runs
+    "RunOutputs": "recipes.run_steps",
+    "RunResult": "recipes.run_steps",
+    "run_group_baseline": "recipes.group_baseline.run",
+    "run_iac": "recipes.actor_critic.run",
+    "run_maac": "recipes.actor_critic.run",
+    "SFTRunConfig": "recipes.preference.supervised.run",
+    "run_sft": "recipes.preference.supervised.run",
+    "DPORunConfig": "recipes.preference.supervised.run",
+    "run_dpo": "recipes.preference.supervised.run",
+    "MADPORunConfig": "recipes.preference.madpo.run",
+    "run_madpo": "recipes.preference.madpo.run",
+    "MARLHFRunConfig": "recipes.preference.marlhf.run",
+    "run_marlhf": "recipes.preference.marlhf.run",
+    "MADPOIterRunConfig": "recipes.preference.iterative.run",
+    "run_madpo_iter": "recipes.preference.iterative.run",
+    "MARLHFIterRunConfig": "recipes.preference.iterative.run",
+    "run_marlhf_iter": "recipes.preference.iterative.run",
+    "CentralizedRunConfig": "recipes.centralized.run",
+    "run_centralized_magrpo": "recipes.centralized.run",
+    "CentralizedMADPORunConfig": "recipes.centralized.run",
+    "run_centralized_madpo": "recipes.centralized.run",
+    "CentralizedMARLHFRunConfig": "recipes.centralized.run",
+    "run_centralized_marlhf": "recipes.centralized.run",
+    "CentralizedMADPOIterRunConfig": "recipes.centralized.run",
+    "run_centralized_madpo_iter": "recipes.centralized.run",
+    "CentralizedMARLHFIterRunConfig": "recipes.centralized.run",
+    "run_centralized_marlhf_iter": "recipes.centralized.run",
 }
 
 __all__ = [
@@ -174,6 +202,33 @@ __all__ = [
     "train_marlhf_iter",
     "marlhf_iter_resume",
     "DataStream",
+    "RunOutputs",
+    "RunResult",
+    "run_group_baseline",
+    "run_iac",
+    "run_maac",
+    "SFTRunConfig",
+    "run_sft",
+    "DPORunConfig",
+    "run_dpo",
+    "MADPORunConfig",
+    "run_madpo",
+    "MARLHFRunConfig",
+    "run_marlhf",
+    "MADPOIterRunConfig",
+    "run_madpo_iter",
+    "MARLHFIterRunConfig",
+    "run_marlhf_iter",
+    "CentralizedRunConfig",
+    "run_centralized_magrpo",
+    "CentralizedMADPORunConfig",
+    "run_centralized_madpo",
+    "CentralizedMARLHFRunConfig",
+    "run_centralized_marlhf",
+    "CentralizedMADPOIterRunConfig",
+    "run_centralized_madpo_iter",
+    "CentralizedMARLHFIterRunConfig",
+    "run_centralized_marlhf_iter",
 ]
 
 
@@ -222,7 +277,26 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
     from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
     from comlrl.algos.recipes.actor_critic.critic import AGENT_REWARDS_KEY
+    from comlrl.algos.recipes.actor_critic.run import (
+        run_iac,
+        run_maac,
+    )
     from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+    from comlrl.algos.recipes.centralized.run import (
+        CentralizedMADPOIterRunConfig,
+        CentralizedMADPORunConfig,
+        CentralizedMARLHFIterRunConfig,
+        CentralizedMARLHFRunConfig,
+        CentralizedRunConfig,
+        run_centralized_madpo,
+        run_centralized_madpo_iter,
+        run_centralized_magrpo,
+        run_centralized_marlhf,
+        run_centralized_marlhf_iter,
+    )
+    from comlrl.algos.recipes.group_baseline.run import (
+        run_group_baseline,
+    )
     from comlrl.algos.recipes.group_baseline.trainer import (
         MAGRPOTrainer,
         MAREINFORCETrainer,
@@ -242,6 +316,20 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         train_madpo_iter,
         train_marlhf_iter,
     )
+    from comlrl.algos.recipes.preference.iterative.run import (
+        MADPOIterRunConfig,
+        MARLHFIterRunConfig,
+        run_madpo_iter,
+        run_marlhf_iter,
+    )
+    from comlrl.algos.recipes.preference.madpo.run import (
+        MADPORunConfig,
+        run_madpo,
+    )
+    from comlrl.algos.recipes.preference.marlhf.run import (
+        MARLHFRunConfig,
+        run_marlhf,
+    )
     from comlrl.algos.recipes.preference.recipe import (
         DPOConfig,
         JointRewardModel,
@@ -250,11 +338,21 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         RewardModelReward,
         SFTConfig,
     )
+    from comlrl.algos.recipes.preference.supervised.run import (
+        DPORunConfig,
+        SFTRunConfig,
+        run_dpo,
+        run_sft,
+    )
     from comlrl.algos.recipes.preference.trainers import (
         DPOTrainer,
         MADPOTrainer,
         MARLHFTrainer,
         SFTTrainer,
+    )
+    from comlrl.algos.recipes.run_steps import (
+        RunOutputs,
+        RunResult,
     )
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent

@@ -161,9 +161,9 @@ def run_collect(args: argparse.Namespace) -> int:
             "eval_num_samples": g,
         }
     )
-    from comlrl.algos.cli.preflight import build_task
-    from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.run_steps import load_agents
+    from comlrl.algos.training.task_setup import build_task
 
     try:
         task = build_task(config.task)  # one task, or the mixture of task.mixture

@@ -139,9 +139,9 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
-    from comlrl.algos.cli.preflight import build_task
-    from comlrl.algos.cli.run_steps import load_agents
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.run_steps import load_agents
+    from comlrl.algos.training.task_setup import build_task
 
     try:
         task = build_task(config.task)  # one task, or the mixture of task.mixture
@@ -149,10 +149,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     if config.task.remote_workers:
-        from comlrl.algos.cli.preflight import _remote_task
+        from comlrl.algos.training.task_setup import remote_reward_task
 
         try:
-            task = _remote_task(config, task)
+            task = remote_reward_task(config, task)
         except ConfigError as exc:
             task.close()
             print(f"comlrl: {exc}", file=sys.stderr)

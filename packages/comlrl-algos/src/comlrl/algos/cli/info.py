@@ -140,8 +140,8 @@ def _kernels_info() -> dict[str, str]:
 
 def collect_info() -> dict[str, Any]:
     """Everything ``comlrl info`` shows, as plain data (see the module docstring)."""
-    from comlrl.algos.cli.preflight import describe_tasks
-    from comlrl.algos.cli.registry import RECIPES
+    from comlrl.algos.recipes.registry import RECIPES
+    from comlrl.algos.training.task_setup import describe_tasks
 
     return {
         "packages": {name: version_of(name) for name in PACKAGES},

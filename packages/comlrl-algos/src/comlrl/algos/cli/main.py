@@ -18,7 +18,7 @@ trained with MAGRPO to write one story together (``coop_story``). ``key=value`` 
 and options may come in any order. ``comlrl tasks`` lists the task suites and their options.
 
 ``algo=NAME`` (on the command line or in the YAML file) picks the recipe from
-:mod:`comlrl.algos.cli.registry` (``iac``, ``maac``, ``madpo``, ``marlhf``, ``dpo``,
+:mod:`comlrl.algos.recipes.registry` (``iac``, ``maac``, ``madpo``, ``marlhf``, ``dpo``,
 ``sft``, the group-baseline family); ``comlrl recipes`` (or ``comlrl train algo=list``)
 lists them. Each recipe accepts its own config's keys and fails on any other, naming it.
 What ``--resume`` continues is found by :mod:`comlrl.algos.cli.resume`.
@@ -40,6 +40,7 @@ __all__ = [
     "run_train",
     "run_tasks",
     "run_recipes",
+    "stopped",
 ]
 
 
@@ -88,7 +89,7 @@ _TRAIN_DESCRIPTION = (
 
 
 def _train_epilog() -> str:
-    from comlrl.algos.cli.registry import describe_recipes
+    from comlrl.algos.recipes.registry import describe_recipes
 
     lines = "\n".join(f"  {line}" for line in describe_recipes())
     return (
@@ -184,8 +185,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
-    from comlrl.algos.cli.runs import RunRequest
     from comlrl.algos.models import distributed
+    from comlrl.algos.recipes.run_steps import RunOutputs
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.config import ConfigError
 
@@ -201,9 +202,11 @@ def _run_train(args: argparse.Namespace) -> int:
     if recipe is None:  # algo=list
         return run_recipes()
     if args.print_config:
+        from comlrl.algos.recipes.run_steps import check_offline
+
         print(_config_text(recipe.name, config), end="")
         try:
-            _check_like_train(config)
+            check_offline(config)
         except ConfigError as exc:
             print(f"comlrl: {exc}", file=sys.stderr)
             return 2
@@ -229,7 +232,49 @@ def _run_train(args: argparse.Namespace) -> int:
         message = lifecycle.used_output_dir_message(config.output_dir, earlier, api=False)
         print(f"comlrl: {message}", file=sys.stderr)
         return 2
-    return recipe.run(config, RunRequest(clear_earlier=bool(earlier), resume_from=resume_from))
+    outputs = RunOutputs.of(config, resume_from=resume_from, overwrite=bool(earlier))
+    return _run_recipe(recipe, config, outputs)
+
+
+def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
+    """Run the recipe and return the exit code of ``comlrl train``: 0 done (its summary
+    line printed), 2 a bad config, data, model or checkpoint (reported before training
+    where it can be), else as :func:`stopped`."""
+    from comlrl.algos.models import distributed
+    from comlrl.algos.training.checkpoint import CheckpointError
+    from comlrl.algos.training.config import ConfigError
+
+    try:
+        result = recipe.run(config, outputs)
+    except (ConfigError, CheckpointError) as exc:
+        print(f"comlrl: {exc}", file=sys.stderr)
+        return 2
+    except BaseException as exc:
+        return stopped(exc)
+    if distributed.is_main():
+        print(result.summary)
+    return 0
+
+
+def stopped(exc: BaseException) -> int:
+    """Report a run that training stopped and return its exit code: Ctrl-C
+    (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
+    checkpointed and how to resume) or a failing reward function
+    (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
+    checkpoint of the last completed step). Anything else is raised again (its traceback
+    ends with that note)."""
+    from comlrl.algos.training.lifecycle import TrainingInterrupted
+    from comlrl.core import RewardFunctionError
+
+    if isinstance(exc, TrainingInterrupted):
+        print(f"comlrl: {exc.message()}", file=sys.stderr)
+        return 130
+    if isinstance(exc, RewardFunctionError):
+        print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved
+            print(note, file=sys.stderr)
+        return 1
+    raise exc
 
 
 def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -239,7 +284,7 @@ def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
     Raises:
         ConfigError: a bad file, override, recipe name, key or value.
     """
-    from comlrl.algos.cli.registry import resolve_recipe
+    from comlrl.algos.recipes.registry import resolve_recipe
     from comlrl.algos.training.config import apply_overrides, load_config_data
 
     data = load_config_data(args.config, list(args.overrides))
@@ -266,41 +311,13 @@ def _flag_overrides(args: argparse.Namespace, recipe: Any) -> list[str]:
     return out
 
 
-def _check_like_train(config: Any) -> None:
-    """The checks ``comlrl train`` makes before it loads a model, for ``--print-config``:
-    reporting extras, model names, the task and its options against the config
-    (:func:`comlrl.algos.cli.preflight.build_task`); nothing is downloaded, no example is
-    loaded and no reward worker is contacted.
-
-    Raises:
-        ConfigError: what ``comlrl train`` would refuse.
-    """
-    from comlrl.algos.cli.preflight import build_checked_task, check_model_names
-    from comlrl.algos.training.config import TaskConfig, TrainConfig
-    from comlrl.algos.training.reporting import check_report_to
-
-    if hasattr(config, "report_to"):
-        check_report_to(config.report_to)
-    models = getattr(config, "models", None)
-    if isinstance(models, list):
-        check_model_names([str(m) for m in models])
-    task = getattr(config, "task", None)
-    if isinstance(task, TaskConfig) and hasattr(config, "num_agents"):
-        as_train = (
-            config
-            if isinstance(config, TrainConfig)
-            else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
-        )
-        build_checked_task(as_train).close()
-
-
 def _config_text(algo: str, config: Any) -> str:
     """The resolved config as YAML (``algo`` first), with the task's options and the
     built-in models as comments."""
     import yaml
-    from comlrl.algos.cli.preflight import task_info
     from comlrl.algos.models.loading import BUILTIN_MODELS
     from comlrl.algos.training.config import ConfigError, TaskConfig
+    from comlrl.algos.training.task_setup import task_info
 
     text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
     task = getattr(config, "task", None)
@@ -326,7 +343,7 @@ def _config_text(algo: str, config: Any) -> str:
 
 def run_recipes() -> int:
     """Print every registered recipe (``comlrl recipes``, ``comlrl train algo=list``)."""
-    from comlrl.algos.cli.registry import describe_recipes
+    from comlrl.algos.recipes.registry import describe_recipes
 
     for line in describe_recipes():
         print(line)
@@ -340,7 +357,7 @@ def run_recipes() -> int:
 def run_tasks() -> int:
     """Print every registered task: name, agents, summary, constructor options and, where
     the suite says (its ``data_source``), where its examples come from."""
-    from comlrl.algos.cli.preflight import describe_tasks
+    from comlrl.algos.training.task_setup import describe_tasks
 
     infos = describe_tasks()
     if not infos:

@@ -75,7 +75,7 @@ def saved_recipe(run_dir: str) -> Any:
     from pathlib import Path
 
     import yaml
-    from comlrl.algos.cli.registry import RECIPES, get_recipe, resolve_recipe
+    from comlrl.algos.recipes.registry import RECIPES, get_recipe, resolve_recipe
     from comlrl.algos.training.config import ConfigError, TrainConfig
 
     path = Path(run_dir) / "config.yaml"

@@ -429,7 +429,7 @@ def load_config_data(
 ) -> dict[str, Any]:
     """The mapping of a YAML config file (``{}`` when ``path`` is None) with ``key=value``
     overrides applied, not yet validated (the recipe registry picks the config class from
-    its ``algo`` key: :func:`comlrl.algos.cli.registry.build_recipe_config`).
+    its ``algo`` key: :func:`comlrl.algos.recipes.registry.build_recipe_config`).
 
     Raises:
         ConfigError: when the file is missing, is not valid YAML or not a YAML mapping, or

@@ -392,7 +392,7 @@ def resume_config(
         run_dir: the run's ``output_dir``.
         overrides: ``key=value`` strings.
         build: validates a mapping into the recipe's config (e.g.
-            :meth:`comlrl.algos.cli.registry.Recipe.build_config`); ``None``:
+            :meth:`comlrl.algos.recipes.registry.Recipe.build_config`); ``None``:
             :func:`comlrl.algos.training.config.build_config` (a group-baseline ``TrainConfig``).
 
     Returns:

@@ -1,4 +1,5 @@
-"""Checks the command line runs before any model is loaded, and what it shows about tasks.
+"""A run's task, built and checked before any model is loaded, and what is known about
+the registered tasks.
 
 :func:`prepare_task` builds the configured task, checks that it fits the config (number
 of agents, turns) and loads its examples, so a wrong ``num_agents``, a rejected task
@@ -26,6 +27,7 @@ __all__ = [
     "check_task_fits",
     "describe_tasks",
     "prepare_task",
+    "remote_reward_task",
     "task_info",
     "task_options",
 ]
@@ -215,7 +217,7 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     name, kwargs = config.task.name, config.task.kwargs
     try:
         if config.task.remote_workers:
-            task = _remote_task(config, task)
+            task = remote_reward_task(config, task)
         try:
             examples = list(task.load(config.task.split))
         except (ValueError, KeyError, OSError) as exc:
@@ -324,7 +326,7 @@ def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
         ) from None
 
 
-def _remote_task(config: TrainConfig, task: Any) -> Any:
+def remote_reward_task(config: TrainConfig, task: Any) -> Any:
     """``task`` with its reward sent to ``config.task.remote_workers``.
 
     Raises:

@@ -1,6 +1,6 @@
-"""``comlrl train algo=centralized_magrpo | centralized_madpo | centralized_marlhf |
-centralized_madpo_iter | centralized_marlhf_iter``: one joint policy plays every role of a
-task (:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO group baseline,
+"""The centralized recipes' run configs and end-to-end runs (``algo=centralized_magrpo |
+centralized_madpo | centralized_marlhf | centralized_madpo_iter |
+centralized_marlhf_iter``): one joint policy plays every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO group baseline,
 with DPO on pairs of its joint responses (MADPO with one agent: the joint DPO loss on the
 log-probability of the whole joint response), with MAGRPO on a reward model fit on those
 pairs' joint texts (MARLHF with one agent), or with the iterative forms of the last two
@@ -11,9 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from comlrl.algos.cli.iterative_run import MADPOIterRunConfig, MARLHFIterRunConfig
-from comlrl.algos.cli.run_configs import MADPORunConfig, MARLHFRunConfig
-from comlrl.algos.cli.run_steps import RunRequest, load_eval_split
+from comlrl.algos.recipes.group_baseline.run import run_policy_gradient
+from comlrl.algos.recipes.preference.iterative.run import (
+    MADPOIterRunConfig,
+    MARLHFIterRunConfig,
+    run_madpo_iter,
+    run_marlhf_iter,
+)
+from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
+from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
+from comlrl.algos.recipes.run_steps import RunOutputs, RunResult, load_eval_split
 from comlrl.algos.training.config import TrainConfig
 from pydantic import BaseModel, model_validator
 
@@ -115,14 +122,14 @@ def build_centralized_trainer(
     return trainer
 
 
-def run_centralized_magrpo(config: CentralizedRunConfig, request: RunRequest) -> int:
+def run_centralized_magrpo(
+    config: CentralizedRunConfig, outputs: RunOutputs | None = None
+) -> RunResult:
     """``algo=centralized_magrpo``: :func:`build_centralized_trainer` on ``config.task``
     (the joint policy's final weights in ``final/agent_0``)."""
-    from comlrl.algos.cli.runs import run_policy_gradient
-
     return run_policy_gradient(
         config,
-        request,
+        outputs,
         build_centralized_trainer,
         f"centralized MAGRPO (one joint policy, {config.role_format} role format)",
         num_models=1,
@@ -131,7 +138,7 @@ def run_centralized_magrpo(config: CentralizedRunConfig, request: RunRequest) ->
 
 
 class CentralizedMADPORunConfig(MADPORunConfig):
-    """:class:`~comlrl.algos.cli.run_configs.MADPORunConfig` for centralized collaboration:
+    """:class:`~comlrl.algos.recipes.preference.madpo.run.MADPORunConfig` for centralized collaboration:
     ``num_agents`` is the task's role count, ``models`` names the *one* joint policy, and
     ``role_format`` is as :class:`CentralizedRunConfig`'s. ``num_candidates`` counts joint
     responses per prompt and ``max_new_tokens`` is the budget of a whole joint response.
@@ -195,14 +202,14 @@ def _joint_inputs(task: Any, num_roles: int, role_format: str) -> tuple[list[Any
     return [joint_prompt], reward
 
 
-def run_centralized_madpo(config: CentralizedMADPORunConfig, request: RunRequest) -> int:
+def run_centralized_madpo(
+    config: CentralizedMADPORunConfig, outputs: RunOutputs | None = None
+) -> RunResult:
     """``algo=centralized_madpo``: :func:`build_centralized_madpo_trainer` on
     ``config.task`` (the joint policy's final weights in ``final/agent_0``)."""
-    from comlrl.algos.cli.runs import run_madpo
-
     return run_madpo(
         config,
-        request,
+        outputs,
         algo="centralized_madpo",
         label=f"centralized MADPO (one joint policy, {config.role_format} role format)",
         num_models=1,
@@ -211,7 +218,7 @@ def run_centralized_madpo(config: CentralizedMADPORunConfig, request: RunRequest
 
 
 class CentralizedMARLHFRunConfig(MARLHFRunConfig):
-    """:class:`~comlrl.algos.cli.run_configs.MARLHFRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.marlhf.run.MARLHFRunConfig` for centralized
     collaboration: ``num_agents`` is the role count, ``models`` names the one joint
     policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Pairs of joint responses
     (by the task's joint reward of their parsed roles) fit the joint reward model on the
@@ -243,15 +250,15 @@ class CentralizedMARLHFRunConfig(MARLHFRunConfig):
         return MARLHFRunConfig.model_validate(data)
 
 
-def run_centralized_marlhf(config: CentralizedMARLHFRunConfig, request: RunRequest) -> int:
-    """``algo=centralized_marlhf``: :func:`comlrl.algos.cli.marlhf_run.run_marlhf` with one
+def run_centralized_marlhf(
+    config: CentralizedMARLHFRunConfig, outputs: RunOutputs | None = None
+) -> RunResult:
+    """``algo=centralized_marlhf``: :func:`~comlrl.algos.recipes.preference.marlhf.run.run_marlhf` with one
     joint policy (its final weights in ``final/agent_0``, the reward model's in
     ``final/reward_model``)."""
-    from comlrl.algos.cli.marlhf_run import run_marlhf
-
     return run_marlhf(
         config,
-        request,
+        outputs,
         algo="centralized_marlhf",
         num_models=1,
         joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
@@ -280,7 +287,7 @@ def _for_one_policy(config: Any, cls: type[BaseModel]) -> Any:
 
 
 class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
-    """:class:`~comlrl.algos.cli.iterative_run.MADPOIterRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.iterative.run.MADPOIterRunConfig` for centralized
     collaboration: ``num_agents`` is the role count, ``models`` names the one joint
     policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Each round compares the
     policy's joint responses with the comparator's (``comparator``: the policy itself, a
@@ -301,14 +308,14 @@ class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
         return result
 
 
-def run_centralized_madpo_iter(config: CentralizedMADPOIterRunConfig, request: RunRequest) -> int:
-    """``algo=centralized_madpo_iter``: :func:`comlrl.algos.cli.iterative_run.run_madpo_iter`
+def run_centralized_madpo_iter(
+    config: CentralizedMADPOIterRunConfig, outputs: RunOutputs | None = None
+) -> RunResult:
+    """``algo=centralized_madpo_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_madpo_iter`
     with one joint policy (its final weights in ``final/agent_0``)."""
-    from comlrl.algos.cli.iterative_run import run_madpo_iter
-
     return run_madpo_iter(
         config,
-        request,
+        outputs,
         algo="centralized_madpo_iter",
         num_models=1,
         joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),
@@ -317,7 +324,7 @@ def run_centralized_madpo_iter(config: CentralizedMADPOIterRunConfig, request: R
 
 
 class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
-    """:class:`~comlrl.algos.cli.iterative_run.MARLHFIterRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.iterative.run.MARLHFIterRunConfig` for centralized
     collaboration (one joint policy, ``role_format``): each round's comparator pairs of
     joint responses refit the joint reward model on the joint prompt and response, then
     the policy takes MAGRPO steps on its scores."""
@@ -336,14 +343,14 @@ class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
         return result
 
 
-def run_centralized_marlhf_iter(config: CentralizedMARLHFIterRunConfig, request: RunRequest) -> int:
-    """``algo=centralized_marlhf_iter``: :func:`comlrl.algos.cli.iterative_run.run_marlhf_iter`
+def run_centralized_marlhf_iter(
+    config: CentralizedMARLHFIterRunConfig, outputs: RunOutputs | None = None
+) -> RunResult:
+    """``algo=centralized_marlhf_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_marlhf_iter`
     with one joint policy."""
-    from comlrl.algos.cli.iterative_run import run_marlhf_iter
-
     return run_marlhf_iter(
         config,
-        request,
+        outputs,
         algo="centralized_marlhf_iter",
         num_models=1,
         joint=lambda task: _joint_inputs(task, config.num_agents, config.role_format),

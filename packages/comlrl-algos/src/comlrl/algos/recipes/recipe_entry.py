@@ -1,27 +1,20 @@
 """One entry of the recipe registry (:class:`Recipe`): which config class validates a
 recipe's settings, what it presets or fixes, and which function runs it; the error messages
-for unknown keys and invalid values (:mod:`comlrl.algos.cli.registry` holds the entries).
-
-Config classes and runners are named as ``"module:attribute"`` and imported when first used,
-so listing the recipes imports no torch.
+for unknown keys and invalid values (:mod:`comlrl.algos.recipes.registry` holds the entries).
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from comlrl.algos.recipes.run_steps import RunOutputs, RunResult
 from comlrl.algos.training.config import ConfigError
+from pydantic import BaseModel
 
 __all__ = ["Recipe"]
-
-
-def _load(target: str) -> Any:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 @dataclass(frozen=True)
@@ -31,9 +24,10 @@ class Recipe:
     Attributes:
         name: the ``algo=`` name.
         summary: one line for listings (``comlrl recipes``).
-        config: ``"module:Class"`` of the pydantic config the settings validate into.
-        runner: ``"module:function"``; ``function(config, request) -> exit code`` runs the
-            recipe end to end (:class:`comlrl.algos.cli.runs.RunRequest`).
+        config: the pydantic config class the settings validate into.
+        runner: ``runner(config, outputs) -> RunResult`` runs the recipe end to end
+            (:class:`~comlrl.algos.recipes.run_steps.RunOutputs`); the ``run_*`` function
+            a Python user calls too.
         presets: values used for keys the user leaves unset (e.g. the estimator of
             ``marloo``, a smaller default ``output_dir``); shown by ``--print-config``.
         fixed: keys the entry fixes; a user value that differs is an error (``marloo``
@@ -45,18 +39,17 @@ class Recipe:
 
     name: str
     summary: str
-    config: str
-    runner: str
+    config: type[BaseModel]
+    runner: Callable[[Any, RunOutputs], RunResult]
     presets: Mapping[str, Any] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     resumable: bool = False
     distributed: bool = False
 
-    def config_class(self) -> type[Any]:
-        """The pydantic config class (imported on first use)."""
-        cls: type[Any] = _load(self.config)
-        return cls
+    def config_class(self) -> type[BaseModel]:
+        """The pydantic config class."""
+        return self.config
 
     def valid_keys(self) -> list[str]:
         """The top-level keys its config accepts (``algo`` aside), sorted."""
@@ -86,10 +79,9 @@ class Recipe:
         merged = {**self.presets, **dict(data), **self.fixed}
         return _validate(self.config_class(), merged, self.name)
 
-    def run(self, config: Any, request: Any) -> int:
-        """Run the recipe end to end; returns the command's exit code."""
-        code: int = _load(self.runner)(config, request)
-        return code
+    def run(self, config: Any, outputs: RunOutputs) -> RunResult:
+        """Run the recipe end to end (raises as its ``run_*`` function)."""
+        return self.runner(config, outputs)
 
 
 def _normalise(key: str, value: Any) -> Any:
@@ -139,13 +131,13 @@ def _unknown_keys_message(recipe: Recipe, unknown: list[str], valid: list[str]) 
     return (
         f"unknown key{'s' if len(unknown) > 1 else ''} for algo={recipe.name}: "
         f"{', '.join(parts)}\nValid keys of {recipe.name} "
-        f"({recipe.config.rpartition(':')[2]}): {', '.join(valid)}."
+        f"({recipe.config.__name__}): {', '.join(valid)}."
     )
 
 
 def _registered() -> list[Recipe]:
     """Every registered entry (imported here, not at module level: the registry imports
     this module to build its entries)."""
-    from comlrl.algos.cli.registry import RECIPES
+    from comlrl.algos.recipes.registry import RECIPES
 
     return list(RECIPES.values())

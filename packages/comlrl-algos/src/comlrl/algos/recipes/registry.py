@@ -2,10 +2,10 @@
 
 Each :class:`Recipe` entry says which config class validates its settings, which keys a
 ``key=value`` override or a YAML file may set (the config's fields, nothing else), what it
-presets for a small default run, and which function runs it end to end from the command
-line (task or data, agents or model, ``output_dir``, ``metrics.jsonl`` rows, final save;
-:mod:`comlrl.algos.cli.runs`). The command line only picks an entry and hands it
-the parsed mapping; the library API (trainers, recipe functions, configs) is unchanged.
+presets for a small default run, and which ``run_*`` function runs it end to end (task or
+data, agents or model, ``output_dir``, ``metrics.jsonl`` rows, final save): the recipes'
+own runs (``comlrl.algos.recipes.<family>.run``), which a Python user calls the same way.
+The command line only picks an entry and hands it the parsed mapping.
 
 ===========================  =========================================================
 names                        recipe
@@ -28,9 +28,8 @@ names                        recipe
 ===========================  =========================================================
 
 Without ``algo``, ``estimator`` picks the group-baseline entry as it always has
-(``comlrl train estimator=rloo`` is ``marloo``). This module imports no torch: config
-classes and runners are named as ``"module:attribute"`` and imported when used, so
-``comlrl train --help`` and ``comlrl recipes`` stay fast.
+(``comlrl train estimator=rloo`` is ``marloo``). Entries hold the config classes and
+run functions themselves (imported objects, which import-linter, mypy and editors follow).
 """
 
 from __future__ import annotations
@@ -40,8 +39,37 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from comlrl.algos.cli.recipe_entry import Recipe
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
+from comlrl.algos.recipes.actor_critic.run import run_iac, run_maac
+from comlrl.algos.recipes.centralized.run import (
+    CentralizedMADPOIterRunConfig,
+    CentralizedMADPORunConfig,
+    CentralizedMARLHFIterRunConfig,
+    CentralizedMARLHFRunConfig,
+    CentralizedRunConfig,
+    run_centralized_madpo,
+    run_centralized_madpo_iter,
+    run_centralized_magrpo,
+    run_centralized_marlhf,
+    run_centralized_marlhf_iter,
+)
+from comlrl.algos.recipes.group_baseline.run import run_group_baseline
+from comlrl.algos.recipes.preference.iterative.run import (
+    MADPOIterRunConfig,
+    MARLHFIterRunConfig,
+    run_madpo_iter,
+    run_marlhf_iter,
+)
+from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
+from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
+from comlrl.algos.recipes.preference.supervised.run import (
+    DPORunConfig,
+    SFTRunConfig,
+    run_dpo,
+    run_sft,
+)
+from comlrl.algos.recipes.recipe_entry import Recipe
+from comlrl.algos.training.config import ConfigError, TrainConfig
 
 __all__ = [
     "Recipe",
@@ -58,8 +86,6 @@ DEFAULT_RECIPE = "magrpo"
 """The entry ``comlrl train`` runs without ``algo`` or ``estimator``."""
 
 
-_GB = "comlrl.algos.cli.runs"
-
 RECIPES: Mapping[str, Recipe] = MappingProxyType(
     {
         r.name: r
@@ -68,8 +94,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "magrpo",
                 "MAGRPO: group-mean baseline divided by the group std (Shao et al. 2024); "
                 "the default",
-                "comlrl.algos.training.config:TrainConfig",
-                f"{_GB}:run_group_baseline",
+                TrainConfig,
+                run_group_baseline,
                 fixed={"estimator": "grpo"},
                 aliases=("grpo",),
                 resumable=True,
@@ -78,8 +104,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
             Recipe(
                 "mareinforce",
                 "MAREINFORCE: policy gradient on the joint return, no baseline (Williams 1992)",
-                "comlrl.algos.training.config:TrainConfig",
-                f"{_GB}:run_group_baseline",
+                TrainConfig,
+                run_group_baseline,
                 fixed={"estimator": "reinforce"},
                 aliases=("reinforce",),
                 resumable=True,
@@ -88,8 +114,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
             Recipe(
                 "marloo",
                 "MARLOO: leave-one-out group baseline (Kool et al. 2019; Ahmadian et al. 2024)",
-                "comlrl.algos.training.config:TrainConfig",
-                f"{_GB}:run_group_baseline",
+                TrainConfig,
+                run_group_baseline,
                 fixed={"estimator": "rloo"},
                 aliases=("rloo",),
                 resumable=True,
@@ -98,8 +124,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
             Recipe(
                 "maremax",
                 "MAReMax: the best of the other samples' returns as baseline (after Li et al. 2023)",
-                "comlrl.algos.training.config:TrainConfig",
-                f"{_GB}:run_group_baseline",
+                TrainConfig,
+                run_group_baseline,
                 fixed={"estimator": "remax"},
                 aliases=("remax",),
                 resumable=True,
@@ -109,8 +135,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_magrpo",
                 "Centralized MAGRPO: one joint policy writes every role's output (role_format "
                 "splits it), group-mean baseline",
-                "comlrl.algos.cli.centralized_run:CentralizedRunConfig",
-                "comlrl.algos.cli.centralized_run:run_centralized_magrpo",
+                CentralizedRunConfig,
+                run_centralized_magrpo,
                 presets={"output_dir": "runs/centralized_magrpo"},
                 fixed={"estimator": "grpo"},
                 aliases=("central_magrpo",),
@@ -120,8 +146,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_madpo",
                 "Centralized MADPO: one joint policy writes every role's output (role_format "
                 "splits it), DPO on reward-gap pairs of its joint responses",
-                "comlrl.algos.cli.centralized_run:CentralizedMADPORunConfig",
-                "comlrl.algos.cli.centralized_run:run_centralized_madpo",
+                CentralizedMADPORunConfig,
+                run_centralized_madpo,
                 aliases=("central_madpo",),
                 resumable=True,
             ),
@@ -129,8 +155,8 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_marlhf",
                 "Centralized MARLHF: one joint policy; a reward model fit on reward-gap pairs "
                 "of its joint responses, then the group-baseline recipe on its reward",
-                "comlrl.algos.cli.centralized_run:CentralizedMARLHFRunConfig",
-                "comlrl.algos.cli.centralized_run:run_centralized_marlhf",
+                CentralizedMARLHFRunConfig,
+                run_centralized_marlhf,
                 aliases=("central_marlhf",),
                 resumable=True,
             ),
@@ -139,46 +165,46 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "Centralized MADPO-Iter: one joint policy; rounds of pairs of its joint "
                 "responses against a comparator's (itself, a frozen model, its past self, an "
                 "HTTP API), replayed, then DPO steps",
-                "comlrl.algos.cli.centralized_run:CentralizedMADPOIterRunConfig",
-                "comlrl.algos.cli.centralized_run:run_centralized_madpo_iter",
+                CentralizedMADPOIterRunConfig,
+                run_centralized_madpo_iter,
                 resumable=True,
             ),
             Recipe(
                 "centralized_marlhf_iter",
                 "Centralized MARLHF-Iter: one joint policy; rounds of comparator pairs of "
                 "joint responses, a reward model refit on them, then MAGRPO steps",
-                "comlrl.algos.cli.centralized_run:CentralizedMARLHFIterRunConfig",
-                "comlrl.algos.cli.centralized_run:run_centralized_marlhf_iter",
+                CentralizedMARLHFIterRunConfig,
+                run_centralized_marlhf_iter,
                 resumable=True,
             ),
             Recipe(
                 "iac",
                 "IAC: PPO actors, a critic per agent on its own prompt, GAE advantages",
-                "comlrl.algos.recipes.actor_critic.recipe:ActorCriticConfig",
-                f"{_GB}:run_iac",
+                ActorCriticConfig,
+                run_iac,
                 presets={"output_dir": "runs/iac"},
                 resumable=True,
             ),
             Recipe(
                 "maac",
                 "MAAC: PPO actors, one centralised critic on every agent's prompt, GAE",
-                "comlrl.algos.recipes.actor_critic.recipe:ActorCriticConfig",
-                f"{_GB}:run_maac",
+                ActorCriticConfig,
+                run_maac,
                 presets={"output_dir": "runs/maac"},
                 resumable=True,
             ),
             Recipe(
                 "madpo",
                 "MADPO: multi-agent DPO on joint actions sampled online, paired by reward gap",
-                f"{_GB}:MADPORunConfig",
-                f"{_GB}:run_madpo",
+                MADPORunConfig,
+                run_madpo,
                 resumable=True,
             ),
             Recipe(
                 "marlhf",
                 "MARLHF: a joint reward model fit on reward-gap pairs, then MAGRPO on its reward",
-                f"{_GB}:MARLHFRunConfig",
-                f"{_GB}:run_marlhf",
+                MARLHFRunConfig,
+                run_marlhf,
                 presets={"output_dir": "runs/marlhf"},
                 resumable=True,
             ),
@@ -186,31 +212,31 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "madpo_iter",
                 "MADPO-Iter: rounds of fresh pairs against a comparator policy (current, a "
                 "frozen model, or the policy k rounds ago), replayed, then joint DPO steps",
-                "comlrl.algos.cli.iterative_run:MADPOIterRunConfig",
-                "comlrl.algos.cli.iterative_run:run_madpo_iter",
+                MADPOIterRunConfig,
+                run_madpo_iter,
                 resumable=True,
             ),
             Recipe(
                 "marlhf_iter",
                 "MARLHF-Iter: rounds of comparator pairs, a reward model refit on them, then "
                 "MAGRPO steps on its reward",
-                "comlrl.algos.cli.iterative_run:MARLHFIterRunConfig",
-                "comlrl.algos.cli.iterative_run:run_marlhf_iter",
+                MARLHFIterRunConfig,
+                run_marlhf_iter,
                 resumable=True,
             ),
             Recipe(
                 "dpo",
                 "DPO of one model on prompt/chosen/rejected rows, data=FILE.jsonl "
                 "(Rafailov et al. 2023)",
-                f"{_GB}:DPORunConfig",
-                f"{_GB}:run_dpo",
+                DPORunConfig,
+                run_dpo,
                 resumable=True,
             ),
             Recipe(
                 "sft",
                 "SFT of one model on prompt/completion rows, data=FILE.jsonl",
-                f"{_GB}:SFTRunConfig",
-                f"{_GB}:run_sft",
+                SFTRunConfig,
+                run_sft,
                 resumable=True,
             ),
         )
