@@ -18,6 +18,14 @@ made). What a block is, is said by its info string:
   with ``num_steps=<n>`` replaced by ``num_steps=2`` (the one constant substituted).
 - ``yaml file=NAME``: written to ``NAME`` for a later command (``--config NAME``);
   ``yaml`` alone: a config fragment, checked with ``comlrl train --config ... --print-config``.
+- ``python file=NAME`` and ``toml file=NAME``: written to ``NAME`` (folders made), the
+  way a reader saves a file (a Python file is compiled, not run; ``toml`` needs ``file=``).
+- ``pip install [-e] DIR`` of a folder the page wrote (its ``pyproject.toml``) is not run
+  by pip: the test puts ``DIR`` (``DIR/src`` if there is one) on ``sys.path`` for the rest
+  of the page and declares the ``[project]`` name and ``[project.entry-points]`` of its
+  ``pyproject.toml`` there as an installed distribution would (a ``*.dist-info`` folder),
+  so its modules import and ``comlrl`` finds the tasks it registers, and nothing is left
+  installed after the test.
 - ``text``: output or a diagram; nothing runs. Its words that look like paths of ours (a
   file tree, a repository map) must exist; in ``text root=DIR`` every word that looks
   like a path must exist under ``DIR``, at any depth.
@@ -55,6 +63,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -71,7 +80,7 @@ PAGES = [
 #: Pages not run here, and why (module docstring).
 NOT_RUN = {"docs/compat.md": "CoMLRL 1.4.3 fragments; examples/comlrl143/ runs the scripts"}
 RUN_PAGES = [p for p in PAGES if p not in NOT_RUN]
-LANGS = {"bash", "python", "yaml", "text"}
+LANGS = {"bash", "python", "yaml", "text", "toml"}
 
 #: Overrides appended to a fresh ``comlrl train`` (those the recipe has).
 SHORT_TRAIN = {
@@ -224,12 +233,51 @@ def check_no_collision(where: str, argv: list[str], used: dict[str, str]) -> Non
     used[out] = where
 
 
-def run_bash(block: Block, cwd: Path, used: dict[str, str]) -> None:
+def install_on_sys_path(folder: Path, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``pip install -e folder`` makes visible, without pip (module docstring)."""
+    import tomllib
+
+    project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    name = re.sub(r"[-_.]+", "_", project["name"]).lower()
+    info = site / f"{name}-{project.get('version', '0')}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project.get('version', '0')}\n"
+    )
+    groups = project.get("entry-points", {})
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items())
+            for group, points in groups.items()
+        )
+    )
+    monkeypatch.syspath_prepend(str(folder / "src" if (folder / "src").is_dir() else folder))
+    monkeypatch.syspath_prepend(str(site))
+
+
+def _pip_install_target(argv: list[str], cwd: Path) -> Path | None:
+    """The folder of ``pip install [-e] DIR`` (or ``python -m pip ...``) when the page wrote
+    ``DIR/pyproject.toml``; ``None`` for any other command."""
+    if argv[:3] == ["python", "-m", "pip"]:
+        argv = argv[2:]
+    rest = [a for a in argv[2:] if a != "-e"]
+    if argv[:2] != ["pip", "install"] or len(rest) != 1:
+        return None
+    folder = cwd / rest[0]
+    return folder if (folder / "pyproject.toml").is_file() else None
+
+
+def run_bash(
+    block: Block, cwd: Path, used: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from comlrl.algos.cli.main import main
 
     for command in shell_commands(block.text):
         argv = shlex.split(command)
-        if argv[0] == "comlrl" and not set(argv) & {">", "|", "&&", ";", "<"}:
+        folder = _pip_install_target(argv, cwd)
+        if folder is not None:
+            install_on_sys_path(folder, cwd / f"_site_{block.line}", monkeypatch)
+        elif argv[0] == "comlrl" and not set(argv) & {">", "|", "&&", ";", "<"}:
             check_no_collision(block.where, argv[1:], used)
             code = main([*argv[1:], *_short_settings(argv[1:])])
             assert code == 0, f"{block.where}: `{command}` exited {code}"
@@ -244,6 +292,16 @@ def run_python(block: Block) -> None:
     source = re.sub(r"\bnum_steps=\d+", "num_steps=2", block.text)
     code = compile(source, block.where, "exec")
     exec(code, {"__name__": "__main__"})  # noqa: S102 - the docs' own code, run as pasted
+
+
+def write_file(block: Block, cwd: Path) -> None:
+    """Save a ``file=NAME`` block as ``NAME``; a Python file must compile."""
+    assert block.file, f"{block.where}: a {block.lang} block needs file=NAME"
+    target = cwd / block.file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(block.text, encoding="utf-8")
+    if block.lang == "python":
+        compile(block.text, block.where, "exec")
 
 
 def run_yaml(block: Block, cwd: Path) -> None:
@@ -282,25 +340,34 @@ def test_every_block_says_what_it_is() -> None:
 
 
 @pytest.mark.parametrize("page", RUN_PAGES)
-def test_the_blocks_of_a_page_run_as_pasted(page: str, offline: Path) -> None:
+def test_the_blocks_of_a_page_run_as_pasted(
+    page: str, offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runnable = [b for b in blocks(page) if b.lang != "text" and "no-test" not in b.flags]
     ran: list[str] = []
     used: dict[str, str] = {}  # output_dir -> the block that started a run there
-    for block in blocks(page):
-        if block.lang == "bash" and block not in runnable:
-            for argv in train_commands(block):
-                check_no_collision(block.where, argv, used)
-        if block not in runnable:
-            continue
-        if block.lang == "bash":
-            run_bash(block, offline, used)
-        elif block.lang == "python":
-            run_python(block)
-        elif block.lang == "yaml":
-            run_yaml(block, offline)
-        else:
-            pytest.fail(f"{block.where}: no runner for {block.lang!r}")
-        ran.append(block.where)
+    try:
+        for block in blocks(page):
+            if block.lang == "bash" and block not in runnable:
+                for argv in train_commands(block):
+                    check_no_collision(block.where, argv, used)
+            if block not in runnable:
+                continue
+            if block.lang == "bash":
+                run_bash(block, offline, used, monkeypatch)
+            elif block.lang in ("python", "toml") and block.file:
+                write_file(block, offline)
+            elif block.lang == "python":
+                run_python(block)
+            elif block.lang == "yaml":
+                run_yaml(block, offline)
+            else:
+                pytest.fail(f"{block.where}: no runner for {block.lang!r}")
+            ran.append(block.where)
+    finally:  # modules the page's own files defined do not outlive it
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(offline)):
+                del sys.modules[name]
     assert ran == [b.where for b in runnable]
 
 
