@@ -384,25 +384,31 @@ NOT_MODULES = {"comlrl.tasks": "the entry-point group task suites register under
 OPTIONAL_MODULES = {"comlrl.kernels._cuda": "built only where CMake finds nvcc"}
 
 
-def _resolves(dotted: str) -> bool:
-    """Whether ``dotted`` is a module, or a module's attribute (e.g. a class's method)."""
+def _unresolved(dotted: str) -> str | None:
+    """Why ``dotted`` is neither a module nor a module's attribute (e.g. a class's method);
+    ``None`` when it resolves. The longest prefix that is a module is imported, then the
+    rest is read with ``getattr``; a module that exists but fails to import says why."""
     if dotted in NOT_MODULES or dotted in OPTIONAL_MODULES:
-        return True
+        return None
     parts = dotted.split(".")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated aliases still resolve
         for cut in range(len(parts), 0, -1):
+            name = ".".join(parts[:cut])
             try:
-                obj: Any = importlib.import_module(".".join(parts[:cut]))
-            except ImportError:
+                obj: Any = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name and not name.startswith(f"{exc.name}."):
+                    return f"module {name} exists but cannot import: {exc}"
                 continue
-            try:
-                for name in parts[cut:]:
-                    obj = getattr(obj, name)
-            except AttributeError:
-                return False
-            return True
-    return False
+            except ImportError as exc:
+                return f"module {name} exists but cannot import: {exc}"
+            for i, attr in enumerate(parts[cut:]):
+                if not hasattr(obj, attr):
+                    return f"{'.'.join(parts[: cut + i])} has no attribute {attr!r}"
+                obj = getattr(obj, attr)
+            return None
+    return "no such module"
 
 
 def _roots(page: str) -> list[Path]:
@@ -440,8 +446,9 @@ def test_names_and_links_in_the_docs_exist() -> None:
         text = (REPO / page).read_text(encoding="utf-8")
         names = [] if page in NOT_RUN else sorted(set(_MODULE.findall(text)))
         for dotted in names:  # compat.md also names what 1.4.3 had and this package lacks
-            if not _resolves(dotted):
-                missing.append(f"{page}: module or name `{dotted}`")
+            why = _unresolved(dotted)
+            if why:
+                missing.append(f"{page}: module or name `{dotted}` ({why})")
         paths = {(rel, None) for rel in _PATH.findall(text)}
         if page.startswith("packages/"):
             paths |= {(rel, None) for rel in _PACKAGE_PATH.findall(text)}
@@ -514,9 +521,10 @@ def test_module_paths_in_docstrings_resolve() -> None:
     bad = []
     for path in sorted(REPO.glob("packages/*/src/**/*.py")):
         for line, written, target in docstring_references(path):
-            if not _resolves(target):
+            why = _unresolved(target)
+            if why:
                 shown = written if written == target else f"{written} (= {target})"
-                bad.append(f"{path.relative_to(REPO)}:{line}: {shown}")
+                bad.append(f"{path.relative_to(REPO)}:{line}: {shown}: {why}")
     assert not bad, (
         f"{len(bad)} module paths named in docstrings do not resolve (import the module, "
         "then getattr the rest):\n" + "\n".join(bad)
