@@ -449,7 +449,7 @@ def test_names_and_links_in_the_docs_exist() -> None:
             why = _unresolved(dotted)
             if why:
                 missing.append(f"{page}: module or name `{dotted}` ({why})")
-        paths = {(rel, None) for rel in _PATH.findall(text)}
+        paths: set[tuple[str, str | None]] = {(rel, None) for rel in _PATH.findall(text)}
         if page.startswith("packages/"):
             paths |= {(rel, None) for rel in _PACKAGE_PATH.findall(text)}
         for block in blocks(page):  # file trees and maps: their words that look like paths
