@@ -60,3 +60,29 @@ def test_check_joint_batch_names_the_shape_that_is_wrong() -> None:
         task.reward([["x"]], [{}])
     with pytest.raises(ValueError, match=r"got \[2, 1\] completions per agent for 2 examples"):
         task.reward([["x", "y"], ["z"]], [{}, {}])
+
+
+def test_a_reward_that_returns_a_bare_list_is_told_to_return_a_reward_batch() -> None:
+    from comlrl.core import RewardFunctionError, as_joint_reward
+
+    class Bare(EchoTask):
+        def reward(self, completions, examples):  # type: ignore[no-untyped-def]
+            return [1.0] * len(examples)
+
+    with pytest.raises(RewardFunctionError, match=r"Bare.reward returned a list .*RewardBatch"):
+        as_joint_reward(Bare())([["a"], ["b"]], [{}])
+
+
+def test_unknown_task_says_how_to_register_your_own() -> None:
+    with pytest.raises(TaskNotFoundError, match=r'entry-points."comlrl.tasks".*custom-tasks.md'):
+        get_task("no-such-task")
+
+
+def test_feedback_needs_one_text_per_agent_not_one_string() -> None:
+    from comlrl.core import Feedback
+
+    assert Feedback(texts=("a", "b")).texts == ("a", "b")
+    with pytest.raises(TypeError, match="one string per agent"):
+        Feedback(texts="try again")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="one string per agent"):
+        Feedback(texts=("ok", None))  # type: ignore[arg-type]

@@ -93,11 +93,22 @@ class Feedback:
         done: ``True`` when the episode ends after this turn (task solved, or no further
             turn makes sense).
         info: free-form diagnostics (test verdicts, judge scores) kept in rollout logs.
+
+    Raises:
+        TypeError: ``texts`` is one string (it must hold one string per agent) or holds a
+            non-string.
     """
 
     texts: tuple[str, ...]
     done: bool = False
     info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.texts, str) or not all(isinstance(t, str) for t in self.texts):
+            raise TypeError(
+                f"Feedback.texts must be one string per agent (a tuple of str), got "
+                f"{self.texts!r}; e.g. Feedback(texts=(text_for_agent_1, text_for_agent_2))."
+            )
 
 
 @dataclass(slots=True)

@@ -4,7 +4,8 @@ A task suite bundles what a training run needs besides the models: a loader of e
 one prompt formatter per agent, the joint reward, and (for multi-turn tasks) a transition
 that turns a joint action into feedback for the next turn. Suites register under the
 entry-point group ``comlrl.tasks`` so that :func:`get_task` finds them by name without the
-trainer importing any suite.
+trainer importing any suite. Writing and registering a task of your own, step by step:
+``docs/custom-tasks.md`` in the repository.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from comlrl.core.prompts import Prompt
 from comlrl.core.records import Feedback, JointAction
-from comlrl.core.reward import RewardBatch
+from comlrl.core.reward import RewardBatch, RewardFunctionError
 from comlrl.core.tools import Tool
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "available_tasks",
     "ENTRY_POINT_GROUP",
     "ENVS_INSTALL",
+    "REGISTER_TASK",
 ]
 
 ENTRY_POINT_GROUP = "comlrl.tasks"
@@ -35,6 +37,12 @@ ENVS_INSTALL = (
     "comlrl-envs is not on PyPI; install it from a CoMLRL checkout: "
     "`pip install ./packages/comlrl-core ./packages/comlrl-envs` (docs/install.md)"
 )
+#: How a task of one's own becomes known by name (``comlrl train task.name=...``).
+REGISTER_TASK = (
+    "a task of your own is found by name once its package declares it under "
+    '[project.entry-points."comlrl.tasks"] in its pyproject.toml and is installed '
+    "(docs/custom-tasks.md)"
+)
 
 
 class Task(abc.ABC):
@@ -42,7 +50,8 @@ class Task(abc.ABC):
 
     Subclasses set :attr:`name` and :attr:`num_agents` and implement :meth:`load`,
     :meth:`prompts` and :meth:`reward`. Multi-turn tasks set :attr:`max_turns` above 1 and
-    implement :meth:`feedback`. The reward marks itself batched (``is_joint_reward``), so
+    implement :meth:`feedback`; a run plays ``num_turns`` turns (its config, default 1, at
+    most :attr:`max_turns`). The reward marks itself batched (``is_joint_reward``), so
     the trainer passes it all ``K`` joint actions of a step at once. A task whose agents
     call tools inside a turn returns them from :meth:`tools` and names the call format its
     prompts teach in :attr:`tool_format` (:mod:`comlrl.core.tools`).
@@ -78,19 +87,49 @@ class Task(abc.ABC):
 
         Args:
             example: one task example.
-            history: feedback of earlier turns, oldest first (empty on turn 0).
+            history: feedback of earlier turns along this branch of the rollout tree, oldest
+                first (empty on turn 0): agent ``a``'s feedback of turn ``t`` is
+                ``history[t].texts[a]``.
         """
 
     @abc.abstractmethod
     def reward(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
     ) -> RewardBatch:
-        """Score ``K`` joint actions (``A`` x ``K`` completions, ``K`` examples)."""
+        """Score ``K`` joint actions.
+
+        The trainer calls it once per turn of a step with every joint action of that turn,
+        over all the step's prompts (``K = prompts x joint actions per prompt``).
+
+        Args:
+            completions: ``A`` sequences of ``K`` completion texts, agent-major:
+                ``completions[a][k]`` is agent ``a``'s part of joint action ``k``.
+            examples: ``K`` examples (dataset rows): ``examples[k]`` is the one joint
+                action ``k`` answers (the same object for the joint actions of one prompt).
+
+        Returns:
+            ``RewardBatch(rewards, infos)``: ``K`` finite floats, and optionally ``K`` info
+            dicts; :meth:`feedback` gets joint action ``k``'s ``infos[k]``.
+        """
 
     def __call__(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
     ) -> RewardBatch:
-        return self.reward(completions, examples)
+        """:meth:`reward`, checked to return a :class:`RewardBatch`.
+
+        Raises:
+            RewardFunctionError: :meth:`reward` returned something else (e.g. a bare list
+                of floats); the message says what to return instead.
+        """
+        batch = self.reward(completions, examples)
+        if not isinstance(batch, RewardBatch):
+            raise RewardFunctionError(
+                f"{type(self).__name__}.reward returned a {type(batch).__name__} "
+                f"({str(batch)[:100]}), not a RewardBatch; return "
+                "comlrl.core.RewardBatch(rewards=[one float per joint action], infos=[one "
+                "dict per joint action, optional])."
+            )
+        return batch
 
     def check_joint_batch(
         self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
@@ -122,6 +161,20 @@ class Task(abc.ABC):
         turn: int,
     ) -> Feedback:
         """Turn a scored joint action into feedback for the next turn (multi-turn tasks).
+
+        Called for each joint action whose episode goes on; the returned feedback is
+        appended to the ``history`` that :meth:`prompts` gets for that joint action's next
+        turn.
+
+        Args:
+            example: the example the joint action answers.
+            joint_action: the scored joint action (``joint_action.completions[a]`` is agent
+                ``a``'s text).
+            info: the info dict :meth:`reward` returned for it (``RewardBatch.infos[k]``).
+            turn: the turn just played, 0-based.
+
+        Returns:
+            :class:`Feedback` with one text per agent; ``done=True`` ends the episode.
 
         Raises:
             NotImplementedError: for single-turn tasks.
@@ -164,5 +217,6 @@ def get_task(name: str, **kwargs: Any) -> Task:
     known = sorted(available_tasks())
     raise TaskNotFoundError(
         f"no task named {name!r} is registered (registered: {known or 'none'}). "
-        f"Install the suite that provides it ({ENVS_INSTALL}), or pass a Task object."
+        f"Install the suite that provides it ({ENVS_INSTALL}), or pass a Task object; "
+        f"{REGISTER_TASK}."
     )

@@ -24,10 +24,11 @@ Every recipe reads its log-probs through the shared path
 The code lives in one module per job, gathered here: :mod:`.config` (the configs),
 :mod:`.encoding` (rows as tensors, log-probs), :mod:`.outputs` (loop settings and step
 checkpoints), :mod:`.supervised` (SFT, DPO), :mod:`.pairs` (joint-action preference pairs),
-:mod:`.madpo` and :mod:`.reward_model`. Iterative preference refresh (MADPO-Iter,
-MARLHF-Iter) has its own modules: :mod:`.iterative` (pairs against a comparator, replay),
-:mod:`.comparator`, :mod:`.rounds` and :mod:`.iterative_loops` (the recipes under the loop
-driver); the trainer objects are in :mod:`.trainers` and :mod:`.marlhf_trainer`.
+:mod:`.madpo` and :mod:`.marlhf.reward_model`. Iterative preference refresh (MADPO-Iter,
+MARLHF-Iter) has its own subpackage: :mod:`.iterative.replay` (pairs against a comparator,
+replay), :mod:`.iterative.comparator`, :mod:`.iterative.rounds` and :mod:`.iterative.recipe`
+(the recipes under the loop driver); the trainer objects are in :mod:`.trainers` and
+:mod:`.marlhf.trainer`.
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
 ``P`` pairs, ``B`` sequences, ``S`` padded prompt tokens, ``L`` completion tokens, ``H``

@@ -1,4 +1,4 @@
-"""Step checkpoints of MADPO-Iter and MARLHF-Iter (:mod:`.iterative_loops`) in the one
+"""Step checkpoints of MADPO-Iter and MARLHF-Iter (:mod:`.recipe`) in the one
 format (:mod:`comlrl.algos.training.checkpoint`), and exact resume from them.
 
 A checkpoint holds what MADPO's (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_checkpoint`)

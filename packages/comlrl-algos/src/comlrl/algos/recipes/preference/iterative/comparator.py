@@ -1,5 +1,5 @@
-"""The comparator policy of iterative preference refresh (:mod:`.iterative`): whose joint
-actions the current policy's are compared with in each round.
+"""The comparator policy of iterative preference refresh (:mod:`.replay` holds the pairs):
+whose joint actions the current policy's are compared with in each round.
 
 Policies (``comparator``):
 

@@ -18,7 +18,7 @@ pairs, replay. Then:
   "reward_model"``) by the previous round's reward model once one exists.
 
 Every step's row carries its round's ``iter/*`` keys and ``iteration`` (1-based).
-Evaluation rows go to ``eval.jsonl``. Step checkpoints (:mod:`.iterative_state`) hold
+Evaluation rows go to ``eval.jsonl``. Step checkpoints (:mod:`.checkpoint`) hold
 the weights and optimizers and the rounds (replay, comparator snapshots, the round in
 progress, the reward model): a run put back by :func:`madpo_iter_resume` /
 :func:`marlhf_iter_resume` continues exactly as if never stopped.

@@ -1,11 +1,11 @@
-"""The rounds of iterative preference refresh (:mod:`.iterative`): what every round of
-MADPO-Iter and MARLHF-Iter does before its training.
+"""The rounds of iterative preference refresh (pairs and replay: :mod:`.replay`): what
+every round of MADPO-Iter and MARLHF-Iter does before its training.
 
 :class:`IterativeRounds` holds the comparator (:mod:`.comparator`), the replay and the
 random streams of pairing and ordering; :meth:`IterativeRounds.begin` samples a round's
 current and comparator candidates on a list of prompts, pairs them and picks the round's
 training pairs; :meth:`IterativeRounds.finish` lets the comparator snapshot the policy.
-The step-driven recipes of :mod:`.iterative_loops` call :meth:`~IterativeRounds.begin`
+The step-driven recipes of :mod:`.recipe` call :meth:`~IterativeRounds.begin`
 under the loop driver; CoMLRL 1.4.3's iterative trainers (``comlrl.trainers.preference``)
 call it once per round on every training prompt.
 """
