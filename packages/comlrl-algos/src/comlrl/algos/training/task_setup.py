@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
-from comlrl.core.task import ENVS_INSTALL
+from comlrl.core.task import ENVS_INSTALL, REGISTER_TASK
 
 __all__ = [
     "TaskInfo",
@@ -114,7 +114,7 @@ def _unknown_task(name: str) -> str:
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
     return (
         f"no task named {name!r} is registered (registered: {known or 'none'}){hint} "
-        f"Install the suite that provides it ({ENVS_INSTALL})."
+        f"Install the suite that provides it ({ENVS_INSTALL}); {REGISTER_TASK}."
     )
 
 
