@@ -23,7 +23,7 @@ from comlrl.algos.models.lora import (  # noqa: E402
     unique_parameter_bytes,
 )
 from comlrl.algos.training import checkpoint as ckpt  # noqa: E402
-from comlrl.algos.training.steps import save_agent_checkpoint  # noqa: E402
+from comlrl.algos.training.saving import save_agent_checkpoint
 
 IDS = torch.tensor([[1, 403, 261, 21, 300, 77]])
 

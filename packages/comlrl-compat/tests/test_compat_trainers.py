@@ -470,7 +470,9 @@ def _assert_saved_equal(path: Path, model: Any) -> None:
 
 
 def test_datasets_objects_are_accepted_when_installed() -> None:
-    datasets = pytest.importorskip("datasets", reason="datasets (a comlrl-compat dependency) is not installed")
+    datasets = pytest.importorskip(
+        "datasets", reason="datasets (a comlrl-compat dependency) is not installed"
+    )
     from comlrl.trainers._base import as_examples
 
     ds = datasets.Dataset.from_dict({"prompt": PROMPTS, "n": [1, 2, 3, 4]})
@@ -545,7 +547,7 @@ def test_madpo_takes_dpo_steps_on_pairs_built_before_training(
     policy before the first update, train_batch_size counts pairs, and the loss has no
     reference model. Before, each step sampled new pairs from the current policy and the
     DPO loss used a frozen reference (first margin exactly 0, loss log 2)."""
-    from comlrl.algos.recipes.preference import recipe as preference
+    from comlrl.algos.recipes.preference.madpo import recipe as preference
 
     torch.manual_seed(0)
     scored: list[int] = []

@@ -46,18 +46,18 @@ _EXPORTS: dict[str, str] = {
     "MARLOOTrainer": "recipes.group_baseline.trainer",
     "MAReMaxTrainer": "recipes.group_baseline.trainer",
     "MAREINFORCETrainer": "recipes.group_baseline.trainer",
-    "save_agent_checkpoint": "training.steps",
+    "save_agent_checkpoint": "training.saving",
     "dpo_loss": "functional.preference_losses",
     "multi_agent_dpo_loss": "functional.preference_losses",
     "bradley_terry_loss": "functional.preference_losses",
     "sft_nll": "functional.preference_losses",
     "select_preference_pairs": "functional.preference_losses",
-    "SFTConfig": "recipes.preference.recipe",
-    "DPOConfig": "recipes.preference.recipe",
-    "MADPOConfig": "recipes.preference.recipe",
-    "RewardModelConfig": "recipes.preference.recipe",
-    "JointRewardModel": "recipes.preference.recipe",
-    "RewardModelReward": "recipes.preference.recipe",
+    "SFTConfig": "recipes.preference.config",
+    "DPOConfig": "recipes.preference.config",
+    "MADPOConfig": "recipes.preference.config",
+    "RewardModelConfig": "recipes.preference.config",
+    "JointRewardModel": "recipes.preference.marlhf.reward_model",
+    "RewardModelReward": "recipes.preference.marlhf.reward_model",
     "SFTTrainer": "recipes.preference.trainers",
     "DPOTrainer": "recipes.preference.trainers",
     "MADPOTrainer": "recipes.preference.trainers",
@@ -190,13 +190,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         MARLOOTrainer,
         MultiAgentTrainer,
     )
-    from comlrl.algos.recipes.preference.recipe import (
+    from comlrl.algos.recipes.preference.config import (
         DPOConfig,
-        JointRewardModel,
         MADPOConfig,
         RewardModelConfig,
-        RewardModelReward,
         SFTConfig,
+    )
+    from comlrl.algos.recipes.preference.marlhf.reward_model import (
+        JointRewardModel,
+        RewardModelReward,
     )
     from comlrl.algos.recipes.preference.trainers import (
         DPOTrainer,
@@ -209,5 +211,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
     from comlrl.algos.rollout.tree import TreeSettings
     from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig, load_config
-    from comlrl.algos.training.steps import save_agent_checkpoint
+    from comlrl.algos.training.saving import save_agent_checkpoint
     from comlrl.algos.training.update import UpdateSettings, update_policy

@@ -345,7 +345,7 @@ class CompatTrainer(TrainLoop143, AgentTasks143):
         """Write every agent (weights and tokenizer, Hugging Face format) to
         ``output_dir/agent_<i>``; load one with ``AutoModelForCausalLM.from_pretrained``.
         Returns the folders."""
-        from comlrl.algos.training.steps import save_agent_checkpoint
+        from comlrl.algos.training.saving import save_agent_checkpoint
 
         root = Path(output_dir)
         root.mkdir(parents=True, exist_ok=True)

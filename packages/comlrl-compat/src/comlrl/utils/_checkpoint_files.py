@@ -171,7 +171,7 @@ def write_snapshot(target: Path, trainer: Any) -> Path:
     global random states as they were before the call) into a folder built beside
     ``target`` and renamed into place."""
     import torch
-    from comlrl.algos.training.steps import atomic_folder
+    from comlrl.algos.training.saving import atomic_folder
 
     streams = global_rng()
     try:

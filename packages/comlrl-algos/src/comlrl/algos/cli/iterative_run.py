@@ -234,9 +234,9 @@ def run_marlhf_iter(
     )
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.data import JsonlWriter
     from comlrl.algos.training.data_mixture import example_stream
     from comlrl.algos.training.reporting import summary_line
-    from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)

@@ -2,7 +2,7 @@
 
 ``comlrl train --resume runs/x`` continues a run from its newest step checkpoint;
 ``torchrun --nproc-per-node=K -m comlrl train ...`` trains data parallel over ``K``
-processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a run resumes on
+processes (:mod:`comlrl.algos.models.gradient_sync`; rank 0 prints and writes; a run resumes on
 any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
 (:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
@@ -160,11 +160,11 @@ def run_train(args: argparse.Namespace) -> int:
     """Validate the config, build agents and task, and train. Returns an exit code.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1) it first joins the process group
-    (:func:`comlrl.algos.models.distributed.init_from_env`) and leaves it when done.
+    (:func:`comlrl.algos.models.ranks.init_from_env`) and leaves it when done.
     """
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import init_from_env
 
-    owns_group = distributed.init_from_env()
+    owns_group = init_from_env()
     code = 1
     try:
         code = _run_train(args)
@@ -185,7 +185,7 @@ def run_train(args: argparse.Namespace) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
     from comlrl.algos.cli.runs import RunRequest
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import barrier, rank_and_world
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.config import ConfigError
 
@@ -208,7 +208,7 @@ def _run_train(args: argparse.Namespace) -> int:
             print(f"comlrl: {exc}", file=sys.stderr)
             return 2
         return 0
-    world = distributed.rank_and_world()[1]
+    world = rank_and_world()[1]
     if world > 1 and not recipe.distributed:
         print(
             f"comlrl: algo={recipe.name} runs in one process; torchrun data parallelism is for "
@@ -224,7 +224,7 @@ def _run_train(args: argparse.Namespace) -> int:
         )
         return 0
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
-    distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
+    barrier()  # every rank has looked at output_dir before rank 0 writes to it
     if earlier and not args.overwrite:
         message = lifecycle.used_output_dir_message(config.output_dir, earlier, api=False)
         print(f"comlrl: {message}", file=sys.stderr)

@@ -21,9 +21,7 @@ from comlrl.algos.cli.run_steps import (
     resuming_line,
     stopped,
 )
-from comlrl.algos.recipes.preference.recipe import (
-    MADPOConfig,
-)
+from comlrl.algos.recipes.preference.config import MADPOConfig
 from comlrl.algos.training.config import ConfigError
 
 __all__ = [
@@ -52,8 +50,8 @@ def run_marlhf(
     from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
+    from comlrl.algos.training.data import JsonlWriter
     from comlrl.algos.training.reporting import read_metrics, summary_line
-    from comlrl.algos.training.steps import JsonlWriter
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)
@@ -170,7 +168,7 @@ def _save_reward_model(marlhf: Any, path: Path) -> None:
     """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
     (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
     (a temporary sibling folder, then renamed)."""
-    from comlrl.algos.training.steps import atomic_folder
+    from comlrl.algos.training.saving import atomic_folder
     from safetensors.torch import save_file
 
     model = marlhf.reward_model

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from comlrl.algos.cli.run_steps import RunRequest
 from comlrl.algos.models.loading import DEFAULT_MODEL
-from comlrl.algos.recipes.preference.recipe import (
+from comlrl.algos.recipes.preference.config import (
     DPOConfig,
     MADPOConfig,
     RewardModelConfig,
@@ -100,7 +100,7 @@ class _OneModelRun(_CommandLineRun):
 
 
 class SFTRunConfig(SFTConfig, _OneModelRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.SFTConfig` plus the command line's model,
+    """:class:`~comlrl.algos.recipes.preference.config.SFTConfig` plus the command line's model,
     ``data`` / ``eval_data`` files of ``{"prompt", "completion"}`` rows, and outputs."""
 
     row_keys: ClassVar[tuple[str, ...]] = ("prompt", "completion")
@@ -108,7 +108,7 @@ class SFTRunConfig(SFTConfig, _OneModelRun):
 
 
 class DPORunConfig(DPOConfig, _OneModelRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.DPOConfig` plus the command line's model,
+    """:class:`~comlrl.algos.recipes.preference.config.DPOConfig` plus the command line's model,
     ``data`` / ``eval_data`` files of ``{"prompt", "chosen", "rejected"}`` rows, and outputs."""
 
     row_keys: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
@@ -116,7 +116,7 @@ class DPORunConfig(DPOConfig, _OneModelRun):
 
 
 class MADPORunConfig(MADPOConfig, _CommandLineRun):
-    """:class:`~comlrl.algos.recipes.preference.recipe.MADPOConfig` plus the agents' models, the
+    """:class:`~comlrl.algos.recipes.preference.config.MADPOConfig` plus the agents' models, the
     task and outputs. ``learning_rate`` defaults to 1e-3, ``num_steps`` to 60 and
     ``optimizer`` to RAdam (Liu et al. 2020), which suit the built-in 260K-parameter
     stories260k (pretrained LLMs want about 1e-6 to 1e-5). Measured on the built-in
@@ -171,7 +171,7 @@ class MARLHFRunConfig(TrainConfig):
     Attributes:
         reward_model: the reward model's backbone (None: agent 0's model).
         reward: the reward model's training settings
-            (:class:`~comlrl.algos.recipes.preference.recipe.RewardModelConfig`).
+            (:class:`~comlrl.algos.recipes.preference.config.RewardModelConfig`).
         num_candidates: ``K``, candidates per agent per prompt when sampling pairs (>= 2).
         min_gap: smallest task-reward gap that makes a pair.
         pairs_per_prompt: pairs kept per prompt, largest gap first.

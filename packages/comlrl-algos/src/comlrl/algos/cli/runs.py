@@ -101,18 +101,18 @@ def run_policy_gradient(
     ``refuse_tools`` names a recipe that cannot take tools (see
     :func:`~comlrl.algos.cli.run_steps.preflight`)."""
     import torch
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import is_main, rank_and_world
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.reporting import summary_line
     from comlrl.core import RewardFunctionError
 
-    main = distributed.is_main()
+    main = is_main()
     try:  # everything that can be checked before the models load
         task, examples = preflight(config, config.models, refuse_tools=refuse_tools)
     except ConfigError as exc:
         return _err(str(exc))
     _quiet_transformers()
-    world = distributed.rank_and_world()[1]
+    world = rank_and_world()[1]
     who = f"{config.num_agents} agents"
     if num_models is not None and num_models != config.num_agents:
         who = f"{num_models} policy for {config.num_agents} roles"
@@ -242,8 +242,8 @@ def run_madpo(
 
 
 def run_sft(config: SFTRunConfig, request: RunRequest) -> int:
-    """``algo=sft``: :func:`~comlrl.algos.recipes.preference.recipe.train_sft` on ``config.data``."""
-    from comlrl.algos.recipes.preference.recipe import train_sft
+    """``algo=sft``: :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_sft` on ``config.data``."""
+    from comlrl.algos.recipes.preference.supervised.recipe import train_sft
 
     def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any) -> Any:
         return train_sft(model, tok, rows, config, held, **config.run_outputs(request, "sft"))
@@ -252,9 +252,9 @@ def run_sft(config: SFTRunConfig, request: RunRequest) -> int:
 
 
 def run_dpo(config: DPORunConfig, request: RunRequest) -> int:
-    """``algo=dpo``: :func:`~comlrl.algos.recipes.preference.recipe.train_dpo` on ``config.data``
+    """``algo=dpo``: :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_dpo` on ``config.data``
     (reference model: a frozen copy of the model as loaded)."""
-    from comlrl.algos.recipes.preference.recipe import train_dpo
+    from comlrl.algos.recipes.preference.supervised.recipe import train_dpo
 
     def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any) -> Any:
         return train_dpo(model, tok, rows, config, held, **config.run_outputs(request, "dpo"))

@@ -239,7 +239,7 @@ class OptimisationSection(BaseModel):
         "fsdp2: torch.distributed.fsdp.fully_shard per decoder layer (parameters, gradients "
         "and optimizer state sharded; weights gathered for each rollout, checkpoints gathered "
         "to rank 0). Either way the update equals one process's "
-        "update over the global batch (comlrl.algos.models.distributed).",
+        "update over the global batch (comlrl.algos.models.gradient_sync).",
     )
     sampling_rng: Literal["agent", "prompt"] = Field(
         "agent",

@@ -24,7 +24,7 @@ from comlrl.algos.records import Rollout
 from comlrl.algos.training.update import UpdateSettings, split_terms, update_policy
 
 if TYPE_CHECKING:
-    from comlrl.algos.models.distributed import GradientSync
+    from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = ["sharing_groups", "update_sharers"]
 

@@ -39,7 +39,7 @@ from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
-    from comlrl.algos.models.distributed import GradientSync
+    from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = ["UpdateSettings", "update_policy", "split_terms"]
 
@@ -140,7 +140,7 @@ def update_policy(
             or a LoRA agent's base with its adapter disabled
             (:class:`~comlrl.algos.models.lora.LoraReference`). On another device than ``model``
             its log-probs are computed there and moved over.
-        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.distributed.GradientSync`):
+        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.gradient_sync.GradientSync`):
             ``batches`` are this rank's share; the reduction's denominators (sequences,
             or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
             loss is weighted by its share of the global denominator times ``K``, and the
@@ -403,7 +403,7 @@ def _merge_ranks(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
     completions at a later turn); ``grad_norm`` is already global and kept as is."""
-    from comlrl.algos.models.distributed import gather_objects
+    from comlrl.algos.models.ranks import gather_objects
 
     merged_sums: dict[str, float] = {}
     merged_weights: dict[str, float] = {}

@@ -184,7 +184,7 @@ class ActorCriticTrainerBase(
         """1.4.3's construction-time critic optimizers: one per separate critic (its trunk
         and value head), as :func:`~comlrl.algos.recipes.actor_critic.setup.attach` builds
         them (``config.optimizer``, ``critic_lr``, ``weight_decay``)."""
-        from comlrl.algos.training.steps import build_optimizer
+        from comlrl.algos.training.agents import build_optimizer
 
         return [
             build_optimizer(

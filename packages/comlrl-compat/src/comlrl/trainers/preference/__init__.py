@@ -7,7 +7,7 @@ by the reward, and pairs are formed within the prompt (``pair_selection``,
 ``num_train_epochs`` epochs over those pairs, ``train_batch_size`` pairs per step, every
 agent on its own term of the joint DPO loss (Rafailov et al. 2023, eq. 7, joint log-ratio
 summed over agents) without a reference model (``log pi_ref = 0``), as 1.4.3
-(:func:`comlrl.algos.recipes.preference.recipe.madpo_update`).
+(:func:`comlrl.algos.recipes.preference.madpo.recipe.madpo_update`).
 
 :class:`MARLHFTrainer` fits a joint reward model on pairs labelled by the task reward
 (Bradley-Terry), then trains the agents with the MAGRPO family or IAC/MAAC on that model's
@@ -18,7 +18,7 @@ the RL stage).
 
 from __future__ import annotations
 
-from comlrl.algos.recipes.preference.recipe import JointRewardModel  # ours (docs/compat.md)
+from comlrl.algos.recipes.preference.marlhf.reward_model import JointRewardModel
 from comlrl.trainers._centralized import (
     CentralizedComparatorAdapter,
     CentralizedComparatorParseError,

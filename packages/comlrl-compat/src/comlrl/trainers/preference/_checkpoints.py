@@ -158,7 +158,7 @@ class MADPOCheckpoints(MADPOHookCheckpoints143):
     def _madpo_epochs(self) -> list[dict[str, float]]:
         """Build the pairs (unless resumed past that), then the remaining epochs over them
         (see :meth:`MADPOTrainer.train`)."""
-        from comlrl.algos.recipes.preference.recipe import madpo_update
+        from comlrl.algos.recipes.preference.madpo.recipe import madpo_update
         from comlrl.trainers._iterative import joint_pairs
 
         if callable(getattr(self, "_build_preference_dataset", None)):

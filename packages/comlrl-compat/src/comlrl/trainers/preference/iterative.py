@@ -149,7 +149,7 @@ class _IterativeRounds:
         raise NotImplementedError
 
     def _save_policy(self, label: str) -> None:
-        from comlrl.algos.training.steps import save_agent_checkpoint
+        from comlrl.algos.training.saving import save_agent_checkpoint
 
         root = Path(self.args.policy_checkpoint_dir) / label
         for i, agent in enumerate(self._policy_agents()):
@@ -160,7 +160,7 @@ class MADPOIterTrainer(MADPOIterCheckpoints, IterativeHooks143, _IterativeRounds
     """CoMLRL 1.4.3's ``MADPOIterTrainer``: ``num_iterations`` rounds of fresh preference
     pairs against a comparator policy (:mod:`comlrl.trainers._iterative`), each followed
     by ``num_train_epochs`` shuffled passes of joint DPO steps (Rafailov et al. 2023, eq. 7,
-    joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.recipe.madpo_update`)
+    joint log-ratio summed over agents; :func:`comlrl.algos.recipes.preference.madpo.recipe.madpo_update`)
     on the round's training pairs, ``train_batch_size`` pairs per step: reference-free
     (``log pi_ref = 0``, as 1.4.3's), or against the frozen initial policy with
     ``reference_kl_enabled`` (see :class:`MADPOTrainer`).
@@ -200,7 +200,7 @@ class MADPOIterTrainer(MADPOIterCheckpoints, IterativeHooks143, _IterativeRounds
         self._wandb_log(row)
 
     def _train_round(self, pairs: list[Any], round_index: int) -> list[dict[str, float]]:
-        from comlrl.algos.recipes.preference.recipe import madpo_update
+        from comlrl.algos.recipes.preference.madpo.recipe import madpo_update
         from comlrl.trainers._iterative import joint_pairs
 
         a = self.args

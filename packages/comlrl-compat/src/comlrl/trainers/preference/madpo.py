@@ -7,7 +7,7 @@ by the reward, and pairs are formed within the prompt (``pair_selection``,
 ``num_train_epochs`` epochs over those pairs, ``train_batch_size`` pairs per step, every
 agent on its own term of the joint DPO loss (Rafailov et al. 2023, eq. 7, joint log-ratio
 summed over agents) without a reference model (``log pi_ref = 0``), as 1.4.3
-(:func:`comlrl.algos.recipes.preference.recipe.madpo_update`).
+(:func:`comlrl.algos.recipes.preference.madpo.recipe.madpo_update`).
 
 ``reference_kl_enabled=True`` makes the loss standard DPO against a frozen copy of each
 initial agent (on the agents' device; ``dpo_beta`` sets the strength, ``reference_kl_coef``
@@ -198,7 +198,8 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
     ) -> None:
         import math
 
-        from comlrl.algos.recipes.preference import recipe as preference
+        from comlrl.algos.recipes.preference.config import MADPOConfig
+        from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup
         from comlrl.trainers._base import one_device
 
         cfg = args if args is not None else self.config_cls()
@@ -258,7 +259,7 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
         from pydantic import ValidationError
 
         try:
-            config = preference.MADPOConfig(**fields)
+            config = MADPOConfig(**fields)
         except ValidationError as exc:
             raise ConfigError(f"MADPOConfig does not translate:\n{exc}") from None
         # reference-free, as CoMLRL 1.4.3's MADPO (log pi_ref = 0); with
@@ -266,7 +267,7 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
         refs = None if a.reference_kl_enabled else [None] * self.num_agents
         self._check_reference_devices(str(fields["device"]))
         self._defer_run(
-            lambda: preference.madpo_setup(
+            lambda: madpo_setup(
                 self._hf_agents(), config, self.env, self._train_rows, None, ref_models=refs
             )
         )
@@ -314,7 +315,7 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
         (:meth:`_build_pairs`, kept in :attr:`preference_pairs`), then
         ``num_train_epochs`` epochs over them, shuffled each epoch, ``train_batch_size``
         pairs per optimizer step of the reference-free MADPO loss
-        (:func:`~comlrl.algos.recipes.preference.recipe.madpo_update`); evaluation every
+        (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_update`); evaluation every
         ``eval_interval`` steps (from step 0) with an ``eval_dataset``.
 
         Args:

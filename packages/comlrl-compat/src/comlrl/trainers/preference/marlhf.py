@@ -287,7 +287,7 @@ class MARLHFTrainer(
         environment; its reward model is ``reward_model`` or one loaded now."""
         import math
 
-        from comlrl.algos.recipes.preference import recipe as preference
+        from comlrl.algos.recipes.preference.config import MADPOConfig, RewardModelConfig
         from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
         from comlrl.trainers._base import one_device
 
@@ -297,7 +297,7 @@ class MARLHFTrainer(
             backbone, reward_tokenizer = self._load_reward_backbone()
         k = int(a.preference_num_candidates)
         batch = int(a.train_batch_size or a.rollout_buffer_size)
-        sampling = preference.MADPOConfig(
+        sampling = MADPOConfig(
             num_agents=self.num_agents,
             num_candidates=k,
             max_new_tokens=int(a.max_new_tokens),
@@ -309,7 +309,7 @@ class MARLHFTrainer(
             batch_size=batch,
             device=one_device(a, self.num_agents, type(self).__name__),
         )
-        reward_config = preference.RewardModelConfig(
+        reward_config = RewardModelConfig(
             learning_rate=float(a.reward_learning_rate),
             optimizer="adamw",
             weight_decay=0.01,  # torch.optim.AdamW's default, which 1.4.3 uses

@@ -25,10 +25,10 @@ from comlrl.envs.remote.client import (
     NoLiveWorkersError,
     RemoteReward,
     RemoteRewardError,
-    RemoteRewardTask,
     RemoteTaskError,
 )
 from comlrl.envs.remote.server import RewardServer, build_task
+from comlrl.envs.remote.task import RemoteRewardTask
 
 __all__ = [
     "HOST_LOCAL_KWARGS",

@@ -160,7 +160,7 @@ def planned_agent_devices(config: TrainConfig, num_agents: int) -> list[torch.de
             :func:`comlrl.algos.models.devices.validate_devices`).
     """
     from comlrl.algos.models.devices import agent_placement
-    from comlrl.algos.training.steps import resolve_device
+    from comlrl.algos.training.agents import resolve_device
 
     try:
         return agent_placement(num_agents, config.agent_devices, resolve_device(config.device))

@@ -24,7 +24,7 @@ from comlrl.algos.rollout.environment import (
 )
 from comlrl.algos.training import lifecycle
 from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.steps import save_agent_checkpoint
+from comlrl.algos.training.saving import save_agent_checkpoint
 from comlrl.core import Task
 
 __all__ = [

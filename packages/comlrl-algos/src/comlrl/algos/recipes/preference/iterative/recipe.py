@@ -48,12 +48,12 @@ from comlrl.algos.recipes.preference.iterative.replay import IterPair, Preferenc
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.recipes.preference.madpo.recipe import MADPORun, madpo_evaluate, madpo_update
 from comlrl.algos.recipes.preference.marlhf.reward_model import train_reward_model
-from comlrl.algos.recipes.preference.outputs import _save_models, loop_settings
+from comlrl.algos.recipes.preference.outputs import loop_settings, save_models
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.training.checkpoint import cpu_state_dict
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
 from comlrl.algos.training.reporting import Reporter
-from comlrl.algos.training.steps import DataStream
 from comlrl.core import SamplingParams
 
 __all__ = [
@@ -216,7 +216,7 @@ def train_madpo_iter(
     loop = RecipeLoop(
         step=lambda: StepResult(madpo_iter_step(run)),
         checkpoint=lambda path: madpo_iter_checkpoint(run, path),
-        save_final=lambda path: _save_models(
+        save_final=lambda path: save_models(
             path, [(a.model, a.tokenizer) for a in run.madpo.agents]
         ),
         evaluate=(lambda: madpo_evaluate(run.madpo)) if run.madpo.eval_data else None,

@@ -232,7 +232,9 @@ class PreferenceReplay:
         self.rounds: list[list[IterPair] | ReplayShard] = []
 
     def _pairs(self, stored: list[IterPair] | ReplayShard) -> list[IterPair]:
-        return read_shard(stored) if isinstance(stored, ReplayShard) else stored
+        if isinstance(stored, ReplayShard):
+            return [IterPair.from_state(r) for r in read_shard(stored)]
+        return stored
 
     def add_and_select(self, pairs: Sequence[IterPair]) -> list[IterPair]:
         """Store this round's ``pairs`` (on disk with a ``shard_dir``) and return the
@@ -242,7 +244,9 @@ class PreferenceReplay:
             OSError: the shard cannot be written or read back.
         """
         if self.shard_dir is not None:
-            self.rounds.append(write_shard(self.shard_dir, len(self.rounds) + 1, pairs))
+            self.rounds.append(
+                write_shard(self.shard_dir, len(self.rounds) + 1, [p.to_state() for p in pairs])
+            )
         else:
             self.rounds.append(list(pairs))
         if self.mode == "current":

@@ -7,15 +7,15 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.preference import recipe
+from comlrl.algos.recipes.preference.config import MADPOConfig, RewardModelConfig
 from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
-from comlrl.algos.recipes.preference.recipe import (
-    JointPreferencePairs,
+from comlrl.algos.recipes.preference.madpo.recipe import MADPORun
+from comlrl.algos.recipes.preference.marlhf.reward_model import (
     JointRewardModel,
-    MADPOConfig,
-    RewardModelConfig,
     RewardModelReward,
+    train_reward_model,
 )
+from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.data_mixture import example_stream
@@ -102,7 +102,7 @@ class MARLHFTrainer:
     def collect_pairs(self) -> list[JointPreferencePairs]:
         """Sample and pair joint actions (no training); returns one record per batch."""
         cfg = self.config
-        run = recipe.MADPORun(
+        run = MADPORun(
             config=cfg,
             agents=self.agents,
             ref_models=[],
@@ -127,9 +127,7 @@ class MARLHFTrainer:
                 rng=run.rng,
             )
             self.pairs.append(
-                recipe.preference_pairs(
-                    ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt
-                )
+                preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
             )
         return self.pairs
 
@@ -140,7 +138,7 @@ class MARLHFTrainer:
             self.collect_pairs()
         held = int(round(len(self.pairs) * self.eval_fraction))
         train, held_out = self.pairs[: len(self.pairs) - held], self.pairs[len(self.pairs) - held :]
-        return recipe.train_reward_model(
+        return train_reward_model(
             self.reward_model, self.reward_tokenizer, train, self.reward_config, held_out or None
         )
 
