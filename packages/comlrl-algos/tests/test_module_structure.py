@@ -303,21 +303,21 @@ def import_cycles(modules: dict[str, Module]) -> list[list[str]]:
 # -- the tests -----------------------------------------------------------------------------
 
 
-def _without_line(offence: str) -> str:
+def without_line(offence: str) -> str:
     """``a.b:12 imports c._d`` -> ``a.b imports c._d`` (line numbers move with edits)."""
     head, _, rest = offence.partition(" ")
     return f"{head.partition(':')[0]} {rest}"
 
 
 def _new(offences: list[str]) -> list[str]:
-    return [o for o in offences if _without_line(o) not in IN_FLIGHT]
+    return [o for o in offences if without_line(o) not in IN_FLIGHT]
 
 
 def _all_offences() -> set[str]:
     modules = load_modules()
     return (
         set(reexport_only_modules(modules))
-        | {_without_line(o) for o in private_imports(modules)}
+        | {without_line(o) for o in private_imports(modules)}
         | {" <-> ".join(cycle) for cycle in import_cycles(modules)}
     )
 
