@@ -29,8 +29,7 @@ from pathlib import Path
 
 import torch
 from comlrl.algos import HFAgent, load_model_and_tokenizer
-from comlrl.algos.models.lora import attach_lora
-from comlrl.algos.training.config import LoraSettings
+from comlrl.algos.models.lora import LoraSettings, attach_lora
 from comlrl.core import SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]

@@ -276,7 +276,8 @@ def _check_like_train(config: Any) -> None:
         ConfigError: what ``comlrl train`` would refuse.
     """
     from comlrl.algos.cli.preflight import build_checked_task, check_model_names
-    from comlrl.algos.training.config import TaskConfig, TrainConfig
+    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config_settings import TaskConfig
     from comlrl.algos.training.reporting import check_report_to
 
     if hasattr(config, "report_to"):

@@ -15,7 +15,8 @@ from comlrl.algos.recipes.preference.config import (
     RewardModelConfig,
     SFTConfig,
 )
-from comlrl.algos.training.config import TaskConfig, TrainConfig
+from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config_settings import TaskConfig
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [

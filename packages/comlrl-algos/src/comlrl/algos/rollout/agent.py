@@ -144,7 +144,7 @@ class HFAgent:
         self.backend = self.generation_backend.name
 
     def replace_model(self, model: Any) -> None:
-        """Make ``model`` this agent's policy (e.g. a :class:`~comlrl.algos.models.lora.LoraPolicy`
+        """Make ``model`` this agent's policy (e.g. a :class:`~comlrl.algos.models.lora_policy.LoraPolicy`
         over the old one) and rebuild the native generation backend around it; the old
         model is no longer referenced by the agent.
 

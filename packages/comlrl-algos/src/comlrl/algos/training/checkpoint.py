@@ -351,7 +351,7 @@ def load_agent_weights(
 
     Loading through ``from_pretrained`` handles sharded files and tied embeddings; the
     copy keeps ``model``'s identity, device and dtype, so optimizers built over its
-    parameters stay valid. A LoRA agent (:class:`~comlrl.algos.models.lora.LoraPolicy`) loads its
+    parameters stay valid. A LoRA agent (:class:`~comlrl.algos.models.lora_policy.LoraPolicy`) loads its
     adapter (``adapter_model.safetensors``) and keeps its base. ``load_state_dict`` replaces ``model.load_state_dict(sd,
     strict=True)`` (FSDP2: :meth:`comlrl.algos.models.gradient_sync.GradientSync.load_model_state_dict`
     shards the whole tensors).

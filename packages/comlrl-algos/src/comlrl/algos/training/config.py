@@ -14,15 +14,12 @@ from comlrl.algos.training.config_sections import (
     AgentsSection,
     EstimatorSection,
     LifecycleSection,
-    LoraSettings,
     OptimisationSection,
     OutputsSection,
     ReportingSection,
     SamplingSection,
-    TaskConfig,
     TaskSection,
     TurnsSection,
-    VLLMConfig,
 )
 from comlrl.algos.training.model_defaults import ModelDefaults, choose_defaults
 from pydantic import (
@@ -37,9 +34,6 @@ from pydantic import (
 
 __all__ = [
     "TrainConfig",
-    "TaskConfig",
-    "VLLMConfig",
-    "LoraSettings",
     "ConfigError",
     "load_config",
     "load_config_data",

@@ -1,9 +1,9 @@
 """The sections of :class:`~comlrl.algos.training.config.TrainConfig`, one model per topic,
 each with its fields and their checks; ``TrainConfig`` composes them (and checks what spans
 sections). The config keys are the fields' names, flat: ``learning_rate=...``, not
-``optimisation.learning_rate=...``. Also the nested settings: :class:`TaskConfig`,
-:class:`VLLMConfig`, :class:`LoraSettings` (defined in
-:mod:`comlrl.algos.training.config_settings`, re-exported here).
+``optimisation.learning_rate=...``. The nested settings they hold are defined in
+:mod:`comlrl.algos.training.config_settings` (task, vLLM) and
+:mod:`comlrl.algos.models.lora` (LoRA).
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from comlrl.algos.models.loading import DEFAULT_MODEL
-from comlrl.algos.training.config_settings import LoraSettings, TaskConfig, VLLMConfig
+from comlrl.algos.models.lora import LoraSettings
+from comlrl.algos.training.config_settings import TaskConfig, VLLMConfig
 from pydantic import BaseModel, Field, field_validator
 
 __all__ = [
-    "TaskConfig",
-    "VLLMConfig",
-    "LoraSettings",
     "AgentsSection",
     "TaskSection",
     "SamplingSection",

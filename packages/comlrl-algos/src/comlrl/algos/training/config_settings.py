@@ -1,7 +1,8 @@
 """The nested settings of :class:`~comlrl.algos.training.config.TrainConfig`: the task
-(:class:`TaskConfig`, key ``task``), the vLLM engine (:class:`VLLMConfig`, key ``vllm``) and
-LoRA adapters (:class:`LoraSettings`, key ``lora``); each is one config key holding a
-mapping (``task.name=...``, ``lora.r=...``). The flat sections that hold them:
+(:class:`TaskConfig`, key ``task``), and the vLLM engine (:class:`VLLMConfig`, key
+``vllm``); each is one config key holding a mapping (``task.name=...``). LoRA adapters' settings
+(key ``lora``) live beside the code that applies them:
+:class:`comlrl.algos.models.lora.LoraSettings`. The flat sections that hold them:
 :mod:`comlrl.algos.training.config_sections`.
 """
 
@@ -11,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["LoraSettings", "MixtureEntry", "TaskConfig", "VLLMConfig"]
+__all__ = ["MixtureEntry", "TaskConfig", "VLLMConfig"]
 
 
 class MixtureEntry(BaseModel):
@@ -137,50 +138,3 @@ class VLLMConfig(BaseModel):
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     behaviour_logprobs: Literal["engine", "recompute"] = "engine"
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-
-class LoraSettings(BaseModel):
-    """Agents as LoRA adapters on a frozen base model (``lora:`` section; extra
-    ``comlrl-algos[lora]``, which installs ``peft``).
-
-    LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", Eq. 3):
-    each targeted weight ``W [out, in]`` becomes ``W + (alpha / r) * B A`` with
-    ``A [r, in]``, ``B [out, r]`` trained and ``W`` frozen; ``B`` starts at zero, so every
-    agent starts as its base model.
-
-    Attributes:
-        r: rank of each adapter.
-        alpha: scale numerator; the update is scaled by ``alpha / r``.
-        dropout: dropout on the adapter's input, in ``[0, 1)``. The policy-gradient and
-            DPO updates run in eval mode (the mode completions are sampled in), where it
-            is off; it acts in SFT and reward-model training.
-        target_modules: names (suffixes) of the linear layers that get adapters, or
-            ``"all-linear"`` (every linear layer but the LM head).
-        shared_base: ``true``: one frozen base in memory for all agents, one named adapter
-            per agent on it (memory about one base + ``A`` adapters); needs one model for
-            all agents and all agents on one device. ``false``: each agent gets its own
-            base (``A`` bases; agents may then differ in model and device).
-        merge_adapters: checkpoints also hold each agent's merged weights
-            (``W + (alpha / r) B A``) in ``agent_<i>/merged/``, loadable without peft.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    r: int = Field(8, ge=1)
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] | Literal["all-linear"] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    shared_base: bool = True
-    merge_adapters: bool = False
-
-    @field_validator("target_modules")
-    @classmethod
-    def _targets_not_empty(cls, v: list[str] | str) -> list[str] | str:
-        if isinstance(v, list) and (not v or any(not isinstance(m, str) or not m for m in v)):
-            raise ValueError(
-                f"target_modules must name at least one module (e.g. [q_proj, v_proj]) or be "
-                f"'all-linear', got {v!r}"
-            )
-        return v

@@ -138,7 +138,7 @@ def update_policy(
         settings: loss and step settings.
         ref_model: the frozen reference model for the KL term (``kl_coef > 0``): a copy,
             or a LoRA agent's base with its adapter disabled
-            (:class:`~comlrl.algos.models.lora.LoraReference`). On another device than ``model``
+            (:class:`~comlrl.algos.models.lora_policy.LoraReference`). On another device than ``model``
             its log-probs are computed there and moved over.
         sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.gradient_sync.GradientSync`):
             ``batches`` are this rank's share; the reduction's denominators (sequences,
