@@ -276,7 +276,7 @@ def _check_like_train(config: Any) -> None:
         ConfigError: what ``comlrl train`` would refuse.
     """
     from comlrl.algos.cli.preflight import build_checked_task, check_model_names
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config import RLConfig, TrainConfig
     from comlrl.algos.training.config_settings import TaskConfig
     from comlrl.algos.training.reporting import check_report_to
 
@@ -289,7 +289,7 @@ def _check_like_train(config: Any) -> None:
     if isinstance(task, TaskConfig) and hasattr(config, "num_agents"):
         as_train = (
             config
-            if isinstance(config, TrainConfig)
+            if isinstance(config, RLConfig)
             else TrainConfig(models=config.models, num_agents=config.num_agents, task=task)
         )
         build_checked_task(as_train).close()
@@ -301,7 +301,8 @@ def _config_text(algo: str, config: Any) -> str:
     import yaml
     from comlrl.algos.cli.preflight import task_info
     from comlrl.algos.models.loading import BUILTIN_MODELS
-    from comlrl.algos.training.config import ConfigError, TaskConfig
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.config_settings import TaskConfig
 
     text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
     task = getattr(config, "task", None)

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
+from comlrl.algos.training.config_settings import TaskConfig
 from comlrl.core.task import ENVS_INSTALL
 
 __all__ = [
@@ -164,7 +165,7 @@ def check_model_names(models: list[str]) -> None:
             )
 
 
-def check_task_fits(config: TrainConfig, task: Any) -> None:
+def check_task_fits(config: RLConfig, task: Any) -> None:
     """Check the task's agent and turn counts against the config.
 
     Raises:
@@ -195,7 +196,7 @@ def check_task_fits(config: TrainConfig, task: Any) -> None:
         )
 
 
-def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
+def prepare_task(config: RLConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     """Build ``config.task``, check it against the config, and load its examples.
 
     With ``task.remote_workers`` set, the task comes back wrapped in
@@ -235,7 +236,7 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     return task, examples
 
 
-def build_checked_task(config: TrainConfig) -> Any:
+def build_checked_task(config: RLConfig) -> Any:
     """Build ``config.task`` (:func:`build_task`) and check it against the config
     (:func:`check_task_fits`), loading no examples (what ``--print-config`` checks).
 
@@ -324,7 +325,7 @@ def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
         ) from None
 
 
-def _remote_task(config: TrainConfig, task: Any) -> Any:
+def _remote_task(config: RLConfig, task: Any) -> Any:
     """``task`` with its reward sent to ``config.task.remote_workers``.
 
     Raises:

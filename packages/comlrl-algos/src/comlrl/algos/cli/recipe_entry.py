@@ -131,7 +131,10 @@ def _unknown_keys_message(recipe: Recipe, unknown: list[str], valid: list[str]) 
             for r in _registered()
             if r.name != recipe.name and key in r.config_class().model_fields
         ]
-        if close:
+        foreign = getattr(recipe.config_class(), "foreign_fields", {})
+        if key in foreign:  # another recipe's field: say why this one has none
+            hint = f"; {foreign[key]}"
+        elif close:
             hint = "; did you mean " + " or ".join(repr(c) for c in close) + "?"
         elif owners:
             hint = f"; it is a key of algo={', algo='.join(owners)}"

@@ -60,12 +60,12 @@ def preflight(
             or a task with tools for a recipe that refuses them.
     """
     from comlrl.algos.cli.preflight import check_model_names, prepare_task
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config import RLConfig, TrainConfig
     from comlrl.algos.training.reporting import check_report_to
 
     check_report_to(config.report_to)
     check_model_names(list(model_names))
-    if not isinstance(config, TrainConfig):
+    if not isinstance(config, RLConfig):
         config = TrainConfig(models=config.models, num_agents=config.num_agents, task=config.task)
     task, examples = prepare_task(config)
     if refuse_tools is not None:

@@ -80,7 +80,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"comlrl: comlrl serve needs comlrl-envs: {exc}", file=sys.stderr)
         return 2
     from comlrl.algos.cli.preflight import build_task
-    from comlrl.algos.training.config import ConfigError, TaskConfig
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.config_settings import TaskConfig
 
     try:
         options = parse_options(list(args.task), list(args.option))

@@ -20,7 +20,8 @@ __all__ = [
     "TaskSection",
     "SamplingSection",
     "TurnsSection",
-    "EstimatorSection",
+    "GroupBaselineSection",
+    "PolicyLossSection",
     "OptimisationSection",
     "OutputsSection",
     "LifecycleSection",
@@ -127,17 +128,10 @@ class TurnsSection(BaseModel):
     )
 
 
-class EstimatorSection(BaseModel):
-    """The baseline (``estimator``), how advantages are scaled, and the policy loss
-    (reduction, PPO clip, reference KL, passes per batch)."""
+class PolicyLossSection(BaseModel):
+    """The policy loss of every RL recipe: reduction, PPO clip, importance weights,
+    reference KL, passes per batch."""
 
-    estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
-    advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
-        "auto",
-        description="Divide advantages by a std of the returns: auto = the "
-        "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
-    )
-    advantage_eps: float = Field(1e-6, gt=0)
     loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
     num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
@@ -165,15 +159,6 @@ class EstimatorSection(BaseModel):
         "is refused with kl_coef > 0 (Schulman 2020, Approximating KL Divergence).",
     )
 
-    @field_validator("estimator")
-    @classmethod
-    def _known_estimator(cls, v: str) -> str:
-        from comlrl.algos.functional.advantages import ESTIMATORS
-
-        if v.lower() not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")
-        return v.lower()
-
 
 class OptimisationSection(BaseModel):
     """The optimizer, batch shapes, concurrency of agents, data parallelism, the
@@ -196,20 +181,6 @@ class OptimisationSection(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1, description="Prompts per step.")
-    update_chunk_nodes: int | None = Field(
-        None,
-        ge=1,
-        description="None: one optimizer step per agent on the whole step's rollout. N: "
-        "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
-        "one optimizer step per chunk of N nodes, later chunks weighted by their "
-        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
-        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
-    )
-    update_chunk_split_turns: bool = Field(
-        False,
-        description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
-        "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
-    )
     micro_batch_size: int | None = Field(
         None,
         ge=1,
@@ -260,6 +231,44 @@ class OptimisationSection(BaseModel):
     shuffle: bool = Field(
         True, description="Shuffle the dataset every epoch; False = dataset order."
     )
+
+
+class GroupBaselineSection(BaseModel):
+    """What only the group-baseline recipes (MAGRPO, MARLOO, MAReMax, MAREINFORCE) read: the
+    baseline estimator, how advantages are scaled, and CoMLRL 1.4.3's node-chunk update
+    schedule. The actor-critic recipes' baseline is their critic; their config has none of
+    these fields."""
+
+    estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
+    advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
+        "auto",
+        description="Divide advantages by a std of the returns: auto = the "
+        "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
+    )
+    advantage_eps: float = Field(1e-6, gt=0)
+    update_chunk_nodes: int | None = Field(
+        None,
+        ge=1,
+        description="None: one optimizer step per agent on the whole step's rollout. N: "
+        "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
+        "one optimizer step per chunk of N nodes, later chunks weighted by their "
+        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
+        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
+    )
+    update_chunk_split_turns: bool = Field(
+        False,
+        description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
+        "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
+    )
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, v: str) -> str:
+        from comlrl.algos.functional.advantages import ESTIMATORS
+
+        if v.lower() not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")
+        return v.lower()
 
 
 class OutputsSection(BaseModel):

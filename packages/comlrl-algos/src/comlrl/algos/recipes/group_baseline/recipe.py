@@ -47,7 +47,7 @@ from comlrl.algos.records import Rollout
 from comlrl.algos.rollout import evaluate as evaluation
 from comlrl.algos.rollout.tree import derive_seed, rollout
 from comlrl.algos.training import checkpoint as ckpt
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
 from comlrl.algos.training.loop import (
     Collective,
     LoopSettings,
@@ -153,6 +153,11 @@ def step(run: GroupBaselineRun) -> StepResult:
     fractions, tokens) are those of the global batch; timings are this rank's.
     """
     cfg = run.config
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(
+            f"the group-baseline step needs a TrainConfig (estimator, advantage scaling), got "
+            f"{type(cfg).__name__}"
+        )
     t0 = time.perf_counter()
     generators = [getattr(a, "generator", None) for a in run.agents]
     # the data and random streams as the last completed step left them: put back when the
@@ -284,7 +289,7 @@ def evaluate_rollouts(
 
 
 def loop_settings(
-    config: TrainConfig,
+    config: RLConfig,
     *,
     record: dict[str, Any] | None = None,
     desc: str = "train",

@@ -19,7 +19,7 @@ from comlrl.algos.models.ranks import rank_and_world, shard_bounds
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed
 from comlrl.algos.training.agents import AgentPool, build_optimizer, resolve_device
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
 from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.diagnostics import warn_if_cannot_learn
@@ -37,7 +37,7 @@ __all__ = [
 class GroupBaselineRun:
     """What a group-baseline run holds between steps (built by :func:`setup`)."""
 
-    config: TrainConfig
+    config: RLConfig
     agents: list[Any]
     env: Environment
     data: DataStream
@@ -74,7 +74,7 @@ class GroupBaselineRun:
 
 def setup(
     agents: Sequence[Any],
-    config: TrainConfig,
+    config: RLConfig,
     env: Environment,
     dataset: Sequence[Mapping[str, Any]],
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
@@ -144,7 +144,7 @@ def setup(
             shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if config.update_chunk_nodes is not None:
+        if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
             raise ConfigError(
                 f"update_chunk_nodes={config.update_chunk_nodes} is not supported under torchrun "
                 "data parallelism (each rank's share of the trees would cut into different "

@@ -23,7 +23,7 @@ from comlrl.algos.rollout.environment import (
     Transition,
 )
 from comlrl.algos.training import lifecycle
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
 from comlrl.algos.training.saving import save_agent_checkpoint
 from comlrl.core import Task
 
@@ -79,7 +79,7 @@ class MultiAgentTrainer:
     def __init__(
         self,
         agents: Sequence[Any],
-        config: TrainConfig,
+        config: RLConfig,
         *,
         task: Task | None = None,
         dataset: Sequence[Mapping[str, Any]] | None = None,
@@ -91,7 +91,11 @@ class MultiAgentTrainer:
     ) -> None:
         from comlrl.algos.functional.advantages import ESTIMATORS
 
-        if self.estimator is not None and ESTIMATORS[config.estimator].name != self.estimator:
+        if (
+            self.estimator is not None
+            and isinstance(config, TrainConfig)
+            and ESTIMATORS[config.estimator].name != self.estimator
+        ):
             if "estimator" in config.model_fields_set:
                 raise ConfigError(
                     f"{type(self).__name__} uses estimator={self.estimator!r} but "

@@ -17,7 +17,7 @@ from comlrl.algos.recipes.preference.marlhf.reward_model import (
 )
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
 from comlrl.algos.training.data_mixture import example_stream
 from comlrl.core import SamplingParams, Task
 from comlrl.core.prompts import prompt_text
@@ -151,9 +151,7 @@ class MARLHFTrainer:
             max_length=self.reward_config.max_length,
         )
 
-    def rl_trainer(
-        self, config: TrainConfig, trainer_cls: type | None = None, **kwargs: Any
-    ) -> Any:
+    def rl_trainer(self, config: RLConfig, trainer_cls: type | None = None, **kwargs: Any) -> Any:
         """An RL trainer over the same agents and prompts, rewarded by the learned model.
 
         ``trainer_cls`` defaults to :class:`~comlrl.algos.MultiAgentTrainer`; it is called
