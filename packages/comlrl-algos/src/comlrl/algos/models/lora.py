@@ -31,7 +31,7 @@ Checkpoints (:meth:`LoraPolicy.save_pretrained`) hold the adapter in peft's form
 ``W + (alpha / r) B A`` in ``path/merged`` (load with
 ``AutoModelForCausalLM.from_pretrained(path / "merged")``, no peft needed).
 
-The fast decode step (:class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`) refuses LoRA
+The fast decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`) refuses LoRA
 layers (they are not plain ``nn.Linear``), so LoRA agents decode through the model's
 forward; ``benchmarks/bench_lora_decode.py`` measures the difference.
 
