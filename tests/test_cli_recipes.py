@@ -257,9 +257,9 @@ def test_missing_data_and_unknown_keys_fail_before_any_model_loads(
 ) -> None:
     assert main(["train", "algo=dpo"]) == 2
     assert "needs data=PATH.jsonl" in capsys.readouterr().err
-    assert main(["train", "algo=iac", "estimatr=grpo"]) == 2
+    assert main(["train", "algo=iac", "critic_typ=q"]) == 2
     err = capsys.readouterr().err
-    assert "unknown key for algo=iac: 'estimatr'; did you mean 'estimator'" in err
+    assert "unknown key for algo=iac: 'critic_typ'; did you mean 'critic_type'" in err
     assert "Valid keys of iac (ActorCriticConfig):" in err
     assert main(["train", "algo=ppo"]) == 2
     assert "unknown algo='ppo'" in capsys.readouterr().err
@@ -323,7 +323,7 @@ def test_a_bug_during_training_keeps_its_traceback_and_the_last_checkpoint(
 def test_a_bug_in_a_preference_step_keeps_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from comlrl.algos.recipes.preference import supervised as preference
+    from comlrl.algos.recipes.preference.supervised import recipe as preference
 
     calls: list[int] = []
     original = preference.sft_nll

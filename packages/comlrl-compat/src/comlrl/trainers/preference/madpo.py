@@ -198,7 +198,7 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
     ) -> None:
         import math
 
-        from comlrl.algos.recipes.preference.config import MADPOConfig
+        from comlrl.algos.recipes.preference.config import MADPOConfig as AlgosMADPOConfig
         from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup
         from comlrl.trainers._base import one_device
 
@@ -259,7 +259,7 @@ class MADPOTrainer(MADPOCheckpoints, CentralizedPreference143, PreferenceHooks14
         from pydantic import ValidationError
 
         try:
-            config = MADPOConfig(**fields)
+            config = AlgosMADPOConfig(**fields)
         except ValidationError as exc:
             raise ConfigError(f"MADPOConfig does not translate:\n{exc}") from None
         # reference-free, as CoMLRL 1.4.3's MADPO (log pi_ref = 0); with

@@ -287,7 +287,8 @@ class MARLHFTrainer(
         environment; its reward model is ``reward_model`` or one loaded now."""
         import math
 
-        from comlrl.algos.recipes.preference.config import MADPOConfig, RewardModelConfig
+        from comlrl.algos.recipes.preference.config import MADPOConfig as AlgosMADPOConfig
+        from comlrl.algos.recipes.preference.config import RewardModelConfig
         from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
         from comlrl.trainers._base import one_device
 
@@ -297,7 +298,7 @@ class MARLHFTrainer(
             backbone, reward_tokenizer = self._load_reward_backbone()
         k = int(a.preference_num_candidates)
         batch = int(a.train_batch_size or a.rollout_buffer_size)
-        sampling = MADPOConfig(
+        sampling = AlgosMADPOConfig(
             num_agents=self.num_agents,
             num_candidates=k,
             max_new_tokens=int(a.max_new_tokens),
