@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "update_policy": "training.update",
     "HFAgent": "rollout.agent",
     "ConfigError": "training.config",
-    "TaskConfig": "training.config_settings",
+    "TaskConfig": "training.task_config",
     "TrainConfig": "training.config",
     "load_config": "training.config",
     "DEFAULT_MODEL": "models.loading",
@@ -211,6 +211,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
     from comlrl.algos.rollout.tree import TreeSettings
     from comlrl.algos.training.config import ConfigError, TrainConfig, load_config
-    from comlrl.algos.training.config_settings import TaskConfig
     from comlrl.algos.training.saving import save_agent_checkpoint
+    from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.update import UpdateSettings, update_policy

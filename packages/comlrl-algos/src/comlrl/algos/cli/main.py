@@ -277,8 +277,8 @@ def _check_like_train(config: Any) -> None:
     """
     from comlrl.algos.cli.preflight import build_checked_task, check_model_names
     from comlrl.algos.training.config import RLConfig, TrainConfig
-    from comlrl.algos.training.config_settings import TaskConfig
     from comlrl.algos.training.reporting import check_report_to
+    from comlrl.algos.training.task_config import TaskConfig
 
     if hasattr(config, "report_to"):
         check_report_to(config.report_to)
@@ -302,7 +302,7 @@ def _config_text(algo: str, config: Any) -> str:
     from comlrl.algos.cli.preflight import task_info
     from comlrl.algos.models.loading import BUILTIN_MODELS
     from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.config_settings import TaskConfig
+    from comlrl.algos.training.task_config import TaskConfig
 
     text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
     task = getattr(config, "task", None)

@@ -16,7 +16,7 @@ from importlib import metadata
 from typing import Any
 
 from comlrl.algos.training.config import ConfigError, RLConfig
-from comlrl.algos.training.config_settings import TaskConfig
+from comlrl.algos.training.task_config import TaskConfig
 from comlrl.core.task import ENVS_INSTALL
 
 __all__ = [

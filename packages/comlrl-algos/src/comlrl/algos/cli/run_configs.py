@@ -16,7 +16,7 @@ from comlrl.algos.recipes.preference.config import (
     SFTConfig,
 )
 from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.config_settings import TaskConfig
+from comlrl.algos.training.task_config import TaskConfig
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [

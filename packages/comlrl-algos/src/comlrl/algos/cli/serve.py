@@ -81,7 +81,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     from comlrl.algos.cli.preflight import build_task
     from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.config_settings import TaskConfig
+    from comlrl.algos.training.task_config import TaskConfig
 
     try:
         options = parse_options(list(args.task), list(args.option))

@@ -2,8 +2,8 @@
 each with its fields and their checks; ``TrainConfig`` composes them (and checks what spans
 sections). The config keys are the fields' names, flat: ``learning_rate=...``, not
 ``optimisation.learning_rate=...``. The nested settings they hold are defined in
-:mod:`comlrl.algos.training.config_settings` (task, vLLM) and
-:mod:`comlrl.algos.models.lora` (LoRA).
+:mod:`comlrl.algos.training.task_config` (the task) and :mod:`comlrl.algos.models.lora`
+(LoRA); the vLLM engine's (:class:`VLLMConfig`) is here, beside the sampling section.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 from comlrl.algos.models.loading import DEFAULT_MODEL
 from comlrl.algos.models.lora import LoraSettings
-from comlrl.algos.training.config_settings import TaskConfig, VLLMConfig
-from pydantic import BaseModel, Field, field_validator
+from comlrl.algos.training.task_config import TaskConfig
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "VLLMConfig",
     "AgentsSection",
     "TaskSection",
     "SamplingSection",
@@ -27,6 +28,31 @@ __all__ = [
     "LifecycleSection",
     "ReportingSection",
 ]
+
+
+class VLLMConfig(BaseModel):
+    """Settings of the vLLM generation backend (``generation_backend: vllm``).
+
+    Attributes:
+        gpu_memory_utilization: fraction of each GPU's memory one agent's colocated
+            engine may take (weights, activations, KV cache), in ``(0, 1]``; the
+            training model, its gradients and optimizer state need the rest.
+        behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
+            (the full tempered softmax's, as the update computes); their difference to
+            the trainer's is logged every step and corrected by truncated importance
+            sampling (``tis``, on by default for engine log-probs). Under
+            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
+            the training model's are used there. ``recompute``: the training model's
+            own log-probs always (one more forward per batch).
+        engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
+            ``enforce_eager``, ``model`` to name the checkpoint folder).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    behaviour_logprobs: Literal["engine", "recompute"] = "engine"
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentsSection(BaseModel):

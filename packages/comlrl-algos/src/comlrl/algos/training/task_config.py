@@ -1,18 +1,17 @@
-"""The nested settings of :class:`~comlrl.algos.training.config.TrainConfig`: the task
-(:class:`TaskConfig`, key ``task``), and the vLLM engine (:class:`VLLMConfig`, key
-``vllm``); each is one config key holding a mapping (``task.name=...``). LoRA adapters' settings
-(key ``lora``) live beside the code that applies them:
-:class:`comlrl.algos.models.lora.LoraSettings`. The flat sections that hold them:
+"""What a run trains on: :class:`TaskConfig` (config key ``task``: the registered task, its
+options, splits, remote reward workers, a task mixture) and :class:`MixtureEntry` (one task of
+a mixture). One config key holding a mapping (``task.name=...``), validated before any model
+loads; the section of :class:`~comlrl.algos.training.config.TrainConfig` that holds it is in
 :mod:`comlrl.algos.training.config_sections`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["MixtureEntry", "TaskConfig", "VLLMConfig"]
+__all__ = ["MixtureEntry", "TaskConfig"]
 
 
 class MixtureEntry(BaseModel):
@@ -113,28 +112,3 @@ class TaskConfig(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError(f"remote_workers lists a worker twice: {v!r}; list each once")
         return v
-
-
-class VLLMConfig(BaseModel):
-    """Settings of the vLLM generation backend (``generation_backend: vllm``).
-
-    Attributes:
-        gpu_memory_utilization: fraction of each GPU's memory one agent's colocated
-            engine may take (weights, activations, KV cache), in ``(0, 1]``; the
-            training model, its gradients and optimizer state need the rest.
-        behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
-            (the full tempered softmax's, as the update computes); their difference to
-            the trainer's is logged every step and corrected by truncated importance
-            sampling (``tis``, on by default for engine log-probs). Under
-            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
-            the training model's are used there. ``recompute``: the training model's
-            own log-probs always (one more forward per batch).
-        engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
-            ``enforce_eager``, ``model`` to name the checkpoint folder).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    behaviour_logprobs: Literal["engine", "recompute"] = "engine"
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
