@@ -1,12 +1,12 @@
 """CoMLRL 1.4.3's names for centralized collaboration, mapped onto
-:mod:`comlrl.algos.rollout.centralized` (one joint policy writes every role's output; the
+:mod:`comlrl.algos.rollout.joint_policy` (one joint policy writes every role's output; the
 method lives there, these are the same classes under 1.4.3's names)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from comlrl.algos.rollout.centralized import (
+from comlrl.algos.rollout.joint_policy import (
     CentralizedReward,
     RoleFormat,
     RoleParseError,
@@ -27,13 +27,13 @@ __all__ = [
     "split_roles",
 ]
 
-#: 1.4.3's adapter protocol: :class:`comlrl.algos.rollout.centralized.RoleFormat`
+#: 1.4.3's adapter protocol: :class:`comlrl.algos.rollout.joint_policy.RoleFormat`
 CentralizedComparatorAdapter = RoleFormat
-#: 1.4.3's parse error: :class:`comlrl.algos.rollout.centralized.RoleParseError`
+#: 1.4.3's parse error: :class:`comlrl.algos.rollout.joint_policy.RoleParseError`
 CentralizedComparatorParseError = RoleParseError
-#: 1.4.3's tagged adapter: :class:`comlrl.algos.rollout.centralized.TaggedRoles`
+#: 1.4.3's tagged adapter: :class:`comlrl.algos.rollout.joint_policy.TaggedRoles`
 TaggedCentralizedComparatorAdapter = TaggedRoles
-#: 1.4.3's adapter check: :func:`comlrl.algos.rollout.centralized.check_role_format`
+#: 1.4.3's adapter check: :func:`comlrl.algos.rollout.joint_policy.check_role_format`
 check_adapter = check_role_format
 
 
@@ -43,7 +43,7 @@ class JointRoleEvaluation:
     stage) split its joint responses into the roles' outputs.
 
     The trainer sets ``_joint_reward`` (a
-    :class:`~comlrl.algos.rollout.centralized.CentralizedReward`: it splits a joint
+    :class:`~comlrl.algos.rollout.joint_policy.CentralizedReward`: it splits a joint
     response) and ``num_roles`` (``A``).
     """
 

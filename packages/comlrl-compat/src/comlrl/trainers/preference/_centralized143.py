@@ -1,5 +1,5 @@
 """CoMLRL 1.4.3's ``collaboration_mode="centralized"`` of MADPO / MARLHF, translated onto
-our centralized collaboration (:mod:`comlrl.algos.rollout.centralized`): the trainer is
+our centralized collaboration (:mod:`comlrl.algos.rollout.joint_policy`): the trainer is
 built for *one* agent whose prompt is the adapter's joint prompt of the roles' prompts and
 whose reward is the task reward of the parsed role outputs, which is what
 ``comlrl train algo=centralized_madpo`` trains (:mod:`comlrl.algos.cli.centralized_run`).

@@ -4,7 +4,7 @@
   role's text in one sequence) under one joint actor.
 - :class:`CentralizedCollaboration`: 1.4.3's environment boundary of centralized
   MADPO/MARLHF (joint prompt in, joint response split into role outputs for the task
-  reward and metrics), over :mod:`comlrl.algos.rollout.centralized`.
+  reward and metrics), over :mod:`comlrl.algos.rollout.joint_policy`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def joint_sequence_log_prob(
 
 class CentralizedCollaboration:
     """1.4.3's ``CentralizedCollaboration``: one joint actor's text at the environment
-    boundary, over :func:`comlrl.algos.rollout.centralized.split_roles` and
+    boundary, over :func:`comlrl.algos.rollout.joint_policy.split_roles` and
     :class:`comlrl.trainers._callbacks.CompatReward`.
 
     Args:
@@ -106,8 +106,8 @@ class CentralizedCollaboration:
 
     def split(self, completion: str, item: dict[str, Any]) -> list[str]:
         """The ``A`` role outputs of one joint response (``""`` each when it cannot be
-        parsed), as :func:`~comlrl.algos.rollout.centralized.split_roles`."""
-        from comlrl.algos.rollout.centralized import split_roles
+        parsed), as :func:`~comlrl.algos.rollout.joint_policy.split_roles`."""
+        from comlrl.algos.rollout.joint_policy import split_roles
 
         return split_roles(self.adapter, completion, item, self.num_roles)
 
