@@ -7,7 +7,8 @@ Prints, and saves as JSON:
   ``comlrl-algos/cli`` or ``comlrl-compat/trainers``;
 - the three counts that STYLE.md wants at zero, with the modules behind each: re-export-only
   modules, private names imported across modules, and import cycles (strongly connected
-  groups of modules). They come from the walkers of
+  groups of modules); and partial hubs (modules listing another module's names in
+  ``__all__``, with the number of such names). They come from the walkers of
   ``packages/comlrl-algos/tests/test_module_structure.py`` (the test that keeps them at
   zero), over comlrl-core, -algos, -envs and -kernels; ``in_flight`` says how many of them
   that test still tolerates (``IN_FLIGHT``); the same counts over comlrl-compat are
@@ -66,17 +67,21 @@ def structure_counts(walkers: ModuleType, roots: tuple[Path, ...]) -> dict[str, 
     """The three counts and what is behind each."""
     modules = walkers.load_modules(roots)
     reexports = walkers.reexport_only_modules(modules)
+    hubs = walkers.reexported_names(modules)
     private = walkers.private_imports(modules)
     cycles = [" <-> ".join(c) for c in walkers.import_cycles(modules)]
-    found = set(reexports) | {walkers.without_line(p) for p in private} | set(cycles)
+    found = set(reexports) | set(hubs) | {walkers.without_line(p) for p in private} | set(cycles)
     return {
         "modules": len(modules),
         "reexport_only_modules": len(reexports),
+        "partial_hubs": len({h.split(" ")[0] for h in hubs}),
+        "reexported_names": len(hubs),
         "private_imports_across_modules": len(private),
         "import_cycles": len(cycles),
         "in_flight": len(found & walkers.IN_FLIGHT),
         "details": {
             "reexport_only_modules": reexports,
+            "reexported_names": hubs,
             "private_imports_across_modules": private,
             "import_cycles": cycles,
         },
@@ -117,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(
             f"\n{label}: {counts['modules']} modules; re-export-only modules "
-            f"{counts['reexport_only_modules']}, private imports across modules "
+            f"{counts['reexport_only_modules']}, partial hubs {counts['partial_hubs']} "
+            f"({counts['reexported_names']} names), private imports across modules "
             f"{counts['private_imports_across_modules']}, import cycles {counts['import_cycles']}"
             f" (in flight: {counts['in_flight']})"
         )

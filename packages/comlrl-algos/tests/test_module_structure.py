@@ -1,9 +1,12 @@
-"""The source tree keeps three rules of STYLE.md (walked with ``ast``, nothing imported):
+"""The source tree keeps the rules of STYLE.md on module structure (walked with ``ast``,
+nothing imported):
 
 - no re-export-only module: a module that defines nothing (no function, class or value of its
   own) and only imports names for others to import from it. A distribution's root package
   (``comlrl.algos``, ``comlrl.core``, ``comlrl.envs``, ``comlrl.kernels``) is its public API
   and may gather names;
+- no partial hub: a module does not list names it imports from another module in its
+  ``__all__`` (the recipe faces of :data:`RECIPE_FACES` aside);
 - no private name imported across modules: ``from a.b import _name`` where ``_name`` is a
   function, class or value of another module (a private *module* may be imported inside the
   package that holds it);
@@ -38,6 +41,12 @@ PUBLIC_API_PACKAGES = frozenset(
         for suite in ("code", "math", "remote", "sandbox", "tools", "writing")
     }
 )
+#: a recipe module is the face of its family's run (setup, step, checkpoint, resume for the
+#: loop driver and the trainer objects), even where setup and resume live in the family's
+#: setup/state modules; it may list those names
+RECIPE_FACES = frozenset(
+    {"comlrl.algos.recipes.group_baseline.recipe", "comlrl.algos.recipes.actor_critic.recipe"}
+)
 #: offences in modules another branch is rewriting (``comlrl.algos.cli``: its run modules move
 #: into ``recipes/``): tolerated until that work lands, then deleted from here; each entry
 #: must still be found (``test_in_flight_offences_still_exist``), so the list only shrinks
@@ -59,6 +68,14 @@ IN_FLIGHT = frozenset(
         "comlrl.algos.cli.runs imports comlrl.algos.cli.run_steps._quiet_transformers",
         "comlrl.algos.cli.runs imports comlrl.algos.cli.run_steps._start_outputs",
         "comlrl.algos.cli.recipe_entry <-> comlrl.algos.cli.registry",
+        "comlrl.algos.cli.registry re-exports Recipe",
+        "comlrl.algos.cli.runs re-exports DPORunConfig",
+        "comlrl.algos.cli.runs re-exports MADPORunConfig",
+        "comlrl.algos.cli.runs re-exports MARLHFRunConfig",
+        "comlrl.algos.cli.runs re-exports RunRequest",
+        "comlrl.algos.cli.runs re-exports SFTRunConfig",
+        "comlrl.algos.cli.runs re-exports read_jsonl_rows",
+        "comlrl.algos.cli.runs re-exports run_marlhf",
     }
 )
 
@@ -190,6 +207,30 @@ def reexport_only_modules(modules: dict[str, Module]) -> list[str]:
     return sorted(found)
 
 
+def reexported_names(modules: dict[str, Module]) -> list[str]:
+    """``module re-exports name`` for each name that a module lists in its ``__all__`` but
+    imports from another module (a partial hub: importers should go to the defining module).
+    Public API packages and the recipe faces (:data:`RECIPE_FACES`) aside."""
+    found = []
+    for name, module in modules.items():
+        if name in PUBLIC_API_PACKAGES or name in RECIPE_FACES:
+            continue
+        exported: list[str] = []
+        imported: set[str] = set()
+        for stmt in module.tree.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets
+            ):
+                try:
+                    exported = list(ast.literal_eval(stmt.value))
+                except ValueError:
+                    continue
+            elif isinstance(stmt, ast.ImportFrom):
+                imported |= {a.asname or a.name for a in stmt.names}
+        found += [f"{name} re-exports {n}" for n in exported if n in imported]
+    return sorted(found)
+
+
 # -- private names imported across modules -------------------------------------------------
 
 
@@ -317,6 +358,7 @@ def _all_offences() -> set[str]:
     modules = load_modules()
     return (
         set(reexport_only_modules(modules))
+        | set(reexported_names(modules))
         | {without_line(o) for o in private_imports(modules)}
         | {" <-> ".join(cycle) for cycle in import_cycles(modules)}
     )
@@ -327,6 +369,14 @@ def test_no_reexport_only_modules() -> None:
     assert not found, (
         "modules that only re-export names (import from the defining module instead, "
         f"and delete them): {found}"
+    )
+
+
+def test_no_names_reexported_through_all() -> None:
+    found = _new(reexported_names(load_modules()))
+    assert not found, (
+        "modules that list another module's names in __all__ (point importers at the "
+        "defining module and drop the names from __all__):\n" + "\n".join(found)
     )
 
 
@@ -363,8 +413,13 @@ def test_walkers_find_each_kind_of_offence(tmp_path: Path) -> None:
     (pkg / "b.py").write_text("def _helper():\n    from comlrl.demo import a\n")
     (pkg / "c.py").write_text("from comlrl.demo import b\n\nx = b._helper\n")
     (pkg / "gather.py").write_text("from comlrl.demo.a import f\n\n__all__ = ['f']\n")
+    (pkg / "hub.py").write_text("from comlrl.demo.a import f\n\ng = 1\n__all__ = ['f', 'g']\n")
     modules = load_modules((tmp_path,))
     assert reexport_only_modules(modules) == ["comlrl.demo.gather"]
+    assert reexported_names(modules) == [
+        "comlrl.demo.gather re-exports f",
+        "comlrl.demo.hub re-exports f",
+    ]
     assert private_imports(modules) == [
         "comlrl.demo.a:2 imports comlrl.demo.b._helper",
         "comlrl.demo.c:3 uses comlrl.demo.b._helper",

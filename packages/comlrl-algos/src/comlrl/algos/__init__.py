@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
-    "ESTIMATORS": "functional.advantages",
+    "ESTIMATORS": "functional.estimators",
     "compute_advantages": "functional.advantages",
-    "register_estimator": "functional.advantages",
+    "register_estimator": "functional.estimators",
     "completion_mask": "functional.losses",
     "kl_penalty": "functional.losses",
     "policy_loss": "functional.losses",
@@ -61,7 +61,7 @@ _EXPORTS: dict[str, str] = {
     "SFTTrainer": "recipes.preference.trainers",
     "DPOTrainer": "recipes.preference.trainers",
     "MADPOTrainer": "recipes.preference.trainers",
-    "MARLHFTrainer": "recipes.preference.trainers",
+    "MARLHFTrainer": "recipes.preference.marlhf.trainer",
     "discounted_returns": "functional.gae",
     "gae": "functional.gae",
     "tree_gae": "functional.gae",
@@ -153,11 +153,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from comlrl.algos.functional.advantages import (
-        ESTIMATORS,
-        compute_advantages,
-        register_estimator,
-    )
+    from comlrl.algos.functional.advantages import compute_advantages
+    from comlrl.algos.functional.estimators import ESTIMATORS, register_estimator
     from comlrl.algos.functional.gae import (
         discounted_returns,
         gae,
@@ -200,12 +197,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         JointRewardModel,
         RewardModelReward,
     )
-    from comlrl.algos.recipes.preference.trainers import (
-        DPOTrainer,
-        MADPOTrainer,
-        MARLHFTrainer,
-        SFTTrainer,
-    )
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
+    from comlrl.algos.recipes.preference.trainers import DPOTrainer, MADPOTrainer, SFTTrainer
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment

@@ -116,10 +116,10 @@ def run_madpo_iter(
     ``algo=centralized_madpo_iter`` loads ``num_models`` (1) models, takes the one joint
     policy's ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and
     builds its MADPO run with ``policy_config`` (the policy's one-agent config)."""
+    from comlrl.algos.recipes.preference.iterative.checkpoint import madpo_iter_resume
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MADPOIterRun,
         build_rounds,
-        madpo_iter_resume,
         train_madpo_iter,
     )
     from comlrl.algos.recipes.preference.trainers import MADPOTrainer
@@ -226,17 +226,17 @@ def run_marlhf_iter(
     import torch
     from comlrl.algos.cli.marlhf_run import _save_reward_model
     from comlrl.algos.recipes.preference.config import MADPOConfig
+    from comlrl.algos.recipes.preference.iterative.checkpoint import marlhf_iter_resume
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MARLHFIterRun,
         build_rounds,
-        marlhf_iter_resume,
         train_marlhf_iter,
     )
-    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.data import JsonlWriter
     from comlrl.algos.training.data_mixture import example_stream
-    from comlrl.algos.training.reporting import summary_line
+    from comlrl.algos.training.run_summary import summary_line
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)

@@ -47,11 +47,11 @@ def run_marlhf(
     ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and runs the
     RL phase with ``rl_config`` (the policy's one-agent config)."""
     import torch
-    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
     from comlrl.algos.training.data import JsonlWriter
-    from comlrl.algos.training.reporting import read_metrics, summary_line
+    from comlrl.algos.training.run_summary import read_metrics, summary_line
     from comlrl.core import RewardFunctionError
 
     backbone_name = config.reward_model or config.model_for(0)

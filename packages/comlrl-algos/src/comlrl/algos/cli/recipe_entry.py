@@ -94,7 +94,7 @@ class Recipe:
 
 def _normalise(key: str, value: Any) -> Any:
     if key == "estimator" and isinstance(value, str):
-        from comlrl.algos.functional.advantages import ESTIMATORS
+        from comlrl.algos.functional.estimators import ESTIMATORS
 
         est = ESTIMATORS.get(value.lower())
         return est.name if est is not None else value.lower()

@@ -261,7 +261,7 @@ def resolve_recipe(data: Mapping[str, Any]) -> tuple[Recipe, dict[str, Any]]:
     if algo is None:
         estimator = rest.get("estimator")
         if isinstance(estimator, str):
-            from comlrl.algos.functional.advantages import ESTIMATORS
+            from comlrl.algos.functional.estimators import ESTIMATORS
 
             est = ESTIMATORS.get(estimator.lower())
             if est is not None and est.name in _BY_ALIAS:

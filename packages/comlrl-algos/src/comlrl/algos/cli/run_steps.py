@@ -233,7 +233,7 @@ def _start_outputs(config: Any, algo: str, request: RunRequest) -> Path:
 
 def _loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
     """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
-    from comlrl.algos.training.reporting import quarter_means
+    from comlrl.algos.training.run_summary import quarter_means
 
     where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
     if not history:

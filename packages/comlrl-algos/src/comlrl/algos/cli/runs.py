@@ -103,7 +103,7 @@ def run_policy_gradient(
     import torch
     from comlrl.algos.models.ranks import is_main, rank_and_world
     from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.reporting import summary_line
+    from comlrl.algos.training.run_summary import summary_line
     from comlrl.core import RewardFunctionError
 
     main = is_main()

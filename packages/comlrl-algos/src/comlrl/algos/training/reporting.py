@@ -35,11 +35,7 @@ from typing import Any, Protocol
 from comlrl.algos.training.config import ConfigError, RLConfig
 from comlrl.algos.training.run_summary import (
     plot_reward_curve,
-    quarter_means,
     read_metrics,
-    reward_series,
-    rolling_mean,
-    summary_line,
 )
 
 __all__ = [
@@ -53,12 +49,6 @@ __all__ = [
     "check_report_to",
     "close_reporters",
     "missing_extra",
-    "plot_reward_curve",
-    "read_metrics",
-    "quarter_means",
-    "reward_series",
-    "rolling_mean",
-    "summary_line",
 ]
 
 #: extra name -> (module it provides, what needs it).

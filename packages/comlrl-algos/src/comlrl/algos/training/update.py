@@ -157,7 +157,7 @@ def update_policy(
             each, or the turns of a chunk of nodes); ``None``: the turn is the batch's
             position, right only when ``batches`` are one agent's turns in order.
         extra_loss: a second loss on the same optimizer step (a value head on the actor's
-            trunk: :func:`comlrl.algos.recipes.actor_critic.critic.update_shared`): called
+            trunk: :func:`comlrl.algos.recipes.actor_critic.critic_updates.update_shared`): called
             once per pass after the policy loss's backward, it runs its own backward and
             returns its metrics, which are averaged over the passes.
         extra_params: parameters outside ``model`` that the optimizer also steps (that

@@ -289,7 +289,7 @@ class MARLHFTrainer(
 
         from comlrl.algos.recipes.preference.config import MADPOConfig as AlgosMADPOConfig
         from comlrl.algos.recipes.preference.config import RewardModelConfig
-        from comlrl.algos.recipes.preference.trainers import MARLHFTrainer as PreferenceStage
+        from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer as PreferenceStage
         from comlrl.trainers._base import one_device
 
         a = self.args

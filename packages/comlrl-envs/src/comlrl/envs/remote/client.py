@@ -50,15 +50,11 @@ from comlrl.envs.remote._transport import check_identity, probe, read_results, r
 from comlrl.envs.remote.errors import (
     NoLiveWorkersError,
     RemoteRewardError,
-    RemoteTaskError,
     TransientError,
 )
 
 __all__ = [
     "RemoteReward",
-    "RemoteRewardError",
-    "RemoteTaskError",
-    "NoLiveWorkersError",
     "HOST_LOCAL_KWARGS",
 ]
 

@@ -56,6 +56,8 @@ from comlrl.algos.recipes.actor_critic.critic import (
     critic_inputs,
     joint_prompt,
     rollout_values,
+)
+from comlrl.algos.recipes.actor_critic.critic_updates import (
     update_critic,
     update_critics,
     update_shared,

@@ -24,7 +24,6 @@ from comlrl.algos.rollout.environment import (
 )
 from comlrl.algos.training import lifecycle
 from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
-from comlrl.algos.training.saving import save_agent_checkpoint
 from comlrl.core import Task
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "MARLOOTrainer",
     "MAReMaxTrainer",
     "MAREINFORCETrainer",
-    "save_agent_checkpoint",
 ]
 
 
@@ -89,7 +87,7 @@ class MultiAgentTrainer:
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
         eval_env: Environment | None = None,
     ) -> None:
-        from comlrl.algos.functional.advantages import ESTIMATORS
+        from comlrl.algos.functional.estimators import ESTIMATORS
 
         if (
             self.estimator is not None

@@ -28,12 +28,15 @@ from comlrl.algos.recipes.preference.madpo.recipe import (
     madpo_step,
     train_madpo,
 )
-from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
 from comlrl.algos.recipes.preference.supervised.recipe import evaluate_sft, train_dpo, train_sft
 from comlrl.algos.training.config import ConfigError
 from comlrl.core import Task
 
-__all__ = ["SFTTrainer", "DPOTrainer", "MADPOTrainer", "MARLHFTrainer"]
+__all__ = [
+    "SFTTrainer",
+    "DPOTrainer",
+    "MADPOTrainer",
+]
 
 
 class SFTTrainer:

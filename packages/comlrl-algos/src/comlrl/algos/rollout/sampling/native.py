@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 from comlrl.algos.models.hf_cache import output_cache
-from comlrl.algos.models.threads import SMALL_MODEL_PARAMS, small_model_threads
+from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.algos.rollout.sampling.kv_cache import HFDecodeStepper
 from comlrl.core import SamplingParams
@@ -49,7 +49,6 @@ except ImportError:  # pragma: no cover - depends on the installed build
 
 __all__ = [
     "FAST_DECODE_RTOL",
-    "SMALL_MODEL_PARAMS",
     "NativeSampler",
     "decode_threads",
     "draw_uniforms",

@@ -41,7 +41,6 @@ from comlrl.algos.recipes.preference.iterative.checkpoint import (
     madpo_iter_checkpoint,
     madpo_iter_resume,
     marlhf_iter_checkpoint,
-    marlhf_iter_resume,
 )
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay, joint_pairs
@@ -60,13 +59,11 @@ __all__ = [
     "build_rounds",
     "MADPOIterRun",
     "madpo_iter_step",
-    "madpo_iter_resume",
     "train_madpo_iter",
     "MARLHFIterRun",
     "fit_fresh_reward_model",
     "refit_reward_model",
     "marlhf_iter_step",
-    "marlhf_iter_resume",
     "train_marlhf_iter",
 ]
 

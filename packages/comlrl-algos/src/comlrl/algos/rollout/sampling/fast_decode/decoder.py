@@ -56,11 +56,12 @@ from comlrl.algos.rollout.sampling.fast_decode.linears import (
     fused,
 )
 from comlrl.algos.rollout.sampling.fast_decode.support import (
-    SUPPORTED_MODEL_TYPES,
     unsupported_reason,
 )
 
-__all__ = ["FastDecoder", "SUPPORTED_MODEL_TYPES"]
+__all__ = [
+    "FastDecoder",
+]
 
 
 class FastDecoder:
