@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from comlrl.algos.models.hf_cache import output_cache
     from comlrl.algos.models.loading import builtin_model_path
-    from comlrl.algos.rollout.sampling.decode import FastDecoder
+    from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)

@@ -1,7 +1,7 @@
 """Sampling speed of a LoRA agent (forward fallback) vs the same model without adapters
 (fast decode step), on CPU.
 
-LoRA layers are not plain ``nn.Linear``, so :class:`comlrl.algos.rollout.sampling.decode.FastDecoder`
+LoRA layers are not plain ``nn.Linear``, so :class:`comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`
 refuses them and a LoRA agent decodes through the model's own forward (peft's LoRA
 layers, one ``model(...)`` call per token). This script samples the same prompts with:
 
@@ -29,8 +29,7 @@ from pathlib import Path
 
 import torch
 from comlrl.algos import HFAgent, load_model_and_tokenizer
-from comlrl.algos.models.lora import attach_lora
-from comlrl.algos.training.config import LoraSettings
+from comlrl.algos.models.lora import LoraSettings, attach_lora
 from comlrl.core import SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]

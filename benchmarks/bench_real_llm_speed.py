@@ -160,7 +160,7 @@ def _gemv_ms_per_step(model: Any, rows: int, backend: str, repeats: int = 5) -> 
     down per layer, then the LM head; fused as FastDecoder fuses them) on ``rows`` rows,
     on backend ``backend`` ("auto": the C++ kernel, "torch": F.linear), in ms."""
     import torch
-    from comlrl.algos.rollout.sampling.decode_linear import apply_linear, as_linear, fused
+    from comlrl.algos.rollout.sampling.fast_decode.linears import apply_linear, as_linear, fused
     from comlrl.kernels import use_backend
 
     with use_backend(backend), torch.no_grad():

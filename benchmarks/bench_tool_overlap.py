@@ -141,7 +141,8 @@ def main() -> None:
     from comlrl.algos.models.loading import build_default_model, build_default_tokenizer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.core import Tool
-    from comlrl.envs.sandbox.executor import SandboxLimits, run_python
+    from comlrl.envs.sandbox.executor import run_python
+    from comlrl.envs.sandbox.limits import SandboxLimits
     from comlrl.envs.tools.python import format_result, python_tool
 
     tok = build_default_tokenizer()

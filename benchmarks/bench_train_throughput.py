@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             "completion (max_new_tokens tokens, past EOS) and a Python loop of per-token "
             "log_softmax.",
             "Generate: ours prefills each prompt once, then decodes all P*G rows per agent with "
-            "comlrl.algos.rollout.sampling.decode.FastDecoder (the model's own weights, no per-call Hugging Face "
+            "comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder (the model's own weights, no per-call Hugging Face "
             "overhead; checked once per agent against model.forward), the two agents "
             "concurrently; CoMLRL 1.4.3 calls model.generate once per prompt per agent "
             "(num_return_sequences=G).",

@@ -29,7 +29,7 @@ def _check_final(out: Path, agents: int) -> None:
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Send this process a real SIGINT (a terminal's Ctrl-C) right after the metrics row of
     ``step`` is written: the recipe's handler must finish the step, checkpoint and stop."""
-    from comlrl.algos.training.steps import JsonlWriter
+    from comlrl.algos.training.data import JsonlWriter
 
     original = JsonlWriter.write
 
@@ -257,9 +257,9 @@ def test_missing_data_and_unknown_keys_fail_before_any_model_loads(
 ) -> None:
     assert main(["train", "algo=dpo"]) == 2
     assert "needs data=PATH.jsonl" in capsys.readouterr().err
-    assert main(["train", "algo=iac", "estimatr=grpo"]) == 2
+    assert main(["train", "algo=iac", "critic_typ=q"]) == 2
     err = capsys.readouterr().err
-    assert "unknown key for algo=iac: 'estimatr'; did you mean 'estimator'" in err
+    assert "unknown key for algo=iac: 'critic_typ'; did you mean 'critic_type'" in err
     assert "Valid keys of iac (ActorCriticConfig):" in err
     assert main(["train", "algo=ppo"]) == 2
     assert "unknown algo='ppo'" in capsys.readouterr().err

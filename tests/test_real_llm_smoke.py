@@ -62,8 +62,8 @@ def test_fast_greedy_decode_on_the_cpu_gemv_kernel_matches_generate(smollm2_gguf
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.rollout.sampling import decode_native
-    from comlrl.algos.rollout.sampling.decode import FastDecoder
+    from comlrl.algos.rollout.sampling.fast_decode import cpp_step as decode_native
+    from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
     from comlrl.algos.rollout.sampling.native import NativeSampler
     from comlrl.core import ChatPrompt, SamplingParams
     from comlrl.kernels import _dispatch, use_backend

@@ -61,8 +61,8 @@ def test_marlhf_runs_both_phases_from_python_and_resumes_without_refitting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torch
-    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
-    from comlrl.algos.training.steps import JsonlWriter
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
+    from comlrl.algos.training.data import JsonlWriter
     from safetensors.torch import load_file
 
     ref = tmp_path / "ref"

@@ -9,14 +9,12 @@ from typing import Any, Literal
 import pytest
 import torch
 from comlrl.algos.functional.advantages import (
-    ESTIMATORS,
-    Estimator,
     Scale,
     compute_advantages,
-    register_estimator,
     return_moments,
     std_from_moments,
 )
+from comlrl.algos.functional.estimators import ESTIMATORS, Estimator, register_estimator
 from comlrl.algos.functional.losses import policy_loss
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.cli.main import main
+from comlrl.algos.recipes.preference.config import MADPOConfig
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_update
 from comlrl.algos.recipes.preference.pairs import preference_pairs
-from comlrl.algos.recipes.preference.recipe import MADPOConfig
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.rollout.centralized import SentenceRoles, centralized_callbacks
 from comlrl.algos.rollout.environment import CallbackEnvironment
+from comlrl.algos.rollout.joint_policy import SentenceRoles, centralized_callbacks
 from comlrl.algos.rollout.tree import rollout
 from comlrl.core import RewardBatch
 

@@ -17,6 +17,7 @@ from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.lifecycle import (
     StopAtStepBoundary,
     clear_run_outputs,
@@ -25,7 +26,6 @@ from comlrl.algos.training.lifecycle import (
     truncate_jsonl,
     used_output_dir_message,
 )
-from comlrl.algos.training.steps import DataStream
 from comlrl.core import RewardFunctionError
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
@@ -357,7 +357,7 @@ def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_p
 
 
 def test_atomic_folder_replaces_only_a_complete_folder(tmp_path: Path) -> None:
-    from comlrl.algos.training.steps import atomic_folder
+    from comlrl.algos.training.saving import atomic_folder
 
     target = tmp_path / "reward_model"
     with atomic_folder(target) as tmp:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.rollout.sampling.decode import FastDecoder
-from comlrl.algos.rollout.sampling.decode_native import native_unavailable
+from comlrl.algos.rollout.sampling.fast_decode.cpp_step import native_unavailable
+from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.core import SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -199,7 +199,7 @@ def test_agent_samples_the_same_tokens_with_and_without_cuda_graphs(
 
 
 def test_unfused_projections_give_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:
-    import comlrl.algos.rollout.sampling.decode as decode
+    import comlrl.algos.rollout.sampling.fast_decode.decoder as decode
 
     model = _tiny("qwen2")
     fused = _fast_vs_forward(model, [4, 7], g=2, steps=3, seed=1, native=False)
@@ -224,8 +224,8 @@ class _CountingModule:
 def test_the_cpu_gemv_kernel_gives_the_same_logits(
     monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    import comlrl.algos.rollout.sampling.decode as decode
-    import comlrl.algos.rollout.sampling.decode_linear as decode_linear
+    import comlrl.algos.rollout.sampling.fast_decode.decoder as decode
+    import comlrl.algos.rollout.sampling.fast_decode.linears as decode_linear
     from comlrl.kernels import _dispatch
 
     if _dispatch._cpu is None:
@@ -352,7 +352,7 @@ def test_float32_rms_norm_is_bitwise_the_explicit_float32_formula(
 ) -> None:
     # The decode step's float32 RMSNorm is one F.rms_norm call; it must equal the
     # transformers formula bit for bit, or sampled tokens could change.
-    from comlrl.algos.rollout.sampling.decode_layer import rms_norm
+    from comlrl.algos.rollout.sampling.fast_decode.layers import rms_norm
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, hidden, generator=gen) * scale

@@ -12,8 +12,8 @@ import pytest
 import torch
 from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.rollout.sampling import decode_native
-from comlrl.algos.rollout.sampling.decode import FastDecoder
+from comlrl.algos.rollout.sampling.fast_decode import cpp_step as decode_native
+from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.core import SamplingParams
 
 from .test_decode import PROMPTS, _tiny

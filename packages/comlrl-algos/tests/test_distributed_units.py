@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comlrl.algos.models.distributed import GradientSync, rank_and_world, shard_bounds
+from comlrl.algos.models.gradient_sync import GradientSync
+from comlrl.algos.models.ranks import rank_and_world, shard_bounds
 from comlrl.algos.rollout.tree import derive_seed
 from hypothesis import given, settings
 from hypothesis import strategies as st

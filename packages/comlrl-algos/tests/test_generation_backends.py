@@ -21,13 +21,13 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import GenerationBackend, NativeBackend
 from comlrl.algos.rollout.sampling.collate import policy_batch
 from comlrl.algos.rollout.sampling.native import filtered_scores, sample_next
-from comlrl.algos.rollout.sampling.vllm_backend import (
-    EngineSyncClient,
+from comlrl.algos.rollout.sampling.vllm_api import (
     VLLMApi,
-    VLLMBackend,
     assemble_outputs,
     vllm_unavailable_reason,
 )
+from comlrl.algos.rollout.sampling.vllm_backend import VLLMBackend
+from comlrl.algos.rollout.sampling.vllm_weights import EngineSyncClient
 from comlrl.core import SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st

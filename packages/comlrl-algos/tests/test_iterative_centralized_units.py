@@ -1,5 +1,5 @@
 """The pieces of the centralized and iterative recipes, without models: role formats
-(:mod:`comlrl.algos.rollout.centralized`), the comparator's history bookkeeping, the
+(:mod:`comlrl.algos.rollout.joint_policy`), the comparator's history bookkeeping, the
 rounds' pair split, and the iterative config's rules."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pytest
 import torch
 from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay
+from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
-from comlrl.algos.rollout.centralized import (
+from comlrl.algos.recipes.preference.pairs import IterPair
+from comlrl.algos.rollout.joint_policy import (
     CentralizedReward,
     RoleParseError,
     SentenceRoles,

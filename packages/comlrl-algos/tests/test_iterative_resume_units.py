@@ -20,11 +20,8 @@ from comlrl.algos.recipes.preference.iterative.checkpoint import (
     marlhf_iter_resume,
 )
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative.replay import (
-    REPLAY_MODES,
-    IterPair,
-    PreferenceReplay,
-)
+from comlrl.algos.recipes.preference.iterative.replay import REPLAY_MODES, PreferenceReplay
+from comlrl.algos.recipes.preference.pairs import IterPair
 from comlrl.algos.training import checkpoint as ckpt
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -167,9 +167,7 @@ def test_actor_critic_runs_write_the_reporters_they_are_asked_for(
 def test_actor_critic_does_not_warn_about_an_estimator_it_does_not_use(
     tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
-    cfg = ActorCriticConfig(
-        **_settings(tmp_path / "iac", num_generations=1, critic_mode="shared", estimator="rloo")
-    )
+    cfg = ActorCriticConfig(**_settings(tmp_path / "iac", num_generations=1, critic_mode="shared"))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         IACTrainer(

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main
-from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
+from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, MADPOConfig
 from comlrl.algos.recipes.preference.madpo.initial_pairs import within_prompt_pairs
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_step, train_madpo
-from comlrl.algos.recipes.preference.recipe import MADPOConfig
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment
 from comlrl.algos.training.config import ConfigError

@@ -123,11 +123,16 @@ def test_select_nodes_keeps_whole_groups_in_the_given_order() -> None:
 
 
 def test_actor_critic_configs_refuse_the_chunk_schedule() -> None:
-    with pytest.raises(ValueError, match="update_chunk_nodes=2 is a schedule of the group"):
-        ActorCriticConfig(update_chunk_nodes=2)
-    with pytest.raises(ValueError, match="update_chunk_split_turns=True is a schedule"):
-        ActorCriticConfig(update_chunk_split_turns=True)  # not "set update_chunk_nodes"
-    assert ActorCriticConfig(update_chunk_nodes=None).update_chunk_split_turns is False
+    """The schedule is not a field of the actor-critic config: setting it (even to its
+    group-baseline default) is an error that names it and says why."""
+    for key, value in (
+        ("update_chunk_nodes", 2),
+        ("update_chunk_split_turns", True),  # not "set update_chunk_nodes"
+        ("update_chunk_nodes", None),
+    ):
+        with pytest.raises(ValueError, match=f"unknown field '{key}'; {key} is a schedule of"):
+            ActorCriticConfig(**{key: value})
+    assert "update_chunk_nodes" not in ActorCriticConfig.model_fields
     with pytest.raises(ValueError, match="update_chunk_nodes"):
         TrainConfig(update_chunk_split_turns=True)
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.encoding import _step
+from comlrl.algos.recipes.preference.encoding import clipped_optimizer_step
 
 
 @pytest.mark.parametrize("max_grad_norm", [None, 0.5, 1e6])
@@ -19,7 +19,7 @@ def test_step_reports_the_pre_clip_gradient_norm(max_grad_norm: float | None) ->
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
 
-    norm = _step(model, optimizer, max_grad_norm)
+    norm = clipped_optimizer_step(model, optimizer, max_grad_norm)
 
     # float32 sums of ~15 squares: relative error well under 1e-6
     assert norm == pytest.approx(expected, rel=1e-6)

@@ -19,6 +19,8 @@ from comlrl.algos.training.reporting import (
     build_reporters,
     check_report_to,
     close_reporters,
+)
+from comlrl.algos.training.run_summary import (
     quarter_means,
     reward_series,
     rolling_mean,

@@ -25,8 +25,8 @@ import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.value import Critic, ValueHead, hidden_size_of
 from comlrl.algos.recipes.actor_critic import recipe
-from comlrl.algos.recipes.actor_critic.critic import (
-    critic_inputs,
+from comlrl.algos.recipes.actor_critic.critic import critic_inputs
+from comlrl.algos.recipes.actor_critic.critic_updates import (
     update_critic,
     update_critics,
     update_shared,

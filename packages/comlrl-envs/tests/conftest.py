@@ -22,7 +22,7 @@ def humaneval_path() -> Path | None:
     if SHARED_HUMANEVAL.is_file():
         return SHARED_HUMANEVAL
     try:
-        from comlrl.envs.code.humaneval import default_humaneval_path
+        from comlrl.envs.code.humaneval_data import default_humaneval_path
 
         return default_humaneval_path()
     except FileNotFoundError:

@@ -12,7 +12,7 @@ from comlrl.envs.code.extract import (
     parse_prefix,
     strip_code_fences,
 )
-from comlrl.envs.code.humaneval import split_prompt
+from comlrl.envs.code.humaneval_data import split_prompt
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
-    "ESTIMATORS": "functional.advantages",
+    "ESTIMATORS": "functional.estimators",
     "compute_advantages": "functional.advantages",
-    "register_estimator": "functional.advantages",
+    "register_estimator": "functional.estimators",
     "completion_mask": "functional.losses",
     "kl_penalty": "functional.losses",
     "policy_loss": "functional.losses",
@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "update_policy": "training.update",
     "HFAgent": "rollout.agent",
     "ConfigError": "training.config",
-    "TaskConfig": "training.config",
+    "TaskConfig": "training.task_config",
     "TrainConfig": "training.config",
     "load_config": "training.config",
     "DEFAULT_MODEL": "models.loading",
@@ -46,22 +46,22 @@ _EXPORTS: dict[str, str] = {
     "MARLOOTrainer": "recipes.group_baseline.trainer",
     "MAReMaxTrainer": "recipes.group_baseline.trainer",
     "MAREINFORCETrainer": "recipes.group_baseline.trainer",
-    "save_agent_checkpoint": "training.steps",
+    "save_agent_checkpoint": "training.saving",
     "dpo_loss": "functional.preference_losses",
     "multi_agent_dpo_loss": "functional.preference_losses",
     "bradley_terry_loss": "functional.preference_losses",
     "sft_nll": "functional.preference_losses",
     "select_preference_pairs": "functional.preference_losses",
-    "SFTConfig": "recipes.preference.recipe",
-    "DPOConfig": "recipes.preference.recipe",
-    "MADPOConfig": "recipes.preference.recipe",
-    "RewardModelConfig": "recipes.preference.recipe",
-    "JointRewardModel": "recipes.preference.recipe",
-    "RewardModelReward": "recipes.preference.recipe",
-    "SFTTrainer": "recipes.preference.trainers",
-    "DPOTrainer": "recipes.preference.trainers",
-    "MADPOTrainer": "recipes.preference.trainers",
-    "MARLHFTrainer": "recipes.preference.trainers",
+    "SFTConfig": "recipes.preference.config",
+    "DPOConfig": "recipes.preference.config",
+    "MADPOConfig": "recipes.preference.config",
+    "RewardModelConfig": "recipes.preference.config",
+    "JointRewardModel": "recipes.preference.marlhf.reward_model",
+    "RewardModelReward": "recipes.preference.marlhf.reward_model",
+    "SFTTrainer": "recipes.preference.supervised.trainer",
+    "DPOTrainer": "recipes.preference.supervised.trainer",
+    "MADPOTrainer": "recipes.preference.madpo.trainer",
+    "MARLHFTrainer": "recipes.preference.marlhf.trainer",
     "discounted_returns": "functional.gae",
     "gae": "functional.gae",
     "tree_gae": "functional.gae",
@@ -76,12 +76,12 @@ _EXPORTS: dict[str, str] = {
     # the names comlrl-compat (comlrl.trainers) uses beside the ones above
     "ActorCriticConfig": "recipes.actor_critic.config",
     "AGENT_REWARDS_KEY": "recipes.actor_critic.critic",
-    "RoleFormat": "rollout.centralized",
-    "RoleParseError": "rollout.centralized",
-    "TaggedRoles": "rollout.centralized",
-    "CentralizedReward": "rollout.centralized",
-    "check_role_format": "rollout.centralized",
-    "centralized_callbacks": "rollout.centralized",
+    "RoleFormat": "rollout.joint_policy",
+    "RoleParseError": "rollout.joint_policy",
+    "TaggedRoles": "rollout.joint_policy",
+    "CentralizedReward": "rollout.joint_policy",
+    "check_role_format": "rollout.joint_policy",
+    "centralized_callbacks": "rollout.joint_policy",
     # the preference names comlrl-compat (comlrl.trainers.preference) uses
     "IterativeMADPOConfig": "recipes.preference.config",
     "MADPOIterRun": "recipes.preference.iterative.recipe",
@@ -246,11 +246,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from comlrl.algos.functional.advantages import (
-        ESTIMATORS,
-        compute_advantages,
-        register_estimator,
-    )
+    from comlrl.algos.functional.advantages import compute_advantages
+    from comlrl.algos.functional.estimators import ESTIMATORS, register_estimator
     from comlrl.algos.functional.gae import (
         discounted_returns,
         gae,
@@ -277,10 +274,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
     from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
     from comlrl.algos.recipes.actor_critic.critic import AGENT_REWARDS_KEY
-    from comlrl.algos.recipes.actor_critic.run import (
-        run_iac,
-        run_maac,
-    )
+    from comlrl.algos.recipes.actor_critic.run import run_iac, run_maac
     from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
     from comlrl.algos.recipes.centralized.run import (
         CentralizedMADPOIterRunConfig,
@@ -294,9 +288,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         run_centralized_marlhf,
         run_centralized_marlhf_iter,
     )
-    from comlrl.algos.recipes.group_baseline.run import (
-        run_group_baseline,
-    )
+    from comlrl.algos.recipes.group_baseline.run import run_group_baseline
     from comlrl.algos.recipes.group_baseline.trainer import (
         MAGRPOTrainer,
         MAREINFORCETrainer,
@@ -304,7 +296,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         MARLOOTrainer,
         MultiAgentTrainer,
     )
-    from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
+    from comlrl.algos.recipes.preference.config import (
+        DPOConfig,
+        IterativeMADPOConfig,
+        IterativeSection,
+        MADPOConfig,
+        RewardModelConfig,
+        SFTConfig,
+    )
     from comlrl.algos.recipes.preference.iterative.checkpoint import (
         madpo_iter_resume,
         marlhf_iter_resume,
@@ -322,41 +321,26 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         run_madpo_iter,
         run_marlhf_iter,
     )
-    from comlrl.algos.recipes.preference.madpo.run import (
-        MADPORunConfig,
-        run_madpo,
-    )
-    from comlrl.algos.recipes.preference.marlhf.run import (
-        MARLHFRunConfig,
-        run_marlhf,
-    )
-    from comlrl.algos.recipes.preference.recipe import (
-        DPOConfig,
+    from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
+    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
+    from comlrl.algos.recipes.preference.marlhf.reward_model import (
         JointRewardModel,
-        MADPOConfig,
-        RewardModelConfig,
         RewardModelReward,
-        SFTConfig,
     )
+    from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
     from comlrl.algos.recipes.preference.supervised.run import (
         DPORunConfig,
         SFTRunConfig,
         run_dpo,
         run_sft,
     )
-    from comlrl.algos.recipes.preference.trainers import (
-        DPOTrainer,
-        MADPOTrainer,
-        MARLHFTrainer,
-        SFTTrainer,
-    )
-    from comlrl.algos.recipes.run_steps import (
-        RunOutputs,
-        RunResult,
-    )
+    from comlrl.algos.recipes.preference.supervised.trainer import DPOTrainer, SFTTrainer
+    from comlrl.algos.recipes.run_steps import RunOutputs, RunResult
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.rollout.centralized import (
+    from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
+    from comlrl.algos.rollout.joint_policy import (
         CentralizedReward,
         RoleFormat,
         RoleParseError,
@@ -364,9 +348,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         centralized_callbacks,
         check_role_format,
     )
-    from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
     from comlrl.algos.rollout.tree import TreeSettings
-    from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig, load_config
+    from comlrl.algos.training.config import ConfigError, TrainConfig, load_config
     from comlrl.algos.training.data import DataStream
-    from comlrl.algos.training.steps import save_agent_checkpoint
+    from comlrl.algos.training.saving import save_agent_checkpoint
+    from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.update import UpdateSettings, update_policy

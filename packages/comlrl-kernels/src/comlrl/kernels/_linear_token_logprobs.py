@@ -15,7 +15,11 @@ from typing import Any
 import torch
 
 from . import _dispatch as dispatch
-from ._token_logprobs import _unsupported, token_logprobs_backward, token_logprobs_forward
+from ._token_logprobs import (
+    token_logprobs_backward,
+    token_logprobs_forward,
+    token_logprobs_unsupported,
+)
 
 __all__ = ["default_chunk_size", "linear_token_logprobs"]
 
@@ -288,7 +292,9 @@ def linear_token_logprobs(
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     targets = targets.to(device=hidden.device, dtype=torch.int64).contiguous()
     probe = torch.empty(0, dtype=hidden.dtype)
-    backend = dispatch.select("linear_token_logprobs", hidden.device, _unsupported(probe))
+    backend = dispatch.select(
+        "linear_token_logprobs", hidden.device, token_logprobs_unsupported(probe)
+    )
     return _LinearTokenLogprobs.apply(  # type: ignore[no-any-return, no-untyped-call]
         hidden,
         weight,

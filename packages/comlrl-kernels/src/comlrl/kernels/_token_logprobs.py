@@ -13,12 +13,19 @@ import torch
 from . import _dispatch as dispatch
 from . import _reference as ref
 
-__all__ = ["token_logprobs", "token_logprobs_backward", "token_logprobs_forward"]
+__all__ = [
+    "token_logprobs",
+    "token_logprobs_backward",
+    "token_logprobs_forward",
+    "token_logprobs_unsupported",
+]
 
 _NATIVE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _unsupported(logits: torch.Tensor) -> str | None:
+def token_logprobs_unsupported(logits: torch.Tensor) -> str | None:
+    """Why the native kernels cannot take ``logits`` (a dtype other than float32, float16 or
+    bfloat16), or ``None`` when they can; the dispatcher then uses the torch reference."""
     if logits.dtype not in _NATIVE_DTYPES:
         return f"logits dtype {logits.dtype} (native kernels take float32, float16, bfloat16)"
     return None
@@ -269,7 +276,7 @@ def token_logprobs(
     ):  # non-unit inner stride, or overlapping/broadcast rows: copy
         logits = logits.contiguous()
     targets = targets.to(torch.int64).contiguous()
-    backend = dispatch.select("token_logprobs", logits.device, _unsupported(logits))
+    backend = dispatch.select("token_logprobs", logits.device, token_logprobs_unsupported(logits))
     return _TokenLogprobs.apply(  # type: ignore[no-any-return, no-untyped-call]
         logits,
         targets,

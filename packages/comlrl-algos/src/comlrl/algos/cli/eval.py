@@ -211,7 +211,7 @@ def _evaluate_with_progress(trainer: Any, data: list[Any]) -> tuple[dict[str, An
 
 def _write_samples(path: Path, rollouts: list[Any], step: int | None) -> None:
     """Every joint action of ``rollouts`` as one JSON row (written whole, then renamed)."""
-    from comlrl.algos.training.steps import sample_rows
+    from comlrl.algos.training.metrics import sample_rows
 
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w") as fh:

@@ -2,7 +2,7 @@
 
 ``comlrl train --resume runs/x`` continues a run from its newest step checkpoint;
 ``torchrun --nproc-per-node=K -m comlrl train ...`` trains data parallel over ``K``
-processes (:mod:`comlrl.algos.models.distributed`; rank 0 prints and writes; a run resumes on
+processes (:mod:`comlrl.algos.models.gradient_sync`; rank 0 prints and writes; a run resumes on
 any number of processes);
 ``comlrl eval --model ... --model ...`` evaluates trained agents
 (:mod:`comlrl.algos.cli.eval`); ``comlrl info`` prints versions, the kernels' build, tasks,
@@ -161,11 +161,11 @@ def run_train(args: argparse.Namespace) -> int:
     """Validate the config, build agents and task, and train. Returns an exit code.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1) it first joins the process group
-    (:func:`comlrl.algos.models.distributed.init_from_env`) and leaves it when done.
+    (:func:`comlrl.algos.models.ranks.init_from_env`) and leaves it when done.
     """
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import init_from_env
 
-    owns_group = distributed.init_from_env()
+    owns_group = init_from_env()
     code = 1
     try:
         code = _run_train(args)
@@ -185,7 +185,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import barrier, rank_and_world
     from comlrl.algos.recipes.run_steps import RunOutputs
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.config import ConfigError
@@ -211,7 +211,7 @@ def _run_train(args: argparse.Namespace) -> int:
             print(f"comlrl: {exc}", file=sys.stderr)
             return 2
         return 0
-    world = distributed.rank_and_world()[1]
+    world = rank_and_world()[1]
     if world > 1 and not recipe.distributed:
         print(
             f"comlrl: algo={recipe.name} runs in one process; torchrun data parallelism is for "
@@ -227,7 +227,7 @@ def _run_train(args: argparse.Namespace) -> int:
         )
         return 0
     earlier = [] if args.resume else lifecycle.existing_run_outputs(config.output_dir)
-    distributed.barrier()  # every rank has looked at output_dir before rank 0 writes to it
+    barrier()  # every rank has looked at output_dir before rank 0 writes to it
     if earlier and not args.overwrite:
         message = lifecycle.used_output_dir_message(config.output_dir, earlier, api=False)
         print(f"comlrl: {message}", file=sys.stderr)
@@ -240,7 +240,7 @@ def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
     """Run the recipe and return the exit code of ``comlrl train``: 0 done (its summary
     line printed), 2 a bad config, data, model or checkpoint (reported before training
     where it can be), else as :func:`stopped`."""
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import is_main
     from comlrl.algos.training.checkpoint import CheckpointError
     from comlrl.algos.training.config import ConfigError
 
@@ -251,7 +251,7 @@ def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
         return 2
     except BaseException as exc:
         return stopped(exc)
-    if distributed.is_main():
+    if is_main():
         print(result.summary)
     return 0
 
@@ -316,7 +316,8 @@ def _config_text(algo: str, config: Any) -> str:
     built-in models as comments."""
     import yaml
     from comlrl.algos.models.loading import BUILTIN_MODELS
-    from comlrl.algos.training.config import ConfigError, TaskConfig
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.task_setup import task_info
 
     text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)

@@ -79,7 +79,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"comlrl: comlrl serve needs comlrl-envs: {exc}", file=sys.stderr)
         return 2
-    from comlrl.algos.training.config import ConfigError, TaskConfig
+    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.task_setup import build_task
 
     try:

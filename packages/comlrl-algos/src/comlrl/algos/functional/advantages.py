@@ -41,25 +41,17 @@ from typing import Literal
 
 import torch
 from comlrl.algos.functional.estimators import (
-    BASELINES,
-    ESTIMATORS,
     BaselineFn,
     Estimator,
-    register_estimator,
     resolve_estimator,
 )
 from comlrl.kernels import group_advantages
 from torch import Tensor
 
 __all__ = [
-    "BASELINES",
-    "ESTIMATORS",
     "SCALES",
-    "BaselineFn",
-    "Estimator",
     "compute_advantages",
     "loo_max_baseline",
-    "register_estimator",
     "return_moments",
     "std_from_moments",
 ]

@@ -2,7 +2,7 @@
 Bradley-Terry, and the reward-gap rule that turns scored joint actions into pairs.
 
 Pure functions over tensors (torch only; no ``transformers``). The recipes in
-:mod:`comlrl.algos.recipes.preference.recipe` compute the log-probs and call these.
+:mod:`comlrl.algos.recipes.preference` compute the log-probs and call these.
 
 Named axes: ``P`` preference pairs, ``A`` agents, ``N`` prompts, ``K`` joint actions per
 prompt, ``B`` sequences, ``L`` completion tokens. A *sequence log-prob* is the sum over a

@@ -31,46 +31,86 @@ Checkpoints (:meth:`LoraPolicy.save_pretrained`) hold the adapter in peft's form
 ``W + (alpha / r) B A`` in ``path/merged`` (load with
 ``AutoModelForCausalLM.from_pretrained(path / "merged")``, no peft needed).
 
-The fast decode step (:class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`) refuses LoRA
+The fast decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`) refuses LoRA
 layers (they are not plain ``nn.Linear``), so LoRA agents decode through the model's
 forward; ``benchmarks/bench_lora_decode.py`` measures the difference.
 
-The views themselves (:class:`LoraPolicy`, :class:`SharedBase`, :class:`LoraReference`)
-live in :mod:`~comlrl.algos.models.lora_policy`; this module builds them and re-exports
-their names.
+The settings (:class:`LoraSettings`, the ``lora:`` config key) are defined here, beside the
+code that applies them. The views themselves (:class:`~comlrl.algos.models.lora_policy.LoraPolicy`,
+:class:`~comlrl.algos.models.lora_policy.SharedBase`,
+:class:`~comlrl.algos.models.lora_policy.LoraReference`) live in
+:mod:`~comlrl.algos.models.lora_policy`; this module builds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import torch
 from comlrl.algos.models.lora_policy import (
-    ADAPTER_WEIGHTS,
-    MERGED_DIR,
     LoraPolicy,
     LoraReference,
     SharedBase,
     require_peft,
 )
-
-if TYPE_CHECKING:
-    from comlrl.algos.training.config import LoraSettings
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
-    "require_peft",
-    "SharedBase",
-    "LoraPolicy",
-    "LoraReference",
+    "LoraSettings",
     "attach_lora",
     "is_lora_policy",
     "model_key",
     "reference_model",
     "unique_parameter_bytes",
-    "ADAPTER_WEIGHTS",
-    "MERGED_DIR",
 ]
+
+
+class LoraSettings(BaseModel):
+    """Agents as LoRA adapters on a frozen base model (``lora:`` section; extra
+    ``comlrl-algos[lora]``, which installs ``peft``).
+
+    LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", Eq. 3):
+    each targeted weight ``W [out, in]`` becomes ``W + (alpha / r) * B A`` with
+    ``A [r, in]``, ``B [out, r]`` trained and ``W`` frozen; ``B`` starts at zero, so every
+    agent starts as its base model.
+
+    Attributes:
+        r: rank of each adapter.
+        alpha: scale numerator; the update is scaled by ``alpha / r``.
+        dropout: dropout on the adapter's input, in ``[0, 1)``. The policy-gradient and
+            DPO updates run in eval mode (the mode completions are sampled in), where it
+            is off; it acts in SFT and reward-model training.
+        target_modules: names (suffixes) of the linear layers that get adapters, or
+            ``"all-linear"`` (every linear layer but the LM head).
+        shared_base: ``true``: one frozen base in memory for all agents, one named adapter
+            per agent on it (memory about one base + ``A`` adapters); needs one model for
+            all agents and all agents on one device. ``false``: each agent gets its own
+            base (``A`` bases; agents may then differ in model and device).
+        merge_adapters: checkpoints also hold each agent's merged weights
+            (``W + (alpha / r) B A``) in ``agent_<i>/merged/``, loadable without peft.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    shared_base: bool = True
+    merge_adapters: bool = False
+
+    @field_validator("target_modules")
+    @classmethod
+    def _targets_not_empty(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list) and (not v or any(not isinstance(m, str) or not m for m in v)):
+            raise ValueError(
+                f"target_modules must name at least one module (e.g. [q_proj, v_proj]) or be "
+                f"'all-linear', got {v!r}"
+            )
+        return v
 
 
 def is_lora_policy(model: Any) -> bool:

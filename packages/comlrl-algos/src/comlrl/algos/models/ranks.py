@@ -4,7 +4,8 @@ Who this process is (:func:`rank_and_world`, :func:`is_main`), joining the proce
 ``torchrun`` describes (:func:`init_from_env`), the share of the global batch a rank rolls
 out (:func:`shard_bounds`), and small collectives (:func:`barrier`,
 :func:`gather_objects`, :func:`all_reduce_flag`). Every function also works without a
-process group (one rank). The concept: :mod:`comlrl.algos.models.distributed`.
+process group (one rank). The concept (global batch, gradient averaging,
+checkpoints): :mod:`comlrl.algos.models.gradient_sync`.
 ``torch.distributed`` is imported lazily.
 """
 

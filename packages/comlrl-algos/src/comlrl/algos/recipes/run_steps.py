@@ -259,8 +259,9 @@ def check_offline(config: Any) -> None:
     Raises:
         ConfigError: what ``comlrl train`` would refuse.
     """
-    from comlrl.algos.training.config import TaskConfig, TrainConfig
+    from comlrl.algos.training.config import TrainConfig
     from comlrl.algos.training.reporting import check_report_to
+    from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.task_setup import build_checked_task, check_model_names
 
     if hasattr(config, "report_to"):
@@ -404,7 +405,7 @@ def start_outputs(config: Any, algo: str, outputs: RunOutputs) -> Path:
 
 def loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
     """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
-    from comlrl.algos.training.reporting import quarter_means
+    from comlrl.algos.training.run_summary import quarter_means
 
     where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
     if not history:

@@ -49,11 +49,11 @@ class HFAgent:
             A :class:`~comlrl.algos.rollout.sampling.backends.GenerationBackend` object is used
             as given.
         fast_decode: with the native backend, decode Llama-family models (Llama, Qwen2,
-            Mistral) through :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder` (checked
+            Mistral) through :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder` (checked
             once against the model's forward; :attr:`fast_decode_status` says whether it
             is on and why not).
         cuda_graphs: with fast decoding on a CUDA device, replay each decode step as a
-            CUDA graph (see :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`); set
+            CUDA graph (see :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`); set
             False to launch its kernels one by one (e.g. to profile them).
         prompt_format: how prompts reach the model (:mod:`comlrl.algos.models.chat_template`):
             ``"chat"`` applies the tokenizer's chat template to the prompt's messages,
@@ -144,7 +144,7 @@ class HFAgent:
         self.backend = self.generation_backend.name
 
     def replace_model(self, model: Any) -> None:
-        """Make ``model`` this agent's policy (e.g. a :class:`~comlrl.algos.models.lora.LoraPolicy`
+        """Make ``model`` this agent's policy (e.g. a :class:`~comlrl.algos.models.lora_policy.LoraPolicy`
         over the old one) and rebuild the native generation backend around it; the old
         model is no longer referenced by the agent.
 

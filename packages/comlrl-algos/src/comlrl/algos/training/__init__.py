@@ -9,6 +9,5 @@ Modules: :mod:`~comlrl.algos.training.config` (with its sections in
 :mod:`~comlrl.algos.training.lifecycle`, :mod:`~comlrl.algos.training.reporting`,
 :mod:`~comlrl.algos.training.diagnostics`, and the step helpers
 (:mod:`~comlrl.algos.training.agents`, :mod:`~comlrl.algos.training.data`,
-:mod:`~comlrl.algos.training.metrics`, :mod:`~comlrl.algos.training.saving`, gathered in
-:mod:`~comlrl.algos.training.steps`).
+:mod:`~comlrl.algos.training.metrics`, :mod:`~comlrl.algos.training.saving`).
 """

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.training.steps import DataStream, atomic_folder, save_agent_checkpoint
+from comlrl.algos.training.data import DataStream
+from comlrl.algos.training.saving import atomic_folder, save_agent_checkpoint
 
 __all__ = [
     "CheckpointError",
@@ -95,7 +96,7 @@ def capture_state(
         schedulers: learning-rate schedulers, if the recipe has any.
         optimizer_states: the optimizers' state dicts when ``opt.state_dict()`` does not
             hold whole tensors (FSDP2: gathered by
-            :meth:`comlrl.algos.models.distributed.GradientSync.optimizer_state_dict`), in the
+            :meth:`comlrl.algos.models.gradient_sync.GradientSync.optimizer_state_dict`), in the
             same index-keyed format.
 
     Returns:
@@ -156,7 +157,7 @@ def restore_state(
     """Put what :func:`capture_state` saved back into the run's objects; returns the step.
 
     ``load_optimizer`` (one per optimizer) replaces ``opt.load_state_dict(sd)``, e.g.
-    :meth:`comlrl.algos.models.distributed.GradientSync.load_optimizer_state_dict`, which shards
+    :meth:`comlrl.algos.models.gradient_sync.GradientSync.load_optimizer_state_dict`, which shards
     the saved whole tensors for an FSDP2 model.
 
     Raises:
@@ -350,9 +351,9 @@ def load_agent_weights(
 
     Loading through ``from_pretrained`` handles sharded files and tied embeddings; the
     copy keeps ``model``'s identity, device and dtype, so optimizers built over its
-    parameters stay valid. A LoRA agent (:class:`~comlrl.algos.models.lora.LoraPolicy`) loads its
+    parameters stay valid. A LoRA agent (:class:`~comlrl.algos.models.lora_policy.LoraPolicy`) loads its
     adapter (``adapter_model.safetensors``) and keeps its base. ``load_state_dict`` replaces ``model.load_state_dict(sd,
-    strict=True)`` (FSDP2: :meth:`comlrl.algos.models.distributed.GradientSync.load_model_state_dict`
+    strict=True)`` (FSDP2: :meth:`comlrl.algos.models.gradient_sync.GradientSync.load_model_state_dict`
     shards the whole tensors).
 
     Raises:

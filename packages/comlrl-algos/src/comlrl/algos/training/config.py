@@ -7,22 +7,20 @@ an error naming the field, the bad value and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from comlrl.algos.training.config_sections import (
     AgentsSection,
-    EstimatorSection,
+    GroupBaselineSection,
     LifecycleSection,
-    LoraSettings,
     OptimisationSection,
     OutputsSection,
+    PolicyLossSection,
     ReportingSection,
     SamplingSection,
-    TaskConfig,
     TaskSection,
     TurnsSection,
-    VLLMConfig,
 )
 from comlrl.algos.training.model_defaults import ModelDefaults, choose_defaults
 from pydantic import (
@@ -36,10 +34,8 @@ from pydantic import (
 )
 
 __all__ = [
+    "RLConfig",
     "TrainConfig",
-    "TaskConfig",
-    "VLLMConfig",
-    "LoraSettings",
     "ConfigError",
     "load_config",
     "load_config_data",
@@ -60,18 +56,21 @@ class ConfigError(ValueError):
 FORMATS_ERRORS = "comlrl_formats_errors"
 
 
-class TrainConfig(
+class RLConfig(
     ReportingSection,
     LifecycleSection,
     OutputsSection,
     OptimisationSection,
-    EstimatorSection,
+    PolicyLossSection,
     TurnsSection,
     SamplingSection,
     TaskSection,
     AgentsSection,
 ):
-    """Hyper-parameters of a multi-agent RL run (MAGRPO and its sibling estimators).
+    """What every multi-agent RL recipe reads: agents, task, sampling, turns, the policy loss,
+    optimisation, outputs, evaluation, reporting. The recipes' own configs add their fields:
+    :class:`TrainConfig` (group baselines) and
+    :class:`~comlrl.algos.recipes.actor_critic.config.ActorCriticConfig` (critics).
 
     Units: ``learning_rate`` per optimizer step; token limits in tokens; ``num_steps`` in
     optimizer steps (one step = one batch of ``batch_size`` prompts, ``G`` completions
@@ -91,6 +90,9 @@ class TrainConfig(
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     _model_defaults: ModelDefaults | None = PrivateAttr(default=None)
+    #: fields of other recipes' configs that this one does not have, with why (the unknown-field
+    #: error says so instead of a did-you-mean)
+    foreign_fields: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="wrap")
     @classmethod
@@ -109,7 +111,7 @@ class TrainConfig(
         default_models = cls.model_fields["models"].get_default(call_default_factory=True)
         filled, chosen = choose_defaults(data, default_models)
         config = handler(filled)
-        if isinstance(config, TrainConfig):
+        if isinstance(config, RLConfig):
             config._model_defaults = chosen
         return config
 
@@ -122,7 +124,7 @@ class TrainConfig(
         return self._model_defaults
 
     @model_validator(mode="after")
-    def _consistent(self) -> TrainConfig:
+    def _consistent(self) -> RLConfig:
         if len(self.models) not in (1, self.num_agents):
             raise ValueError(
                 f"models lists {len(self.models)} models for num_agents={self.num_agents}; "
@@ -143,25 +145,6 @@ class TrainConfig(
             from comlrl.algos.functional.losses import k1_loss_message
 
             raise ValueError(k1_loss_message(self.kl_coef))
-        if self.update_chunk_split_turns and self.update_chunk_nodes is None:
-            raise ValueError(
-                "update_chunk_split_turns=True splits the chunks of update_chunk_nodes, which "
-                "is unset; set update_chunk_nodes (e.g. 2) or drop update_chunk_split_turns."
-            )
-        if self.advantage_scale == "group" and _has_no_baseline(self.estimator):
-            raise ValueError(
-                f"estimator={self.estimator!r} with advantage_scale='group': this estimator "
-                "has no baseline, so a group of equal returns (std 0) gets r / advantage_eps "
-                f"= r / {self.advantage_eps:g}, a step of unbounded size. Use "
-                "advantage_scale=none (its default, auto) or a baselined estimator "
-                "(estimator=grpo, rloo, remax)."
-            )
-        if self.update_chunk_nodes is not None and self.clip_ratio is None:
-            raise ValueError(
-                f"update_chunk_nodes={self.update_chunk_nodes} updates later chunks of nodes "
-                "after earlier optimizer steps, with their importance ratio to the sampling "
-                "policy, which is unbounded without the PPO clip: set clip_ratio (e.g. 0.2)."
-            )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
@@ -170,7 +153,7 @@ class TrainConfig(
         return self
 
     @model_validator(mode="after")
-    def _placement_and_lora(self) -> TrainConfig:
+    def _placement_and_lora(self) -> RLConfig:
         from comlrl.algos.models.devices import validate_devices
 
         if self.agent_devices is not None:
@@ -220,7 +203,7 @@ class TrainConfig(
         return self
 
     @model_validator(mode="after")
-    def _generation_backend_available(self) -> TrainConfig:
+    def _generation_backend_available(self) -> RLConfig:
         if self.generation_backend != "vllm":
             return self
         import importlib.util
@@ -249,7 +232,7 @@ class TrainConfig(
         return {**opts, "backend": self.generation_backend}
 
     @model_validator(mode="after")
-    def _eval_consistent(self) -> TrainConfig:
+    def _eval_consistent(self) -> RLConfig:
         if self.eval_greedy and self.eval_num_samples > 1:
             raise ValueError(
                 f"eval_num_samples={self.eval_num_samples} with eval_greedy=true repeats one "
@@ -265,6 +248,45 @@ class TrainConfig(
     def model_for(self, agent: int) -> str:
         """Model name or path of agent ``agent`` (0-based)."""
         return self.models[0] if len(self.models) == 1 else self.models[agent]
+
+    @property
+    def baseline_label(self) -> str:
+        """What the advantages are measured against, for titles (an estimator, a critic)."""
+        raise NotImplementedError(f"{type(self).__name__} names no baseline")
+
+
+class TrainConfig(RLConfig, GroupBaselineSection):
+    """Hyper-parameters of a group-baseline multi-agent RL run (MAGRPO and its sibling
+    estimators): :class:`RLConfig` plus the estimator, advantage scaling and node-chunk
+    schedule (:class:`~comlrl.algos.training.config_sections.GroupBaselineSection`)."""
+
+    @model_validator(mode="after")
+    def _group_baseline_consistent(self) -> TrainConfig:
+        if self.update_chunk_split_turns and self.update_chunk_nodes is None:
+            raise ValueError(
+                "update_chunk_split_turns=True splits the chunks of update_chunk_nodes, which "
+                "is unset; set update_chunk_nodes (e.g. 2) or drop update_chunk_split_turns."
+            )
+        if self.advantage_scale == "group" and _has_no_baseline(self.estimator):
+            raise ValueError(
+                f"estimator={self.estimator!r} with advantage_scale='group': this estimator "
+                "has no baseline, so a group of equal returns (std 0) gets r / advantage_eps "
+                f"= r / {self.advantage_eps:g}, a step of unbounded size. Use "
+                "advantage_scale=none (its default, auto) or a baselined estimator "
+                "(estimator=grpo, rloo, remax)."
+            )
+        if self.update_chunk_nodes is not None and self.clip_ratio is None:
+            raise ValueError(
+                f"update_chunk_nodes={self.update_chunk_nodes} updates later chunks of nodes "
+                "after earlier optimizer steps, with their importance ratio to the sampling "
+                "policy, which is unbounded without the PPO clip: set clip_ratio (e.g. 0.2)."
+            )
+        return self
+
+    @property
+    def baseline_label(self) -> str:
+        """The estimator's name."""
+        return self.estimator
 
 
 def _has_no_baseline(estimator: str) -> bool:
@@ -340,6 +362,9 @@ def _did_you_mean(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> 
     import typing
 
     model: type[BaseModel] = root if root is not None else TrainConfig
+    foreign = getattr(model, "foreign_fields", {})
+    if len(loc) == 1 and str(loc[0]) in foreign:
+        return f"; {foreign[str(loc[0])]}"
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
         candidates = [field.annotation, *typing.get_args(field.annotation)] if field else []

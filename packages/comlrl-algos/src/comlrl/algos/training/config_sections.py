@@ -1,9 +1,9 @@
 """The sections of :class:`~comlrl.algos.training.config.TrainConfig`, one model per topic,
 each with its fields and their checks; ``TrainConfig`` composes them (and checks what spans
 sections). The config keys are the fields' names, flat: ``learning_rate=...``, not
-``optimisation.learning_rate=...``. Also the nested settings: :class:`TaskConfig`,
-:class:`VLLMConfig`, :class:`LoraSettings` (defined in
-:mod:`comlrl.algos.training.config_settings`, re-exported here).
+``optimisation.learning_rate=...``. The nested settings they hold are defined in
+:mod:`comlrl.algos.training.task_config` (the task) and :mod:`comlrl.algos.models.lora`
+(LoRA); the vLLM engine's (:class:`VLLMConfig`) is here, beside the sampling section.
 """
 
 from __future__ import annotations
@@ -11,23 +11,48 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from comlrl.algos.models.loading import DEFAULT_MODEL
-from comlrl.algos.training.config_settings import LoraSettings, TaskConfig, VLLMConfig
-from pydantic import BaseModel, Field, field_validator
+from comlrl.algos.models.lora import LoraSettings
+from comlrl.algos.training.task_config import TaskConfig
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
-    "TaskConfig",
     "VLLMConfig",
-    "LoraSettings",
     "AgentsSection",
     "TaskSection",
     "SamplingSection",
     "TurnsSection",
-    "EstimatorSection",
+    "GroupBaselineSection",
+    "PolicyLossSection",
     "OptimisationSection",
     "OutputsSection",
     "LifecycleSection",
     "ReportingSection",
 ]
+
+
+class VLLMConfig(BaseModel):
+    """Settings of the vLLM generation backend (``generation_backend: vllm``).
+
+    Attributes:
+        gpu_memory_utilization: fraction of each GPU's memory one agent's colocated
+            engine may take (weights, activations, KV cache), in ``(0, 1]``; the
+            training model, its gradients and optimizer state need the rest.
+        behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
+            (the full tempered softmax's, as the update computes); their difference to
+            the trainer's is logged every step and corrected by truncated importance
+            sampling (``tis``, on by default for engine log-probs). Under
+            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
+            the training model's are used there. ``recompute``: the training model's
+            own log-probs always (one more forward per batch).
+        engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
+            ``enforce_eager``, ``model`` to name the checkpoint folder).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    behaviour_logprobs: Literal["engine", "recompute"] = "engine"
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentsSection(BaseModel):
@@ -129,17 +154,10 @@ class TurnsSection(BaseModel):
     )
 
 
-class EstimatorSection(BaseModel):
-    """The baseline (``estimator``), how advantages are scaled, and the policy loss
-    (reduction, PPO clip, reference KL, passes per batch)."""
+class PolicyLossSection(BaseModel):
+    """The policy loss of every RL recipe: reduction, PPO clip, importance weights,
+    reference KL, passes per batch."""
 
-    estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
-    advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
-        "auto",
-        description="Divide advantages by a std of the returns: auto = the "
-        "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
-    )
-    advantage_eps: float = Field(1e-6, gt=0)
     loss_reduction: Literal["seq_mean_token_mean", "token_mean", "seq_sum"] = "seq_mean_token_mean"
     clip_ratio: float | None = Field(None, gt=0, description="PPO clip epsilon; None = no clip.")
     num_iterations: int = Field(1, ge=1, description="Updates per batch (>1 uses the clip).")
@@ -167,15 +185,6 @@ class EstimatorSection(BaseModel):
         "is refused with kl_coef > 0 (Schulman 2020, Approximating KL Divergence).",
     )
 
-    @field_validator("estimator")
-    @classmethod
-    def _known_estimator(cls, v: str) -> str:
-        from comlrl.algos.functional.advantages import ESTIMATORS
-
-        if v.lower() not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")
-        return v.lower()
-
 
 class OptimisationSection(BaseModel):
     """The optimizer, batch shapes, concurrency of agents, data parallelism, the
@@ -198,20 +207,6 @@ class OptimisationSection(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1, description="Prompts per step.")
-    update_chunk_nodes: int | None = Field(
-        None,
-        ge=1,
-        description="None: one optimizer step per agent on the whole step's rollout. N: "
-        "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
-        "one optimizer step per chunk of N nodes, later chunks weighted by their "
-        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
-        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
-    )
-    update_chunk_split_turns: bool = Field(
-        False,
-        description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
-        "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
-    )
     micro_batch_size: int | None = Field(
         None,
         ge=1,
@@ -239,7 +234,7 @@ class OptimisationSection(BaseModel):
         "fsdp2: torch.distributed.fsdp.fully_shard per decoder layer (parameters, gradients "
         "and optimizer state sharded; weights gathered for each rollout, checkpoints gathered "
         "to rank 0). Either way the update equals one process's "
-        "update over the global batch (comlrl.algos.models.distributed).",
+        "update over the global batch (comlrl.algos.models.gradient_sync).",
     )
     sampling_rng: Literal["agent", "prompt"] = Field(
         "agent",
@@ -262,6 +257,44 @@ class OptimisationSection(BaseModel):
     shuffle: bool = Field(
         True, description="Shuffle the dataset every epoch; False = dataset order."
     )
+
+
+class GroupBaselineSection(BaseModel):
+    """What only the group-baseline recipes (MAGRPO, MARLOO, MAReMax, MAREINFORCE) read: the
+    baseline estimator, how advantages are scaled, and CoMLRL 1.4.3's node-chunk update
+    schedule. The actor-critic recipes' baseline is their critic; their config has none of
+    these fields."""
+
+    estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
+    advantage_scale: Literal["auto", "none", "group", "batch"] = Field(
+        "auto",
+        description="Divide advantages by a std of the returns: auto = the "
+        "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
+    )
+    advantage_eps: float = Field(1e-6, gt=0)
+    update_chunk_nodes: int | None = Field(
+        None,
+        ge=1,
+        description="None: one optimizer step per agent on the whole step's rollout. N: "
+        "walk the step's tree nodes in CoMLRL 1.4.3's order (each tree in pre-order) and take "
+        "one optimizer step per chunk of N nodes, later chunks weighted by their "
+        "importance ratio to the sampling policy, PPO-clipped (needs clip_ratio) "
+        "(comlrl.algos.training.node_chunks; 1.4.3's rollout_buffer_size).",
+    )
+    update_chunk_split_turns: bool = Field(
+        False,
+        description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
+        "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
+    )
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, v: str) -> str:
+        from comlrl.algos.functional.estimators import ESTIMATORS
+
+        if v.lower() not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")
+        return v.lower()
 
 
 class OutputsSection(BaseModel):

@@ -19,7 +19,7 @@ back before the loop starts (:func:`rewind_outputs` then cuts the logs back to t
 
 Nothing goes back through attributes: a step hands the driver its row and rollout.
 
-Data parallel runs (:mod:`comlrl.algos.models.distributed`) pass :class:`Collective`:
+Data parallel runs (:mod:`comlrl.algos.models.gradient_sync`) pass :class:`Collective`:
 every rank runs the loop and the recipe's collectives; rank 0 alone writes files.
 """
 
@@ -35,6 +35,7 @@ from typing import Any, Literal
 from comlrl.algos.records import Rollout
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.data import JsonlWriter
 from comlrl.algos.training.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
@@ -45,8 +46,8 @@ from comlrl.algos.training.lifecycle import (
     truncate_jsonl,
     used_output_dir_message,
 )
+from comlrl.algos.training.metrics import sample_rows
 from comlrl.algos.training.reporting import Reporter, close_reporters
-from comlrl.algos.training.steps import JsonlWriter, sample_rows
 
 __all__ = [
     "StepResult",

@@ -39,7 +39,7 @@ from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.training.update import UpdateSettings, update_policy
 
 if TYPE_CHECKING:
-    from comlrl.algos.models.distributed import GradientSync
+    from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = ["preorder_nodes", "chunk_update_plan", "select_nodes", "update_in_node_chunks"]
 

@@ -32,14 +32,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
 from comlrl.algos.training.run_summary import (
     plot_reward_curve,
-    quarter_means,
     read_metrics,
-    reward_series,
-    rolling_mean,
-    summary_line,
 )
 
 __all__ = [
@@ -53,12 +49,6 @@ __all__ = [
     "check_report_to",
     "close_reporters",
     "missing_extra",
-    "plot_reward_curve",
-    "read_metrics",
-    "quarter_means",
-    "reward_series",
-    "rolling_mean",
-    "summary_line",
 ]
 
 #: extra name -> (module it provides, what needs it).
@@ -219,7 +209,7 @@ class RewardCurveReporter:
 
 
 def build_reporters(
-    config: TrainConfig, output_dir: str | Path, *, record: Mapping[str, Any] | None = None
+    config: RLConfig, output_dir: str | Path, *, record: Mapping[str, Any] | None = None
 ) -> list[Reporter]:
     """The reporters ``config`` asks for (see the module docstring), in that order.
 
@@ -236,7 +226,7 @@ def build_reporters(
     data = dict(record) if record is not None else config.model_dump()
     task = (data.get("task") or {}).get("name", config.task.name)
     models = data.get("models") or config.models
-    title = f"{task} - {', '.join(str(m) for m in models)} - {config.estimator}"
+    title = f"{task} - {', '.join(str(m) for m in models)} - {config.baseline_label}"
     reporters = reporters_for(
         output_dir,
         report_to=config.report_to,

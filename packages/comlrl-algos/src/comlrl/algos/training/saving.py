@@ -72,7 +72,7 @@ def save_agent_checkpoint(
     Returns:
         ``path`` as a :class:`~pathlib.Path`; load it with
         ``AutoModelForCausalLM.from_pretrained(path)``, or for a LoRA agent
-        (:class:`~comlrl.algos.models.lora.LoraPolicy`: adapter files only) with
+        (:class:`~comlrl.algos.models.lora_policy.LoraPolicy`: adapter files only) with
         ``PeftModel.from_pretrained(base, path)`` (merged weights, when asked for, in
         ``path/merged``).
     """

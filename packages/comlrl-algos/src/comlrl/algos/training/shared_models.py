@@ -9,7 +9,7 @@ each sharing group (:func:`sharing_groups`) steps once, with its own optimizer, 
 were alone (:func:`~comlrl.algos.training.update.update_policy`'s ``terms``); the others'
 optimizers are never stepped. Every recipe that updates policies from a rollout goes
 through :func:`update_sharers` (group baseline, IAC, MAAC), and critics that share a trunk
-group the same way (:func:`~comlrl.algos.recipes.actor_critic.critic.update_critics`).
+group the same way (:func:`~comlrl.algos.recipes.actor_critic.critic_updates.update_critics`).
 
 Named axes: ``A`` agents, ``T`` turns of the rollout.
 """
@@ -24,7 +24,7 @@ from comlrl.algos.records import Rollout
 from comlrl.algos.training.update import UpdateSettings, split_terms, update_policy
 
 if TYPE_CHECKING:
-    from comlrl.algos.models.distributed import GradientSync
+    from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = ["sharing_groups", "update_sharers"]
 

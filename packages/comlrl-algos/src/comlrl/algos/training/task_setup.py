@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from comlrl.algos.training.config import ConfigError, TaskConfig, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
+from comlrl.algos.training.task_config import TaskConfig
 from comlrl.core.task import ENVS_INSTALL, REGISTER_TASK
 
 __all__ = [
@@ -166,7 +167,7 @@ def check_model_names(models: list[str]) -> None:
             )
 
 
-def check_task_fits(config: TrainConfig, task: Any) -> None:
+def check_task_fits(config: RLConfig, task: Any) -> None:
     """Check the task's agent and turn counts against the config.
 
     Raises:
@@ -197,7 +198,7 @@ def check_task_fits(config: TrainConfig, task: Any) -> None:
         )
 
 
-def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
+def prepare_task(config: RLConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     """Build ``config.task``, check it against the config, and load its examples.
 
     With ``task.remote_workers`` set, the task comes back wrapped in
@@ -237,7 +238,7 @@ def prepare_task(config: TrainConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     return task, examples
 
 
-def build_checked_task(config: TrainConfig) -> Any:
+def build_checked_task(config: RLConfig) -> Any:
     """Build ``config.task`` (:func:`build_task`) and check it against the config
     (:func:`check_task_fits`), loading no examples (what ``--print-config`` checks).
 
@@ -326,7 +327,7 @@ def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
         ) from None
 
 
-def remote_reward_task(config: TrainConfig, task: Any) -> Any:
+def remote_reward_task(config: RLConfig, task: Any) -> Any:
     """``task`` with its reward sent to ``config.task.remote_workers``.
 
     Raises:

@@ -39,7 +39,7 @@ from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
-    from comlrl.algos.models.distributed import GradientSync
+    from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = ["UpdateSettings", "update_policy", "split_terms"]
 
@@ -138,9 +138,9 @@ def update_policy(
         settings: loss and step settings.
         ref_model: the frozen reference model for the KL term (``kl_coef > 0``): a copy,
             or a LoRA agent's base with its adapter disabled
-            (:class:`~comlrl.algos.models.lora.LoraReference`). On another device than ``model``
+            (:class:`~comlrl.algos.models.lora_policy.LoraReference`). On another device than ``model``
             its log-probs are computed there and moved over.
-        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.distributed.GradientSync`):
+        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.gradient_sync.GradientSync`):
             ``batches`` are this rank's share; the reduction's denominators (sequences,
             or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
             loss is weighted by its share of the global denominator times ``K``, and the
@@ -157,7 +157,7 @@ def update_policy(
             each, or the turns of a chunk of nodes); ``None``: the turn is the batch's
             position, right only when ``batches`` are one agent's turns in order.
         extra_loss: a second loss on the same optimizer step (a value head on the actor's
-            trunk: :func:`comlrl.algos.recipes.actor_critic.critic.update_shared`): called
+            trunk: :func:`comlrl.algos.recipes.actor_critic.critic_updates.update_shared`): called
             once per pass after the policy loss's backward, it runs its own backward and
             returns its metrics, which are averaged over the passes.
         extra_params: parameters outside ``model`` that the optimizer also steps (that
@@ -403,7 +403,7 @@ def _merge_ranks(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
     completions at a later turn); ``grad_norm`` is already global and kept as is."""
-    from comlrl.algos.models.distributed import gather_objects
+    from comlrl.algos.models.ranks import gather_objects
 
     merged_sums: dict[str, float] = {}
     merged_weights: dict[str, float] = {}

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-from comlrl.envs.code.classeval import ClassEvalTask, classeval_check_source, load_classeval
+from comlrl.envs.code._suite import default_split_ranges
+from comlrl.envs.code.classeval import ClassEvalTask, load_classeval
+from comlrl.envs.code.classeval_tests import classeval_check_source
 from comlrl.envs.code.coop_humaneval_che import CoopHumanEvalCheTask
 from comlrl.envs.code.hacks import HACK_SIGNALS, hack_signals
-from comlrl.envs.code.humaneval import (
-    CoopHumanEvalTask,
-    default_humaneval_path,
-    default_split_ranges,
-    load_humaneval,
-    split_prompt,
-)
+from comlrl.envs.code.humaneval import CoopHumanEvalTask
+from comlrl.envs.code.humaneval_data import default_humaneval_path, load_humaneval, split_prompt
 from comlrl.envs.code.mbpp import MbppTask, load_mbpp, mbpp_to_humaneval
 
 __all__ = [

@@ -59,7 +59,6 @@ from comlrl.envs.sandbox import CheckJob, Verdict, split_test
 __all__ = [
     "ClassEvalTask",
     "load_classeval",
-    "classeval_check_source",
     "NON_STDLIB_MODULES",
     "SAME_PROCESS_UNTRUSTED",
 ]

@@ -43,11 +43,9 @@ from comlrl.envs.code.chat_prompts import continue_conversation, helper_messages
 from comlrl.envs.code.feedback import agent_feedback_text
 from comlrl.envs.code.hacks import hack_signals
 from comlrl.envs.code.humaneval_data import (
-    default_humaneval_path,
     load_humaneval,
     num_units,
     scored_test,
-    split_prompt,
 )
 from comlrl.envs.code.humaneval_program import (
     build_program,
@@ -59,10 +57,6 @@ from comlrl.envs.sandbox import CheckJob, Verdict, split_test
 
 __all__ = [
     "CoopHumanEvalTask",
-    "load_humaneval",
-    "default_humaneval_path",
-    "split_prompt",
-    "default_split_ranges",
 ]
 
 

@@ -20,15 +20,10 @@ characters included) travels intact. Nothing here imports torch.
 from __future__ import annotations
 
 from comlrl.envs.remote._protocol import PROTOCOL_VERSION, TOKEN_ENV, WorkerAddress, parse_worker
-from comlrl.envs.remote.client import (
-    HOST_LOCAL_KWARGS,
-    NoLiveWorkersError,
-    RemoteReward,
-    RemoteRewardError,
-    RemoteRewardTask,
-    RemoteTaskError,
-)
+from comlrl.envs.remote.client import HOST_LOCAL_KWARGS, RemoteReward
+from comlrl.envs.remote.errors import NoLiveWorkersError, RemoteRewardError, RemoteTaskError
 from comlrl.envs.remote.server import RewardServer, build_task
+from comlrl.envs.remote.task import RemoteRewardTask
 
 __all__ = [
     "HOST_LOCAL_KWARGS",

@@ -2,7 +2,7 @@
 
 :class:`RemoteReward` is a :class:`comlrl.core.JointReward`: called with ``A`` lists of
 ``K`` completions and ``K`` examples it returns a :class:`comlrl.core.RewardBatch` of
-``K`` rewards, like ``task.reward`` does locally. :class:`RemoteRewardTask` wraps a local
+``K`` rewards, like ``task.reward`` does locally. :class:`~comlrl.envs.remote.task.RemoteRewardTask` wraps a local
 task (which still loads the data, builds prompts and turns reward infos into feedback)
 and sends only the reward to the workers, so a run switches to remote scoring by
 configuration (``task.remote_workers`` in the training config).
@@ -50,17 +50,11 @@ from comlrl.envs.remote._transport import check_identity, probe, read_results, r
 from comlrl.envs.remote.errors import (
     NoLiveWorkersError,
     RemoteRewardError,
-    RemoteTaskError,
     TransientError,
 )
-from comlrl.envs.remote.task import RemoteRewardTask
 
 __all__ = [
     "RemoteReward",
-    "RemoteRewardTask",
-    "RemoteRewardError",
-    "RemoteTaskError",
-    "NoLiveWorkersError",
     "HOST_LOCAL_KWARGS",
 ]
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from comlrl.core import Feedback, JointAction, Prompt, RewardBatch, Task, Tool
 from comlrl.envs.remote._protocol import WorkerAddress
+from comlrl.envs.remote.client import RemoteReward
 
 __all__ = ["RemoteRewardTask"]
 
@@ -37,9 +38,6 @@ class RemoteRewardTask(Task):
         task_kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
-        # imported here: client.py re-exports this class, so a top-level import would loop
-        from comlrl.envs.remote.client import RemoteReward
-
         self.local = task
         self.name = task.name
         self.num_agents = task.num_agents

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from comlrl.envs.sandbox.executor import (
+from comlrl.envs.sandbox.executor import run_python
+from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
+from comlrl.envs.sandbox.limits import (
     ExecutionResult,
     ExecutionStatus,
     SandboxLimits,
     SandboxUnavailableError,
-    run_python,
 )
-from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
 from comlrl.envs.sandbox.pool import CheckJob, SandboxPool, run_many
 from comlrl.envs.sandbox.zygote import shutdown as shutdown_zygotes
 

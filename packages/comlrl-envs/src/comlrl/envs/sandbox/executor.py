@@ -81,22 +81,14 @@ from comlrl.envs.sandbox._process import (
 )
 from comlrl.envs.sandbox.limits import (
     ExecutionResult,
-    ExecutionStatus,
-    ExecutorKind,
     SandboxLimits,
     SandboxUnavailableError,
 )
 
 __all__ = [
-    "SandboxLimits",
-    "ExecutionResult",
-    "ExecutionStatus",
-    "ExecutorKind",
-    "SandboxUnavailableError",
     "run_python",
     "execute",
     "execute_exec",
-    "drive",
 ]
 
 

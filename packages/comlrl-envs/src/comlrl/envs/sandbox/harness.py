@@ -71,7 +71,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, execute
+from comlrl.envs.sandbox.executor import execute
+from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
 
 __all__ = [
     "Verdict",

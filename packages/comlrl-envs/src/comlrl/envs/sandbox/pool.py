@@ -21,8 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, execute, run_python
+from comlrl.envs.sandbox.executor import execute, run_python
 from comlrl.envs.sandbox.harness import Verdict, check_payload, split_test, verdict_from_execution
+from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
 
 __all__ = ["CheckJob", "SandboxPool", "run_many", "bounded_map"]
 

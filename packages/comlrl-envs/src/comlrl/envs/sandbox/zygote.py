@@ -84,7 +84,10 @@ from comlrl.envs.sandbox._process import (
 from comlrl.envs.sandbox._zygotes import Zygote, ZygoteError, ZygotePool, fork_available
 from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
 
-__all__ = ["ZygoteError", "ZygotePool", "execute_forked", "fork_available", "shutdown"]
+__all__ = [
+    "execute_forked",
+    "shutdown",
+]
 
 _REPLY_TIMEOUT_S = 10.0  # from "run" to "pid N": a fork, normally well under 10 ms
 _STATUS_TIMEOUT_S = 5.0  # from killpg to "exit RC"

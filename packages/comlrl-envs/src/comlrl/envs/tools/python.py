@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 from comlrl.core.tools import Tool, ToolError
-from comlrl.envs.sandbox.executor import ExecutionResult, SandboxLimits, run_python
+from comlrl.envs.sandbox.executor import run_python
+from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
 
 __all__ = ["python_tool", "format_result", "PYTHON_TOOL_NAME", "DEFAULT_MAX_OUTPUT_CHARS"]
 

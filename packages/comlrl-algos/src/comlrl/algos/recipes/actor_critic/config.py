@@ -1,14 +1,14 @@
 """The actor-critic recipes' config (:class:`ActorCriticConfig`: the critic's settings on top
-of :class:`~comlrl.algos.training.config.TrainConfig`) and where critics live
+of :class:`~comlrl.algos.training.config.RLConfig`) and where critics live
 (:func:`critic_placement`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import ClassVar, Literal
 
 import torch
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
 from pydantic import Field, model_validator
 
 __all__ = [
@@ -22,18 +22,36 @@ __all__ = [
 Method = Literal["iac", "maac"]
 
 
-class ActorCriticConfig(TrainConfig):
-    """:class:`~comlrl.algos.training.config.TrainConfig` plus the critic's settings (IAC, MAAC).
+_GROUP_BASELINE_ONLY = (
+    "is a setting of the group-baseline recipes (algo=magrpo, marloo, maremax, mareinforce); "
+    "IAC/MAAC measure advantages against their critic: drop it"
+)
+_CHUNK_SCHEDULE = (
+    "is a schedule of the group-baseline recipes; IAC/MAAC take one step per agent on the "
+    "whole rollout: drop it"
+)
+
+
+class ActorCriticConfig(RLConfig):
+    """:class:`~comlrl.algos.training.config.RLConfig` plus the critic's settings (IAC, MAAC).
 
     ``learning_rate`` is the actors'; ``clip_ratio`` is the actors' PPO clip against the
     behaviour log-probs (needed for ``num_iterations > 1``). ``num_generations`` defaults
-    to 1 (one trajectory per prompt, CoMLRL 1.4.3's setting); any ``G`` works.
-    ``estimator``, ``advantage_scale`` and ``advantage_eps`` are not used: the critic is
-    the baseline.
+    to 1 (one trajectory per prompt, CoMLRL 1.4.3's setting); any ``G`` works. The critic
+    is the baseline: the group-baseline fields (``estimator``, ``advantage_scale``,
+    ``advantage_eps``, ``update_chunk_nodes``, ``update_chunk_split_turns``) are not
+    fields here, and giving one is an error that says so.
     """
 
+    foreign_fields: ClassVar[dict[str, str]] = {
+        "estimator": f"estimator {_GROUP_BASELINE_ONLY}",
+        "advantage_scale": f"advantage_scale {_GROUP_BASELINE_ONLY}",
+        "advantage_eps": f"advantage_eps {_GROUP_BASELINE_ONLY}",
+        "update_chunk_nodes": f"update_chunk_nodes {_CHUNK_SCHEDULE}",
+        "update_chunk_split_turns": f"update_chunk_split_turns {_CHUNK_SCHEDULE}",
+    }
+
     num_generations: int = Field(1, ge=1, description="G, completions per prompt per agent.")
-    estimator: str = Field("reinforce", description="Not used by actor-critic recipes.")
     clip_ratio: float | None = Field(
         0.2, gt=0, description="Actor PPO clip epsilon; None = no clip."
     )
@@ -87,21 +105,6 @@ class ActorCriticConfig(TrainConfig):
         "lives with its actor, so there it may only repeat the agents' devices.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_node_chunks(cls, data: Any) -> Any:
-        # before TrainConfig's own checks, whose advice for update_chunk_split_turns alone
-        # (set update_chunk_nodes) would lead here
-        if isinstance(data, Mapping):
-            for key in ("update_chunk_nodes", "update_chunk_split_turns"):
-                if data.get(key) not in (None, False):
-                    raise ValueError(
-                        f"{key}={data[key]!r} is a schedule of the group-baseline recipes; "
-                        "IAC/MAAC take one step per agent on the whole rollout: leave it "
-                        "unset."
-                    )
-        return data
-
     @model_validator(mode="after")
     def _ac_consistent(self) -> ActorCriticConfig:
         if self.critic_mode == "shared" and self.critic_model is not None:
@@ -136,6 +139,11 @@ class ActorCriticConfig(TrainConfig):
         return self
 
     @property
+    def baseline_label(self) -> str:
+        """``"v-critic"`` or ``"q-critic"`` (the baseline, for titles)."""
+        return f"{self.critic_type}-critic"
+
+    @property
     def critic_lr(self) -> float:
         """The critic's learning rate (``critic_learning_rate`` or ``learning_rate``)."""
         return (
@@ -151,7 +159,7 @@ def _same_device(a: str, b: str) -> bool:
     return x.type == y.type and (x.index or 0) == (y.index or 0)
 
 
-def planned_agent_devices(config: TrainConfig, num_agents: int) -> list[torch.device]:
+def planned_agent_devices(config: RLConfig, num_agents: int) -> list[torch.device]:
     """Where setup will place each agent (``agent_devices``, else ``device``), without
     moving anything, so critic placement can be checked before any model moves.
 
@@ -160,7 +168,7 @@ def planned_agent_devices(config: TrainConfig, num_agents: int) -> list[torch.de
             :func:`comlrl.algos.models.devices.validate_devices`).
     """
     from comlrl.algos.models.devices import agent_placement
-    from comlrl.algos.training.steps import resolve_device
+    from comlrl.algos.training.agents import resolve_device
 
     try:
         return agent_placement(num_agents, config.agent_devices, resolve_device(config.device))

@@ -16,12 +16,6 @@ from comlrl.algos.functional.gae import q_advantages, tree_gae
 from comlrl.algos.functional.joint import credit_completions
 from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic.config import Method
-from comlrl.algos.recipes.actor_critic.critic_updates import (
-    update_critic,
-    update_critics,
-    update_shared,
-    value_terms,
-)
 from comlrl.algos.records import Rollout, TurnRollout
 
 __all__ = [
@@ -31,10 +25,6 @@ __all__ = [
     "critic_inputs",
     "rollout_values",
     "critic_advantages",
-    "update_critic",
-    "update_critics",
-    "value_terms",
-    "update_shared",
 ]
 
 

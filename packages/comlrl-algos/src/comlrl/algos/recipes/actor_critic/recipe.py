@@ -56,6 +56,8 @@ from comlrl.algos.recipes.actor_critic.critic import (
     critic_inputs,
     joint_prompt,
     rollout_values,
+)
+from comlrl.algos.recipes.actor_critic.critic_updates import (
     update_critic,
     update_critics,
     update_shared,
@@ -66,8 +68,8 @@ from comlrl.algos.recipes.actor_critic.state import ActorCriticRun, checkpoint, 
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.rollout.tree import rollout
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
+from comlrl.algos.training.metrics import rollout_metrics
 from comlrl.algos.training.shared_models import sharing_groups, update_sharers
-from comlrl.algos.training.steps import rollout_metrics
 
 __all__ = [
     "ActorCriticConfig",

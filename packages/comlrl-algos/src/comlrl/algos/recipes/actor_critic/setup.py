@@ -21,9 +21,9 @@ from comlrl.algos.recipes.actor_critic.state import ActorCriticRun
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRun
 from comlrl.algos.rollout.environment import Environment
+from comlrl.algos.training.agents import build_optimizer
 from comlrl.algos.training.config import ConfigError
 from comlrl.algos.training.shared_models import sharing_groups
-from comlrl.algos.training.steps import build_optimizer
 from comlrl.algos.training.update import UpdateSettings
 
 __all__ = [

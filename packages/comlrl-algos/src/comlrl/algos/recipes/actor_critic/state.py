@@ -16,7 +16,7 @@ from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRun
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError
 from comlrl.algos.training.loop import rewind_outputs
-from comlrl.algos.training.steps import save_agent_checkpoint
+from comlrl.algos.training.saving import save_agent_checkpoint
 
 __all__ = [
     "ActorCriticRun",

@@ -47,8 +47,9 @@ class _ActorCriticTrainer(MultiAgentTrainer):
         if not isinstance(config, ActorCriticConfig):
             raise ConfigError(
                 f"{type(self).__name__} needs an ActorCriticConfig (it has the critic's "
-                f"settings), got {type(config).__name__}; build one with "
-                "ActorCriticConfig(**your_config.model_dump())."
+                f"settings), got {type(config).__name__}; build one with the same fields but the "
+                "group-baseline ones (estimator, advantage_scale, advantage_eps, "
+                "update_chunk_nodes, update_chunk_split_turns)."
             )
         # critic_devices must fit the agents' placement before setup moves any model
         actor_critic.critic_placement(

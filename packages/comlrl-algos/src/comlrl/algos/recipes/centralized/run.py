@@ -1,6 +1,6 @@
 """The centralized recipes' run configs and end-to-end runs (``algo=centralized_magrpo |
 centralized_madpo | centralized_marlhf | centralized_madpo_iter |
-centralized_marlhf_iter``): one joint policy plays every role of a task (:mod:`comlrl.algos.rollout.centralized`), trained with the MAGRPO group baseline,
+centralized_marlhf_iter``): one joint policy plays every role of a task (:mod:`comlrl.algos.rollout.joint_policy`), trained with the MAGRPO group baseline,
 with DPO on pairs of its joint responses (MADPO with one agent: the joint DPO loss on the
 log-probability of the whole joint response), with MAGRPO on a reward model fit on those
 pairs' joint texts (MARLHF with one agent), or with the iterative forms of the last two
@@ -48,10 +48,10 @@ class CentralizedRunConfig(TrainConfig):
     counts joint responses.
 
     Attributes:
-        role_format: ``sentences`` (:class:`~comlrl.algos.rollout.centralized.SentenceRoles`:
+        role_format: ``sentences`` (:class:`~comlrl.algos.rollout.joint_policy.SentenceRoles`:
             the roles' prompts as one text, the response's sentences split among the roles
             in order; the default, for base story models such as stories260k, which never
-            write tags) or ``tagged`` (:class:`~comlrl.algos.rollout.centralized.TaggedRoles`:
+            write tags) or ``tagged`` (:class:`~comlrl.algos.rollout.joint_policy.TaggedRoles`:
             ``<agent_i>`` sections, for chat models that follow the layout).
     """
 
@@ -97,8 +97,8 @@ def build_centralized_trainer(
         ConfigError: as :class:`~comlrl.algos.MultiAgentTrainer`, or a missing eval split.
     """
     from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.algos.rollout.centralized import ROLE_FORMATS, centralized_callbacks
     from comlrl.algos.rollout.environment import TaskEnvironment
+    from comlrl.algos.rollout.joint_policy import ROLE_FORMATS, centralized_callbacks
     from comlrl.algos.training.lifecycle import run_record
 
     env = TaskEnvironment(task)
@@ -176,7 +176,7 @@ def build_centralized_madpo_trainer(
     """A :class:`~comlrl.algos.MADPOTrainer` whose one agent is the joint policy: its
     prompt is the role format's joint prompt of the task's role prompts and its reward the
     task's joint reward of the parsed role outputs (held-out reward the same way)."""
-    from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
 
     formatters, reward = _joint_inputs(task, config.num_agents, config.role_format)
     return MADPOTrainer(
@@ -191,9 +191,9 @@ def build_centralized_madpo_trainer(
 
 def _joint_inputs(task: Any, num_roles: int, role_format: str) -> tuple[list[Any], Any]:
     """The joint policy's one formatter and its reward on ``task``
-    (:func:`~comlrl.algos.rollout.centralized.centralized_callbacks`)."""
-    from comlrl.algos.rollout.centralized import ROLE_FORMATS, centralized_callbacks
+    (:func:`~comlrl.algos.rollout.joint_policy.centralized_callbacks`)."""
     from comlrl.algos.rollout.environment import TaskEnvironment
+    from comlrl.algos.rollout.joint_policy import ROLE_FORMATS, centralized_callbacks
 
     env = TaskEnvironment(task)
     joint_prompt, reward = centralized_callbacks(

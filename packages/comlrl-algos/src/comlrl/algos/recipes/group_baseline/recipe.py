@@ -39,14 +39,15 @@ from comlrl.algos.functional.advantages import (
 )
 from comlrl.algos.functional.estimators import resolve_estimator
 from comlrl.algos.functional.joint import credit_completions
-from comlrl.algos.models import distributed as dp
+from comlrl.algos.models.gradient_sync import full_weights
+from comlrl.algos.models.ranks import all_reduce_flag, barrier, gather_objects, shard_bounds
 from comlrl.algos.recipes.group_baseline.setup import GroupBaselineRun, setup
 from comlrl.algos.recipes.group_baseline.state import checkpoint, resume, save
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout import evaluate as evaluation
 from comlrl.algos.rollout.tree import derive_seed, rollout
 from comlrl.algos.training import checkpoint as ckpt
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
 from comlrl.algos.training.loop import (
     Collective,
     LoopSettings,
@@ -54,14 +55,10 @@ from comlrl.algos.training.loop import (
     StepResult,
     run_loop,
 )
+from comlrl.algos.training.metrics import merge_summaries, rollout_summary, summary_metrics
 from comlrl.algos.training.node_chunks import update_in_node_chunks
 from comlrl.algos.training.reporting import build_reporters
 from comlrl.algos.training.shared_models import sharing_groups, update_sharers
-from comlrl.algos.training.steps import (
-    merge_summaries,
-    rollout_summary,
-    summary_metrics,
-)
 from comlrl.algos.training.update import split_terms
 
 __all__ = [
@@ -92,7 +89,7 @@ def group_advantages(
     ``scale="batch"`` divides each (turn, agent)'s advantages by the std of that turn's
     credited returns of the agent over the *global* batch: under data parallelism each rank
     holds a shard of the prompts, so the shards' :func:`return_moments` are summed over the
-    ranks (:func:`~comlrl.algos.models.distributed.gather_objects`; a rank may have no
+    ranks (:func:`~comlrl.algos.models.ranks.gather_objects`; a rank may have no
     nodes at a later turn) and every rank divides by the same std as one process would.
     Every rank must call this together.
     """
@@ -127,7 +124,7 @@ def _global_batch_stds(credited: list[torch.Tensor]) -> list[list[float | None]]
         for a in range(per_turn.shape[0])
     }
     total: dict[tuple[int, int], torch.Tensor] = {}
-    for shard in dp.gather_objects(local):
+    for shard in gather_objects(local):
         for key, moments in shard.items():
             total[key] = total[key] + moments if key in total else moments
     return [
@@ -156,6 +153,11 @@ def step(run: GroupBaselineRun) -> StepResult:
     fractions, tokens) are those of the global batch; timings are this rank's.
     """
     cfg = run.config
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(
+            f"the group-baseline step needs a TrainConfig (estimator, advantage scaling), got "
+            f"{type(cfg).__name__}"
+        )
     t0 = time.perf_counter()
     generators = [getattr(a, "generator", None) for a in run.agents]
     # the data and random streams as the last completed step left them: put back when the
@@ -171,8 +173,8 @@ def step(run: GroupBaselineRun) -> StepResult:
             if cfg.sampling_rng == "prompt"
             else None
         )
-        lo, hi = dp.shard_bounds(len(examples), run.rank, run.world_size)
-        with dp.full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
+        lo, hi = shard_bounds(len(examples), run.rank, run.world_size)
+        with full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
             ro = rollout(
                 run.agents,
                 examples[lo:hi],
@@ -227,7 +229,7 @@ def step(run: GroupBaselineRun) -> StepResult:
     summary = rollout_summary(
         ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv]
     )
-    metrics = summary_metrics(merge_summaries(dp.gather_objects(summary)))
+    metrics = summary_metrics(merge_summaries(gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
     elapsed = t2 - t0
@@ -282,12 +284,12 @@ def evaluate_rollouts(
         seed=cfg.seed,
         map_agents=run.sample_pool.map,
         progress=progress,
-    )  # fsdp2: called inside dp.full_weights (see train), so no collective runs here
+    )  # fsdp2: called inside full_weights (see train), so no collective runs here
     return {"step": run.step, **row}, rollouts
 
 
 def loop_settings(
-    config: TrainConfig,
+    config: RLConfig,
     *,
     record: dict[str, Any] | None = None,
     desc: str = "train",
@@ -317,9 +319,9 @@ def collective(run: GroupBaselineRun) -> Collective:
     """How the ranks of ``run`` agree (one process: the defaults)."""
     return Collective(
         is_main=run.is_main,
-        any_rank=dp.all_reduce_flag,
-        barrier=dp.barrier,
-        full_weights=lambda: dp.full_weights(run.syncs),
+        any_rank=all_reduce_flag,
+        barrier=barrier,
+        full_weights=lambda: full_weights(run.syncs),
         world_size=run.world_size,
     )
 

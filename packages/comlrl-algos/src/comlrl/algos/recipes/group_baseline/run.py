@@ -65,19 +65,19 @@ def run_policy_gradient(
             checkpointed).
     """
     import torch
-    from comlrl.algos.models import distributed
+    from comlrl.algos.models.ranks import is_main, rank_and_world
     from comlrl.algos.training import lifecycle
     from comlrl.algos.training.checkpoint import CheckpointError
-    from comlrl.algos.training.reporting import summary_line
+    from comlrl.algos.training.run_summary import summary_line
 
     outputs = outputs if outputs is not None else RunOutputs.of(config)
     config = outputs.apply(config)
-    main = distributed.is_main()
+    main = is_main()
     if main:
         outputs.check_folder()
     task, examples = preflight(config, config.models, refuse_tools=refuse_tools)
     quiet_transformers()
-    world = distributed.rank_and_world()[1]
+    world = rank_and_world()[1]
     who = f"{config.num_agents} agents"
     if num_models is not None and num_models != config.num_agents:
         who = f"{num_models} policy for {config.num_agents} roles"

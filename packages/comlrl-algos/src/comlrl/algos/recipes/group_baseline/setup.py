@@ -12,25 +12,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from comlrl.algos.models import distributed as dp
 from comlrl.algos.models.devices import agent_placement
+from comlrl.algos.models.gradient_sync import GradientSync, wrap_model
 from comlrl.algos.models.lora import attach_lora, model_key, reference_model
+from comlrl.algos.models.ranks import rank_and_world, shard_bounds
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.agents import AgentPool, build_optimizer, resolve_device
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.diagnostics import warn_if_cannot_learn
-from comlrl.algos.training.steps import (
-    AgentPool,
-    DataStream,
-    build_optimizer,
-    resolve_device,
-)
 from comlrl.algos.training.update import UpdateSettings
 from comlrl.core import SamplingParams
 
 __all__ = [
     "GroupBaselineRun",
+    "agent_seed",
     "setup",
 ]
 
@@ -39,7 +37,7 @@ __all__ = [
 class GroupBaselineRun:
     """What a group-baseline run holds between steps (built by :func:`setup`)."""
 
-    config: TrainConfig
+    config: RLConfig
     agents: list[Any]
     env: Environment
     data: DataStream
@@ -57,11 +55,11 @@ class GroupBaselineRun:
     #: the environment whose reward scores :func:`evaluate` (None: ``env``; MARLHF trains
     #: on a learned reward and evaluates on the task's own).
     eval_env: Environment | None = field(default=None, repr=False)
-    #: data parallel (:mod:`comlrl.algos.models.distributed`): this process's rank, the number of
+    #: data parallel (:mod:`comlrl.algos.models.gradient_sync`): this process's rank, the number of
     #: ranks, and per agent the gradient averaging (None in a single process).
     rank: int = 0
     world_size: int = 1
-    syncs: list[dp.GradientSync] | None = field(default=None, repr=False)
+    syncs: list[GradientSync] | None = field(default=None, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -76,7 +74,7 @@ class GroupBaselineRun:
 
 def setup(
     agents: Sequence[Any],
-    config: TrainConfig,
+    config: RLConfig,
     env: Environment,
     dataset: Sequence[Mapping[str, Any]],
     eval_dataset: Sequence[Mapping[str, Any]] | None = None,
@@ -96,7 +94,7 @@ def setup(
 
     Under an initialised ``torch.distributed`` process group of ``K > 1`` ranks (every
     rank calls this with the same arguments) each agent's gradient is averaged by a
-    :class:`~comlrl.algos.models.distributed.GradientSync` of ``config.data_parallel``, each rank
+    :class:`~comlrl.algos.models.gradient_sync.GradientSync` of ``config.data_parallel``, each rank
     rolls out ``batch_size / K`` prompts of every step, agents are updated one after
     another (concurrent updates would interleave their collectives differently on
     different ranks), and with ``sampling_rng="agent"`` each rank's sampling streams are
@@ -140,13 +138,13 @@ def setup(
             f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
             "(or a task with an eval_split), or set eval_every=0."
         )
-    rank, world = dp.rank_and_world()
+    rank, world = rank_and_world()
     if world > 1:
         try:
-            dp.shard_bounds(config.batch_size, rank, world)
+            shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if config.update_chunk_nodes is not None:
+        if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
             raise ConfigError(
                 f"update_chunk_nodes={config.update_chunk_nodes} is not supported under torchrun "
                 "data parallelism (each rank's share of the trees would cut into different "
@@ -179,7 +177,7 @@ def setup(
         agent.model.to(devices[i])
         agent.model.train()
         if hasattr(agent, "seed"):
-            agent.seed(_agent_seed(config.seed, i, rank))
+            agent.seed(agent_seed(config.seed, i, rank))
     ref_devices = (
         [torch.device(d) for d in config.reference_devices]
         if config.reference_devices is not None
@@ -196,9 +194,9 @@ def setup(
     # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
     syncs = None
     if world > 1:
-        by_model: dict[int, dp.GradientSync] = {}  # one wrapper per model object
+        by_model: dict[int, GradientSync] = {}  # one wrapper per model object
         syncs = [
-            by_model.setdefault(id(a.model), dp.wrap_model(a.model, config.data_parallel))
+            by_model.setdefault(id(a.model), wrap_model(a.model, config.data_parallel))
             for a in agents
         ]
     optimizers = [
@@ -297,7 +295,7 @@ def tis_level(setting: str, agents: Sequence[Any]) -> Literal["token", "sequence
     return None
 
 
-def _agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
+def agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
     """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
     keeps the single-process seed."""
     if rank == 0 and step == 0:

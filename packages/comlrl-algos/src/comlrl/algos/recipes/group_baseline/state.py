@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.models import distributed as dp
-from comlrl.algos.recipes.group_baseline.setup import GroupBaselineRun, _agent_seed
+from comlrl.algos.models.ranks import barrier
+from comlrl.algos.recipes.group_baseline.setup import GroupBaselineRun, agent_seed
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.loop import (
     rewind_outputs,
 )
-from comlrl.algos.training.steps import (
-    save_agent_checkpoint,
-)
+from comlrl.algos.training.saving import save_agent_checkpoint
 
 __all__ = [
     "save",
@@ -127,8 +125,8 @@ def resume(
         # any number of ranks.)
         for i, agent in enumerate(run.agents):
             if run.rank > 0 and hasattr(agent, "seed"):
-                agent.seed(_agent_seed(run.config.seed, i, run.rank, run.step))
+                agent.seed(agent_seed(run.config.seed, i, run.rank, run.step))
     if run.is_main:
         rewind_outputs(run.output_dir, run.step)
-    dp.barrier()
+    barrier()
     return run.step

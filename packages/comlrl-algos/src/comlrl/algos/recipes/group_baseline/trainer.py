@@ -23,8 +23,7 @@ from comlrl.algos.rollout.environment import (
     Transition,
 )
 from comlrl.algos.training import lifecycle
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.steps import save_agent_checkpoint
+from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
 from comlrl.core import Task
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "MARLOOTrainer",
     "MAReMaxTrainer",
     "MAREINFORCETrainer",
-    "save_agent_checkpoint",
 ]
 
 
@@ -84,7 +82,7 @@ class MultiAgentTrainer:
     def __init__(
         self,
         agents: Sequence[Any],
-        config: TrainConfig,
+        config: RLConfig,
         *,
         task: Task | None = None,
         dataset: Sequence[Mapping[str, Any]] | None = None,
@@ -95,9 +93,13 @@ class MultiAgentTrainer:
         eval_env: Environment | None = None,
         environment: Environment | None = None,
     ) -> None:
-        from comlrl.algos.functional.advantages import ESTIMATORS
+        from comlrl.algos.functional.estimators import ESTIMATORS
 
-        if self.estimator is not None and ESTIMATORS[config.estimator].name != self.estimator:
+        if (
+            self.estimator is not None
+            and isinstance(config, TrainConfig)
+            and ESTIMATORS[config.estimator].name != self.estimator
+        ):
             if "estimator" in config.model_fields_set:
                 raise ConfigError(
                     f"{type(self).__name__} uses estimator={self.estimator!r} but "

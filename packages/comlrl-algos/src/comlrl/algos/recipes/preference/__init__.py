@@ -1,1 +1,33 @@
-"""The preference recipes (SFT, DPO, MADPO, MARLHF): configs and loops (`recipe`) and trainer objects (`trainers`)."""
+"""Preference and supervised recipes: SFT, DPO, MADPO, MARLHF's joint reward model, and their
+iterative variants (MADPO-Iter, MARLHF-Iter).
+
+Every recipe reads its log-probs through the shared path
+(:func:`comlrl.algos.models.logprobs.completion_logprobs`, which reduces logits with
+:func:`comlrl.kernels.token_logprobs`) and its losses from
+:mod:`comlrl.algos.functional.preference_losses`. Each loop reads top to bottom:
+
+- :mod:`~comlrl.algos.recipes.preference.supervised.recipe`: supervised fine-tuning on
+  ``prompt``/``completion`` rows (``train_sft``; token-mean NLL of the completion tokens)
+  and DPO (Rafailov et al. 2023) on ``prompt``/``chosen``/``rejected`` rows against a frozen
+  reference model (``train_dpo``).
+- :mod:`~comlrl.algos.recipes.preference.madpo.recipe`: multi-agent DPO. Per prompt each
+  agent samples ``K`` candidates, the reward function scores the joint actions,
+  :func:`~comlrl.algos.recipes.preference.pairs.preference_pairs` pairs them by reward gap,
+  and every agent takes a step on
+  :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` against its own
+  frozen reference model.
+- :mod:`~comlrl.algos.recipes.preference.marlhf.reward_model`: MARLHF's joint reward model
+  (LM backbone + linear head on the last token of the joint response), trained with the
+  Bradley-Terry loss on the same pairs, then used as the reward function of any RL recipe.
+- :mod:`~comlrl.algos.recipes.preference.iterative`: pairs refreshed against a comparator
+  each round, with a replay of earlier rounds.
+
+Shared by the methods: :mod:`.config` (the configs), :mod:`.encoding` (rows as tensors,
+log-probs, one clipped optimizer step), :mod:`.outputs` (loop settings and step
+checkpoints), :mod:`.pairs` (joint-action preference pairs), :mod:`.inputs` (agents and
+environments from the trainers' arguments) and :mod:`.trainers` (the trainer objects).
+
+Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
+``P`` pairs, ``B`` sequences, ``S`` padded prompt tokens, ``L`` completion tokens, ``H``
+hidden size.
+"""

@@ -16,14 +16,15 @@ from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.preference.config import PreferenceTrainConfig
 from comlrl.algos.records import PolicyBatch
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
+from comlrl.algos.training.agents import build_optimizer, resolve_device
 from comlrl.algos.training.config import ConfigError
-from comlrl.algos.training.steps import (
-    build_optimizer,
-    resolve_device,
-)
 
 __all__ = [
+    "check_rows",
+    "clipped_optimizer_step",
     "encode_completions",
+    "model_device",
+    "prepare_training",
     "sequence_logprobs",
 ]
 
@@ -103,9 +104,20 @@ def sequence_logprobs(
     return tokens.sum(dim=1), tokens
 
 
-def _rows(
+def check_rows(
     dataset: Sequence[Mapping[str, Any]], keys: tuple[str, ...], what: str
 ) -> list[Mapping[str, Any]]:
+    """The rows of ``dataset`` as a list, each checked to hold a string under every key.
+
+    Args:
+        dataset: rows (a ``datasets.Dataset`` or a list of dicts).
+        keys: the string fields every row needs, e.g. ``("prompt", "completion")``.
+        what: the dataset's name in error messages (``"SFT"``, ``"DPO evaluation"``).
+
+    Raises:
+        ConfigError: an empty dataset, or a row whose field is missing or not a string
+            (naming the row, what it has and what it needs).
+    """
     rows = list(dataset)
     if not rows:
         raise ConfigError(f"the {what} dataset is empty; give rows with keys {keys}.")
@@ -119,11 +131,14 @@ def _rows(
     return rows
 
 
-def _device_of(model: Any) -> torch.device:
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s first parameter (where its inputs must go)."""
     return next(model.parameters()).device
 
 
-def _step(model: Any, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float:
+def clipped_optimizer_step(
+    model: Any, optimizer: torch.optim.Optimizer, max_grad_norm: float | None
+) -> float:
     """One optimizer step after clipping the gradient's global L2 norm to ``max_grad_norm``
     (``None``: no clipping); returns the norm before clipping (measured either way)."""
     limit = float("inf") if max_grad_norm is None else max_grad_norm
@@ -132,7 +147,10 @@ def _step(model: Any, optimizer: torch.optim.Optimizer, max_grad_norm: float | N
     return norm
 
 
-def _prepare(model: Any, config: PreferenceTrainConfig) -> torch.optim.Optimizer:
+def prepare_training(model: Any, config: PreferenceTrainConfig) -> torch.optim.Optimizer:
+    """Seed torch with ``config.seed``, move ``model`` to ``config.device`` in train mode, and
+    return the optimizer (``config.optimizer``, ``learning_rate``, ``weight_decay``) over its
+    trainable parameters."""
     torch.manual_seed(config.seed)
     model.to(resolve_device(config.device))
     model.train()

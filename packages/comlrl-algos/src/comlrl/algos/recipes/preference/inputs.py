@@ -1,4 +1,4 @@
-"""What the preference trainers (:mod:`.trainers`, :mod:`.marlhf.trainer`) check and
+"""What the preference trainers (:mod:`.supervised.trainer`, :mod:`.madpo.trainer`, :mod:`.marlhf.trainer`) check and
 build from their arguments: the config's type, the environment (a task, or CoMLRL's
 formatters and reward function) and the agents."""
 

@@ -14,18 +14,19 @@ import torch
 from comlrl.algos.recipes.preference.config import PreferenceTrainConfig
 from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.loop import (
     LoopSettings,
     rewind_outputs,
 )
 from comlrl.algos.training.reporting import Reporter
-from comlrl.algos.training.steps import (
-    DataStream,
-    save_agent_checkpoint,
-)
+from comlrl.algos.training.saving import save_agent_checkpoint
 
 __all__ = [
     "loop_settings",
+    "read_step_checkpoint",
+    "save_models",
+    "write_step_checkpoint",
 ]
 
 
@@ -85,7 +86,7 @@ def _fingerprint(models: Sequence[Any]) -> list[float]:
     return out
 
 
-def _write_step(
+def write_step_checkpoint(
     path: Path,
     step: int,
     models: Sequence[tuple[Any, Any]],
@@ -113,7 +114,7 @@ def _write_step(
     )
 
 
-def _read_step(
+def read_step_checkpoint(
     path: str | Path,
     output_dir: str | Path | None,
     models: Sequence[Any],
@@ -124,7 +125,7 @@ def _read_step(
     references: Sequence[Any] = (),
     state: Mapping[str, Any] | None = None,
 ) -> int:
-    """Load what :func:`_write_step` wrote (``state``: its ``training_state.pt``, when
+    """Load what :func:`write_step_checkpoint` wrote (``state``: its ``training_state.pt``, when
     the caller has read it already); with ``output_dir``, cut its logs back to the step
     (:func:`~comlrl.algos.training.loop.rewind_outputs`). Returns the step."""
     if state is None:
@@ -153,7 +154,7 @@ def _read_step(
     return step
 
 
-def _save_models(path: Path, models: Sequence[tuple[Any, Any]]) -> None:
+def save_models(path: Path, models: Sequence[tuple[Any, Any]]) -> None:
     """Each ``(model, tokenizer)`` to ``path/agent_<i>`` (Hugging Face format, atomically)."""
     for i, (model, tokenizer) in enumerate(models):
         save_agent_checkpoint(

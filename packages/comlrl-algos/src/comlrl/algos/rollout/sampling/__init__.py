@@ -1,8 +1,8 @@
 """Sampling: the native loop with a shared-prefix KV cache and the fast Llama-family step.
 
 - :mod:`~comlrl.algos.rollout.sampling.native`: :class:`NativeSampler` and :func:`hf_generate`.
-- :mod:`~comlrl.algos.rollout.sampling.decode`: :class:`FastDecoder`, the lean decode step;
-  :mod:`~comlrl.algos.rollout.sampling.decode_support`: which models it can run.
+- :mod:`~comlrl.algos.rollout.sampling.fast_decode`: :class:`FastDecoder`, the lean decode
+  step of Llama-family models, its parts and which models it can run.
 - :mod:`~comlrl.algos.rollout.sampling.kv_cache`: preallocated KV caches.
 - :mod:`~comlrl.algos.rollout.sampling.collate`: completions to padded policy batches.
 - :mod:`~comlrl.algos.rollout.sampling.backends`: the generation-backend interface

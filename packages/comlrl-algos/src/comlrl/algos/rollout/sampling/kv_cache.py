@@ -4,7 +4,7 @@ A ``transformers`` ``DynamicCache`` grows with ``torch.cat`` every step, copying
 cache each time; :func:`preallocate_cache` swaps its plain full-attention layers for
 buffers sized once per batch. :class:`HFDecodeStepper` feeds one token per row through the
 model's own ``forward`` with that cache and a prepared 4D mask; it is the fallback decode
-step for models :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder` does not cover.
+step for models :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder` does not cover.
 
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``H`` heads,
 ``D`` head size, ``V`` vocabulary.

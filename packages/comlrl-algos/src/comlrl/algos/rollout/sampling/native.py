@@ -3,7 +3,7 @@
 :class:`NativeSampler` turns ``P`` left-padded prompts into ``B = P * G`` completions with
 behaviour log-probs. Each prompt is prefilled once and its KV cache repeated for its ``G``
 rows; every new token is one decode step for all rows, through
-:class:`~comlrl.algos.rollout.sampling.decode.FastDecoder` for Llama-family models (checked once
+:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder` for Llama-family models (checked once
 against the model's own forward) or the model's ``forward``
 (:class:`~comlrl.algos.rollout.sampling.kv_cache.HFDecodeStepper`) otherwise. :func:`hf_generate`
 is the ``model.generate`` alternative for models with exotic caches.
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 from comlrl.algos.models.hf_cache import output_cache
-from comlrl.algos.models.threads import SMALL_MODEL_PARAMS, small_model_threads
-from comlrl.algos.rollout.sampling.decode import FastDecoder
+from comlrl.algos.models.threads import small_model_threads
+from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.algos.rollout.sampling.kv_cache import HFDecodeStepper
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs
@@ -49,7 +49,6 @@ except ImportError:  # pragma: no cover - depends on the installed build
 
 __all__ = [
     "FAST_DECODE_RTOL",
-    "SMALL_MODEL_PARAMS",
     "NativeSampler",
     "decode_threads",
     "draw_uniforms",

@@ -65,27 +65,17 @@ import torch
 from comlrl.algos.rollout.sampling.backends import parameter_versions
 from comlrl.algos.rollout.sampling.vllm_api import (
     BEHAVIOUR_LOGPROBS,
-    VLLM_INSTALL_HINT,
     VLLMApi,
     assemble_outputs,
     filters_tokens,
     load_vllm_api,
     vllm_unavailable_reason,
 )
-from comlrl.algos.rollout.sampling.vllm_weights import EngineSyncClient, ipc_weight_sender
+from comlrl.algos.rollout.sampling.vllm_weights import ipc_weight_sender
 from comlrl.core import SamplingParams
 
 __all__ = [
-    "BEHAVIOUR_LOGPROBS",
-    "filters_tokens",
-    "VLLM_INSTALL_HINT",
-    "VLLMApi",
     "VLLMBackend",
-    "EngineSyncClient",
-    "assemble_outputs",
-    "ipc_weight_sender",
-    "load_vllm_api",
-    "vllm_unavailable_reason",
 ]
 
 

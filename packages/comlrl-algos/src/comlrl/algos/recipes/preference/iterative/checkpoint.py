@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.recipes.group_baseline import state as group_baseline_state
-from comlrl.algos.recipes.preference.iterative.replay import IterPair
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_checkpoint, madpo_resume
+from comlrl.algos.recipes.preference.pairs import IterPair
 from comlrl.algos.training import checkpoint as ckpt
 
 if TYPE_CHECKING:

@@ -41,32 +41,30 @@ from comlrl.algos.recipes.preference.iterative.checkpoint import (
     madpo_iter_checkpoint,
     madpo_iter_resume,
     marlhf_iter_checkpoint,
-    marlhf_iter_resume,
 )
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay, joint_pairs
+from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.recipes.preference.madpo.recipe import MADPORun, madpo_evaluate, madpo_update
 from comlrl.algos.recipes.preference.marlhf.reward_model import train_reward_model
-from comlrl.algos.recipes.preference.outputs import _save_models, loop_settings
+from comlrl.algos.recipes.preference.outputs import loop_settings, save_models
+from comlrl.algos.recipes.preference.pairs import IterPair, joint_pairs
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.training.checkpoint import cpu_state_dict
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
 from comlrl.algos.training.reporting import Reporter
-from comlrl.algos.training.steps import DataStream
 from comlrl.core import SamplingParams
 
 __all__ = [
     "build_rounds",
     "MADPOIterRun",
     "madpo_iter_step",
-    "madpo_iter_resume",
     "train_madpo_iter",
     "MARLHFIterRun",
     "fit_fresh_reward_model",
     "refit_reward_model",
     "marlhf_iter_step",
-    "marlhf_iter_resume",
     "train_marlhf_iter",
 ]
 
@@ -216,7 +214,7 @@ def train_madpo_iter(
     loop = RecipeLoop(
         step=lambda: StepResult(madpo_iter_step(run)),
         checkpoint=lambda path: madpo_iter_checkpoint(run, path),
-        save_final=lambda path: _save_models(
+        save_final=lambda path: save_models(
             path, [(a.model, a.tokenizer) for a in run.madpo.agents]
         ),
         evaluate=(lambda: madpo_evaluate(run.madpo)) if run.madpo.eval_data else None,

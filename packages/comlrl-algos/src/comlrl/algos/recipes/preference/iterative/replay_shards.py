@@ -21,10 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from comlrl.algos.recipes.preference.iterative.replay import IterPair
+from typing import Any
 
 __all__ = ["ReplayShard", "write_shard", "read_shard", "shard_path"]
 
@@ -61,8 +58,11 @@ def shard_path(folder: str | Path, iteration: int) -> Path:
     return Path(folder) / f"iteration_{int(iteration):04d}.json"
 
 
-def write_shard(folder: str | Path, iteration: int, pairs: Sequence[IterPair]) -> ReplayShard:
-    """Write round ``iteration``'s (1-based) ``pairs`` to :func:`shard_path` (created
+def write_shard(
+    folder: str | Path, iteration: int, pairs: Sequence[Mapping[str, Any]]
+) -> ReplayShard:
+    """Write round ``iteration``'s (1-based) ``pairs`` (pair records: plain values, as
+    :meth:`~comlrl.algos.recipes.preference.iterative.replay.IterPair.to_state` gives) to :func:`shard_path` (created
     with its folder; written to a temporary name and renamed, so a reader never sees half
     a file; an earlier file of the same round is replaced).
 
@@ -78,7 +78,7 @@ def write_shard(folder: str | Path, iteration: int, pairs: Sequence[IterPair]) -
     payload = {
         "iteration": int(iteration),
         "num_pairs": len(pairs),
-        "pairs": [p.to_state() for p in pairs],
+        "pairs": [dict(p) for p in pairs],
     }
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
@@ -87,15 +87,13 @@ def write_shard(folder: str | Path, iteration: int, pairs: Sequence[IterPair]) -
     return ReplayShard(int(iteration), path, len(pairs))
 
 
-def read_shard(shard: ReplayShard) -> list[IterPair]:
-    """The pairs :func:`write_shard` wrote to ``shard.path``.
+def read_shard(shard: ReplayShard) -> list[dict[str, Any]]:
+    """The pair records :func:`write_shard` wrote to ``shard.path``.
 
     Raises:
         FileNotFoundError: the file is gone (a replay folder must outlive its run).
         ValueError: the file does not hold ``shard.num_pairs`` pair records.
     """
-    from comlrl.algos.recipes.preference.iterative.replay import IterPair
-
     with open(shard.path, encoding="utf-8") as handle:
         payload = json.load(handle)
     records = payload.get("pairs") if isinstance(payload, dict) else None
@@ -105,4 +103,4 @@ def read_shard(shard: ReplayShard) -> list[IterPair]:
             f"replay shard {shard.path} should hold {shard.num_pairs} pairs, found {found}; "
             "was it changed during the run?"
         )
-    return [IterPair.from_state(r) for r in records]
+    return [dict(r) for r in records]

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative.replay import IterPair, PreferenceReplay, round_pairs
+from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay, round_pairs
+from comlrl.algos.recipes.preference.pairs import IterPair
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout

@@ -128,13 +128,13 @@ def run_madpo_iter(
             that does not fit, all before training.
         TrainingInterrupted: Ctrl-C, after the step checkpoint.
     """
+    from comlrl.algos.recipes.preference.iterative.checkpoint import madpo_iter_resume
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MADPOIterRun,
         build_rounds,
-        madpo_iter_resume,
         train_madpo_iter,
     )
-    from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
     from comlrl.algos.training.reporting import reporters_for
 
     outputs = outputs if outputs is not None else RunOutputs.of(config)
@@ -242,18 +242,18 @@ def run_marlhf_iter(
     """
     import torch
     from comlrl.algos.recipes.preference.config import MADPOConfig
+    from comlrl.algos.recipes.preference.iterative.checkpoint import marlhf_iter_resume
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MARLHFIterRun,
         build_rounds,
-        marlhf_iter_resume,
         train_marlhf_iter,
     )
     from comlrl.algos.recipes.preference.marlhf.run import save_reward_model
-    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
     from comlrl.algos.training import lifecycle
+    from comlrl.algos.training.data import JsonlWriter
     from comlrl.algos.training.data_mixture import example_stream
-    from comlrl.algos.training.reporting import summary_line
-    from comlrl.algos.training.steps import JsonlWriter
+    from comlrl.algos.training.run_summary import summary_line
 
     outputs = outputs if outputs is not None else RunOutputs.of(config)
     config = outputs.apply(config)

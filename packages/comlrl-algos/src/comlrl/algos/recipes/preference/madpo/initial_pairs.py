@@ -23,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.preference.iterative.replay import IterPair, row_tokens
+from comlrl.algos.recipes.preference.pairs import IterPair, row_tokens
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout

@@ -24,23 +24,33 @@ from comlrl.algos.functional.preference_losses import (
 from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.recipes.preference.config import MADPOConfig
-from comlrl.algos.recipes.preference.encoding import _device_of, _step, sequence_logprobs
-from comlrl.algos.recipes.preference.iterative.replay import IterPair, joint_pairs
+from comlrl.algos.recipes.preference.encoding import (
+    clipped_optimizer_step,
+    model_device,
+    sequence_logprobs,
+)
 from comlrl.algos.recipes.preference.madpo.initial_pairs import (
     build_initial_pairs,
     rollout_pairs,
 )
 from comlrl.algos.recipes.preference.outputs import (
-    _read_step,
-    _save_models,
-    _write_step,
     loop_settings,
+    read_step_checkpoint,
+    save_models,
+    write_step_checkpoint,
 )
-from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
+from comlrl.algos.recipes.preference.pairs import (
+    IterPair,
+    JointPreferencePairs,
+    joint_pairs,
+    preference_pairs,
+)
 from comlrl.algos.records import PolicyBatch
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
+from comlrl.algos.training.agents import build_optimizer, resolve_device
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.data_mixture import example_stream
 from comlrl.algos.training.loop import (
     RecipeLoop,
@@ -48,11 +58,6 @@ from comlrl.algos.training.loop import (
     run_loop,
 )
 from comlrl.algos.training.reporting import Reporter
-from comlrl.algos.training.steps import (
-    DataStream,
-    build_optimizer,
-    resolve_device,
-)
 from comlrl.core import SamplingParams
 
 __all__ = [
@@ -204,7 +209,7 @@ def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tenso
     if model is None:  # no reference model (reference-free DPO): log pi_ref = 0
         zeros = torch.zeros(batch.input_ids.shape[0] // 2, device=batch.input_ids.device)
         return zeros, zeros
-    batch = batch.to(_device_of(model))
+    batch = batch.to(model_device(model))
     with torch.set_grad_enabled(grad), sampling_mode(model):  # no dropout, as sampled
         seq, _ = sequence_logprobs(model, batch)
     return seq[0::2], seq[1::2]
@@ -333,7 +338,9 @@ def _madpo_update(
         opt.zero_grad(set_to_none=True)
     losses.sum().backward()  # agent i's parameters only see L_i
     for a, agent in enumerate(run.agents):
-        row[f"grad_norm/agent_{a}"] = _step(agent.model, run.optimizers[a], cfg.max_grad_norm)
+        row[f"grad_norm/agent_{a}"] = clipped_optimizer_step(
+            agent.model, run.optimizers[a], cfg.max_grad_norm
+        )
         row[f"loss/agent_{a}"] = float(losses[a].detach())
     row["loss"] = float(losses.detach().mean())
     row.update(metrics)
@@ -374,7 +381,7 @@ def madpo_checkpoint(
     streams, and a fingerprint of the frozen reference models (not saved:
     :func:`madpo_setup` rebuilds them from the initial weights); ``recipe_state``: a
     recipe's own state on top (MADPO-Iter's rounds). Returns the folder."""
-    return _write_step(
+    return write_step_checkpoint(
         Path(path),
         run.step,
         [(a.model, a.tokenizer) for a in run.agents],
@@ -404,7 +411,7 @@ def madpo_resume(
         CheckpointError: the checkpoint is incomplete, does not fit the run (agents,
             optimizers), or the reference models differ from the saved run's.
     """
-    run.step = _read_step(
+    run.step = read_step_checkpoint(
         path,
         output_dir,
         [a.model for a in run.agents],
@@ -464,7 +471,7 @@ def train_madpo(
     loop = RecipeLoop(
         step=lambda: StepResult(madpo_step(run)),
         checkpoint=lambda path: madpo_checkpoint(run, path),
-        save_final=lambda path: _save_models(path, [(a.model, a.tokenizer) for a in run.agents]),
+        save_final=lambda path: save_models(path, [(a.model, a.tokenizer) for a in run.agents]),
         evaluate=lambda: madpo_evaluate(run),
         start_step=run.step,
     )

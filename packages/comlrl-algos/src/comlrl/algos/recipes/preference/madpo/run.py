@@ -24,8 +24,8 @@ from comlrl.algos.recipes.run_steps import (
     setup_errors,
     start_outputs,
 )
-from comlrl.algos.training.config import TaskConfig
 from comlrl.algos.training.config_sections import ReportingSection
+from comlrl.algos.training.task_config import TaskConfig
 from pydantic import Field, model_validator
 
 __all__ = ["MADPORunConfig", "run_madpo"]
@@ -91,7 +91,7 @@ def run_madpo(
             that does not fit, all before training.
         TrainingInterrupted: Ctrl-C, after the step checkpoint.
     """
-    from comlrl.algos.recipes.preference.trainers import MADPOTrainer
+    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
     from comlrl.algos.training.reporting import reporters_for
 
     outputs = outputs if outputs is not None else RunOutputs.of(config)

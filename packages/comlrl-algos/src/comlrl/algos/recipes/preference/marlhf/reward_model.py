@@ -14,12 +14,10 @@ from comlrl.algos.functional.preference_losses import (
     bradley_terry_loss,
 )
 from comlrl.algos.recipes.preference.config import RewardModelConfig
-from comlrl.algos.recipes.preference.encoding import _step
+from comlrl.algos.recipes.preference.encoding import clipped_optimizer_step
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
+from comlrl.algos.training.agents import build_optimizer
 from comlrl.algos.training.config import ConfigError
-from comlrl.algos.training.steps import (
-    build_optimizer,
-)
 from comlrl.core import RewardBatch
 from torch import nn
 
@@ -203,7 +201,7 @@ def train_reward_model(
             loss, m = _bt_batch(model, tokenizer, part, config.max_length)
             loss.backward()
             row: dict[str, float] = {"epoch": epoch, "loss": float(loss.detach()), **m}
-            row["grad_norm"] = _step(model, optimizer, config.max_grad_norm)
+            row["grad_norm"] = clipped_optimizer_step(model, optimizer, config.max_grad_norm)
             if not history:
                 row.update({f"{k}_start": v for k, v in start.items()})
             history.append(row)

@@ -53,7 +53,7 @@ class MARLHFRunConfig(TrainConfig):
     Attributes:
         reward_model: the reward model's backbone (None: agent 0's model).
         reward: the reward model's training settings
-            (:class:`~comlrl.algos.recipes.preference.recipe.RewardModelConfig`).
+            (:class:`~comlrl.algos.recipes.preference.config.RewardModelConfig`).
         num_candidates: ``K``, candidates per agent per prompt when sampling pairs (>= 2).
         min_gap: smallest task-reward gap that makes a pair.
         pairs_per_prompt: pairs kept per prompt, largest gap first.
@@ -110,10 +110,11 @@ def run_marlhf(
         RewardFunctionError: the reward function failed.
     """
     import torch
-    from comlrl.algos.recipes.preference.trainers import MARLHFTrainer
+    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
     from comlrl.algos.training.checkpoint import CheckpointError
-    from comlrl.algos.training.reporting import read_metrics, summary_line
-    from comlrl.algos.training.steps import JsonlWriter
+    from comlrl.algos.training.data import JsonlWriter
+    from comlrl.algos.training.reporting import read_metrics
+    from comlrl.algos.training.run_summary import summary_line
 
     outputs = outputs if outputs is not None else RunOutputs.of(config)
     config = outputs.apply(config)
@@ -226,7 +227,7 @@ def save_reward_model(marlhf: Any, path: Path) -> None:
     """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
     (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
     (a temporary sibling folder, then renamed)."""
-    from comlrl.algos.training.steps import atomic_folder
+    from comlrl.algos.training.saving import atomic_folder
     from safetensors.torch import save_file
 
     model = marlhf.reward_model

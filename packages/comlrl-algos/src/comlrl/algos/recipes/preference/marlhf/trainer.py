@@ -7,17 +7,17 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.algos.recipes.preference import recipe
+from comlrl.algos.recipes.preference.config import MADPOConfig, RewardModelConfig
 from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
-from comlrl.algos.recipes.preference.recipe import (
-    JointPreferencePairs,
+from comlrl.algos.recipes.preference.madpo.recipe import MADPORun
+from comlrl.algos.recipes.preference.marlhf.reward_model import (
     JointRewardModel,
-    MADPOConfig,
-    RewardModelConfig,
     RewardModelReward,
+    train_reward_model,
 )
+from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.training.config import ConfigError, RLConfig
 from comlrl.algos.training.data_mixture import example_stream
 from comlrl.core import SamplingParams, Task
 from comlrl.core.prompts import prompt_text
@@ -104,7 +104,7 @@ class MARLHFTrainer:
     def collect_pairs(self) -> list[JointPreferencePairs]:
         """Sample and pair joint actions (no training); returns one record per batch."""
         cfg = self.config
-        run = recipe.MADPORun(
+        run = MADPORun(
             config=cfg,
             agents=self.agents,
             ref_models=[],
@@ -129,9 +129,7 @@ class MARLHFTrainer:
                 rng=run.rng,
             )
             self.pairs.append(
-                recipe.preference_pairs(
-                    ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt
-                )
+                preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
             )
         return self.pairs
 
@@ -142,7 +140,7 @@ class MARLHFTrainer:
             self.collect_pairs()
         held = int(round(len(self.pairs) * self.eval_fraction))
         train, held_out = self.pairs[: len(self.pairs) - held], self.pairs[len(self.pairs) - held :]
-        return recipe.train_reward_model(
+        return train_reward_model(
             self.reward_model, self.reward_tokenizer, train, self.reward_config, held_out or None
         )
 
@@ -155,9 +153,7 @@ class MARLHFTrainer:
             max_length=self.reward_config.max_length,
         )
 
-    def rl_trainer(
-        self, config: TrainConfig, trainer_cls: type | None = None, **kwargs: Any
-    ) -> Any:
+    def rl_trainer(self, config: RLConfig, trainer_cls: type | None = None, **kwargs: Any) -> Any:
         """An RL trainer over the same agents and prompts, rewarded by the learned model.
 
         ``trainer_cls`` defaults to :class:`~comlrl.algos.MultiAgentTrainer`; it is called

@@ -23,30 +23,28 @@ from comlrl.algos.functional.preference_losses import (
 from comlrl.algos.models.logprobs import prompt_chunks, sampling_mode
 from comlrl.algos.recipes.preference.config import DPOConfig, SFTConfig
 from comlrl.algos.recipes.preference.encoding import (
-    _device_of,
-    _prepare,
-    _rows,
-    _step,
+    check_rows,
+    clipped_optimizer_step,
     encode_completions,
+    model_device,
+    prepare_training,
     sequence_logprobs,
 )
 from comlrl.algos.recipes.preference.outputs import (
-    _read_step,
-    _save_models,
-    _write_step,
     loop_settings,
+    read_step_checkpoint,
+    save_models,
+    write_step_checkpoint,
 )
 from comlrl.algos.records import PolicyBatch
 from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.loop import (
     RecipeLoop,
     StepResult,
     run_loop,
 )
 from comlrl.algos.training.reporting import Reporter
-from comlrl.algos.training.steps import (
-    DataStream,
-)
 
 __all__ = [
     "evaluate_sft",
@@ -82,14 +80,14 @@ def evaluate_sft(
 
     Returns ``{"eval/nll": ..., "eval/num_tokens": ...}``. Raises ConfigError on bad rows.
     """
-    rows = _rows(dataset, ("prompt", "completion"), "SFT evaluation")
+    rows = check_rows(dataset, ("prompt", "completion"), "SFT evaluation")
     was_training = model.training
     model.eval()
     total, count = 0.0, 0.0
     try:
         for i in range(0, len(rows), config.batch_size):
             batch = _sft_batch(
-                tokenizer, rows[i : i + config.batch_size], config, _device_of(model)
+                tokenizer, rows[i : i + config.batch_size], config, model_device(model)
             )
             _, tokens = sequence_logprobs(model, batch)
             total -= float(tokens.sum())
@@ -143,9 +141,9 @@ def train_sft(
         CheckpointError: ``resume_from`` is incomplete or does not fit this run.
         TrainingInterrupted: Ctrl-C (with ``output_dir``), after the checkpoint.
     """
-    rows = _rows(dataset, ("prompt", "completion"), "SFT")
+    rows = check_rows(dataset, ("prompt", "completion"), "SFT")
     if eval_dataset is not None:
-        eval_dataset = _rows(eval_dataset, ("prompt", "completion"), "SFT evaluation")
+        eval_dataset = check_rows(eval_dataset, ("prompt", "completion"), "SFT evaluation")
     settings = loop_settings(
         config,
         output_dir=output_dir,
@@ -157,16 +155,18 @@ def train_sft(
         overwrite=overwrite,
         reporters=reporters,
     )
-    optimizer = _prepare(model, config)
+    optimizer = prepare_training(model, config)
     data = DataStream(rows, seed=config.seed)
     rng = random.Random(config.seed)  # unused by SFT; kept so every recipe saves one
     step = 0
     if resume_from is not None:
-        step = _read_step(resume_from, output_dir, [model], [optimizer], data, rng, [])
+        step = read_step_checkpoint(resume_from, output_dir, [model], [optimizer], data, rng, [])
 
     def one_step() -> StepResult:
         nonlocal step
-        batch = _sft_batch(tokenizer, data.next_batch(config.batch_size), config, _device_of(model))
+        batch = _sft_batch(
+            tokenizer, data.next_batch(config.batch_size), config, model_device(model)
+        )
         total_tokens = float(batch.completion_mask.sum())
         optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
@@ -177,7 +177,7 @@ def train_sft(
             weight = float(mask.sum()) / total_tokens
             (loss * weight).backward()
             loss_sum += float(loss.detach()) * weight
-        norm = _step(model, optimizer, config.max_grad_norm)
+        norm = clipped_optimizer_step(model, optimizer, config.max_grad_norm)
         step += 1
         return StepResult(
             {"step": step, "loss": loss_sum, "grad_norm": norm, "num_tokens": total_tokens}
@@ -185,10 +185,10 @@ def train_sft(
 
     loop = RecipeLoop(
         step=one_step,
-        checkpoint=lambda path: _write_step(
+        checkpoint=lambda path: write_step_checkpoint(
             path, step, [(model, tokenizer)], [optimizer], data, rng, []
         ),
-        save_final=lambda path: _save_models(path, [(model, tokenizer)]),
+        save_final=lambda path: save_models(path, [(model, tokenizer)]),
         evaluate=(
             (lambda: evaluate_sft(model, tokenizer, eval_dataset, config)) if eval_dataset else None
         ),
@@ -244,14 +244,14 @@ def evaluate_dpo(
     """Held-out DPO metrics over ``prompt``/``chosen``/``rejected`` rows: pair-weighted
     means of ``eval/loss``, ``eval/margin`` (the log-ratio margin ``h`` in nats; 0 when the
     policy is the reference) and ``eval/accuracy`` (fraction with ``h > 0``)."""
-    rows = _rows(dataset, ("prompt", "chosen", "rejected"), "DPO evaluation")
+    rows = check_rows(dataset, ("prompt", "chosen", "rejected"), "DPO evaluation")
     was_training = model.training
     model.eval()
     sums = {"eval/loss": 0.0, "eval/margin": 0.0, "eval/accuracy": 0.0}
     try:
         for i in range(0, len(rows), config.batch_size):
             part = rows[i : i + config.batch_size]
-            batch = _dpo_batch(tokenizer, part, config, _device_of(model))
+            batch = _dpo_batch(tokenizer, part, config, model_device(model))
             loss, m = _dpo_chunk(model, ref_model, batch, slice(0, len(part)), config)
             sums["eval/loss"] += float(loss) * len(part)
             sums["eval/margin"] += m["margin"] * len(part)
@@ -312,9 +312,9 @@ def train_dpo(
         TrainingInterrupted: Ctrl-C (with ``output_dir``), after the checkpoint.
     """
     keys = ("prompt", "chosen", "rejected")
-    rows = _rows(dataset, keys, "DPO")
+    rows = check_rows(dataset, keys, "DPO")
     if eval_dataset is not None:
-        eval_dataset = _rows(eval_dataset, keys, "DPO evaluation")
+        eval_dataset = check_rows(eval_dataset, keys, "DPO evaluation")
     if ref_model is model:
         raise ConfigError(
             "ref_model is the policy itself; pass a separate frozen copy or None (a copy is made)."
@@ -330,19 +330,21 @@ def train_dpo(
         overwrite=overwrite,
         reporters=reporters,
     )
-    optimizer = _prepare(model, config)
+    optimizer = prepare_training(model, config)
     ref = copy.deepcopy(model) if ref_model is None else ref_model
-    ref.to(_device_of(model)).eval().requires_grad_(False)
+    ref.to(model_device(model)).eval().requires_grad_(False)
     data = DataStream(rows, seed=config.seed)
     rng = random.Random(config.seed)  # unused by DPO; kept so every recipe saves one
     step = 0
     if resume_from is not None:
-        step = _read_step(resume_from, output_dir, [model], [optimizer], data, rng, [], [ref])
+        step = read_step_checkpoint(
+            resume_from, output_dir, [model], [optimizer], data, rng, [], [ref]
+        )
 
     def one_step() -> StepResult:
         nonlocal step
         part = data.next_batch(config.batch_size)
-        batch = _dpo_batch(tokenizer, part, config, _device_of(model))
+        batch = _dpo_batch(tokenizer, part, config, model_device(model))
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         micro = None if config.micro_batch_size is None else 2 * config.micro_batch_size
@@ -352,16 +354,16 @@ def train_dpo(
             (loss * weight).backward()
             for k, v in {"loss": float(loss.detach()), **m}.items():
                 sums[k] = sums.get(k, 0.0) + v * weight
-        norm = _step(model, optimizer, config.max_grad_norm)
+        norm = clipped_optimizer_step(model, optimizer, config.max_grad_norm)
         step += 1
         return StepResult({"step": step, **sums, "grad_norm": norm})
 
     loop = RecipeLoop(
         step=one_step,
-        checkpoint=lambda path: _write_step(
+        checkpoint=lambda path: write_step_checkpoint(
             path, step, [(model, tokenizer)], [optimizer], data, rng, [], [ref]
         ),
-        save_final=lambda path: _save_models(path, [(model, tokenizer)]),
+        save_final=lambda path: save_models(path, [(model, tokenizer)]),
         evaluate=(
             (lambda: evaluate_dpo(model, ref, tokenizer, eval_dataset, config))
             if eval_dataset

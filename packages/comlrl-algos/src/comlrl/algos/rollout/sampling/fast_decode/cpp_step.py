@@ -1,4 +1,4 @@
-"""The whole decode step in one C++ call, for :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`.
+"""The whole decode step in one C++ call, for :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`.
 
 On CPU, :class:`FastDecoder`'s Python step is ~165 small tensor ops; for small models
 (the built-in stories260k: dim 64, 5 layers) their dispatch overhead (~9 us each) is
@@ -36,7 +36,7 @@ def native_unavailable(model: Any, device: torch.device) -> str | None:
     """Why the C++ step cannot run ``model``'s decode on ``device`` (``None`` when it can).
 
     The model must already be one :class:`FastDecoder` supports
-    (:func:`~comlrl.algos.rollout.sampling.decode_support.unsupported_reason`).
+    (:func:`~comlrl.algos.rollout.sampling.fast_decode.support.unsupported_reason`).
     """
     if DecodeStep is None:
         return _IMPORT_ERROR

@@ -9,7 +9,7 @@ SwiGLU MLP, LM head) directly on the model's own parameter tensors with a preall
 cache, so a decode step is a few dozen tensor ops.
 
 On a CPU with float32 weights the step runs as one C++ call instead
-(:mod:`~comlrl.algos.rollout.sampling.decode_native`: same maths on the same cache, ~10x
+(:mod:`~comlrl.algos.rollout.sampling.fast_decode.cpp_step`: same maths on the same cache, ~10x
 faster for small models); the Python step is the fallback and serves every other case.
 
 It is used only for the one-token decode steps of :class:`comlrl.algos.rollout.agent.HFAgent`'s
@@ -42,8 +42,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from comlrl.algos.rollout.sampling.decode_layer import DecodeLayer, rms_norm
-from comlrl.algos.rollout.sampling.decode_linear import (
+from comlrl.algos.rollout.sampling.fast_decode.cpp_step import (
+    NativeBatch,
+    choose_native,
+)
+from comlrl.algos.rollout.sampling.fast_decode.layers import DecodeLayer, rms_norm
+from comlrl.algos.rollout.sampling.fast_decode.linears import (
     FUSE_MAX_ELEMENTS,
     Linear,
     apply_linear,
@@ -51,16 +55,13 @@ from comlrl.algos.rollout.sampling.decode_linear import (
     as_linear,
     fused,
 )
-from comlrl.algos.rollout.sampling.decode_native import (
-    NativeBatch,
-    choose_native,
-)
-from comlrl.algos.rollout.sampling.decode_support import (
-    SUPPORTED_MODEL_TYPES,
+from comlrl.algos.rollout.sampling.fast_decode.support import (
     unsupported_reason,
 )
 
-__all__ = ["FastDecoder", "SUPPORTED_MODEL_TYPES"]
+__all__ = [
+    "FastDecoder",
+]
 
 
 class FastDecoder:
@@ -94,7 +95,7 @@ class FastDecoder:
     @classmethod
     def unsupported_reason(cls, model: Any, max_length: int | None = None) -> str | None:
         """Why :class:`FastDecoder` cannot run ``model`` (``None`` when it can):
-        :func:`~comlrl.algos.rollout.sampling.decode_support.unsupported_reason`."""
+        :func:`~comlrl.algos.rollout.sampling.fast_decode.support.unsupported_reason`."""
         return unsupported_reason(model, max_length)
 
     @classmethod

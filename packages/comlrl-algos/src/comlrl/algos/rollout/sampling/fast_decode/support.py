@@ -1,4 +1,4 @@
-"""Which models the lean decode step (:class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`)
+"""Which models the lean decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`)
 can run: a known Llama-family architecture whose every module on the decode path is a plain
 ``torch.nn`` building block (no adapters, quantized linears, hooks, FSDP sharding or sliding
 windows longer than the decoded sequence)."""

@@ -1,4 +1,4 @@
-"""The linears of :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`'s step.
+"""The linears of :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`'s step.
 
 Each projection of a decode step is applied either as ``F.linear(x, weight, bias)`` or,
 for big float32 weights on CPU with few rows, through :class:`comlrl.kernels.FewRowsLinear`

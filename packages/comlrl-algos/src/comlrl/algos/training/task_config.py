@@ -1,17 +1,17 @@
-"""The nested settings of :class:`~comlrl.algos.training.config.TrainConfig`: the task
-(:class:`TaskConfig`, key ``task``), the vLLM engine (:class:`VLLMConfig`, key ``vllm``) and
-LoRA adapters (:class:`LoraSettings`, key ``lora``); each is one config key holding a
-mapping (``task.name=...``, ``lora.r=...``). The flat sections that hold them:
+"""What a run trains on: :class:`TaskConfig` (config key ``task``: the registered task, its
+options, splits, remote reward workers, a task mixture) and :class:`MixtureEntry` (one task of
+a mixture). One config key holding a mapping (``task.name=...``), validated before any model
+loads; the section of :class:`~comlrl.algos.training.config.TrainConfig` that holds it is in
 :mod:`comlrl.algos.training.config_sections`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["LoraSettings", "MixtureEntry", "TaskConfig", "VLLMConfig"]
+__all__ = ["MixtureEntry", "TaskConfig"]
 
 
 class MixtureEntry(BaseModel):
@@ -111,76 +111,4 @@ class TaskConfig(BaseModel):
                 )
         if len(set(v)) != len(v):
             raise ValueError(f"remote_workers lists a worker twice: {v!r}; list each once")
-        return v
-
-
-class VLLMConfig(BaseModel):
-    """Settings of the vLLM generation backend (``generation_backend: vllm``).
-
-    Attributes:
-        gpu_memory_utilization: fraction of each GPU's memory one agent's colocated
-            engine may take (weights, activations, KV cache), in ``(0, 1]``; the
-            training model, its gradients and optimizer state need the rest.
-        behaviour_logprobs: ``engine``: the engine's log-prob of each sampled token
-            (the full tempered softmax's, as the update computes); their difference to
-            the trainer's is logged every step and corrected by truncated importance
-            sampling (``tis``, on by default for engine log-probs). Under
-            top-p < 1 or top-k > 0 the engine only has the truncated distribution's, so
-            the training model's are used there. ``recompute``: the training model's
-            own log-probs always (one more forward per batch).
-        engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``,
-            ``enforce_eager``, ``model`` to name the checkpoint folder).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    behaviour_logprobs: Literal["engine", "recompute"] = "engine"
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-
-class LoraSettings(BaseModel):
-    """Agents as LoRA adapters on a frozen base model (``lora:`` section; extra
-    ``comlrl-algos[lora]``, which installs ``peft``).
-
-    LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", Eq. 3):
-    each targeted weight ``W [out, in]`` becomes ``W + (alpha / r) * B A`` with
-    ``A [r, in]``, ``B [out, r]`` trained and ``W`` frozen; ``B`` starts at zero, so every
-    agent starts as its base model.
-
-    Attributes:
-        r: rank of each adapter.
-        alpha: scale numerator; the update is scaled by ``alpha / r``.
-        dropout: dropout on the adapter's input, in ``[0, 1)``. The policy-gradient and
-            DPO updates run in eval mode (the mode completions are sampled in), where it
-            is off; it acts in SFT and reward-model training.
-        target_modules: names (suffixes) of the linear layers that get adapters, or
-            ``"all-linear"`` (every linear layer but the LM head).
-        shared_base: ``true``: one frozen base in memory for all agents, one named adapter
-            per agent on it (memory about one base + ``A`` adapters); needs one model for
-            all agents and all agents on one device. ``false``: each agent gets its own
-            base (``A`` bases; agents may then differ in model and device).
-        merge_adapters: checkpoints also hold each agent's merged weights
-            (``W + (alpha / r) B A``) in ``agent_<i>/merged/``, loadable without peft.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    r: int = Field(8, ge=1)
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] | Literal["all-linear"] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    shared_base: bool = True
-    merge_adapters: bool = False
-
-    @field_validator("target_modules")
-    @classmethod
-    def _targets_not_empty(cls, v: list[str] | str) -> list[str] | str:
-        if isinstance(v, list) and (not v or any(not isinstance(m, str) or not m for m in v)):
-            raise ValueError(
-                f"target_modules must name at least one module (e.g. [q_proj, v_proj]) or be "
-                f"'all-linear', got {v!r}"
-            )
         return v

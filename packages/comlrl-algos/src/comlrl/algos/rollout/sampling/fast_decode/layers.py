@@ -1,4 +1,4 @@
-"""The pieces of :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`'s Python step
+"""The pieces of :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`'s Python step
 per decoder layer: :class:`DecodeLayer` (weights and KV cache) and :func:`rms_norm`."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from comlrl.algos.rollout.sampling.decode_linear import Linear
+from comlrl.algos.rollout.sampling.fast_decode.linears import Linear
 
 __all__ = ["DecodeLayer", "rms_norm"]
 
 
 @dataclass
 class DecodeLayer:
-    """One decoder layer's weights as :class:`~comlrl.algos.rollout.sampling.decode.FastDecoder`
+    """One decoder layer's weights as :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`
     reads them (norms, fused or separate linears) and its KV cache for the current batch
     (``P`` prompts, ``Hkv`` key/value heads, ``D`` head size, ``S`` prefix length, ``G``
     completions per prompt, ``T`` completion slots; float in the model's dtype)."""
