@@ -111,7 +111,7 @@ def example_stream(
     dataset: Sequence[Mapping[str, Any]], *, seed: int, shuffle: bool = True, task: Any = None
 ) -> DataStream:
     """The example stream of a run: a :class:`MixtureStream` weighted as ``task.mixture``
-    when ``task`` (a :class:`~comlrl.algos.training.config.TaskConfig`, or ``None``) names a
+    when ``task`` (a :class:`~comlrl.algos.training.task_config.TaskConfig`, or ``None``) names a
     mixture, else a :class:`DataStream`.
 
     Raises:

@@ -25,7 +25,8 @@ Every recipe reads its log-probs through the shared path
 Shared by the methods: :mod:`.config` (the configs), :mod:`.encoding` (rows as tensors,
 log-probs, one clipped optimizer step), :mod:`.outputs` (loop settings and step
 checkpoints), :mod:`.pairs` (joint-action preference pairs), :mod:`.inputs` (agents and
-environments from the trainers' arguments) and :mod:`.trainers` (the trainer objects).
+environments from the trainers' arguments). Each method's trainer object lives in its
+folder (``supervised/trainer.py``, ``madpo/trainer.py``, ``marlhf/trainer.py``).
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
 ``P`` pairs, ``B`` sequences, ``S`` padded prompt tokens, ``L`` completion tokens, ``H``
