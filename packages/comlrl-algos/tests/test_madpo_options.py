@@ -5,7 +5,6 @@ field of :class:`MADPOConfig`, so ``comlrl train algo=madpo`` takes it too."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.cli.main import main
 from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, MADPOConfig
 from comlrl.algos.recipes.preference.madpo.initial_pairs import within_prompt_pairs
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_step, train_madpo
@@ -169,16 +167,3 @@ def test_random_selection_draws_other_pairs_than_the_largest_gaps() -> None:
     assert len(picks) > 1 and (5, 0) in within_prompt_pairs(
         rewards, selection="reward_gap", limit=1, min_gap=0.0, rng=random.Random(0)
     )
-
-
-def test_the_cli_takes_the_options(tmp_path: Path) -> None:
-    out = tmp_path / "madpo"
-    argv = ["train", "algo=madpo", "progress=false", "task.kwargs.limit=4", "max_new_tokens=8"]
-    argv += ["batch_size=2", "pair_source=initial", "num_epochs=1", "reference_free=true"]
-    argv += ["pair_selection=random", "pairs_per_prompt=1", f"output_dir={out}"]
-    assert main(argv) == 0
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    saved = (out / "config.yaml").read_text()
-    assert "pair_source: initial" in saved and "reference_free: true" in saved
-    # one pass over at most 4 pairs (4 prompts, 1 pair each), 2 per step
-    assert 1 <= len(rows) <= 2 and sum(r["num_pairs"] for r in rows) <= 4
