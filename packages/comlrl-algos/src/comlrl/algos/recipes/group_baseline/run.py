@@ -25,7 +25,7 @@ from comlrl.algos.recipes.run_steps import (
     resuming_line,
     setup_errors,
 )
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config import RLConfig, TrainConfig
 
 __all__ = ["run_group_baseline", "run_policy_gradient"]
 
@@ -40,7 +40,7 @@ def run_group_baseline(config: TrainConfig, outputs: RunOutputs | None = None) -
 
 
 def run_policy_gradient(
-    config: TrainConfig,
+    config: RLConfig,
     outputs: RunOutputs | None,
     trainer_cls: Callable[..., Any],
     label: str,
