@@ -11,8 +11,11 @@ in ``tests/`` with all five packages installed:
   model) are left out on every Python: ``nox -s slow`` runs them, once, on
   :data:`TORCH_PYTHON` (``.ci/run`` runs both sessions; ``slow(integration)`` and
   ``compat`` reuse ``tests(integration)``'s venv when it holds this checkout);
-- the torch packages (``kernels``, ``algos``) and ``integration`` on :data:`TORCH_PYTHON`,
-  the Python the pinned CPU torch wheel is installed for.
+- the torch packages (``kernels``, ``estimators``, ``algos``, ``compat``) and ``integration``
+  on :data:`TORCH_PYTHON`, the Python the pinned CPU torch wheel is installed for.
+  ``tests(estimators)`` is the proof that the estimators install with torch alone: its venv
+  holds torch, ``comlrl-kernels``, ``comlrl-estimators`` and the test tools, nothing else,
+  and its tests import every public name.
 
 ``nox -s lint`` runs ``ruff check`` and ``ruff format --check`` over the repository;
 ``nox -s typecheck`` runs mypy over the five packages' sources (settings in
@@ -92,13 +95,14 @@ TORCH_FREE = ["core", "envs"]
 LOCAL_DEPS = {
     "core": [],
     "kernels": [],
+    "estimators": ["kernels"],
     "envs": ["core"],
-    "algos": ["core", "kernels"],
-    "compat": ["core", "kernels", "algos"],
+    "algos": ["core", "kernels", "estimators"],
+    "compat": ["core", "kernels", "estimators", "algos"],
 }
 # Optional extras installed with a package for its tests (they test what the extras do).
 EXTRAS = {"algos": "[gguf,lora,plot,tensorboard,wandb]", "envs": "[serve]"}
-NEEDS_TORCH = {"kernels", "algos", "compat"}
+NEEDS_TORCH = {"kernels", "estimators", "algos", "compat"}
 
 
 def _pip_settings_for_uv() -> None:
@@ -216,7 +220,7 @@ SKIPPED_PACKAGES = [p for p in os.environ.get("COMLRL_NOX_SKIP_PACKAGES", "").sp
 MATRIX = [
     (py, pkg)
     for py, pkg in [(py, pkg) for pkg in TORCH_FREE for py in PYTHONS_FOR[pkg]]
-    + [(TORCH_PYTHON, pkg) for pkg in ("kernels", "algos", "compat", "integration")]
+    + [(TORCH_PYTHON, pkg) for pkg in ("kernels", "estimators", "algos", "compat", "integration")]
     if pkg not in SKIPPED_PACKAGES
 ]
 
@@ -252,7 +256,7 @@ import aiohttp, datasets, gguf, hypothesis, peft, pytest, transformers, xdist
 def _install_all(session: nox.Session) -> None:
     """The five packages, algos with its :data:`EXTRAS`, the test tools (cross-package tests),
     and envs' ``[serve]`` extra (aiohttp: ``comlrl serve``, ``tests/test_task_serving.py``)."""
-    _install(session, ["core", "kernels", "envs", "algos", "compat"], tested="algos")
+    _install(session, ["core", "kernels", "estimators", "envs", "algos", "compat"], tested="algos")
     session.install(_local(session, "envs", "[serve]"))
 
 
@@ -369,12 +373,15 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy over the five packages' sources and this file, with their dependencies installed."""
     session.install(TORCH_SPEC, MYPY_SPEC, "nox")
-    session.install(*[_local(session, n) for n in ("core", "kernels", "envs", "algos", "compat")])
+    session.install(
+        *[_local(session, n) for n in ("core", "kernels", "estimators", "envs", "algos", "compat")]
+    )
     session.run(
         "mypy",
         "packages/comlrl-core/src",
         "packages/comlrl-envs/src",
         "packages/comlrl-kernels/src",
+        "packages/comlrl-estimators/src",
         "packages/comlrl-algos/src",
         "packages/comlrl-compat/src",
         "noxfile.py",

@@ -8,7 +8,7 @@ IAC run at lr 1e-12 (weights do not move) drifted 0.49 -> 0.53 (+0.04 from promp
 alone). The shorter single-turn runs here ask for a rise of 0.15, well above that drift
 and well below the measured rises; the two-turn runs ask for 0.10 (see the test). Two turns, 36 steps, MAAC with gae_lambda 0.95: V critic
 0.61 -> 0.76, Q critic 0.61 -> 0.78 (before the Q advantage became the lambda-return minus
-an action-independent baseline, ``comlrl.algos.functional.gae.q_advantages``, it was 0.59 -> 0.70:
+an action-independent baseline, ``comlrl.estimators.gae.q_advantages``, it was 0.59 -> 0.70:
 ``G - Q(s, a)`` cancels the policy gradient once Q fits). Also checked: the saved run holds a value head or critic that
 loads back.
 """

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.functional.losses import policy_loss
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config import TrainConfig
 from comlrl.algos.training.update import UpdateSettings
+from comlrl.estimators.losses import policy_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,12 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.functional.importance import (
-    sampler_mismatch,
-    sequence_log_ratio,
-    truncated_importance_weights,
-)
-from comlrl.algos.functional.losses import policy_loss
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.setup import tis_level
@@ -23,6 +17,12 @@ from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import NativeBackend
 from comlrl.algos.training.config import TrainConfig
+from comlrl.estimators.importance import (
+    sampler_mismatch,
+    sequence_log_ratio,
+    truncated_importance_weights,
+)
+from comlrl.estimators.losses import policy_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

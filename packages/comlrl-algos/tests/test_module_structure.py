@@ -29,13 +29,19 @@ REPO = Path(__file__).resolve().parents[3]
 #: CoMLRL 1.4.3's API, is translated code with its own rules and is left out)
 SOURCE_ROOTS = tuple(
     REPO / "packages" / name / "src"
-    for name in ("comlrl-core", "comlrl-algos", "comlrl-envs", "comlrl-kernels")
+    for name in (
+        "comlrl-core",
+        "comlrl-algos",
+        "comlrl-envs",
+        "comlrl-kernels",
+        "comlrl-estimators",
+    )
 )
 #: public APIs, which gather the names they export: a distribution's root package, and the
 #: task-suite and sandbox packages of comlrl-envs, whose users import from the package
 #: (``from comlrl.envs.sandbox import SandboxPool``; the modules inside are its parts)
 PUBLIC_API_PACKAGES = frozenset(
-    {"comlrl.algos", "comlrl.core", "comlrl.envs", "comlrl.kernels"}
+    {"comlrl.algos", "comlrl.core", "comlrl.envs", "comlrl.kernels", "comlrl.estimators"}
     | {
         f"comlrl.envs.{suite}"
         for suite in ("code", "math", "remote", "sandbox", "tools", "writing")

@@ -93,7 +93,7 @@ def test_without_algo_the_default_run_and_the_estimator_key_keep_working() -> No
 
 
 def test_a_user_registered_estimator_runs_under_the_group_baseline_loop() -> None:
-    from comlrl.algos.functional.estimators import ESTIMATORS, register_estimator
+    from comlrl.estimators.registry import ESTIMATORS, register_estimator
 
     register_estimator("halfmean_test", baseline=lambda r: 0.5 * r.mean(-1, keepdim=True))
     try:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.functional.returns import tree_returns
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
@@ -17,6 +16,7 @@ from comlrl.algos.rollout.environment import CallbackEnvironment, TaskEnvironmen
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config import TrainConfig
 from comlrl.core import Completion, Feedback, RewardBatch, SamplingParams, Task
+from comlrl.estimators.returns import tree_returns
 
 EXAMPLES = [{"id": i, "prompt": f"def f{i}(x):"} for i in range(3)]
 PARAMS = SamplingParams(num_generations=2, max_new_tokens=6)

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.functional.losses import kl_penalty
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
@@ -25,6 +24,7 @@ from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config import TrainConfig
 from comlrl.algos.training.update import split_terms
+from comlrl.estimators.losses import kl_penalty
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 TURNS = 3

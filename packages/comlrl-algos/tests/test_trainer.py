@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from comlrl.algos.functional.losses import policy_loss
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
@@ -18,6 +17,7 @@ from comlrl.algos.training.config import ConfigError, TrainConfig
 from comlrl.algos.training.saving import save_agent_checkpoint
 from comlrl.algos.training.update import UpdateSettings, update_policy
 from comlrl.core import RewardBatch, RewardFunctionError, SamplingParams, Task
+from comlrl.estimators.losses import policy_loss
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(6)]
 

@@ -1,6 +1,6 @@
 """comlrl.algos: advantage estimators, policy-gradient losses, rollouts and training recipes.
 
-Names are exported lazily (PEP 562): ``import comlrl.algos.functional.advantages`` (or ``losses``,
+Names are exported lazily (PEP 562): ``import comlrl.estimators.advantages`` (or ``losses``,
 ``joint``, ``returns``) loads torch and ``comlrl.kernels`` only, never ``transformers``;
 ``from comlrl.algos import HFAgent`` imports the sampling stack when it is first used.
 The rollout stage is :func:`comlrl.algos.rollout.tree.rollout`.
@@ -11,17 +11,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-#: Public name -> module that defines it.
+#: Public name -> module that defines it (relative to comlrl.algos, or a whole module path:
+#: the estimators and losses of comlrl-estimators are exported here too).
 _EXPORTS: dict[str, str] = {
-    "ESTIMATORS": "functional.estimators",
-    "compute_advantages": "functional.advantages",
-    "register_estimator": "functional.estimators",
-    "completion_mask": "functional.losses",
-    "kl_penalty": "functional.losses",
-    "policy_loss": "functional.losses",
-    "credit_completions": "functional.joint",
-    "joint_action_indices": "functional.joint",
-    "tree_returns": "functional.returns",
+    "ESTIMATORS": "comlrl.estimators.registry",
+    "compute_advantages": "comlrl.estimators.advantages",
+    "register_estimator": "comlrl.estimators.registry",
+    "completion_mask": "comlrl.estimators.losses",
+    "kl_penalty": "comlrl.estimators.losses",
+    "policy_loss": "comlrl.estimators.losses",
+    "credit_completions": "comlrl.estimators.joint",
+    "joint_action_indices": "comlrl.estimators.joint",
+    "tree_returns": "comlrl.estimators.returns",
     "PolicyBatch": "records",
     "AgentSamples": "records",
     "TurnRollout": "records",
@@ -47,11 +48,11 @@ _EXPORTS: dict[str, str] = {
     "MAReMaxTrainer": "recipes.group_baseline.trainer",
     "MAREINFORCETrainer": "recipes.group_baseline.trainer",
     "save_agent_checkpoint": "training.saving",
-    "dpo_loss": "functional.preference_losses",
-    "multi_agent_dpo_loss": "functional.preference_losses",
-    "bradley_terry_loss": "functional.preference_losses",
-    "sft_nll": "functional.preference_losses",
-    "select_preference_pairs": "functional.preference_losses",
+    "dpo_loss": "comlrl.estimators.preference_losses",
+    "multi_agent_dpo_loss": "comlrl.estimators.preference_losses",
+    "bradley_terry_loss": "comlrl.estimators.preference_losses",
+    "sft_nll": "comlrl.estimators.preference_losses",
+    "select_preference_pairs": "comlrl.estimators.preference_losses",
     "SFTConfig": "recipes.preference.config",
     "DPOConfig": "recipes.preference.config",
     "MADPOConfig": "recipes.preference.config",
@@ -62,11 +63,11 @@ _EXPORTS: dict[str, str] = {
     "DPOTrainer": "recipes.preference.supervised.trainer",
     "MADPOTrainer": "recipes.preference.madpo.trainer",
     "MARLHFTrainer": "recipes.preference.marlhf.trainer",
-    "discounted_returns": "functional.gae",
-    "gae": "functional.gae",
-    "tree_gae": "functional.gae",
-    "q_advantages": "functional.gae",
-    "value_loss": "functional.gae",
+    "discounted_returns": "comlrl.estimators.gae",
+    "gae": "comlrl.estimators.gae",
+    "tree_gae": "comlrl.estimators.gae",
+    "q_advantages": "comlrl.estimators.gae",
+    "value_loss": "comlrl.estimators.gae",
     "ValueHead": "models.value",
     "Critic": "models.value",
     "save_value_head": "models.value",
@@ -236,7 +237,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'comlrl.algos' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"comlrl.algos.{module}"), name)
+    # a path under comlrl.algos, or a whole one (the estimators live in comlrl.estimators)
+    path = module if module.startswith("comlrl.") else f"comlrl.algos.{module}"
+    value = getattr(importlib.import_module(path), name)
     globals()[name] = value  # later look-ups skip __getattr__
     return value
 
@@ -246,25 +249,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from comlrl.algos.functional.advantages import compute_advantages
-    from comlrl.algos.functional.estimators import ESTIMATORS, register_estimator
-    from comlrl.algos.functional.gae import (
-        discounted_returns,
-        gae,
-        q_advantages,
-        tree_gae,
-        value_loss,
-    )
-    from comlrl.algos.functional.joint import credit_completions, joint_action_indices
-    from comlrl.algos.functional.losses import completion_mask, kl_penalty, policy_loss
-    from comlrl.algos.functional.preference_losses import (
-        bradley_terry_loss,
-        dpo_loss,
-        multi_agent_dpo_loss,
-        select_preference_pairs,
-        sft_nll,
-    )
-    from comlrl.algos.functional.returns import tree_returns
     from comlrl.algos.models.loading import (
         DEFAULT_MODEL,
         build_default_model,
@@ -354,3 +338,22 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.training.saving import save_agent_checkpoint
     from comlrl.algos.training.task_config import TaskConfig
     from comlrl.algos.training.update import UpdateSettings, update_policy
+    from comlrl.estimators.advantages import compute_advantages
+    from comlrl.estimators.gae import (
+        discounted_returns,
+        gae,
+        q_advantages,
+        tree_gae,
+        value_loss,
+    )
+    from comlrl.estimators.joint import credit_completions, joint_action_indices
+    from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
+    from comlrl.estimators.preference_losses import (
+        bradley_terry_loss,
+        dpo_loss,
+        multi_agent_dpo_loss,
+        select_preference_pairs,
+        sft_nll,
+    )
+    from comlrl.estimators.registry import ESTIMATORS, register_estimator
+    from comlrl.estimators.returns import tree_returns

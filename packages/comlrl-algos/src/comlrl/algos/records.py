@@ -12,7 +12,7 @@ agent, ``K`` joint actions per node, ``N_t`` nodes at turn ``t``, ``B = N_t * G`
 sequences of one agent at turn ``t``, ``S`` padded prompt tokens, ``L`` completion tokens.
 
 Nothing here computes: :func:`comlrl.algos.rollout.tree.rollout` builds these records,
-:func:`comlrl.algos.functional.returns.tree_returns` gives the returns, the recipes read them.
+:func:`comlrl.estimators.returns.tree_returns` gives the returns, the recipes read them.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class TurnRollout:
         child: ``[N_t, K]`` int64, the node at turn ``t + 1`` this joint action opened, or
             ``-1`` (terminal, or not expanded under the branching limit).
         returns: ``[N_t, K]`` float32 discounted returns down the tree (see
-            :func:`comlrl.algos.functional.returns.tree_returns`).
+            :func:`comlrl.estimators.returns.tree_returns`).
         infos: ``N_t * K`` reward-function diagnostics, node-major.
         feedback: ``N_t * K`` :class:`~comlrl.core.Feedback` given after each joint
             action (``None`` where no transition was made).

@@ -37,7 +37,14 @@ __all__ = [
     "version_of",
 ]
 
-PACKAGES = ("comlrl-core", "comlrl-kernels", "comlrl-algos", "comlrl-envs", "comlrl-compat")
+PACKAGES = (
+    "comlrl-core",
+    "comlrl-kernels",
+    "comlrl-estimators",
+    "comlrl-algos",
+    "comlrl-envs",
+    "comlrl-compat",
+)
 """The distributions of this repository."""
 
 DEPENDENCIES = (

@@ -143,7 +143,7 @@ class Recipe:
 
 def _normalise(key: str, value: Any) -> Any:
     if key == "estimator" and isinstance(value, str):
-        from comlrl.algos.functional.estimators import ESTIMATORS
+        from comlrl.estimators.registry import ESTIMATORS
 
         est = ESTIMATORS.get(value.lower())
         return est.name if est is not None else value.lower()
@@ -416,7 +416,7 @@ def resolve_recipe(data: Mapping[str, Any]) -> tuple[Recipe, dict[str, Any]]:
     if algo is None:
         estimator = rest.get("estimator")
         if isinstance(estimator, str):
-            from comlrl.algos.functional.estimators import ESTIMATORS
+            from comlrl.estimators.registry import ESTIMATORS
 
             est = ESTIMATORS.get(estimator.lower())
             if est is not None and est.name in _BY_ALIAS:

@@ -5,7 +5,7 @@ batched sampling call per agent over all nodes of that turn (every example, ever
 branch), scores every joint action with one batched reward call, and asks the environment
 for the next prompts of the joint actions whose episode goes on. The tree is expanded
 breadth-first; returns are computed at the end by
-:func:`comlrl.algos.functional.returns.tree_returns`. Nothing is left on the agents or the caller:
+:func:`comlrl.estimators.returns.tree_returns`. Nothing is left on the agents or the caller:
 everything is in the returned record.
 """
 
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import torch
-from comlrl.algos.functional.joint import joint_action_indices
-from comlrl.algos.functional.returns import tree_returns
 from comlrl.algos.records import AgentSamples, Rollout, TurnRollout, flat_texts
 from comlrl.algos.rollout.environment import Branch, Environment
 from comlrl.algos.rollout.sampling.collate import collate_completions
@@ -28,6 +26,8 @@ from comlrl.algos.rollout.tool_calls import sample_with_tools
 from comlrl.algos.rollout.toolbox import ToolBox
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
 from comlrl.core.prompts import Prompt, prompt_text
+from comlrl.estimators.joint import joint_action_indices
+from comlrl.estimators.returns import tree_returns
 
 __all__ = ["TreeSettings", "derive_seed", "rollout", "sample_agent"]
 
@@ -49,7 +49,7 @@ class TreeSettings:
             the task's ``Feedback.done`` and the turn limit end episodes.
         termination_scope: see above. An episode that ends before ``num_turns`` has its
             last reward held for the turns it skips (see
-            :mod:`comlrl.algos.functional.returns`).
+            :mod:`comlrl.estimators.returns`).
         max_branches: expand at most this many joint actions per node (``None``: all of
             them, a full tree of ``K**(T-1)`` leaves per example).
         branch_select: which ones when limited: ``"top"`` (highest reward, ties by

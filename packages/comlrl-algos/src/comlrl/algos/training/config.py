@@ -142,7 +142,7 @@ class RLConfig(
                 "set num_turns > 1 or leave max_branches unset."
             )
         if self.kl_coef > 0 and self.kl_estimator == "k1":
-            from comlrl.algos.functional.losses import k1_loss_message
+            from comlrl.estimators.losses import k1_loss_message
 
             raise ValueError(k1_loss_message(self.kl_coef))
         if self.num_iterations > 1 and self.clip_ratio is None:
@@ -291,7 +291,7 @@ class TrainConfig(RLConfig, GroupBaselineSection):
 
 def _has_no_baseline(estimator: str) -> bool:
     """Whether the registered estimator subtracts nothing (REINFORCE's ``A = r``)."""
-    from comlrl.algos.functional.estimators import resolve_estimator
+    from comlrl.estimators.registry import resolve_estimator
 
     return resolve_estimator(estimator).baseline == "none"
 

@@ -290,7 +290,7 @@ class GroupBaselineSection(BaseModel):
     @field_validator("estimator")
     @classmethod
     def _known_estimator(cls, v: str) -> str:
-        from comlrl.algos.functional.estimators import ESTIMATORS
+        from comlrl.estimators.registry import ESTIMATORS
 
         if v.lower() not in ESTIMATORS:
             raise ValueError(f"unknown estimator {v!r}; choose one of {sorted(ESTIMATORS)}")

@@ -241,7 +241,7 @@ class EarlyEndWatch:
 
     A step counts when its metrics row has no turn-1 nodes (no ``turn_1/num_nodes``, or 0).
     Such a run is single-turn training in effect, and each first-turn reward is *held* for
-    the skipped turns (:func:`comlrl.algos.functional.returns.tree_returns`): its return is
+    the skipped turns (:func:`comlrl.estimators.returns.tree_returns`): its return is
     ``r * (1 + gamma + ... + gamma^(T-1))``, ``2 r`` for CoMLRL 1.4.3's defaults
     (``num_turns=2``, ``discount=1``). Group std scaling cancels that factor; unscaled
     advantages (``advantage_scale=none``, REINFORCE) are multiplied by it. The watch has

@@ -15,7 +15,7 @@ is exactly the default update.
 Later steps update completions that were sampled before earlier optimizer steps on the same
 model, so they are off-policy by then: every step after the first uses the importance
 ratio ``r = exp(logp - behaviour_logp)`` of
-:func:`~comlrl.algos.functional.losses.policy_loss` in the PPO clipped surrogate
+:func:`~comlrl.estimators.losses.policy_loss` in the PPO clipped surrogate
 (``clip_ratio``, required: an unclipped ``-r * A`` has no bound, and ratios of 4.9 at the
 defaults and 353 with Adam at 3e-2 were measured), never the on-policy surrogate that would
 drop it (1.4.3 drops it). With truncated importance sampling on

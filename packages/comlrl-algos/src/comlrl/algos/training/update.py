@@ -2,7 +2,7 @@
 
 :func:`update_policy` takes the agent's :class:`~comlrl.algos.records.PolicyBatch` of each
 turn and the matching advantages, accumulates the gradient of
-:func:`comlrl.algos.functional.losses.policy_loss` over micro-batches (whole groups, so each prompt
+:func:`comlrl.estimators.losses.policy_loss` over micro-batches (whole groups, so each prompt
 prefix is computed once) and takes one optimizer step per pass. Micro-batches are weighted
 by their share of the loss reduction's denominator, so the accumulated gradient equals
 the gradient of the loss over all turns' completions at once (tested).
@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from comlrl.algos.functional.importance import (
+from comlrl.algos.models.devices import model_device
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
+from comlrl.algos.models.threads import small_model_threads
+from comlrl.algos.records import PolicyBatch
+from comlrl.estimators.importance import (
     TIS_LEVELS,
     sampler_mismatch,
     truncated_importance_weights,
 )
-from comlrl.algos.functional.importance import Level as TISLevel
-from comlrl.algos.functional.losses import (
+from comlrl.estimators.importance import Level as TISLevel
+from comlrl.estimators.losses import (
     ImportanceLevel,
     KLEstimator,
     Reduction,
     policy_loss,
     seq_sum_message,
 )
-from comlrl.algos.models.devices import model_device
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
-from comlrl.algos.models.threads import small_model_threads
-from comlrl.algos.records import PolicyBatch
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
@@ -50,7 +50,7 @@ class UpdateSettings:
 
     Attributes:
         temperature: sampling temperature (log-probs of the tempered policy).
-        loss_reduction: see :func:`comlrl.algos.functional.losses.policy_loss`.
+        loss_reduction: see :func:`comlrl.estimators.losses.policy_loss`.
         max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
             required with ``seq_sum`` (a ValueError when the settings are made).
         clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
@@ -61,14 +61,14 @@ class UpdateSettings:
         kl_coef: weight of the reference KL (needs a reference model when > 0).
         kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
             ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
-            :func:`~comlrl.algos.functional.losses.kl_penalty`).
+            :func:`~comlrl.estimators.losses.kl_penalty`).
         num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
         max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
             whole turn at once.
         shared_prefix: compute each prompt once per micro-batch (same gradient).
         tis_level: truncated importance sampling from the sampler to the trainer (Yao et
-            al. 2025; :func:`~comlrl.algos.functional.importance.truncated_importance_weights`):
+            al. 2025; :func:`~comlrl.estimators.importance.truncated_importance_weights`):
             ``"token"`` or ``"sequence"`` weights ``min(pi_trainer / pi_behaviour, C)``
             on each token's policy-gradient term, the trainer's log-probs taken in the
             first pass (before any step of this call); the PPO ratio (``clip_ratio``,
@@ -78,7 +78,7 @@ class UpdateSettings:
         tis_cap: ``C`` of ``tis_level`` (>= 1).
         importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
             Zheng et al. 2025: one length-normalised ratio and clip per completion); see
-            :func:`~comlrl.algos.functional.losses.policy_loss`.
+            :func:`~comlrl.estimators.losses.policy_loss`.
         fused_logprobs: compute log-probs from the last hidden states and the lm_head
             weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
             (same values and gradient; less memory at large vocabularies). Models it cannot
@@ -171,10 +171,10 @@ def update_policy(
         Metrics averaged over the passes: ``loss`` (the stepped loss: with ``terms``, the
         sum of the terms), ``grad_norm`` (before clipping, when clipping is on), and per
         turn ``t`` the token-weighted ``turn_<t>/kl``, ``turn_<t>/clip_fraction``,
-        ``turn_<t>/ratio_mean`` of :func:`~comlrl.algos.functional.losses.policy_loss`,
+        ``turn_<t>/ratio_mean`` of :func:`~comlrl.estimators.losses.policy_loss`,
         plus their all-turn values; the sampler/trainer mismatch of the first pass,
         ``mismatch_abs_logp_diff`` and ``mismatch_kl``
-        (:func:`~comlrl.algos.functional.importance.sampler_mismatch`: 0 on exact
+        (:func:`~comlrl.estimators.importance.sampler_mismatch`: 0 on exact
         behaviour log-probs), always; with ``tis_level``, ``tis_weight_mean`` and
         ``tis_truncated_fraction``; all per turn too. With ``terms`` those token-weighted values are kept
         per term ``k`` (over its own completions only) as ``term_<k>/kl``,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from comlrl.algos.functional.gae import q_advantages, tree_gae
-from comlrl.algos.functional.joint import credit_completions
 from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic.config import Method
 from comlrl.algos.records import Rollout, TurnRollout
+from comlrl.estimators.gae import q_advantages, tree_gae
+from comlrl.estimators.joint import credit_completions
 
 __all__ = [
     "AGENT_REWARDS_KEY",
@@ -143,14 +143,14 @@ def critic_advantages(
         values: :func:`rollout_values`' output.
         method: ``"iac"`` (critic ``a`` for agent ``a``) or ``"maac"`` (one critic).
         kind: ``"v"`` or ``"q"``.
-        gamma: discount; lam: GAE lambda (:func:`~comlrl.algos.functional.gae.tree_gae`).
+        gamma: discount; lam: GAE lambda (:func:`~comlrl.estimators.gae.tree_gae`).
         normalize: whiten each agent's advantages over all turns of the step
             (population std + ``eps``; skipped with fewer than 2).
         num_turns: the turn limit an early end's reward is held for (None: the
             rollout's turns).
 
-    With a ``v`` critic the advantages are :func:`~comlrl.algos.functional.gae.tree_gae`'s GAE; with
-    a ``q`` critic they are :func:`~comlrl.algos.functional.gae.q_advantages` (the lambda-return
+    With a ``v`` critic the advantages are :func:`~comlrl.estimators.gae.tree_gae`'s GAE; with
+    a ``q`` critic they are :func:`~comlrl.estimators.gae.q_advantages` (the lambda-return
     minus the mean Q of the node's joint actions; ``K = 1``: the lambda-return, and the
     whitening's batch mean is the baseline).
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from comlrl.algos.functional.gae import value_loss
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.models.value import Critic
 from comlrl.algos.training.update import UpdateSettings, split_terms, update_policy
+from comlrl.estimators.gae import value_loss
 
 __all__ = ["update_critic", "update_critics", "value_terms", "update_shared"]
 
@@ -64,7 +64,7 @@ def update_critic(
     micro_batch_size: int | None = None,
 ) -> dict[str, float]:
     """Take ``num_iterations`` optimizer steps on ``coef *``
-    :func:`~comlrl.algos.functional.gae.value_loss` of a separate critic.
+    :func:`~comlrl.estimators.gae.value_loss` of a separate critic.
 
     Args:
         critic: the critic (trunk and head are trained).

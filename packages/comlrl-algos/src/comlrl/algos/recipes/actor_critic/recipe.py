@@ -11,10 +11,10 @@ One step, read top to bottom in :func:`train_step`:
    (``critic_type="v"``) or joint action (``"q"``), without gradient, at sampling time:
    IAC gives each agent a critic that reads only that agent's prompt (and completion);
    MAAC's one critic reads every agent's prompt (and the joint action);
-4. :func:`~comlrl.algos.functional.gae.tree_gae`: per-turn GAE advantages and lambda-return targets
+4. :func:`~comlrl.estimators.gae.tree_gae`: per-turn GAE advantages and lambda-return targets
    (Schulman et al. 2016) on the rollout tree; each completion is credited with the mean
    advantage of the joint actions it took part in
-   (:func:`~comlrl.algos.functional.joint.credit_completions`), optionally whitened per agent;
+   (:func:`~comlrl.estimators.joint.credit_completions`), optionally whitened per agent;
 5. the actor update: :func:`~comlrl.algos.training.shared_models.update_sharers` (the
    policy update, with the PPO clip against the behaviour log-probs); the critic update:
    :func:`update_critics` (clipped value loss, its own optimizer and learning rate). With
@@ -42,7 +42,6 @@ import time
 from typing import Any
 
 import torch
-from comlrl.algos.functional.gae import value_loss
 from comlrl.algos.recipes.actor_critic.config import (
     ActorCriticConfig,
     critic_placement,
@@ -70,6 +69,7 @@ from comlrl.algos.rollout.tree import rollout
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
 from comlrl.algos.training.metrics import rollout_metrics
 from comlrl.algos.training.shared_models import sharing_groups, update_sharers
+from comlrl.estimators.gae import value_loss
 
 __all__ = [
     "ActorCriticConfig",

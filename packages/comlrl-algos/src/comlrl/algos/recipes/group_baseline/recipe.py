@@ -32,13 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.functional.advantages import (
-    compute_advantages,
-    return_moments,
-    std_from_moments,
-)
-from comlrl.algos.functional.estimators import resolve_estimator
-from comlrl.algos.functional.joint import credit_completions
 from comlrl.algos.models.gradient_sync import full_weights
 from comlrl.algos.models.ranks import all_reduce_flag, barrier, gather_objects, shard_bounds
 from comlrl.algos.recipes.group_baseline.setup import GroupBaselineRun, setup
@@ -60,6 +53,13 @@ from comlrl.algos.training.node_chunks import update_in_node_chunks
 from comlrl.algos.training.reporting import build_reporters
 from comlrl.algos.training.shared_models import sharing_groups, update_sharers
 from comlrl.algos.training.update import split_terms
+from comlrl.estimators.advantages import (
+    compute_advantages,
+    return_moments,
+    std_from_moments,
+)
+from comlrl.estimators.joint import credit_completions
+from comlrl.estimators.registry import resolve_estimator
 
 __all__ = [
     "GroupBaselineRun",
@@ -83,8 +83,8 @@ def group_advantages(
     """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
 
     Each completion's return is the mean return of the joint actions it took part in
-    (:func:`~comlrl.algos.functional.joint.credit_completions`); its group is the ``G`` completions
-    its agent sampled at the same node (:func:`~comlrl.algos.functional.advantages.compute_advantages`).
+    (:func:`~comlrl.estimators.joint.credit_completions`); its group is the ``G`` completions
+    its agent sampled at the same node (:func:`~comlrl.estimators.advantages.compute_advantages`).
 
     ``scale="batch"`` divides each (turn, agent)'s advantages by the std of that turn's
     credited returns of the agent over the *global* batch: under data parallelism each rank

@@ -93,7 +93,7 @@ class MultiAgentTrainer:
         eval_env: Environment | None = None,
         environment: Environment | None = None,
     ) -> None:
-        from comlrl.algos.functional.estimators import ESTIMATORS
+        from comlrl.estimators.registry import ESTIMATORS
 
         if (
             self.estimator is not None

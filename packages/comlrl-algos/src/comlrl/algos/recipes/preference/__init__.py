@@ -4,7 +4,7 @@ iterative variants (MADPO-Iter, MARLHF-Iter).
 Every recipe reads its log-probs through the shared path
 (:func:`comlrl.algos.models.logprobs.completion_logprobs`, which reduces logits with
 :func:`comlrl.kernels.token_logprobs`) and its losses from
-:mod:`comlrl.algos.functional.preference_losses`. Each loop reads top to bottom:
+:mod:`comlrl.estimators.preference_losses`. Each loop reads top to bottom:
 
 - :mod:`~comlrl.algos.recipes.preference.supervised.recipe`: supervised fine-tuning on
   ``prompt``/``completion`` rows (``train_sft``; token-mean NLL of the completion tokens)
@@ -14,7 +14,7 @@ Every recipe reads its log-probs through the shared path
   agent samples ``K`` candidates, the reward function scores the joint actions,
   :func:`~comlrl.algos.recipes.preference.pairs.preference_pairs` pairs them by reward gap,
   and every agent takes a step on
-  :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` against its own
+  :func:`~comlrl.estimators.preference_losses.multi_agent_dpo_loss` against its own
   frozen reference model.
 - :mod:`~comlrl.algos.recipes.preference.marlhf.reward_model`: MARLHF's joint reward model
   (LM backbone + linear head on the last token of the joint response), trained with the

@@ -77,7 +77,7 @@ class SFTConfig(PreferenceTrainConfig):
 
 class DPOConfig(SFTConfig):
     """DPO on ``prompt``/``chosen``/``rejected`` rows (see
-    :func:`~comlrl.algos.functional.preference_losses.dpo_loss` for ``beta``, ``label_smoothing``,
+    :func:`~comlrl.estimators.preference_losses.dpo_loss` for ``beta``, ``label_smoothing``,
     ``loss_type``)."""
 
     beta: float = Field(0.1, gt=0)

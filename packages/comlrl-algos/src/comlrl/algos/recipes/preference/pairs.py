@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from comlrl.algos.functional.preference_losses import (
-    select_preference_pairs,
-)
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
+from comlrl.estimators.preference_losses import (
+    select_preference_pairs,
+)
 
 __all__ = ["IterPair", "JointPreferencePairs", "joint_pairs", "preference_pairs", "row_tokens"]
 
@@ -52,7 +52,7 @@ def preference_pairs(
     ro: Rollout, *, min_gap: float = 0.0, pairs_per_prompt: int = 1
 ) -> JointPreferencePairs:
     """Pair the joint actions of a single-turn rollout by reward gap
-    (:func:`~comlrl.algos.functional.preference_losses.select_preference_pairs` on turn 0's
+    (:func:`~comlrl.estimators.preference_losses.select_preference_pairs` on turn 0's
     ``[N, K]`` rewards) and gather each agent's rows of the pairs.
 
     Raises:

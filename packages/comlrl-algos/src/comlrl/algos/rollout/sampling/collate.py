@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from comlrl.algos.functional.losses import completion_mask as _completion_mask
 from comlrl.algos.records import AgentSamples, PolicyBatch
 from comlrl.core import Completion
+from comlrl.estimators.losses import completion_mask as _completion_mask
 
 __all__ = ["policy_batch", "pack_token_rows", "to_completions", "collate_completions"]
 

@@ -36,7 +36,7 @@ How it fits CoMLRL:
   (``mismatch_abs_logp_diff``, ``mismatch_kl``) and, with ``tis`` (on by default for this
   backend's engine log-probs), weights each token by the truncated importance ratio
   ``min(pi_trainer / pi_engine, C)`` of Yao et al. 2025
-  (:mod:`comlrl.algos.functional.importance`). Under top-p < 1 or top-k > 0
+  (:mod:`comlrl.estimators.importance`). Under top-p < 1 or top-k > 0
   the engine's processed log-probs are those of the *truncated, renormalised*
   distribution, ``log(p / Z)`` with ``Z <= 1`` the kept mass, so the ratio against the
   update's full softmax would be ``Z`` on every token (mean 0.72 at top_p = 0.6, and

@@ -11,7 +11,7 @@ reshuffled every pass (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madp
 :func:`within_prompt_pairs` is the choice of one prompt's pairs: every ordered
 ``(w, l)`` with ``r_w > r_l`` and ``r_w - r_l >= min_gap`` is a candidate;
 ``reward_gap`` keeps the ``limit`` largest gaps (ties: lower ``w``, then lower ``l``, as
-:func:`~comlrl.algos.functional.preference_losses.select_preference_pairs`), ``random``
+:func:`~comlrl.estimators.preference_losses.select_preference_pairs`), ``random``
 a uniform draw of ``limit`` of them.
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` joint actions per prompt, ``P`` pairs.

@@ -1,7 +1,7 @@
 """Multi-agent DPO (MADPO): per prompt each agent samples ``K`` candidates with
 :func:`comlrl.algos.rollout.tree.rollout`, the reward function scores the joint actions,
 :func:`preference_pairs` pairs them by reward gap, and every agent takes a step on
-:func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` against its own frozen
+:func:`~comlrl.estimators.preference_losses.multi_agent_dpo_loss` against its own frozen
 reference model (:func:`madpo_setup`, :func:`madpo_step`, :func:`train_madpo`).
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.functional.preference_losses import (
-    multi_agent_dpo_loss,
-)
 from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.recipes.preference.config import MADPOConfig
@@ -59,6 +56,9 @@ from comlrl.algos.training.loop import (
 )
 from comlrl.algos.training.reporting import Reporter
 from comlrl.core import SamplingParams
+from comlrl.estimators.preference_losses import (
+    multi_agent_dpo_loss,
+)
 
 __all__ = [
     "MADPORun",
@@ -217,7 +217,7 @@ def _pair_logps(model: Any, batch: PolicyBatch, grad: bool) -> tuple[torch.Tenso
 
 def madpo_pair_metrics(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]:
     """MADPO loss, joint margin (nats) and accuracy of the current policies on ``pairs``,
-    without gradients (see :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss`).
+    without gradients (see :func:`~comlrl.estimators.preference_losses.multi_agent_dpo_loss`).
     Returns ``{}`` for no pairs."""
     if len(pairs) == 0:
         return {}
@@ -242,7 +242,7 @@ def madpo_pair_metrics(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, 
 def madpo_step(run: MADPORun) -> dict[str, float]:
     """One MADPO step: sample ``K`` candidates per agent for ``batch_size`` prompts, score
     the joint actions, pair them by reward gap, and step every agent on its own term of
-    :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss`.
+    :func:`~comlrl.estimators.preference_losses.multi_agent_dpo_loss`.
 
     Every agent's log-probs keep their graph until the joint loss is formed (``A`` graphs
     at once; use fewer prompts per step for large models). A step whose prompts give no
@@ -301,7 +301,7 @@ def _initial_pairs_step(run: MADPORun) -> dict[str, float]:
 
 def madpo_update(run: MADPORun, pairs: JointPreferencePairs) -> dict[str, float]:
     """One optimizer step of every agent on its own term of
-    :func:`~comlrl.algos.functional.preference_losses.multi_agent_dpo_loss` over ``pairs`` (``P >= 1``
+    :func:`~comlrl.estimators.preference_losses.multi_agent_dpo_loss` over ``pairs`` (``P >= 1``
     pairs from any source: :func:`madpo_step`'s rollout, or pairs built elsewhere, e.g.
     against a comparator policy).
 

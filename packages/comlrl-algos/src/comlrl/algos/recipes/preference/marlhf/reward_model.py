@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from comlrl.algos.functional.preference_losses import (
-    bradley_terry_loss,
-)
 from comlrl.algos.recipes.preference.config import RewardModelConfig
 from comlrl.algos.recipes.preference.encoding import clipped_optimizer_step
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
 from comlrl.algos.training.agents import build_optimizer
 from comlrl.algos.training.config import ConfigError
 from comlrl.core import RewardBatch
+from comlrl.estimators.preference_losses import (
+    bradley_terry_loss,
+)
 from torch import nn
 
 __all__ = [
@@ -164,7 +164,7 @@ def train_reward_model(
     eval_pairs: Sequence[JointPreferencePairs] | None = None,
 ) -> list[dict[str, float]]:
     """Fit MARLHF's joint reward model with the Bradley-Terry loss
-    (:func:`~comlrl.algos.functional.preference_losses.bradley_terry_loss`) on the joint texts
+    (:func:`~comlrl.estimators.preference_losses.bradley_terry_loss`) on the joint texts
     (:func:`format_joint_text`) of ``pairs``: ``num_epochs`` seeded shuffled passes in
     batches of ``batch_size`` pairs.
 

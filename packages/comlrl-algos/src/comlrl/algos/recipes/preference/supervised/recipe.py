@@ -16,10 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from comlrl.algos.functional.preference_losses import (
-    dpo_loss,
-    sft_nll,
-)
 from comlrl.algos.models.logprobs import prompt_chunks, sampling_mode
 from comlrl.algos.recipes.preference.config import DPOConfig, SFTConfig
 from comlrl.algos.recipes.preference.encoding import (
@@ -45,6 +41,10 @@ from comlrl.algos.training.loop import (
     run_loop,
 )
 from comlrl.algos.training.reporting import Reporter
+from comlrl.estimators.preference_losses import (
+    dpo_loss,
+    sft_nll,
+)
 
 __all__ = [
     "evaluate_sft",
@@ -113,7 +113,7 @@ def train_sft(
     overwrite: bool = False,
     reporters: Callable[[Path], list[Reporter]] | None = None,
 ) -> list[dict[str, float]]:
-    """Supervised fine-tuning: minimise :func:`~comlrl.algos.functional.preference_losses.sft_nll`
+    """Supervised fine-tuning: minimise :func:`~comlrl.estimators.preference_losses.sft_nll`
     (token-mean NLL of the completion tokens; prompt tokens are not trained on).
 
     Each step takes ``config.batch_size`` rows in a seeded shuffled order and accumulates

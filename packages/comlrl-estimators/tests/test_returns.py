@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comlrl.algos.functional.returns import tree_returns
+from comlrl.estimators.returns import tree_returns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +46,7 @@ def test_an_early_success_is_not_pushed_below_a_sibling_fixed_next_turn() -> Non
     # the episode; joint action 1 scores 0.2 and is fixed next turn (1.0 for both of its
     # children). Without holding, returns were [1.0, 1.2] and the success had GRPO
     # advantage -1. Held for the turn it skips: [2.0, 1.2], advantage +1.
-    from comlrl.algos.functional.advantages import compute_advantages
+    from comlrl.estimators.advantages import compute_advantages
 
     rewards = [torch.tensor([[1.0, 0.2]]), torch.tensor([[1.0, 1.0]])]
     child = [torch.tensor([[-1, 0]]), torch.full((1, 2), -1)]

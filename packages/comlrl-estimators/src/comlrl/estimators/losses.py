@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from comlrl.algos.functional.importance import sequence_log_ratio
+from comlrl.estimators.importance import sequence_log_ratio
 from torch import Tensor
 
 __all__ = [
@@ -231,7 +231,7 @@ def policy_loss(
     - ``importance_level="sequence"``: GSPO (Zheng et al. 2025, "Group Sequence Policy
       Optimization", arXiv 2507.18071, eq. 5-7): one ratio per completion, the
       length-normalised ``s_i = exp(mean_t (logp_it - old_it))``
-      (:func:`~comlrl.algos.functional.importance.sequence_log_ratio`), and one clipped
+      (:func:`~comlrl.estimators.importance.sequence_log_ratio`), and one clipped
       term per completion, ``l_i = -min(s_i A_i, clip(s_i, 1 - low, 1 + high) A_i)``, given
       to each of its valid tokens (so ``seq_mean_token_mean`` is GSPO's mean over
       completions). Needs per-sequence advantages ``[B]``. On-policy (no
@@ -239,7 +239,7 @@ def policy_loss(
       token-level loss's under ``seq_mean_token_mean``. GSPO's clip ranges are far
       narrower than PPO's (3e-4 and 4e-4 in the paper), as ``s_i`` is a geometric mean.
     - ``importance_weights`` ``w`` (constants, e.g. the truncated importance-sampling
-      weights of :func:`~comlrl.algos.functional.importance.truncated_importance_weights`,
+      weights of :func:`~comlrl.estimators.importance.truncated_importance_weights`,
       Yao et al. 2025) multiply each token's policy-gradient term above: ``l = -w * A *
       logp`` on-policy, ``-w * min(r * A, clip(r) * A)`` with the clip; not the KL term.
     - reference KL: ``l += kl_coef * kl_penalty(logp, ref_logprobs, kl_estimator)``

@@ -4,7 +4,7 @@ An :class:`Estimator` names a per-group baseline (one of :data:`BASELINES` or a
 :data:`BaselineFn` callable), the scaling its definition uses and its source paper;
 :data:`ESTIMATORS` holds the built-in ones (REINFORCE, GRPO, RLOO, ReMax and their
 multi-agent aliases) and :func:`register_estimator` adds more.
-:func:`~comlrl.algos.functional.advantages.compute_advantages` computes them.
+:func:`~comlrl.estimators.advantages.compute_advantages` computes them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = [
 #: Built-in baselines: ``none``, ``mean``, ``loo`` and ``max`` (the group max, the sample
 #: itself included) run in ``comlrl.kernels.group_advantages``; ``loo_max`` (the max of the
 #: *other* samples of the group, ReMax's baseline here) runs in
-#: :func:`~comlrl.algos.functional.advantages.loo_max_baseline`.
+#: :func:`~comlrl.estimators.advantages.loo_max_baseline`.
 BASELINES: tuple[str, ...] = ("none", "mean", "loo", "max", "loo_max")
 
 #: A user baseline: ``fn(returns [M], group_ids [M], num_groups) -> baseline [M]``.

@@ -7,8 +7,8 @@ import random
 
 import pytest
 import torch
-from comlrl.algos.functional.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
-from comlrl.algos.functional.returns import tree_returns
+from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
+from comlrl.estimators.returns import tree_returns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,10 +4,10 @@ Two layouts:
 
 - flat trajectories ``[B, T]`` (``B`` episodes, ``T`` turns, ``dones[b, t]`` True where
   the episode ends with turn ``t``): :func:`discounted_returns` and :func:`gae`;
-- a multi-turn rollout tree (:mod:`comlrl.algos.functional.returns`' layout: per turn ``[N_t, K]``
+- a multi-turn rollout tree (:mod:`comlrl.estimators.returns`' layout: per turn ``[N_t, K]``
   joint actions with ``child`` links and ``terminal`` flags): :func:`tree_gae`, which on
   a chain (``K = 1``) equals :func:`gae` and with ``lam = 1`` gives the targets of
-  :func:`comlrl.algos.functional.returns.tree_returns` (both tested).
+  :func:`comlrl.estimators.returns.tree_returns` (both tested).
 
 Generalized advantage estimation follows Schulman et al. 2016, "High-Dimensional
 Continuous Control Using Generalized Advantage Estimation", eq. 11-16: the TD residual
@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 
 import torch
-from comlrl.algos.functional.returns import hold_factor
+from comlrl.estimators.returns import hold_factor
 from torch import Tensor
 
 __all__ = ["discounted_returns", "gae", "tree_gae", "q_advantages", "value_loss"]
@@ -169,20 +169,20 @@ def tree_gae(
     Joint action ``j`` of node ``n`` at turn ``t`` has value ``v_j`` (``V(s_n)``
     broadcast over the node's ``K`` joint actions for a state critic, ``Q(s_n, a_j)`` for
     a joint-action critic). The state after it is its child node ``c = c(j)``; as in
-    :func:`comlrl.algos.functional.returns.tree_returns` the expectation over the next joint action
+    :func:`comlrl.estimators.returns.tree_returns` the expectation over the next joint action
     is the mean over the child's sampled joint actions: ``V' = mean_k v_{c,k}`` and
     ``A' = mean_k A_{c,k}``. Then (Schulman et al. 2016, eq. 11 and 16)
 
     - ``delta_j = r_j + gamma * V' - v_j`` and ``A_j = delta_j + gamma * lam * A'``;
     - terminal joint actions: ``V' = A' = 0``, and a reward that ends the episode before
       the turn limit ``T`` is held for the turns it skips, ``r_j * (1 + gamma + ... +
-      gamma**(T - 1 - t))``, as in :func:`~comlrl.algos.functional.returns.tree_returns`
+      gamma**(T - 1 - t))``, as in :func:`~comlrl.estimators.returns.tree_returns`
       (an early success is not ranked below a sibling fixed a turn later);
     - pruned ones (not terminal, no child under a branching limit): ``V'`` and ``A'``
       are the means over the expanded siblings of the same node (0 with none).
 
     On a chain (``K = 1``) this is :func:`gae`; with ``lam = 1`` the targets
-    ``A_j + v_j`` equal :func:`~comlrl.algos.functional.returns.tree_returns`.
+    ``A_j + v_j`` equal :func:`~comlrl.estimators.returns.tree_returns`.
 
     Args:
         rewards: per turn ``t``, ``[N_t, K]`` floating rewards.

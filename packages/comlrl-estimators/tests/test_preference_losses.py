@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from comlrl.algos.functional.preference_losses import (
+from comlrl.estimators.preference_losses import (
     bradley_terry_loss,
     dpo_loss,
     multi_agent_dpo_loss,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.functional.advantages import compute_advantages
-from comlrl.algos.functional.joint import (
+from comlrl.estimators.advantages import compute_advantages
+from comlrl.estimators.joint import (
     MAX_CROSS_JOINT_ACTIONS,
     credit_completions,
     joint_action_indices,

@@ -30,7 +30,7 @@ The per-group work (baseline and ``scale="group"``) for the kernel baselines (``
 this package: C++/CUDA when compiled, its pure-torch reference otherwise). ReMax's
 leave-one-out max (:func:`loo_max_baseline`) and user-defined callable baselines run in the
 small torch path of this module. The estimators by name (:data:`ESTIMATORS`,
-:func:`register_estimator`) live in :mod:`comlrl.algos.functional.estimators` and are
+:func:`register_estimator`) live in :mod:`comlrl.estimators.registry` and are
 re-exported here.
 """
 
@@ -40,7 +40,7 @@ import math
 from typing import Literal
 
 import torch
-from comlrl.algos.functional.estimators import (
+from comlrl.estimators.registry import (
     BaselineFn,
     Estimator,
     resolve_estimator,

@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 import pytest
 import torch
-from comlrl.algos.functional.advantages import (
+from comlrl.estimators.advantages import (
     Scale,
     compute_advantages,
     return_moments,
     std_from_moments,
 )
-from comlrl.algos.functional.estimators import ESTIMATORS, Estimator, register_estimator
-from comlrl.algos.functional.losses import policy_loss
+from comlrl.estimators.losses import policy_loss
+from comlrl.estimators.registry import ESTIMATORS, Estimator, register_estimator
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 

@@ -15,7 +15,7 @@ off-policy for the trainer even before any optimizer step.
   ``min(pi_trainer / pi_behaviour, C)``, token by token or once per sequence.
 - :func:`sequence_log_ratio`: GSPO's length-normalised sequence log-ratio (Zheng et al.
   2025, "Group Sequence Policy Optimization", arXiv 2507.18071, eq. 7), used by
-  :func:`comlrl.algos.functional.losses.policy_loss` with ``importance_level="sequence"``.
+  :func:`comlrl.estimators.losses.policy_loss` with ``importance_level="sequence"``.
 
 Named axes: ``B`` completions, ``L`` completion tokens (padded). Log-probs are natural-log
 probabilities of the sampled tokens; ``mask [B, L]`` marks the valid tokens. Masked
@@ -113,7 +113,7 @@ def truncated_importance_weights(
       whole completion's probabilities, the same for each of its tokens.
 
     Weights are constants (no gradient): the loss multiplies each token's
-    policy-gradient term by them (:func:`~comlrl.algos.functional.losses.policy_loss`'s
+    policy-gradient term by them (:func:`~comlrl.estimators.losses.policy_loss`'s
     ``importance_weights``). Masked tokens get weight 1. Computed in log space
     (``exp(min(log w, log C))``), so a long sequence's sum cannot overflow.
 

@@ -9,7 +9,7 @@ actions. Two ways to form them (DESIGN.md section 3, step 4):
 
 :func:`credit_completions` turns the joint returns ``[P, K]`` into one return per
 completion ``[A, P, G]``: the mean over the joint actions the completion took part in.
-Those per-completion returns are what :func:`comlrl.algos.functional.advantages.compute_advantages`
+Those per-completion returns are what :func:`comlrl.estimators.advantages.compute_advantages`
 takes, one agent at a time, with the G completions of a prompt as the group.
 
 Named axes: ``P`` prompts, ``G`` completions per agent per prompt, ``A`` agents,
