@@ -69,8 +69,7 @@ def run_ours(
     import torch
     from _story_reward import agent_prompt, story_reward, transition
     from comlrl.algos import HFAgent, load_model_and_tokenizer
-    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-    from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer, MAACTrainer
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -42,11 +42,11 @@ PARTS = ("logprob_forward", "loss", "backward", "clip_grad_norm", "zero_grad", "
 def measure(batch_size: int, warmup: int, repeats: int, work: Path) -> dict[str, Any]:
     import torch
     from comlrl.algos.recipes.group_baseline import recipe
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.algos.recipes.run_steps import load_agents, preflight
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
+    from comlrl.algos.recipes.launch import load_agents, preflight
     from comlrl.algos.rollout.tree import rollout
-    from comlrl.algos.training import update as upd
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config.rl import TrainConfig
+    from comlrl.algos.training.update import policy as upd
     from torch.profiler import ProfilerActivity, profile
 
     cfg = TrainConfig(batch_size=batch_size, output_dir=str(work / f"b{batch_size}"))

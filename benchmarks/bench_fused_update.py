@@ -4,7 +4,7 @@ Runs :func:`comlrl.algos.models.logprobs.completion_logprobs` (the update's own 
 ``shared_prefix=True``) on a Qwen2-0.5B-shaped model cut to its last layers: random weights,
 ``V = 151,936``, ``H = 896``, MLP 4864, 14 heads (2 KV), tied embeddings, ``--layers``
 decoder layers (default 1). The loss is ``-(logp * mask).sum()`` and the backward reaches
-every parameter, as in :func:`comlrl.algos.training.update.update_policy`.
+every parameter, as in :func:`comlrl.algos.training.update.policy.update_policy`.
 
 Methods (each in a fresh subprocess, see below):
 - materialised:  ``fused=False``: ``[N, V]`` logits via ``logits_to_keep``, then

@@ -130,10 +130,10 @@ def run_ours(
 ) -> dict[str, Any]:
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.algos.recipes.group_baseline.recipe import MAGRPOTrainer
     from comlrl.algos.recipes.group_baseline.recipe import step as group_baseline_step
-    from comlrl.algos.recipes.group_baseline.trainer import MAGRPOTrainer
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config.rl import TrainConfig
 
     cfg = TrainConfig(
         models=model_dirs,

@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.recipes.group_baseline import recipe
-    from comlrl.algos.recipes.group_baseline.trainer import MAGRPOTrainer
+    from comlrl.algos.recipes.group_baseline.recipe import MAGRPOTrainer
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.training import update as upd
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config.rl import TrainConfig
+    from comlrl.algos.training.update import policy as upd
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(1)

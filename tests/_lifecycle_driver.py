@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from comlrl.algos.cli import main as cli
 from comlrl.algos.recipes.group_baseline import recipe as gb
-from comlrl.algos.training import checkpoint as ckpt
 from comlrl.algos.training import loop
-from comlrl.algos.training import shared_models as updates  # the recipe's update call
+from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.algos.training.update import shared_models as updates  # the recipe's update call
 
 
 def _pause(where: str, step: int) -> None:

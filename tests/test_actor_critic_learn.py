@@ -22,8 +22,7 @@ import pytest
 import torch
 from comlrl.algos import HFAgent, load_model_and_tokenizer
 from comlrl.algos.models.value import Critic, load_value_head
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer, MAACTrainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _story import CoopStoryTask, story_examples, story_reward  # noqa: E402

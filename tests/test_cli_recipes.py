@@ -29,7 +29,7 @@ def _check_final(out: Path, agents: int) -> None:
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Send this process a real SIGINT (a terminal's Ctrl-C) right after the metrics row of
     ``step`` is written: the recipe's handler must finish the step, checkpoint and stop."""
-    from comlrl.algos.training.data import JsonlWriter
+    from comlrl.algos.training.run.data import JsonlWriter
 
     original = JsonlWriter.write
 

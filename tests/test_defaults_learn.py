@@ -8,7 +8,7 @@ rise must come from training and not from the order of the prompts. The clipped 
 unclipped runs share one control (``one_prompt_control``): a 1e-12 step leaves the weights
 as they were whether or not the gradient was clipped first, so both controls would sample
 the same completions on the same prompts. Thresholds: the measured rises are +0.3 or more
-(see the numbers in ``comlrl.algos.training.agents.build_optimizer``); the tests ask for half
+(see the numbers in ``comlrl.algos.training.update.agents.build_optimizer``); the tests ask for half
 of that, and for the trained run to end above the control.
 """
 

@@ -169,7 +169,7 @@ def _short_settings(argv: list[str]) -> list[str]:
         step = max(json.loads(r)["step"] for r in _lines(Path(ns.resume) / "metrics.jsonl"))
         return [f"num_steps={step + 2}", "progress=false"]
     from comlrl.algos.recipes.registry import resolve_recipe
-    from comlrl.algos.training.config import load_config_data
+    from comlrl.algos.training.config.rl import load_config_data
 
     data = load_config_data(ns.config, list(ns.overrides))
     if str(data.get("algo", "")).lower() == "list":
@@ -191,7 +191,7 @@ def fresh_output_dir(argv: list[str]) -> str | None:
     config, so a ``no-test`` command (GPU devices, a Hub id) is understood here too."""
     from comlrl.algos.cli.main import parse_args
     from comlrl.algos.recipes.registry import resolve_recipe
-    from comlrl.algos.training.config import load_config_data
+    from comlrl.algos.training.config.rl import load_config_data
 
     if argv[:1] != ["train"]:
         return None

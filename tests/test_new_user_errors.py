@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config.rl import TrainConfig
 from pydantic import ValidationError
 
 
@@ -86,7 +86,7 @@ def test_a_reward_function_of_the_wrong_arity_fails_before_any_generation(
     tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from comlrl.algos.models.loading import build_default_model
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.core import check_reward_arity
 
@@ -135,7 +135,7 @@ def test_multi_turn_runs_count_turns_from_0_in_the_closing_line_plot_and_feedbac
     """One convention: turn_0 is the first turn in the metric keys, the closing line, the
     plot legend and the code suites' feedback text; the closing line names each turn
     (reward_mean is turn_0's) instead of silently showing turn 0 only."""
-    from comlrl.algos.training.run_summary import plot_reward_curve, summary_line
+    from comlrl.algos.training.run.summary import plot_reward_curve, summary_line
     from comlrl.envs.code.feedback import verdict_line
 
     rows = [

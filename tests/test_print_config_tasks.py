@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from comlrl.algos.cli import main as cli
 from comlrl.algos.cli.main import main
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config.rl import TrainConfig
 
 HUB = "Qwen/Qwen2.5-0.5B-Instruct"
 

@@ -23,7 +23,7 @@ from comlrl.algos import (
     run_marlhf,
     run_sft,
 )
-from comlrl.algos.training.lifecycle import TrainingInterrupted
+from comlrl.algos.training.run.lifecycle import TrainingInterrupted
 
 STORY: dict[str, Any] = {"task": {"kwargs": {"limit": 4}}, "max_new_tokens": 16}
 
@@ -61,8 +61,8 @@ def test_marlhf_runs_both_phases_from_python_and_resumes_without_refitting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torch
-    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
-    from comlrl.algos.training.data import JsonlWriter
+    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer
+    from comlrl.algos.training.run.data import JsonlWriter
     from safetensors.torch import load_file
 
     ref = tmp_path / "ref"

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import comlrl.envs.remote as remote
 import pytest
-from comlrl.algos.training.config import ConfigError, load_config
-from comlrl.algos.training.task_setup import prepare_task
+from comlrl.algos.training.config.rl import ConfigError, load_config
+from comlrl.algos.training.config.task_setup import prepare_task
 
 
 @pytest.fixture

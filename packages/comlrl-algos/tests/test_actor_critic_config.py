@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
 from comlrl.algos.recipes.registry import build_recipe_config
-from comlrl.algos.training.config import ConfigError, RLConfig, TrainConfig
-from comlrl.algos.training.config_sections import GroupBaselineSection
+from comlrl.algos.training.config.rl import ConfigError, RLConfig, TrainConfig
+from comlrl.algos.training.config.sections import GroupBaselineSection
 
 GROUP_BASELINE_FIELDS = sorted(GroupBaselineSection.model_fields)
 

@@ -13,10 +13,9 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.value import Critic
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer, MAACTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training import checkpoint as ckpt
+from comlrl.algos.training.run import checkpoint as ckpt
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
 
@@ -172,7 +171,7 @@ def test_the_single_forward_actor_update_at_g1_changes_no_number(
     """With G = 1 the actors' log-probs come from one forward over prompt and completion
     instead of the shared-prefix split (prompt, then completion over its KV cache); both
     compute the same function, so the rows and the actors' weights must agree."""
-    from comlrl.algos.recipes.actor_critic import setup as actor_critic_setup
+    from comlrl.algos.recipes.actor_critic import recipe as actor_critic_setup
 
     single = _trainer(tiny_tokenizer, tmp_path / "s", method, mode)
     assert single.ac_run.base.update.shared_prefix is False

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.cli.main import main
-from comlrl.algos.recipes.preference.config import MADPOConfig
+from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_update
 from comlrl.algos.recipes.preference.pairs import preference_pairs
 from comlrl.algos.rollout.agent import HFAgent

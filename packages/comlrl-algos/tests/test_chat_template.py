@@ -95,8 +95,8 @@ def test_a_gguf_model_without_the_gguf_package_fails_before_loading(
 ) -> None:
     import importlib.util
 
-    from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.task_setup import check_model_names
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.config.task_setup import check_model_names
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
@@ -119,7 +119,7 @@ def test_a_gguf_model_without_the_gguf_package_fails_before_loading(
 
 
 def test_prompt_format_reaches_the_agents_from_the_config() -> None:
-    from comlrl.algos.training.config import build_config
+    from comlrl.algos.training.config.rl import build_config
 
     assert build_config({"prompt_format": "raw"}).generation_options()["prompt_format"] == "raw"
     with pytest.raises(Exception, match="prompt_format"):

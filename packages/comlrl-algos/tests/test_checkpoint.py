@@ -13,12 +13,12 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training import checkpoint as ckpt
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.data import DataStream
-from comlrl.algos.training.lifecycle import (
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.algos.training.run.data import DataStream
+from comlrl.algos.training.run.lifecycle import (
     StopAtStepBoundary,
     clear_run_outputs,
     existing_run_outputs,
@@ -357,7 +357,7 @@ def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_p
 
 
 def test_atomic_folder_replaces_only_a_complete_folder(tmp_path: Path) -> None:
-    from comlrl.algos.training.saving import atomic_folder
+    from comlrl.algos.training.run.saving import atomic_folder
 
     target = tmp_path / "reward_model"
     with atomic_folder(target) as tmp:

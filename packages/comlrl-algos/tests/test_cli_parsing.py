@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from comlrl.algos.cli.main import main, parse_args
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.task_setup import (
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.config.task_setup import (
     TaskInfo,
     check_model_names,
     check_task_fits,
@@ -85,7 +85,7 @@ class _QuietTask:
 def test_comlrl_tasks_says_where_a_suites_data_comes_from(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from comlrl.algos.training import task_setup as preflight
+    from comlrl.algos.training.config import task_setup as preflight
 
     class _EntryPoint:
         def __init__(self, name: str, factory: type) -> None:

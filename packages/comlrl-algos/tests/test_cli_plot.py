@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from comlrl.algos.cli.main import main
-from comlrl.algos.training import reporting
-from comlrl.algos.training.run_summary import curve_series, reward_figure
+from comlrl.algos.training.run import reporting
+from comlrl.algos.training.run.summary import curve_series, reward_figure
 
 #: a two-turn run of three steps; step 2 never reached turn 1
 ROWS = [

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from comlrl.algos.training.config import ConfigError, TrainConfig, apply_overrides, load_config
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig, apply_overrides, load_config
 
 
 def test_defaults_are_the_builtin_experiment() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from comlrl.algos.training.config import ConfigError, load_config
+from comlrl.algos.training.config.rl import ConfigError, load_config
 
 
 @pytest.mark.parametrize("estimator", ["reinforce", "mareinforce"])

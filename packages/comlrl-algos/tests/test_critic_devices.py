@@ -11,9 +11,13 @@ import torch
 from comlrl.algos import HFAgent
 from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.value import Critic
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, critic_placement
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.recipes.actor_critic.recipe import (
+    ActorCriticConfig,
+    IACTrainer,
+    MAACTrainer,
+    critic_placement,
+)
+from comlrl.algos.training.config.rl import ConfigError
 
 DATA = [{"p": "def f"}, {"p": "x ="}, {"p": "y ="}]
 CPU, GPU = torch.device("cpu"), [torch.device(f"cuda:{i}") for i in range(4)]

@@ -14,7 +14,7 @@ from comlrl.algos.models.devices import (
 )
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.rollout.environment import CallbackEnvironment
-from comlrl.algos.training.config import ConfigError, build_config
+from comlrl.algos.training.config.rl import ConfigError, build_config
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.diagnostics import (
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.run.diagnostics import (
     LearningSignalWatch,
     TrainingWarning,
     context_length,

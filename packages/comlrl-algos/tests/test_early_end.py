@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.diagnostics import EarlyEndWatch, TrainingWarning
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.run.diagnostics import EarlyEndWatch, TrainingWarning
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment
@@ -20,7 +20,7 @@ from comlrl.algos.rollout.evaluate import (
     pass_at_k,
     summarize_rollouts,
 )
-from comlrl.algos.training.config import ConfigError, TrainConfig, load_config
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig, load_config
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError

@@ -11,8 +11,8 @@ import io
 
 import pytest
 import torch
-from comlrl.algos.training.agents import build_optimizer
-from comlrl.algos.training.flat_radam import FlatRAdam
+from comlrl.algos.training.update.agents import build_optimizer
+from comlrl.algos.training.update.flat_radam import FlatRAdam
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,7 +172,7 @@ def test_the_cpu_step_is_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_large_model_keeps_torchs_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above FLAT_MAX_ELEMENTS the flat temporaries would cost memory: torch's step."""
-    from comlrl.algos.training import flat_radam
+    from comlrl.algos.training.update import flat_radam
 
     monkeypatch.setattr(flat_radam, "FLAT_MAX_ELEMENTS", 10)
     ours, theirs = _params(9), _params(9)

@@ -23,7 +23,7 @@ from comlrl.algos.models.logprobs import (
     fused_logprobs_unsupported,
 )
 from comlrl.algos.records import PolicyBatch
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -351,9 +351,9 @@ def test_train_config_fused_logprobs_reaches_the_update_settings(
     tiny_tokenizer: Any, tmp_path: Any, fused: bool
 ) -> None:
     from comlrl.algos.models.loading import build_default_model
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.training.config import TrainConfig
+    from comlrl.algos.training.config.rl import TrainConfig
 
     assert TrainConfig().fused_logprobs is True  # the default
     cfg = TrainConfig(

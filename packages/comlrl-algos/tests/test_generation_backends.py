@@ -489,7 +489,7 @@ def test_vllm_backend_rejects_bad_settings(tiny_model, tiny_tokenizer) -> None: 
 def test_vllm_requested_without_vllm_fails_early_with_the_install_hint(
     tiny_model, tiny_tokenizer
 ) -> None:  # type: ignore[no-untyped-def]
-    from comlrl.algos.training.config import ConfigError, build_config
+    from comlrl.algos.training.config.rl import ConfigError, build_config
 
     with pytest.raises(RuntimeError, match=r"pip install 'comlrl-algos\[vllm\]'"):
         HFAgent(tiny_model, tiny_tokenizer, backend="vllm")

@@ -9,13 +9,13 @@ import pytest
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import TaskEnvironment
-from comlrl.algos.rollout.tree import rollout
-from comlrl.algos.training.metrics import (
+from comlrl.algos.rollout.metrics import (
     merge_summaries,
     rollout_metrics,
     rollout_summary,
     summary_metrics,
 )
+from comlrl.algos.rollout.tree import rollout
 from comlrl.core import Feedback, RewardBatch, SamplingParams, Task
 
 EXAMPLES = [{"id": i} for i in range(3)]

@@ -12,11 +12,10 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.setup import tis_level
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer, tis_level
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import NativeBackend
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.estimators.importance import (
     sampler_mismatch,
     sequence_log_ratio,

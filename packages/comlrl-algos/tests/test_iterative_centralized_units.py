@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.recipes.preference.pairs import IterPair
@@ -24,7 +24,7 @@ from comlrl.algos.rollout.joint_policy import (
     centralized_callbacks,
     split_roles,
 )
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config.rl import ConfigError
 from comlrl.core import RewardBatch, SamplingParams
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.algos.recipes.preference.iterative.checkpoint import (
+from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.recipe import (
     RoundState,
     madpo_iter_resume,
     marlhf_iter_resume,
 )
-from comlrl.algos.recipes.preference.iterative.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative.replay import REPLAY_MODES, PreferenceReplay
 from comlrl.algos.recipes.preference.pairs import IterPair
-from comlrl.algos.training import checkpoint as ckpt
+from comlrl.algos.training.run import checkpoint as ckpt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -13,14 +13,13 @@ import pytest
 import torch
 import yaml
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training import loop as loop_driver
-from comlrl.algos.training import update as update_module
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.diagnostics import TrainingWarning
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.run.diagnostics import TrainingWarning
+from comlrl.algos.training.update import policy as update_module
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 
@@ -92,7 +91,7 @@ def test_config_yaml_and_the_curve_record_the_agents_models_and_the_real_reward(
     default task."""
     from comlrl.algos.models.loading import builtin_model_path, load_model_and_tokenizer
     from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-    from comlrl.algos.training.reporting import RewardCurveReporter
+    from comlrl.algos.training.run.reporting import RewardCurveReporter
 
     out = tmp_path / "custom"
     trainer = _group_trainer(tiny_tokenizer, out, num_steps=1)  # in-memory tiny models

@@ -10,7 +10,7 @@ import torch
 from comlrl.algos import HFAgent, TrainConfig, load_model_and_tokenizer
 from comlrl.algos.models.loading import STORIES260K
 from comlrl.algos.models.logprobs import completion_logprobs
-from comlrl.algos.training.config import ConfigError, build_config
+from comlrl.algos.training.config.rl import ConfigError, build_config
 from comlrl.core import SamplingParams
 
 pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")
@@ -23,8 +23,8 @@ from comlrl.algos.models.lora import (  # noqa: E402
     unique_parameter_bytes,
 )
 from comlrl.algos.models.lora_policy import LoraPolicy  # noqa: E402
-from comlrl.algos.training import checkpoint as ckpt  # noqa: E402
-from comlrl.algos.training.saving import save_agent_checkpoint
+from comlrl.algos.training.run import checkpoint as ckpt  # noqa: E402
+from comlrl.algos.training.run.saving import save_agent_checkpoint
 
 IDS = torch.tensor([[1, 403, 261, 21, 300, 77]])
 

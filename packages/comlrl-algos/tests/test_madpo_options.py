@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, MADPOConfig
+from comlrl.algos.recipes.preference.iterative.config import IterativeMADPOConfig
+from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
 from comlrl.algos.recipes.preference.madpo.initial_pairs import within_prompt_pairs
 from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_step, train_madpo
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config.rl import ConfigError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.rollout.mixture import MIXTURE_KEY, MixtureTask, task_of, task_reward_sums
-from comlrl.algos.training.data import DataStream
-from comlrl.algos.training.data_mixture import MixtureStream
-from comlrl.algos.training.task_config import TaskConfig
+from comlrl.algos.training.config.task import TaskConfig
+from comlrl.algos.training.run.data import DataStream
+from comlrl.algos.training.run.data_mixture import MixtureStream
 from comlrl.core import RewardBatch, Task
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 from comlrl.algos.cli import main as cli
-from comlrl.algos.recipes.run_steps import announce
-from comlrl.algos.training.config import TrainConfig, load_config
-from comlrl.algos.training.diagnostics import TrainingWarning
-from comlrl.algos.training.model_defaults import (
+from comlrl.algos.recipes.launch import announce
+from comlrl.algos.training.config.model_defaults import (
     FALLBACK_NEW_TOKENS,
     PRETRAINED_DEFAULTS,
     choose_defaults,
 )
+from comlrl.algos.training.config.rl import TrainConfig, load_config
+from comlrl.algos.training.run.diagnostics import TrainingWarning
 
 HUB = "Qwen/Qwen2.5-0.5B-Instruct"
 TODAY = {  # the built-in defaults the README's default run and its pinned numbers rely on
@@ -83,8 +83,8 @@ def test_a_high_learning_rate_on_a_pretrained_model_warns(tmp_path: Path) -> Non
     agents a config that names the built-in model); --print-config says it too."""
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.rollout.agent import HFAgent
-    from comlrl.algos.training.diagnostics import warn_if_cannot_learn
-    from comlrl.algos.training.model_defaults import learning_rate_warning
+    from comlrl.algos.training.config.model_defaults import learning_rate_warning
+    from comlrl.algos.training.run.diagnostics import warn_if_cannot_learn
 
     assert "learning_rate=0.001 on the pretrained model" in str(learning_rate_warning([HUB], 1e-3))
     assert learning_rate_warning([HUB], 1e-4) is not None

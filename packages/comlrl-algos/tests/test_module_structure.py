@@ -48,8 +48,8 @@ PUBLIC_API_PACKAGES = frozenset(
     }
 )
 #: a recipe module is the face of its family's run (setup, step, checkpoint, resume for the
-#: loop driver and the trainer objects), even where setup and resume live in the family's
-#: setup/state modules; it may list those names
+#: loop driver and the trainer objects); it may list the names of its family's helper
+#: modules (the actor-critic's config and critic maths)
 RECIPE_FACES = frozenset(
     {"comlrl.algos.recipes.group_baseline.recipe", "comlrl.algos.recipes.actor_critic.recipe"}
 )

@@ -1,4 +1,4 @@
-"""comlrl.algos.training.node_chunks: CoMLRL 1.4.3's update schedule in chunks of tree nodes
+"""comlrl.algos.training.update.node_chunks: CoMLRL 1.4.3's update schedule in chunks of tree nodes
 (``update_chunk_nodes``): the node order, the plan, and the recipe's optimizer steps."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.records import PolicyBatch, Rollout, TurnRollout
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training import node_chunks
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.node_chunks import chunk_update_plan, preorder_nodes, select_nodes
-from comlrl.algos.training.update import UpdateSettings
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.update import node_chunks
+from comlrl.algos.training.update.node_chunks import chunk_update_plan, preorder_nodes, select_nodes
+from comlrl.algos.training.update.policy import UpdateSettings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -15,7 +15,7 @@ from comlrl.algos.recipes.registry import (
     recipe_names,
     resolve_recipe,
 )
-from comlrl.algos.training.config import ConfigError, TrainConfig, load_config_data
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig, load_config_data
 
 EXPECTED = {
     "magrpo",
@@ -158,7 +158,7 @@ def test_yaml_files_pick_the_recipe_with_an_algo_key(tmp_path: Path) -> None:
 
 
 def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
-    from comlrl.algos.recipes.run_steps import read_jsonl_rows
+    from comlrl.algos.recipes.launch import read_jsonl_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": "a"}\n')

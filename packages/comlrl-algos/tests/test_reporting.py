@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training import reporting
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.reporting import (
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.run import reporting
+from comlrl.algos.training.run.reporting import (
     RewardCurveReporter,
     build_reporters,
     check_report_to,
     close_reporters,
 )
-from comlrl.algos.training.run_summary import (
+from comlrl.algos.training.run.summary import (
     quarter_means,
     reward_series,
     rolling_mean,

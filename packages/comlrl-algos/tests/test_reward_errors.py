@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.core import RewardFunctionError
 
 DATA = [{"id": i, "text": f"x = {i}"} for i in range(4)]

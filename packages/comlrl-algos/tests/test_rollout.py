@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment, TaskEnvironment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.core import Completion, Feedback, RewardBatch, SamplingParams, Task
 from comlrl.estimators.returns import tree_returns
 

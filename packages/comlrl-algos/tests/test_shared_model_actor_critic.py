@@ -31,11 +31,10 @@ from comlrl.algos.recipes.actor_critic.critic_updates import (
     update_critics,
     update_shared,
 )
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer, MAACTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.shared_models import sharing_groups
-from comlrl.algos.training.update import update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.shared_models import sharing_groups
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 LR, CRITIC_LR, MAX_NORM = 1e-2, 3e-2, 1.0
@@ -331,7 +330,7 @@ def test_a_separate_critic_on_an_agents_model_is_refused(
     tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
     """Its own optimizer would step the actor's weights a second time."""
-    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.config.rl import ConfigError
 
     model, agents = _one_model_agents(tiny_tokenizer)
     critics = [Critic(model, tiny_tokenizer, kind="v") for _ in agents]

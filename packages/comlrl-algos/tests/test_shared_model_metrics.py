@@ -19,11 +19,11 @@ import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.update import split_terms
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.update.policy import split_terms
 from comlrl.estimators.losses import kl_penalty
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
@@ -130,8 +130,7 @@ def test_actor_critic_turn_metrics_of_shared_actors_are_each_agents_turn(
 ) -> None:
     from comlrl.algos.models.value import Critic
     from comlrl.algos.recipes.actor_critic import recipe as actor_critic
-    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-    from comlrl.algos.recipes.actor_critic.trainer import MAACTrainer
+    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, MAACTrainer
 
     torch.manual_seed(0)
     model = build_default_model(len(tiny_tokenizer), seed=0)
@@ -169,7 +168,7 @@ def test_split_terms_gives_each_member_its_own_terms_and_the_shared_step() -> No
 
 
 def test_update_policy_refuses_turn_labels_that_do_not_fit_the_batches(tiny_model: Any) -> None:
-    from comlrl.algos.training.update import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 
     ids = torch.arange(8).reshape(4, 2)
     batch = PolicyBatch(ids, torch.ones_like(ids), torch.ones(4, 1, dtype=torch.bool),

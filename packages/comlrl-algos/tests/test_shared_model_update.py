@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
@@ -96,8 +96,7 @@ def test_maac_actors_on_one_model_object_take_one_optimizer_step(
     tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
     from comlrl.algos.models.value import Critic
-    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig
-    from comlrl.algos.recipes.actor_critic.trainer import MAACTrainer
+    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, MAACTrainer
 
     cfg = ActorCriticConfig(
         num_steps=1,

@@ -48,7 +48,7 @@ def test_big_model_and_other_devices_keep_the_setting(
 def test_update_policy_runs_small_models_on_one_thread(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from comlrl.algos.training import update
+    from comlrl.algos.training.update import policy as update
 
     seen: list[int] = []
 

@@ -20,13 +20,13 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.actor_critic.recipe import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.tool_calls import sample_with_tools
 from comlrl.algos.rollout.toolbox import ToolBox
-from comlrl.algos.training.config import TrainConfig
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import SamplingParams, Tool
 from comlrl.core.tools import TOOL_FORMATS, ToolCall, ToolFormat, ToolResult
 

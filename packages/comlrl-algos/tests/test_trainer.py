@@ -11,11 +11,11 @@ import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.config import ConfigError, TrainConfig
-from comlrl.algos.training.saving import save_agent_checkpoint
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.run.saving import save_agent_checkpoint
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import RewardBatch, RewardFunctionError, SamplingParams, Task
 from comlrl.estimators.losses import policy_loss
 

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import sampling_mode
-from comlrl.algos.recipes.preference.config import DPOConfig
+from comlrl.algos.recipes.preference.supervised.config import DPOConfig
 from comlrl.algos.recipes.preference.supervised.recipe import train_dpo
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
 
 PROMPTS = ["def add(a, b):", "def sub(a, b):", "class Stack:"]

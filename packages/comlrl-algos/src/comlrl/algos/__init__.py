@@ -31,38 +31,38 @@ _EXPORTS: dict[str, str] = {
     "TaskEnvironment": "rollout.environment",
     "CallbackEnvironment": "rollout.environment",
     "TreeSettings": "rollout.tree",
-    "UpdateSettings": "training.update",
-    "update_policy": "training.update",
+    "UpdateSettings": "training.update.policy",
+    "update_policy": "training.update.policy",
     "HFAgent": "rollout.agent",
-    "ConfigError": "training.config",
-    "TaskConfig": "training.task_config",
-    "TrainConfig": "training.config",
-    "load_config": "training.config",
+    "ConfigError": "training.config.rl",
+    "TaskConfig": "training.config.task",
+    "TrainConfig": "training.config.rl",
+    "load_config": "training.config.rl",
     "DEFAULT_MODEL": "models.loading",
     "build_default_model": "models.loading",
     "build_default_tokenizer": "models.loading",
     "load_model_and_tokenizer": "models.loading",
-    "MultiAgentTrainer": "recipes.group_baseline.trainer",
-    "MAGRPOTrainer": "recipes.group_baseline.trainer",
-    "MARLOOTrainer": "recipes.group_baseline.trainer",
-    "MAReMaxTrainer": "recipes.group_baseline.trainer",
-    "MAREINFORCETrainer": "recipes.group_baseline.trainer",
-    "save_agent_checkpoint": "training.saving",
+    "MultiAgentTrainer": "recipes.group_baseline.recipe",
+    "MAGRPOTrainer": "recipes.group_baseline.recipe",
+    "MARLOOTrainer": "recipes.group_baseline.recipe",
+    "MAReMaxTrainer": "recipes.group_baseline.recipe",
+    "MAREINFORCETrainer": "recipes.group_baseline.recipe",
+    "save_agent_checkpoint": "training.run.saving",
     "dpo_loss": "comlrl.estimators.preference_losses",
     "multi_agent_dpo_loss": "comlrl.estimators.preference_losses",
     "bradley_terry_loss": "comlrl.estimators.preference_losses",
     "sft_nll": "comlrl.estimators.preference_losses",
     "select_preference_pairs": "comlrl.estimators.preference_losses",
-    "SFTConfig": "recipes.preference.config",
-    "DPOConfig": "recipes.preference.config",
-    "MADPOConfig": "recipes.preference.config",
-    "RewardModelConfig": "recipes.preference.config",
+    "SFTConfig": "recipes.preference.supervised.config",
+    "DPOConfig": "recipes.preference.supervised.config",
+    "MADPOConfig": "recipes.preference.madpo.config",
+    "RewardModelConfig": "recipes.preference.marlhf.config",
     "JointRewardModel": "recipes.preference.marlhf.reward_model",
     "RewardModelReward": "recipes.preference.marlhf.reward_model",
-    "SFTTrainer": "recipes.preference.supervised.trainer",
-    "DPOTrainer": "recipes.preference.supervised.trainer",
-    "MADPOTrainer": "recipes.preference.madpo.trainer",
-    "MARLHFTrainer": "recipes.preference.marlhf.trainer",
+    "SFTTrainer": "recipes.preference.supervised.recipe",
+    "DPOTrainer": "recipes.preference.supervised.recipe",
+    "MADPOTrainer": "recipes.preference.madpo.recipe",
+    "MARLHFTrainer": "recipes.preference.marlhf.recipe",
     "discounted_returns": "comlrl.estimators.gae",
     "gae": "comlrl.estimators.gae",
     "tree_gae": "comlrl.estimators.gae",
@@ -72,8 +72,8 @@ _EXPORTS: dict[str, str] = {
     "Critic": "models.value",
     "save_value_head": "models.value",
     "load_value_head": "models.value",
-    "IACTrainer": "recipes.actor_critic.trainer",
-    "MAACTrainer": "recipes.actor_critic.trainer",
+    "IACTrainer": "recipes.actor_critic.recipe",
+    "MAACTrainer": "recipes.actor_critic.recipe",
     # the names comlrl-compat (comlrl.trainers) uses beside the ones above
     "ActorCriticConfig": "recipes.actor_critic.config",
     "AGENT_REWARDS_KEY": "recipes.actor_critic.critic",
@@ -84,34 +84,34 @@ _EXPORTS: dict[str, str] = {
     "check_role_format": "rollout.joint_policy",
     "centralized_callbacks": "rollout.joint_policy",
     # the preference names comlrl-compat (comlrl.trainers.preference) uses
-    "IterativeMADPOConfig": "recipes.preference.config",
+    "IterativeMADPOConfig": "recipes.preference.iterative.config",
     "MADPOIterRun": "recipes.preference.iterative.recipe",
     "build_rounds": "recipes.preference.iterative.recipe",
     "train_madpo_iter": "recipes.preference.iterative.recipe",
-    "madpo_iter_resume": "recipes.preference.iterative.checkpoint",
-    "IterativeSection": "recipes.preference.config",
+    "madpo_iter_resume": "recipes.preference.iterative.recipe",
+    "IterativeSection": "recipes.preference.iterative.config",
     "MARLHFIterRun": "recipes.preference.iterative.recipe",
     "train_marlhf_iter": "recipes.preference.iterative.recipe",
-    "marlhf_iter_resume": "recipes.preference.iterative.checkpoint",
-    "DataStream": "training.data",
+    "marlhf_iter_resume": "recipes.preference.iterative.recipe",
+    "DataStream": "training.run.data",
     # the recipes' end-to-end runs (config to final checkpoint, resumable): what `comlrl train` runs
-    "RunOutputs": "recipes.run_steps",
-    "RunResult": "recipes.run_steps",
-    "run_group_baseline": "recipes.group_baseline.run",
-    "run_iac": "recipes.actor_critic.run",
-    "run_maac": "recipes.actor_critic.run",
-    "SFTRunConfig": "recipes.preference.supervised.run",
-    "run_sft": "recipes.preference.supervised.run",
-    "DPORunConfig": "recipes.preference.supervised.run",
-    "run_dpo": "recipes.preference.supervised.run",
-    "MADPORunConfig": "recipes.preference.madpo.run",
-    "run_madpo": "recipes.preference.madpo.run",
-    "MARLHFRunConfig": "recipes.preference.marlhf.run",
-    "run_marlhf": "recipes.preference.marlhf.run",
-    "MADPOIterRunConfig": "recipes.preference.iterative.run",
-    "run_madpo_iter": "recipes.preference.iterative.run",
-    "MARLHFIterRunConfig": "recipes.preference.iterative.run",
-    "run_marlhf_iter": "recipes.preference.iterative.run",
+    "RunOutputs": "recipes.launch",
+    "RunResult": "recipes.launch",
+    "run_group_baseline": "recipes.group_baseline.recipe",
+    "run_iac": "recipes.actor_critic.recipe",
+    "run_maac": "recipes.actor_critic.recipe",
+    "SFTRunConfig": "recipes.preference.supervised.config",
+    "run_sft": "recipes.preference.supervised.recipe",
+    "DPORunConfig": "recipes.preference.supervised.config",
+    "run_dpo": "recipes.preference.supervised.recipe",
+    "MADPORunConfig": "recipes.preference.madpo.config",
+    "run_madpo": "recipes.preference.madpo.recipe",
+    "MARLHFRunConfig": "recipes.preference.marlhf.config",
+    "run_marlhf": "recipes.preference.marlhf.recipe",
+    "MADPOIterRunConfig": "recipes.preference.iterative.config",
+    "run_madpo_iter": "recipes.preference.iterative.recipe",
+    "MARLHFIterRunConfig": "recipes.preference.iterative.config",
+    "run_marlhf_iter": "recipes.preference.iterative.recipe",
     "CentralizedRunConfig": "recipes.centralized.run",
     "run_centralized_magrpo": "recipes.centralized.run",
     "CentralizedMADPORunConfig": "recipes.centralized.run",
@@ -258,8 +258,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
     from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
     from comlrl.algos.recipes.actor_critic.critic import AGENT_REWARDS_KEY
-    from comlrl.algos.recipes.actor_critic.run import run_iac, run_maac
-    from comlrl.algos.recipes.actor_critic.trainer import IACTrainer, MAACTrainer
+    from comlrl.algos.recipes.actor_critic.recipe import IACTrainer, MAACTrainer, run_iac, run_maac
     from comlrl.algos.recipes.centralized.run import (
         CentralizedMADPOIterRunConfig,
         CentralizedMADPORunConfig,
@@ -272,55 +271,52 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         run_centralized_marlhf,
         run_centralized_marlhf_iter,
     )
-    from comlrl.algos.recipes.group_baseline.run import run_group_baseline
-    from comlrl.algos.recipes.group_baseline.trainer import (
+    from comlrl.algos.recipes.group_baseline.recipe import (
         MAGRPOTrainer,
         MAREINFORCETrainer,
         MAReMaxTrainer,
         MARLOOTrainer,
         MultiAgentTrainer,
+        run_group_baseline,
     )
-    from comlrl.algos.recipes.preference.config import (
-        DPOConfig,
+    from comlrl.algos.recipes.launch import RunOutputs, RunResult
+    from comlrl.algos.recipes.preference.iterative.config import (
         IterativeMADPOConfig,
         IterativeSection,
-        MADPOConfig,
-        RewardModelConfig,
-        SFTConfig,
-    )
-    from comlrl.algos.recipes.preference.iterative.checkpoint import (
-        madpo_iter_resume,
-        marlhf_iter_resume,
+        MADPOIterRunConfig,
+        MARLHFIterRunConfig,
     )
     from comlrl.algos.recipes.preference.iterative.recipe import (
         MADPOIterRun,
         MARLHFIterRun,
         build_rounds,
+        madpo_iter_resume,
+        marlhf_iter_resume,
+        run_madpo_iter,
+        run_marlhf_iter,
         train_madpo_iter,
         train_marlhf_iter,
     )
-    from comlrl.algos.recipes.preference.iterative.run import (
-        MADPOIterRunConfig,
-        MARLHFIterRunConfig,
-        run_madpo_iter,
-        run_marlhf_iter,
-    )
-    from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
-    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
+    from comlrl.algos.recipes.preference.madpo.config import MADPOConfig, MADPORunConfig
+    from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer, run_madpo
+    from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig, RewardModelConfig
+    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer, run_marlhf
     from comlrl.algos.recipes.preference.marlhf.reward_model import (
         JointRewardModel,
         RewardModelReward,
     )
-    from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
-    from comlrl.algos.recipes.preference.marlhf.trainer import MARLHFTrainer
-    from comlrl.algos.recipes.preference.supervised.run import (
+    from comlrl.algos.recipes.preference.supervised.config import (
+        DPOConfig,
         DPORunConfig,
+        SFTConfig,
         SFTRunConfig,
+    )
+    from comlrl.algos.recipes.preference.supervised.recipe import (
+        DPOTrainer,
+        SFTTrainer,
         run_dpo,
         run_sft,
     )
-    from comlrl.algos.recipes.preference.supervised.trainer import DPOTrainer, SFTTrainer
-    from comlrl.algos.recipes.run_steps import RunOutputs, RunResult
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
@@ -333,11 +329,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         check_role_format,
     )
     from comlrl.algos.rollout.tree import TreeSettings
-    from comlrl.algos.training.config import ConfigError, TrainConfig, load_config
-    from comlrl.algos.training.data import DataStream
-    from comlrl.algos.training.saving import save_agent_checkpoint
-    from comlrl.algos.training.task_config import TaskConfig
-    from comlrl.algos.training.update import UpdateSettings, update_policy
+    from comlrl.algos.training.config.rl import ConfigError, TrainConfig, load_config
+    from comlrl.algos.training.config.task import TaskConfig
+    from comlrl.algos.training.run.data import DataStream
+    from comlrl.algos.training.run.saving import save_agent_checkpoint
+    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
     from comlrl.estimators.advantages import compute_advantages
     from comlrl.estimators.gae import (
         discounted_returns,

@@ -1,4 +1,4 @@
-"""Show :class:`~comlrl.algos.training.diagnostics.TrainingWarning` on the command line as one plain line."""
+"""Show :class:`~comlrl.algos.training.run.diagnostics.TrainingWarning` on the command line as one plain line."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["show_training_warnings_plainly"]
 def show_training_warnings_plainly() -> None:
     """Print training warnings as ``comlrl: warning: ...`` (no file and line of the source);
     other warnings keep Python's format. Meant for the ``comlrl`` process only."""
-    from comlrl.algos.training.diagnostics import TrainingWarning
+    from comlrl.algos.training.run.diagnostics import TrainingWarning
 
     default = warnings.formatwarning
 

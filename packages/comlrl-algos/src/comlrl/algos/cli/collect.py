@@ -135,7 +135,7 @@ def run_collect(args: argparse.Namespace) -> int:
     """Load, sample, filter and write (see the module docstring). Returns an exit code:
     0 (rows written, possibly none), 2 (a bad option, config, task or model)."""
     from comlrl.algos.cli.eval import find_run_config
-    from comlrl.algos.training.config import ConfigError, load_config
+    from comlrl.algos.training.config.rl import ConfigError, load_config
 
     if args.num_samples < 1:
         return _fail(f"-n must be >= 1, got {args.num_samples}")
@@ -161,9 +161,9 @@ def run_collect(args: argparse.Namespace) -> int:
             "eval_num_samples": g,
         }
     )
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.algos.recipes.run_steps import load_agents
-    from comlrl.algos.training.task_setup import build_task
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
+    from comlrl.algos.recipes.launch import load_agents
+    from comlrl.algos.training.config.task_setup import build_task
 
     try:
         task = build_task(config.task)  # one task, or the mixture of task.mixture

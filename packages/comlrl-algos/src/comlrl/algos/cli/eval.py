@@ -108,7 +108,7 @@ def _summary(row: dict[str, Any]) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Load config, task and agents, evaluate, print and write the row. Returns an exit code."""
-    from comlrl.algos.training.config import ConfigError, load_config
+    from comlrl.algos.training.config.rl import ConfigError, load_config
 
     models = list(args.model)
     config_path = args.config or find_run_config(models[0])
@@ -120,7 +120,7 @@ def run_eval(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
-    from comlrl.algos.training.lifecycle import CUSTOM_REWARD
+    from comlrl.algos.training.run.lifecycle import CUSTOM_REWARD
 
     if config.task.name.startswith(CUSTOM_REWARD):  # a library run on its own reward function
         print(
@@ -139,9 +139,9 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         out_dir = default_output_dir(models[0], config_path)
 
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
-    from comlrl.algos.recipes.run_steps import load_agents
-    from comlrl.algos.training.task_setup import build_task
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
+    from comlrl.algos.recipes.launch import load_agents
+    from comlrl.algos.training.config.task_setup import build_task
 
     try:
         task = build_task(config.task)  # one task, or the mixture of task.mixture
@@ -149,7 +149,7 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
     if config.task.remote_workers:
-        from comlrl.algos.training.task_setup import remote_reward_task
+        from comlrl.algos.training.config.task_setup import remote_reward_task
 
         try:
             task = remote_reward_task(config, task)
@@ -211,7 +211,7 @@ def _evaluate_with_progress(trainer: Any, data: list[Any]) -> tuple[dict[str, An
 
 def _write_samples(path: Path, rollouts: list[Any], step: int | None) -> None:
     """Every joint action of ``rollouts`` as one JSON row (written whole, then renamed)."""
-    from comlrl.algos.training.metrics import sample_rows
+    from comlrl.algos.rollout.metrics import sample_rows
 
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w") as fh:

@@ -148,7 +148,7 @@ def _kernels_info() -> dict[str, str]:
 def collect_info() -> dict[str, Any]:
     """Everything ``comlrl info`` shows, as plain data (see the module docstring)."""
     from comlrl.algos.recipes.registry import RECIPES
-    from comlrl.algos.training.task_setup import describe_tasks
+    from comlrl.algos.training.config.task_setup import describe_tasks
 
     return {
         "packages": {name: version_of(name) for name in PACKAGES},

@@ -186,9 +186,9 @@ def run_train(args: argparse.Namespace) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
     from comlrl.algos.models.ranks import barrier, rank_and_world
-    from comlrl.algos.recipes.run_steps import RunOutputs
-    from comlrl.algos.training import lifecycle
-    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.recipes.launch import RunOutputs
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.run import lifecycle
 
     try:
         if args.resume:
@@ -202,7 +202,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if recipe is None:  # algo=list
         return run_recipes()
     if args.print_config:
-        from comlrl.algos.recipes.run_steps import check_offline
+        from comlrl.algos.recipes.launch import check_offline
 
         print(_config_text(recipe.name, config), end="")
         try:
@@ -241,8 +241,8 @@ def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
     line printed), 2 a bad config, data, model or checkpoint (reported before training
     where it can be), else as :func:`stopped`."""
     from comlrl.algos.models.ranks import is_main
-    from comlrl.algos.training.checkpoint import CheckpointError
-    from comlrl.algos.training.config import ConfigError
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.run.checkpoint import CheckpointError
 
     try:
         result = recipe.run(config, outputs)
@@ -258,12 +258,12 @@ def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
 
 def stopped(exc: BaseException) -> int:
     """Report a run that training stopped and return its exit code: Ctrl-C
-    (:class:`~comlrl.algos.training.lifecycle.TrainingInterrupted`: 130, with where it
+    (:class:`~comlrl.algos.training.run.lifecycle.TrainingInterrupted`: 130, with where it
     checkpointed and how to resume) or a failing reward function
     (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
     checkpoint of the last completed step). Anything else is raised again (its traceback
     ends with that note)."""
-    from comlrl.algos.training.lifecycle import TrainingInterrupted
+    from comlrl.algos.training.run.lifecycle import TrainingInterrupted
     from comlrl.core import RewardFunctionError
 
     if isinstance(exc, TrainingInterrupted):
@@ -285,7 +285,7 @@ def _fresh_config(args: argparse.Namespace) -> tuple[Any, Any]:
         ConfigError: a bad file, override, recipe name, key or value.
     """
     from comlrl.algos.recipes.registry import resolve_recipe
-    from comlrl.algos.training.config import apply_overrides, load_config_data
+    from comlrl.algos.training.config.rl import apply_overrides, load_config_data
 
     data = load_config_data(args.config, list(args.overrides))
     if str(data.get("algo", "")).strip().lower() == "list":
@@ -316,9 +316,9 @@ def _config_text(algo: str, config: Any) -> str:
     built-in models as comments."""
     import yaml
     from comlrl.algos.models.loading import BUILTIN_MODELS
-    from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.task_config import TaskConfig
-    from comlrl.algos.training.task_setup import task_info
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.config.task import TaskConfig
+    from comlrl.algos.training.config.task_setup import task_info
 
     text = yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
     task = getattr(config, "task", None)
@@ -334,7 +334,7 @@ def _config_text(algo: str, config: Any) -> str:
     models = ", ".join(f"{k} ({v})" for k, v in BUILTIN_MODELS.items())
     defaults = getattr(config, "model_defaults", None)
     if callable(defaults):
-        from comlrl.algos.training.model_defaults import learning_rate_warning
+        from comlrl.algos.training.config.model_defaults import learning_rate_warning
 
         text += f"# {defaults().header()}\n"
         high = learning_rate_warning(config.models, config.learning_rate)
@@ -358,7 +358,7 @@ def run_recipes() -> int:
 def run_tasks() -> int:
     """Print every registered task: name, agents, summary, constructor options and, where
     the suite says (its ``data_source``), where its examples come from."""
-    from comlrl.algos.training.task_setup import describe_tasks
+    from comlrl.algos.training.config.task_setup import describe_tasks
 
     infos = describe_tasks()
     if not infos:

@@ -4,7 +4,7 @@ For a run made without matplotlib (the run said ``reward_curve.png skipped``), a
 in progress, or a finished one: the curves are the per-turn mean joint rewards as the
 metrics name them (``turn_0/reward_mean``, ...; ``reward/<task>`` for a task mixture),
 each with its rolling mean, over integer steps
-(:func:`comlrl.algos.training.run_summary.reward_figure`). The title comes from the
+(:func:`comlrl.algos.training.run.summary.reward_figure`). The title comes from the
 run's ``config.yaml`` as training would have written it.
 """
 
@@ -70,8 +70,8 @@ def run_title(run_dir: str | Path) -> str | None:
 def run_plot(args: argparse.Namespace) -> int:
     """Write the reward curve of ``args.run_dir``. Returns an exit code (2: no metrics,
     no reward in them, or matplotlib missing)."""
-    from comlrl.algos.training.reporting import missing_extra
-    from comlrl.algos.training.run_summary import plot_reward_curve, read_metrics
+    from comlrl.algos.training.run.reporting import missing_extra
+    from comlrl.algos.training.run.summary import plot_reward_curve, read_metrics
 
     run_dir = Path(args.run_dir)
     metrics = run_dir / "metrics.jsonl"

@@ -19,9 +19,9 @@ def resume_target(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         ConfigError: flags that conflict with --resume, a run of a recipe that cannot be
             resumed, an unsafe override, or no checkpoint.
     """
-    from comlrl.algos.training.checkpoint import latest_checkpoint
-    from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.lifecycle import finished_step, resume_config
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.run.checkpoint import latest_checkpoint
+    from comlrl.algos.training.run.lifecycle import finished_step, resume_config
 
     flags = {
         "--config": args.config,
@@ -76,7 +76,7 @@ def saved_recipe(run_dir: str) -> Any:
 
     import yaml
     from comlrl.algos.recipes.registry import RECIPES, get_recipe, resolve_recipe
-    from comlrl.algos.training.config import ConfigError, TrainConfig
+    from comlrl.algos.training.config.rl import ConfigError, TrainConfig
 
     path = Path(run_dir) / "config.yaml"
     try:

@@ -79,9 +79,9 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"comlrl: comlrl serve needs comlrl-envs: {exc}", file=sys.stderr)
         return 2
-    from comlrl.algos.training.config import ConfigError
-    from comlrl.algos.training.task_config import TaskConfig
-    from comlrl.algos.training.task_setup import build_task
+    from comlrl.algos.training.config.rl import ConfigError
+    from comlrl.algos.training.config.task import TaskConfig
+    from comlrl.algos.training.config.task_setup import build_task
 
     try:
         options = parse_options(list(args.task), list(args.option))

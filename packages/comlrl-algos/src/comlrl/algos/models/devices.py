@@ -3,7 +3,7 @@
 ``agent_devices: [cuda:0, cuda:1]`` puts agent ``i``'s model on device ``i``, like
 CoMLRL's ``parallel_training="mp"``. Each agent then samples, computes log-probs and
 takes its optimizer step on its own device (``HFAgent.sample`` encodes prompts on the
-model's device; :func:`comlrl.algos.training.update.update_policy` moves the agent's batches and
+model's device; :func:`comlrl.algos.training.update.policy.update_policy` moves the agent's batches and
 advantages to it). What crosses agents stays off the devices: completions are decoded to
 text, the joint reward is computed from text, and returns and advantages are built on
 the CPU before each agent's update moves its own share over.

@@ -19,7 +19,7 @@ Under an initialised process group of ``K`` ranks a step works like this:
   ``"none"`` keeps the bare model and all-reduces the flattened gradient once after the
   local backward passes, which works for any forward structure.
 - the loss normalisers (sequence or token counts of the reduction) are summed over the
-  ranks before the backward passes (:func:`comlrl.algos.training.update.update_policy` with
+  ranks before the backward passes (:func:`comlrl.algos.training.update.policy.update_policy` with
   ``sync=``), and each rank's loss is multiplied by ``K`` to cancel the averaging, so the
   averaged gradient is the gradient of the loss over the global batch: the same update as
   one process over all ``batch_size`` prompts (tested to float32 round-off).
@@ -74,7 +74,7 @@ class GradientSync:
 
     Attributes:
         module: what the update calls for log-probs (the DDP wrapper or ``model``).
-        world_size: ``K``; :func:`~comlrl.algos.training.update.update_policy` multiplies the
+        world_size: ``K``; :func:`~comlrl.algos.training.update.policy.update_policy` multiplies the
             loss by it, cancelling the averaging, after normalising by global counts.
 
     Raises:

@@ -7,6 +7,6 @@
 
 Each family owns its whole run: a ``run`` module with its run configs and ``run_*``
 functions (task or data, models, training, every checkpoint, ``final/``; resumable), which
-take one outputs argument (:class:`~comlrl.algos.recipes.run_steps.RunOutputs`) and are what
+take one outputs argument (:class:`~comlrl.algos.recipes.launch.RunOutputs`) and are what
 ``comlrl train algo=NAME`` calls (:mod:`~comlrl.algos.recipes.registry` names them).
 """

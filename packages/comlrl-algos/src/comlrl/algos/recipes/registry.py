@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.run import run_iac, run_maac
+from comlrl.algos.recipes.actor_critic.recipe import run_iac, run_maac
 from comlrl.algos.recipes.centralized.run import (
     CentralizedMADPOIterRunConfig,
     CentralizedMADPORunConfig,
@@ -54,23 +54,17 @@ from comlrl.algos.recipes.centralized.run import (
     run_centralized_marlhf,
     run_centralized_marlhf_iter,
 )
-from comlrl.algos.recipes.group_baseline.run import run_group_baseline
-from comlrl.algos.recipes.preference.iterative.run import (
-    MADPOIterRunConfig,
-    MARLHFIterRunConfig,
-    run_madpo_iter,
-    run_marlhf_iter,
-)
-from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
-from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
-from comlrl.algos.recipes.preference.supervised.run import (
-    DPORunConfig,
-    SFTRunConfig,
-    run_dpo,
-    run_sft,
-)
-from comlrl.algos.recipes.run_steps import RunOutputs, RunResult
-from comlrl.algos.training.config import ConfigError, TrainConfig
+from comlrl.algos.recipes.group_baseline.recipe import run_group_baseline
+from comlrl.algos.recipes.launch import RunOutputs, RunResult
+from comlrl.algos.recipes.preference.iterative.config import MADPOIterRunConfig, MARLHFIterRunConfig
+from comlrl.algos.recipes.preference.iterative.recipe import run_madpo_iter, run_marlhf_iter
+from comlrl.algos.recipes.preference.madpo.config import MADPORunConfig
+from comlrl.algos.recipes.preference.madpo.recipe import run_madpo
+from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig
+from comlrl.algos.recipes.preference.marlhf.recipe import run_marlhf
+from comlrl.algos.recipes.preference.supervised.config import DPORunConfig, SFTRunConfig
+from comlrl.algos.recipes.preference.supervised.recipe import run_dpo, run_sft
+from comlrl.algos.training.config.rl import ConfigError, TrainConfig
 from pydantic import BaseModel
 
 
@@ -83,7 +77,7 @@ class Recipe:
         summary: one line for listings (``comlrl recipes``).
         config: the pydantic config class the settings validate into.
         runner: ``runner(config, outputs) -> RunResult`` runs the recipe end to end
-            (:class:`~comlrl.algos.recipes.run_steps.RunOutputs`); the ``run_*`` function
+            (:class:`~comlrl.algos.recipes.launch.RunOutputs`); the ``run_*`` function
             a Python user calls too.
         presets: values used for keys the user leaves unset (e.g. the estimator of
             ``marloo``, a smaller default ``output_dir``); shown by ``--print-config``.
@@ -151,7 +145,7 @@ def _normalise(key: str, value: Any) -> Any:
 
 
 def _validate(cls: type[Any], data: Mapping[str, Any], name: str) -> Any:
-    from comlrl.algos.training.config import FORMATS_ERRORS, unknown_field_hint
+    from comlrl.algos.training.config.rl import FORMATS_ERRORS, unknown_field_hint
     from pydantic import ValidationError
 
     try:

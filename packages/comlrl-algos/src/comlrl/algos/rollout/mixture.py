@@ -6,10 +6,10 @@ from (key :data:`MIXTURE_KEY`); prompts and feedback go to that task (with the t
 off the example), and a reward call is split by task, scored by each task in one batched
 call, and put back in order, each joint action's info naming its task (the same
 :data:`MIXTURE_KEY`). Those
-infos are what the metrics (``reward/<task>``, :mod:`comlrl.algos.training.metrics`) and
+infos are what the metrics (``reward/<task>``, :mod:`comlrl.algos.rollout.metrics`) and
 evaluation rows (:func:`comlrl.algos.rollout.evaluate.summarize_rollouts`) read. How
 often each task is drawn is the data stream's job
-(:class:`comlrl.algos.training.data_mixture.MixtureStream`).
+(:class:`comlrl.algos.training.run.data_mixture.MixtureStream`).
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def rollout(
         params: sampling settings; ``G = params.num_generations``.
         tree: turns, discount, termination and branching.
         map_agents: ``map_agents(fn, A) -> [fn(0), ..., fn(A-1)]``; pass a concurrent
-            one (:class:`comlrl.algos.training.agents.AgentPool`) to sample agents in parallel.
+            one (:class:`comlrl.algos.training.update.agents.AgentPool`) to sample agents in parallel.
         rng: random stream for ``branch_select="random"``.
         sample_keys: one seed per example for prompt-keyed sampling: agent ``a`` draws
             the completions of the ``j``-th node of example ``p`` at turn ``t`` from a

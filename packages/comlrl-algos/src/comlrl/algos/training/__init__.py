@@ -1,13 +1,12 @@
-"""Training: the validated config, the policy update, the one loop driver every recipe runs
-under (metrics, samples, evaluation, reporters, step checkpoints, resume, Ctrl-C), the
-checkpoint format, reporting (TensorBoard, W&B, reward curve) and the warnings for runs that
-cannot learn.
+"""Training, by concept, between the recipes above and the rollouts below:
 
-Modules: :mod:`~comlrl.algos.training.config` (with its sections in
-:mod:`~comlrl.algos.training.config_sections`), :mod:`~comlrl.algos.training.update`,
-:mod:`~comlrl.algos.training.loop`, :mod:`~comlrl.algos.training.checkpoint`,
-:mod:`~comlrl.algos.training.lifecycle`, :mod:`~comlrl.algos.training.reporting`,
-:mod:`~comlrl.algos.training.diagnostics`, and the step helpers
-(:mod:`~comlrl.algos.training.agents`, :mod:`~comlrl.algos.training.data`,
-:mod:`~comlrl.algos.training.metrics`, :mod:`~comlrl.algos.training.saving`).
+- :mod:`~comlrl.algos.training.config`: what a run is told (the validated RL configs, their
+  sections, the task setting, defaults by model, the task checked before models load);
+- :mod:`~comlrl.algos.training.run`: a run's bookkeeping (its data order, step checkpoints,
+  output folder, interrupts and resume, reporters, the closing summary, the warnings for runs
+  that cannot learn);
+- :mod:`~comlrl.algos.training.update`: the policy update (shared models, the node-chunk
+  schedule, optimizers and agent pools);
+- :mod:`~comlrl.algos.training.loop`: the one loop driver every recipe runs under (metrics,
+  samples, evaluation, reporters, step checkpoints, resume, Ctrl-C).
 """

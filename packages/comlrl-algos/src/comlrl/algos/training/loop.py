@@ -13,7 +13,7 @@ every recipe (group baseline, IAC/MAAC, SFT, DPO, MADPO, MARLHF's RL phase)::
         checkpoint     <- every save_every steps and at the last step (keep_last newest)
     final/             <- recipe.save_final(output_dir / "final")
 
-Step checkpoints have one format (:mod:`comlrl.algos.training.checkpoint`); a recipe's
+Step checkpoints have one format (:mod:`comlrl.algos.training.run.checkpoint`); a recipe's
 ``checkpoint(path)`` callback writes its run into it, and its resume function reads it
 back before the loop starts (:func:`rewind_outputs` then cuts the logs back to that step).
 
@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from comlrl.algos.records import Rollout
-from comlrl.algos.training import checkpoint as ckpt
-from comlrl.algos.training.config import ConfigError
-from comlrl.algos.training.data import JsonlWriter
-from comlrl.algos.training.lifecycle import (
+from comlrl.algos.rollout.metrics import sample_rows
+from comlrl.algos.training.config.rl import ConfigError
+from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.algos.training.run.data import JsonlWriter
+from comlrl.algos.training.run.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
     add_note,
@@ -46,8 +47,7 @@ from comlrl.algos.training.lifecycle import (
     truncate_jsonl,
     used_output_dir_message,
 )
-from comlrl.algos.training.metrics import sample_rows
-from comlrl.algos.training.reporting import Reporter, close_reporters
+from comlrl.algos.training.run.reporting import Reporter, close_reporters
 
 __all__ = [
     "StepResult",
@@ -87,7 +87,7 @@ class RecipeLoop:
     Attributes:
         step: one training step (its ``row["step"]`` counts up from ``start_step + 1``).
         checkpoint: write a step checkpoint of the run at the given folder
-            (:func:`comlrl.algos.training.checkpoint.write_checkpoint`'s format); under data
+            (:func:`comlrl.algos.training.run.checkpoint.write_checkpoint`'s format); under data
             parallelism every rank calls it (it may hold collectives), rank 0 writes.
         save_final: write the trained weights into the given folder (``final/``); every
             rank calls it, rank 0 writes.
@@ -151,7 +151,7 @@ class LoopSettings:
             ``None``: none.
         overwrite: a fresh run (step 0) into an ``output_dir`` that holds another run's
             outputs deletes them first; ``False`` refuses to start
-            (:func:`~comlrl.algos.training.lifecycle.used_output_dir_message`).
+            (:func:`~comlrl.algos.training.run.lifecycle.used_output_dir_message`).
     """
 
     num_steps: int
@@ -218,7 +218,7 @@ def run_loop(
         Exception: whatever the step raises. In one process with an ``output_dir``, the
             last completed step is checkpointed first (as on Ctrl-C; unless it has a
             checkpoint already) and a note on the exception names the checkpoint and how
-            to resume (:func:`~comlrl.algos.training.lifecycle.failure_note`). The
+            to resume (:func:`~comlrl.algos.training.run.lifecycle.failure_note`). The
             group-baseline recipe puts its data and random streams back when its rollout
             fails, so that checkpoint resumes to exactly the run that never failed; an
             exception inside an optimizer update leaves the weights of the agents updated

@@ -277,7 +277,7 @@ class CoopStoryTask(Task):
     num_agents = 2
     max_turns = 1
     #: New tokens per completion a run on a pretrained LLM gets unless it sets
-    #: ``max_new_tokens`` (:mod:`comlrl.algos.training.model_defaults`): one story half
+    #: ``max_new_tokens`` (:mod:`comlrl.algos.training.config.model_defaults`): one story half
     #: (SmolLM2-135M's halves fit; docs/real-models.md's CPU run used 48).
     max_new_tokens = 48
 

@@ -1,5 +1,5 @@
 """The actor-critic recipes' config (:class:`ActorCriticConfig`: the critic's settings on top
-of :class:`~comlrl.algos.training.config.RLConfig`) and where critics live
+of :class:`~comlrl.algos.training.config.rl.RLConfig`) and where critics live
 (:func:`critic_placement`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 import torch
-from comlrl.algos.training.config import ConfigError, RLConfig
+from comlrl.algos.training.config.rl import ConfigError, RLConfig
 from pydantic import Field, model_validator
 
 __all__ = [
@@ -33,7 +33,7 @@ _CHUNK_SCHEDULE = (
 
 
 class ActorCriticConfig(RLConfig):
-    """:class:`~comlrl.algos.training.config.RLConfig` plus the critic's settings (IAC, MAAC).
+    """:class:`~comlrl.algos.training.config.rl.RLConfig` plus the critic's settings (IAC, MAAC).
 
     ``learning_rate`` is the actors'; ``clip_ratio`` is the actors' PPO clip against the
     behaviour log-probs (needed for ``num_iterations > 1``). ``num_generations`` defaults
@@ -168,7 +168,7 @@ def planned_agent_devices(config: RLConfig, num_agents: int) -> list[torch.devic
             :func:`comlrl.algos.models.devices.validate_devices`).
     """
     from comlrl.algos.models.devices import agent_placement
-    from comlrl.algos.training.agents import resolve_device
+    from comlrl.algos.training.update.agents import resolve_device
 
     try:
         return agent_placement(num_agents, config.agent_devices, resolve_device(config.device))

@@ -2,7 +2,7 @@
 trunk together (:func:`update_critics`: one step on the sum of their value losses), and
 value heads on the actor's own trunk on the actors' one code path (:func:`update_shared`;
 several agents on one model: :func:`value_terms` as the ``extra_loss`` of
-:func:`~comlrl.algos.training.shared_models.update_sharers`).
+:func:`~comlrl.algos.training.update.shared_models.update_sharers`).
 
 Named axes: ``M`` critic inputs of one critic (all turns), ``J`` targets per input, ``C``
 critics stepped together."""
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.models.value import Critic
-from comlrl.algos.training.update import UpdateSettings, split_terms, update_policy
+from comlrl.algos.training.update.policy import UpdateSettings, split_terms, update_policy
 from comlrl.estimators.gae import value_loss
 
 __all__ = ["update_critic", "update_critics", "value_terms", "update_shared"]
@@ -167,7 +167,7 @@ def value_terms(
     micro_batch_size: int | None,
 ) -> Callable[[], dict[str, float]]:
     """The value losses of value heads on a shared trunk as an ``extra_loss`` of
-    :func:`~comlrl.algos.training.shared_models.update_sharers`: called once per pass, it
+    :func:`~comlrl.algos.training.update.shared_models.update_sharers`: called once per pass, it
     backpropagates ``coef * value_loss`` of every member ``m`` (its head on its own texts,
     reduced over them as if alone) and returns member ``m``'s value metrics as
     ``term_<m>/<name>``."""
@@ -203,13 +203,13 @@ def update_shared(
     and one optimizer step per iteration (the optimizer holds the model's parameters and
     the head's, each group with its own learning rate).
 
-    One code path with the actors' update: :func:`~comlrl.algos.training.update.update_policy`
+    One code path with the actors' update: :func:`~comlrl.algos.training.update.policy.update_policy`
     (micro-batches, loss weighting, fused log-probs, clipping) with the value loss as its
     ``extra_loss`` (:func:`value_terms`) and the head as ``extra_params``; ``ref_model`` (a
     frozen copy of the trunk, or None) adds the reference KL term as for the actors.
     Returns ``update_policy``'s metrics (``loss`` is the policy's) and
     :func:`update_critic`'s value metrics. Several agents on one model object step
-    together through :func:`~comlrl.algos.training.shared_models.update_sharers` with
+    together through :func:`~comlrl.algos.training.update.shared_models.update_sharers` with
     :func:`value_terms` of all their heads (the recipe does).
     """
     return split_terms(

@@ -1,4 +1,12 @@
-"""The actor-critic recipes: IAC (independent critics) and MAAC (one centralised critic).
+"""Building an actor-critic run: the critics (loaded, or a value head on each actor's
+trunk), placed and given optimizers, on top of the group-baseline recipe's run
+(:func:`setup`, :func:`attach`).
+
+What an actor-critic run holds (:class:`ActorCriticRun`) and how it is saved: ``final/``
+(:func:`save`), resumable step checkpoints in the one format (:func:`checkpoint`) and
+continuing from one (:func:`resume`).
+
+The actor-critic recipes: IAC (independent critics) and MAAC (one centralised critic).
 
 One step, read top to bottom in :func:`train_step`:
 
@@ -15,7 +23,7 @@ One step, read top to bottom in :func:`train_step`:
    (Schulman et al. 2016) on the rollout tree; each completion is credited with the mean
    advantage of the joint actions it took part in
    (:func:`~comlrl.estimators.joint.credit_completions`), optionally whitened per agent;
-5. the actor update: :func:`~comlrl.algos.training.shared_models.update_sharers` (the
+5. the actor update: :func:`~comlrl.algos.training.update.shared_models.update_sharers` (the
    policy update, with the PPO clip against the behaviour log-probs); the critic update:
    :func:`update_critics` (clipped value loss, its own optimizer and learning rate). With
    a value head on the actor's own model (IAC, ``critic_mode="shared"``) both losses go
@@ -30,24 +38,43 @@ One step, read top to bottom in :func:`train_step`:
 critic (value heads as ``value_head.safetensors`` beside the Hugging Face weights);
 :func:`checkpoint` writes a resumable step checkpoint and :func:`resume` continues from one.
 
-One module per job, gathered here: :mod:`.config` (the config, critic placement),
-:mod:`.critic` (critic inputs, values, advantages, updates), :mod:`.setup` (building the
-run), :mod:`.state` (the run, saving, checkpoints, resume); this module has the step and
-the loop.
+Beside this module: :mod:`.config` (the config, critic placement), :mod:`.critic`
+(critic inputs, values, advantages) and :mod:`.critic_updates` (the critics' updates); this
+module builds the run, steps, saves, checkpoints and resumes it.
+
+Trainer objects for the actor-critic recipes: a thin front over
+:mod:`comlrl.algos.recipes.actor_critic.recipe`.
+
+``IACTrainer(agents, config, task=...)`` / ``MAACTrainer(...)`` take the same task or
+CoMLRL-style ``dataset`` + ``formatters`` + ``reward_func`` (+ ``transition``) arguments
+as :class:`~comlrl.algos.recipes.group_baseline.recipe.MultiAgentTrainer`, an
+:class:`~comlrl.algos.recipes.actor_critic.recipe.ActorCriticConfig`, and optionally ready-made
+``critics`` (:class:`~comlrl.algos.models.value.Critic`). The loop and the maths live in the
+recipe.
+
+The end-to-end runs of the actor-critic recipes (``algo=iac``, ``algo=maac``): the
+group-baseline run (:func:`~comlrl.algos.recipes.group_baseline.recipe.run_policy_gradient`:
+the same task, agents and outputs) with an actor-critic trainer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from comlrl.algos.models.devices import model_device
+from comlrl.algos.models.value import Critic, ValueHead, hidden_size_of, save_value_head
 from comlrl.algos.recipes.actor_critic.config import (
     ActorCriticConfig,
+    Method,
     critic_placement,
     planned_agent_devices,
 )
-from comlrl.algos.recipes.actor_critic.config import Method as Method  # the trainers' type
 from comlrl.algos.recipes.actor_critic.critic import (
     AGENT_REWARDS_KEY,
     agent_rewards,
@@ -62,18 +89,35 @@ from comlrl.algos.recipes.actor_critic.critic_updates import (
     update_shared,
     value_terms,
 )
-from comlrl.algos.recipes.actor_critic.setup import actor_update_settings, attach, setup
-from comlrl.algos.recipes.actor_critic.state import ActorCriticRun, checkpoint, resume, save
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+from comlrl.algos.recipes.group_baseline.recipe import (
+    GroupBaselineRun,
+    MultiAgentTrainer,
+    run_policy_gradient,
+)
+from comlrl.algos.recipes.launch import RunOutputs, RunResult
+from comlrl.algos.rollout.environment import Environment, Transition
+from comlrl.algos.rollout.metrics import rollout_metrics
 from comlrl.algos.rollout.tree import rollout
-from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
-from comlrl.algos.training.metrics import rollout_metrics
-from comlrl.algos.training.shared_models import sharing_groups, update_sharers
+from comlrl.algos.training.config.rl import ConfigError
+from comlrl.algos.training.loop import RecipeLoop, StepResult, rewind_outputs, run_loop
+from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.algos.training.run.saving import save_agent_checkpoint
+from comlrl.algos.training.update.agents import build_optimizer
+from comlrl.algos.training.update.policy import UpdateSettings
+from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
+from comlrl.core import Task
 from comlrl.estimators.gae import value_loss
 
 __all__ = [
-    "ActorCriticConfig",
+    "actor_update_settings",
+    "attach",
+    "setup",
     "ActorCriticRun",
+    "save",
+    "checkpoint",
+    "resume",
+    "ActorCriticConfig",
     "AGENT_REWARDS_KEY",
     "agent_rewards",
     "joint_prompt",
@@ -84,19 +128,337 @@ __all__ = [
     "update_critics",
     "value_terms",
     "update_shared",
-    "actor_update_settings",
     "critic_placement",
     "planned_agent_devices",
-    "setup",
-    "attach",
     "step",
     "train_step",
     "train",
-    "save",
-    "checkpoint",
-    "resume",
     "evaluate",
+    "IACTrainer",
+    "MAACTrainer",
+    "run_iac",
+    "run_maac",
 ]
+
+
+def _check_critics(
+    critics: Sequence[Critic], method: Method, config: ActorCriticConfig, agents: Sequence[Any]
+) -> None:
+    want = len(agents) if method == "iac" else 1
+    if len(critics) != want:
+        raise ConfigError(f"{method.upper()} needs {want} critic(s), got {len(critics)}.")
+    for i, critic in enumerate(critics):
+        if critic.kind != config.critic_type:
+            raise ConfigError(
+                f"critic {i} is of kind {critic.kind!r} but config.critic_type={config.critic_type!r}."
+            )
+        if critic.shared and (method == "maac" or critic.trunk is not agents[i].model):
+            raise ConfigError(
+                f"critic {i} is marked shared but its trunk is not agent {i}'s model; a shared "
+                "critic must sit on its own agent's model (IAC only)."
+            )
+        if not critic.shared and any(critic.trunk is a.model for a in agents):
+            raise ConfigError(
+                f"critic {i} is separate but its trunk is an agent's model, which its own "
+                "optimizer would step a second time; use critic_mode='shared' (a value head "
+                "on the agent's model, IAC) or give the critic its own model."
+            )
+
+
+def _build_critics(
+    agents: Sequence[Any], config: ActorCriticConfig, method: Method
+) -> list[Critic]:
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+
+    if method == "iac" and config.critic_mode == "shared":
+        return [
+            Critic(
+                a.model,
+                a.tokenizer,
+                ValueHead(hidden_size_of(a.model), config.value_head_hidden_dim),
+                kind=config.critic_type,
+                shared=True,
+                max_length=config.critic_max_length,
+            )
+            for a in agents
+        ]
+    count = len(agents) if method == "iac" else 1
+    out = []
+    for i in range(count):
+        name = config.critic_model or config.model_for(i)
+        trunk, tok = load_model_and_tokenizer(
+            name,
+            seed=config.seed + 7919 * (i + 1),
+            dtype=config.dtype,
+            trust_remote_code=config.trust_remote_code,
+        )
+        head = ValueHead(hidden_size_of(trunk), config.value_head_hidden_dim)
+        out.append(
+            Critic(trunk, tok, head, kind=config.critic_type, max_length=config.critic_max_length)
+        )
+    return out
+
+
+def actor_update_settings(settings: UpdateSettings, num_generations: int) -> UpdateSettings:
+    """The actors' update settings: ``settings``, with ``shared_prefix`` off when ``G = 1``.
+
+    The shared-prefix path runs each prompt through the model once and repeats its KV cache
+    for the prompt's ``G`` completions; with one completion per prompt (CoMLRL 1.4.3's
+    multi-turn setting) there is nothing to share and the split costs a second decoder call
+    per turn (measured on stories260k, 4 prompts, 2 turns, 1 thread: 43 -> 37 ms per agent
+    forward). The single forward computes the same log-probs and gradient up to float32
+    round-off (tested against the shared-prefix path).
+    """
+    if num_generations == 1 and settings.shared_prefix:
+        return dataclasses.replace(settings, shared_prefix=False)
+    return settings
+
+
+def attach(
+    base: GroupBaselineRun,
+    config: ActorCriticConfig,
+    method: Method,
+    critics: Sequence[Critic] | None = None,
+) -> ActorCriticRun:
+    """Add critics to a run built by :func:`comlrl.algos.recipes.group_baseline.recipe.setup`.
+
+    Builds the critics from ``config`` when ``critics`` is None (separate critics load
+    ``config.critic_model`` or the agent's model; a shared one puts a new head on the
+    actor), places them (:func:`critic_placement`: ``critic_devices``, else beside their
+    agents; checked before any critic loads or moves) and gives each separate critic an optimizer
+    with ``config.critic_lr`` (critics on one trunk object: one optimizer, the same object
+    for each, over all their parameters); a shared head joins its actor's optimizer as a
+    parameter group with that learning rate (agents on one model object: the first one's
+    optimizer, which steps for all of them). With ``G = 1`` the actors' update runs each prompt and
+    its completion in one forward (:func:`actor_update_settings`).
+
+    Raises:
+        ConfigError: ``method`` unknown, MAAC with ``critic_mode="shared"``, critics
+            that do not fit (count, kind, a shared critic not on its agent's model), or
+            ``critic_devices`` that do not fit (:func:`critic_placement`).
+    """
+    if method not in ("iac", "maac"):
+        raise ConfigError(f"unknown actor-critic method {method!r}; use 'iac' or 'maac'.")
+    if method == "maac" and config.critic_mode == "shared":
+        raise ConfigError(
+            "MAAC's critic is centralised (it reads every agent's prompt), so it cannot share "
+            "one actor's model: set critic_mode='separate'."
+        )
+    agents = base.agents
+    devices = critic_placement(config, method, [model_device(a.model) for a in agents])
+    critics = list(critics) if critics is not None else _build_critics(agents, config, method)
+    _check_critics(critics, method, config, agents)
+    base.update = actor_update_settings(base.update, config.num_generations)
+    # agents on one model object step together with their leader's optimizer
+    # (training.shared_models), so every value head on that model joins it; separate
+    # critics on one trunk share one optimizer over all their parameters
+    leader = {a: g[0] for g in sharing_groups([a.model for a in agents]) for a in g}
+    optimizers: list[torch.optim.Optimizer | None] = [None] * len(critics)
+    for i, critic in enumerate(critics):
+        critic.head.to(devices[i])
+        if critic.shared:
+            base.optimizers[leader[i]].add_param_group(
+                {"params": list(critic.head.parameters()), "lr": config.critic_lr}
+            )
+        else:
+            critic.trunk.to(devices[i])
+            critic.trunk.train()
+    for group in sharing_groups([c.trunk for c in critics]):
+        if critics[group[0]].shared:
+            continue
+        params = {id(p): p for c in group for p in critics[c].parameters()}
+        optimizer = build_optimizer(
+            list(params.values()),
+            config.optimizer,
+            lr=config.critic_lr,
+            weight_decay=config.weight_decay,
+        )
+        for c in group:
+            optimizers[c] = optimizer
+    return ActorCriticRun(base, config, method, critics, optimizers)
+
+
+def setup(
+    agents: Sequence[Any],
+    config: ActorCriticConfig,
+    env: Environment,
+    dataset: Sequence[Mapping[str, Any]],
+    eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    method: Method,
+    critics: Sequence[Critic] | None = None,
+) -> ActorCriticRun:
+    """:func:`comlrl.algos.recipes.group_baseline.recipe.setup` (agents, data, actor optimizers,
+    sampling, pools) followed by :func:`attach` (critics). ``critic_devices`` is checked
+    before any model moves. Raises ConfigError as they do."""
+    critic_placement(config, method, planned_agent_devices(config, len(agents)))
+    base = group_baseline.setup(agents, config, env, dataset, eval_dataset, group_baseline=False)
+    return attach(base, config, method, critics)
+
+
+@dataclass
+class ActorCriticRun:
+    """What an actor-critic run holds between steps (built by :func:`setup`).
+
+    ``base`` holds agents, environment, data, actor optimizers, sampling and pools;
+    ``critics`` is one per agent (IAC) or one (MAAC); ``critic_optimizers[i]`` is None
+    for a shared-trunk critic, whose head is a parameter group of its actor's optimizer.
+    """
+
+    base: GroupBaselineRun
+    config: ActorCriticConfig
+    method: Method
+    critics: list[Critic]
+    critic_optimizers: list[torch.optim.Optimizer | None]
+
+    @property
+    def step(self) -> int:
+        return self.base.step
+
+    def close(self) -> None:
+        """Stop worker threads (safe to call twice)."""
+        self.base.close()
+
+
+def save(run: ActorCriticRun, tag: str) -> list[Path]:
+    """Write every agent to ``output_dir/<tag>/agent_<i>`` (Hugging Face format, atomically)
+    with, for a shared-trunk critic, its value head beside the weights; separate critics go
+    to ``critic_<i>`` (IAC) or ``critic`` (MAAC), trunk and head. Returns the folders."""
+    root = run.base.output_dir / tag
+    out = []
+    for i, agent in enumerate(run.base.agents):
+        path = save_agent_checkpoint(agent, root / f"agent_{i}")
+        out.append(path)
+    for i, critic in enumerate(run.critics):
+        if critic.shared:
+            save_value_head(critic.head, root / f"agent_{i}", kind=critic.kind)
+        else:
+            out.append(critic.save(root / (f"critic_{i}" if run.method == "iac" else "critic")))
+    return out
+
+
+def _critic_state(run: ActorCriticRun) -> dict[str, Any]:
+    """The critics' part of ``training_state.pt``: weights and optimizer state (CPU tensors)."""
+    return {
+        "method": run.method,
+        "kind": run.config.critic_type,
+        "heads": [
+            {k: v.detach().cpu() for k, v in c.head.state_dict().items()} for c in run.critics
+        ],
+        "trunks": [
+            None if c.shared else {k: v.detach().cpu() for k, v in c.trunk.state_dict().items()}
+            for c in run.critics
+        ],
+        "optimizers": [None if o is None else o.state_dict() for o in run.critic_optimizers],
+    }
+
+
+def checkpoint(
+    run: ActorCriticRun,
+    path: str | Path | None = None,
+    *,
+    recipe_state: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``)
+    atomically and return it. ``recipe_state``: a caller's own plain-value state, saved
+    under :data:`~comlrl.algos.training.run.checkpoint.RECIPE_STATE` (``comlrl.trainers``' IAC/MAAC
+    keep their epoch cursor there).
+
+    The folder is :func:`comlrl.algos.training.run.checkpoint.write_checkpoint`'s (built under a
+    temporary name, then renamed): ``agent_<i>/`` (Hugging Face weights) and
+    ``training_state.pt`` holding the actors' optimizers (a shared-trunk head's moments
+    are a parameter group there), the data stream, every random stream, the step and,
+    under ``"critics"``, each critic's head and (separate critics) trunk weights and
+    optimizer state. ``torch.load(..., weights_only=True)`` reads it. (The loop driver
+    prunes to ``keep_last``.)
+
+    Raises:
+        ConfigError: the run is data parallel (actor-critic checkpoints are single-process).
+    """
+    base = run.base
+    if base.world_size > 1 or base.syncs is not None:
+        raise ConfigError(
+            "actor-critic checkpoints are written by a single process; run without "
+            "data_parallel to checkpoint an IAC/MAAC run."
+        )
+    state = ckpt.capture_state(
+        step=base.step,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    state["critics"] = _critic_state(run)
+    if recipe_state is not None:
+        state[ckpt.RECIPE_STATE] = dict(recipe_state)
+    if path is None:
+        path = ckpt.step_checkpoint_path(base.output_dir, base.step)
+    return ckpt.write_checkpoint(path, base.agents, state)
+
+
+def resume(run: ActorCriticRun, path: str | Path, *, state: Mapping[str, Any] | None = None) -> int:
+    """Put ``run`` back at the step checkpoint ``path`` written by :func:`checkpoint`:
+    actor weights and optimizers, critics (heads, separate trunks, their optimizers),
+    data stream and random streams; cut ``metrics.jsonl``/``samples.jsonl``/``eval.jsonl``
+    back to its step and return the step. :func:`train` then continues as if never stopped.
+    ``state``: the checkpoint's ``training_state.pt`` when the caller has read it already.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, was written by another recipe (no
+            critic state), or does not fit the run (method, critic kind, number of critics,
+            a shared/separate mismatch, other shapes).
+    """
+    base = run.base
+    if state is None:
+        state = ckpt.load_training_state(path)
+    saved = state.get("critics")
+    if saved is None:
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} holds no critic state (a group-baseline checkpoint?); resume it "
+            "with the recipe that wrote it."
+        )
+    if (saved["method"], saved["kind"]) != (run.method, run.config.critic_type):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} was written by {saved['method'].upper()} with critic_type="
+            f"{saved['kind']!r}; this run is {run.method.upper()} with critic_type="
+            f"{run.config.critic_type!r}."
+        )
+    if len(saved["heads"]) != len(run.critics):
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} has {len(saved['heads'])} critics but this run has {len(run.critics)}."
+        )
+    for i, agent in enumerate(base.agents):
+        ckpt.load_agent_weights(agent.model, Path(path) / f"agent_{i}")
+    base.step = ckpt.restore_state(
+        state,
+        optimizers=base.optimizers,
+        data=base.data,
+        rng=base.rng,
+        generators=[getattr(a, "generator", None) for a in base.agents],
+    )
+    for i, critic in enumerate(run.critics):
+        trunk, opt_state = saved["trunks"][i], saved["optimizers"][i]
+        if (trunk is None) != critic.shared or (opt_state is None) != (
+            run.critic_optimizers[i] is None
+        ):
+            raise ckpt.CheckpointError(
+                f"critic {i} is {'shared' if critic.shared else 'separate'} in this run but "
+                f"was {'shared' if trunk is None else 'separate'} when saved; use the same "
+                "critic_mode."
+            )
+        try:
+            critic.head.load_state_dict(saved["heads"][i])
+            if trunk is not None:
+                critic.trunk.load_state_dict(trunk)
+            optimizer = run.critic_optimizers[i]
+            if optimizer is not None:
+                optimizer.load_state_dict(opt_state)
+        except (RuntimeError, ValueError) as exc:
+            raise ckpt.CheckpointError(
+                f"critic {i}'s saved state does not fit this run: {exc}"
+            ) from None
+    rewind_outputs(base.output_dir, base.step)
+    return base.step
 
 
 def train_step(run: ActorCriticRun) -> dict[str, float]:
@@ -358,3 +720,126 @@ def train(
         return run_loop(loop, settings)
     finally:
         run.close()
+
+
+class _ActorCriticTrainer(MultiAgentTrainer):
+    method: Method = "iac"
+    uses_estimator = False
+
+    def __init__(
+        self,
+        agents: Sequence[Any],
+        config: ActorCriticConfig,
+        *,
+        critics: Sequence[Critic] | None = None,
+        task: Task | None = None,
+        dataset: Sequence[Mapping[str, Any]] | None = None,
+        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
+        reward_func: Callable[..., Any] | None = None,
+        transition: Transition | None = None,
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        environment: Environment | None = None,
+    ) -> None:
+        if not isinstance(config, ActorCriticConfig):
+            raise ConfigError(
+                f"{type(self).__name__} needs an ActorCriticConfig (it has the critic's "
+                f"settings), got {type(config).__name__}; build one with the same fields but the "
+                "group-baseline ones (estimator, advantage_scale, advantage_eps, "
+                "update_chunk_nodes, update_chunk_split_turns)."
+            )
+        # critic_devices must fit the agents' placement before setup moves any model
+        critic_placement(config, self.method, planned_agent_devices(config, len(agents)))
+        super().__init__(
+            agents,
+            config,
+            task=task,
+            dataset=dataset,
+            formatters=formatters,
+            reward_func=reward_func,
+            transition=transition,
+            eval_dataset=eval_dataset,
+            environment=environment,
+        )
+        self.ac_run = attach(self.run, config, self.method, critics)
+
+    @property
+    def critics(self) -> list[Critic]:
+        """The critics: one per agent (IAC) or one (MAAC)."""
+        return self.ac_run.critics
+
+    def train_step(self) -> dict[str, float]:
+        """One step of :func:`comlrl.algos.recipes.actor_critic.recipe.train_step`."""
+        return train_step(self.ac_run)
+
+    def save(self, tag: str) -> list[Path]:
+        """Agents, value heads and critics under ``output_dir/<tag>``
+        (:func:`comlrl.algos.recipes.actor_critic.recipe.save`)."""
+        return save(self.ac_run, tag)
+
+    def evaluate(self) -> dict[str, float]:
+        """One evaluation row of the agents (critics are not used)."""
+        return evaluate(self.ac_run)
+
+    def resume(self, checkpoint: str | Path) -> int:
+        """Continue from a step checkpoint (:func:`comlrl.algos.recipes.actor_critic.recipe.resume`:
+        actors, critics, optimizers, data and random streams); returns its step.
+
+        Raises:
+            CheckpointError: the checkpoint is incomplete or does not fit this run.
+        """
+        return resume(self.ac_run, checkpoint)
+
+    def checkpoint(self) -> Path:
+        """Write a resumable step checkpoint now
+        (:func:`comlrl.algos.recipes.actor_critic.recipe.checkpoint`); returns its folder."""
+        return checkpoint(self.ac_run)
+
+    def train(self, *, overwrite: bool = False) -> list[dict[str, float]]:
+        """Run :func:`comlrl.algos.recipes.actor_critic.recipe.train`; closes the task after.
+        ``overwrite`` as in :meth:`MultiAgentTrainer.train`."""
+        try:
+            return train(self.ac_run, record=self.record, overwrite=overwrite)
+        finally:
+            if self.task is not None:
+                self.task.close()
+
+
+class IACTrainer(_ActorCriticTrainer):
+    """Independent actor-critic: each agent has its own critic that sees only its own prompt
+    (``critic_type="v"``) or prompt and completion (``"q"``): a separate model
+    (``critic_mode="separate"``) or a value head on the agent's model (``"shared"``).
+    Advantages are GAE (Schulman et al. 2016) per turn; the actor takes PPO-clipped
+    policy-gradient steps (Schulman et al. 2017)."""
+
+    method = "iac"
+    algo = "iac"
+
+
+class MAACTrainer(_ActorCriticTrainer):
+    """Multi-agent actor-critic with one centralised critic that reads every agent's prompt
+    (``"v"``) and the joint action (``"q"``) — centralised training, decentralised execution
+    (Lowe et al. 2017, MADDPG; Foerster et al. 2018, COMA). Same advantages and updates as
+    :class:`IACTrainer`, with every agent credited from the shared critic."""
+
+    method = "maac"
+    algo = "maac"
+
+
+def run_iac(config: ActorCriticConfig, outputs: RunOutputs | None = None) -> RunResult:
+    """``algo=iac``: :class:`~comlrl.algos.IACTrainer` (a critic per agent) on
+    ``config.task``; raises as :func:`run_policy_gradient`."""
+    from comlrl.algos.recipes.actor_critic.recipe import IACTrainer
+
+    return run_policy_gradient(
+        config, outputs, IACTrainer, f"IAC ({config.critic_mode} {config.critic_type}-critics)"
+    )
+
+
+def run_maac(config: ActorCriticConfig, outputs: RunOutputs | None = None) -> RunResult:
+    """``algo=maac``: :class:`~comlrl.algos.MAACTrainer` (one centralised critic) on
+    ``config.task``; raises as :func:`run_policy_gradient`."""
+    from comlrl.algos.recipes.actor_critic.recipe import MAACTrainer
+
+    return run_policy_gradient(
+        config, outputs, MAACTrainer, f"MAAC (centralised {config.critic_type}-critic)"
+    )

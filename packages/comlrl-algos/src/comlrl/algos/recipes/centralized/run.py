@@ -11,17 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from comlrl.algos.recipes.group_baseline.run import run_policy_gradient
-from comlrl.algos.recipes.preference.iterative.run import (
-    MADPOIterRunConfig,
-    MARLHFIterRunConfig,
-    run_madpo_iter,
-    run_marlhf_iter,
-)
-from comlrl.algos.recipes.preference.madpo.run import MADPORunConfig, run_madpo
-from comlrl.algos.recipes.preference.marlhf.run import MARLHFRunConfig, run_marlhf
-from comlrl.algos.recipes.run_steps import RunOutputs, RunResult, load_eval_split
-from comlrl.algos.training.config import TrainConfig
+from comlrl.algos.recipes.group_baseline.recipe import run_policy_gradient
+from comlrl.algos.recipes.launch import RunOutputs, RunResult, load_eval_split
+from comlrl.algos.recipes.preference.iterative.config import MADPOIterRunConfig, MARLHFIterRunConfig
+from comlrl.algos.recipes.preference.iterative.recipe import run_madpo_iter, run_marlhf_iter
+from comlrl.algos.recipes.preference.madpo.config import MADPORunConfig
+from comlrl.algos.recipes.preference.madpo.recipe import run_madpo
+from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig
+from comlrl.algos.recipes.preference.marlhf.recipe import run_marlhf
+from comlrl.algos.training.config.rl import TrainConfig
 from pydantic import BaseModel, model_validator
 
 __all__ = [
@@ -41,7 +39,7 @@ __all__ = [
 
 
 class CentralizedRunConfig(TrainConfig):
-    """:class:`~comlrl.algos.training.config.TrainConfig` for centralized collaboration:
+    """:class:`~comlrl.algos.training.config.rl.TrainConfig` for centralized collaboration:
     ``num_agents`` is the task's role count, ``models`` names the *one* joint policy, and
     ``role_format`` says how it is asked for and answers with every role's output.
     ``max_new_tokens`` is the budget of the whole joint response; ``num_generations``
@@ -96,10 +94,10 @@ def build_centralized_trainer(
     Raises:
         ConfigError: as :class:`~comlrl.algos.MultiAgentTrainer`, or a missing eval split.
     """
-    from comlrl.algos.recipes.group_baseline.trainer import MultiAgentTrainer
+    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
     from comlrl.algos.rollout.environment import TaskEnvironment
     from comlrl.algos.rollout.joint_policy import ROLE_FORMATS, centralized_callbacks
-    from comlrl.algos.training.lifecycle import run_record
+    from comlrl.algos.training.run.lifecycle import run_record
 
     env = TaskEnvironment(task)
     joint_prompt, reward = centralized_callbacks(
@@ -138,7 +136,7 @@ def run_centralized_magrpo(
 
 
 class CentralizedMADPORunConfig(MADPORunConfig):
-    """:class:`~comlrl.algos.recipes.preference.madpo.run.MADPORunConfig` for centralized collaboration:
+    """:class:`~comlrl.algos.recipes.preference.madpo.config.MADPORunConfig` for centralized collaboration:
     ``num_agents`` is the task's role count, ``models`` names the *one* joint policy, and
     ``role_format`` is as :class:`CentralizedRunConfig`'s. ``num_candidates`` counts joint
     responses per prompt and ``max_new_tokens`` is the budget of a whole joint response.
@@ -176,7 +174,7 @@ def build_centralized_madpo_trainer(
     """A :class:`~comlrl.algos.MADPOTrainer` whose one agent is the joint policy: its
     prompt is the role format's joint prompt of the task's role prompts and its reward the
     task's joint reward of the parsed role outputs (held-out reward the same way)."""
-    from comlrl.algos.recipes.preference.madpo.trainer import MADPOTrainer
+    from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer
 
     formatters, reward = _joint_inputs(task, config.num_agents, config.role_format)
     return MADPOTrainer(
@@ -218,7 +216,7 @@ def run_centralized_madpo(
 
 
 class CentralizedMARLHFRunConfig(MARLHFRunConfig):
-    """:class:`~comlrl.algos.recipes.preference.marlhf.run.MARLHFRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.marlhf.config.MARLHFRunConfig` for centralized
     collaboration: ``num_agents`` is the role count, ``models`` names the one joint
     policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Pairs of joint responses
     (by the task's joint reward of their parsed roles) fit the joint reward model on the
@@ -253,7 +251,7 @@ class CentralizedMARLHFRunConfig(MARLHFRunConfig):
 def run_centralized_marlhf(
     config: CentralizedMARLHFRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
-    """``algo=centralized_marlhf``: :func:`~comlrl.algos.recipes.preference.marlhf.run.run_marlhf` with one
+    """``algo=centralized_marlhf``: :func:`~comlrl.algos.recipes.preference.marlhf.recipe.run_marlhf` with one
     joint policy (its final weights in ``final/agent_0``, the reward model's in
     ``final/reward_model``)."""
     return run_marlhf(
@@ -287,7 +285,7 @@ def _for_one_policy(config: Any, cls: type[BaseModel]) -> Any:
 
 
 class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
-    """:class:`~comlrl.algos.recipes.preference.iterative.run.MADPOIterRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.iterative.config.MADPOIterRunConfig` for centralized
     collaboration: ``num_agents`` is the role count, ``models`` names the one joint
     policy, ``role_format`` as :class:`CentralizedRunConfig`'s. Each round compares the
     policy's joint responses with the comparator's (``comparator``: the policy itself, a
@@ -311,7 +309,7 @@ class CentralizedMADPOIterRunConfig(MADPOIterRunConfig):
 def run_centralized_madpo_iter(
     config: CentralizedMADPOIterRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
-    """``algo=centralized_madpo_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_madpo_iter`
+    """``algo=centralized_madpo_iter``: :func:`~comlrl.algos.recipes.preference.iterative.recipe.run_madpo_iter`
     with one joint policy (its final weights in ``final/agent_0``)."""
     return run_madpo_iter(
         config,
@@ -324,7 +322,7 @@ def run_centralized_madpo_iter(
 
 
 class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
-    """:class:`~comlrl.algos.recipes.preference.iterative.run.MARLHFIterRunConfig` for centralized
+    """:class:`~comlrl.algos.recipes.preference.iterative.config.MARLHFIterRunConfig` for centralized
     collaboration (one joint policy, ``role_format``): each round's comparator pairs of
     joint responses refit the joint reward model on the joint prompt and response, then
     the policy takes MAGRPO steps on its scores."""
@@ -346,7 +344,7 @@ class CentralizedMARLHFIterRunConfig(MARLHFIterRunConfig):
 def run_centralized_marlhf_iter(
     config: CentralizedMARLHFIterRunConfig, outputs: RunOutputs | None = None
 ) -> RunResult:
-    """``algo=centralized_marlhf_iter``: :func:`~comlrl.algos.recipes.preference.iterative.run.run_marlhf_iter`
+    """``algo=centralized_marlhf_iter``: :func:`~comlrl.algos.recipes.preference.iterative.recipe.run_marlhf_iter`
     with one joint policy."""
     return run_marlhf_iter(
         config,

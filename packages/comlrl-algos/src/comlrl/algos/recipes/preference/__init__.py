@@ -22,11 +22,12 @@ Every recipe reads its log-probs through the shared path
 - :mod:`~comlrl.algos.recipes.preference.iterative`: pairs refreshed against a comparator
   each round, with a replay of earlier rounds.
 
-Shared by the methods: :mod:`.config` (the configs), :mod:`.encoding` (rows as tensors,
-log-probs, one clipped optimizer step), :mod:`.outputs` (loop settings and step
+Shared by the methods: :mod:`.config` (the shared config base), :mod:`.encoding` (rows as
+tensors, log-probs, one clipped optimizer step), :mod:`.checkpoint` (loop settings and step
 checkpoints), :mod:`.pairs` (joint-action preference pairs), :mod:`.inputs` (agents and
-environments from the trainers' arguments). Each method's trainer object lives in its
-folder (``supervised/trainer.py``, ``madpo/trainer.py``, ``marlhf/trainer.py``).
+environments from the trainers' arguments). Each method's config, recipe and trainer object
+live in its folder (``supervised/``, ``madpo/``, ``marlhf/``, ``iterative/``: ``config.py``
+and ``recipe.py``).
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
 ``P`` pairs, ``B`` sequences, ``S`` padded prompt tokens, ``L`` completion tokens, ``H``

@@ -16,8 +16,8 @@ from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.recipes.preference.config import PreferenceTrainConfig
 from comlrl.algos.records import PolicyBatch
 from comlrl.algos.rollout.sampling.collate import pack_token_rows
-from comlrl.algos.training.agents import build_optimizer, resolve_device
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config.rl import ConfigError
+from comlrl.algos.training.update.agents import build_optimizer, resolve_device
 
 __all__ = [
     "check_rows",

@@ -1,4 +1,4 @@
-"""What the preference trainers (:mod:`.supervised.trainer`, :mod:`.madpo.trainer`, :mod:`.marlhf.trainer`) check and
+"""What the preference trainers (in :mod:`.supervised.recipe`, :mod:`.madpo.recipe`, :mod:`.marlhf.recipe`) check and
 build from their arguments: the config's type, the environment (a task, or CoMLRL's
 formatters and reward function) and the agents."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comlrl.algos.rollout.environment import CallbackEnvironment, Environment, TaskEnvironment
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config.rl import ConfigError
 from comlrl.core import Task
 
 __all__ = ["check_config", "environment", "as_agents"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from comlrl.algos.training.checkpoint import cpu_state_dict
+from comlrl.algos.training.run.checkpoint import cpu_state_dict
 
 __all__ = ["COMPARATORS", "Comparator"]
 

@@ -1,7 +1,29 @@
-"""MADPO-Iter and MARLHF-Iter under the one loop driver (:mod:`comlrl.algos.training.loop`).
+"""Step checkpoints of MADPO-Iter and MARLHF-Iter (:mod:`.recipe`) in the one
+format (:mod:`comlrl.algos.training.run.checkpoint`), and exact resume from them.
+
+A checkpoint holds what MADPO's (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_checkpoint`)
+or the group-baseline recipe's (:func:`comlrl.algos.recipes.group_baseline.recipe.checkpoint`)
+holds (weights, optimizers, data stream, random streams) and, under
+:data:`~comlrl.algos.training.run.checkpoint.RECIPE_STATE`, the iterative state:
+
+- ``recipe``: ``"madpo_iter"`` or ``"marlhf_iter"`` (a checkpoint of another recipe is refused);
+- ``rounds``: :meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.state_dict`:
+  the pairing and ordering streams, the round rows, the replay of every round's pairs,
+  the comparator's history snapshots and its frozen agents' sampling streams;
+- ``round``: the round in progress (:class:`RoundState`: its row and, MADPO-Iter, the
+  training pairs its remaining steps take);
+- MARLHF-Iter also: the rounds' prompt stream, the reward model's weights as last
+  fitted, whether it was fitted, its fit rows (``reward_model_metrics.jsonl``) and a
+  fingerprint of its initial weights (every round refits from those; setup rebuilds them,
+  and a resume whose reward model starts elsewhere is refused).
+
+The reward model's optimizer is not saved: every round's fit builds a fresh one (and
+reseeds torch) inside one step, so none outlives a step boundary.
+
+MADPO-Iter and MARLHF-Iter under the one loop driver (:mod:`comlrl.algos.training.loop`).
 
 Both run ``num_steps`` optimizer steps in rounds of ``steps_per_round``
-(:class:`~comlrl.algos.recipes.preference.config.IterativeSection`). The first step of a
+(:class:`~comlrl.algos.recipes.preference.iterative.config.IterativeSection`). The first step of a
 round starts it (:meth:`~comlrl.algos.recipes.preference.iterative.rounds.IterativeRounds.begin`):
 ``round_prompts`` prompts from the training stream, current vs comparator candidates,
 pairs, replay. Then:
@@ -18,10 +40,15 @@ pairs, replay. Then:
   "reward_model"``) by the previous round's reward model once one exists.
 
 Every step's row carries its round's ``iter/*`` keys and ``iteration`` (1-based).
-Evaluation rows go to ``eval.jsonl``. Step checkpoints (:mod:`.checkpoint`) hold
+Evaluation rows go to ``eval.jsonl``. Step checkpoints hold
 the weights and optimizers and the rounds (replay, comparator snapshots, the round in
 progress, the reward model): a run put back by :func:`madpo_iter_resume` /
 :func:`marlhf_iter_resume` continues exactly as if never stopped.
+
+The end-to-end runs of the iterative preference recipes (``algo=madpo_iter``,
+``algo=marlhf_iter``): their run configs and the runs, rounds of fresh pairs against a
+comparator policy (:mod:`comlrl.algos.recipes.preference.iterative.recipe`), from config to
+final checkpoint and resumable, from Python as from ``comlrl train``.
 """
 
 from __future__ import annotations
@@ -35,28 +62,53 @@ from typing import Any
 
 import torch
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.preference.config import IterativeMADPOConfig, IterativeSection
-from comlrl.algos.recipes.preference.iterative.checkpoint import (
-    RoundState,
-    madpo_iter_checkpoint,
-    madpo_iter_resume,
-    marlhf_iter_checkpoint,
+from comlrl.algos.recipes.group_baseline import recipe as group_baseline_state
+from comlrl.algos.recipes.launch import (
+    RunOutputs,
+    RunResult,
+    announce,
+    load_agents,
+    load_eval_split,
+    load_model,
+    loss_summary,
+    preflight,
+    quiet_transformers,
+    resuming_line,
+    setup_errors,
 )
+from comlrl.algos.recipes.preference.checkpoint import loop_settings, save_models
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
+from comlrl.algos.recipes.preference.iterative.config import (
+    IterativeMADPOConfig,
+    IterativeSection,
+    MADPOIterRunConfig,
+    MARLHFIterRunConfig,
+)
 from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
-from comlrl.algos.recipes.preference.madpo.recipe import MADPORun, madpo_evaluate, madpo_update
+from comlrl.algos.recipes.preference.madpo.recipe import (
+    MADPORun,
+    madpo_checkpoint,
+    madpo_evaluate,
+    madpo_resume,
+    madpo_update,
+)
 from comlrl.algos.recipes.preference.marlhf.reward_model import train_reward_model
-from comlrl.algos.recipes.preference.outputs import loop_settings, save_models
 from comlrl.algos.recipes.preference.pairs import IterPair, joint_pairs
 from comlrl.algos.rollout.environment import Environment
-from comlrl.algos.training.checkpoint import cpu_state_dict
-from comlrl.algos.training.data import DataStream
 from comlrl.algos.training.loop import RecipeLoop, StepResult, run_loop
-from comlrl.algos.training.reporting import Reporter
+from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.algos.training.run.checkpoint import cpu_state_dict
+from comlrl.algos.training.run.data import DataStream
+from comlrl.algos.training.run.reporting import Reporter
 from comlrl.core import SamplingParams
 
 __all__ = [
+    "RoundState",
+    "madpo_iter_checkpoint",
+    "madpo_iter_resume",
+    "marlhf_iter_checkpoint",
+    "marlhf_iter_resume",
     "build_rounds",
     "MADPOIterRun",
     "madpo_iter_step",
@@ -66,7 +118,133 @@ __all__ = [
     "refit_reward_model",
     "marlhf_iter_step",
     "train_marlhf_iter",
+    "run_madpo_iter",
+    "run_marlhf_iter",
 ]
+
+
+@dataclass
+class RoundState:
+    """The round in progress: its row and its training pairs, one chunk per step."""
+
+    row: dict[str, float] = field(default_factory=dict)
+    chunks: list[list[IterPair]] = field(default_factory=list)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain values (the pairs as :meth:`IterPair.to_state`)."""
+        return {
+            "row": dict(self.row),
+            "chunks": [[p.to_state() for p in chunk] for chunk in self.chunks],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> RoundState:
+        """The round :meth:`state_dict` saved."""
+        return cls(
+            {str(k): float(v) for k, v in state["row"].items()},
+            [[IterPair.from_state(p) for p in chunk] for chunk in state["chunks"]],
+        )
+
+
+def _fingerprint(weights: Mapping[str, torch.Tensor]) -> float:
+    """The float64 sum of ``|w|`` over ``weights``: equal for the same weights, almost
+    surely different for others (a cheap check, not a hash)."""
+    return float(sum(t.detach().double().abs().sum() for t in weights.values()))
+
+
+def _iterative_state(state: Mapping[str, Any], path: str | Path, recipe: str) -> dict[str, Any]:
+    saved = state.get(ckpt.RECIPE_STATE)
+    if not isinstance(saved, Mapping) or saved.get("recipe") != recipe:
+        found = saved.get("recipe") if isinstance(saved, Mapping) else None
+        raise ckpt.CheckpointError(
+            f"{str(path)!r} holds no {recipe} rounds (its recipe state: {found!r}); resume "
+            f"it with the recipe that wrote it, or start a new algo={recipe} run."
+        )
+    return dict(saved)
+
+
+def _load_rounds(run: Any, saved: Mapping[str, Any]) -> None:
+    try:
+        run.rounds.load_state_dict(saved["rounds"])
+    except ValueError as exc:
+        raise ckpt.CheckpointError(str(exc)) from None
+    run.round = RoundState.from_state(saved["round"])
+
+
+def madpo_iter_checkpoint(run: MADPOIterRun, path: str | Path) -> Path:
+    """Write a MADPO-Iter step checkpoint at ``path`` (the MADPO run's, plus the rounds
+    and the round in progress); returns the folder."""
+    recipe_state = {
+        "recipe": "madpo_iter",
+        "rounds": run.rounds.state_dict(),
+        "round": run.round.state_dict(),
+    }
+    return madpo_checkpoint(run.madpo, path, recipe_state=recipe_state)
+
+
+def madpo_iter_resume(
+    run: MADPOIterRun, path: str | Path, output_dir: str | Path | None = None
+) -> int:
+    """Put a freshly built MADPO-Iter ``run`` (the initial weights, rounds not begun) back
+    at the step checkpoint ``path`` and return its step; with ``output_dir`` its logs are
+    cut back to the step. The run then continues as if never stopped.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, is not MADPO-Iter's, or does not
+            fit the run (agents, optimizers, reference models, comparator).
+    """
+    state = ckpt.load_training_state(path)
+    saved = _iterative_state(state, path, "madpo_iter")
+    step = madpo_resume(run.madpo, path, output_dir, state=state)
+    _load_rounds(run, saved)
+    return step
+
+
+def marlhf_iter_checkpoint(run: MARLHFIterRun, path: str | Path) -> Path:
+    """Write a MARLHF-Iter step checkpoint at ``path`` (the RL run's, plus the rounds,
+    the round in progress, the prompt stream and the reward model); returns the folder."""
+    recipe_state = {
+        "recipe": "marlhf_iter",
+        "rounds": run.rounds.state_dict(),
+        "round": run.round.state_dict(),
+        "data": run.data.state_dict(),
+        "fitted": run.fitted,
+        "reward_model": ckpt.cpu_state_dict(run.reward_model),
+        "reward_init_fingerprint": _fingerprint(run.reward_init),
+        "reward_model_rows": [dict(row) for row in run.reward_model_rows],
+    }
+    return group_baseline_state.checkpoint(run.rl, path, recipe_state=recipe_state)
+
+
+def marlhf_iter_resume(run: MARLHFIterRun, path: str | Path) -> int:
+    """Put a freshly built MARLHF-Iter ``run`` (the initial weights and reward model,
+    rounds not begun) back at the step checkpoint ``path`` and return its step; the logs
+    in the RL run's ``output_dir`` are cut back to the step.
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete, is not MARLHF-Iter's, or does not
+            fit the run (agents, optimizers, comparator, the reward model's initial
+            weights or shape, the prompt data).
+    """
+    state = ckpt.load_training_state(path)
+    saved = _iterative_state(state, path, "marlhf_iter")
+    now = _fingerprint(run.reward_init)
+    was = float(saved["reward_init_fingerprint"])
+    if abs(now - was) > 1e-9 * max(1.0, abs(was)):
+        raise ckpt.CheckpointError(
+            f"the reward model starts from other weights than the saved run's (fingerprint "
+            f"{was} when saved, {now} now); resume with the reward_model the run started with."
+        )
+    step = group_baseline_state.resume(run.rl, path, state=state)
+    try:
+        run.reward_model.load_state_dict(dict(saved["reward_model"]), strict=True)
+        run.data.load_state_dict(saved["data"])
+    except (RuntimeError, ValueError) as exc:
+        raise ckpt.CheckpointError(f"the saved reward model or data do not fit: {exc}") from None
+    run.fitted = bool(saved["fitted"])
+    run.reward_model_rows = [dict(row) for row in saved["reward_model_rows"]]
+    _load_rounds(run, saved)
+    return step
 
 
 def build_rounds(
@@ -358,3 +536,253 @@ def train_marlhf_iter(
         return run_loop(loop, settings, group_baseline.collective(run.rl))
     finally:
         run.rl.close()
+
+
+def _loader(config: Any) -> Any:
+    """``name -> model`` for ``comparator_models`` (frozen, loaded as the agents are)."""
+    return lambda name: load_model(name, config, config.seed + 7919)[0]
+
+
+#: ``task -> (formatters, reward)`` of one joint policy (the centralized recipes)
+JointInputs = Callable[[Any], tuple[list[Any], Any]]
+
+
+def run_madpo_iter(
+    config: MADPOIterRunConfig,
+    outputs: RunOutputs | None = None,
+    *,
+    algo: str = "madpo_iter",
+    num_models: int | None = None,
+    joint: JointInputs | None = None,
+    policy_config: Any = None,
+) -> RunResult:
+    """``algo=madpo_iter``: MADPO-Iter on ``config.task``
+    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_madpo_iter`); with
+    ``outputs.resume_from`` it continues that step checkpoint (rounds, replay and
+    comparator included).
+
+    ``algo=centralized_madpo_iter`` loads ``num_models`` (1) models, takes the one joint
+    policy's ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and
+    builds its MADPO run with ``policy_config`` (the policy's one-agent config).
+
+    Raises:
+        ConfigError: a bad config, task, model name, a model that does not load, a
+            folder that holds another run (without ``outputs.overwrite``), or a checkpoint
+            that does not fit, all before training.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+    """
+    from comlrl.algos.recipes.preference.iterative.recipe import (
+        MADPOIterRun,
+        build_rounds,
+        madpo_iter_resume,
+        train_madpo_iter,
+    )
+    from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer
+    from comlrl.algos.training.run.reporting import reporters_for
+
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    outputs.check_folder()
+    task, examples = preflight(
+        config,
+        [*config.models, *(config.comparator_models or [])],
+        refuse_tools="madpo_iter",
+    )
+    try:
+        with setup_errors():
+            eval_examples = None
+            if config.eval_split is not None:
+                eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
+            quiet_transformers()
+            announce(
+                config,
+                len(examples),
+                f"MADPO-Iter against the {config.comparator} comparator, "
+                f"{config.num_rounds(config.num_steps)} rounds of {config.steps_per_round} steps",
+                _who(config, num_models),
+            )
+            agents = load_agents(config, num_models, prompt_format=config.prompt_format)
+            madpo = MADPOTrainer(
+                agents,
+                policy_config or config,
+                dataset=examples,
+                eval_dataset=eval_examples,
+                **_task_inputs(task, joint),
+            ).run
+            rounds = build_rounds(
+                config,
+                madpo.agents,
+                SamplingParams.from_config(config, config.num_candidates),
+                pairs_per_prompt=config.pairs_per_prompt,
+                num_rounds=config.num_rounds(config.num_steps),
+                seed=config.seed,
+                load=_loader(config),
+            )
+            run = MADPOIterRun(madpo, rounds)
+            if outputs.resume_from is not None:
+                step = madpo_iter_resume(run, outputs.resume_from, outputs.output_dir)
+                print(
+                    resuming_line(outputs.output_dir, step, config.num_steps, outputs.resume_from)
+                )
+    except BaseException:
+        task.close()
+        raise
+    try:  # a bug from here on keeps its traceback
+        history = train_madpo_iter(
+            run,
+            **outputs.loop_arguments({"algo": algo, **config.model_dump()}),
+            overwrite=outputs.overwrite,
+            reporters=lambda out: reporters_for(
+                out,
+                report_to=list(outputs.report_to),
+                reward_curve=outputs.reward_curve,
+                title=f"{config.task.name} - {', '.join(config.models)} - MADPO-Iter",
+                wandb_project=outputs.wandb_project,
+                record=config.model_dump(),
+            ),
+        )
+    finally:
+        task.close()
+    out = outputs.output_dir
+    return RunResult(history, loss_summary(history, out, "reward_mean"), out)
+
+
+def _who(config: Any, num_models: int | None) -> str:
+    """Who trains, for the run's first line: the agents, or one policy for the roles."""
+    if num_models is None or num_models == config.num_agents:
+        return f"{config.num_agents} agents"
+    return f"{num_models} policy for {config.num_agents} roles"
+
+
+def _task_inputs(task: Any, joint: JointInputs | None) -> dict[str, Any]:
+    """The trainer's task arguments: the task itself, or a joint policy's formatters and
+    reward on it."""
+    if joint is None:
+        return {"task": task}
+    return dict(zip(("formatters", "reward_func"), joint(task), strict=True))
+
+
+def run_marlhf_iter(
+    config: MARLHFIterRunConfig,
+    outputs: RunOutputs | None = None,
+    *,
+    algo: str = "marlhf_iter",
+    num_models: int | None = None,
+    joint: JointInputs | None = None,
+    policy_config: Any = None,
+) -> RunResult:
+    """``algo=marlhf_iter``: MARLHF-Iter on ``config.task``
+    (:func:`~comlrl.algos.recipes.preference.iterative.recipe.train_marlhf_iter`); the
+    reward model's fit rows in ``reward_model_metrics.jsonl``, its last fit in
+    ``final/reward_model``; with ``outputs.resume_from`` it continues that step checkpoint.
+    ``algo=centralized_marlhf_iter`` as :func:`run_madpo_iter`'s centralized form: one
+    joint policy, its RL steps with ``policy_config``.
+
+    Raises:
+        ConfigError: as :func:`run_madpo_iter`.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+        RewardFunctionError: the reward function failed.
+    """
+    import torch
+    from comlrl.algos.recipes.preference.iterative.recipe import (
+        MARLHFIterRun,
+        build_rounds,
+        marlhf_iter_resume,
+        train_marlhf_iter,
+    )
+    from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
+    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer, save_reward_model
+    from comlrl.algos.training.run import lifecycle
+    from comlrl.algos.training.run.data import JsonlWriter
+    from comlrl.algos.training.run.data_mixture import example_stream
+    from comlrl.algos.training.run.summary import summary_line
+
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    if policy_config is not None:
+        policy_config = outputs.apply(policy_config)
+    outputs.check_folder()
+    backbone_name = config.reward_model or config.model_for(0)
+    task, examples = preflight(
+        config,
+        [*config.models, backbone_name, *(config.comparator_models or [])],
+        refuse_tools="marlhf_iter",
+    )
+    try:
+        with setup_errors():
+            eval_examples = None
+            if config.eval_every:
+                eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
+            quiet_transformers()
+            announce(
+                config,
+                len(examples),
+                f"MARLHF-Iter against the {config.comparator} comparator, "
+                f"{config.num_rounds(config.num_steps)} rounds of a reward-model fit and "
+                f"{config.steps_per_round} steps of estimator {config.estimator}",
+                _who(config, num_models),
+            )
+            torch.manual_seed(config.seed)
+            agents = load_agents(config, num_models, **config.generation_options())
+            n_models = len(agents)
+            backbone, backbone_tok = load_model(backbone_name, config, config.seed + 104_729)
+            marlhf = MARLHFTrainer(
+                agents,
+                MADPOConfig(num_agents=n_models, seed=config.seed, device=config.device),
+                reward_backbone=backbone,
+                reward_tokenizer=backbone_tok,
+                reward_config=config.reward,
+                dataset=examples,
+                **_task_inputs(task, joint),
+            )
+            rl = marlhf.rl_trainer(policy_config or config, eval_dataset=eval_examples)
+            run = MARLHFIterRun(
+                rl=rl.run,
+                rounds=build_rounds(
+                    config,
+                    rl.run.agents,
+                    SamplingParams.from_config(config, config.num_candidates),
+                    pairs_per_prompt=config.pairs_per_prompt,
+                    num_rounds=config.num_rounds(config.num_steps),
+                    seed=config.seed,
+                    load=_loader(config),
+                ),
+                task_env=marlhf.env,
+                reward_env=rl.env,
+                reward_model=marlhf.reward_model,
+                reward_tokenizer=marlhf.reward_tokenizer,
+                reward_config=config.reward,
+                data=example_stream(examples, seed=config.seed + 1, task=config.task),
+                section=config,
+                batch_size=config.batch_size,
+                scoring_reward=config.scoring_reward,
+            )
+            if outputs.resume_from is not None:
+                step = marlhf_iter_resume(run, outputs.resume_from)
+                print(
+                    resuming_line(outputs.output_dir, step, config.num_steps, outputs.resume_from)
+                )
+    except BaseException:
+        task.close()
+        raise
+    if outputs.overwrite and outputs.resume_from is None:
+        lifecycle.clear_run_outputs(outputs.output_dir)
+    out = rl.run.output_dir
+    try:  # a bug from here on keeps its traceback
+        history = train_marlhf_iter(
+            run,
+            record=lifecycle.run_record(config, algo=algo, task=task),
+            save_final=lambda path: save_reward_model(marlhf, path / "reward_model"),
+        )
+    finally:
+        task.close()
+        if run.reward_model_rows:  # all of the run's fits (a resumed run's saved ones too)
+            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
+            writer = JsonlWriter(out / "reward_model_metrics.jsonl")
+            try:
+                for row in run.reward_model_rows:
+                    writer.write(row)
+            finally:
+                writer.close()
+    line = summary_line(history, out) + " (reward: the learned reward model's)"
+    return RunResult(history, line, out)

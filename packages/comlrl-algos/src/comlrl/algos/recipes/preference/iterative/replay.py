@@ -35,7 +35,7 @@ from comlrl.algos.recipes.preference.iterative.replay_shards import (
 )
 from comlrl.algos.recipes.preference.pairs import IterPair, row_tokens
 from comlrl.algos.records import Rollout
-from comlrl.algos.training.checkpoint import set_random_state
+from comlrl.algos.training.run.checkpoint import set_random_state
 
 __all__ = [
     "PAIR_SELECTIONS",

@@ -22,7 +22,7 @@ from comlrl.algos.recipes.preference.pairs import IterPair
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.checkpoint import set_random_state
+from comlrl.algos.training.run.checkpoint import set_random_state
 from comlrl.core import SamplingParams
 
 __all__ = ["IterativeRounds"]

@@ -5,7 +5,17 @@
 reference model (:func:`madpo_setup`, :func:`madpo_step`, :func:`train_madpo`).
 
 Named axes: ``N`` prompts, ``A`` agents, ``K`` candidates (joint actions) per prompt,
-``P`` pairs."""
+``P`` pairs.
+
+MADPO's trainer object: ``A`` agents on a task (or CoMLRL's ``dataset`` + ``formatters``
++ ``reward_func`` form), a thin front over :mod:`comlrl.algos.recipes.preference.madpo.recipe`
+that checks its arguments and config when built and calls the recipe's loop in ``train``.
+
+The end-to-end run of MADPO (``algo=madpo``): its run config (the library config plus
+the agents' models, the task, the evaluation split and the outputs) and the run: check the
+task, load the agents, train joint DPO on reward-gap pairs sampled online, write each
+agent's final weights to ``final/agent_<i>``.
+"""
 
 from __future__ import annotations
 
@@ -20,21 +30,35 @@ from typing import Any
 import torch
 from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.models.threads import small_model_threads
-from comlrl.algos.recipes.preference.config import MADPOConfig
+from comlrl.algos.recipes.launch import (
+    RunOutputs,
+    RunResult,
+    announce,
+    load_agents,
+    load_eval_split,
+    loss_summary,
+    preflight,
+    quiet_transformers,
+    resuming_line,
+    setup_errors,
+    start_outputs,
+)
+from comlrl.algos.recipes.preference.checkpoint import (
+    loop_settings,
+    read_step_checkpoint,
+    save_models,
+    write_step_checkpoint,
+)
 from comlrl.algos.recipes.preference.encoding import (
     clipped_optimizer_step,
     model_device,
     sequence_logprobs,
 )
+from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
+from comlrl.algos.recipes.preference.madpo.config import MADPOConfig, MADPORunConfig
 from comlrl.algos.recipes.preference.madpo.initial_pairs import (
     build_initial_pairs,
     rollout_pairs,
-)
-from comlrl.algos.recipes.preference.outputs import (
-    loop_settings,
-    read_step_checkpoint,
-    save_models,
-    write_step_checkpoint,
 )
 from comlrl.algos.recipes.preference.pairs import (
     IterPair,
@@ -45,17 +69,17 @@ from comlrl.algos.recipes.preference.pairs import (
 from comlrl.algos.records import PolicyBatch
 from comlrl.algos.rollout.environment import Environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.agents import build_optimizer, resolve_device
-from comlrl.algos.training.config import ConfigError
-from comlrl.algos.training.data import DataStream
-from comlrl.algos.training.data_mixture import example_stream
+from comlrl.algos.training.config.rl import ConfigError
 from comlrl.algos.training.loop import (
     RecipeLoop,
     StepResult,
     run_loop,
 )
-from comlrl.algos.training.reporting import Reporter
-from comlrl.core import SamplingParams
+from comlrl.algos.training.run.data import DataStream
+from comlrl.algos.training.run.data_mixture import example_stream
+from comlrl.algos.training.run.reporting import Reporter
+from comlrl.algos.training.update.agents import build_optimizer, resolve_device
+from comlrl.core import SamplingParams, Task
 from comlrl.estimators.preference_losses import (
     multi_agent_dpo_loss,
 )
@@ -70,6 +94,8 @@ __all__ = [
     "madpo_checkpoint",
     "madpo_resume",
     "train_madpo",
+    "MADPOTrainer",
+    "run_madpo",
 ]
 
 
@@ -376,7 +402,7 @@ def madpo_checkpoint(
     run: MADPORun, path: str | Path, *, recipe_state: Mapping[str, Any] | None = None
 ) -> Path:
     """Write the step checkpoint ``path`` for the run's step, atomically, in the one format
-    (:func:`comlrl.algos.training.checkpoint.write_checkpoint`): every agent's weights,
+    (:func:`comlrl.algos.training.run.checkpoint.write_checkpoint`): every agent's weights,
     optimizers, the data stream, the run's, torch's, Python's and each agent's random
     streams, and a fingerprint of the frozen reference models (not saved:
     :func:`madpo_setup` rebuilds them from the initial weights); ``recipe_state``: a
@@ -476,3 +502,153 @@ def train_madpo(
         start_step=run.step,
     )
     return run_loop(loop, settings)
+
+
+class MADPOTrainer:
+    """Multi-agent DPO (:func:`comlrl.algos.recipes.preference.madpo.recipe.madpo_step`): each step
+    samples ``K`` candidates per agent, pairs joint actions by reward gap and steps every
+    agent on its own term of the joint DPO loss, against a frozen reference per agent.
+    CoMLRL 1.4.3's MADPO (``comlrl.trainers.MADPOTrainer``, the same algorithm with 1.4.3's
+    arguments) is this trainer with ``pair_source="initial"``, ``num_epochs`` and
+    ``reference_free=True`` (:class:`MADPOConfig`).
+
+    Args:
+        agents: ``A`` :class:`~comlrl.algos.HFAgent` s or ``(model, tokenizer)`` pairs,
+            each with its own model object.
+        config: a :class:`MADPOConfig`.
+        task: a single-turn use of a :class:`comlrl.core.Task` (its ``train`` split unless
+            ``dataset`` is given); or ``dataset`` + ``formatters`` + ``reward_func``.
+        eval_dataset: held-out examples (reward and held-out pair margin).
+        ref_models: one frozen reference per agent (default: copies made at setup).
+
+    Raises:
+        ConfigError: as :func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_setup`, or a
+            missing task / formatters / reward function.
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[Any],
+        config: MADPOConfig,
+        *,
+        task: Task | None = None,
+        dataset: Sequence[Mapping[str, Any]] | None = None,
+        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
+        reward_func: Callable[..., Any] | None = None,
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        ref_models: Sequence[Any] | None = None,
+    ) -> None:
+        check_config(config, MADPOConfig)
+        self.config = config
+        self.agents = as_agents(agents)
+        self.env, data = environment(len(self.agents), task, dataset, formatters, reward_func)
+        self.run = madpo_setup(
+            self.agents, config, self.env, data, eval_dataset, ref_models=ref_models
+        )
+
+    def train_step(self) -> dict[str, float]:
+        """One step; its metrics row."""
+        return madpo_step(self.run)
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out reward and pair metrics."""
+        return madpo_evaluate(self.run)
+
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the steps up to ``config.num_steps`` (from the resumed step, if any);
+        ``outputs`` (``output_dir``, ``save_every``, ``keep_last``, ``resume_from``,
+        ``record``, ``progress``) as in
+        :func:`~comlrl.algos.recipes.preference.madpo.recipe.train_madpo`."""
+        return train_madpo(self.run, **outputs)
+
+    def checkpoint(self, path: str | Path) -> Path:
+        """Write a resumable step checkpoint now at ``path``
+        (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_checkpoint`); returns it."""
+        return madpo_checkpoint(self.run, path)
+
+    def resume(self, checkpoint: str | Path, output_dir: str | Path | None = None) -> int:
+        """Continue from a step checkpoint (agents, optimizers, data and random streams;
+        :func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_resume`); returns its step. Build
+        the trainer on the run's initial weights first: the reference models are copies
+        of them.
+
+        Raises:
+            CheckpointError: the checkpoint is incomplete or does not fit this run.
+        """
+        return madpo_resume(self.run, checkpoint, output_dir)
+
+
+def run_madpo(
+    config: MADPORunConfig,
+    outputs: RunOutputs | None = None,
+    *,
+    algo: str = "madpo",
+    label: str = "MADPO",
+    num_models: int | None = None,
+    build: Callable[..., Any] | None = None,
+) -> RunResult:
+    """``algo=madpo``: :class:`~comlrl.algos.MADPOTrainer` on ``config.task``; each agent's
+    final weights in ``final/agent_<i>``. ``num_models`` models are loaded (default
+    ``config.num_agents``) and ``build(agents, config, task, examples, eval_examples)``
+    makes the trainer (default: ``MADPOTrainer(agents, config, task=task, ...)``);
+    ``algo=centralized_madpo`` passes one model and its joint-policy trainer.
+
+    Raises:
+        ConfigError: a bad config, task, model name, a model that does not load, a
+            folder that holds another run (without ``outputs.overwrite``), or a checkpoint
+            that does not fit, all before training.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+    """
+    from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer
+    from comlrl.algos.training.run.reporting import reporters_for
+
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    outputs.check_folder()
+    task, examples = preflight(config, config.models, refuse_tools=algo)
+    n_models = config.num_agents if num_models is None else num_models
+    who = f"{config.num_agents} agents"
+    if n_models != config.num_agents:
+        who = f"{n_models} policy for {config.num_agents} roles"
+    try:
+        with setup_errors():
+            eval_examples = None
+            if config.eval_split is not None:
+                eval_examples = load_eval_split(task, config.eval_split, config.eval_limit)
+            quiet_transformers()
+            announce(
+                config,
+                len(examples),
+                f"{label}, {config.num_steps} steps of {config.batch_size} prompts x "
+                f"{config.num_candidates} candidates",
+                who,
+            )
+            agents = load_agents(config, n_models, prompt_format=config.prompt_format)
+            if build is None:
+                trainer = MADPOTrainer(
+                    agents, config, task=task, dataset=examples, eval_dataset=eval_examples
+                )
+            else:
+                trainer = build(agents, config, task, examples, eval_examples)
+            out = start_outputs(config, algo, outputs)
+            if outputs.resume_from is not None:
+                step = trainer.resume(outputs.resume_from, out)
+                print(resuming_line(out, step, config.num_steps, outputs.resume_from))
+    except BaseException:
+        task.close()
+        raise
+    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
+        history = trainer.train(
+            **outputs.loop_arguments({"algo": algo, **config.model_dump()}),
+            reporters=lambda out: reporters_for(
+                out,
+                report_to=list(outputs.report_to),
+                reward_curve=outputs.reward_curve,
+                title=f"{config.task.name} - {', '.join(config.models)} - {label}",
+                wandb_project=outputs.wandb_project,
+                record=config.model_dump(),
+            ),
+        )
+    finally:
+        task.close()
+    return RunResult(history, loss_summary(history, out, "reward_mean"), out)

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from comlrl.algos.recipes.preference.config import RewardModelConfig
 from comlrl.algos.recipes.preference.encoding import clipped_optimizer_step
+from comlrl.algos.recipes.preference.marlhf.config import RewardModelConfig
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs
-from comlrl.algos.training.agents import build_optimizer
-from comlrl.algos.training.config import ConfigError
+from comlrl.algos.training.config.rl import ConfigError
+from comlrl.algos.training.update.agents import build_optimizer
 from comlrl.core import RewardBatch
 from comlrl.estimators.preference_losses import (
     bradley_terry_loss,

@@ -5,19 +5,44 @@
 - :func:`train_dpo`: DPO (Rafailov et al. 2023) on ``prompt``/``chosen``/``rejected`` rows
   against a frozen reference model; evaluation is the held-out chosen-vs-rejected margin
   and accuracy.
+
+Trainer objects of SFT and DPO (one model on offline rows): thin fronts over
+:mod:`comlrl.algos.recipes.preference.supervised.recipe` that check their arguments and
+config when built (before any model work) and call the recipe's loop in ``train``.
+
+The end-to-end runs of the one-model recipes (``algo=sft``, ``algo=dpo``): their run
+configs (the library config plus the model, the ``data`` files and the outputs), and the
+run: read and check the rows, load the model, train, write ``final/agent_0``.
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from comlrl.algos.models.logprobs import prompt_chunks, sampling_mode
-from comlrl.algos.recipes.preference.config import DPOConfig, SFTConfig
+from comlrl.algos.recipes.launch import (
+    RunOutputs,
+    RunResult,
+    load_model,
+    loss_summary,
+    quiet_transformers,
+    read_jsonl_rows,
+    resuming_line,
+    setup_errors,
+    start_outputs,
+)
+from comlrl.algos.recipes.preference.checkpoint import (
+    loop_settings,
+    read_step_checkpoint,
+    save_models,
+    write_step_checkpoint,
+)
 from comlrl.algos.recipes.preference.encoding import (
     check_rows,
     clipped_optimizer_step,
@@ -26,21 +51,22 @@ from comlrl.algos.recipes.preference.encoding import (
     prepare_training,
     sequence_logprobs,
 )
-from comlrl.algos.recipes.preference.outputs import (
-    loop_settings,
-    read_step_checkpoint,
-    save_models,
-    write_step_checkpoint,
+from comlrl.algos.recipes.preference.inputs import check_config
+from comlrl.algos.recipes.preference.supervised.config import (
+    DPOConfig,
+    DPORunConfig,
+    SFTConfig,
+    SFTRunConfig,
 )
 from comlrl.algos.records import PolicyBatch
-from comlrl.algos.training.config import ConfigError
-from comlrl.algos.training.data import DataStream
+from comlrl.algos.training.config.rl import ConfigError
 from comlrl.algos.training.loop import (
     RecipeLoop,
     StepResult,
     run_loop,
 )
-from comlrl.algos.training.reporting import Reporter
+from comlrl.algos.training.run.data import DataStream
+from comlrl.algos.training.run.reporting import Reporter
 from comlrl.estimators.preference_losses import (
     dpo_loss,
     sft_nll,
@@ -51,12 +77,14 @@ __all__ = [
     "train_sft",
     "evaluate_dpo",
     "train_dpo",
+    "SFTTrainer",
+    "DPOTrainer",
+    "run_sft",
+    "run_dpo",
 ]
 
 
 # --------------------------------------------------------------------------- SFT
-
-
 def _sft_batch(
     tokenizer: Any, rows: Sequence[Mapping[str, Any]], config: SFTConfig, device: torch.device
 ) -> PolicyBatch:
@@ -198,8 +226,6 @@ def train_sft(
 
 
 # --------------------------------------------------------------------------- DPO
-
-
 def _dpo_batch(
     tokenizer: Any, rows: Sequence[Mapping[str, Any]], config: DPOConfig, device: torch.device
 ) -> PolicyBatch:
@@ -372,3 +398,175 @@ def train_dpo(
         start_step=step,
     )
     return run_loop(loop, settings)
+
+
+class SFTTrainer:
+    """Supervised fine-tuning of ``model`` on ``prompt``/``completion`` rows
+    (:func:`comlrl.algos.recipes.preference.supervised.recipe.train_sft`).
+
+    Raises:
+        ConfigError: a config of the wrong type, or rows without the string fields.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: SFTConfig,
+        *,
+        dataset: Sequence[Mapping[str, Any]],
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        check_config(config, SFTConfig)
+        keys = ("prompt", "completion")
+        self.dataset = check_rows(dataset, keys, "SFT")
+        self.eval_dataset = (
+            check_rows(eval_dataset, keys, "SFT evaluation") if eval_dataset is not None else None
+        )
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out NLL (:func:`~comlrl.algos.recipes.preference.supervised.recipe.evaluate_sft`)."""
+        if self.eval_dataset is None:
+            raise ConfigError("no eval_dataset was given to SFTTrainer")
+        return evaluate_sft(self.model, self.tokenizer, self.eval_dataset, self.config)
+
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. ``outputs`` (``output_dir``,
+        ``save_every``, ``keep_last``, ``resume_from``, ``record``, ``progress``) as in
+        :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_sft`: with ``output_dir``, logs,
+        step checkpoints, Ctrl-C at a step boundary and ``final/``; ``resume_from``
+        continues a run exactly."""
+        return train_sft(
+            self.model, self.tokenizer, self.dataset, self.config, self.eval_dataset, **outputs
+        )
+
+
+class DPOTrainer:
+    """DPO of ``model`` on ``prompt``/``chosen``/``rejected`` rows against ``ref_model``
+    (default: a frozen deep copy of ``model`` made when training starts;
+    :func:`comlrl.algos.recipes.preference.supervised.recipe.train_dpo`).
+
+    Raises:
+        ConfigError: a config of the wrong type, rows without the string fields, or
+            ``ref_model is model``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: DPOConfig,
+        *,
+        dataset: Sequence[Mapping[str, Any]],
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        ref_model: Any | None = None,
+    ) -> None:
+        check_config(config, DPOConfig)
+        keys = ("prompt", "chosen", "rejected")
+        self.dataset = check_rows(dataset, keys, "DPO")
+        self.eval_dataset = (
+            check_rows(eval_dataset, keys, "DPO evaluation") if eval_dataset is not None else None
+        )
+        if ref_model is model:
+            raise ConfigError(
+                "ref_model is the policy itself; pass a separate frozen copy or None."
+            )
+        self.model, self.tokenizer, self.config, self.ref_model = (
+            model,
+            tokenizer,
+            config,
+            ref_model,
+        )
+
+    def train(self, **outputs: Any) -> list[dict[str, float]]:
+        """Run the loop; one metrics row per step. ``outputs`` as in
+        :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_dpo` (``resume_from``: build the
+        trainer on the run's initial weights: the reference is their copy)."""
+        return train_dpo(
+            self.model,
+            self.tokenizer,
+            self.dataset,
+            self.config,
+            self.eval_dataset,
+            ref_model=self.ref_model,
+            **outputs,
+        )
+
+
+def run_sft(config: SFTRunConfig, outputs: RunOutputs | None = None) -> RunResult:
+    """``algo=sft``: :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_sft` on
+    ``config.data``; raises as :func:`run_dpo`."""
+    from comlrl.algos.recipes.preference.supervised.recipe import train_sft
+
+    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, **loop: Any) -> Any:
+        return train_sft(model, tok, rows, config, held, **loop)
+
+    return _run_one_model(config, outputs, "sft", train)
+
+
+def run_dpo(config: DPORunConfig, outputs: RunOutputs | None = None) -> RunResult:
+    """``algo=dpo``: :func:`~comlrl.algos.recipes.preference.supervised.recipe.train_dpo` on
+    ``config.data`` (reference model: a frozen copy of the model as loaded).
+
+    Raises:
+        ConfigError: unreadable or malformed rows, a bad model name, a model that does not
+            load, a folder that holds another run (without ``outputs.overwrite``).
+        CheckpointError: ``outputs.resume_from`` does not fit the run.
+        TrainingInterrupted: Ctrl-C, after the step checkpoint.
+    """
+    from comlrl.algos.recipes.preference.supervised.recipe import train_dpo
+
+    def train(model: Any, tok: Any, rows: list[dict[str, Any]], held: Any, **loop: Any) -> Any:
+        return train_dpo(model, tok, rows, config, held, **loop)
+
+    return _run_one_model(config, outputs, "dpo", train)
+
+
+def _run_one_model(
+    config: SFTRunConfig | DPORunConfig,
+    outputs: RunOutputs | None,
+    algo: str,
+    train: Callable[..., list[dict[str, float]]],
+) -> RunResult:
+    from comlrl.algos.training.config.task_setup import check_model_names
+    from comlrl.algos.training.run.checkpoint import CheckpointError, read_checkpoint_meta
+
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    config = outputs.apply(config)
+    outputs.check_folder()
+    keys = config.row_keys
+    assert config.data is not None  # OneModelRunFields checked it
+    rows = read_jsonl_rows(config.data, keys, algo.upper())
+    held = (
+        read_jsonl_rows(config.eval_data, keys, f"{algo.upper()} evaluation")
+        if config.eval_data
+        else None
+    )
+    check_model_names(config.models)
+    quiet_transformers()
+    print(
+        f"comlrl: {algo.upper()} of {config.models[0]} on {config.data} ({len(rows)} rows), "
+        f"{config.num_steps} steps of {config.batch_size} rows; outputs in "
+        f"{outputs.output_dir}/",
+        file=sys.stderr,
+    )
+    with setup_errors():
+        model, tok = load_model(config.models[0], config, config.seed)
+        out = start_outputs(config, algo, outputs)
+        if outputs.resume_from is not None:
+            step = read_checkpoint_meta(outputs.resume_from)["step"]
+            print(resuming_line(out, step, config.num_steps, outputs.resume_from))
+    record = {"algo": algo, **config.model_dump()}
+    try:
+        history = train(
+            model,
+            tok,
+            rows,
+            held,
+            **outputs.loop_arguments(record),
+            resume_from=outputs.resume_from,
+        )
+    except CheckpointError as exc:  # the resume's checkpoint, read before the first step
+        raise CheckpointError(f"cannot resume from {outputs.resume_from}: {exc}") from None
+    return RunResult(history, loss_summary(history, out), out)

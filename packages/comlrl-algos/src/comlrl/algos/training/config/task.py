@@ -1,0 +1,114 @@
+"""What a run trains on: :class:`TaskConfig` (config key ``task``: the registered task, its
+options, splits, remote reward workers, a task mixture) and :class:`MixtureEntry` (one task of
+a mixture). One config key holding a mapping (``task.name=...``), validated before any model
+loads; the section of :class:`~comlrl.algos.training.config.rl.TrainConfig` that holds it is in
+:mod:`comlrl.algos.training.config.sections`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["MixtureEntry", "TaskConfig"]
+
+
+class MixtureEntry(BaseModel):
+    """One task of a task mixture (``task.mixture``).
+
+    Attributes:
+        name: registered task name (``comlrl tasks`` lists them).
+        weight: its share of the training examples (weights need not sum to 1: each
+            prompt of a batch comes from task ``i`` with probability
+            ``weight_i / sum(weights)``).
+        kwargs: keyword arguments for that task's constructor.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    weight: float = Field(1.0, gt=0)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskConfig(BaseModel):
+    """Which task suite to train on.
+
+    Attributes:
+        name: registered task name (entry point group ``comlrl.tasks``), e.g.
+            ``coop_story`` (the default) or ``coop_humaneval``; ``comlrl tasks`` lists them
+            with their options.
+        split: dataset split passed to ``Task.load``.
+        kwargs: keyword arguments for the task's constructor (e.g. ``path`` for a local
+            data file, ``limit``).
+        remote_workers: ``"host:port"`` addresses of reward workers serving this task
+            (``python -m comlrl.envs.remote serve --task NAME ...``); empty: the reward runs
+            in this process. Data, prompts and feedback stay local either way.
+        remote_timeout_s: seconds a reward worker (or task server) may stay silent on a
+            request before it is retried on another one.
+        remote: ``"host:port"`` addresses of task servers (``comlrl serve --task NAME``)
+            that host the whole task, data, prompts, feedback and reward
+            (:class:`~comlrl.algos.rollout.remote_task.RemoteTask`); this machine then needs
+            no task suite installed. ``kwargs`` must be the options the servers run it with.
+        mixture: train on several tasks at once (:class:`MixtureEntry` each: name, weight,
+            kwargs), e.g. ``task.mixture=[{name: coop_humaneval, weight: 0.5}, {name: mbpp,
+            weight: 0.5}]``; ``name`` then becomes their names joined by ``+`` and
+            ``kwargs`` must stay empty (each entry has its own). Every task must be for the
+            same number of agents; ``split`` and ``eval_split`` apply to each. Metrics and
+            evaluation rows report each task's reward apart as ``reward/<task>``
+            (:mod:`comlrl.algos.rollout.mixture`, :mod:`comlrl.algos.training.run.data_mixture`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "coop_story"
+    split: str = "train"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    remote_workers: list[str] = Field(default_factory=list)
+    remote_timeout_s: float = Field(300.0, gt=0)
+    mixture: list[MixtureEntry] = Field(default_factory=list)
+    remote: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _mixture_names(self) -> TaskConfig:
+        if self.remote and self.remote_workers:
+            raise ValueError(
+                "task.remote (task servers) and task.remote_workers (reward workers) both set; "
+                "a served task scores its rewards on its servers: keep task.remote only"
+            )
+        if not self.mixture:
+            return self
+        if self.remote:
+            raise ValueError("task.remote with task.mixture is not supported; use one of them")
+        names = [m.name for m in self.mixture]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task.mixture names a task twice: {names!r}; list each task once")
+        if self.kwargs:
+            raise ValueError(
+                f"task.kwargs={self.kwargs!r} with task.mixture: give each task its options "
+                "in its own entry ({name: ..., weight: ..., kwargs: {...}})"
+            )
+        if self.remote_workers:
+            raise ValueError(
+                "task.remote_workers with task.mixture is not supported; run the mixture's "
+                "rewards in this process (drop remote_workers)"
+            )
+        joined = "+".join(names)
+        if self.name != joined:
+            object.__setattr__(self, "name", joined)
+        return self
+
+    @field_validator("remote_workers", "remote")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for spec in v:
+            host, _, port = spec.strip().removeprefix("http://").rstrip("/").rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(
+                    f"reward worker address {spec!r} is not 'host:port' with a port in "
+                    "1..65535, e.g. 'node7:8470'"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError(f"remote_workers lists a worker twice: {v!r}; list each once")
+        return v

@@ -1,0 +1,8 @@
+"""A run's bookkeeping: the order it sees its examples in
+(:mod:`~comlrl.algos.training.run.data`, :mod:`~comlrl.algos.training.run.data_mixture`),
+step checkpoints (:mod:`~comlrl.algos.training.run.checkpoint`,
+:mod:`~comlrl.algos.training.run.saving`), its output folder, interrupts and resume
+(:mod:`~comlrl.algos.training.run.lifecycle`), reporters
+(:mod:`~comlrl.algos.training.run.reporting`), the metrics read back and the closing line
+(:mod:`~comlrl.algos.training.run.summary`) and the warnings for runs that cannot learn
+(:mod:`~comlrl.algos.training.run.diagnostics`)."""

@@ -1,0 +1,448 @@
+"""One agent's policy-gradient update over the completions of every turn of a rollout.
+
+:func:`update_policy` takes the agent's :class:`~comlrl.algos.records.PolicyBatch` of each
+turn and the matching advantages, accumulates the gradient of
+:func:`comlrl.estimators.losses.policy_loss` over micro-batches (whole groups, so each prompt
+prefix is computed once) and takes one optimizer step per pass. Micro-batches are weighted
+by their share of the loss reduction's denominator, so the accumulated gradient equals
+the gradient of the loss over all turns' completions at once (tested).
+
+Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from comlrl.algos.models.devices import model_device
+from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
+from comlrl.algos.models.threads import small_model_threads
+from comlrl.algos.records import PolicyBatch
+from comlrl.estimators.importance import (
+    TIS_LEVELS,
+    sampler_mismatch,
+    truncated_importance_weights,
+)
+from comlrl.estimators.importance import Level as TISLevel
+from comlrl.estimators.losses import (
+    ImportanceLevel,
+    KLEstimator,
+    Reduction,
+    policy_loss,
+    seq_sum_message,
+)
+
+if TYPE_CHECKING:
+    from comlrl.algos.models.gradient_sync import GradientSync
+
+__all__ = ["UpdateSettings", "update_policy", "split_terms"]
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How :func:`update_policy` turns advantages into an optimizer step.
+
+    Attributes:
+        temperature: sampling temperature (log-probs of the tempered policy).
+        loss_reduction: see :func:`comlrl.estimators.losses.policy_loss`.
+        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
+            required with ``seq_sum`` (a ValueError when the settings are made).
+        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
+            (unless ``importance_ratio``).
+        importance_ratio: without ``clip_ratio``, still weight each token by its ratio to
+            the behaviour log-probs (``-r * A``): for completions updated after earlier
+            optimizer steps on the same model (:mod:`~comlrl.algos.training.update.node_chunks`).
+        kl_coef: weight of the reference KL (needs a reference model when > 0).
+        kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
+            ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
+            :func:`~comlrl.estimators.losses.kl_penalty`).
+        num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
+        max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
+        micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
+            whole turn at once.
+        shared_prefix: compute each prompt once per micro-batch (same gradient).
+        tis_level: truncated importance sampling from the sampler to the trainer (Yao et
+            al. 2025; :func:`~comlrl.estimators.importance.truncated_importance_weights`):
+            ``"token"`` or ``"sequence"`` weights ``min(pi_trainer / pi_behaviour, C)``
+            on each token's policy-gradient term, the trainer's log-probs taken in the
+            first pass (before any step of this call); the PPO ratio (``clip_ratio``,
+            ``importance_ratio``) is then taken against those trainer log-probs, so the
+            weight carries the whole sampler-to-trainer correction (verl's split).
+            ``None``: off, and the ratio is against the behaviour log-probs.
+        tis_cap: ``C`` of ``tis_level`` (>= 1).
+        importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
+            Zheng et al. 2025: one length-normalised ratio and clip per completion); see
+            :func:`~comlrl.estimators.losses.policy_loss`.
+        fused_logprobs: compute log-probs from the last hidden states and the lm_head
+            weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
+            (same values and gradient; less memory at large vocabularies). Models it cannot
+            handle exactly fall back to the materialised logits with a warning; see
+            :func:`comlrl.algos.models.logprobs.fused_logprobs_unsupported`. Applies to the
+            reference model's log-probs too.
+    """
+
+    temperature: float = 1.0
+    loss_reduction: Reduction = "seq_mean_token_mean"
+    max_completion_length: int | None = None
+    clip_ratio: float | tuple[float, float] | None = None
+    importance_ratio: bool = False
+    kl_coef: float = 0.0
+    kl_estimator: KLEstimator = "k3"
+    num_iterations: int = 1
+    max_grad_norm: float | None = 1.0
+    micro_batch_size: int | None = None
+    shared_prefix: bool = True
+    fused_logprobs: bool = True
+    tis_level: TISLevel | None = None
+    tis_cap: float = 2.0
+    importance_level: ImportanceLevel = "token"
+
+    def __post_init__(self) -> None:
+        if self.tis_level is not None and self.tis_level not in TIS_LEVELS:
+            raise ValueError(
+                f"unknown tis_level {self.tis_level!r}; use one of {list(TIS_LEVELS)} or None"
+            )
+        if not (math.isfinite(self.tis_cap) and self.tis_cap >= 1.0):
+            raise ValueError(f"tis_cap must be a finite number >= 1, got {self.tis_cap!r}")
+        if self.loss_reduction == "seq_sum" and self.max_completion_length is None:
+            raise ValueError(seq_sum_message())
+
+
+def update_policy(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    *,
+    ref_model: Any | None = None,
+    sync: GradientSync | None = None,
+    terms: Sequence[int] | None = None,
+    turns: Sequence[int] | None = None,
+    extra_loss: Callable[[], Mapping[str, float]] | None = None,
+    extra_params: Sequence[torch.nn.Parameter] = (),
+) -> dict[str, float]:
+    """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
+
+    Args:
+        model: the agent's causal LM (parameters being optimised).
+        optimizer: its optimizer.
+        batches: per turn ``t``, the agent's :class:`PolicyBatch` (``B_t`` rows).
+        advantages: per turn, ``[B_t]`` float advantages, row-aligned with the batch.
+        settings: loss and step settings.
+        ref_model: the frozen reference model for the KL term (``kl_coef > 0``): a copy,
+            or a LoRA agent's base with its adapter disabled
+            (:class:`~comlrl.algos.models.lora_policy.LoraReference`). On another device than ``model``
+            its log-probs are computed there and moved over.
+        sync: data parallel over ``K`` ranks (:class:`~comlrl.algos.models.gradient_sync.GradientSync`):
+            ``batches`` are this rank's share; the reduction's denominators (sequences,
+            or tokens for ``token_mean``) are summed over the ranks, each micro-batch's
+            loss is weighted by its share of the global denominator times ``K``, and the
+            ranks' gradients are averaged, so the step equals one process's step over
+            every rank's completions. Every rank must call this together.
+        terms: agents that share one model object: ``terms[t]`` says which agent's loss
+            term the batch ``t`` belongs to (e.g. ``[0, 0, 1, 1]`` for two agents of two
+            turns each). The loss is the *sum* of the terms, each reduced over its own
+            completions as if alone, so one optimizer step (one set of Adam moments)
+            follows the gradient of ``L_0 + L_1 + ...`` that separate models would each
+            follow their part of. ``None``: one term.
+        turns: the rollout turn of each batch (``turns[i]`` names batch ``i``'s
+            ``turn_<t>/...`` metrics, e.g. ``[0, 1, 0, 1]`` for two agents of two turns
+            each, or the turns of a chunk of nodes); ``None``: the turn is the batch's
+            position, right only when ``batches`` are one agent's turns in order.
+        extra_loss: a second loss on the same optimizer step (a value head on the actor's
+            trunk: :func:`comlrl.algos.recipes.actor_critic.critic_updates.update_shared`): called
+            once per pass after the policy loss's backward, it runs its own backward and
+            returns its metrics, which are averaged over the passes.
+        extra_params: parameters outside ``model`` that the optimizer also steps (that
+            value head); gradient clipping takes them into the global norm.
+
+    The log-probs are computed in eval mode (:func:`~comlrl.algos.models.logprobs.sampling_mode`:
+    no dropout), the mode the completions were sampled in, so the first pass's ratio to
+    the behaviour log-probs is 1 up to round-off; each module's mode is restored after.
+
+    Returns:
+        Metrics averaged over the passes: ``loss`` (the stepped loss: with ``terms``, the
+        sum of the terms), ``grad_norm`` (before clipping, when clipping is on), and per
+        turn ``t`` the token-weighted ``turn_<t>/kl``, ``turn_<t>/clip_fraction``,
+        ``turn_<t>/ratio_mean`` of :func:`~comlrl.estimators.losses.policy_loss`,
+        plus their all-turn values; the sampler/trainer mismatch of the first pass,
+        ``mismatch_abs_logp_diff`` and ``mismatch_kl``
+        (:func:`~comlrl.estimators.importance.sampler_mismatch`: 0 on exact
+        behaviour log-probs), always; with ``tis_level``, ``tis_weight_mean`` and
+        ``tis_truncated_fraction``; all per turn too. With ``terms`` those token-weighted values are kept
+        per term ``k`` (over its own completions only) as ``term_<k>/kl``,
+        ``term_<k>/turn_<t>/kl``, ...; :func:`split_terms` hands each agent its own. With
+        ``sync`` they are those of the global batch, the same on every rank.
+
+    Raises:
+        ValueError: mismatched batch/advantage counts or shapes, ``terms`` or ``turns``
+            not one label per batch, a negative turn, or ``kl_coef > 0`` without a
+            reference model.
+    """
+    if len(batches) != len(advantages):
+        raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
+    for t, (batch, adv) in enumerate(zip(batches, advantages, strict=True)):
+        if adv.shape != (batch.completion_mask.shape[0],):
+            raise ValueError(
+                f"turn {t}: advantages {list(adv.shape)} do not match the "
+                f"{batch.completion_mask.shape[0]} rows of the batch"
+            )
+    if settings.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"kl_coef={settings.kl_coef} needs ref_model; pass it or set kl_coef=0")
+    if terms is not None and len(terms) != len(batches):
+        raise ValueError(f"terms has {len(terms)} labels for {len(batches)} batches; give one each")
+    if turns is not None and len(turns) != len(batches):
+        raise ValueError(f"turns has {len(turns)} labels for {len(batches)} batches; give one each")
+    if turns is not None and any(t < 0 for t in turns):
+        raise ValueError(f"turns must be rollout turns (>= 0), got {list(turns)}")
+    labels = list(terms) if terms is not None else [0] * len(batches)
+    # each batch's metric names: its term's prefix (with terms) and its rollout turn
+    prefixes = [f"term_{k}/" if terms is not None else "" for k in labels]
+    turn_of = list(turns) if turns is not None else list(range(len(batches)))
+    # sample and update in one mode (no dropout); a small model on one intra-op thread
+    with sampling_mode(model), small_model_threads(model):
+        return _update(
+            model,
+            optimizer,
+            batches,
+            advantages,
+            settings,
+            ref_model,
+            sync,
+            labels,
+            list(zip(prefixes, turn_of, strict=True)),
+            extra_loss,
+            extra_params,
+        )
+
+
+def _update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[PolicyBatch],
+    advantages: Sequence[torch.Tensor],
+    settings: UpdateSettings,
+    ref_model: Any | None,
+    sync: GradientSync | None,
+    terms: list[int],
+    names: list[tuple[str, int]],
+    extra_loss: Callable[[], Mapping[str, float]] | None = None,
+    extra_params: Sequence[torch.nn.Parameter] = (),
+) -> dict[str, float]:
+    device = next(model.parameters()).device
+    batches = [b.to(device) for b in batches]
+    chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
+    # each loss term is normalised by its own denominators (rows, tokens)
+    keys = sorted(set(terms))
+    local = [
+        float(
+            sum(b.completion_mask.shape[0] for b, k in zip(batches, terms, strict=True) if k == key)
+        )
+        for key in keys
+    ] + [
+        float(sum(b.completion_mask.sum() for b, k in zip(batches, terms, strict=True) if k == key))
+        for key in keys
+    ]
+    if sync is not None:  # normalise by the global batch, not this rank's share
+        local = sync.all_sum(local)
+    total_rows = dict(zip(keys, local[: len(keys)], strict=True))
+    total_tokens = {k: max(1.0, v) for k, v in zip(keys, local[len(keys) :], strict=True)}
+    forward = sync.module if sync is not None else model
+    grad_scale = float(sync.world_size) if sync is not None else 1.0  # cancels the averaging
+    num_backward = sum(len(cs) for cs in chunks)
+    ref_logp: list[list[torch.Tensor]] = []
+    if ref_model is not None:  # on its own device when placed apart (reference_devices)
+        ref_device = model_device(ref_model)
+        with torch.no_grad():
+            ref_logp = [
+                [_logp(ref_model, b.to(ref_device), c, settings).to(device) for c in cs]
+                for b, cs in zip(batches, chunks, strict=True)
+            ]
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    passes = 0
+    # the trainer's log-probs in the first pass (weights as sampled): the mismatch
+    # metrics, and with TIS its weights and the PPO ratio's reference
+    first: dict[tuple[int, int], torch.Tensor] = {}
+    for _ in range(settings.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        done = 0
+        for t, (batch, cs) in enumerate(zip(batches, chunks, strict=True)):
+            g = batch.group_size
+            adv = advantages[t].to(device)
+            for j, chunk in enumerate(cs):
+                rows = slice(chunk.start * g, chunk.stop * g)
+                done += 1
+                last = done == num_backward
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    logp = _logp(forward, batch, chunk, settings)
+                mask = batch.completion_mask[rows]
+                behaviour = batch.behaviour_logprobs[rows]
+                prefix, turn = names[t]
+                if (t, j) not in first:
+                    first[(t, j)] = logp.detach()
+                    seen = sampler_mismatch(first[(t, j)], behaviour, mask)
+                    for key in ("mismatch_abs_logp_diff", "mismatch_kl"):
+                        value = seen[key] * seen["num_tokens"]
+                        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, seen["num_tokens"])
+                        _add(sums, weights, f"{prefix}{key}", value, seen["num_tokens"])
+                tis = None
+                if settings.tis_level is not None:
+                    tis = truncated_importance_weights(
+                        first[(t, j)], behaviour, mask,
+                        cap=settings.tis_cap, level=settings.tis_level,
+                    )  # fmt: skip
+                    if passes == 0:
+                        _add_tis_metrics(sums, weights, prefix, turn, tis, mask, settings.tis_cap)
+                old = first[(t, j)] if tis is not None else behaviour
+                loss, metrics = policy_loss(
+                    logp,
+                    adv[rows],
+                    mask,
+                    old_logprobs=old
+                    if settings.clip_ratio is not None or settings.importance_ratio
+                    else None,
+                    importance_weights=tis,
+                    importance_level=settings.importance_level,
+                    clip_ratio=settings.clip_ratio,
+                    ref_logprobs=ref_logp[t][j] if ref_logp else None,
+                    kl_coef=settings.kl_coef,
+                    kl_estimator=settings.kl_estimator,
+                    reduction=settings.loss_reduction,
+                    max_completion_length=settings.max_completion_length,
+                )
+                # Weight each micro-batch by its share of the reduction's denominator so
+                # the accumulated gradient equals the all-turns loss's gradient.
+                if settings.loss_reduction == "token_mean":
+                    weight = float(mask.sum()) / total_tokens[terms[t]]
+                else:
+                    weight = logp.shape[0] / total_rows[terms[t]]
+                with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
+                    (loss * (weight * grad_scale)).backward()
+                _add(sums, weights, "loss", float(loss.detach()) * weight, 1.0)
+                tokens = metrics["num_tokens"]
+                for key in ("kl", "clip_fraction", "ratio_mean"):
+                    if key in metrics:
+                        value = metrics[key] * tokens
+                        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, tokens)
+                        _add(sums, weights, f"{prefix}{key}", value, tokens)
+        if extra_loss is not None:
+            for key, value in extra_loss().items():
+                _add(sums, weights, key, value, 1.0)
+        if sync is not None:
+            sync.finish()
+        if settings.max_grad_norm is not None:
+            params = [*model.parameters(), *extra_params]
+            norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            if hasattr(norm, "full_tensor"):  # fsdp2: a DTensor (already the global norm)
+                norm = norm.full_tensor()
+            _add(sums, weights, "grad_norm", float(norm), 1.0)
+        optimizer.step()
+        passes += 1
+    if sync is not None:
+        sums, weights = _merge_ranks(sums, weights)
+    out = {}
+    for key, value in sums.items():
+        if key in ("loss", "grad_norm"):
+            out[key] = value / passes
+        else:
+            out[key] = value / weights[key] if weights[key] else 0.0
+    return out
+
+
+_TERM_KEY = re.compile(r"^term_(\d+)/")
+
+
+def split_terms(stats: Mapping[str, float], members: Sequence[int]) -> dict[int, dict[str, float]]:
+    """Each member's metrics of one :func:`update_policy` (or
+    :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`) call on a model they
+    share: ``term_<m>/x`` goes to member ``m`` as ``x`` (its own completions' KL, clip
+    fraction, ratio, per turn and over all turns); every other key (``loss``, the summed
+    loss that was stepped, ``grad_norm``, ``optimizer_steps``, an ``extra_loss``'s
+    metrics) belongs to the one step and goes to every member.
+
+    Raises:
+        ValueError: a ``term_<k>/`` key whose ``k`` is not one of ``members``.
+    """
+    out: dict[int, dict[str, float]] = {m: {} for m in members}
+    for key, value in stats.items():
+        match = _TERM_KEY.match(key)
+        if match is None:
+            for m in members:
+                out[m][key] = value
+            continue
+        m = int(match.group(1))
+        if m not in out:
+            raise ValueError(
+                f"metric {key!r} names term {m}, not one of the members {list(members)}"
+            )
+        out[m][key[match.end() :]] = value
+    return out
+
+
+def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:
+    return completion_logprobs(
+        model,
+        batch,
+        chunk,
+        temperature=settings.temperature,
+        shared_prefix=settings.shared_prefix,
+        fused=settings.fused_logprobs,
+    )
+
+
+def _merge_ranks(
+    sums: dict[str, float], weights: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
+    completions at a later turn); ``grad_norm`` is already global and kept as is."""
+    from comlrl.algos.models.ranks import gather_objects
+
+    merged_sums: dict[str, float] = {}
+    merged_weights: dict[str, float] = {}
+    for rank_sums, rank_weights in gather_objects((sums, weights)):
+        for key, value in rank_sums.items():
+            if key != "grad_norm":
+                _add(merged_sums, merged_weights, key, value, rank_weights[key])
+    if "grad_norm" in sums:
+        merged_sums["grad_norm"], merged_weights["grad_norm"] = (
+            sums["grad_norm"],
+            weights["grad_norm"],
+        )
+    return merged_sums, merged_weights
+
+
+def _add_tis_metrics(
+    sums: dict[str, float],
+    weights: dict[str, float],
+    prefix: str,
+    turn: int,
+    tis: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> None:
+    """Token-weighted ``tis_weight_mean`` and ``tis_truncated_fraction`` (share of valid
+    tokens whose weight hit the cap) of one micro-batch."""
+    valid = mask.to(torch.bool)
+    tokens = float(valid.sum())
+    if tokens == 0:
+        return
+    mean = float(tis[valid].sum())
+    truncated = float((tis[valid] >= cap).sum())
+    for key, value in (("tis_weight_mean", mean), ("tis_truncated_fraction", truncated)):
+        _add(sums, weights, f"{prefix}turn_{turn}/{key}", value, tokens)
+        _add(sums, weights, f"{prefix}{key}", value, tokens)
+
+
+def _add(
+    sums: dict[str, float], weights: dict[str, float], key: str, value: float, weight: float
+) -> None:
+    sums[key] = sums.get(key, 0.0) + value
+    weights[key] = weights.get(key, 0.0) + weight
