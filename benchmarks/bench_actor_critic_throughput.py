@@ -108,15 +108,15 @@ def run_ours(
         transition=transition,
     )
     for _ in range(args.warmup):
-        trainer.train_step()
+        trainer.step()
     history = []
     c0 = os.times()
     t0 = time.perf_counter()
     for _ in range(args.steps):
-        history.append(trainer.train_step())
+        history.append(trainer.step().row)
     wall = time.perf_counter() - t0
     c1 = os.times()
-    trainer.run.close()
+    trainer.close()
     keys = {
         "generate": "time/generate_s",
         "reward": "time/reward_s",

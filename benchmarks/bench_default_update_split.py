@@ -53,7 +53,7 @@ def measure(batch_size: int, warmup: int, repeats: int, work: Path) -> dict[str,
     task, examples = preflight(cfg, cfg.models)
     torch.manual_seed(cfg.seed)
     agents = load_agents(cfg, None, **cfg.generation_options())
-    run = MultiAgentTrainer(agents, cfg, task=task, dataset=examples).run
+    run = MultiAgentTrainer(agents, cfg, task=task, dataset=examples)
     for _ in range(warmup):
         recipe.step(run)
     ro = rollout(
@@ -71,7 +71,7 @@ def measure(batch_size: int, warmup: int, repeats: int, work: Path) -> dict[str,
     model, opt = run.agents[0].model, run.optimizers[0]
 
     def one() -> None:
-        upd.update_policy(model, opt, ro.agent_batches(0), [a[0] for a in adv], run.update)
+        upd.update_policy(model, opt, ro.agent_batches(0), [a[0] for a in adv], run.update_settings)
 
     timers: dict[str, float] = defaultdict(float)
 

@@ -193,14 +193,14 @@ def train_speed(
     trainer = MultiAgentTrainer(
         agents, cfg, dataset=data, reward_func=_reward, formatters=[lambda ex: ex["text"]] * 2
     )
-    trainer.train_step()  # warm-up
+    trainer.step()  # warm-up
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    rows = [trainer.train_step() for _ in range(steps)]
+    rows = [trainer.step().row for _ in range(steps)]
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    trainer.run.close()
+    trainer.close()
     return {
         "model": name,
         "steps": steps,

@@ -76,13 +76,13 @@ def run_ours(
         transition=transition,
     )
     for _ in range(args.warmup):
-        trainer.train_step()
+        trainer.step()
     history = []
     t0 = time.perf_counter()
     for _ in range(steps):
-        history.append(trainer.train_step())
+        history.append(trainer.step().row)
     wall = time.perf_counter() - t0
-    trainer.run.close()
+    trainer.close()
     tokens = sum(h["num_tokens"] for h in history)
     prompts = steps * batch_size
     stage = {

@@ -131,7 +131,6 @@ def run_ours(
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
     from comlrl.algos.recipes.group_baseline.recipe import MAGRPOTrainer
-    from comlrl.algos.recipes.group_baseline.recipe import step as group_baseline_step
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training.config.rl import TrainConfig
 
@@ -159,7 +158,7 @@ def run_ours(
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):
-        trainer.train_step()
+        trainer.step()
     warm_s = time.perf_counter() - t0
 
     history = []
@@ -167,7 +166,7 @@ def run_ours(
     t0 = time.perf_counter()
     sandbox_jobs = sandbox_jobs_no_main = 0
     for _ in range(args.steps):
-        result = group_baseline_step(trainer.run)  # what train_step runs, with its rollout
+        result = trainer.step()  # what train_step runs, with its rollout
         history.append(result.row)
         # Joint actions that reached the sandbox (did not fail the task's ast pre-check),
         # and those of them whose reward could not depend on the sandbox (no entry point).
@@ -522,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "commands": {
             "benchmark": shlex.join([sys.executable] + sys.argv),
-            "ours": f"in-process: {sys.executable} (MAGRPOTrainer.train_step, shuffle=False, x "
+            "ours": f"in-process: {sys.executable} (MAGRPOTrainer.step, shuffle=False, x "
             f"{args.warmup}+{args.steps})",
             "comlrl_1_4_3": shlex.join(their_cmd) if their_cmd else None,
             "comlrl_1_4_3_venv": "python3.11 -m venv /work/venv-comlrl143 && "

@@ -48,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     btt._import_ours()
     import torch
     from comlrl.algos.models.loading import load_model_and_tokenizer
-    from comlrl.algos.recipes.group_baseline import recipe
     from comlrl.algos.recipes.group_baseline.recipe import MAGRPOTrainer
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training.config.rl import TrainConfig
@@ -95,20 +94,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.nn.utils.clip_grad_norm_ = timed("clip_grad_norm", torch.nn.utils.clip_grad_norm_)
     backward = torch.Tensor.backward
     torch.Tensor.backward = timed("backward", backward)  # type: ignore[method-assign]
-    for opt in trainer.run.optimizers:
+    for opt in trainer.optimizers:
         opt.step = timed("optimizer_step", opt.step)  # type: ignore[method-assign]
 
     for _ in range(args.warmup):
-        recipe.step(trainer.run)
+        trainer.step()
     timers.clear()
     rows = []
     for _ in range(args.steps):
-        rows.append(recipe.step(trainer.run).row)
+        rows.append(trainer.step().row)
     update_s = sum(r["time/update_s"] for r in rows) / args.steps
     split = {k: v / args.steps for k, v in timers.items()}
     split["other"] = update_s - sum(split.values())
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        recipe.step(trainer.run)
+        trainer.step()
     table = [
         {"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000, "calls": e.count}
         for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:25]

@@ -38,15 +38,15 @@ def main() -> int:
     where, step = sys.argv[1], int(sys.argv[2])
     args = sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:]
     if where == "after_checkpoint":
-        original_checkpoint = gb.checkpoint
+        original_checkpoint = gb.GroupBaselineRecipe.checkpoint
 
-        def checkpoint(run: Any, path: Any = None) -> Any:
-            path = original_checkpoint(run, path)
-            if run.step == step:
-                _pause(where, run.step)
+        def checkpoint(run: Any, path: Any = None, **kw: Any) -> Any:
+            path = original_checkpoint(run, path, **kw)
+            if run.global_step == step:
+                _pause(where, run.global_step)
             return path
 
-        gb.checkpoint = checkpoint
+        gb.GroupBaselineRecipe.checkpoint = checkpoint  # type: ignore[method-assign]
     elif where == "mid_step":
         original_update = updates.update_policy
         paused: list[bool] = []
@@ -99,17 +99,17 @@ def main() -> int:
     return cli.main(args)
 
 
-# step() increments run.step after the update; track the step a run starts from here.
+# step() increments global_step after the update; track the step a run starts from here.
 gb_run_step = [0]
-_original_step = gb.step
+_original_step = gb.GroupBaselineRecipe.step
 
 
 def _step(run: Any) -> Any:
-    gb_run_step[0] = run.step
+    gb_run_step[0] = run.global_step
     return _original_step(run)
 
 
-gb.step = _step
+gb.GroupBaselineRecipe.step = _step  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     raise SystemExit(main())

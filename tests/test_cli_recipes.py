@@ -305,14 +305,14 @@ def test_a_bug_during_training_keeps_its_traceback_and_the_last_checkpoint(
     step is a bug, so it propagates (traceback and all) and the run keeps its checkpoint."""
     from comlrl.algos.recipes.group_baseline import recipe as gb
 
-    original = gb.step
+    original = gb.GroupBaselineRecipe.step
 
     def step(run: Any) -> Any:
-        if run.step == 1:
+        if run.global_step == 1:
             raise ValueError("a bug in step 2")
         return original(run)
 
-    monkeypatch.setattr(gb, "step", step)
+    monkeypatch.setattr(gb.GroupBaselineRecipe, "step", step)
     out = tmp_path / "bug"
     argv = ["train", "num_steps=3", "progress=false", *STORY, "batch_size=2", "save_every=1"]
     with pytest.raises(ValueError, match="a bug in step 2"):

@@ -49,10 +49,11 @@ def test_sft_lowers_held_out_nll(stories260k: Path, tmp_path: Path) -> None:
         {"prompt": ex["opening"], "completion": f" {ex['hero']} was very happy and smiled."}
         for ex in story_examples(80, seed=3)
     ]
-    config = SFTConfig(learning_rate=1e-3, num_steps=20, batch_size=8, seed=0, device="cpu")
-    SFTTrainer(model, tok, config, dataset=rows[:64], eval_dataset=rows[64:]).train(
-        output_dir=tmp_path / "sft"
-    )
+    config = SFTConfig(
+        learning_rate=1e-3, num_steps=20, batch_size=8, seed=0, device="cpu",
+        output_dir=str(tmp_path / "sft"), progress=False,
+    )  # fmt: skip
+    SFTTrainer(model, tok, config, dataset=rows[:64], eval_dataset=rows[64:]).train()
     first, last = _evals(tmp_path / "sft")
     start, end = first["eval/nll"], last["eval/nll"]
     # Measured: 4.30 -> 0.16 nats/token; ask for half the drop (2 nats).
@@ -102,11 +103,12 @@ def test_dpo_raises_the_margin_and_the_task_reward(stories260k: Path, tmp_path: 
     train_rows, eval_rows = _sampled_pairs(agent, train_ex), _sampled_pairs(agent, eval_ex)
     before = _mean_solo_reward(agent, eval_ex, seed=7)
     config = DPOConfig(
-        learning_rate=1e-3, num_steps=30, batch_size=8, beta=0.1, seed=0, device="cpu"
-    )
+        learning_rate=1e-3, num_steps=30, batch_size=8, beta=0.1, seed=0, device="cpu",
+        output_dir=str(tmp_path / "dpo"), progress=False,
+    )  # fmt: skip
     DPOTrainer(
         agent.model, agent.tokenizer, config, dataset=train_rows, eval_dataset=eval_rows
-    ).train(output_dir=tmp_path / "dpo")
+    ).train()
     after = _mean_solo_reward(agent, eval_ex, seed=7)
     first, last = _evals(tmp_path / "dpo")
     start, end = first["eval/margin"], last["eval/margin"]
@@ -136,6 +138,8 @@ def test_madpo_raises_the_margin_and_the_task_reward(stories260k: Path, tmp_path
         seed=0,
         device="cpu",
         eval_num_samples=4,
+        output_dir=str(tmp_path / "madpo"),
+        progress=False,
     )
     trainer = MADPOTrainer(
         agents,
@@ -145,7 +149,7 @@ def test_madpo_raises_the_margin_and_the_task_reward(stories260k: Path, tmp_path
         reward_func=story_reward,
         eval_dataset=story_examples(16, seed=5),
     )
-    trainer.train(output_dir=tmp_path / "madpo")
+    trainer.train()
     first, last = _evals(tmp_path / "madpo")
     # Measured: held-out joint margin 0 -> 3.64 nats, held-out reward 0.480 -> 0.785.
     assert abs(first["eval/margin"]) < 1e-4
@@ -158,7 +162,7 @@ def test_madpo_raises_the_margin_and_the_task_reward(stories260k: Path, tmp_path
 def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
     stories260k: Path, tmp_path: Path
 ) -> None:
-    from comlrl.algos import MARLHFTrainer, RewardModelConfig, TrainConfig
+    from comlrl.algos import MARLHFConfig, MARLHFTrainer, RewardModelConfig, TrainConfig
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -175,27 +179,26 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
     # Pairs with a clear preference (task-reward gap >= 0.25, two per prompt) from 20
     # batches of 4 prompts: ~114 training and ~30 held-out pairs (10 batches of one
     # gap-0 pair each gave 27 and 8, too few: the model fit them, held-out loss 0.91 -> 0.94).
-    config = MADPOConfig(
+    config = MARLHFConfig(
         num_agents=2,
-        num_candidates=4,
         max_new_tokens=32,
         batch_size=4,
         seed=0,
         device="cpu",
-        min_gap=0.25,
-        pairs_per_prompt=2,
-    )
+        eval_every=0,
+        reward_model=RewardModelConfig(
+            learning_rate=1e-3, num_epochs=2, batch_size=8, num_generations=4, min_gap=0.25,
+            pairs_per_prompt=2, num_collect_batches=20, eval_fraction=0.2,
+        ),
+    )  # fmt: skip
     trainer = MARLHFTrainer(
         agents,
         config,
         reward_backbone=backbone,
         reward_tokenizer=tok,
-        reward_config=RewardModelConfig(learning_rate=1e-3, num_epochs=2, batch_size=8),
         dataset=story_examples(128),
         formatters=[lambda ex: ex["opening"]] * 2,
         reward_func=task_reward,
-        num_collect_batches=20,
-        eval_fraction=0.2,
     )
     history = trainer.train_reward_model()
     held_out = sum(len(p) for p in trainer.pairs[-4:])
@@ -210,7 +213,7 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
     assert held_out >= 24 and end["eval/accuracy"] >= 0.63, (
         f"held-out accuracy {end['eval/accuracy']:.2f} on {held_out} pairs"
     )
-    rl = trainer.rl_trainer(
+    rl = trainer.rl_recipe(
         TrainConfig(
             num_agents=2,
             num_steps=1,
@@ -225,7 +228,7 @@ def test_marlhf_reward_model_learns_the_preferences_and_drives_rl(
         eval_dataset=story_examples(4, seed=9),
     )
     task_calls.clear()
-    row = rl.train_step()
+    row = rl.step().row
     assert torch.isfinite(torch.tensor(row["reward_mean"]))
     assert not task_calls  # the RL step climbs the learned reward ...
     rl.evaluate()

@@ -1,4 +1,4 @@
-"""The recipes' end-to-end runs from Python (``comlrl.algos.run_*``): the same runs
+"""The recipes' end-to-end runs from Python (``comlrl.algos.run_recipe``): the same runs
 ``comlrl train`` makes, with one outputs argument (:class:`~comlrl.algos.RunOutputs`), and
 resumable. A few steps of the built-in stories260k on ``coop_story`` (cross-package: the
 task comes from comlrl-envs), in-process to stay fast."""
@@ -14,14 +14,12 @@ from typing import Any
 import pytest
 from comlrl.algos import (
     ConfigError,
-    MARLHFRunConfig,
+    MARLHFConfig,
     RewardModelConfig,
     RunOutputs,
-    SFTRunConfig,
+    SFTConfig,
     TrainConfig,
-    run_group_baseline,
-    run_marlhf,
-    run_sft,
+    run_recipe,
 )
 from comlrl.algos.training.run.lifecycle import TrainingInterrupted
 
@@ -39,16 +37,16 @@ def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _marlhf_config(out: Path) -> MARLHFRunConfig:
-    return MARLHFRunConfig(
+def _marlhf_config(out: Path) -> MARLHFConfig:
+    return MARLHFConfig(
         output_dir=str(out),
         num_steps=2,
         progress=False,
         batch_size=2,
         num_generations=2,
-        num_candidates=2,
-        num_collect_batches=1,
-        reward=RewardModelConfig(learning_rate=1e-3, num_epochs=1),
+        reward_model=RewardModelConfig(
+            learning_rate=1e-3, num_epochs=1, num_generations=2, num_collect_batches=1
+        ),
         save_every=1,
         eval_every=0,
         log_samples=1,
@@ -66,7 +64,7 @@ def test_marlhf_runs_both_phases_from_python_and_resumes_without_refitting(
     from safetensors.torch import load_file
 
     ref = tmp_path / "ref"
-    result = run_marlhf(_marlhf_config(ref))
+    result = run_recipe("marlhf", _marlhf_config(ref))
     assert [r["step"] for r in result.history] == [1, 2]
     assert result.summary.startswith("done: 2 steps") and result.output_dir == ref
     assert (ref / "final" / "reward_model" / "head.safetensors").is_file()
@@ -86,7 +84,7 @@ def test_marlhf_runs_both_phases_from_python_and_resumes_without_refitting(
     config = _marlhf_config(run)
     monkeypatch.setattr(JsonlWriter, "write", write)
     with pytest.raises(TrainingInterrupted):
-        run_marlhf(config)
+        run_recipe("marlhf", config)
     monkeypatch.setattr(JsonlWriter, "write", original)
     fitted = (run / "reward_model_metrics.jsonl").read_text()
 
@@ -95,7 +93,7 @@ def test_marlhf_runs_both_phases_from_python_and_resumes_without_refitting(
         raise AssertionError("the resumed run sampled pairs again")
 
     monkeypatch.setattr(MARLHFTrainer, "collect_pairs", refit)
-    resumed = run_marlhf(config, RunOutputs.of(config, resume=True))
+    resumed = run_recipe("marlhf", config, RunOutputs.of(config, resume=True))
     assert [r["step"] for r in resumed.history] == [2]
     assert (run / "reward_model_metrics.jsonl").read_text() == fitted
     # the resumed run is the uninterrupted one: same rows, same final weights (1e-6, as in
@@ -120,17 +118,19 @@ def test_a_run_refuses_a_used_folder_unless_told_to_overwrite_and_resume_needs_a
     row = {"prompt": "Once upon a time, Lily had a ball.", "completion": " She played all day."}
     data.write_text("\n".join(json.dumps(row) for _ in range(4)) + "\n")
     out = tmp_path / "sft"
-    config = SFTRunConfig(
+    config = SFTConfig(
         data=str(data), output_dir=str(out), num_steps=2, batch_size=2, progress=False
     )
     with pytest.raises(ConfigError, match="nothing to resume"):
         RunOutputs.of(config, resume=True)
-    assert [r["step"] for r in run_sft(config).history] == [1, 2]
+    assert [r["step"] for r in run_recipe("sft", config).history] == [1, 2]
     with pytest.raises(
         ConfigError, match=r"already holds a run .*RunOutputs.of\(config, overwrite=True\)"
     ):
-        run_sft(config)
-    assert [r["step"] for r in run_sft(config, RunOutputs.of(config, overwrite=True)).history] == [
+        run_recipe("sft", config)
+    assert [
+        r["step"] for r in run_recipe("sft", config, RunOutputs.of(config, overwrite=True)).history
+    ] == [
         1,
         2,
     ]
@@ -143,7 +143,7 @@ def test_the_outputs_argument_replaces_the_configs_output_fields(tmp_path: Path)
         output_dir=str(unused), num_steps=1, batch_size=2, num_generations=2, **STORY
     )
     elsewhere = tmp_path / "elsewhere"
-    result = run_group_baseline(config, RunOutputs(output_dir=elsewhere, progress=False))
+    result = run_recipe("magrpo", config, RunOutputs(output_dir=elsewhere, progress=False))
     assert result.output_dir == elsewhere and len(result.history) == 1
     assert len(_rows(elsewhere / "metrics.jsonl")) == 1
     assert f"output_dir: {elsewhere}" in (elsewhere / "config.yaml").read_text()

@@ -199,6 +199,30 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_130(
     _assert_same_run(out, reference)
 
 
+def test_sigterm_finishes_the_step_checkpoints_and_exits_143(
+    reference: Path, tmp_path: Path
+) -> None:
+    """What Slurm and Kubernetes send before they kill a job: treated as Ctrl-C is (the step
+    in progress finishes, a checkpoint, the resume command), exit code 128 + 15."""
+    out = tmp_path / "run"
+    proc, err = _paused_run("mid_step", 1, out)  # inside step 2
+    os.kill(proc.pid, signal.SIGTERM)  # to the run's process, as a scheduler does
+    assert proc.stdin is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=GUARD_S) == 128 + signal.SIGTERM
+    ckpt = out / "checkpoints" / "step-000002"
+    stderr = err.read_text()
+    assert (
+        f"interrupted by SIGTERM at step 2; checkpoint: {ckpt}; resume with: comlrl train "
+        f"--resume {out}"
+    ) in stderr, stderr[-3000:]
+    assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2]
+    resumed = _comlrl("train", "--resume", str(out), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _assert_same_run(out, reference)
+
+
 def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
     reference: Path, tmp_path: Path
 ) -> None:

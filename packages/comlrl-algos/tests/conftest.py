@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-#: the real models and datasets beside the checkout (``../shared``; DESIGN.md section 7)
+#: the real models and datasets beside the checkout (``../shared``; see docs/architecture.md, offline data)
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 

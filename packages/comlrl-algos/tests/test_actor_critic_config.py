@@ -17,6 +17,7 @@ def test_the_config_has_no_group_baseline_field() -> None:
         "advantage_eps",
         "advantage_scale",
         "estimator",
+        "role_format",
         "update_chunk_nodes",
         "update_chunk_split_turns",
     ]

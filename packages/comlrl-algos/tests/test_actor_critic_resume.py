@@ -16,6 +16,7 @@ from comlrl.algos.models.value import Critic
 from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, IACTrainer, MAACTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.run import checkpoint as ckpt
+from comlrl.core import RewardFunctionError
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(5)]
 
@@ -30,7 +31,7 @@ def _feedback(**kw: object) -> list[str]:
     return [f"# teammate wrote {len(c)} chars\n" for c in reversed(completions)]
 
 
-def _trainer(tok, out: Path, method: str, mode: str, **overrides):  # type: ignore[no-untyped-def]
+def _trainer(tok, out: Path, method: str, mode: str, reward=_reward, **overrides):  # type: ignore[no-untyped-def]
     """Two tiny agents, two turns; 5 examples in batches of 2, so epochs straddle steps."""
     settings = dict(
         num_steps=4,
@@ -67,7 +68,7 @@ def _trainer(tok, out: Path, method: str, mode: str, **overrides):  # type: igno
         cfg,
         critics=critics,
         dataset=DATA,
-        reward_func=_reward,
+        reward_func=reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# test"],
         transition=_feedback,
     )
@@ -93,7 +94,7 @@ def test_a_resumed_actor_critic_run_continues_bit_for_bit(
     random.seed(1234)  # scramble what the checkpoint must restore
     torch.manual_seed(1234)
     resumed = _trainer(tiny_tokenizer, copy, method, mode, critic_type=kind)
-    resumed.run.data.next_batch(3)
+    resumed.data.next_batch(3)
     with torch.no_grad():  # move a critic so that its weights must come back too
         for p in resumed.critics[0].head.parameters():
             p.add_(0.5)
@@ -144,15 +145,14 @@ def test_the_fused_critic_forward_changes_no_number(
     """With one iteration and no micro-batching the sampling-time values come from the
     value loss's own forward; a micro-batch size above the batch turns that off without
     changing any other computation, so both runs must give the same rows and weights."""
-    from comlrl.algos.recipes.actor_critic.recipe import _can_fuse_critic_forward
 
     fused = _trainer(tiny_tokenizer, tmp_path / "f", method, "separate", critic_type=kind)
     plain = _trainer(
         tiny_tokenizer, tmp_path / "p", method, "separate", critic_type=kind, micro_batch_size=999
     )
-    assert _can_fuse_critic_forward(fused.ac_run) and not _can_fuse_critic_forward(plain.ac_run)
+    assert fused._can_fuse_critic_forward() and not plain._can_fuse_critic_forward()
     for _ in range(2):
-        a, b = fused.train_step(), plain.train_step()
+        a, b = fused.step().row, plain.step().row
         keys = [k for k in a if not k.startswith(("time/", "tokens_per_s", "prompts_per_s"))]
         assert any(k.startswith(("critic/", "value_loss")) for k in keys)
         for key in keys:
@@ -174,12 +174,12 @@ def test_the_single_forward_actor_update_at_g1_changes_no_number(
     from comlrl.algos.recipes.actor_critic import recipe as actor_critic_setup
 
     single = _trainer(tiny_tokenizer, tmp_path / "s", method, mode)
-    assert single.ac_run.base.update.shared_prefix is False
+    assert single.actors.update_settings.shared_prefix is False
     monkeypatch.setattr(actor_critic_setup, "actor_update_settings", lambda settings, g: settings)
     split = _trainer(tiny_tokenizer, tmp_path / "p", method, mode)
-    assert split.ac_run.base.update.shared_prefix is True
+    assert split.actors.update_settings.shared_prefix is True
     for _ in range(2):
-        a, b = single.train_step(), split.train_step()
+        a, b = single.step().row, split.step().row
         keys = [k for k in a if not k.startswith(("time/", "tokens_per_s", "prompts_per_s"))]
         for key in keys:
             # Same maths, different op order (one attention over prompt + completion vs a
@@ -189,3 +189,34 @@ def test_the_single_forward_actor_update_at_g1_changes_no_number(
     for x, y in zip(single.agents, split.agents, strict=True):
         for p, q in zip(x.model.parameters(), y.model.parameters(), strict=True):
             torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("method", "mode"), [("iac", "shared"), ("maac", "separate")])
+def test_a_step_that_fails_before_its_updates_is_drawn_again_on_resume(
+    tiny_tokenizer, tmp_path: Path, method: str, mode: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A reward function that raises in the middle of a run (save_every=0): the loop driver
+    checkpoints the last completed step, and that checkpoint must hold the data and random
+    streams as that step left them (the failed step put them back), so the resumed run
+    draws the failed step's batch again and gives exactly the uninterrupted run's rows."""
+    want = _trainer(tiny_tokenizer, tmp_path / "full", method, mode, save_every=0).train()
+    calls: list[int] = []
+
+    def flaky(c1: list[str], c2: list[str]) -> list[float]:
+        calls.append(1)
+        if len(calls) == 5:  # a few calls in: inside step 2 or 3, whatever the turns
+            raise ZeroDivisionError("a rare branch of the reward")
+        return _reward(c1, c2)
+
+    out = tmp_path / "broken"
+    with pytest.raises(RewardFunctionError, match="a rare branch"):
+        _trainer(tiny_tokenizer, out, method, mode, reward=flaky, save_every=0).train()
+    saved = ckpt.latest_checkpoint(out)
+    assert saved is not None, "the last completed step was checkpointed"
+    resumed = _trainer(tiny_tokenizer, out, method, mode, save_every=0)
+    k = resumed.resume(saved)
+    got = resumed.train()
+    assert k >= 1 and [r["step"] for r in got] == [r["step"] for r in want[k:]]
+    for g, w in zip(got, want[k:], strict=True):
+        for key in ("reward_mean", "loss/agent_0", "loss/agent_1"):
+            assert g[key] == w[key], (g["step"], key, g[key], w[key])

@@ -11,7 +11,7 @@ import pytest
 import torch
 from comlrl.algos.cli.main import main
 from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
-from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_update
+from comlrl.algos.recipes.preference.madpo.recipe import MADPORecipe
 from comlrl.algos.recipes.preference.pairs import preference_pairs
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment
@@ -60,7 +60,7 @@ def test_joint_dpo_loss_equals_a_hand_computation_on_the_joint_responses(
     )  # fmt: skip
     ref = build_default_model(len(tiny_tokenizer), seed=1)  # differs from the policy
     agent = HFAgent(tiny_model, tiny_tokenizer, name="joint", prompt_format="raw")
-    run = madpo_setup([agent], config, env, EXAMPLES, ref_models=[ref])
+    run = MADPORecipe([agent], config, environment=env, dataset=EXAMPLES, ref_models=[ref])
     ro = rollout(run.agents, EXAMPLES[:2], env, run.sampling, run.tree, rng=run.rng)
     pairs = preference_pairs(ro, pairs_per_prompt=2)
     assert len(pairs) >= 2 and all(len(p) == 1 for p in pairs.prompts)  # one joint policy
@@ -85,7 +85,7 @@ def test_joint_dpo_loss_equals_a_hand_computation_on_the_joint_responses(
     expected = torch.stack([-torch.nn.functional.logsigmoid(0.5 * m) for m in margins]).mean()
     before = [p.detach().clone() for p in tiny_model.parameters()]
 
-    row = madpo_update(run, pairs)
+    row = run.update(pairs)
 
     # float32 sums over <= 12 tokens of two tiny models: agree to ~1e-5
     assert row["loss"] == pytest.approx(float(expected), rel=1e-4, abs=1e-5)
@@ -98,7 +98,7 @@ def test_centralized_madpo_checks_its_keys_before_any_model_loads(
 ) -> None:
     base = ["train", "algo=centralized_madpo", f"output_dir={tmp_path / 'x'}"]
     assert main([*base, "models=[a,b]"]) == 2
-    assert "trains one joint policy but models lists 2" in capsys.readouterr().err
+    assert "one model plays every role but models lists 2" in capsys.readouterr().err
     assert main([*base, "role_format=xml"]) == 2
     assert "role_format" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

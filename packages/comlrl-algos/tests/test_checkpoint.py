@@ -79,7 +79,7 @@ def test_a_resumed_trainer_continues_bit_for_bit(tiny_tokenizer, tmp_path: Path)
     random.seed(1234)  # scramble what the checkpoint must restore
     torch.manual_seed(1234)
     resumed = _trainer(tiny_tokenizer, copy, save_every=2)
-    resumed.run.data.next_batch(3)
+    resumed.data.next_batch(3)
     assert resumed.resume(copy / "checkpoints" / "step-000002") == 2
     assert [r["step"] for r in _rows(copy / "metrics.jsonl")] == [1, 2], (
         "rows after the checkpoint go"
@@ -123,13 +123,13 @@ def test_a_reward_that_raises_at_step_4_leaves_step_3_which_resumes_to_the_unbro
 
     out = tmp_path / "run"
     broken = _trainer(tiny_tokenizer, out, num_steps=8, reward=buggy)
-    step = group_baseline.step
+    step = group_baseline.GroupBaselineRecipe.step
 
     def counting_step(run):  # type: ignore[no-untyped-def]
-        completed[0] = run.step
+        completed[0] = run.global_step
         return step(run)
 
-    monkeypatch.setattr(group_baseline, "step", counting_step)
+    monkeypatch.setattr(group_baseline.GroupBaselineRecipe, "step", counting_step)
     with pytest.raises(RewardFunctionError, match="a rare branch") as caught:
         broken.train()
     monkeypatch.undo()
@@ -192,15 +192,15 @@ def test_resume_without_the_optimizer_state_would_differ(tiny_tokenizer, tmp_pat
     state["optimizers"] = [o.state_dict() for o in fresh.optimizers]
     for i, agent in enumerate(fresh.agents):
         ckpt.load_agent_weights(agent.model, saved / f"agent_{i}")
-    fresh.run.step = ckpt.restore_state(
+    fresh.global_step = ckpt.restore_state(
         state,
         optimizers=fresh.optimizers,
-        data=fresh.run.data,
-        rng=fresh.run.rng,
+        data=fresh.data,
+        rng=fresh.rng,
         generators=[a.generator for a in fresh.agents],
     )
-    row3, row4 = fresh.train_step(), fresh.train_step()
-    fresh.run.close()
+    row3, row4 = fresh.step().row, fresh.step().row
+    fresh.close()
     assert (
         row3["reward_mean"] == want[2]["reward_mean"]
         and row3["loss/agent_0"] == want[2]["loss/agent_0"]
@@ -215,14 +215,14 @@ def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(
     tiny_tokenizer, tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     trainer = _trainer(tiny_tokenizer, tmp_path / "run")
-    trainer.train_step()
+    trainer.step()
 
     def broken_save(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(ckpt.torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        group_baseline.checkpoint(trainer.run)
+        trainer.checkpoint()
     monkeypatch.undo()
     root = tmp_path / "run" / "checkpoints"
     assert not (root / "step-000001").exists() and ckpt.latest_checkpoint(tmp_path / "run") is None
@@ -234,7 +234,7 @@ def test_a_failed_save_leaves_no_step_folder_and_is_cleaned_up(
     (root / "reward_model").rmdir()
     with pytest.raises(ckpt.CheckpointError, match="not a complete step checkpoint"):
         ckpt.load_training_state(root / "step-000001")
-    trainer.run.close()
+    trainer.close()
 
 
 def test_keep_last_prunes_old_step_checkpoints_but_never_final(
@@ -350,10 +350,10 @@ def test_first_ctrl_c_asks_to_stop_the_second_stops_now() -> None:
 def test_resuming_on_other_data_is_refused_with_both_sizes(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _trainer(tiny_tokenizer, tmp_path / "run", save_every=1, num_steps=1).train()
     other = _trainer(tiny_tokenizer, tmp_path / "run")
-    other.run.data.dataset = DATA[:4]
+    other.data.dataset = DATA[:4]
     with pytest.raises(ckpt.CheckpointError, match="over 5 examples but the dataset now has 4"):
         other.resume(tmp_path / "run" / "checkpoints" / "step-000001")
-    other.run.close()
+    other.close()
 
 
 def test_atomic_folder_replaces_only_a_complete_folder(tmp_path: Path) -> None:

@@ -161,8 +161,8 @@ def test_critics_train_on_their_devices(
     )
     critic_moves = [(n, d) for n, d in moves if n.startswith("critic")]
     assert critic_moves == [(f"critic_{i}", d) for i, d in enumerate(devices)]
-    row = trainer.train_step()
+    row = trainer.step().row
     assert [model_device(c.trunk) for c in trainer.critics] == [CPU] * len(devices)
     value_keys = [k for k in row if "value_loss" in k]
     assert value_keys and all(torch.isfinite(torch.tensor(row[k])) for k in value_keys)
-    trainer.run.close()
+    trainer.close()

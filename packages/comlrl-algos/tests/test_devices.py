@@ -121,13 +121,15 @@ def test_setup_places_each_agent_and_reference_on_its_device(tiny_tokenizer, tmp
         num_generations=2,
         batch_size=1,
     )
-    run = group_baseline.setup(agents, cfg, _env(), [{"p": "def f"}, {"p": "x ="}])
+    run = group_baseline.GroupBaselineRecipe(
+        agents, cfg, environment=_env(), dataset=[{"p": "def f"}, {"p": "x ="}]
+    )
     assert placed[:2] == [("a0", "cpu"), ("a1", "cpu")]
     assert (
         run.ref_models is not None
         and [model_device(r) for r in run.ref_models] == [torch.device("cpu")] * 2
     )
-    row = group_baseline.train_step(run)
+    row = run.step().row
     assert "kl/agent_0" in row and "kl/agent_1" in row
     run.close()
 
@@ -136,7 +138,9 @@ def test_setup_rejects_one_model_object_on_two_devices(tiny_tokenizer, four_gpus
     agent = _agents(tiny_tokenizer, 1)[0]
     cfg = TrainConfig(agent_devices=["cuda:0", "cuda:1"], output_dir=str(tmp_path), progress=False)
     with pytest.raises(ConfigError, match="shares its model with an agent placed on cuda:0"):
-        group_baseline.setup([agent, agent], cfg, _env(), [{"p": "a"}])
+        group_baseline.GroupBaselineRecipe(
+            [agent, agent], cfg, environment=_env(), dataset=[{"p": "a"}]
+        )
 
 
 @pytest.mark.skipif(
@@ -156,8 +160,10 @@ def test_agents_and_references_on_mixed_devices_train(tiny_tokenizer, tmp_path) 
         num_generations=2,
         batch_size=2,
     )
-    run = group_baseline.setup(agents, cfg, _env(), [{"p": "def f"}, {"p": "x ="}])
-    row = group_baseline.train_step(run)
+    run = group_baseline.GroupBaselineRecipe(
+        agents, cfg, environment=_env(), dataset=[{"p": "def f"}, {"p": "x ="}]
+    )
+    row = run.step().row
     assert [model_device(a.model).type for a in agents] == ["cuda", "cpu"]
     assert run.ref_models is not None
     assert [model_device(r).type for r in run.ref_models] == ["cpu", "cuda"]

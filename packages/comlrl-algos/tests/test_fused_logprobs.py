@@ -376,6 +376,6 @@ def test_train_config_fused_logprobs_reaches_the_update_settings(
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"]],
     )
     try:
-        assert trainer.run.update.fused_logprobs is fused
+        assert trainer.update_settings.fused_logprobs is fused
     finally:
-        trainer.run.close()
+        trainer.close()

@@ -157,8 +157,8 @@ def test_a_gspo_run_takes_its_steps(tiny_tokenizer: Any, tmp_path: Any) -> None:
         reward_func=lambda c1, c2: [len(a) / 10.0 for a in c1],
         formatters=[lambda ex: ex["text"]] * 2,
     )  # fmt: skip
-    assert trainer.run.update.importance_level == "sequence"
-    row = trainer.train_step()
+    assert trainer.update_settings.importance_level == "sequence"
+    row = trainer.step().row
     assert row["ratio_mean/agent_0"] != 1.0  # averaged over a pass at 1 and one after a step
     moved = [not torch.equal(p, q) for p, q in zip(before, agents[0].model.parameters())]
     assert any(moved)

@@ -12,10 +12,11 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
-from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer, tis_level
+from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import NativeBackend
 from comlrl.algos.training.config.rl import TrainConfig
+from comlrl.algos.training.update.settings import tis_level
 from comlrl.estimators.importance import (
     sampler_mismatch,
     sequence_log_ratio,
@@ -197,8 +198,8 @@ def test_exact_sampler_logs_no_mismatch_and_keeps_tis_off(
     tiny_tokenizer: Any, tmp_path: Any
 ) -> None:
     trainer = _trainer(tiny_tokenizer, tmp_path, noisy=False)
-    assert trainer.run.update.tis_level is None  # auto: native sampler in float32
-    row = trainer.train_step()
+    assert trainer.update_settings.tis_level is None  # auto: native sampler in float32
+    row = trainer.step().row
     for a in range(2):
         # float32 decode step vs training forward: round-off only (measured ~1e-7)
         assert row[f"mismatch_abs_logp_diff/agent_{a}"] < 1e-5
@@ -212,9 +213,9 @@ def test_perturbed_sampler_is_measured_and_corrected(tiny_tokenizer: Any, tmp_pa
     the step equals the loop reference: each token's policy-gradient term weighted by
     min(exp(-noise), 2)."""
     trainer = _trainer(tiny_tokenizer, tmp_path / "tis", noisy=True)
-    assert trainer.run.update.tis_level == "token"  # auto: another engine's log-probs
+    assert trainer.update_settings.tis_level == "token"  # auto: another engine's log-probs
     before = [copy.deepcopy(a.model) for a in trainer.agents]
-    result = group_baseline.step(trainer.run)
+    result = trainer.step()
     row, ro = result.row, result.rollout
     assert ro is not None
     for a in range(2):
@@ -248,9 +249,9 @@ def test_perturbed_sampler_is_measured_and_corrected(tiny_tokenizer: Any, tmp_pa
 
 def test_tis_can_be_turned_off_or_forced(tiny_tokenizer: Any, tmp_path: Any) -> None:
     off = _trainer(tiny_tokenizer, tmp_path / "off", noisy=True, tis="off")
-    assert off.run.update.tis_level is None
-    row = off.train_step()
+    assert off.update_settings.tis_level is None
+    row = off.step().row
     assert row["mismatch_kl/agent_0"] > 0 and "tis_weight_mean/agent_0" not in row
     forced = _trainer(tiny_tokenizer, tmp_path / "seq", noisy=False, tis="sequence", tis_cap=3.0)
-    assert (forced.run.update.tis_level, forced.run.update.tis_cap) == ("sequence", 3.0)
+    assert (forced.update_settings.tis_level, forced.update_settings.tis_cap) == ("sequence", 3.0)
     assert tis_level("auto", []) is None

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+from comlrl.algos.recipes.preference.config import IterativeSection
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
-from comlrl.algos.recipes.preference.iterative.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.iterative.replay import PreferenceReplay
 from comlrl.algos.recipes.preference.iterative.rounds import IterativeRounds
 from comlrl.algos.recipes.preference.pairs import IterPair
@@ -176,9 +176,9 @@ def test_iterative_config_names_a_field_its_mode_does_not_read(
     fields: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        IterativeMADPOConfig.build(**fields)
+        IterativeSection.build(**fields)
 
 
 def test_rounds_of_a_run() -> None:
-    cfg = IterativeMADPOConfig.build(steps_per_round=4)
+    cfg = IterativeSection.build(steps_per_round=4)
     assert [cfg.num_rounds(n) for n in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]

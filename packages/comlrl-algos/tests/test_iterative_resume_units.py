@@ -16,9 +16,9 @@ import pytest
 import torch
 from comlrl.algos.recipes.preference.iterative.comparator import Comparator
 from comlrl.algos.recipes.preference.iterative.recipe import (
+    MADPOIterRecipe,
+    MARLHFIterRecipe,
     RoundState,
-    madpo_iter_resume,
-    marlhf_iter_resume,
 )
 from comlrl.algos.recipes.preference.iterative.replay import REPLAY_MODES, PreferenceReplay
 from comlrl.algos.recipes.preference.pairs import IterPair
@@ -122,9 +122,9 @@ def test_a_comparator_without_frozen_agents_refuses_saved_frozen_streams() -> No
 @pytest.mark.parametrize(
     ("resume", "written_by", "wanted"),
     [
-        (madpo_iter_resume, None, "madpo_iter"),
-        (madpo_iter_resume, "marlhf_iter", "madpo_iter"),
-        (marlhf_iter_resume, "madpo_iter", "marlhf_iter"),
+        (MADPOIterRecipe, None, "madpo_iter"),
+        (MADPOIterRecipe, "marlhf_iter", "madpo_iter"),
+        (MARLHFIterRecipe, "madpo_iter", "marlhf_iter"),
     ],
 )
 def test_an_iterative_resume_refuses_another_recipes_checkpoint(
@@ -136,4 +136,4 @@ def test_an_iterative_resume_refuses_another_recipes_checkpoint(
     torch.save(state, tmp_path / ckpt.STATE_FILE)
     # refused before the run is touched (no run is needed to see it)
     with pytest.raises(ckpt.CheckpointError, match=f"holds no {wanted} rounds"):
-        resume(SimpleNamespace(), tmp_path)
+        resume.resume(SimpleNamespace(algo=resume.algo), tmp_path)

@@ -120,18 +120,24 @@ def test_a_failed_reward_prints_where_the_last_completed_step_was_saved(
     assert f"resume with: comlrl train --resume {tmp_path}" in err
 
 
-def test_run_outputs_read_a_config_and_replace_only_the_fields_that_differ(tmp_path: Path) -> None:
-    from comlrl.algos import MADPORunConfig, TrainConfig
+def test_run_outputs_read_a_config_and_the_record_says_where_the_run_writes(
+    tmp_path: Path,
+) -> None:
+    from comlrl.algos import MADPOConfig, RunOutputs, SFTConfig, TrainConfig
 
     config = TrainConfig(output_dir=str(tmp_path / "a"), save_every=2, report_to="tensorboard")
-    outputs = launch.RunOutputs.of(config)
+    outputs = RunOutputs.of(config)
     assert outputs.output_dir == tmp_path / "a" and outputs.save_every == 2
     assert outputs.report_to == ("jsonl", "tensorboard") and outputs.resume_from is None
-    assert outputs.apply(config) is config  # nothing differs: the same object
-    moved = launch.RunOutputs(output_dir=tmp_path / "b", keep_last=1).apply(config)
-    assert (moved.output_dir, moved.keep_last, moved.save_every) == (str(tmp_path / "b"), 1, 0)
-    assert config.output_dir == str(tmp_path / "a")  # a copy; the config is unchanged
-    madpo = MADPORunConfig(output_dir=str(tmp_path / "m"), reward_curve=False)
-    assert launch.RunOutputs.of(madpo).reward_curve is False
+    moved = RunOutputs(output_dir=tmp_path / "b", keep_last=1).record(config.model_dump())
+    assert (moved["output_dir"], moved["keep_last"], moved["save_every"]) == (
+        str(tmp_path / "b"), 1, 0,
+    )  # fmt: skip
+    assert config.output_dir == str(tmp_path / "a")  # the config is unchanged
+    for other in (MADPOConfig, SFTConfig):  # every recipe's config carries the same keys
+        made = other(output_dir=str(tmp_path / "m"), reward_curve=False, keep_last=3)
+        assert RunOutputs.of(made) == RunOutputs(
+            output_dir=tmp_path / "m", keep_last=3, reward_curve=False
+        )
     with pytest.raises(ConfigError, match="save_every must be >= 0, got -1"):
-        launch.RunOutputs(output_dir=tmp_path, save_every=-1)
+        RunOutputs(output_dir=tmp_path, save_every=-1)

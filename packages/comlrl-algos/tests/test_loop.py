@@ -19,6 +19,7 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training import loop as loop_driver
 from comlrl.algos.training.config.rl import ConfigError, TrainConfig
 from comlrl.algos.training.run.diagnostics import TrainingWarning
+from comlrl.algos.training.run.outputs import RunOutputs
 from comlrl.algos.training.update import policy as update_module
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
@@ -90,7 +91,6 @@ def test_config_yaml_and_the_curve_record_the_agents_models_and_the_real_reward(
     builtin:stories260k), and reward_curve.png is titled with the custom reward, not the
     default task."""
     from comlrl.algos.models.loading import builtin_model_path, load_model_and_tokenizer
-    from comlrl.algos.recipes.group_baseline import recipe as group_baseline
     from comlrl.algos.training.run.reporting import RewardCurveReporter
 
     out = tmp_path / "custom"
@@ -98,9 +98,8 @@ def test_config_yaml_and_the_curve_record_the_agents_models_and_the_real_reward(
     trainer.train()
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["models"] == ["Qwen2ForCausalLM (in-memory model, no name_or_path)"], saved
-    reporters = group_baseline.loop_settings(trainer.config, record=trainer.record).reporters
-    assert reporters is not None
-    curve = [r for r in reporters(tmp_path / "x") if isinstance(r, RewardCurveReporter)]
+    reporters = trainer.outputs.reporters(trainer.schedule().title, trainer.record)
+    curve = [r for r in reporters if isinstance(r, RewardCurveReporter)]
     assert curve and curve[0].title is not None
     assert curve[0].title.startswith(f"custom:{__name__}._reward - Qwen2ForCausalLM")
 
@@ -205,27 +204,41 @@ def test_the_shared_trunk_update_honours_fused_logprobs(
         reward_func=_reward,
         formatters=[lambda ex: ex["text"]] * 2,
     )
-    row = trainer.train_step()
+    row = trainer.step().row
     assert seen and set(seen) == {fused}
     assert "value_loss/agent_0" in row or any(k.startswith("value") for k in row), sorted(row)
 
 
 def test_the_loop_hands_samples_from_the_step_result_not_from_the_run(tmp_path: Path) -> None:
-    calls: list[int] = []
+    class Counting:
+        """The smallest recipe the loop drives: steps that count, a complete checkpoint."""
 
-    def step() -> loop_driver.StepResult:
-        calls.append(len(calls) + 1)
-        return loop_driver.StepResult({"step": len(calls), "loss": 1.0 / len(calls)})
+        global_step = 0
 
-    def checkpoint(path: Path) -> None:  # a complete checkpoint, as list_checkpoints sees it
-        path.mkdir(parents=True)
-        (path / "training_state.pt").touch()
-        (path / "checkpoint.json").write_text("{}")
+        def schedule(self) -> loop_driver.Schedule:
+            return loop_driver.Schedule(num_steps=3)
 
-    loop = loop_driver.RecipeLoop(step=step, checkpoint=checkpoint, save_final=lambda path: None)
-    history = loop_driver.run_loop(
-        loop, loop_driver.LoopSettings(num_steps=3, output_dir=tmp_path, save_every=1, keep_last=1)
-    )
+        def step(self) -> loop_driver.StepResult:
+            self.global_step += 1
+            return loop_driver.StepResult({"step": self.global_step, "loss": 1 / self.global_step})
+
+        def evaluate(self) -> dict[str, float]:
+            raise AssertionError("no evaluation set")
+
+        def checkpoint(self, path: Path) -> Path:  # complete, as list_checkpoints sees it
+            path.mkdir(parents=True)
+            (path / "training_state.pt").touch()
+            (path / "checkpoint.json").write_text("{}")
+            return path
+
+        def save_final(self, path: Path) -> None:
+            return None
+
+        def collective(self) -> loop_driver.Collective:
+            return loop_driver.Collective()
+
+    outputs = RunOutputs(output_dir=tmp_path, save_every=1, keep_last=1, reward_curve=False)
+    history = loop_driver.run_loop(Counting(), outputs)
     assert [r["step"] for r in history] == [1, 2, 3]
     assert all("time/step_s" in r for r in history)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003"]

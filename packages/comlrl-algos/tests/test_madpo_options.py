@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comlrl.algos.recipes.preference.iterative.config import IterativeMADPOConfig
 from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
 from comlrl.algos.recipes.preference.madpo.initial_pairs import within_prompt_pairs
-from comlrl.algos.recipes.preference.madpo.recipe import madpo_setup, madpo_step, train_madpo
+from comlrl.algos.recipes.preference.madpo.recipe import MADPORecipe
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.environment import CallbackEnvironment
 from comlrl.algos.training.config.rl import ConfigError
@@ -41,7 +40,7 @@ def _run(tiny_tokenizer: Any, **fields: Any) -> Any:
     env = CallbackEnvironment([lambda ex: ex["topic"], lambda ex: ex["topic"] + " then"], _reward)
     base = dict(num_candidates=3, max_new_tokens=6, batch_size=2, learning_rate=1e-3,
                 optimizer="sgd", device="cpu", seed=1, pairs_per_prompt=2)  # fmt: skip
-    return madpo_setup(agents, MADPOConfig(**{**base, **fields}), env, EXAMPLES)
+    return MADPORecipe(agents, MADPOConfig(**{**base, **fields}), environment=env, dataset=EXAMPLES)
 
 
 def _count_rollouts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -73,7 +72,7 @@ def test_initial_pairs_are_built_once_and_every_pass_trains_on_each_once(
     calls = _count_rollouts(monkeypatch)
     trained = 0
     for _ in range(math.ceil(len(pairs) / 2)):  # the first pass
-        row = madpo_step(run)
+        row = run.step().row
         trained += int(row["num_pairs"])
         assert "margin" in row and "loss/agent_1" in row
     assert calls[0] == 0  # no sampling after setup
@@ -87,17 +86,19 @@ def test_online_pairs_sample_every_step(
     run = _run(tiny_tokenizer)
     assert run.pairs is None
     calls = _count_rollouts(monkeypatch)
-    madpo_step(run)
-    madpo_step(run)
+    run.step()
+    run.step()
     assert calls[0] == 2  # one rollout per step
 
 
 def test_initial_pairs_resume_exactly(tiny_tokenizer: Any, tmp_path: Path) -> None:
     fields = dict(pair_source="initial", num_epochs=2)
-    whole = train_madpo(_run(tiny_tokenizer, **fields), output_dir=tmp_path / "a", save_every=1)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    whole = _run(tiny_tokenizer, **fields, output_dir=a, save_every=1, progress=False).train()
     ckpt = tmp_path / "a" / "checkpoints" / "step-000002"
-    resumed = _run(tiny_tokenizer, **fields)  # on the initial weights: same pairs
-    rest = train_madpo(resumed, output_dir=tmp_path / "b", resume_from=ckpt)
+    resumed = _run(tiny_tokenizer, **fields, output_dir=b, progress=False)  # same pairs
+    resumed.resume(ckpt)
+    rest = resumed.train()
     assert [r["step"] for r in rest] == [r["step"] for r in whole][2:]
     for got, want in zip(rest, whole[2:]):
         # same float32 ops from bit-identical state (see tests/test_cli_recipes.py)
@@ -107,10 +108,10 @@ def test_initial_pairs_resume_exactly(tiny_tokenizer: Any, tmp_path: Path) -> No
 def test_reference_free_loss_has_a_margin_before_training(tiny_tokenizer: Any) -> None:
     # against the initial policy the first step's margin is exactly 0; with log pi_ref = 0
     # it is the policy's own log-ratio margin, not 0
-    ref = madpo_step(_run(tiny_tokenizer, pair_source="initial"))
+    ref = _run(tiny_tokenizer, pair_source="initial").step().row
     free_run = _run(tiny_tokenizer, pair_source="initial", reference_free=True)
     assert free_run.ref_models == [None, None]
-    free = madpo_step(free_run)
+    free = free_run.step().row
     assert ref["margin"] == 0.0
     assert abs(free["margin"]) > 1e-3
 
@@ -119,8 +120,9 @@ def test_option_combinations_that_mean_nothing_fail() -> None:
     with pytest.raises(ValueError, match="num_epochs"):
         MADPOConfig(num_epochs=2)
     with pytest.raises(ValueError, match="pair_source"):
-        IterativeMADPOConfig(pair_source="initial")
-    assert IterativeMADPOConfig().pair_selection == "comparator_reward"
+        MADPOConfig(pair_source="initial", iterative={})
+    config = MADPOConfig(iterative={})
+    assert config.iterative is not None and config.iterative.pair_selection == "comparator_reward"
 
 
 def test_reference_free_refuses_reference_models(tiny_tokenizer: Any) -> None:
@@ -131,7 +133,13 @@ def test_reference_free_refuses_reference_models(tiny_tokenizer: Any) -> None:
     ]
     env = CallbackEnvironment([lambda ex: ex["topic"]] * 2, _reward)
     with pytest.raises(ConfigError, match="reference_free"):
-        madpo_setup(agents, MADPOConfig(reference_free=True), env, EXAMPLES, ref_models=[None] * 2)
+        MADPORecipe(
+            agents,
+            MADPOConfig(reference_free=True),
+            environment=env,
+            dataset=EXAMPLES,
+            ref_models=[None] * 2,
+        )
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,6 +17,7 @@ from comlrl.algos.training.config.model_defaults import (
 )
 from comlrl.algos.training.config.rl import TrainConfig, load_config
 from comlrl.algos.training.run.diagnostics import TrainingWarning
+from comlrl.algos.training.run.outputs import RunOutputs
 
 HUB = "Qwen/Qwen2.5-0.5B-Instruct"
 TODAY = {  # the built-in defaults the README's default run and its pinned numbers rely on
@@ -104,11 +105,12 @@ def test_a_high_learning_rate_on_a_pretrained_model_warns(tmp_path: Path) -> Non
 def test_the_run_header_says_which_defaults_applied_and_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    announce(TrainConfig(models=[HUB], learning_rate=3e-6), 5, "a run")
+    hub = TrainConfig(models=[HUB], learning_rate=3e-6)
+    announce(hub, RunOutputs.of(hub), 5, "a run", "2 agents")
     err = capsys.readouterr().err
     assert f"comlrl: defaults for pretrained LLMs ({HUB} is not a built-in model): " in err
     assert "optimizer=adamw" in err and "learning_rate" not in err.split("\n")[1]
-    announce(TrainConfig(), 5, "a run")
+    announce(TrainConfig(), RunOutputs.of(TrainConfig()), 5, "a run", "2 agents")
     assert "comlrl: defaults for the built-in models (every agent's model is builtin:*)" in (
         capsys.readouterr().err
     )

@@ -1,4 +1,4 @@
-"""The source tree keeps the rules of STYLE.md on module structure (walked with ``ast``,
+"""The source tree keeps the module rules of docs/architecture.md (walked with ``ast``,
 nothing imported):
 
 - no re-export-only module: a module that defines nothing (no function, class or value of its

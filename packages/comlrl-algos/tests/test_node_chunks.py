@@ -151,9 +151,9 @@ def test_update_in_node_chunks_refuses_several_steps_without_a_clip(
     """The library function itself (no config in front of it) refuses too; a plan of one
     step is on-policy and needs no clip."""
     trainer = _trainer(tiny_tokenizer, tmp_path)
-    ro = group_baseline.step(trainer.run).rollout
+    ro = trainer.step().rollout
     adv = group_baseline.group_advantages(ro, estimator="grpo")
-    model, opt = trainer.agents[0].model, trainer.run.optimizers[0]
+    model, opt = trainer.agents[0].model, trainer.optimizers[0]
     with pytest.raises(ValueError, match=r"6 optimizer steps.*set UpdateSettings.clip_ratio"):
         node_chunks.update_in_node_chunks(model, opt, ro, adv, [0], UpdateSettings(), 1)
     stats = node_chunks.update_in_node_chunks(model, opt, ro, adv, [0], UpdateSettings(), 10**6)
@@ -204,7 +204,7 @@ def test_one_chunk_of_all_nodes_equals_todays_update_bit_for_bit(
 ) -> None:
     today = _trainer(tiny_tokenizer, tmp_path / "a")
     chunked = _trainer(tiny_tokenizer, tmp_path / "b", update_chunk_nodes=10**6)
-    row_t, row_c = today.train_step(), chunked.train_step()
+    row_t, row_c = today.step().row, chunked.step().row
     assert row_c["optimizer_steps/agent_0"] == 1.0 and "optimizer_steps/agent_0" not in row_t
     for a in range(2):
         assert row_c[f"loss/agent_{a}"] == row_t[f"loss/agent_{a}"]
@@ -213,7 +213,7 @@ def test_one_chunk_of_all_nodes_equals_todays_update_bit_for_bit(
     # the same chunk split by turn: one step per turn, other weights
     split = _trainer(tiny_tokenizer, tmp_path / "c", update_chunk_nodes=10**6,
                      update_chunk_split_turns=True)  # fmt: skip
-    assert split.train_step()["optimizer_steps/agent_0"] == 2.0
+    assert split.step().row["optimizer_steps/agent_0"] == 2.0
     params = zip(split.agents[0].model.parameters(), today.agents[0].model.parameters())
     assert not all(torch.equal(p, q) for p, q in params)
 
@@ -224,7 +224,7 @@ def test_chunks_of_one_node_take_one_step_per_node_in_143_order(
     trainer = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=1)
     calls = _record_updates(trainer, monkeypatch)
     before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
-    result = group_baseline.step(trainer.run)
+    result = trainer.step()
     ro, row = result.rollout, result.row
     # 2 examples, each a root and its G=2 joint actions' children, in 1.4.3's env-step order
     order = preorder_nodes(ro)
@@ -250,7 +250,7 @@ def test_later_chunks_use_the_importance_ratio(
         return real(*a, **k)
 
     monkeypatch.setattr(node_chunks, "update_policy", spy)
-    row = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=2).train_step()
+    row = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=2).step().row
     # 6 nodes per agent in chunks of 2: the first step on-policy, the two after it not
     assert seen == [False, True, True] * 2
     # after the first step the sampled completions are off-policy: the ratio moved from 1

@@ -119,7 +119,7 @@ def test_unknown_keys_fail_naming_the_key_the_recipe_and_the_valid_keys() -> Non
         build_recipe_config({"algo": "sft", "data": "x", "lerning_rate": 1e-3})
     msg = str(info.value)
     assert "unknown key for algo=sft: 'lerning_rate'; did you mean 'learning_rate'?" in msg
-    assert "Valid keys of sft (SFTRunConfig): add_eos, batch_size, data" in msg
+    assert "Valid keys of sft (SFTConfig): add_eos, batch_size, data" in msg
     with pytest.raises(ConfigError, match="'critic_type'; it is a key of algo=iac, algo=maac"):
         build_recipe_config({"critic_type": "q"})
     with pytest.raises(ConfigError, match="unknown keys for algo=dpo: 'num_generations'.*'bogus'"):
@@ -138,8 +138,9 @@ def test_unknown_recipe_names_fail_with_close_names_and_the_list() -> None:
 def test_bad_values_fail_naming_the_recipe_and_field(rows: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match=r"invalid config for algo=iac:\n  - gae_lambda"):
         build_recipe_config({"algo": "iac", "gae_lambda": 2})
+    recipe, config = build_recipe_config({"algo": "dpo"})  # rows are read before any model
     with pytest.raises(ConfigError, match='needs data=PATH.jsonl.*"chosen"'):
-        build_recipe_config({"algo": "dpo"})
+        recipe.recipe.inputs(config)
     with pytest.raises(ConfigError, match="data='/no/such.jsonl': no such file"):
         build_recipe_config({"algo": "sft", "data": "/no/such.jsonl"})
     with pytest.raises(ConfigError, match="trains one model but models lists 2"):
@@ -178,14 +179,17 @@ def test_jsonl_rows_are_checked_line_by_line(tmp_path: Path) -> None:
     ]
 
 
-def test_every_entry_holds_its_config_class_and_the_public_run_function() -> None:
+def test_every_entry_holds_its_config_class_and_a_public_recipe_class() -> None:
     import comlrl.algos as algos
     from pydantic import BaseModel
 
     for recipe in RECIPES.values():
         assert isinstance(recipe.config, type) and issubclass(recipe.config, BaseModel)
-        name = recipe.runner.__name__
-        assert name.startswith("run_") and getattr(algos, name) is recipe.runner, name
-    assert get_recipe("marlhf").runner is algos.run_marlhf
-    assert get_recipe("marlhf").config is algos.MARLHFRunConfig
-    assert get_recipe("rloo").runner is algos.run_group_baseline
+        cls = recipe.recipe
+        assert getattr(algos, cls.__name__) is cls, cls
+        for hook in ("inputs", "describe", "agent_options", "step", "checkpoint", "resume"):
+            assert callable(getattr(cls, hook)), (cls, hook)
+    assert get_recipe("marlhf").recipe is algos.MARLHFTrainer
+    assert get_recipe("marlhf").config is algos.MARLHFConfig
+    assert get_recipe("rloo").recipe is algos.MARLOOTrainer
+    assert get_recipe("centralized_madpo_iter").recipe is algos.MADPOIterRecipe

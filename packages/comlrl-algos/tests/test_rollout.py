@@ -228,7 +228,7 @@ def test_an_agent_class_of_the_users_own_trains(tiny_tokenizer, tmp_path: Path) 
     trainer = MultiAgentTrainer(
         agents, cfg, dataset=EXAMPLES, reward_func=_reward, formatters=[lambda ex: ex["prompt"]] * 2
     )
-    row = trainer.train_step()
+    row = trainer.step().row
     assert math.isfinite(row["loss/agent_0"]), row["loss/agent_0"]
     assert any(not torch.equal(b, p) for b, p in zip(before, agents[0].model.parameters()))
 

@@ -77,7 +77,7 @@ def _config(out: Path, **overrides: Any) -> ActorCriticConfig:
 def _count_steps(run: Any) -> list[tuple[str, int]]:
     """Wrap every optimizer's ``step`` to record ``("actor"|"critic", index)``."""
     steps: list[tuple[str, int]] = []
-    optimizers = [("actor", i, o) for i, o in enumerate(run.base.optimizers)]
+    optimizers = [("actor", i, o) for i, o in enumerate(run.optimizers)]
     optimizers += [("critic", i, o) for i, o in enumerate(run.critic_optimizers) if o is not None]
     seen: set[int] = set()
     for kind, i, opt in optimizers:
@@ -156,7 +156,7 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
         agents, cfg, dataset=DATA, reward_func=_reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# second"],
     )  # fmt: skip
-    run = trainer.ac_run
+    run = trainer
     heads = [c.head for c in run.critics]
     assert heads[0] is not heads[1]  # IAC: each agent its own critic head, one trunk
     for i, head in enumerate(heads):
@@ -164,11 +164,11 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
     start_model, start_heads = copy.deepcopy(model), copy.deepcopy(heads)
     steps = _count_steps(run)
     seen = _capture_advantages(monkeypatch)
-    result = recipe.step(run)
+    result = run.step()
 
     assert steps == [("actor", 0)]  # one step, on the first sharer's optimizer
-    opt = run.base.optimizers[0]
-    assert run.base.optimizers[1].state == {}  # one set of Adam moments
+    opt = run.optimizers[0]
+    assert run.optimizers[1].state == {}  # one set of Adam moments
     stepped = {id(p) for g in opt.param_groups for p in g["params"]}
     assert all(id(p) in stepped for p in [*model.parameters(), *heads[0].parameters(),
                                           *heads[1].parameters()])  # fmt: skip
@@ -180,7 +180,7 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
     assert ro is not None
     old = [torch.cat(v) for v in seen["values"]]
     tgt = [torch.cat(t) for t in seen["targets"]]
-    settings = dataclasses.replace(run.base.update, max_grad_norm=None)
+    settings = dataclasses.replace(run.actors.update_settings, max_grad_norm=None)
     params = [*start_model.parameters(), *start_heads[0].parameters(), *start_heads[1].parameters()]
     per_agent = []
     for a in range(2):
@@ -217,7 +217,7 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
 def _actor_reference(
     tok: Any, run: Any, start_model: Any, ro: Any, adv: Any
 ) -> list[torch.nn.Parameter]:
-    settings = dataclasses.replace(run.base.update, max_grad_norm=None)
+    settings = dataclasses.replace(run.actors.update_settings, max_grad_norm=None)
     params = list(start_model.parameters())
     per_agent = [
         _grads(
@@ -250,15 +250,15 @@ def test_iac_separate_critics_with_actors_on_one_model(
         reward_func=_reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# second"],
     )  # fmt: skip
-    run = trainer.ac_run
+    run = trainer
     start_model, start_critics = copy.deepcopy(model), copy.deepcopy(critics)
     steps = _count_steps(run)
     seen = _capture_advantages(monkeypatch)
-    result = recipe.step(run)
+    result = run.step()
 
     want = [("actor", 0), ("critic", 0)] + ([] if critics_share else [("critic", 1)])
     assert Counter(steps) == Counter(want)
-    assert run.base.optimizers[1].state == {}
+    assert run.optimizers[1].state == {}
     _assert_same_weights(
         list(model.parameters()),
         _actor_reference(tiny_tokenizer, run, start_model, result.rollout, seen["adv"]),
@@ -306,13 +306,13 @@ def test_maac_actors_on_one_model_take_one_step_on_the_summed_losses(
         reward_func=_reward,
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# second"],
     )  # fmt: skip
-    run = trainer.ac_run
+    run = trainer
     start_model = copy.deepcopy(model)
     steps = _count_steps(run)
     seen = _capture_advantages(monkeypatch)
-    result = recipe.step(run)
+    result = run.step()
     assert Counter(steps) == Counter([("actor", 0), ("critic", 0)])
-    assert run.base.optimizers[1].state == {}
+    assert run.optimizers[1].state == {}
     _assert_same_weights(
         list(model.parameters()),
         _actor_reference(tiny_tokenizer, run, start_model, result.rollout, seen["adv"]),

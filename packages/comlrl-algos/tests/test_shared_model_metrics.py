@@ -18,7 +18,6 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
-from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.agent import HFAgent
@@ -109,9 +108,9 @@ def test_turn_metrics_of_each_agent_are_that_agents_turn(
 ) -> None:
     extra = {"update_chunk_nodes": 10**6, "clip_ratio": 0.2} if chunked else {}
     trainer = _trainer(tiny_tokenizer, tmp_path, shared=shared, **extra)
-    run = trainer.run
+    run = trainer
     before = copy.deepcopy(run.agents[0].model).eval()  # both agents' policy before the step
-    result = group_baseline.step(run)
+    result = run.step()
     ro, row = result.rollout, result.row
     assert ro is not None
     # early termination: later turns hold fewer nodes than the joint actions before them
@@ -129,7 +128,6 @@ def test_actor_critic_turn_metrics_of_shared_actors_are_each_agents_turn(
     tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
     from comlrl.algos.models.value import Critic
-    from comlrl.algos.recipes.actor_critic import recipe as actor_critic
     from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, MAACTrainer
 
     torch.manual_seed(0)
@@ -148,10 +146,10 @@ def test_actor_critic_turn_metrics_of_shared_actors_are_each_agents_turn(
     )  # fmt: skip
     _perturb(model)
     before = copy.deepcopy(model).eval()
-    result = actor_critic.step(trainer.ac_run)
+    result = trainer.step()
     assert result.rollout is not None
-    assert trainer.run.ref_models is not None
-    _check_row(result.row, result.rollout, before, trainer.run.ref_models)
+    assert trainer.ref_models is not None
+    _check_row(result.row, result.rollout, before, trainer.ref_models)
     assert result.row["loss/agent_0"] == result.row["loss/agent_1"]
 
 
@@ -187,7 +185,7 @@ def test_chunked_steps_on_a_shared_model_log_every_agents_turns(
 ) -> None:
     trainer = _trainer(tiny_tokenizer, tmp_path, shared=True, update_chunk_nodes=2, clip_ratio=0.2,
                        update_chunk_split_turns=split)  # fmt: skip
-    result = group_baseline.step(trainer.run)
+    result = trainer.step()
     assert result.rollout is not None
     row, turns = result.row, len(result.rollout.turns)
     named = {int(m.group(1)) for k in row if (m := re.match(r"turn_(\d+)/", k))}

@@ -77,7 +77,7 @@ def test_agents_on_one_model_object_take_one_optimizer_step(
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# second"],
     )
     steps: list[int] = []
-    for i, opt in enumerate(trainer.run.optimizers):
+    for i, opt in enumerate(trainer.optimizers):
         original = opt.step
 
         def counted(*args: Any, _i: int = i, _step: Any = original, **kwargs: Any) -> Any:
@@ -85,10 +85,10 @@ def test_agents_on_one_model_object_take_one_optimizer_step(
             return _step(*args, **kwargs)
 
         opt.step = counted  # type: ignore[method-assign]
-    row = trainer.train_step()
+    row = trainer.step().row
     assert steps == [0]  # one step, on the first sharer's optimizer (one set of Adam moments)
-    assert trainer.run.optimizers[1].state == {}
-    assert all(v["step"] == 1 for v in trainer.run.optimizers[0].state.values())
+    assert trainer.optimizers[1].state == {}
+    assert all(v["step"] == 1 for v in trainer.optimizers[0].state.values())
     assert row["loss/agent_0"] == row["loss/agent_1"]
 
 
@@ -120,7 +120,7 @@ def test_maac_actors_on_one_model_object_take_one_optimizer_step(
         reward_func=lambda c1, c2: [float(len(a) - len(b)) for a, b in zip(c1, c2, strict=True)],
         formatters=[lambda ex: ex["text"], lambda ex: ex["text"] + "\n# second"],
     )
-    base = trainer.run
+    base = trainer
     steps: list[int] = []
     for i, opt in enumerate(base.optimizers):
         original = opt.step
@@ -130,6 +130,6 @@ def test_maac_actors_on_one_model_object_take_one_optimizer_step(
             return _step(*args, **kwargs)
 
         opt.step = counted  # type: ignore[method-assign]
-    row = trainer.train_step()
+    row = trainer.step().row
     assert steps == [0]
     assert row["loss/agent_0"] == row["loss/agent_1"]

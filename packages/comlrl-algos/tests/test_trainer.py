@@ -10,7 +10,6 @@ import pytest
 import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import completion_logprobs
-from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import ConfigError, TrainConfig
@@ -120,7 +119,7 @@ def test_training_writes_metrics_samples_and_loadable_checkpoints(
 def test_parameters_change_only_through_the_update(tiny_tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     trainer = _trainer(tiny_tokenizer, tmp_path)
     before = [p.detach().clone() for p in trainer.agents[1].model.parameters()]
-    trainer.train_step()
+    trainer.step()
     changed = any(
         not torch.equal(b, p) for b, p in zip(before, trainer.agents[1].model.parameters())
     )
@@ -152,7 +151,7 @@ def test_a_nan_reward_stops_the_step_before_any_update_and_names_the_sample(
     )
     before = [p.detach().clone() for p in trainer.agents[0].model.parameters()]
     with pytest.raises(RewardFunctionError, match="not finite") as info:
-        trainer.train_step()
+        trainer.step()
     assert info.value.example is not None and "text" in info.value.example
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.agents[0].model.parameters()))
 
@@ -218,8 +217,8 @@ def test_runs_are_reproducible_with_concurrent_per_agent_sampling(
         results = []
         for run in range(2):
             trainer = _trainer(tiny_tokenizer, tmp_path / str(run), seed=7)
-            assert trainer.run.sample_pool.parallel
-            ro = group_baseline.step(trainer.run).rollout
+            assert trainer.sample_pool.parallel
+            ro = trainer.step().rollout
             assert ro is not None
             results.append(
                 (
@@ -258,12 +257,12 @@ def test_concurrent_agent_forwards_and_updates_equal_sequential_ones(
                 tiny_tokenizer, tmp_path / str(parallel), seed=5, parallel_agents=parallel
             )
             assert (
-                trainer.run.update_pool.parallel is parallel
-                and trainer.run.sample_pool.parallel is parallel
+                trainer.update_pool.parallel is parallel
+                and trainer.sample_pool.parallel is parallel
             )
             for i, agent in enumerate(trainer.agents):
-                trainer.run.optimizers[i] = torch.optim.SGD(agent.model.parameters(), lr=1e-2)
-            ro = group_baseline.step(trainer.run).rollout
+                trainer.optimizers[i] = torch.optim.SGD(agent.model.parameters(), lr=1e-2)
+            ro = trainer.step().rollout
             assert ro is not None
             samples.append(
                 [c.token_ids.tolist() for s in ro.turns[0].agents for g in s.completions for c in g]
@@ -305,4 +304,4 @@ def test_agents_sharing_one_model_are_never_updated_concurrently(
         reward_func=_length_reward,
         formatters=[lambda ex: ex["text"]] * 2,
     )
-    assert not trainer.run.update_pool.parallel
+    assert not trainer.update_pool.parallel

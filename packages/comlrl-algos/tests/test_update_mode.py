@@ -9,7 +9,7 @@ import torch
 from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.recipes.preference.supervised.config import DPOConfig
-from comlrl.algos.recipes.preference.supervised.recipe import train_dpo
+from comlrl.algos.recipes.preference.supervised.recipe import DPOTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
@@ -57,12 +57,17 @@ def test_first_ppo_ratio_is_one_with_dropout_and_modes_are_restored(tiny_tokeniz
     assert model.training and all(m.training for m in model.modules())
 
 
-def test_dpo_margin_at_the_reference_is_zero_with_dropout(tiny_tokenizer: Any) -> None:
+def test_dpo_margin_at_the_reference_is_zero_with_dropout(
+    tiny_tokenizer: Any, tmp_path: Any
+) -> None:
     model = _dropout_model(tiny_tokenizer)
     rows = [{"prompt": p, "chosen": " return a + b", "rejected": " pass"} for p in PROMPTS]
-    config = DPOConfig(num_steps=1, batch_size=3, learning_rate=1e-3, device="cpu", seed=0)
+    config = DPOConfig(
+        num_steps=1, batch_size=3, learning_rate=1e-3, device="cpu", seed=0,
+        output_dir=str(tmp_path), progress=False,
+    )  # fmt: skip
     torch.manual_seed(0)
-    history = train_dpo(model, tiny_tokenizer, rows, config)
+    history = DPOTrainer(model, tiny_tokenizer, config, dataset=rows).train()
     # row 1 is measured before the first step, where the policy is its reference copy
     assert abs(history[0]["margin"]) < 1e-5, history[0]
     assert model.training

@@ -14,7 +14,8 @@ from comlrl.algos.models.value import (
     load_value_head,
     save_value_head,
 )
-from comlrl.algos.recipes.actor_critic.recipe import ActorCriticConfig, joint_prompt
+from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
+from comlrl.algos.recipes.actor_critic.critic import joint_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

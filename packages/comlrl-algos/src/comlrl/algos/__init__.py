@@ -63,6 +63,13 @@ _EXPORTS: dict[str, str] = {
     "DPOTrainer": "recipes.preference.supervised.recipe",
     "MADPOTrainer": "recipes.preference.madpo.recipe",
     "MARLHFTrainer": "recipes.preference.marlhf.recipe",
+    "MARLHFConfig": "recipes.preference.marlhf.config",
+    "SFTRecipe": "recipes.preference.supervised.recipe",
+    "DPORecipe": "recipes.preference.supervised.recipe",
+    "MADPORecipe": "recipes.preference.madpo.recipe",
+    "MARLHFRecipe": "recipes.preference.marlhf.recipe",
+    "MADPOIterRecipe": "recipes.preference.iterative.recipe",
+    "MARLHFIterRecipe": "recipes.preference.iterative.recipe",
     "discounted_returns": "comlrl.estimators.gae",
     "gae": "comlrl.estimators.gae",
     "tree_gae": "comlrl.estimators.gae",
@@ -84,44 +91,16 @@ _EXPORTS: dict[str, str] = {
     "check_role_format": "rollout.joint_policy",
     "centralized_callbacks": "rollout.joint_policy",
     # the preference names comlrl-compat (comlrl.trainers.preference) uses
-    "IterativeMADPOConfig": "recipes.preference.iterative.config",
-    "MADPOIterRun": "recipes.preference.iterative.recipe",
     "build_rounds": "recipes.preference.iterative.recipe",
-    "train_madpo_iter": "recipes.preference.iterative.recipe",
-    "madpo_iter_resume": "recipes.preference.iterative.recipe",
-    "IterativeSection": "recipes.preference.iterative.config",
-    "MARLHFIterRun": "recipes.preference.iterative.recipe",
-    "train_marlhf_iter": "recipes.preference.iterative.recipe",
-    "marlhf_iter_resume": "recipes.preference.iterative.recipe",
+    "IterativeSection": "recipes.preference.config",
     "DataStream": "training.run.data",
     # the recipes' end-to-end runs (config to final checkpoint, resumable): what `comlrl train` runs
-    "RunOutputs": "recipes.launch",
+    "RunOutputs": "training.run.outputs",
+    "launch": "recipes.launch",
+    "run_recipe": "recipes.registry",
+    "GroupBaselineRecipe": "recipes.group_baseline.recipe",
+    "ActorCriticRecipe": "recipes.actor_critic.recipe",
     "RunResult": "recipes.launch",
-    "run_group_baseline": "recipes.group_baseline.recipe",
-    "run_iac": "recipes.actor_critic.recipe",
-    "run_maac": "recipes.actor_critic.recipe",
-    "SFTRunConfig": "recipes.preference.supervised.config",
-    "run_sft": "recipes.preference.supervised.recipe",
-    "DPORunConfig": "recipes.preference.supervised.config",
-    "run_dpo": "recipes.preference.supervised.recipe",
-    "MADPORunConfig": "recipes.preference.madpo.config",
-    "run_madpo": "recipes.preference.madpo.recipe",
-    "MARLHFRunConfig": "recipes.preference.marlhf.config",
-    "run_marlhf": "recipes.preference.marlhf.recipe",
-    "MADPOIterRunConfig": "recipes.preference.iterative.config",
-    "run_madpo_iter": "recipes.preference.iterative.recipe",
-    "MARLHFIterRunConfig": "recipes.preference.iterative.config",
-    "run_marlhf_iter": "recipes.preference.iterative.recipe",
-    "CentralizedRunConfig": "recipes.centralized.run",
-    "run_centralized_magrpo": "recipes.centralized.run",
-    "CentralizedMADPORunConfig": "recipes.centralized.run",
-    "run_centralized_madpo": "recipes.centralized.run",
-    "CentralizedMARLHFRunConfig": "recipes.centralized.run",
-    "run_centralized_marlhf": "recipes.centralized.run",
-    "CentralizedMADPOIterRunConfig": "recipes.centralized.run",
-    "run_centralized_madpo_iter": "recipes.centralized.run",
-    "CentralizedMARLHFIterRunConfig": "recipes.centralized.run",
-    "run_centralized_marlhf_iter": "recipes.centralized.run",
 }
 
 __all__ = [
@@ -174,6 +153,13 @@ __all__ = [
     "DPOTrainer",
     "MADPOTrainer",
     "MARLHFTrainer",
+    "MARLHFConfig",
+    "SFTRecipe",
+    "DPORecipe",
+    "MADPORecipe",
+    "MARLHFRecipe",
+    "MADPOIterRecipe",
+    "MARLHFIterRecipe",
     "discounted_returns",
     "gae",
     "tree_gae",
@@ -193,43 +179,15 @@ __all__ = [
     "CentralizedReward",
     "check_role_format",
     "centralized_callbacks",
-    "IterativeMADPOConfig",
-    "MADPOIterRun",
     "build_rounds",
-    "train_madpo_iter",
-    "madpo_iter_resume",
     "IterativeSection",
-    "MARLHFIterRun",
-    "train_marlhf_iter",
-    "marlhf_iter_resume",
     "DataStream",
     "RunOutputs",
     "RunResult",
-    "run_group_baseline",
-    "run_iac",
-    "run_maac",
-    "SFTRunConfig",
-    "run_sft",
-    "DPORunConfig",
-    "run_dpo",
-    "MADPORunConfig",
-    "run_madpo",
-    "MARLHFRunConfig",
-    "run_marlhf",
-    "MADPOIterRunConfig",
-    "run_madpo_iter",
-    "MARLHFIterRunConfig",
-    "run_marlhf_iter",
-    "CentralizedRunConfig",
-    "run_centralized_magrpo",
-    "CentralizedMADPORunConfig",
-    "run_centralized_madpo",
-    "CentralizedMARLHFRunConfig",
-    "run_centralized_marlhf",
-    "CentralizedMADPOIterRunConfig",
-    "run_centralized_madpo_iter",
-    "CentralizedMARLHFIterRunConfig",
-    "run_centralized_marlhf_iter",
+    "launch",
+    "run_recipe",
+    "GroupBaselineRecipe",
+    "ActorCriticRecipe",
 ]
 
 
@@ -258,65 +216,38 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.models.value import Critic, ValueHead, load_value_head, save_value_head
     from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
     from comlrl.algos.recipes.actor_critic.critic import AGENT_REWARDS_KEY
-    from comlrl.algos.recipes.actor_critic.recipe import IACTrainer, MAACTrainer, run_iac, run_maac
-    from comlrl.algos.recipes.centralized.run import (
-        CentralizedMADPOIterRunConfig,
-        CentralizedMADPORunConfig,
-        CentralizedMARLHFIterRunConfig,
-        CentralizedMARLHFRunConfig,
-        CentralizedRunConfig,
-        run_centralized_madpo,
-        run_centralized_madpo_iter,
-        run_centralized_magrpo,
-        run_centralized_marlhf,
-        run_centralized_marlhf_iter,
-    )
+    from comlrl.algos.recipes.actor_critic.recipe import ActorCriticRecipe, IACTrainer, MAACTrainer
     from comlrl.algos.recipes.group_baseline.recipe import (
+        GroupBaselineRecipe,
         MAGRPOTrainer,
         MAREINFORCETrainer,
         MAReMaxTrainer,
         MARLOOTrainer,
         MultiAgentTrainer,
-        run_group_baseline,
     )
-    from comlrl.algos.recipes.launch import RunOutputs, RunResult
-    from comlrl.algos.recipes.preference.iterative.config import (
-        IterativeMADPOConfig,
-        IterativeSection,
-        MADPOIterRunConfig,
-        MARLHFIterRunConfig,
-    )
+    from comlrl.algos.recipes.launch import RunResult, launch
+    from comlrl.algos.recipes.preference.config import IterativeSection
     from comlrl.algos.recipes.preference.iterative.recipe import (
-        MADPOIterRun,
-        MARLHFIterRun,
+        MADPOIterRecipe,
+        MARLHFIterRecipe,
         build_rounds,
-        madpo_iter_resume,
-        marlhf_iter_resume,
-        run_madpo_iter,
-        run_marlhf_iter,
-        train_madpo_iter,
-        train_marlhf_iter,
     )
-    from comlrl.algos.recipes.preference.madpo.config import MADPOConfig, MADPORunConfig
-    from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer, run_madpo
-    from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig, RewardModelConfig
-    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer, run_marlhf
+    from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
+    from comlrl.algos.recipes.preference.madpo.recipe import MADPORecipe, MADPOTrainer
+    from comlrl.algos.recipes.preference.marlhf.config import MARLHFConfig, RewardModelConfig
+    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFRecipe, MARLHFTrainer
     from comlrl.algos.recipes.preference.marlhf.reward_model import (
         JointRewardModel,
         RewardModelReward,
     )
-    from comlrl.algos.recipes.preference.supervised.config import (
-        DPOConfig,
-        DPORunConfig,
-        SFTConfig,
-        SFTRunConfig,
-    )
+    from comlrl.algos.recipes.preference.supervised.config import DPOConfig, SFTConfig
     from comlrl.algos.recipes.preference.supervised.recipe import (
+        DPORecipe,
         DPOTrainer,
+        SFTRecipe,
         SFTTrainer,
-        run_dpo,
-        run_sft,
     )
+    from comlrl.algos.recipes.registry import run_recipe
     from comlrl.algos.records import AgentSamples, PolicyBatch, Rollout, TurnRollout
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.rollout.environment import Branch, CallbackEnvironment, TaskEnvironment
@@ -332,16 +263,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.training.config.rl import ConfigError, TrainConfig, load_config
     from comlrl.algos.training.config.task import TaskConfig
     from comlrl.algos.training.run.data import DataStream
+    from comlrl.algos.training.run.outputs import RunOutputs
     from comlrl.algos.training.run.saving import save_agent_checkpoint
     from comlrl.algos.training.update.policy import UpdateSettings, update_policy
     from comlrl.estimators.advantages import compute_advantages
-    from comlrl.estimators.gae import (
-        discounted_returns,
-        gae,
-        q_advantages,
-        tree_gae,
-        value_loss,
-    )
+    from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
     from comlrl.estimators.joint import credit_completions, joint_action_indices
     from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
     from comlrl.estimators.preference_losses import (

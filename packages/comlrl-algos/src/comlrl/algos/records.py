@@ -1,6 +1,6 @@
 """Rollouts as data: frozen records of what one training step sampled and scored.
 
-A step's rollout is a tree per example (``DESIGN.md`` §3). At turn ``t`` there are
+A step's rollout is a tree per example (``docs/architecture.md``, one step). At turn ``t`` there are
 ``N_t`` *nodes*, each one state of one example in which every agent has a prompt. Each
 agent samples ``G`` completions per node, which form ``K`` joint actions per node
 (``align``: ``K = G``; ``cross``: ``K = G**A``); each joint action earns a reward and, when

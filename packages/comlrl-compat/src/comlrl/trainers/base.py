@@ -13,7 +13,6 @@ its own checkpoint format (``train(checkpoint_dir=...)``), and
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import tempfile
@@ -27,18 +26,7 @@ from comlrl.trainers.environment import CompatEnvironment, CompatReward, build_f
 from comlrl.trainers.loading import as_examples, load_agents
 from comlrl.utils.wandb_utils import verbose_from_wandb_config
 
-__all__ = ["CompatTrainer", "OutputSettings", "recipe_agents"]
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputSettings:
-    """Where a run writes and how often it checkpoints (from 1.4.3's ``train()``
-    arguments): ``output_dir`` (a fresh temporary folder when None), a step checkpoint
-    every ``save_every`` steps (0: none), the newest ``keep_last`` kept."""
-
-    output_dir: str | None = None
-    save_every: int = 0
-    keep_last: int | None = None
+__all__ = ["CompatTrainer", "recipe_agents"]
 
 
 def recipe_agents(models: Sequence[Any], tokenizers: Sequence[Any]) -> list[Any]:
@@ -82,7 +70,9 @@ class CompatTrainer:
     per_agent_rewards: bool = False
     args: Any
     _recipe: Any = None
-    _output: OutputSettings | None = None
+    #: 1.4.3's ``train()`` checkpoint arguments the recipe was built for: ``(folder or None,
+    #: save_every, keep_last)``
+    _output: tuple[str | None, int, int | None] | None = None
 
     def _init_front(
         self,
@@ -204,7 +194,12 @@ class CompatTrainer:
         )
         return train, evals
 
-    def _build(self, output: OutputSettings) -> Any:
+    def _build(self, output: tuple[str | None, int, int | None]) -> Any:
+        """The ``comlrl.algos`` trainer, its config translated from :attr:`args` and its
+        :class:`comlrl.algos.RunOutputs` (a fresh temporary folder when 1.4.3's ``train()``
+        named none) in the config's output fields, which the recipe reads them from."""
+        from comlrl.algos import RunOutputs
+
         train, evals = self._rows()
         # 1.4.3 builds a trainer (and its optimizers) without train_dataset; so does this
         # one, on a stand-in example that is never trained on (train() refuses to start)
@@ -212,15 +207,26 @@ class CompatTrainer:
         fields = self.recipe_config(len(data), evals is not None)
         fields.setdefault("models", [n or "local-model" for n in self.model_names])
         fields["prompt_format"] = "raw"
-        fields["output_dir"] = output.output_dir or tempfile.mkdtemp(
-            prefix=f"comlrl-{self.algorithm_name.lower()}-"
+        root, save_every, keep_last = output
+        wandb = self.wandb_config is not None and os.environ.get("WANDB_MODE") != "disabled"
+        outputs = RunOutputs(
+            output_dir=Path(
+                root or tempfile.mkdtemp(prefix=f"comlrl-{self.algorithm_name.lower()}-")
+            ),
+            save_every=save_every,
+            keep_last=keep_last,
+            progress=verbose_from_wandb_config(self.wandb_config),
+            report_to=("jsonl", "wandb") if wandb else ("jsonl",),
+            wandb_project=str((self.wandb_config or {}).get("project") or "comlrl"),
         )
-        fields["save_every"] = output.save_every
-        fields["keep_last"] = output.keep_last
-        fields["progress"] = verbose_from_wandb_config(self.wandb_config)
-        if self.wandb_config is not None and os.environ.get("WANDB_MODE") != "disabled":
-            fields["report_to"] = ["jsonl", "wandb"]
-            fields["wandb_project"] = str(self.wandb_config.get("project") or "comlrl")
+        fields.update(
+            output_dir=str(outputs.output_dir),
+            save_every=outputs.save_every,
+            keep_last=outputs.keep_last,
+            progress=outputs.progress,
+        )
+        if wandb:
+            fields.update(report_to=list(outputs.report_to), wandb_project=outputs.wandb_project)
         limit = fields.get("eval_limit")
         rows = evals[:limit] if evals is not None and limit else evals
         self._output = output
@@ -230,7 +236,7 @@ class CompatTrainer:
     def recipe_trainer(self) -> Any:
         """The ``comlrl.algos`` trainer that runs this one (built on first use)."""
         if self._recipe is None:
-            self._recipe = self._build(self._output or OutputSettings())
+            self._recipe = self._build(self._output or (None, 0, None))
         return self._recipe
 
     @property
@@ -296,15 +302,13 @@ class CompatTrainer:
         if checkpoint_dir is not None:
             per_epoch = math.ceil(len(train) / int(self.args.train_batch_size or 1))
             save_every = max(1, per_epoch * int(checkpoint_interval))
-        output = OutputSettings(
-            str(root) if root is not None else None, save_every, checkpoint_total_limit
-        )
+        output = (str(root) if root is not None else None, save_every, checkpoint_total_limit)
         if self._recipe is not None:
-            done = self._recipe.step >= self._recipe.config.num_steps
+            done = self._recipe.global_step >= self._recipe.config.num_steps
             if done:  # 1.4.3: another train() trains num_train_epochs more on train_dataset
                 self._recipe = None
             elif output != self._output:
-                if self._recipe.step > 0:
+                if self._recipe.global_step > 0:
                     raise UnsupportedFieldError(
                         "checkpoint settings are fixed once training has started; build a "
                         "new trainer for another checkpoint_dir."
@@ -324,7 +328,7 @@ class CompatTrainer:
         if evals is None:
             return {}
         trainer = self.recipe_trainer
-        run = trainer.run
+        run = trainer
         held = run.eval_data
         limit = num_eval_samples or int(getattr(self.args, "eval_num_samples", 0) or 0)
         run.eval_data = evals[:limit] if limit else evals

@@ -1,6 +1,6 @@
 """Records that flow through one CoMLRL training step.
 
-The vocabulary follows the Dec-POMDP view used across the library (see ``DESIGN.md`` §1):
+The vocabulary follows the Dec-POMDP view used across the library (see ``docs/architecture.md``):
 each of the ``A`` agents sees its own *prompt* (observation) and writes a *completion*
 (action); one completion per agent forms a *joint action*, which earns one joint *reward*.
 A *group* is the ``G`` sibling completions an agent sampled for the same prompt.

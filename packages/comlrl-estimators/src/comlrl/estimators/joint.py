@@ -2,7 +2,7 @@
 
 Each of the A agents samples G completions for the same task instance (prompt index p).
 A *joint action* picks one completion per agent; the reward function scores joint
-actions. Two ways to form them (DESIGN.md section 3, step 4):
+actions. Two ways to form them (docs/architecture.md, one step, step 4):
 
 - ``"align"``: the g-th completion of every agent together, K = G joint actions.
 - ``"cross"``: every combination, K = G**A joint actions.

@@ -162,7 +162,7 @@ def run_collect(args: argparse.Namespace) -> int:
         }
     )
     from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
-    from comlrl.algos.recipes.launch import load_agents
+    from comlrl.algos.recipes.launch import build_recipe, load_agents
     from comlrl.algos.training.config.task_setup import build_task
 
     try:
@@ -177,17 +177,18 @@ def run_collect(args: argparse.Namespace) -> int:
             problems = math.ceil(args.num_samples / g)
             data = [split[i % len(split)] for i in range(problems)]
             agents = load_agents(config, **config.generation_options())
-            trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
+            trainer = build_recipe(
+                MultiAgentTrainer, agents, config, task=task, examples=data, eval_examples=data
+            )
         except (ConfigError, OSError, ValueError) as exc:
             return _fail(f"cannot collect on {config.task.name}:{config.task.split}: {exc}")
-        from comlrl.algos.recipes.group_baseline import recipe as group_baseline
         from tqdm.auto import tqdm
 
         with tqdm(total=len(data), desc="collect", unit="example", file=sys.stderr) as bar:
-            row, rollouts = group_baseline.evaluate_rollouts(trainer.run, progress=bar.update)
+            row, rollouts = trainer.evaluate_rollouts(progress=bar.update)
     finally:
         task.close()
-    trainer.run.close()
+    trainer.close()
     rows, sampled, kept = kept_rows(rollouts, args.min_reward)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp")

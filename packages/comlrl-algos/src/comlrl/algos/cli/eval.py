@@ -2,7 +2,7 @@
 
 ``comlrl eval --model runs/x/final/agent_0 --model runs/x/final/agent_1 [--config FILE]
 [--output-dir DIR] [key=value ...]`` loads the agents, runs the training rollout without
-updating (:func:`comlrl.algos.recipes.group_baseline.recipe.evaluate`) on ``eval_split``, prints a
+updating (:meth:`comlrl.algos.recipes.group_baseline.recipe.GroupBaselineRecipe.evaluate`) on ``eval_split``, prints a
 summary and appends one row to ``DIR/eval.jsonl`` (default ``runs/x/evals/final``). Every
 evaluated joint action (prompts as the models saw them, completions, reward, the task's
 verdict in ``info``) goes to ``DIR/eval_samples.jsonl`` (rewritten by each evaluation), so
@@ -140,7 +140,7 @@ def run_eval(args: argparse.Namespace) -> int:
         out_dir = default_output_dir(models[0], config_path)
 
     from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
-    from comlrl.algos.recipes.launch import load_agents
+    from comlrl.algos.recipes.launch import build_recipe, load_agents
     from comlrl.algos.training.config.task_setup import build_task
 
     try:
@@ -166,7 +166,9 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise ValueError("it has no problems (check eval_limit)")
             # as `comlrl train` loads them (agents on one .gguf file share one read of it)
             agents = load_agents(config, **config.generation_options())
-            trainer = MultiAgentTrainer(agents, config, task=task, dataset=data, eval_dataset=data)
+            trainer = build_recipe(
+                MultiAgentTrainer, agents, config, task=task, examples=data, eval_examples=data
+            )
         except (ConfigError, OSError, ValueError) as exc:
             print(
                 f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",
@@ -176,7 +178,7 @@ def run_eval(args: argparse.Namespace) -> int:
         row, rollouts = _evaluate_with_progress(trainer, data)
     finally:
         task.close()
-    trainer.run.close()
+    trainer.close()
     result: dict[str, Any] = {
         "step": _checkpoint_step(models[0]),
         "models": models,
@@ -202,11 +204,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def _evaluate_with_progress(trainer: Any, data: list[Any]) -> tuple[dict[str, Any], list[Any]]:
     """The trainer's evaluation, with a progress bar over the problems and the rollouts kept."""
-    from comlrl.algos.recipes.group_baseline import recipe as group_baseline
     from tqdm.auto import tqdm
 
     with tqdm(total=len(data), desc="eval", unit="problem", file=sys.stderr) as bar:
-        return group_baseline.evaluate_rollouts(trainer.run, progress=bar.update)
+        return trainer.evaluate_rollouts(progress=bar.update)
 
 
 def _write_samples(path: Path, rollouts: list[Any], step: int | None) -> None:

@@ -186,9 +186,9 @@ def run_train(args: argparse.Namespace) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     from comlrl.algos.cli.resume import resume_target
     from comlrl.algos.models.ranks import barrier, rank_and_world
-    from comlrl.algos.recipes.launch import RunOutputs
     from comlrl.algos.training.config.rl import ConfigError
     from comlrl.algos.training.run import lifecycle
+    from comlrl.algos.training.run.outputs import RunOutputs
 
     try:
         if args.resume:
@@ -257,9 +257,9 @@ def _run_recipe(recipe: Any, config: Any, outputs: Any) -> int:
 
 
 def stopped(exc: BaseException) -> int:
-    """Report a run that training stopped and return its exit code: Ctrl-C
-    (:class:`~comlrl.algos.training.run.lifecycle.TrainingInterrupted`: 130, with where it
-    checkpointed and how to resume) or a failing reward function
+    """Report a run that training stopped and return its exit code: Ctrl-C or SIGTERM
+    (:class:`~comlrl.algos.training.run.lifecycle.TrainingInterrupted`: 130 or 143, with where
+    it checkpointed and how to resume) or a failing reward function
     (:class:`comlrl.core.RewardFunctionError`: 1, with the loop driver's note on the
     checkpoint of the last completed step). Anything else is raised again (its traceback
     ends with that note)."""
@@ -268,7 +268,7 @@ def stopped(exc: BaseException) -> int:
 
     if isinstance(exc, TrainingInterrupted):
         print(f"comlrl: {exc.message()}", file=sys.stderr)
-        return 130
+        return exc.exit_code
     if isinstance(exc, RewardFunctionError):
         print(f"comlrl: the reward function failed, training stopped: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):  # where the last completed step is saved

@@ -10,7 +10,7 @@ Under an initialised process group of ``K`` ranks a step works like this:
   and every later-turn node of its tree, live on that rank, so group statistics and
   advantages are computed locally and exactly; only ``advantage_scale="batch"`` needs the
   whole batch, and its std comes from the ranks' return moments summed
-  (:func:`comlrl.algos.recipes.group_baseline.recipe.group_advantages`).
+  (:func:`comlrl.algos.recipes.group_baseline.advantages.group_advantages`).
 - each agent's gradient is averaged over the ranks by a :class:`GradientSync`:
   ``"ddp"`` wraps the model in :class:`~torch.nn.parallel.DistributedDataParallel`
   (every backward but the last of a pass under ``no_sync``, so one bucketed all-reduce

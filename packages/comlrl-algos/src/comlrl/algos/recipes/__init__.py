@@ -1,12 +1,13 @@
-"""Training recipes: one folder per family, each an explicit loop built from the shared stages.
+"""Training recipes: one folder per family, each a ``config.py`` and a ``recipe.py`` holding
+one class that the loop driver (:mod:`comlrl.algos.training.loop`) drives.
 
-- :mod:`~comlrl.algos.recipes.group_baseline`: MAGRPO, MARLOO, MAReMax, MAREINFORCE.
-- :mod:`~comlrl.algos.recipes.actor_critic`: IAC (a critic per agent), MAAC (one centralised critic).
+- :mod:`~comlrl.algos.recipes.group_baseline`: MAGRPO, MARLOO, MAReMax, MAREINFORCE
+  (``GroupBaselineRecipe``).
+- :mod:`~comlrl.algos.recipes.actor_critic`: IAC (a critic per agent), MAAC (one centralised
+  critic) (``ActorCriticRecipe``).
 - :mod:`~comlrl.algos.recipes.preference`: SFT, DPO, MADPO, MARLHF, MADPO-Iter, MARLHF-Iter.
-- :mod:`~comlrl.algos.recipes.centralized`: one joint policy for every role.
 
-Each family owns its whole run: a ``run`` module with its run configs and ``run_*``
-functions (task or data, models, training, every checkpoint, ``final/``; resumable), which
-take one outputs argument (:class:`~comlrl.algos.recipes.launch.RunOutputs`) and are what
-``comlrl train algo=NAME`` calls (:mod:`~comlrl.algos.recipes.registry` names them).
+:mod:`~comlrl.algos.recipes.launch` runs any of them from a config to its final checkpoint
+(what ``comlrl train algo=NAME`` does); :mod:`~comlrl.algos.recipes.registry` names them.
+One model for every role (``role_format``) is a setting of the configs, not a family.
 """

@@ -1,13 +1,10 @@
-"""What every end-to-end recipe run shares: the fields a run config adds to a library
-config (:class:`RunFields`: ``output_dir``, dtype, prompt format, checkpoints;
-:class:`OneModelRunFields`: the model and the ``data`` files of a one-model recipe;
-:func:`eval_on_start_follows`), its outputs and loop settings (:class:`RunOutputs`, the one
-such argument of every ``run_*`` function), what it returns (:class:`RunResult`), the checks
-before any model loads (:func:`preflight`), the evaluation split (:func:`load_eval_split`),
-reading JSON-lines rows, starting the output folder, loading a model or the agents
-(:func:`load_agents`) and the closing summary line. Each ``*RunConfig`` lives beside its
-recipe (``recipes/<family>/config.py``).
-"""
+"""The one launcher of every recipe (:func:`launch`): what a run from a config to its final
+checkpoint does the same way for every recipe (folder check, the inputs checked before any
+model loads, the header, loading the agents, building the recipe: :func:`build_recipe`,
+resuming, training with the task closed on every exit, the summary), what it returns
+(:class:`RunResult`), and its parts: :func:`preflight` (the task checked before any model
+loads), :func:`check_offline` (``--print-config``'s checks), :func:`load_eval_split`,
+:func:`load_agents`, :func:`load_model`, :func:`read_jsonl_rows`, :func:`announce`."""
 
 from __future__ import annotations
 
@@ -17,18 +14,17 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Protocol
 
-from comlrl.algos.models.loading import DEFAULT_MODEL
 from comlrl.algos.training.config.rl import ConfigError
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from comlrl.algos.training.run.outputs import RunOutputs
 
 __all__ = [
-    "RunFields",
-    "OneModelRunFields",
-    "eval_on_start_follows",
-    "RunOutputs",
     "RunResult",
+    "Launchable",
+    "launch",
+    "build_recipe",
+    "one_policy_config",
     "setup_errors",
     "preflight",
     "check_offline",
@@ -38,236 +34,8 @@ __all__ = [
     "load_agents",
     "load_model",
     "read_jsonl_rows",
-    "start_outputs",
-    "loss_summary",
     "quiet_transformers",
 ]
-
-
-class RunFields(BaseModel):
-    """Fields of a run that the library configs leave to the caller: where it writes and
-    how it checkpoints (read by :meth:`~comlrl.algos.recipes.launch.RunOutputs.of`) and
-    how its models load."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    output_dir: str = Field(
-        "runs/default", description="Where metrics.jsonl, config.yaml and final/ go."
-    )
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    prompt_format: Literal["auto", "chat", "raw"] = Field(
-        "auto",
-        description="chat: the tokenizer's chat template on the task's prompt messages; raw: "
-        "the prompt text; auto: chat when the tokenizer has a chat template.",
-    )
-    trust_remote_code: bool = False
-    progress: bool = True
-    save_every: int = Field(
-        0,
-        ge=0,
-        description="Step checkpoint every N steps and at the last; 0 = only on Ctrl-C or when a step fails.",
-    )
-    keep_last: int | None = Field(
-        None, ge=1, description="Keep the newest N step checkpoints (None = all); final/ stays."
-    )
-
-
-class OneModelRunFields(RunFields):
-    """:class:`RunFields` of a one-model recipe (SFT, DPO) plus its model and the
-    JSON-lines ``data`` / ``eval_data`` files (checked to exist)."""
-
-    #: the string fields every ``data`` / ``eval_data`` row must have.
-    row_keys: ClassVar[tuple[str, ...]] = ()
-    models: list[str] = Field(
-        default_factory=lambda: [DEFAULT_MODEL],
-        description=f"The one model to train (HF id, local path, or {DEFAULT_MODEL!r}).",
-    )
-    data: str | None = Field(None, description="JSON-lines file of training rows.")
-    eval_data: str | None = Field(None, description="JSON-lines file of held-out rows.")
-
-    @model_validator(mode="after")
-    def _one_model_and_data(self) -> OneModelRunFields:
-        if len(self.models) != 1:
-            raise ValueError(
-                f"this recipe trains one model but models lists {len(self.models)}: "
-                f"{self.models!r}; give one (--model NAME once, or models=[NAME])"
-            )
-        keys = self.row_keys
-        example = json.dumps({k: "..." for k in keys})
-        if self.data is None:
-            raise ValueError(
-                f"needs data=PATH.jsonl, a JSON-lines file with one {example} row per line "
-                "(there is no built-in data set for it: the built-in coop_story task has "
-                "seeds and a reward, not reference texts)"
-            )
-        for key, path in (("data", self.data), ("eval_data", self.eval_data)):
-            if path is not None and not Path(path).expanduser().is_file():
-                raise ValueError(
-                    f"{key}={path!r}: no such file; give a JSON-lines file of {example} rows"
-                )
-        return self
-
-
-def eval_on_start_follows(data: Any) -> Any:
-    """For configs whose evaluation is on by default (``eval_every=40``,
-    ``eval_on_start=true``): ``eval_every=0`` without ``eval_on_start`` turns the start
-    evaluation off too, so the saved ``config.yaml`` (which ``--resume`` validates again)
-    holds a consistent ``eval_on_start: false``."""
-    if isinstance(data, dict) and "eval_on_start" not in data:
-        try:
-            off = int(data.get("eval_every", 1)) == 0
-        except (TypeError, ValueError):
-            return data  # the field's own check reports it
-        if off:
-            return {**data, "eval_on_start": False}
-    return data
-
-
-@dataclass(frozen=True)
-class RunOutputs:
-    """Where a recipe's run writes, how its loop checkpoints and reports, and what it
-    continues: the one outputs/loop-settings argument every ``run_*`` function takes
-    (``run_marlhf(config, outputs)``). :meth:`of` reads it from a run config's fields of
-    the same names; a ``run_*`` function given none uses ``RunOutputs.of(config)``.
-
-    Attributes:
-        output_dir: the run's folder: ``config.yaml``, ``metrics.jsonl`` (a row per step),
-            ``eval.jsonl``, ``checkpoints/step-*``, ``final/`` (Hugging Face format).
-        save_every: a step checkpoint every this many steps and at the last; 0: only on
-            Ctrl-C or when a step fails.
-        keep_last: keep the newest this many step checkpoints (``None``: all).
-        progress: show a progress bar.
-        report_to: where metrics go besides ``metrics.jsonl`` (``tensorboard``, ``wandb``).
-        wandb_project: the W&B project (``report_to`` wandb).
-        reward_curve: write ``output_dir/reward_curve.png`` at the end.
-        resume_from: a step checkpoint of this run to continue from (``None``: a fresh
-            run); :meth:`of` with ``resume=True`` picks the newest in ``output_dir``.
-        overwrite: a fresh run into an ``output_dir`` that holds another run deletes that
-            run's outputs (once the models have loaded, so a failed load deletes nothing);
-            ``False``: the run refuses to start (:class:`ConfigError`).
-    """
-
-    output_dir: Path
-    save_every: int = 0
-    keep_last: int | None = None
-    progress: bool = True
-    report_to: tuple[str, ...] = ("jsonl",)
-    wandb_project: str = "comlrl"
-    reward_curve: bool = True
-    resume_from: Path | None = None
-    overwrite: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "output_dir", Path(self.output_dir))  # a str is taken too
-        if self.resume_from is not None:
-            object.__setattr__(self, "resume_from", Path(self.resume_from))
-        if self.save_every < 0:
-            raise ConfigError(f"save_every must be >= 0, got {self.save_every}")
-        if self.keep_last is not None and self.keep_last < 1:
-            raise ConfigError(f"keep_last must be >= 1 or None, got {self.keep_last}")
-
-    @classmethod
-    def of(
-        cls,
-        config: Any,
-        *,
-        resume_from: str | Path | None = None,
-        resume: bool = False,
-        overwrite: bool = False,
-    ) -> RunOutputs:
-        """The outputs of ``config`` (a run config: its ``output_dir``, ``save_every``,
-        ``keep_last``, ``progress`` and, where it has them, ``report_to``,
-        ``wandb_project``, ``reward_curve``); ``resume=True`` continues from the newest
-        step checkpoint in ``output_dir``.
-
-        Raises:
-            ConfigError: ``resume=True`` and ``output_dir`` has no complete step checkpoint.
-        """
-        if resume and resume_from is None:
-            from comlrl.algos.training.run.checkpoint import latest_checkpoint
-
-            resume_from = latest_checkpoint(config.output_dir)
-            if resume_from is None:
-                raise ConfigError(
-                    f"nothing to resume in {config.output_dir!r}: no complete step checkpoint "
-                    "under its checkpoints/ (a run writes one every save_every steps and on "
-                    "Ctrl-C); start a fresh run instead."
-                )
-        return cls(
-            output_dir=Path(config.output_dir),
-            save_every=config.save_every,
-            keep_last=config.keep_last,
-            progress=config.progress,
-            report_to=tuple(getattr(config, "report_to", ("jsonl",))),
-            wandb_project=getattr(config, "wandb_project", "comlrl"),
-            reward_curve=getattr(config, "reward_curve", True),
-            resume_from=Path(resume_from) if resume_from is not None else None,
-            overwrite=overwrite,
-        )
-
-    def config_fields(self) -> dict[str, Any]:
-        """These outputs as run-config fields (``output_dir`` a string)."""
-        return {
-            "output_dir": str(self.output_dir),
-            "save_every": self.save_every,
-            "keep_last": self.keep_last,
-            "progress": self.progress,
-            "report_to": list(self.report_to),
-            "wandb_project": self.wandb_project,
-            "reward_curve": self.reward_curve,
-        }
-
-    def apply(self, config: Any) -> Any:
-        """``config`` with these outputs in its fields of the same names (a copy; the
-        same object when nothing differs), for trainers that read them from their config."""
-        update = {
-            k: v
-            for k, v in self.config_fields().items()
-            if k in type(config).model_fields and getattr(config, k) != v
-        }
-        return config.model_copy(update=update) if update else config
-
-    def check_folder(self) -> None:
-        """Refuse a fresh run into an ``output_dir`` that holds another run, unless
-        :attr:`overwrite`.
-
-        Raises:
-            ConfigError: naming what the folder holds and the ways out (resume it, start
-                over, or another folder).
-        """
-        from comlrl.algos.training.run.checkpoint import latest_checkpoint
-        from comlrl.algos.training.run.lifecycle import existing_run_outputs
-
-        if self.resume_from is not None or self.overwrite:
-            return
-        earlier = existing_run_outputs(self.output_dir)
-        if not earlier:
-            return
-        found = latest_checkpoint(self.output_dir)
-        resume = (
-            f"continue it from its newest checkpoint ({found}) with "
-            "RunOutputs.of(config, resume=True), or "
-            if found is not None
-            else "it has no step checkpoint to resume from; "
-        )
-        raise ConfigError(
-            f"output_dir {str(self.output_dir)!r} already holds a run ({', '.join(earlier)}); "
-            f"{resume}start over with RunOutputs.of(config, overwrite=True) (deletes that "
-            "run's metrics, samples, evaluations, checkpoints and final/), or choose another "
-            "output_dir."
-        )
-
-    def loop_arguments(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """The loop arguments of the preference recipes' ``train_*`` functions and
-        trainers (``output_dir``, ``save_every``, ``keep_last``, ``record``,
-        ``progress``); the resume is the caller's."""
-        return {
-            "output_dir": self.output_dir,
-            "save_every": self.save_every,
-            "keep_last": self.keep_last,
-            "record": dict(record),
-            "progress": self.progress,
-        }
 
 
 @dataclass(frozen=True)
@@ -368,15 +136,16 @@ def check_offline(config: Any) -> None:
         build_checked_task(as_train).close()
 
 
-def announce(config: Any, num_examples: int, what: str, who: str | None = None) -> None:
-    """The run's header on stderr: ``comlrl: <who> (<models>) on <task> (<n> examples),
-    <what>; outputs in <output_dir>/`` (``who`` defaults to ``<num_agents> agents``), then,
-    for a :class:`~comlrl.algos.training.config.rl.TrainConfig`, which defaults applied and
-    why (:meth:`~comlrl.algos.training.config.rl.TrainConfig.model_defaults`)."""
-    who = who if who is not None else f"{config.num_agents} agents"
+def announce(config: Any, outputs: RunOutputs, num_examples: int, what: str, who: str) -> None:
+    """The run's header on stderr: ``comlrl: <who> (<models>) on <task or data> (<n>
+    examples), <what>; outputs in <output_dir>/``, then, for a
+    :class:`~comlrl.algos.training.config.rl.TrainConfig`, which defaults applied and why
+    (:meth:`~comlrl.algos.training.config.rl.TrainConfig.model_defaults`)."""
+    task = getattr(config, "task", None)
+    where = task.name if task is not None else getattr(config, "data", "rows")
     print(
-        f"comlrl: {who} ({', '.join(config.models)}) on {config.task.name} "
-        f"({num_examples} examples), {what}; outputs in {config.output_dir}/",
+        f"comlrl: {who} ({', '.join(config.models)}) on {where} ({num_examples} examples), "
+        f"{what}; outputs in {outputs.output_dir}/",
         file=sys.stderr,
     )
     defaults = getattr(config, "model_defaults", None)
@@ -476,37 +245,6 @@ def read_jsonl_rows(path: str | Path, keys: Sequence[str], what: str) -> list[di
     return rows
 
 
-def start_outputs(config: Any, algo: str, outputs: RunOutputs) -> Path:
-    """Clear an earlier run's outputs (``outputs.overwrite``) and write ``config.yaml``
-    (``config`` with ``algo``), before the recipe's loop starts. Returns the folder."""
-    import yaml
-    from comlrl.algos.training.run.lifecycle import clear_run_outputs
-
-    out = outputs.output_dir
-    if outputs.overwrite and outputs.resume_from is None:
-        clear_run_outputs(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(
-        yaml.safe_dump({"algo": algo, **config.model_dump()}, sort_keys=False)
-    )
-    return out
-
-
-def loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
-    """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
-    from comlrl.algos.training.run.summary import quarter_means
-
-    where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
-    if not history:
-        return f"done: 0 steps; {where}"
-    first, last = quarter_means([float(r[key]) for r in history])
-    n = len(history)
-    return (
-        f"done: {n} step{'s' if n != 1 else ''}, {key} first quarter {first:.3f} -> last "
-        f"quarter {last:.3f} ({last - first:+.3f}); {where}"
-    )
-
-
 def quiet_transformers() -> None:
     """One progress bar (ours), not one per model load and save."""
     from transformers.utils import logging as hf_logging
@@ -526,3 +264,164 @@ def load_model(name: str, config: Any, seed: int) -> tuple[Any, Any]:
     return load_model_and_tokenizer(
         name, seed=seed, dtype=config.dtype, trust_remote_code=config.trust_remote_code
     )
+
+
+class Launchable(Protocol):
+    """What :func:`launch` needs of a recipe class besides its constructor
+    (``cls(agents, config, *, task=, environment=, dataset=, eval_dataset=, outputs=,
+    record=)``) and the loop's :class:`~comlrl.algos.training.loop.Recipe` methods."""
+
+    @classmethod
+    def inputs(cls, config: Any) -> tuple[Any, list[Any], list[Any] | None]:
+        """``(task or None, training examples, evaluation examples or None)``, checked
+        before any model loads."""
+        ...
+
+    @classmethod
+    def describe(cls, config: Any) -> str:
+        """What the run's header says it does (recipe, steps, batch)."""
+        ...
+
+    @classmethod
+    def agent_options(cls, config: Any) -> dict[str, Any]:
+        """``HFAgent`` keyword arguments of every agent."""
+        ...
+
+
+def build_recipe(
+    recipe_cls: Any,
+    agents: Sequence[Any],
+    config: Any,
+    *,
+    task: Any = None,
+    environment: Any = None,
+    examples: Sequence[Mapping[str, Any]] | None = None,
+    eval_examples: Sequence[Mapping[str, Any]] | None = None,
+    outputs: RunOutputs | None = None,
+    record: Mapping[str, Any] | None = None,
+) -> Any:
+    """The one place a run builds its recipe object: ``recipe_cls`` on ``agents`` and
+    ``config`` with the task (or a ready environment), the examples, where it writes and
+    what ``config.yaml`` records. ``comlrl train``, ``comlrl eval`` and ``comlrl collect``
+    come here.
+
+    Raises:
+        ConfigError: as the recipe's constructor.
+    """
+    where = {"environment": environment} if environment is not None else {"task": task}
+    return recipe_cls(
+        agents,
+        config,
+        dataset=examples,
+        eval_dataset=eval_examples,
+        outputs=outputs,
+        record=record,
+        **where,
+    )
+
+
+def one_policy_config(config: Any) -> Any:
+    """``config`` for the one joint policy of a run with a ``role_format`` (one model plays
+    every role): the same settings for one agent, per-role device lists cut to the
+    policy's, without ``role_format``."""
+    data = config.model_dump(exclude={"role_format"})
+    data["num_agents"] = 1
+    for key in ("agent_devices", "reference_devices"):
+        if isinstance(data.get(key), list):
+            data[key] = data[key][:1]
+    return type(config).model_validate(data)
+
+
+def launch(
+    recipe_cls: Any, config: Any, outputs: RunOutputs | None = None, *, algo: str | None = None
+) -> RunResult:
+    """A recipe's run from its config to its final checkpoint, what ``comlrl train
+    algo=NAME`` runs and what a Python user calls the same way: check the folder, check the
+    inputs before any model loads (:meth:`Launchable.inputs`), announce the run, load the
+    agents, build the recipe (:func:`build_recipe`), resume it (``outputs.resume_from``),
+    train it with the task closed on every exit, and return its rows and summary line.
+
+    With ``config.role_format`` set one model plays every role: one agent loads, the
+    recipe trains it on the task's joint prompt and reward
+    (:func:`~comlrl.algos.rollout.joint_policy.joint_environment`) with
+    :func:`one_policy_config`, and ``config.yaml`` records the config as given. ``algo``
+    (the registry's name) goes into ``config.yaml``.
+
+    Raises:
+        ConfigError: a bad config, task, model name, a model that does not load, a folder
+            that holds another run (without ``outputs.overwrite``), before training.
+        CheckpointError: ``outputs.resume_from`` does not fit the run.
+        TrainingInterrupted: Ctrl-C or SIGTERM, after the step checkpoint.
+        RewardFunctionError: the reward function failed (the last completed step is
+            checkpointed).
+    """
+    import torch
+    from comlrl.algos.models.ranks import is_main, rank_and_world
+    from comlrl.algos.rollout.joint_policy import joint_environment
+    from comlrl.algos.training.run.checkpoint import CheckpointError
+    from comlrl.algos.training.run.lifecycle import run_record
+
+    outputs = outputs if outputs is not None else RunOutputs.of(config)
+    main = is_main()
+    if main:
+        outputs.check_folder()
+    roles = getattr(config, "role_format", None)
+    task, examples, eval_examples = recipe_cls.inputs(config)
+    recipe = None
+    try:
+        quiet_transformers()
+        roles_count = getattr(config, "num_agents", len(config.models))
+        n_models = 1 if roles is not None else roles_count
+        if main:
+            who = f"{roles_count} agent{'s' if roles_count != 1 else ''}"
+            if n_models != roles_count:
+                who = f"1 policy for {roles_count} roles ({roles} role format)"
+            announce(config, outputs, len(examples), recipe_cls.describe(config), who)
+            world = rank_and_world()[1]
+            if world > 1:
+                print(
+                    f"comlrl: data parallel over {world} processes ({config.data_parallel}), "
+                    f"{config.batch_size // world} prompts each",
+                    file=sys.stderr,
+                )
+        torch.manual_seed(config.seed)
+        with setup_errors():
+            agents = load_agents(config, n_models, **recipe_cls.agent_options(config))
+            record = run_record(config, algo=algo, task=task)
+            recipe = build_recipe(
+                recipe_cls,
+                agents,
+                one_policy_config(config) if roles is not None else config,
+                task=task if roles is None else None,
+                environment=(
+                    joint_environment(task, config.num_agents, roles) if roles is not None else None
+                ),
+                examples=examples,
+                eval_examples=eval_examples,
+                outputs=outputs,
+                record=record,
+            )
+        if outputs.resume_from is not None:
+            try:
+                step = recipe.resume(outputs.resume_from)
+            except (CheckpointError, NotImplementedError) as exc:
+                raise CheckpointError(f"cannot resume from {outputs.resume_from}: {exc}") from None
+            num_steps = recipe.schedule().num_steps
+            if main:
+                print(resuming_line(outputs.output_dir, step, num_steps, outputs.resume_from))
+            if step >= num_steps:
+                return RunResult(
+                    [],
+                    f"nothing to do: the run already has {step} steps; pass num_steps=N to train "
+                    "longer",
+                    outputs.output_dir,
+                )
+        elif main:
+            outputs.clear_earlier_run()  # now that the models loaded
+        history = recipe.train()
+    finally:
+        if recipe is not None:
+            recipe.close()
+        if task is not None:
+            task.close()
+    return RunResult(history, recipe.summary(history), outputs.output_dir)

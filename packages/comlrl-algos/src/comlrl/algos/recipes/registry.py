@@ -1,71 +1,62 @@
 """One registry of the training recipes by name: ``comlrl train algo=NAME ...``.
 
 Each :class:`Recipe` entry says which config class validates its settings, which keys a
-``key=value`` override or a YAML file may set (the config's fields, nothing else), what it
-presets for a small default run, and which ``run_*`` function runs it end to end (task or
-data, agents or model, ``output_dir``, ``metrics.jsonl`` rows, final save): the recipes'
-own runs (``comlrl.algos.recipes.<family>.run``), which a Python user calls the same way.
-The command line only picks an entry and hands it the parsed mapping.
+``key=value`` override or a YAML file may set (the config's fields, and former flat keys
+that still resolve into its sections), what it presets for a small default run, which
+optional sections it needs or refuses, and which recipe class
+(``comlrl.algos.recipes.<family>.recipe``) the one launcher
+(:func:`~comlrl.algos.recipes.launch.launch`) runs end to end. From Python,
+:func:`run_recipe` runs an entry the same way. The command line only picks an entry and
+hands it the parsed mapping. Adding a recipe is its ``config.py``, its ``recipe.py`` and
+one row here.
 
-===========================  =========================================================
-names                        recipe
-===========================  =========================================================
-``magrpo`` (``grpo``)        group-mean baseline, std-scaled; the default
-``mareinforce``              no baseline (``reinforce``)
-``marloo`` (``rloo``)        leave-one-out baseline
-``maremax`` (``remax``)      the best return of the other samples as baseline
-``centralized_magrpo``       one joint policy for every role (split by ``role_format``)
-``centralized_madpo``        one joint policy, DPO on pairs of its joint responses
-``centralized_marlhf``       one joint policy, MAGRPO on a reward model of its joint texts
-``centralized_madpo_iter``   one joint policy, MADPO-Iter rounds on its joint responses
-``centralized_marlhf_iter``  one joint policy, MARLHF-Iter rounds on its joint responses
-``iac`` / ``maac``           PPO actors with per-agent / one centralised critic, GAE
-``madpo``                    multi-agent DPO on joint actions paired by reward gap
-``marlhf``                   joint reward model on reward-gap pairs, then MAGRPO on it
-``madpo_iter``               rounds of pairs against a comparator policy, replay, DPO steps
-``marlhf_iter``              rounds of comparator pairs, a reward model refit, MAGRPO steps
-``dpo`` / ``sft``            one model on ``data=rows.jsonl``
-===========================  =========================================================
+``comlrl recipes`` lists the entries (:func:`describe_recipes`).
 
 Without ``algo``, ``estimator`` picks the group-baseline entry as it always has
-(``comlrl train estimator=rloo`` is ``marloo``). Entries hold the config classes and
-run functions themselves (imported objects, which import-linter, mypy and editors follow).
+(``comlrl train estimator=rloo`` is ``marloo``). ``role_format`` (one model plays every
+role) is a setting of any group-baseline, MADPO or MARLHF config; the ``centralized_*``
+entries preset it. Entries hold the config and recipe classes themselves (imported
+objects, which import-linter, mypy and editors follow).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from comlrl.algos.recipes.actor_critic.config import ActorCriticConfig
-from comlrl.algos.recipes.actor_critic.recipe import run_iac, run_maac
-from comlrl.algos.recipes.centralized.run import (
-    CentralizedMADPOIterRunConfig,
-    CentralizedMADPORunConfig,
-    CentralizedMARLHFIterRunConfig,
-    CentralizedMARLHFRunConfig,
-    CentralizedRunConfig,
-    run_centralized_madpo,
-    run_centralized_madpo_iter,
-    run_centralized_magrpo,
-    run_centralized_marlhf,
-    run_centralized_marlhf_iter,
+from comlrl.algos.recipes.actor_critic.recipe import IACTrainer, MAACTrainer
+from comlrl.algos.recipes.group_baseline.recipe import (
+    MAGRPOTrainer,
+    MAREINFORCETrainer,
+    MAReMaxTrainer,
+    MARLOOTrainer,
+    MultiAgentTrainer,
 )
-from comlrl.algos.recipes.group_baseline.recipe import run_group_baseline
-from comlrl.algos.recipes.launch import RunOutputs, RunResult
-from comlrl.algos.recipes.preference.iterative.config import MADPOIterRunConfig, MARLHFIterRunConfig
-from comlrl.algos.recipes.preference.iterative.recipe import run_madpo_iter, run_marlhf_iter
-from comlrl.algos.recipes.preference.madpo.config import MADPORunConfig
-from comlrl.algos.recipes.preference.madpo.recipe import run_madpo
-from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig
-from comlrl.algos.recipes.preference.marlhf.recipe import run_marlhf
-from comlrl.algos.recipes.preference.supervised.config import DPORunConfig, SFTRunConfig
-from comlrl.algos.recipes.preference.supervised.recipe import run_dpo, run_sft
+from comlrl.algos.recipes.launch import RunResult, launch
+from comlrl.algos.recipes.preference.iterative.recipe import MADPOIterRecipe, MARLHFIterRecipe
+from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
+from comlrl.algos.recipes.preference.madpo.recipe import MADPOTrainer
+from comlrl.algos.recipes.preference.marlhf.config import MARLHFConfig
+from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer
+from comlrl.algos.recipes.preference.supervised.config import DPOConfig, SFTConfig
+from comlrl.algos.recipes.preference.supervised.recipe import DPORecipe, SFTRecipe
 from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+from comlrl.algos.training.run.outputs import RunOutputs
 from pydantic import BaseModel
+
+#: what ``algo=madpo`` and its kin preset: the settings measured to suit the built-in
+#: stories260k (:class:`~comlrl.algos.recipes.preference.madpo.config.MADPOConfig`)
+MADPO_PRESETS: Mapping[str, Any] = {
+    "learning_rate": 1e-3,
+    "optimizer": "radam",
+    "num_steps": 60,
+    "batch_size": 4,
+}
 
 
 @dataclass(frozen=True)
@@ -76,13 +67,15 @@ class Recipe:
         name: the ``algo=`` name.
         summary: one line for listings (``comlrl recipes``).
         config: the pydantic config class the settings validate into.
-        runner: ``runner(config, outputs) -> RunResult`` runs the recipe end to end
-            (:class:`~comlrl.algos.recipes.launch.RunOutputs`); the ``run_*`` function
-            a Python user calls too.
+        recipe: the recipe class (:func:`~comlrl.algos.recipes.launch.launch` runs it end
+            to end; its constructor takes the config).
         presets: values used for keys the user leaves unset (e.g. the estimator of
             ``marloo``, a smaller default ``output_dir``); shown by ``--print-config``.
         fixed: keys the entry fixes; a user value that differs is an error (``marloo``
             with ``estimator=grpo``).
+        requires: optional sections of the config that this entry needs set (preset to
+            their defaults): ``iterative``, ``role_format``.
+        refuses: optional sections this entry does not take (the entry that does is named).
         aliases: further ``algo=`` names of the entry.
         resumable: ``comlrl train --resume`` can continue its runs.
         distributed: it may run under ``torchrun`` (data parallel over the ranks).
@@ -91,9 +84,11 @@ class Recipe:
     name: str
     summary: str
     config: type[BaseModel]
-    runner: Callable[[Any, RunOutputs], RunResult]
+    recipe: Any
     presets: Mapping[str, Any] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    refuses: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     resumable: bool = False
     distributed: bool = False
@@ -117,9 +112,19 @@ class Recipe:
                 line per field).
         """
         valid = self.valid_keys()
-        unknown = [k for k in data if k not in valid]
+        moved = getattr(self.config, "moved_keys", {})  # former flat keys, now in sections
+        unknown = [k for k in data if k not in valid and k not in moved]
         if unknown:
             raise ConfigError(_unknown_keys_message(self, unknown, valid))
+        for key in self.refuses:
+            if data.get(key) is not None:
+                owners = [r.name for r in _registered() if key in r.requires]
+                raise ConfigError(
+                    f"algo={self.name} takes no {key} section; {key} is what "
+                    f"algo={' / algo='.join(owners)} adds: run that instead, or drop {key}."
+                )
+        for key in (k for k in self.requires if k in data and data[k] is None):
+            raise ConfigError(f"algo={self.name} needs its {key} setting; drop {key}=null.")
         for key, value in self.fixed.items():
             if key in data and _normalise(key, data[key]) != value:
                 raise ConfigError(
@@ -130,9 +135,10 @@ class Recipe:
         merged = {**self.presets, **dict(data), **self.fixed}
         return _validate(self.config_class(), merged, self.name)
 
-    def run(self, config: Any, outputs: RunOutputs) -> RunResult:
-        """Run the recipe end to end (raises as its ``run_*`` function)."""
-        return self.runner(config, outputs)
+    def run(self, config: Any, outputs: RunOutputs | None = None) -> RunResult:
+        """Run the recipe end to end (:func:`~comlrl.algos.recipes.launch.launch`; raises
+        as it does)."""
+        return launch(self.recipe, config, outputs, algo=self.name)
 
 
 def _normalise(key: str, value: Any) -> Any:
@@ -203,6 +209,7 @@ __all__ = [
     "resolve_recipe",
     "build_recipe_config",
     "describe_recipes",
+    "run_recipe",
 ]
 
 DEFAULT_RECIPE = "magrpo"
@@ -218,7 +225,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "MAGRPO: group-mean baseline divided by the group std (Shao et al. 2024); "
                 "the default",
                 TrainConfig,
-                run_group_baseline,
+                MAGRPOTrainer,
                 fixed={"estimator": "grpo"},
                 aliases=("grpo",),
                 resumable=True,
@@ -228,7 +235,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "mareinforce",
                 "MAREINFORCE: policy gradient on the joint return, no baseline (Williams 1992)",
                 TrainConfig,
-                run_group_baseline,
+                MAREINFORCETrainer,
                 fixed={"estimator": "reinforce"},
                 aliases=("reinforce",),
                 resumable=True,
@@ -238,7 +245,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "marloo",
                 "MARLOO: leave-one-out group baseline (Kool et al. 2019; Ahmadian et al. 2024)",
                 TrainConfig,
-                run_group_baseline,
+                MARLOOTrainer,
                 fixed={"estimator": "rloo"},
                 aliases=("rloo",),
                 resumable=True,
@@ -248,7 +255,7 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "maremax",
                 "MAReMax: the best of the other samples' returns as baseline (after Li et al. 2023)",
                 TrainConfig,
-                run_group_baseline,
+                MAReMaxTrainer,
                 fixed={"estimator": "remax"},
                 aliases=("remax",),
                 resumable=True,
@@ -258,10 +265,11 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_magrpo",
                 "Centralized MAGRPO: one joint policy writes every role's output (role_format "
                 "splits it), group-mean baseline",
-                CentralizedRunConfig,
-                run_centralized_magrpo,
-                presets={"output_dir": "runs/centralized_magrpo"},
+                TrainConfig,
+                MAGRPOTrainer,
+                presets={"output_dir": "runs/centralized_magrpo", "role_format": "sentences"},
                 fixed={"estimator": "grpo"},
+                requires=("role_format",),
                 aliases=("central_magrpo",),
                 resumable=True,
             ),
@@ -269,8 +277,15 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_madpo",
                 "Centralized MADPO: one joint policy writes every role's output (role_format "
                 "splits it), DPO on reward-gap pairs of its joint responses",
-                CentralizedMADPORunConfig,
-                run_centralized_madpo,
+                MADPOConfig,
+                MADPOTrainer,
+                presets={
+                    **MADPO_PRESETS,
+                    "output_dir": "runs/centralized_madpo",
+                    "role_format": "sentences",
+                },
+                requires=("role_format",),
+                refuses=("iterative",),
                 aliases=("central_madpo",),
                 resumable=True,
             ),
@@ -278,8 +293,11 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "centralized_marlhf",
                 "Centralized MARLHF: one joint policy; a reward model fit on reward-gap pairs "
                 "of its joint responses, then the group-baseline recipe on its reward",
-                CentralizedMARLHFRunConfig,
-                run_centralized_marlhf,
+                MARLHFConfig,
+                MARLHFTrainer,
+                presets={"output_dir": "runs/centralized_marlhf", "role_format": "sentences"},
+                requires=("role_format",),
+                refuses=("iterative",),
                 aliases=("central_marlhf",),
                 resumable=True,
             ),
@@ -288,23 +306,36 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "Centralized MADPO-Iter: one joint policy; rounds of pairs of its joint "
                 "responses against a comparator's (itself, a frozen model, its past self, an "
                 "HTTP API), replayed, then DPO steps",
-                CentralizedMADPOIterRunConfig,
-                run_centralized_madpo_iter,
+                MADPOConfig,
+                MADPOIterRecipe,
+                presets={
+                    **MADPO_PRESETS,
+                    "output_dir": "runs/centralized_madpo_iter",
+                    "role_format": "sentences",
+                    "iterative": {},
+                },
+                requires=("role_format", "iterative"),
                 resumable=True,
             ),
             Recipe(
                 "centralized_marlhf_iter",
                 "Centralized MARLHF-Iter: one joint policy; rounds of comparator pairs of "
                 "joint responses, a reward model refit on them, then MAGRPO steps",
-                CentralizedMARLHFIterRunConfig,
-                run_centralized_marlhf_iter,
+                MARLHFConfig,
+                MARLHFIterRecipe,
+                presets={
+                    "output_dir": "runs/centralized_marlhf_iter",
+                    "role_format": "sentences",
+                    "iterative": {},
+                },
+                requires=("role_format", "iterative"),
                 resumable=True,
             ),
             Recipe(
                 "iac",
                 "IAC: PPO actors, a critic per agent on its own prompt, GAE advantages",
                 ActorCriticConfig,
-                run_iac,
+                IACTrainer,
                 presets={"output_dir": "runs/iac"},
                 resumable=True,
             ),
@@ -312,54 +343,61 @@ RECIPES: Mapping[str, Recipe] = MappingProxyType(
                 "maac",
                 "MAAC: PPO actors, one centralised critic on every agent's prompt, GAE",
                 ActorCriticConfig,
-                run_maac,
+                MAACTrainer,
                 presets={"output_dir": "runs/maac"},
                 resumable=True,
             ),
             Recipe(
                 "madpo",
                 "MADPO: multi-agent DPO on joint actions sampled online, paired by reward gap",
-                MADPORunConfig,
-                run_madpo,
+                MADPOConfig,
+                MADPOTrainer,
+                presets=MADPO_PRESETS,
+                refuses=("iterative",),
                 resumable=True,
             ),
             Recipe(
                 "marlhf",
                 "MARLHF: a joint reward model fit on reward-gap pairs, then MAGRPO on its reward",
-                MARLHFRunConfig,
-                run_marlhf,
+                MARLHFConfig,
+                MARLHFTrainer,
                 presets={"output_dir": "runs/marlhf"},
+                refuses=("iterative",),
                 resumable=True,
             ),
             Recipe(
                 "madpo_iter",
                 "MADPO-Iter: rounds of fresh pairs against a comparator policy (current, a "
                 "frozen model, or the policy k rounds ago), replayed, then joint DPO steps",
-                MADPOIterRunConfig,
-                run_madpo_iter,
+                MADPOConfig,
+                MADPOIterRecipe,
+                presets={**MADPO_PRESETS, "output_dir": "runs/madpo_iter", "iterative": {}},
+                requires=("iterative",),
                 resumable=True,
             ),
             Recipe(
                 "marlhf_iter",
                 "MARLHF-Iter: rounds of comparator pairs, a reward model refit on them, then "
                 "MAGRPO steps on its reward",
-                MARLHFIterRunConfig,
-                run_marlhf_iter,
+                MARLHFConfig,
+                MARLHFIterRecipe,
+                presets={"output_dir": "runs/marlhf_iter", "iterative": {}},
+                requires=("iterative",),
                 resumable=True,
             ),
             Recipe(
                 "dpo",
                 "DPO of one model on prompt/chosen/rejected rows, data=FILE.jsonl "
                 "(Rafailov et al. 2023)",
-                DPORunConfig,
-                run_dpo,
+                DPOConfig,
+                DPORecipe,
                 resumable=True,
             ),
             Recipe(
                 "sft",
                 "SFT of one model on prompt/completion rows, data=FILE.jsonl",
-                SFTRunConfig,
-                run_sft,
+                SFTConfig,
+                SFTRecipe,
                 resumable=True,
             ),
         )
@@ -426,17 +464,7 @@ def resolve_recipe(data: Mapping[str, Any]) -> tuple[Recipe, dict[str, Any]]:
 
 def _custom_estimator(recipe: Recipe) -> Recipe:
     """``magrpo``'s entry without its fixed estimator (a user-registered estimator)."""
-    return Recipe(
-        recipe.name,
-        recipe.summary,
-        recipe.config,
-        recipe.runner,
-        recipe.presets,
-        {},
-        recipe.aliases,
-        recipe.resumable,
-        recipe.distributed,
-    )
+    return dataclasses.replace(recipe, recipe=MultiAgentTrainer, fixed={})
 
 
 def build_recipe_config(data: Mapping[str, Any]) -> tuple[Recipe, Any]:
@@ -458,3 +486,15 @@ def describe_recipes() -> list[str]:
 
 def _label(recipe: Recipe) -> str:
     return recipe.name + (f" ({', '.join(recipe.aliases)})" if recipe.aliases else "")
+
+
+def run_recipe(algo: str, config: Any, outputs: RunOutputs | None = None) -> RunResult:
+    """What ``comlrl train algo=NAME`` runs, from Python: the recipe registered as ``algo``
+    on ``config`` (its config class), end to end (:func:`~comlrl.algos.recipes.launch.launch`),
+    writing where ``outputs`` says (default ``RunOutputs.of(config)``; ``RunOutputs.of(config,
+    resume=True)`` continues the run's newest step checkpoint).
+
+    Raises:
+        ConfigError: no such recipe, or what :func:`~comlrl.algos.recipes.launch.launch` raises.
+    """
+    return get_recipe(algo).run(config, outputs)

@@ -26,7 +26,7 @@ from comlrl.algos.rollout.sampling.native import NativeSampler
 from comlrl.core import Completion, SamplingParams
 from comlrl.core.prompts import Prompt
 
-__all__ = ["HFAgent"]
+__all__ = ["HFAgent", "as_agents"]
 
 
 class HFAgent:
@@ -273,3 +273,12 @@ class HFAgent:
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """The :class:`comlrl.core.Agent` call: ``N`` lists of ``G`` completions."""
         return [list(group) for group in self.sample(prompts, params).completions]
+
+
+def as_agents(agents: Sequence[Any], **options: Any) -> list[Any]:
+    """``(model, tokenizer)`` pairs as :class:`HFAgent` s named ``agent_<i>`` (``options``:
+    ``HFAgent``'s keyword arguments, e.g. ``prompt_format``); agent objects as they are."""
+    return [
+        a if not isinstance(a, tuple) else HFAgent(a[0], a[1], name=f"agent_{i}", **options)
+        for i, a in enumerate(agents)
+    ]

@@ -10,6 +10,9 @@ Two ways to describe a task, one interface (:class:`Environment`) for the rollou
   agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent)``
   returning the agents' next prompts (CoMLRL 1.4.3's contract).
 
+:func:`build_environment` is the one rule set every recipe builds its environment and
+training examples with (a task, a ready environment, or CoMLRL's callbacks).
+
 A :class:`Branch` is the state of one node of the rollout tree: the agents' current
 prompts and the prompts, responses and feedback along the path from the root.
 """
@@ -32,7 +35,14 @@ from comlrl.core import (
 )
 from comlrl.core.prompts import ChatPrompt, Prompt, prompt_text
 
-__all__ = ["Branch", "Environment", "TaskEnvironment", "CallbackEnvironment", "Transition"]
+__all__ = [
+    "Branch",
+    "Environment",
+    "TaskEnvironment",
+    "CallbackEnvironment",
+    "Transition",
+    "build_environment",
+]
 
 #: CoMLRL 1.4.3's ``external_transition`` signature; returns the ``A`` next prompts.
 Transition = Callable[..., Sequence[str]]
@@ -297,3 +307,60 @@ def _call_transition(
         prompt_history_per_agent=[[prompt_text(p) for p in h] for h in prompt_history],
         response_history_per_agent=[list(h) for h in response_history],
     )
+
+
+def build_environment(
+    num_agents: int,
+    *,
+    task: Task | None = None,
+    dataset: Sequence[Mapping[str, Any]] | None = None,
+    formatters: Sequence[Callable[[Mapping[str, Any]], Any]] | None = None,
+    reward_func: Callable[..., Any] | None = None,
+    transition: Transition | None = None,
+    environment: Environment | None = None,
+    split: str = "train",
+) -> tuple[Environment, Sequence[Mapping[str, Any]]]:
+    """The environment and training examples of a recipe, in one of three forms:
+
+    - ``task``: a :class:`comlrl.core.Task` (:class:`TaskEnvironment`; ``transition``, when
+      given, replaces the task's own prompts after the first turn); the examples are
+      ``dataset`` or else the task's ``split``;
+    - ``environment``: a ready :class:`Environment` (e.g. one joint policy's, or a
+      :class:`CallbackEnvironment` subclass); needs ``dataset``;
+    - ``formatters`` (one per agent) + ``reward_func`` (+ ``transition`` for later turns):
+      CoMLRL's form (:class:`CallbackEnvironment`); needs ``dataset``.
+
+    ``reward_func`` may come with a task or an environment too (a caller records it);
+    it is then not played. A ``datasets.Dataset`` is kept as it is; any other iterable of
+    examples becomes a list.
+
+    Raises:
+        ValueError: two forms, none, a form without ``dataset`` that needs one, or a
+            number of formatters other than ``num_agents``.
+    """
+    if environment is not None:
+        if task is not None or formatters is not None or transition is not None:
+            raise ValueError(
+                "environment= replaces task=, formatters= and transition=; pass one form."
+            )
+        if dataset is None:
+            raise ValueError("environment= needs dataset= (the examples to train on).")
+        return environment, _examples(dataset)
+    if task is not None:
+        if formatters is not None:
+            raise ValueError("pass either task= or formatters= + reward_func=, not both.")
+        examples = dataset if dataset is not None else list(task.load(split))
+        return TaskEnvironment(task, transition), _examples(examples)
+    if formatters is None or reward_func is None or dataset is None:
+        raise ValueError(
+            "without a task, pass dataset=, formatters= (one per agent) and reward_func=."
+        )
+    if len(formatters) != num_agents:
+        raise ValueError(
+            f"{len(formatters)} formatters for {num_agents} agents; give one per agent."
+        )
+    return CallbackEnvironment(formatters, reward_func, transition), _examples(dataset)
+
+
+def _examples(dataset: Any) -> Sequence[Mapping[str, Any]]:
+    return dataset if isinstance(dataset, Sequence) else list(dataset)

@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from comlrl.core import RewardBatch
+from comlrl.algos.rollout.environment import CallbackEnvironment, TaskEnvironment
+from comlrl.core import RewardBatch, Task
 from comlrl.core.prompts import prompt_text
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "TaggedRoles",
     "SentenceRoles",
     "ROLE_FORMATS",
+    "joint_environment",
     "check_role_format",
     "split_roles",
     "CentralizedReward",
@@ -253,3 +255,18 @@ def centralized_callbacks(
         return prompt
 
     return joint_prompt, reward
+
+
+def joint_environment(task: Task, num_roles: int, role_format: str) -> CallbackEnvironment:
+    """The one joint policy's environment on a role-level ``task``: its one prompt is the
+    ``role_format``'s joint prompt of the task's ``num_roles`` role prompts, its reward the
+    task's joint reward of the parsed role outputs (:func:`centralized_callbacks`).
+
+    Raises:
+        KeyError: ``role_format`` is not one of :data:`ROLE_FORMATS`.
+    """
+    env = TaskEnvironment(task)
+    joint_prompt, reward = centralized_callbacks(
+        lambda ex: env.root(ex).prompts, env.reward, num_roles, ROLE_FORMATS[role_format]()
+    )
+    return CallbackEnvironment([joint_prompt], reward)

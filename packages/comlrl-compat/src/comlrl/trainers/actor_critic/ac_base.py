@@ -228,7 +228,7 @@ class ActorCriticTrainerBase(CompatTrainer):
         agents, which their agent's optimizer trains)."""
         if not self.critics:
             return []
-        return [o for o in self.recipe_trainer.ac_run.critic_optimizers if o is not None]
+        return [o for o in self.recipe_trainer.critic_optimizers if o is not None]
 
     def save_model(self, output_dir: str | Path) -> list[Path]:
         """Agents to ``output_dir/agent_<i>`` (Hugging Face format); a value head on an

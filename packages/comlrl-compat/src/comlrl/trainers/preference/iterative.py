@@ -2,7 +2,7 @@
 ``MARLHFIterTrainer`` (module path ``comlrl.trainers.preference.iterative``).
 
 :class:`MADPOIterTrainer` runs ``comlrl.algos``' MADPO-Iter recipe
-(:func:`comlrl.algos.train_madpo_iter`, as ``comlrl train algo=madpo_iter``): each of
+(:class:`comlrl.algos.MADPOIterRecipe`, as ``comlrl train algo=madpo_iter``): each of
 ``num_iterations`` rounds samples every training prompt's candidates from the current
 policy and the comparator (``comparator_policy``), pairs current joint action ``k`` with
 comparator joint action ``k`` (``pair_selection``, ``preference_pairs_per_sample``), keeps
@@ -10,7 +10,7 @@ them in the replay (``preference_replay_*``) and trains the round's pairs in
 ``num_train_epochs * ceil(N / train_batch_size)`` steps, each on its share of them.
 
 :class:`MARLHFIterTrainer` runs the MARLHF-Iter recipe
-(:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``).
+(:class:`comlrl.algos.MARLHFIterRecipe`, as ``comlrl train algo=marlhf_iter``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from comlrl.trainers.base import CompatTrainer
 from comlrl.trainers.config_fields import UnsupportedFieldError
 from comlrl.trainers.preference.madpo import MADPOConfig, MADPOTrainer, madpo_fields
 from comlrl.trainers.preference.marlhf import MARLHFConfig
-from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
+from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun
 
 __all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 
@@ -169,20 +169,11 @@ class MADPOIterTrainer(MADPOTrainer):
     def build_recipe_trainer(
         self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
     ) -> Any:
-        from comlrl.algos import (
-            IterativeMADPOConfig,
-            MADPOIterRun,
-            build_rounds,
-            madpo_iter_resume,
-            train_madpo_iter,
-        )
-        from comlrl.algos import MADPOTrainer as Recipe
-        from comlrl.core import SamplingParams
+        from comlrl.algos import MADPOConfig, MADPOIterRecipe
         from comlrl.trainers.base import recipe_agents
 
-        outputs = loop_outputs(config)
-        cfg = IterativeMADPOConfig.build(**config)
-        trainer = Recipe(
+        cfg = MADPOConfig.build(**config)  # the rounds' flat keys go to its iterative section
+        recipe = MADPOIterRecipe(
             recipe_agents(self.agents, self.tokenizers),
             cfg,
             dataset=data,
@@ -190,31 +181,7 @@ class MADPOIterTrainer(MADPOTrainer):
             reward_func=self.env.joint_reward,
             eval_dataset=eval_rows if cfg.eval_every else None,
         )
-        run = MADPOIterRun(
-            trainer.run,
-            build_rounds(
-                cfg,
-                trainer.run.agents,
-                SamplingParams.from_config(cfg, cfg.num_candidates),
-                pairs_per_prompt=cfg.pairs_per_prompt,
-                num_rounds=int(self.args.num_iterations),
-                seed=cfg.seed,
-                load=_load_model,
-            ),
-        )
-        return PreferenceRecipeRun(
-            trainer,
-            train=lambda: train_madpo_iter(run, **outputs),
-            resume=lambda path: madpo_iter_resume(run, path, outputs["output_dir"]),
-            output_dir=outputs["output_dir"],
-        )
-
-
-def _load_model(name: str) -> Any:
-    """A comparator model by name (``comparator_model_name``)."""
-    from comlrl.algos import load_model_and_tokenizer
-
-    return load_model_and_tokenizer(name)[0]
+        return PreferenceRecipeRun(recipe)
 
 
 def section_fields(a: Any, num_examples: int, steps_per_round: int) -> dict[str, Any]:
@@ -272,7 +239,7 @@ class MARLHFIterTrainer(CompatTrainer):
     """CoMLRL 1.4.3's ``MARLHFIterTrainer`` (arguments of
     :class:`~comlrl.trainers.preference.marlhf.MARLHFTrainer`, ``args`` a
     :class:`MARLHFIterConfig`), run by ``comlrl.algos``' MARLHF-Iter recipe
-    (:func:`comlrl.algos.train_marlhf_iter`, as ``comlrl train algo=marlhf_iter``): each of
+    (:class:`comlrl.algos.MARLHFIterRecipe`, as ``comlrl train algo=marlhf_iter``): each of
     ``num_iterations`` rounds pairs every training prompt's current and comparator joint
     actions (scored by the task reward, or with ``preference_scoring_reward=
     "reward_model"`` by the previous round's reward model), refits the joint reward model
@@ -334,63 +301,35 @@ class MARLHFIterTrainer(CompatTrainer):
     def build_recipe_trainer(
         self, config: dict[str, Any], data: list[dict[str, Any]], eval_rows: list[Any] | None
     ) -> Any:
-        from comlrl.algos import (
-            DataStream,
-            IterativeSection,
-            MADPOConfig,
-            MARLHFIterRun,
-            MARLHFTrainer,
-            TrainConfig,
-            build_rounds,
-            marlhf_iter_resume,
-            train_marlhf_iter,
-        )
-        from comlrl.core import SamplingParams
+        from comlrl.algos import DataStream, IterativeSection, MARLHFConfig, MARLHFIterRecipe
         from comlrl.trainers.base import recipe_agents
         from comlrl.trainers.preference.marlhf import load_reward_backbone, reward_model_config
 
-        a, train_config = self.args, TrainConfig(**config)
-        steps = train_config.num_steps // int(a.num_iterations)
+        a = self.args
+        steps = config["num_steps"] // int(a.num_iterations)
         section = IterativeSection.build(**section_fields(a, len(data), steps))
         backbone, tokenizer = load_reward_backbone(a, self.model_name, self.agents[0])
-        fit = reward_model_config(a)
-        preference = MARLHFTrainer(
+        k, pairs = int(a.preference_num_candidates), a.preference_pairs_per_sample
+        fit = reward_model_config(a).model_copy(
+            update={
+                "num_generations": k,
+                "pairs_per_prompt": int(pairs or k),
+                "scoring_reward": a.preference_scoring_reward,
+            }
+        )
+        recipe = MARLHFIterRecipe(
             recipe_agents(self.agents, self.tokenizers),
-            MADPOConfig(num_agents=self.num_agents),  # its pair sampling is unused here
-            reward_backbone=backbone, reward_tokenizer=tokenizer, reward_config=fit,
-            dataset=data, formatters=list(self.env.compat_formatters),
-            reward_func=self.env.joint_reward,
-        )  # fmt: skip
-        self.reward_model = preference.reward_model
-        rl = preference.rl_trainer(train_config, eval_dataset=eval_rows)
-        k = a.preference_pairs_per_sample
-        run = MARLHFIterRun(
-            rl=rl.run,
-            rounds=build_rounds(
-                section,
-                rl.run.agents,
-                SamplingParams.from_config(train_config, int(a.preference_num_candidates)),
-                pairs_per_prompt=int(k or a.preference_num_candidates),
-                num_rounds=int(a.num_iterations),
-                seed=train_config.seed,
-                load=_load_model,
-            ),  # fmt: skip
-            task_env=preference.env,
-            reward_env=rl.env,
-            reward_model=preference.reward_model,
+            MARLHFConfig(**{"eval_on_start": False, **config}, reward_model=fit, iterative=section),
+            reward_backbone=backbone,
             reward_tokenizer=tokenizer,
-            reward_config=fit,
-            data=DataStream(data, seed=train_config.seed + 1, shuffle=False),
-            section=section,
-            batch_size=train_config.batch_size,
-            scoring_reward=a.preference_scoring_reward,
+            dataset=data,
+            formatters=list(self.env.compat_formatters),
+            reward_func=self.env.joint_reward,
+            eval_dataset=eval_rows,
+            prompts=DataStream(data, seed=int(config.get("seed", 0)) + 1, shuffle=False),
         )
-        return PreferenceRecipeRun(
-            rl,
-            train=lambda: train_marlhf_iter(run),
-            resume=lambda path: marlhf_iter_resume(run, path),
-            output_dir=rl.output_dir,
-        )
+        self.reward_model = recipe.reward_model
+        return PreferenceRecipeRun(recipe, front=recipe.rl)
 
 
 #: the :meth:`CompatTrainer._init_front` arguments MARLHFIterTrainer passes on as given

@@ -23,7 +23,7 @@ from comlrl.trainers.config_fields import (
     check_parallel_training,
     one_device,
 )
-from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun, loop_outputs
+from comlrl.trainers.preference.recipe_run import PreferenceRecipeRun
 from comlrl.trainers.reinforce.magrpo import JOINT_MODES
 
 __all__ = ["MADPOConfig", "MADPOTrainer", "madpo_fields"]
@@ -297,7 +297,6 @@ class MADPOTrainer(CompatTrainer):
         from comlrl.algos import MADPOConfig as RecipeConfig
         from comlrl.algos import MADPOTrainer as Recipe
 
-        outputs = loop_outputs(config)
         trainer = Recipe(
             recipe_agents(self.agents, self.tokenizers),
             RecipeConfig.build(**config),
@@ -306,12 +305,7 @@ class MADPOTrainer(CompatTrainer):
             reward_func=self.env.joint_reward,
             eval_dataset=eval_rows if config["eval_every"] else None,  # None: no held-out pairs
         )
-        return PreferenceRecipeRun(
-            trainer,
-            train=lambda: trainer.train(**outputs),
-            resume=lambda path: trainer.resume(path, outputs["output_dir"]),
-            output_dir=outputs["output_dir"],
-        )
+        return PreferenceRecipeRun(trainer)
 
     @property
     def preference_pairs(self) -> list[Any]:

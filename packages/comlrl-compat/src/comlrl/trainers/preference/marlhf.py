@@ -204,7 +204,7 @@ class MARLHFTrainer:
         """Stages 1 and 2 (pairs, reward model) from the agents as they are now; sets the
         RL stage's reward to the fitted model. Returns the reward model's rows (``[]``,
         and no reward model, when every candidate tied: no pair)."""
-        from comlrl.algos import MADPOConfig as SamplingConfig
+        from comlrl.algos import MARLHFConfig as PreferenceConfig
         from comlrl.algos import MARLHFTrainer as Preference
         from comlrl.trainers.base import recipe_agents
         from comlrl.trainers.loading import as_examples
@@ -212,20 +212,34 @@ class MARLHFTrainer:
         a, rl = self.args, self.rl_trainer
         data = as_examples(rl.train_dataset, "train_dataset")
         sampling = madpo_fields(a, rl.num_agents, False, "MARLHFTrainer")
-        for key in ("eval_limit", "reference_free"):
-            sampling.pop(key)
         backbone, tokenizer = load_reward_backbone(a, rl.model_name, rl.agents[0])
+        fit = reward_model_config(a).model_copy(
+            update={
+                "num_generations": sampling["num_candidates"],
+                "pairs_per_prompt": sampling["pairs_per_prompt"],
+                "num_collect_batches": math.ceil(len(data) / sampling["batch_size"]),
+                "eval_fraction": 0.0,
+            }
+        )
         self.preference = Preference(
             recipe_agents(rl.agents, rl.tokenizers),
-            SamplingConfig.build(**sampling),
+            PreferenceConfig(
+                num_agents=sampling["num_agents"],
+                max_new_tokens=sampling["max_new_tokens"],
+                temperature=sampling["temperature"],
+                top_p=sampling["top_p"],
+                top_k=sampling["top_k"],
+                joint_mode=sampling["joint_mode"],
+                batch_size=sampling["batch_size"],
+                device=sampling["device"],
+                eval_every=0,
+                reward_model=fit,
+            ),
             reward_backbone=backbone,
             reward_tokenizer=tokenizer,
-            reward_config=reward_model_config(a),
             dataset=data,
             formatters=list(rl.env.compat_formatters),
             reward_func=rl.env.joint_reward,
-            num_collect_batches=math.ceil(len(data) / sampling["batch_size"]),
-            eval_fraction=0.0,
         )
         if not any(len(p) for p in self.preference.collect_pairs()):
             return []

@@ -1,95 +1,80 @@
-"""A ``comlrl.algos`` preference run (MADPO, MADPO-Iter, MARLHF-Iter) behind the
+"""A ``comlrl.algos`` preference recipe (MADPO, MADPO-Iter, MARLHF-Iter) behind the
 recipe-trainer contract of :class:`comlrl.trainers.base.CompatTrainer`: ``train()``,
-``resume(path)``, ``evaluate()``, ``step``, ``run``, ``agents``, ``optimizers``,
-``output_dir``, ``config``.
+``resume(path)``, ``evaluate()``, ``global_step``, ``run``, ``agents``, ``optimizers``,
+``output_dir``, ``config``, ``eval_data``.
 
-The recipe's own functions do the work: ``train`` is the recipe's loop under the loop
-driver (its checkpoint format), ``resume`` its resume."""
+The recipe's own methods do the work: ``train`` runs it under the loop driver (its
+checkpoint format), ``resume`` is its resume."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PreferenceRecipeRun", "OUTPUT_FIELDS", "loop_outputs"]
-
-#: the fields :class:`~comlrl.trainers.base.CompatTrainer` adds to a recipe config that a
-#: preference run takes as its loop's outputs instead
-OUTPUT_FIELDS = (
-    "models", "prompt_format", "output_dir", "save_every", "keep_last", "progress",
-    "report_to", "wandb_project", "eval_limit",
-)  # fmt: skip
-
-
-def loop_outputs(config: dict[str, Any]) -> dict[str, Any]:
-    """Take :data:`OUTPUT_FIELDS` out of ``config``; returns the loop's outputs among them
-    (``output_dir``, ``save_every``, ``keep_last``, ``progress``)."""
-    taken = {k: config.pop(k) for k in OUTPUT_FIELDS if k in config}
-    keep = ("output_dir", "save_every", "keep_last", "progress")
-    return {k: taken[k] for k in keep if k in taken}
+__all__ = ["PreferenceRecipeRun"]
 
 
 class PreferenceRecipeRun:
     """One preference run.
 
     Args:
-        front: the ``comlrl.algos`` trainer whose ``run`` holds the agents, optimizers,
-            step and evaluation set (:class:`comlrl.algos.MADPOTrainer`, or MARLHF-Iter's
-            RL trainer), and whose ``evaluate()`` is the run's evaluation.
-        train: the recipe's loop over the whole run (from the resumed step, if any).
-        resume: ``path -> step``: the recipe's resume.
-        output_dir: where the run writes.
+        recipe: the ``comlrl.algos`` recipe (:class:`comlrl.algos.MADPOTrainer`,
+            :class:`comlrl.algos.MADPOIterRecipe`, :class:`comlrl.algos.MARLHFIterRecipe`).
+        front: what holds the agents, optimizers, step and evaluation set and whose
+            ``evaluate()`` is the run's evaluation (default ``recipe``; MARLHF-Iter: its RL
+            phase, ``recipe.rl``).
     """
 
-    def __init__(
-        self,
-        front: Any,
-        *,
-        train: Callable[[], list[dict[str, float]]],
-        resume: Callable[[str | Path], int],
-        output_dir: str | Path,
-    ) -> None:
-        self.front = front
-        self._train, self._resume, self._output_dir = train, resume, Path(output_dir)
+    def __init__(self, recipe: Any, front: Any = None) -> None:
+        self.recipe = recipe
+        self.front = front if front is not None else recipe
 
     @property
     def run(self) -> Any:
-        """The recipe's run (``step``, ``agents``, ``optimizers``, ``eval_data``, ``config``)."""
-        return self.front.run
+        """What holds the agents, optimizers, step and evaluation set."""
+        return self.front
 
     @property
     def config(self) -> Any:
-        """The recipe's validated config (as the run holds it)."""
-        return self.run.config
+        """The recipe's validated config."""
+        return self.recipe.config
 
     @property
-    def step(self) -> int:
+    def global_step(self) -> int:
         """Optimizer steps taken so far."""
-        return int(self.run.step)
+        return int(self.front.global_step)
 
     @property
     def agents(self) -> list[Any]:
         """The recipe's ``A`` agents."""
-        return list(self.run.agents)
+        return list(self.front.agents)
 
     @property
     def optimizers(self) -> list[Any]:
         """One optimizer per agent."""
-        return list(self.run.optimizers)
+        return list(self.front.optimizers)
 
     @property
     def output_dir(self) -> Path:
         """Where metrics, evaluation rows and step checkpoints go."""
-        return self._output_dir
+        return Path(self.recipe.output_dir)
+
+    @property
+    def eval_data(self) -> Any:
+        """The run's evaluation examples."""
+        return self.front.eval_data
+
+    @eval_data.setter
+    def eval_data(self, rows: Any) -> None:
+        self.front.eval_data = rows
 
     def train(self) -> list[dict[str, float]]:
-        """The recipe's loop to its last step."""
-        return self._train()
+        """The recipe under the loop driver to its last step."""
+        return list(self.recipe.train())
 
     def resume(self, path: str | Path) -> int:
         """Continue from the recipe's step checkpoint ``path``; returns its step."""
-        return self._resume(path)
+        return int(self.recipe.resume(path))
 
     def evaluate(self) -> dict[str, float]:
         """The recipe's evaluation row (keys without the ``eval/`` prefix)."""

@@ -49,6 +49,9 @@ class ActorCriticConfig(RLConfig):
         "advantage_eps": f"advantage_eps {_GROUP_BASELINE_ONLY}",
         "update_chunk_nodes": f"update_chunk_nodes {_CHUNK_SCHEDULE}",
         "update_chunk_split_turns": f"update_chunk_split_turns {_CHUNK_SCHEDULE}",
+        "role_format": "role_format is a setting of the group-baseline recipes (one model for "
+        "every role: algo=centralized_magrpo), MADPO and MARLHF; IAC/MAAC train one model per "
+        "agent: drop it",
     }
 
     num_generations: int = Field(1, ge=1, description="G, completions per prompt per agent.")

@@ -1,65 +1,30 @@
-"""A group-baseline run's state (:class:`GroupBaselineRun`) and how it is built
-(:func:`setup`: agents, environment and config checked; LoRA, devices, reference models,
-data parallel wrapping, optimizers and agent pools). The actor-critic recipes build their
-run here too.
+"""The group-baseline recipe: MAGRPO, MARLOO, MAReMax and MAREINFORCE, one class
+(:class:`GroupBaselineRecipe`) read top to bottom.
 
-Saving a group-baseline run: ``final/`` (:func:`save`), step checkpoints in the one
-format (:func:`checkpoint`) and continuing from one (:func:`resume`); under data
-parallelism every rank calls them and rank 0 writes.
+Its constructor is the setup (agents, environment and config checked; LoRA, devices,
+reference models, data parallel wrapping, optimizers and agent pools). One step
+(:meth:`GroupBaselineRecipe.step`): the next ``batch_size`` examples; the rollout
+(:meth:`~GroupBaselineRecipe.sample`: ``G`` completions per agent per node, joint actions
+scored, multi-turn feedback opening the next turn's nodes, returns discounted down the
+tree); the advantages
+(:func:`~comlrl.algos.recipes.group_baseline.advantages.group_advantages`: each completion
+credited with the mean return of its joint actions and compared with its ``G`` siblings by
+the estimator); every agent's update (:meth:`~GroupBaselineRecipe.update`); the metrics.
 
-The group-baseline recipe: MAGRPO, MARLOO, MAReMax and MAREINFORCE.
-
-One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
-
-1. the next ``batch_size`` examples;
-2. :func:`~comlrl.algos.rollout.tree.rollout`: every agent samples ``G`` completions per node,
-   joint actions are scored, and (multi-turn) the environment's feedback opens the next
-   turn's nodes; returns are discounted down the tree;
-3. :func:`group_advantages`: per turn and agent, each completion is credited with the
-   mean return of the joint actions it took part in and compared with its ``G`` siblings
-   by the estimator (``mean``: MAGRPO, leave-one-out: MARLOO, ``max``: MAReMax, none:
-   MAREINFORCE);
-4. :func:`~comlrl.algos.training.update.shared_models.update_sharers` per agent (concurrently where
-   it helps; agents on one model object take one step on the sum of their losses):
-   one optimizer step on the whole rollout, or with ``update_chunk_nodes`` one per chunk of
-   tree nodes in CoMLRL 1.4.3's order (:mod:`comlrl.algos.training.update.node_chunks`);
-5. metrics.
-
-The four methods differ only in ``config.estimator``. :func:`setup` builds the run state
-once; :func:`train` loops, logs, evaluates (:func:`evaluate`) and checkpoints
-(:func:`checkpoint`); :func:`resume` puts a run back at a step checkpoint.
-
-This module builds the run, steps, evaluates, saves and restores it.
-
-Trainer objects: a thin front over :mod:`comlrl.algos.recipes.group_baseline.recipe`.
-
-``MultiAgentTrainer(agents, config, task=...)`` (or ``dataset=``, ``formatters=``,
-``reward_func=`` in CoMLRL's form) checks everything, builds the run state, and
-:meth:`~MultiAgentTrainer.train` runs the recipe's loop. The maths and the loop live in
-the recipe; this class only wires arguments to it. :class:`MAGRPOTrainer`,
-:class:`MARLOOTrainer`, :class:`MAReMaxTrainer` and :class:`MAREINFORCETrainer` fix the
-estimator.
-
-The end-to-end run of the group-baseline recipes (``algo=magrpo`` / ``mareinforce`` /
-``marloo`` / ``maremax``): task -> agents -> trainer -> train -> final checkpoint, the run
-``comlrl train`` makes, also from Python (``run_group_baseline(TrainConfig(...))``).
-
-:func:`run_policy_gradient` is that run for any trainer built as
-``trainer_cls(agents, config, task=, dataset=)`` (the actor-critic and centralized recipes
-use it too). Every run writes one row per step to ``output_dir/metrics.jsonl`` and the final
-weights to ``output_dir/final/`` (Hugging Face format, loadable by ``comlrl eval`` and
-``from_pretrained``).
+The four methods differ only in ``config.estimator``; :class:`MAGRPOTrainer`,
+:class:`MARLOOTrainer`, :class:`MAReMaxTrainer` and :class:`MAREINFORCETrainer` fix it. The
+loop driver (:func:`comlrl.algos.training.loop.run_loop`) drives the class; under data
+parallelism every rank calls its methods and rank 0 writes. The actor-critic recipes
+compose its sampling and update.
 """
 
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import torch
 from comlrl.algos.models.devices import agent_placement
@@ -72,790 +37,103 @@ from comlrl.algos.models.ranks import (
     rank_and_world,
     shard_bounds,
 )
-from comlrl.algos.recipes.launch import (
-    RunOutputs,
-    RunResult,
-    announce,
-    load_agents,
-    preflight,
-    quiet_transformers,
-    resuming_line,
-    setup_errors,
-)
+from comlrl.algos.recipes.group_baseline.advantages import group_advantages
+from comlrl.algos.recipes.launch import load_eval_split, preflight
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout import evaluate as evaluation
-from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.rollout.environment import (
-    CallbackEnvironment,
-    Environment,
-    TaskEnvironment,
-    Transition,
-)
+from comlrl.algos.rollout.agent import as_agents
+from comlrl.algos.rollout.environment import Environment, Transition, build_environment
 from comlrl.algos.rollout.metrics import merge_summaries, rollout_summary, summary_metrics
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed, rollout
 from comlrl.algos.training.config.rl import ConfigError, RLConfig, TrainConfig
-from comlrl.algos.training.loop import (
-    Collective,
-    LoopSettings,
-    RecipeLoop,
-    StepResult,
-    rewind_outputs,
-    run_loop,
-)
+from comlrl.algos.training.loop import Collective, Schedule, StepResult, rewind_outputs, run_loop
 from comlrl.algos.training.run import checkpoint as ckpt
-from comlrl.algos.training.run import lifecycle
-from comlrl.algos.training.run.data import DataStream
 from comlrl.algos.training.run.data_mixture import example_stream
-from comlrl.algos.training.run.diagnostics import warn_if_cannot_learn
-from comlrl.algos.training.run.reporting import build_reporters
+from comlrl.algos.training.run.diagnostics import (
+    EarlyEndWatch,
+    LearningSignalWatch,
+    warn_if_cannot_learn,
+)
+from comlrl.algos.training.run.lifecycle import run_record
+from comlrl.algos.training.run.outputs import RunOutputs
 from comlrl.algos.training.run.saving import save_agent_checkpoint
+from comlrl.algos.training.run.summary import summary_line
 from comlrl.algos.training.update.agents import AgentPool, build_optimizer, resolve_device
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
 from comlrl.algos.training.update.policy import UpdateSettings, split_terms
+from comlrl.algos.training.update.settings import update_settings
 from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
 from comlrl.core import SamplingParams, Task
-from comlrl.estimators.advantages import (
-    compute_advantages,
-    return_moments,
-    std_from_moments,
-)
-from comlrl.estimators.joint import credit_completions
-from comlrl.estimators.registry import resolve_estimator
+from comlrl.estimators.registry import ESTIMATORS
 
 __all__ = [
-    "GroupBaselineRun",
-    "agent_seed",
-    "setup",
-    "save",
-    "checkpoint",
-    "resume",
-    "group_advantages",
-    "step",
-    "train_step",
-    "loop_settings",
-    "train",
-    "evaluate",
-    "evaluate_rollouts",
+    "GroupBaselineRecipe",
     "MultiAgentTrainer",
     "MAGRPOTrainer",
     "MARLOOTrainer",
     "MAReMaxTrainer",
     "MAREINFORCETrainer",
-    "run_group_baseline",
-    "run_policy_gradient",
+    "agent_seed",
+]
+
+#: ``extra(a, members) -> (extra_loss, extra_params)`` for the update of the agents
+#: ``members`` that share agent ``a``'s model: a loss term added to theirs and the
+#: parameters it reaches (the actor-critic recipes' value heads), or ``None``.
+ExtraLoss = Callable[
+    [int, list[int]],
+    tuple[Callable[[], Mapping[str, float]] | None, list[torch.nn.Parameter]] | None,
 ]
 
 
-@dataclass
-class GroupBaselineRun:
-    """What a group-baseline run holds between steps (built by :func:`setup`)."""
-
-    config: RLConfig
-    agents: list[Any]
-    env: Environment
-    data: DataStream
-    optimizers: list[torch.optim.Optimizer]
-    ref_models: list[Any] | None
-    sampling: SamplingParams
-    tree: TreeSettings
-    update: UpdateSettings
-    sample_pool: AgentPool
-    update_pool: AgentPool
-    rng: random.Random
-    output_dir: Path
-    step: int = 0
-    eval_data: Sequence[Mapping[str, Any]] | None = field(default=None, repr=False)
-    #: the environment whose reward scores :func:`evaluate` (None: ``env``; MARLHF trains
-    #: on a learned reward and evaluates on the task's own).
-    eval_env: Environment | None = field(default=None, repr=False)
-    #: data parallel (:mod:`comlrl.algos.models.gradient_sync`): this process's rank, the number of
-    #: ranks, and per agent the gradient averaging (None in a single process).
-    rank: int = 0
-    world_size: int = 1
-    syncs: list[GradientSync] | None = field(default=None, repr=False)
-
-    @property
-    def is_main(self) -> bool:
-        """True on the rank that writes logs, samples and checkpoints (rank 0)."""
-        return self.rank == 0
-
-    def close(self) -> None:
-        """Stop worker threads (safe to call twice)."""
-        self.sample_pool.close()
-        self.update_pool.close()
-
-
-def setup(
-    agents: Sequence[Any],
-    config: RLConfig,
-    env: Environment,
-    dataset: Sequence[Mapping[str, Any]],
-    eval_dataset: Sequence[Mapping[str, Any]] | None = None,
-    eval_env: Environment | None = None,
-    *,
-    group_baseline: bool = True,
-) -> GroupBaselineRun:
-    """Check that agents, environment and config agree, then build optimizers and pools.
-
-    ``group_baseline=False``: the caller's baseline is not ``config.estimator`` (the
-    actor-critic recipes build their run here and add critics), so no warning about it.
-
-    ``eval_dataset`` (cut to ``config.eval_limit``) is what :func:`evaluate` runs on; it is
-    needed when ``config.eval_every > 0``. ``eval_env`` (default ``env``) is the
-    environment evaluation plays and scores in: the same prompts and turns with another
-    reward, e.g. the task's true reward while training on a learned one.
-
-    Under an initialised ``torch.distributed`` process group of ``K > 1`` ranks (every
-    rank calls this with the same arguments) each agent's gradient is averaged by a
-    :class:`~comlrl.algos.models.gradient_sync.GradientSync` of ``config.data_parallel``, each rank
-    rolls out ``batch_size / K`` prompts of every step, agents are updated one after
-    another (concurrent updates would interleave their collectives differently on
-    different ranks), and with ``sampling_rng="agent"`` each rank's sampling streams are
-    seeded from ``seed``, the agent and the rank.
-
-    Raises:
-        ConfigError: agent count, turn count or dataset do not fit, evaluation is on
-            without an evaluation set, ``eval_env`` for another number of agents, or
-            ``batch_size`` is not a multiple of the number of ranks (before any training).
-    """
-    n = len(agents)
-    if eval_env is not None and eval_env.num_agents != n:
-        raise ConfigError(
-            f"eval_env is for {eval_env.num_agents} agents but {n} agents were given; "
-            "evaluate in an environment of the same task."
-        )
-    if n != config.num_agents:
-        raise ConfigError(
-            f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
-        )
-    if env.num_agents != n:
-        raise ConfigError(f"the task is for {env.num_agents} agents but {n} agents were given.")
-    if env.max_turns is not None and config.num_turns > env.max_turns:
-        raise ConfigError(
-            f"num_turns={config.num_turns} but the task supports at most {env.max_turns} turn(s); "
-            "lower num_turns, use a multi-turn task, or pass a transition callback."
-        )
-    try:
-        # task.mixture: each prompt's task drawn by weight
-        data = example_stream(dataset, seed=config.seed, shuffle=config.shuffle, task=config.task)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if eval_dataset is not None:
-        eval_dataset = list(eval_dataset)[: config.eval_limit]
-        if not eval_dataset:
-            raise ConfigError(
-                f"the evaluation set is empty (eval_split={config.eval_split!r}); give problems."
-            )
-    elif config.eval_every:
-        raise ConfigError(
-            f"eval_every={config.eval_every} but no evaluation set was given: pass eval_dataset= "
-            "(or a task with an eval_split), or set eval_every=0."
-        )
-    rank, world = rank_and_world()
-    if world > 1:
-        try:
-            shard_bounds(config.batch_size, rank, world)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
-            raise ConfigError(
-                f"update_chunk_nodes={config.update_chunk_nodes} is not supported under torchrun "
-                "data parallelism (each rank's share of the trees would cut into different "
-                "chunks); run one process or leave it unset."
-            )
-    warn_if_cannot_learn(config, agents, env, dataset, group_baseline=group_baseline)
-    if config.lora is not None:
-        if world > 1:
-            raise ConfigError(
-                "lora is not supported under torchrun data parallelism yet; run one process "
-                "(agent_devices for one GPU per agent) or remove the lora section."
-            )
-        try:
-            attach_lora(agents, config.lora, seed=config.seed)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    try:
-        devices = agent_placement(n, config.agent_devices, resolve_device(config.device))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    placed: dict[int, torch.device] = {}
-    for i, agent in enumerate(agents):  # check every agent before moving any
-        key = model_key(agent.model)
-        if placed.setdefault(key, devices[i]) != devices[i]:
-            raise ConfigError(
-                f"agent {i} shares its model with an agent placed on {placed[key]} but "
-                f"agent_devices[{i}]={str(devices[i])!r}; agents that share weights need one device."
-            )
-    for i, agent in enumerate(agents):
-        agent.model.to(devices[i])
-        agent.model.train()
-        if hasattr(agent, "seed"):
-            agent.seed(agent_seed(config.seed, i, rank))
-    ref_devices = (
-        [torch.device(d) for d in config.reference_devices]
-        if config.reference_devices is not None
-        else devices
-    )
-    # a LoRA agent's reference is its base with the adapter disabled (no copy); any other
-    # agent's is a frozen copy of its starting weights
-    ref_models = (
-        [reference_model(a.model, ref_devices[i]) for i, a in enumerate(agents)]
-        if config.kl_coef > 0
-        else None
-    )
-    # the reference copies are taken from the whole models, before any sharding; the
-    # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
-    syncs = None
-    if world > 1:
-        by_model: dict[int, GradientSync] = {}  # one wrapper per model object
-        syncs = [
-            by_model.setdefault(id(a.model), wrap_model(a.model, config.data_parallel))
-            for a in agents
-        ]
-    optimizers = [
-        build_optimizer(
-            [p for p in a.model.parameters() if p.requires_grad],
-            config.optimizer,
-            lr=config.learning_rate,
-            weight_decay=config.weight_decay,
-        )
-        for a in agents
-    ]
-    # Agents run concurrently when that can help: CPU with an intra-op thread per agent, or
-    # one device per agent. Concurrent sampling needs per-agent random streams; agents that
-    # share one model object are never updated concurrently.
-    cpu = all(d.type == "cpu" for d in devices)
-    concurrent = (
-        config.parallel_agents
-        and n > 1
-        and (torch.get_num_threads() >= n if cpu else len({str(d) for d in devices}) == n)
-    )
-    own_streams = all(getattr(a, "generator", None) is not None for a in agents)
-    # agents on one base (same model object, or LoRA adapters of one shared base) are
-    # updated one after another
-    distinct = len({model_key(a.model) for a in agents}) == n
-    return GroupBaselineRun(
-        config=config,
-        agents=list(agents),
-        env=env,
-        data=data,
-        optimizers=optimizers,
-        ref_models=ref_models,
-        sampling=SamplingParams.from_config(config, config.num_generations),
-        tree=TreeSettings(
-            num_turns=config.num_turns,
-            gamma=config.gamma,
-            joint_mode=config.joint_mode,
-            early_termination_threshold=config.early_termination_threshold,
-            termination_scope=config.termination_scope,
-            max_branches=config.max_branches,
-            branch_select=config.branch_select,
-        ),
-        update=UpdateSettings(
-            temperature=config.temperature,
-            loss_reduction=config.loss_reduction,
-            max_completion_length=config.max_new_tokens,
-            clip_ratio=config.clip_ratio,
-            kl_coef=config.kl_coef,
-            kl_estimator=config.kl_estimator,
-            num_iterations=config.num_iterations,
-            max_grad_norm=config.max_grad_norm,
-            micro_batch_size=config.micro_batch_size,
-            shared_prefix=config.shared_prefix,
-            fused_logprobs=config.fused_logprobs,
-            tis_level=tis_level(config.tis, agents),
-            tis_cap=config.tis_cap,
-            importance_level=config.importance_level,
-        ),
-        sample_pool=AgentPool(n, concurrent and own_streams, cpu=cpu),
-        update_pool=AgentPool(n, concurrent and distinct and world == 1, cpu=cpu),
-        rng=random.Random(config.seed),
-        output_dir=Path(config.output_dir),
-        eval_data=eval_dataset,
-        eval_env=eval_env,
-        rank=rank,
-        world_size=world,
-        syncs=syncs,
-    )
-
-
-def tis_level(setting: str, agents: Sequence[Any]) -> Literal["token", "sequence"] | None:
-    """The truncated importance-sampling level of ``config.tis`` for these agents.
-
-    ``"auto"`` turns token-level TIS on when some agent's behaviour log-probs are not the
-    trainer's own numbers: a generation backend other than the native sampler that does
-    not recompute them (a vLLM engine's log-probs), or a model in a 16-bit dtype (the
-    sampler's KV-cached decode step and the training forward round differently). The
-    native sampler in float32 gives the trainer's log-probs up to float32 round-off (the
-    first update's ratio is 1 within 1e-5): off there.
-    """
-    if setting == "off":
-        return None
-    if setting in ("token", "sequence"):
-        return setting  # type: ignore[return-value]
-    for agent in agents:
-        backend = getattr(agent, "generation_backend", None)
-        engine = (
-            backend is not None
-            and backend.name not in ("native", "hf")
-            and not backend.recompute_logprobs
-        )
-        model = getattr(agent, "model", None)
-        params = model.parameters() if isinstance(model, torch.nn.Module) else iter(())
-        dtype = next(params, torch.zeros(())).dtype
-        if engine or dtype in (torch.bfloat16, torch.float16):
-            return "token"
-    return None
-
-
-def agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
-    """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
-    keeps the single-process seed."""
-    if rank == 0 and step == 0:
-        return seed * 1_000_003 + agent
-    return derive_seed(seed, agent, rank, step)
-
-
-def save(run: GroupBaselineRun, tag: str) -> list[Path]:
-    """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically).
-
-    Data parallel: every rank calls this (``fsdp2`` gathers the weights to rank 0);
-    rank 0 writes, the others return ``[]``.
-    """
-    states = _full_model_states(run)
-    if not run.is_main:
-        return []
-    return [
-        save_agent_checkpoint(agent, run.output_dir / tag / f"agent_{i}", state_dict=states[i])
-        for i, agent in enumerate(run.agents)
-    ]
-
-
-def _full_model_states(run: GroupBaselineRun) -> list[dict[str, torch.Tensor] | None]:
-    """Per agent the gathered full state dict (``fsdp2``; a collective), else ``None``:
-    the model's own ``state_dict()`` is whole."""
-    if run.syncs is None:
-        return [None] * len(run.agents)
-    gathered: dict[int, dict[str, torch.Tensor] | None] = {}
-    for sync in run.syncs:  # the same order on every rank; a shared model is gathered once
-        if id(sync) not in gathered:
-            gathered[id(sync)] = sync.model_state_dict()
-    return [gathered[id(sync)] for sync in run.syncs]
-
-
-def checkpoint(
-    run: GroupBaselineRun,
-    path: str | Path | None = None,
-    *,
-    recipe_state: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``):
-    agents + training state, atomically; returns the folder. (The loop driver prunes to
-    ``keep_last``.) ``recipe_state``: a recipe's own state, saved under
-    :data:`~comlrl.algos.training.run.checkpoint.RECIPE_STATE` (MARLHF-Iter's rounds).
-
-    Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
-    to rank 0); rank 0 writes and every rank gets the folder's path back.
-    """
-    path = Path(path) if path is not None else ckpt.step_checkpoint_path(run.output_dir, run.step)
-    models = _full_model_states(run)
-    optimizer_states = (
-        [
-            sync.optimizer_state_dict(opt)
-            for sync, opt in zip(run.syncs, run.optimizers, strict=True)
-        ]
-        if run.syncs is not None
-        else None
-    )
-    if not run.is_main:
-        return path
-    state = ckpt.capture_state(
-        step=run.step,
-        optimizers=run.optimizers,
-        data=run.data,
-        rng=run.rng,
-        generators=[getattr(a, "generator", None) for a in run.agents],
-        optimizer_states=optimizer_states,
-    )
-    if recipe_state is not None:
-        state[ckpt.RECIPE_STATE] = dict(recipe_state)
-    return ckpt.write_checkpoint(path, run.agents, state, state_dicts=models)
-
-
-def resume(
-    run: GroupBaselineRun, path: str | Path, *, state: Mapping[str, Any] | None = None
-) -> int:
-    """Put ``run`` back at the step checkpoint ``path`` (weights, optimizers, data stream,
-    random streams), cut the logs in ``output_dir`` back to its step, and return the step:
-    :func:`train` then continues as if never stopped. ``state``: the checkpoint's
-    ``training_state.pt`` when the caller has read it already. Raises CheckpointError when
-    the checkpoint is incomplete or does not fit the run."""
-    if state is None:
-        state = ckpt.load_training_state(path)
-    for i, agent in enumerate(run.agents):
-        sync = run.syncs[i] if run.syncs is not None else None
-        ckpt.load_agent_weights(
-            agent.model,
-            Path(path) / f"agent_{i}",
-            load_state_dict=sync.load_model_state_dict if sync is not None else None,
-        )
-    run.step = ckpt.restore_state(
-        state,
-        optimizers=run.optimizers,
-        data=run.data,
-        rng=run.rng,
-        generators=[getattr(a, "generator", None) for a in run.agents],
-        load_optimizer=(
-            [sync.load_optimizer_state_dict for sync in run.syncs]
-            if run.syncs is not None
-            else None
-        ),
-    )
-    if run.world_size > 1:
-        # The checkpoint holds rank 0's streams; other ranks need their own. (With
-        # sampling_rng="prompt" the streams are unused and the run continues exactly on
-        # any number of ranks.)
-        for i, agent in enumerate(run.agents):
-            if run.rank > 0 and hasattr(agent, "seed"):
-                agent.seed(agent_seed(run.config.seed, i, run.rank, run.step))
-    if run.is_main:
-        rewind_outputs(run.output_dir, run.step)
-    barrier()
-    return run.step
-
-
-def group_advantages(
-    ro: Rollout, *, estimator: str, scale: str = "auto", eps: float = 1e-6
-) -> list[list[torch.Tensor]]:
-    """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
-
-    Each completion's return is the mean return of the joint actions it took part in
-    (:func:`~comlrl.estimators.joint.credit_completions`); its group is the ``G`` completions
-    its agent sampled at the same node (:func:`~comlrl.estimators.advantages.compute_advantages`).
-
-    ``scale="batch"`` divides each (turn, agent)'s advantages by the std of that turn's
-    credited returns of the agent over the *global* batch: under data parallelism each rank
-    holds a shard of the prompts, so the shards' :func:`return_moments` are summed over the
-    ranks (:func:`~comlrl.algos.models.ranks.gather_objects`; a rank may have no
-    nodes at a later turn) and every rank divides by the same std as one process would.
-    Every rank must call this together.
-    """
-    credited = []
-    for turn in ro.turns:
-        g = turn.agents[0].batch.group_size
-        credited.append(credit_completions(turn.returns, turn.joint_index, g))  # [A, N_t, G]
-    batch_stds: list[list[float | None]] = [[None] * c.shape[0] for c in credited]
-    resolved = resolve_estimator(estimator).scale if scale == "auto" else scale
-    if resolved == "batch":
-        batch_stds = _global_batch_stds(credited)
-    return [
-        [
-            compute_advantages(
-                per_turn[a],
-                estimator=estimator,
-                scale=scale,  # type: ignore[arg-type]
-                eps=eps,
-                batch_std=batch_stds[t][a],
-            ).reshape(-1)
-            for a in range(per_turn.shape[0])
-        ]
-        for t, per_turn in enumerate(credited)
-    ]
-
-
-def _global_batch_stds(credited: list[torch.Tensor]) -> list[list[float | None]]:
-    """Per turn and agent, the std of the credited returns of every rank's nodes."""
-    local = {
-        (t, a): return_moments(per_turn[a]).cpu()
-        for t, per_turn in enumerate(credited)
-        for a in range(per_turn.shape[0])
-    }
-    total: dict[tuple[int, int], torch.Tensor] = {}
-    for shard in gather_objects(local):
-        for key, moments in shard.items():
-            total[key] = total[key] + moments if key in total else moments
-    return [
-        [std_from_moments(total[(t, a)]) for a in range(per_turn.shape[0])]
-        for t, per_turn in enumerate(credited)
-    ]
-
-
-def train_step(run: GroupBaselineRun) -> dict[str, float]:
-    """The metrics row of one :func:`step` (for callers that do not log samples)."""
-    return step(run).row
-
-
-def step(run: GroupBaselineRun) -> StepResult:
-    """One step: rollout, advantages, every agent's update; returns the metrics row and
-    the rollout (for ``samples.jsonl``).
-
-    A step that fails before the update (in the rollout: sampling, a reward function,
-    the task's feedback) leaves the data and random streams as the last completed step
-    left them, and the weights and optimizers untouched, so the checkpoint the loop
-    driver writes on the way out resumes exactly (:func:`~comlrl.algos.training.loop.run_loop`).
-
-    Data parallel (``run.world_size > 1``; every rank calls this together): this rank
-    rolls out its share of the global batch, the update averages gradients over the
-    ranks, and the returned metrics (rewards, advantages, lengths, losses, KL, clip
-    fractions, tokens) are those of the global batch; timings are this rank's.
-    """
-    cfg = run.config
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(
-            f"the group-baseline step needs a TrainConfig (estimator, advantage scaling), got "
-            f"{type(cfg).__name__}"
-        )
-    t0 = time.perf_counter()
-    generators = [getattr(a, "generator", None) for a in run.agents]
-    # the data and random streams as the last completed step left them: put back when the
-    # rollout fails (a reward function that raises), so the checkpoint the loop driver then
-    # writes resumes to exactly the run that never failed (the weights are not touched yet)
-    streams = ckpt.capture_state(
-        step=run.step, optimizers=(), data=run.data, rng=run.rng, generators=generators
-    )
-    try:
-        examples = run.data.next_batch(cfg.batch_size)  # the same global batch on every rank
-        keys = (
-            [derive_seed(cfg.seed, run.step, j) for j in range(len(examples))]
-            if cfg.sampling_rng == "prompt"
-            else None
-        )
-        lo, hi = shard_bounds(len(examples), run.rank, run.world_size)
-        with full_weights(run.syncs):  # fsdp2: whole weights for sampling, resharded after
-            ro = rollout(
-                run.agents,
-                examples[lo:hi],
-                run.env,
-                run.sampling,
-                run.tree,
-                map_agents=run.sample_pool.map,
-                rng=run.rng,
-                sample_keys=keys[lo:hi] if keys is not None else None,
-            )
-        adv = group_advantages(
-            ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
-        )
-    except Exception:
-        ckpt.restore_state(
-            streams, optimizers=(), data=run.data, rng=run.rng, generators=generators
-        )
-        raise
-    t1 = time.perf_counter()
-
-    # agents that share one model object take one step on the sum of their losses (one
-    # set of optimizer moments, the first sharer's optimizer); each reports that step's
-    # loss and grad norm and its own completions' KL/clip/ratio (shared_models)
-    groups = {g[0]: g for g in sharing_groups([agent.model for agent in run.agents])}
-
-    def update(a: int) -> dict[int, dict[str, float]]:
-        members = groups.get(a)
-        if members is None:  # another agent's update steps this model
-            return {}
-        ref_model = run.ref_models[a] if run.ref_models is not None else None
-        sync = run.syncs[a] if run.syncs is not None else None
-        if cfg.update_chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
-            return split_terms(
-                update_in_node_chunks(
-                    run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
-                    cfg.update_chunk_nodes, split_turns=cfg.update_chunk_split_turns,
-                    ref_model=ref_model, sync=sync,
-                ),
-                members,
-            )  # fmt: skip
-        return update_sharers(
-            run.agents[a].model, run.optimizers[a], ro, adv, members, run.update,
-            ref_model=ref_model, sync=sync,
-        )  # fmt: skip
-
-    stats: list[dict[str, float]] = [{} for _ in run.agents]
-    for per_member in run.update_pool.map(update):
-        for m, own in per_member.items():
-            stats[m] = own
-    t2 = time.perf_counter()
-    run.step += 1
-    summary = rollout_summary(
-        ro, [[per_agent[a] for a in range(len(run.agents))] for per_agent in adv]
-    )
-    metrics = summary_metrics(merge_summaries(gather_objects(summary)))
-    for a, agent_stats in enumerate(stats):
-        metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
-    elapsed = t2 - t0
-    row = {
-        "step": run.step,
-        **metrics,
-        **{f"time/{k}": v for k, v in ro.timings.items()},
-        "time/update_s": t2 - t1,
-        "time/step_s": elapsed,
-        "tokens_per_s": metrics["num_tokens"] / elapsed,
-        "prompts_per_s": len(examples) / elapsed,
-    }
-    return StepResult(row, ro)
-
-
-def evaluate(run: GroupBaselineRun) -> dict[str, float]:
-    """The ``eval.jsonl`` row of the agents on ``run.eval_data`` (the training rollout,
-    greedy or sampled, no update, scored in ``run.eval_env`` when set;
-    :mod:`comlrl.algos.rollout.evaluate`). Raises ConfigError
-    without an evaluation set."""
-    row, _ = evaluate_rollouts(run)
-    return row
-
-
-def evaluate_rollouts(
-    run: GroupBaselineRun, progress: Callable[[int], None] | None = None
-) -> tuple[dict[str, float], list[Rollout]]:
-    """:func:`evaluate`'s row and the evaluation rollouts themselves (``comlrl eval`` writes
-    their joint actions); ``progress`` is called with the examples done after each batch.
-
-    Raises:
-        ConfigError: the run has no evaluation set.
-    """
-    cfg = run.config
-    if run.eval_data is None:
-        raise ConfigError("this run has no evaluation set; pass eval_dataset= to setup().")
-    params = evaluation.eval_sampling(
-        cfg.eval_num_samples,
-        cfg.max_new_tokens,
-        greedy=cfg.eval_greedy,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
-    row, rollouts = evaluation.evaluate(
-        run.agents,
-        run.env if run.eval_env is None else run.eval_env,
-        run.eval_data,
-        params,
-        run.tree,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        map_agents=run.sample_pool.map,
-        progress=progress,
-    )  # fsdp2: called inside full_weights (see train), so no collective runs here
-    return {"step": run.step, **row}, rollouts
-
-
-def loop_settings(
-    config: RLConfig,
-    *,
-    record: dict[str, Any] | None = None,
-    desc: str = "train",
-    overwrite: bool = False,
-) -> LoopSettings:
-    """The loop driver's settings of a :class:`TrainConfig` run (also IAC/MAAC's):
-    outputs in ``config.output_dir`` (``overwrite``: a fresh run deletes another run's
-    outputs there instead of refusing), ``config.yaml`` = ``record`` (default the config),
-    evaluation rows in ``eval.jsonl``, the reporters of ``config.report_to``."""
-    return LoopSettings(
-        num_steps=config.num_steps,
-        output_dir=Path(config.output_dir),
-        record=config.model_dump() if record is None else record,
-        save_every=config.save_every,
-        keep_last=config.keep_last,
-        eval_every=config.eval_every,
-        eval_on_start=config.eval_on_start and bool(config.eval_every),
-        log_samples=config.log_samples,
-        progress=config.progress,
-        desc=desc,
-        reporters=lambda out: build_reporters(config, out, record=record),
-        overwrite=overwrite,
-    )
-
-
-def collective(run: GroupBaselineRun) -> Collective:
-    """How the ranks of ``run`` agree (one process: the defaults)."""
-    return Collective(
-        is_main=run.is_main,
-        any_rank=all_reduce_flag,
-        barrier=barrier,
-        full_weights=lambda: full_weights(run.syncs),
-        world_size=run.world_size,
-    )
-
-
-def train(
-    run: GroupBaselineRun, *, record: dict[str, Any] | None = None, overwrite: bool = False
-) -> list[dict[str, float]]:
-    """Run ``config.num_steps`` steps under the loop driver
-    (:func:`comlrl.algos.training.loop.run_loop`) and return their metrics rows.
-
-    Data parallel: every rank calls this; rank 0 alone writes (samples are those of its
-    own share of the batch; evaluation runs on rank 0 while the others wait at the next
-    step), and rows are those of the global batch.
-
-    Writes ``metrics.jsonl`` (one row per step), ``samples.jsonl`` (joint actions with
-    rewards, returns, feedback and reward-function infos), ``eval.jsonl`` (every
-    ``eval_every`` steps, and at step 0 with ``eval_on_start``), ``config.yaml``
-    (``record``, default the config), step checkpoints (every ``save_every`` steps and at
-    the last step) and ``final/`` in ``output_dir``; every row also goes to the reporters
-    of :func:`~comlrl.algos.training.run.reporting.build_reporters` (TensorBoard, W&B,
-    ``reward_curve.png``). A run put back by :func:`resume` continues from its step.
-    A fresh run refuses an ``output_dir`` that holds another run unless ``overwrite``.
-
-    Raises:
-        ConfigError: ``output_dir`` holds another run and ``overwrite`` is False.
-        TrainingInterrupted: after Ctrl-C: the step in progress was finished and
-            checkpointed (the exception names the checkpoint).
-    """
-    if run.step == 0:  # a resumed run has its random streams back from the checkpoint
-        torch.manual_seed(run.config.seed)
-    loop = RecipeLoop(
-        step=lambda: step(run),
-        checkpoint=lambda path: checkpoint(run, path),
-        save_final=lambda path: save(run, path.name),
-        evaluate=(lambda: evaluate(run)) if run.eval_data is not None else None,
-        start_step=run.step,
-    )
-    try:
-        settings = loop_settings(run.config, record=record, overwrite=overwrite)
-        return run_loop(loop, settings, collective(run))
-    finally:
-        run.close()
-
-
-class MultiAgentTrainer:
+class GroupBaselineRecipe:
     """Train ``A`` cooperating causal-LM agents with a group-baseline policy gradient.
 
-    Give either a ``task`` (a :class:`comlrl.core.Task`: examples, per-agent prompts,
-    batched joint reward, and for ``num_turns > 1`` its feedback) or ``dataset`` +
-    ``formatters`` + ``reward_func`` (CoMLRL's form: ``reward_func(completions_agent1, ...,
-    completions_agentA) -> list[float]``, optionally with ``example=`` or ``batch_items=``)
-    and, for ``num_turns > 1``, ``transition`` (CoMLRL's ``external_transition``).
+    Give the environment in one form (:func:`~comlrl.algos.rollout.environment.build_environment`):
+    a ``task`` (a :class:`comlrl.core.Task`: examples, per-agent prompts, batched joint
+    reward, and for ``num_turns > 1`` its feedback), a ready ``environment`` with
+    ``dataset``, or ``dataset`` + ``formatters`` + ``reward_func`` (CoMLRL's form:
+    ``reward_func(completions_agent1, ..., completions_agentA) -> list[float]``) and, for
+    ``num_turns > 1``, ``transition`` (CoMLRL's ``external_transition``).
 
     Args:
-        agents: ``A`` agents: :class:`HFAgent` objects, ``(model, tokenizer)`` pairs, or
-            your own :class:`comlrl.core.Agent` with ``model`` and ``tokenizer``.
-        config: a validated :class:`TrainConfig`; ``config.estimator`` picks the baseline.
-        task: the task suite; ``task.load(config.task.split)`` gives the dataset unless
-            ``dataset`` is passed.
-        dataset: a sequence of examples (mappings); a ``datasets.Dataset`` works.
-        formatters: ``A`` callables ``example -> prompt`` (without ``task``).
-        reward_func: joint reward (without ``task``).
-        transition: ``external_transition(prompt, agent_completions, num_agents,
-            prompt_history_per_agent, response_history_per_agent) -> A prompts`` for turns
-            after the first (with a task, it replaces the task's own prompts).
+        agents: ``A`` agents: :class:`~comlrl.algos.HFAgent` objects, ``(model, tokenizer)``
+            pairs, or your own :class:`comlrl.core.Agent` with ``model`` and ``tokenizer``.
+        config: a validated :class:`~comlrl.algos.training.config.rl.TrainConfig`;
+            ``config.estimator`` picks the baseline (a subclass's :attr:`estimator` wins).
+        task, dataset, formatters, reward_func, transition, environment: the environment
+            and the training examples (with a task, ``task.load(config.task.split)`` unless
+            ``dataset`` is given).
         eval_dataset: examples for evaluation (``config.eval_every``, :meth:`evaluate`);
             with a task and ``config.eval_every > 0`` it defaults to
-            ``task.load(config.eval_split)``.
+            ``task.load(config.eval_split)``; cut to ``config.eval_limit``.
         eval_env: the environment evaluation plays and scores in (default: the training
-            one), e.g. the task's true reward while training on a learned reward model
-            (:meth:`MARLHFTrainer.rl_trainer <comlrl.algos.MARLHFTrainer.rl_trainer>`).
-        environment: instead of ``task`` or ``formatters``/``transition``, a ready
-            :class:`~comlrl.algos.rollout.environment.Environment` (e.g. a
-            :class:`~comlrl.algos.CallbackEnvironment` subclass with its own prompts for
-            later turns, as ``comlrl.trainers`` builds for CoMLRL 1.4.3 scripts); needs
-            ``dataset``. ``reward_func``, when given too, is only recorded in ``config.yaml``.
+            one), e.g. the task's true reward while training on a learned reward model.
+        outputs: where the run writes (default ``RunOutputs.of(config)``).
+        record: what ``config.yaml`` holds (default: the config with the task or reward
+            function and the models really trained, :func:`~comlrl.algos.training.run.lifecycle.run_record`).
+        update: the agents' update settings (default :func:`update_settings` of the config).
+        extra_param_groups: per agent index, parameter groups its optimizer also steps
+            (the actor-critic recipes' value heads on the agent's model); agents on one
+            model object: the first one's optimizer steps them.
+        group_baseline: ``False`` when the caller's baseline is not ``config.estimator``
+            (the actor-critic recipes compose this class), so no warning about it.
+
+    Under ``torch.distributed`` with ``K > 1`` ranks (every rank builds the recipe alike)
+    gradients are averaged (:mod:`comlrl.algos.models.gradient_sync`,
+    ``config.data_parallel``), each rank rolls out ``batch_size / K`` prompts per step and
+    agents are updated one after another.
 
     Raises:
-        ConfigError: when the agents, task/formatters, dataset and config disagree
-            (checked before any training work starts).
+        ConfigError: when the agents, environment, dataset and config disagree, evaluation
+            is on without an evaluation set, ``eval_env`` is for another number of agents,
+            or ``batch_size`` is not a multiple of the number of ranks (before any training
+            work starts).
     """
 
-    estimator: str | None = None
-    #: whether ``config.estimator`` is the baseline (the actor-critic trainers: a critic)
-    uses_estimator: bool = True
+    #: the estimator this class fixes (``None``: ``config.estimator``)
+    estimator: ClassVar[str | None] = None
     #: the recipe's name in ``config.yaml`` (``None``: not recorded)
-    algo: str | None = None
+    algo: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -864,126 +142,629 @@ class MultiAgentTrainer:
         *,
         task: Task | None = None,
         dataset: Sequence[Mapping[str, Any]] | None = None,
-        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
+        formatters: Sequence[Callable[[Mapping[str, Any]], Any]] | None = None,
         reward_func: Callable[..., Any] | None = None,
         transition: Transition | None = None,
+        environment: Environment | None = None,
         eval_dataset: Sequence[Mapping[str, Any]] | None = None,
         eval_env: Environment | None = None,
-        environment: Environment | None = None,
+        outputs: RunOutputs | None = None,
+        record: Mapping[str, Any] | None = None,
+        update: UpdateSettings | None = None,
+        extra_param_groups: Mapping[int, Sequence[dict[str, Any]]] | None = None,
+        group_baseline: bool = True,
     ) -> None:
-        from comlrl.estimators.registry import ESTIMATORS
-
-        if (
-            self.estimator is not None
-            and isinstance(config, TrainConfig)
-            and ESTIMATORS[config.estimator].name != self.estimator
-        ):
-            if "estimator" in config.model_fields_set:
-                raise ConfigError(
-                    f"{type(self).__name__} uses estimator={self.estimator!r} but "
-                    f"config.estimator={config.estimator!r}; use MultiAgentTrainer for other estimators."
-                )
-            config = config.model_copy(update={"estimator": self.estimator})
+        config = self._with_estimator(config)
         self.config = config
-        self.agents = [
-            a
-            if not isinstance(a, tuple)
-            else HFAgent(a[0], a[1], name=f"agent_{i}", **config.generation_options())
-            for i, a in enumerate(agents)
-        ]
+        self.agents = as_agents(agents, **config.generation_options())
+        n = len(self.agents)
         self.task = task
-        env: Environment
-        data: Sequence[Mapping[str, Any]]
-        if environment is not None:
-            if task is not None or formatters is not None or transition is not None:
-                raise ConfigError(
-                    "environment= replaces task=, formatters= and transition=; pass one form."
-                )
-            if dataset is None:
-                raise ConfigError("environment= needs dataset= (the examples to train on).")
-            env = environment
-            data = dataset if isinstance(dataset, Sequence) else list(dataset)
-        elif task is not None:
-            env = TaskEnvironment(task, transition)
-            data = list(dataset) if dataset is not None else list(task.load(config.task.split))
-            if eval_dataset is None and config.eval_every:
-                try:
-                    eval_dataset = list(task.load(config.eval_split))
-                except ValueError as exc:
-                    raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
-        else:
-            if formatters is None or reward_func is None or dataset is None:
-                raise ConfigError(
-                    "without a task, pass dataset=, formatters= (one per agent) and reward_func=."
-                )
-            if len(formatters) != len(self.agents):
-                raise ConfigError(
-                    f"{len(formatters)} formatters for {len(self.agents)} agents; give one per agent."
-                )
-            env = CallbackEnvironment(formatters, reward_func, transition)
-            data = dataset if isinstance(dataset, Sequence) else list(dataset)
-        self.env = env
-        #: what ``config.yaml`` records: the config, with the task or reward really used
-        self.record = lifecycle.run_record(
-            config, algo=self.algo, task=task, reward_func=reward_func, agents=self.agents
+        try:
+            self.env, dataset = build_environment(
+                n, task=task, dataset=dataset, formatters=formatters, reward_func=reward_func,
+                transition=transition, environment=environment, split=config.task.split,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if task is not None and eval_dataset is None and config.eval_every:
+            try:
+                eval_dataset = list(task.load(config.eval_split))
+            except ValueError as exc:
+                raise ConfigError(f"eval_split={config.eval_split!r}: {exc}") from None
+        self.outputs = outputs if outputs is not None else RunOutputs.of(config)
+        self.record = self.outputs.record(
+            record
+            if record is not None
+            else run_record(
+                config, algo=self.algo, task=task, reward_func=reward_func, agents=self.agents
+            )
         )
-        self.run = setup(
-            self.agents,
-            config,
-            env,
-            data,
-            eval_dataset,
-            eval_env=eval_env,
-            group_baseline=self.uses_estimator,
+        self.global_step = 0
+
+        # --- the agents, environment, data and config agree -------------------------------
+        if eval_env is not None and eval_env.num_agents != n:
+            raise ConfigError(
+                f"eval_env is for {eval_env.num_agents} agents but {n} agents were given; "
+                "evaluate in an environment of the same task."
+            )
+        if n != config.num_agents:
+            raise ConfigError(
+                f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
+            )
+        if self.env.num_agents != n:
+            raise ConfigError(
+                f"the task is for {self.env.num_agents} agents but {n} agents were given."
+            )
+        if self.env.max_turns is not None and config.num_turns > self.env.max_turns:
+            raise ConfigError(
+                f"num_turns={config.num_turns} but the task supports at most "
+                f"{self.env.max_turns} turn(s); lower num_turns, use a multi-turn task, or pass "
+                "a transition callback."
+            )
+        try:
+            # task.mixture: each prompt's task drawn by weight
+            self.data = example_stream(
+                dataset, seed=config.seed, shuffle=config.shuffle, task=config.task
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if eval_dataset is not None:
+            eval_dataset = list(eval_dataset)[: config.eval_limit]
+            if not eval_dataset:
+                raise ConfigError(
+                    f"the evaluation set is empty (eval_split={config.eval_split!r}); give problems."
+                )
+        elif config.eval_every:
+            raise ConfigError(
+                f"eval_every={config.eval_every} but no evaluation set was given: pass "
+                "eval_dataset= (or a task with an eval_split), or set eval_every=0."
+            )
+        self.eval_data = eval_dataset
+        #: the environment whose reward scores :meth:`evaluate` (None: ``env``; MARLHF
+        #: trains on a learned reward and evaluates on the task's own)
+        self.eval_env = eval_env
+        self.rank, self.world_size = rank_and_world()
+        if self.world_size > 1:
+            try:
+                shard_bounds(config.batch_size, self.rank, self.world_size)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
+                raise ConfigError(
+                    f"update_chunk_nodes={config.update_chunk_nodes} is not supported under "
+                    "torchrun data parallelism (each rank's share of the trees would cut into "
+                    "different chunks); run one process or leave it unset."
+                )
+        warn_if_cannot_learn(config, self.agents, self.env, dataset, group_baseline=group_baseline)
+
+        # --- LoRA, devices, reference models, data parallel wrapping, optimizers ----------
+        if config.lora is not None:
+            if self.world_size > 1:
+                raise ConfigError(
+                    "lora is not supported under torchrun data parallelism yet; run one "
+                    "process (agent_devices for one GPU per agent) or remove the lora section."
+                )
+            try:
+                attach_lora(self.agents, config.lora, seed=config.seed)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        try:
+            devices = agent_placement(n, config.agent_devices, resolve_device(config.device))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        placed: dict[int, torch.device] = {}
+        for i, agent in enumerate(self.agents):  # check every agent before moving any
+            key = model_key(agent.model)
+            if placed.setdefault(key, devices[i]) != devices[i]:
+                raise ConfigError(
+                    f"agent {i} shares its model with an agent placed on {placed[key]} but "
+                    f"agent_devices[{i}]={str(devices[i])!r}; agents that share weights need "
+                    "one device."
+                )
+        for i, agent in enumerate(self.agents):
+            agent.model.to(devices[i])
+            agent.model.train()
+            if hasattr(agent, "seed"):
+                agent.seed(agent_seed(config.seed, i, self.rank))
+        ref_devices = (
+            [torch.device(d) for d in config.reference_devices]
+            if config.reference_devices is not None
+            else devices
+        )
+        # a LoRA agent's reference is its base with the adapter disabled (no copy); any other
+        # agent's is a frozen copy of its starting weights
+        self.ref_models = (
+            [reference_model(a.model, ref_devices[i]) for i, a in enumerate(self.agents)]
+            if config.kl_coef > 0
+            else None
+        )
+        # the reference copies are taken from the whole models, before any sharding; the
+        # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
+        self.syncs: list[GradientSync] | None = None
+        if self.world_size > 1:
+            by_model: dict[int, GradientSync] = {}  # one wrapper per model object
+            self.syncs = [
+                by_model.setdefault(id(a.model), wrap_model(a.model, config.data_parallel))
+                for a in self.agents
+            ]
+        self.optimizers = [
+            build_optimizer(
+                [p for p in a.model.parameters() if p.requires_grad],
+                config.optimizer,
+                lr=config.learning_rate,
+                weight_decay=config.weight_decay,
+            )
+            for a in self.agents
+        ]
+        # agents on one model object step together with their leader's optimizer
+        leader = {a: g[0] for g in sharing_groups([a.model for a in self.agents]) for a in g}
+        for i, groups in (extra_param_groups or {}).items():
+            for group in groups:
+                self.optimizers[leader[i]].add_param_group(group)
+
+        # --- sampling, the rollout tree, the update, the agent pools -----------------------
+        self.sampling = SamplingParams.from_config(config, config.num_generations)
+        self.tree = TreeSettings(
+            num_turns=config.num_turns,
+            gamma=config.gamma,
+            joint_mode=config.joint_mode,
+            early_termination_threshold=config.early_termination_threshold,
+            termination_scope=config.termination_scope,
+            max_branches=config.max_branches,
+            branch_select=config.branch_select,
+        )
+        self.update_settings = (
+            update if update is not None else update_settings(config, self.agents)
+        )
+        # Agents run concurrently when that can help: CPU with an intra-op thread per agent,
+        # or one device per agent. Concurrent sampling needs per-agent random streams;
+        # agents on one base (same model object, or LoRA adapters of one shared base) are
+        # updated one after another.
+        cpu = all(d.type == "cpu" for d in devices)
+        concurrent = (
+            config.parallel_agents
+            and n > 1
+            and (torch.get_num_threads() >= n if cpu else len({str(d) for d in devices}) == n)
+        )
+        own_streams = all(getattr(a, "generator", None) is not None for a in self.agents)
+        distinct = len({model_key(a.model) for a in self.agents}) == n
+        self.sample_pool = AgentPool(n, concurrent and own_streams, cpu=cpu)
+        self.update_pool = AgentPool(n, concurrent and distinct and self.world_size == 1, cpu=cpu)
+        self.rng = random.Random(config.seed)
+
+    @classmethod
+    def _with_estimator(cls, config: RLConfig) -> RLConfig:
+        """``config`` with the estimator :attr:`estimator` fixes (a copy), or as it is.
+
+        Raises:
+            ConfigError: the config sets another estimator explicitly.
+        """
+        if (
+            cls.estimator is None
+            or not isinstance(config, TrainConfig)
+            or ESTIMATORS[config.estimator].name == cls.estimator
+        ):
+            return config
+        if "estimator" in config.model_fields_set:
+            raise ConfigError(
+                f"{cls.__name__} uses estimator={cls.estimator!r} but "
+                f"config.estimator={config.estimator!r}; use MultiAgentTrainer for other estimators."
+            )
+        return config.model_copy(update={"estimator": cls.estimator})
+
+    # --- what the launcher asks of the recipe (comlrl.algos.recipes.launch) ------------
+
+    @classmethod
+    def inputs(cls, config: Any) -> tuple[Any, list[Any], list[Any] | None]:
+        """The task, its training examples and (``eval_every > 0``) its ``eval_split``,
+        checked before any model loads (:func:`~comlrl.algos.recipes.launch.preflight`).
+        One model for every role (``role_format``) cannot call tools.
+
+        Raises:
+            ConfigError: as ``preflight``, or an ``eval_split`` the task does not have.
+        """
+        roles = getattr(config, "role_format", None) is not None
+        task, examples = preflight(
+            config, config.models, refuse_tools="centralized_magrpo" if roles else None
+        )
+        try:
+            evals = load_eval_split(task, config.eval_split) if config.eval_every else None
+        except BaseException:
+            task.close()
+            raise
+        return task, examples, evals
+
+    @classmethod
+    def describe(cls, config: Any) -> str:
+        """``estimator grpo, 160 steps of 4 prompts x 4 completions``."""
+        s = "s" if config.num_steps != 1 else ""
+        return (
+            f"estimator {config.estimator}, {config.num_steps} step{s} of "
+            f"{config.batch_size} prompts x {config.num_generations} completions"
         )
 
-    @property
-    def step(self) -> int:
-        """Optimizer steps taken so far."""
-        return self.run.step
+    @classmethod
+    def agent_options(cls, config: Any) -> dict[str, Any]:
+        """The generation backend and prompt format of every agent."""
+        return dict(config.generation_options())
 
     @property
-    def optimizers(self) -> list[Any]:
-        """One optimizer per agent."""
-        return self.run.optimizers
+    def is_main(self) -> bool:
+        """True on the rank that writes logs, samples and checkpoints (rank 0)."""
+        return self.rank == 0
 
     @property
     def output_dir(self) -> Path:
         """Where metrics, samples and checkpoints go."""
-        return self.run.output_dir
+        return self.outputs.output_dir
 
-    def train_step(self) -> dict[str, float]:
-        """One step of :func:`comlrl.algos.recipes.group_baseline.recipe.train_step`."""
-        return train_step(self.run)
+    # --- one step -----------------------------------------------------------------------
 
-    def save(self, tag: str) -> list[Path]:
-        """Checkpoint every agent under ``output_dir/<tag>/agent_<i>`` (atomically)."""
-        return save(self.run, tag)
+    def step(self) -> StepResult:
+        """One step: rollout, advantages, every agent's update; returns the metrics row and
+        the rollout (for ``samples.jsonl``).
+
+        A step that fails before the update (in the rollout: sampling, a reward function,
+        the task's feedback) leaves the data and random streams as the last completed step
+        left them, and the weights and optimizers untouched, so the checkpoint the loop
+        driver writes on the way out resumes exactly.
+
+        Data parallel (every rank calls this together): this rank rolls out its share of
+        the global batch, the update averages gradients over the ranks, and the returned
+        metrics (rewards, advantages, lengths, losses, KL, clip fractions, tokens) are those
+        of the global batch; timings are this rank's.
+        """
+        cfg = self.config
+        if not isinstance(cfg, TrainConfig):
+            raise TypeError(
+                "the group-baseline step needs a TrainConfig (estimator, advantage scaling), "
+                f"got {type(cfg).__name__}"
+            )
+        t0 = time.perf_counter()
+        with self.streams_kept_on_failure():
+            examples = self.data.next_batch(cfg.batch_size)  # the same global batch on every rank
+            ro = self.sample(examples)
+            adv = group_advantages(
+                ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
+            )
+        t1 = time.perf_counter()
+        stats = self.update(ro, adv)
+        t2 = time.perf_counter()
+        self.global_step += 1
+        summary = rollout_summary(
+            ro, [[per_agent[a] for a in range(len(self.agents))] for per_agent in adv]
+        )
+        metrics = summary_metrics(merge_summaries(gather_objects(summary)))
+        for a, agent_stats in enumerate(stats):
+            metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
+        elapsed = t2 - t0
+        row = {
+            "step": self.global_step,
+            **metrics,
+            **{f"time/{k}": v for k, v in ro.timings.items()},
+            "time/update_s": t2 - t1,
+            "time/step_s": elapsed,
+            "tokens_per_s": metrics["num_tokens"] / elapsed,
+            "prompts_per_s": len(examples) / elapsed,
+        }
+        return StepResult(row, ro)
+
+    def streams_kept_on_failure(self) -> Any:
+        """:func:`~comlrl.algos.training.run.checkpoint.streams_kept_on_failure` of this
+        run's data and random streams."""
+        return ckpt.streams_kept_on_failure(self.data, self.rng, self.generators())
+
+    def sample(self, examples: Sequence[Mapping[str, Any]]) -> Rollout:
+        """The rollout of this rank's share of ``examples`` (the global batch), with
+        ``sampling_rng="prompt"`` each prompt's completions drawn from its own seed."""
+        cfg = self.config
+        keys = (
+            [derive_seed(cfg.seed, self.global_step, j) for j in range(len(examples))]
+            if cfg.sampling_rng == "prompt"
+            else None
+        )
+        lo, hi = shard_bounds(len(examples), self.rank, self.world_size)
+        with full_weights(self.syncs):  # fsdp2: whole weights for sampling, resharded after
+            return rollout(
+                self.agents,
+                examples[lo:hi],
+                self.env,
+                self.sampling,
+                self.tree,
+                map_agents=self.sample_pool.map,
+                rng=self.rng,
+                sample_keys=keys[lo:hi] if keys is not None else None,
+            )
+
+    def update(
+        self,
+        ro: Rollout,
+        adv: Sequence[Sequence[torch.Tensor]],
+        extra: ExtraLoss | None = None,
+    ) -> list[dict[str, float]]:
+        """Every agent's update on ``ro`` with advantages ``adv`` (per turn, per agent);
+        returns each agent's metrics. Agents that share one model object take one step on
+        the sum of their losses (one set of optimizer moments, the first sharer's
+        optimizer); each reports that step's loss and grad norm and its own completions'
+        KL/clip/ratio (:mod:`comlrl.algos.training.update.shared_models`). ``extra`` adds a
+        loss term to a sharing group's step (:data:`ExtraLoss`)."""
+        cfg = self.config
+        chunk_nodes = cfg.update_chunk_nodes if isinstance(cfg, TrainConfig) else None
+        groups = {g[0]: g for g in sharing_groups([agent.model for agent in self.agents])}
+
+        def update(a: int) -> dict[int, dict[str, float]]:
+            members = groups.get(a)
+            if members is None:  # another agent's update steps this model
+                return {}
+            ref_model = self.ref_models[a] if self.ref_models is not None else None
+            sync = self.syncs[a] if self.syncs is not None else None
+            if chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
+                assert isinstance(cfg, TrainConfig)
+                return split_terms(
+                    update_in_node_chunks(
+                        self.agents[a].model, self.optimizers[a], ro, adv, members,
+                        self.update_settings, chunk_nodes,
+                        split_turns=cfg.update_chunk_split_turns, ref_model=ref_model, sync=sync,
+                    ),
+                    members,
+                )  # fmt: skip
+            extra_loss, extra_params = (extra(a, members) if extra is not None else None) or (
+                None,
+                [],
+            )
+            return update_sharers(
+                self.agents[a].model, self.optimizers[a], ro, adv, members,
+                self.update_settings, ref_model=ref_model, sync=sync,
+                extra_loss=extra_loss, extra_params=extra_params,
+            )  # fmt: skip
+
+        stats: list[dict[str, float]] = [{} for _ in self.agents]
+        for per_member in self.update_pool.map(update):
+            for m, own in per_member.items():
+                stats[m] = own
+        return stats
+
+    # --- evaluation ---------------------------------------------------------------------
 
     def evaluate(self) -> dict[str, float]:
-        """One evaluation row (:func:`comlrl.algos.recipes.group_baseline.recipe.evaluate`)."""
-        return evaluate(self.run)
+        """The ``eval.jsonl`` row of the agents on the evaluation set (the training
+        rollout, greedy or sampled, no update, scored in ``eval_env`` when set;
+        :mod:`comlrl.algos.rollout.evaluate`). Raises ConfigError without an evaluation
+        set."""
+        row, _ = self.evaluate_rollouts()
+        return row
 
-    def resume(self, checkpoint: str | Path) -> int:
-        """Continue from a step checkpoint (:func:`~comlrl.algos.recipes.group_baseline.recipe.resume`);
-        returns its step."""
-        return resume(self.run, checkpoint)
+    def evaluate_rollouts(
+        self, progress: Callable[[int], None] | None = None
+    ) -> tuple[dict[str, float], list[Rollout]]:
+        """:meth:`evaluate`'s row and the evaluation rollouts themselves (``comlrl eval``
+        writes their joint actions); ``progress`` is called with the examples done after
+        each batch.
 
-    def train(self, *, overwrite: bool = False) -> list[dict[str, float]]:
-        """Run :func:`comlrl.algos.recipes.group_baseline.recipe.train`; closes the task after.
+        Raises:
+            ConfigError: the run has no evaluation set.
+        """
+        cfg = self.config
+        if self.eval_data is None:
+            raise ConfigError("this run has no evaluation set; pass eval_dataset=.")
+        params = evaluation.eval_sampling(
+            cfg.eval_num_samples,
+            cfg.max_new_tokens,
+            greedy=cfg.eval_greedy,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+        )
+        row, rollouts = evaluation.evaluate(
+            self.agents,
+            self.env if self.eval_env is None else self.eval_env,
+            self.eval_data,
+            params,
+            self.tree,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            map_agents=self.sample_pool.map,
+            progress=progress,
+        )  # fsdp2: called inside full_weights (the loop's collective), so no collective runs here
+        return {"step": self.global_step, **row}, rollouts
 
-        A fresh run refuses an ``output_dir`` that holds another run (as ``comlrl train``
-        does): :meth:`resume` it first, or pass ``overwrite=True`` to delete that run's
-        outputs.
+    # --- saving and resuming ------------------------------------------------------------
+
+    def save(self, tag: str) -> list[Path]:
+        """Write every agent to ``output_dir/<tag>/agent_<i>`` (Hugging Face format,
+        atomically). Data parallel: every rank calls this (``fsdp2`` gathers the weights to
+        rank 0); rank 0 writes, the others return ``[]``."""
+        states = self._full_model_states()
+        if not self.is_main:
+            return []
+        return [
+            save_agent_checkpoint(agent, self.output_dir / tag / f"agent_{i}", state_dict=states[i])
+            for i, agent in enumerate(self.agents)
+        ]
+
+    def save_final(self, path: Path) -> list[Path]:
+        """The trained agents in ``path`` (``final/``), as :meth:`save` writes them."""
+        return self.save(Path(path).name)
+
+    def _full_model_states(self) -> list[dict[str, torch.Tensor] | None]:
+        """Per agent the gathered full state dict (``fsdp2``; a collective), else ``None``:
+        the model's own ``state_dict()`` is whole."""
+        if self.syncs is None:
+            return [None] * len(self.agents)
+        gathered: dict[int, dict[str, torch.Tensor] | None] = {}
+        for sync in self.syncs:  # the same order on every rank; a shared model is gathered once
+            if id(sync) not in gathered:
+                gathered[id(sync)] = sync.model_state_dict()
+        return [gathered[id(sync)] for sync in self.syncs]
+
+    def generators(self) -> list[torch.Generator | None]:
+        """Each agent's own sampling stream (``None`` where it draws from torch's)."""
+        return [getattr(a, "generator", None) for a in self.agents]
+
+    def capture_state(self) -> dict[str, Any]:
+        """The training state a step checkpoint holds besides the weights
+        (:func:`~comlrl.algos.training.run.checkpoint.capture_state`: optimizers, data
+        stream, random streams, the step). Data parallel: every rank calls this (``fsdp2``
+        gathers the optimizer state)."""
+        optimizer_states = (
+            [
+                sync.optimizer_state_dict(opt)
+                for sync, opt in zip(self.syncs, self.optimizers, strict=True)
+            ]
+            if self.syncs is not None
+            else None
+        )
+        return ckpt.capture_state(
+            step=self.global_step,
+            optimizers=self.optimizers,
+            data=self.data,
+            rng=self.rng,
+            generators=self.generators(),
+            optimizer_states=optimizer_states,
+        )
+
+    def checkpoint(
+        self, path: str | Path | None = None, *, recipe_state: Mapping[str, Any] | None = None
+    ) -> Path:
+        """Write the step checkpoint ``path`` (default ``output_dir/checkpoints/step-N``):
+        agents + training state, atomically; returns the folder. (The loop driver prunes to
+        ``keep_last``.) ``recipe_state``: a recipe's own state, saved under
+        :data:`~comlrl.algos.training.run.checkpoint.RECIPE_STATE` (MARLHF-Iter's rounds).
+
+        Data parallel: every rank calls this (``fsdp2`` gathers weights and optimizer state
+        to rank 0); rank 0 writes and every rank gets the folder's path back.
+        """
+        path = (
+            Path(path)
+            if path is not None
+            else ckpt.step_checkpoint_path(self.output_dir, self.global_step)
+        )
+        models = self._full_model_states()
+        state = self.capture_state()
+        if not self.is_main:
+            return path
+        if recipe_state is not None:
+            state[ckpt.RECIPE_STATE] = dict(recipe_state)
+        return ckpt.write_checkpoint(path, self.agents, state, state_dicts=models)
+
+    def resume(self, path: str | Path, *, state: Mapping[str, Any] | None = None) -> int:
+        """Put the run back at the step checkpoint ``path`` (weights, optimizers, data
+        stream, random streams), cut the logs in ``output_dir`` back to its step, and return
+        the step: :meth:`train` then continues as if never stopped. ``state``: the
+        checkpoint's ``training_state.pt`` when the caller has read it already.
+
+        Raises:
+            CheckpointError: the checkpoint is incomplete or does not fit the run.
+        """
+        if state is None:
+            state = ckpt.load_training_state(path)
+        for i, agent in enumerate(self.agents):
+            sync = self.syncs[i] if self.syncs is not None else None
+            ckpt.load_agent_weights(
+                agent.model,
+                Path(path) / f"agent_{i}",
+                load_state_dict=sync.load_model_state_dict if sync is not None else None,
+            )
+        self.global_step = ckpt.restore_state(
+            state,
+            optimizers=self.optimizers,
+            data=self.data,
+            rng=self.rng,
+            generators=self.generators(),
+            load_optimizer=(
+                [sync.load_optimizer_state_dict for sync in self.syncs]
+                if self.syncs is not None
+                else None
+            ),
+        )
+        if self.world_size > 1:
+            # The checkpoint holds rank 0's streams; other ranks need their own. (With
+            # sampling_rng="prompt" the streams are unused and the run continues exactly on
+            # any number of ranks.)
+            for i, agent in enumerate(self.agents):
+                if self.rank > 0 and hasattr(agent, "seed"):
+                    agent.seed(agent_seed(self.config.seed, i, self.rank, self.global_step))
+        if self.is_main:
+            rewind_outputs(self.output_dir, self.global_step)
+        barrier()
+        return self.global_step
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def schedule(self) -> Schedule:
+        """What the config asks of the loop driver: ``num_steps``, evaluation rows in
+        ``eval.jsonl`` every ``eval_every`` steps (and at step 0 with ``eval_on_start``),
+        ``log_samples`` joint actions per step, ``config.yaml``, and the warnings of runs
+        that cannot learn (:class:`~comlrl.algos.training.run.diagnostics.LearningSignalWatch`,
+        :class:`~comlrl.algos.training.run.diagnostics.EarlyEndWatch`)."""
+        cfg = self.config
+        task = (self.record.get("task") or {}).get("name", cfg.task.name)
+        models = self.record.get("models") or cfg.models
+        return Schedule(
+            num_steps=cfg.num_steps,
+            evaluates=self.eval_data is not None,
+            eval_every=cfg.eval_every,
+            eval_on_start=cfg.eval_on_start and bool(cfg.eval_every),
+            log_samples=cfg.log_samples,
+            desc=self.algo or "train",
+            record=self.record,
+            title=f"{task} - {', '.join(str(m) for m in models)} - {cfg.baseline_label}",
+            watches=lambda: [
+                LearningSignalWatch(),
+                EarlyEndWatch(cfg.num_turns, cfg.early_termination_threshold, cfg.gamma),
+            ],
+        )
+
+    def collective(self) -> Collective:
+        """How the ranks of this run agree (one process: the defaults)."""
+        return Collective(
+            is_main=self.is_main,
+            any_rank=all_reduce_flag,
+            barrier=barrier,
+            full_weights=lambda: full_weights(self.syncs),
+            world_size=self.world_size,
+        )
+
+    def train(self, *, overwrite: bool | None = None) -> list[dict[str, float]]:
+        """Run ``config.num_steps`` steps under the loop driver
+        (:func:`comlrl.algos.training.loop.run_loop`) and return their metrics rows; closes
+        the task and the agent pools after.
+
+        Writes ``metrics.jsonl``, ``samples.jsonl``, ``eval.jsonl``, ``config.yaml``, step
+        checkpoints and ``final/`` in ``output_dir`` and every row to the reporters. A run put
+        back by :meth:`resume` continues from its step. A fresh run refuses an ``output_dir``
+        that holds another run unless ``overwrite`` (default: the outputs' own). Data
+        parallel: every rank calls this; rank 0 alone writes.
 
         Raises:
             ConfigError: ``output_dir`` holds another run and ``overwrite`` is False.
+            TrainingInterrupted: after Ctrl-C or SIGTERM: the step in progress was finished
+                and checkpointed (the exception names the checkpoint).
         """
+        outputs = self.outputs
+        if overwrite is not None and overwrite != outputs.overwrite:
+            outputs = RunOutputs(**{**vars(outputs), "overwrite": overwrite})
+        if self.global_step == 0:  # a resumed run has its random streams back
+            torch.manual_seed(self.config.seed)
         try:
-            return train(self.run, record=self.record, overwrite=overwrite)
+            return run_loop(self, outputs)
         finally:
-            if self.task is not None:
-                self.task.close()
+            self.close()
+
+    def summary(self, history: Sequence[Mapping[str, Any]]) -> str:
+        """The closing line of a run (reward first -> last quarter, where the outputs are)."""
+        return summary_line(history, self.output_dir)
+
+    def close(self) -> None:
+        """Stop the worker threads and close the task (safe to call twice)."""
+        self.sample_pool.close()
+        self.update_pool.close()
+        if self.task is not None:
+            self.task.close()
+
+
+class MultiAgentTrainer(GroupBaselineRecipe):
+    """The group-baseline recipe with ``config.estimator`` (:class:`GroupBaselineRecipe`)."""
 
 
 class MAGRPOTrainer(MultiAgentTrainer):
@@ -1011,98 +792,9 @@ class MAREINFORCETrainer(MultiAgentTrainer):
     estimator = "reinforce"
 
 
-def run_group_baseline(config: TrainConfig, outputs: RunOutputs | None = None) -> RunResult:
-    """``algo=magrpo`` / ``mareinforce`` / ``marloo`` / ``maremax``:
-    :class:`~comlrl.algos.MultiAgentTrainer` with ``config.estimator`` on ``config.task``
-    (:func:`run_policy_gradient`)."""
-    from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
-
-    return run_policy_gradient(config, outputs, MultiAgentTrainer, f"estimator {config.estimator}")
-
-
-def run_policy_gradient(
-    config: RLConfig,
-    outputs: RunOutputs | None,
-    trainer_cls: Callable[..., Any],
-    label: str,
-    *,
-    num_models: int | None = None,
-    refuse_tools: str | None = None,
-) -> RunResult:
-    """Task -> agents -> trainer -> train -> summary, the run ``comlrl train`` has always
-    made (for the actor-critic trainers too: the same task, agents and outputs).
-    ``trainer_cls(agents, config, task=, dataset=)`` builds the trainer; ``num_models``
-    agents are loaded (default ``config.num_agents``; centralized MAGRPO: 1);
-    ``refuse_tools`` names a recipe that cannot take tools (see
-    :func:`~comlrl.algos.recipes.launch.preflight`). ``outputs`` (default: the
-    config's) replace the config's output fields; with ``outputs.resume_from`` the run
-    continues from that step checkpoint (a finished one returns no rows).
-
-    Raises:
-        ConfigError: a bad config, task, model name or checkpoint, before training (a
-            model that does not load too, as its ``OSError`` / ``ValueError`` message).
-        TrainingInterrupted: Ctrl-C, after the step checkpoint.
-        RewardFunctionError: the reward function failed (the last completed step is
-            checkpointed).
-    """
-    import torch
-    from comlrl.algos.models.ranks import is_main, rank_and_world
-    from comlrl.algos.training.run import lifecycle
-    from comlrl.algos.training.run.checkpoint import CheckpointError
-    from comlrl.algos.training.run.summary import summary_line
-
-    outputs = outputs if outputs is not None else RunOutputs.of(config)
-    config = outputs.apply(config)
-    main = is_main()
-    if main:
-        outputs.check_folder()
-    task, examples = preflight(config, config.models, refuse_tools=refuse_tools)
-    quiet_transformers()
-    world = rank_and_world()[1]
-    who = f"{config.num_agents} agents"
-    if num_models is not None and num_models != config.num_agents:
-        who = f"{num_models} policy for {config.num_agents} roles"
-    if main:
-        announce(
-            config,
-            len(examples),
-            f"{label}, {config.num_steps} step{'s' if config.num_steps != 1 else ''} of "
-            f"{config.batch_size} prompts x {config.num_generations} completions",
-            who,
-        )
-        if world > 1:
-            print(
-                f"comlrl: data parallel over {world} processes ({config.data_parallel}), "
-                f"{config.batch_size // world} prompts each",
-                file=sys.stderr,
-            )
-    torch.manual_seed(config.seed)
-    try:
-        with setup_errors():
-            agents = load_agents(config, num_models, **config.generation_options())
-            trainer = trainer_cls(agents, config, task=task, dataset=examples)
-    except BaseException:
-        task.close()
-        raise
-    if outputs.overwrite and outputs.resume_from is None and main:  # now that the models loaded
-        lifecycle.clear_run_outputs(config.output_dir)
-    if outputs.resume_from is not None:
-        try:
-            step = trainer.resume(outputs.resume_from)
-        except (CheckpointError, NotImplementedError) as exc:
-            task.close()
-            trainer.run.close()
-            raise CheckpointError(f"cannot resume from {outputs.resume_from}: {exc}") from None
-        if main:
-            print(resuming_line(config.output_dir, step, config.num_steps, outputs.resume_from))
-        if step >= config.num_steps:
-            task.close()
-            trainer.run.close()
-            return RunResult(
-                [],
-                f"nothing to do: the run already has {step} steps; pass num_steps=N to train "
-                "longer",
-                outputs.output_dir,
-            )
-    history = trainer.train()
-    return RunResult(history, summary_line(history, config.output_dir), outputs.output_dir)
+def agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
+    """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
+    keeps the single-process seed."""
+    if rank == 0 and step == 0:
+        return seed * 1_000_003 + agent
+    return derive_seed(seed, agent, rank, step)

@@ -1,75 +1,28 @@
-"""How a preference run meets the loop driver (:mod:`comlrl.algos.training.loop`): its
-loop settings, and its step checkpoints in the one format
-(:mod:`comlrl.algos.training.run.checkpoint`) with a fingerprint of the frozen reference models."""
+"""The step checkpoints of the preference recipes (SFT, DPO, MADPO) in the one format
+(:mod:`comlrl.algos.training.run.checkpoint`), with a fingerprint of the frozen reference
+models, and their final weights."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from comlrl.algos.recipes.preference.config import PreferenceTrainConfig
-from comlrl.algos.training.config.rl import ConfigError
 from comlrl.algos.training.loop import (
-    LoopSettings,
     rewind_outputs,
 )
 from comlrl.algos.training.run import checkpoint as ckpt
 from comlrl.algos.training.run.data import DataStream
-from comlrl.algos.training.run.reporting import Reporter
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 
 __all__ = [
-    "loop_settings",
     "read_step_checkpoint",
     "save_models",
     "write_step_checkpoint",
 ]
-
-
-def loop_settings(
-    config: PreferenceTrainConfig,
-    *,
-    output_dir: str | Path | None,
-    save_every: int,
-    keep_last: int | None,
-    record: Mapping[str, Any] | None,
-    progress: bool,
-    desc: str,
-    overwrite: bool = False,
-    reporters: Callable[[Path], list[Reporter]] | None = None,
-) -> LoopSettings:
-    """The loop driver's settings of a preference run: evaluation before the first step
-    (``step`` 0), every ``eval_every`` steps and after the last, one row each in
-    ``eval.jsonl`` as every recipe writes them; step checkpoints every ``save_every`` steps (0: only on Ctrl-C)
-    keeping the newest ``keep_last``. Without ``output_dir`` nothing is written.
-
-    Raises:
-        ConfigError: ``save_every < 0`` or ``keep_last < 1``.
-    """
-    if save_every < 0:
-        raise ConfigError(f"save_every must be >= 0, got {save_every}")
-    if keep_last is not None and keep_last < 1:
-        raise ConfigError(f"keep_last must be >= 1 or None, got {keep_last}")
-    return LoopSettings(
-        num_steps=config.num_steps,
-        output_dir=Path(output_dir) if output_dir is not None else None,
-        record=record,
-        save_every=save_every,
-        keep_last=keep_last,
-        eval_every=config.eval_every,
-        eval_on_start=True,
-        eval_rows="eval_jsonl",
-        eval_at_end=True,
-        progress=progress,
-        desc=desc,
-        prompts_per_step=config.batch_size,
-        overwrite=overwrite,
-        reporters=reporters,
-    )
 
 
 def _fingerprint(models: Sequence[Any]) -> list[float]:

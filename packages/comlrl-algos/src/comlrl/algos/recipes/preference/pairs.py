@@ -194,7 +194,7 @@ def joint_pairs(
     """``P`` :class:`IterPair` s as one :class:`~comlrl.algos.recipes.preference.pairs.JointPreferencePairs`
     (per agent a :class:`~comlrl.algos.records.PolicyBatch` of ``2P`` rows, group size 2:
     chosen then rejected; prompts left-padded, completions right-padded with
-    ``pad_ids[a]``), for :func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_update` and the
+    ``pad_ids[a]``), for :meth:`~comlrl.algos.recipes.preference.madpo.recipe.MADPORecipe.update` and the
     reward model's Bradley-Terry fit.
 
     Raises:

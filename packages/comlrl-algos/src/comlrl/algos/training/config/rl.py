@@ -257,11 +257,18 @@ class RLConfig(
 
 class TrainConfig(RLConfig, GroupBaselineSection):
     """Hyper-parameters of a group-baseline multi-agent RL run (MAGRPO and its sibling
-    estimators): :class:`RLConfig` plus the estimator, advantage scaling and node-chunk
-    schedule (:class:`~comlrl.algos.training.config.sections.GroupBaselineSection`)."""
+    estimators): :class:`RLConfig` plus the estimator, advantage scaling, node-chunk
+    schedule and ``role_format``
+    (:class:`~comlrl.algos.training.config.sections.GroupBaselineSection`)."""
 
     @model_validator(mode="after")
     def _group_baseline_consistent(self) -> TrainConfig:
+        if self.role_format is not None and (len(self.models) != 1 or self.num_turns != 1):
+            raise ValueError(
+                f"role_format={self.role_format!r}: one model plays every role of a single-turn "
+                f"task, but models lists {len(self.models)}: {self.models!r} and num_turns="
+                f"{self.num_turns}; give one model and num_turns=1"
+            )
         if self.update_chunk_split_turns and self.update_chunk_nodes is None:
             raise ValueError(
                 "update_chunk_split_turns=True splits the chunks of update_chunk_nodes, which "

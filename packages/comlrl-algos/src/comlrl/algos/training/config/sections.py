@@ -261,8 +261,8 @@ class OptimisationSection(BaseModel):
 
 class GroupBaselineSection(BaseModel):
     """What only the group-baseline recipes (MAGRPO, MARLOO, MAReMax, MAREINFORCE) read: the
-    baseline estimator, how advantages are scaled, and CoMLRL 1.4.3's node-chunk update
-    schedule. The actor-critic recipes' baseline is their critic; their config has none of
+    baseline estimator, how advantages are scaled, CoMLRL 1.4.3's node-chunk update
+    schedule, and one model for every role (``role_format``). The actor-critic recipes' baseline is their critic; their config has none of
     these fields."""
 
     estimator: str = Field("grpo", description="reinforce | grpo | rloo | remax (or MA* names).")
@@ -285,6 +285,14 @@ class GroupBaselineSection(BaseModel):
         False,
         description="With update_chunk_nodes: one optimizer step per turn present in a chunk "
         "(CoMLRL 1.4.3 updates each turn's nodes of a full buffer apart).",
+    )
+    role_format: Literal["sentences", "tagged"] | None = Field(
+        None,
+        description="One model (models names it) plays every role of a single-turn task "
+        "(comlrl.algos.rollout.joint_policy): sentences splits its joint response into the "
+        "roles by sentence (base story models), tagged by <agent_i> sections (chat models); "
+        "num_agents is then the role count, max_new_tokens and num_generations a whole joint "
+        "response's. None: one model per agent.",
     )
 
     @field_validator("estimator")

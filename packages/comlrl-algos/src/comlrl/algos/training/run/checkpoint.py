@@ -20,11 +20,12 @@ random streams and step, and get the step back on restore.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "META_FILE",
     "step_checkpoint_path",
     "capture_state",
+    "streams_kept_on_failure",
     "restore_state",
     "set_random_state",
     "cpu_state_dict",
@@ -208,6 +210,24 @@ def restore_state(
     set_random_state(random, saved_rng["python"])
     set_random_state(rng, saved_rng["run"])
     return int(state["step"])
+
+
+@contextlib.contextmanager
+def streams_kept_on_failure(
+    data: DataStream, rng: random.Random, generators: Sequence[torch.Generator | None]
+) -> Iterator[None]:
+    """Around the part of a step before its first weight change (the batch, the rollout, a
+    reward function, the values): an exception puts the data stream and every random stream
+    (:func:`capture_state`'s) back as the last completed step left them, then propagates.
+    The checkpoint the loop driver writes on the way out
+    (:func:`~comlrl.algos.training.loop.run_loop`) then resumes to exactly the run that
+    never failed: the failed step's batch is drawn again."""
+    saved = capture_state(step=0, optimizers=(), data=data, rng=rng, generators=generators)
+    try:
+        yield
+    except Exception:
+        restore_state(saved, optimizers=(), data=data, rng=rng, generators=generators)
+        raise
 
 
 def write_checkpoint(

@@ -1,8 +1,9 @@
 """A run's life around the training loop: interrupts, its output folder, resuming it.
 
-- :class:`StopAtStepBoundary`: the first Ctrl-C (SIGINT) asks the loop to stop after the
-  step in progress; the recipe then checkpoints and raises :class:`TrainingInterrupted`.
-  A second Ctrl-C stops at once (no checkpoint).
+- :class:`StopAtStepBoundary`: the first Ctrl-C (SIGINT) or SIGTERM (what Slurm and
+  Kubernetes send before they kill a job) asks the loop to stop after the step in progress;
+  the loop then checkpoints and raises :class:`TrainingInterrupted`. A second signal stops
+  at once (no checkpoint).
 - :func:`existing_run_outputs` / :func:`clear_run_outputs` /
   :func:`used_output_dir_message`: a new run (command line or library) refuses an output
   folder that holds another run's outputs unless told to overwrite them.
@@ -78,7 +79,7 @@ RESUME_SAFE_FIELDS = frozenset(
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on Ctrl-C at a step boundary, after writing a checkpoint.
+    """Training stopped on Ctrl-C or SIGTERM at a step boundary, after writing a checkpoint.
 
     A :class:`KeyboardInterrupt`, so code that handles Ctrl-C keeps working.
 
@@ -86,59 +87,83 @@ class TrainingInterrupted(KeyboardInterrupt):
         step: the last completed step.
         checkpoint: the step checkpoint written on the way out.
         output_dir: the run's folder (what ``comlrl train --resume`` takes).
+        signum: the signal that stopped the run (``SIGINT`` or ``SIGTERM``).
     """
 
-    def __init__(self, step: int, checkpoint: Path, output_dir: Path) -> None:
+    def __init__(
+        self, step: int, checkpoint: Path, output_dir: Path, signum: int = signal.SIGINT
+    ) -> None:
         self.step = step
         self.checkpoint = Path(checkpoint)
         self.output_dir = Path(output_dir)
+        self.signum = int(signum)
         super().__init__(self.message())
 
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process stopped by :attr:`signum`: 130 (SIGINT), 143
+        (SIGTERM)."""
+        return 128 + self.signum
+
     def message(self) -> str:
-        """``interrupted at step N; checkpoint: ...; resume with: comlrl train --resume ...``."""
+        """``interrupted at step N; checkpoint: ...; resume with: comlrl train --resume ...``
+        (``interrupted by SIGTERM at step N; ...`` for SIGTERM)."""
+        how = "" if self.signum == signal.SIGINT else f" by {signal.Signals(self.signum).name}"
         return (
-            f"interrupted at step {self.step}; checkpoint: {self.checkpoint}; "
+            f"interrupted{how} at step {self.step}; checkpoint: {self.checkpoint}; "
             f"resume with: comlrl train --resume {self.output_dir}"
         )
 
 
 class StopAtStepBoundary:
-    """Context manager: while active, SIGINT sets :attr:`requested` instead of raising.
+    """Context manager: while active, SIGINT and SIGTERM set :attr:`requested` instead of
+    stopping the process.
 
-    The first SIGINT prints a note and sets :attr:`requested`; the loop checks it between
-    steps. A second SIGINT restores the previous handler and raises
-    :class:`KeyboardInterrupt` at once. Outside the main thread (where Python cannot
-    install signal handlers) it does nothing and Ctrl-C behaves as usual.
+    The first signal prints a note, sets :attr:`requested` and :attr:`signum`; the loop
+    checks it between steps. A second one puts the previous handlers back and stops at once:
+    SIGINT raises :class:`KeyboardInterrupt`, SIGTERM is delivered again to the previous
+    handler (by default: the process ends). Outside the main thread (where Python cannot
+    install signal handlers) it does nothing and the signals behave as usual.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
-        self._installed = False
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
-            raise KeyboardInterrupt
+            self._restore()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.raise_signal(signum)
+            return
         self.requested = True
+        self.signum = signum
+        what = "interrupt" if signum == signal.SIGINT else signal.Signals(signum).name
+        again = "Ctrl-C" if signum == signal.SIGINT else what
         print(
-            "\ncomlrl: interrupt received; finishing the current step, then writing a "
-            "checkpoint (Ctrl-C again to stop now without one)",
+            f"\ncomlrl: {what} received; finishing the current step, then writing a "
+            f"checkpoint ({again} again to stop now without one)",
             file=sys.stderr,
             flush=True,
         )
 
     def __enter__(self) -> StopAtStepBoundary:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        self._restore()
 
 
 def failure_note(

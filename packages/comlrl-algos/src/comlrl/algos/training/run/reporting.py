@@ -195,7 +195,7 @@ class RewardCurveReporter:
         )
 
     def close(self) -> None:
-        if not self.rows:
+        if not any(len(r) > 1 for r in self.rows):  # no step had a reward (SFT, DPO)
             return
         if missing_extra("plot") is not None:
             print(

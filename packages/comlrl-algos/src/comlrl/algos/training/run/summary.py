@@ -26,6 +26,7 @@ __all__ = [
     "reward_series",
     "rolling_mean",
     "summary_line",
+    "loss_summary",
 ]
 
 
@@ -233,4 +234,17 @@ def summary_line(history: Sequence[Mapping[str, Any]], output_dir: str | Path) -
     return (
         f"done: {steps}, reward first quarter -> last quarter: turn_0 {first:.2f} -> "
         f"{last:.2f} ({last - first:+.2f}), {', '.join(later)}, {speed:.2f} prompts/s; {where}"
+    )
+
+
+def loss_summary(history: Sequence[Mapping[str, Any]], out: Path, key: str = "loss") -> str:
+    """``done: N steps, <key> first quarter a -> last quarter b (+d); outputs in ...``."""
+    where = f"outputs in {out}/ (metrics.jsonl, final/agent_*)"
+    if not history:
+        return f"done: 0 steps; {where}"
+    first, last = quarter_means([float(r[key]) for r in history])
+    n = len(history)
+    return (
+        f"done: {n} step{'s' if n != 1 else ''}, {key} first quarter {first:.3f} -> last "
+        f"quarter {last:.3f} ({last - first:+.3f}); {where}"
     )

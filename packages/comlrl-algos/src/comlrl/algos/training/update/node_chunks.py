@@ -145,7 +145,7 @@ def update_in_node_chunks(
 
     Args:
         advantages: per turn ``t``, per agent, ``[N_t * G]`` (node-major), as
-            :func:`comlrl.algos.recipes.group_baseline.recipe.group_advantages` returns.
+            :func:`comlrl.algos.recipes.group_baseline.advantages.group_advantages` returns.
         members: the agents whose completions train ``model`` (one, unless agents share it).
         split_turns: one step per turn of a chunk (1.4.3).
 

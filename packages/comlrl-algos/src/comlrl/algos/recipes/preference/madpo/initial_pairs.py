@@ -6,7 +6,7 @@ the initial agents sample ``K`` candidates for every training prompt (``batch_si
 prompts per rollout, in dataset order), the reward function scores the ``K`` joint
 actions of each prompt and :func:`rollout_pairs` pairs them within the prompt. The
 training steps then take ``batch_size`` pairs at a time from a stream over these pairs,
-reshuffled every pass (:func:`~comlrl.algos.recipes.preference.madpo.recipe.madpo_step`).
+reshuffled every pass (:meth:`~comlrl.algos.recipes.preference.madpo.recipe.MADPORecipe.step`).
 
 :func:`within_prompt_pairs` is the choice of one prompt's pairs: every ordered
 ``(w, l)`` with ``r_w > r_l`` and ``r_w - r_l >= min_gap`` is a candidate;

@@ -1,18 +1,17 @@
-"""MARLHF's trainer object: sample reward-gap pairs like MADPO, fit the joint reward model,
-and hand it to an RL recipe as its reward function (:meth:`MARLHFTrainer.rl_trainer`).
+"""MARLHF, one class (:class:`MARLHFRecipe`): learn a joint reward model from reward-gap
+preferences, then run RL on it.
 
-The end-to-end run of MARLHF (``algo=marlhf``), its two phases and the reward model's
-checkpoint: sample reward-gap pairs on the task, fit the joint reward model (saved under
-``checkpoints/reward_model``, so a resumed run skips the pairs and the fit), then the
-group-baseline recipe on its reward. From Python it is the run ``comlrl train algo=marlhf``
-makes::
-
-    from comlrl.algos import MARLHFRunConfig, RunOutputs, run_marlhf
-
-    config = MARLHFRunConfig(output_dir="runs/marlhf", save_every=20)
-    result = run_marlhf(config)  # both phases; result.history: the RL phase's rows
-    # after Ctrl-C (TrainingInterrupted): the RL phase continues, the reward model is read
-    result = run_marlhf(config, RunOutputs.of(config, resume=True))
+1. :meth:`~MARLHFRecipe.collect_pairs`: ``K`` candidates per agent on
+   ``num_collect_batches`` batches of the training prompts (the rollout machinery), the
+   joint actions paired by the task reward's gap (as MADPO pairs them);
+2. :meth:`~MARLHFRecipe.train_reward_model`: :class:`~comlrl.algos.recipes.preference.marlhf.reward_model.JointRewardModel`
+   (the backbone + a linear head on the last token of the joint response) fitted with the
+   Bradley-Terry loss; saved under ``checkpoints/reward_model`` (a resumed run skips 1 and 2)
+   and ``final/reward_model``;
+3. the RL phase: the group-baseline recipe (composed:
+   :meth:`~MARLHFRecipe.rl_recipe`) on the same agents and prompts, its reward the learned
+   model (:meth:`~MARLHFRecipe.reward_function`), its evaluation scored by the task's own
+   reward. The loop driver drives this class; its steps are the RL phase's.
 """
 
 from __future__ import annotations
@@ -20,163 +19,213 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from comlrl.algos.recipes.launch import (
-    RunOutputs,
-    RunResult,
-    announce,
-    load_agents,
-    load_eval_split,
-    load_model,
-    preflight,
-    quiet_transformers,
-    resuming_line,
-    setup_errors,
-    start_outputs,
-)
-from comlrl.algos.recipes.preference.inputs import as_agents, check_config, environment
-from comlrl.algos.recipes.preference.madpo.config import MADPOConfig
-from comlrl.algos.recipes.preference.madpo.recipe import MADPORun
-from comlrl.algos.recipes.preference.marlhf.config import MARLHFRunConfig, RewardModelConfig
+from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRecipe
+from comlrl.algos.recipes.launch import load_eval_split, load_model, preflight
+from comlrl.algos.recipes.preference.marlhf.config import MARLHFConfig
 from comlrl.algos.recipes.preference.marlhf.reward_model import (
+    REWARD_MODEL_DIR,
     JointRewardModel,
     RewardModelReward,
+    load_reward_model,
+    save_reward_model,
     train_reward_model,
 )
 from comlrl.algos.recipes.preference.pairs import JointPreferencePairs, preference_pairs
+from comlrl.algos.rollout.agent import as_agents
+from comlrl.algos.rollout.environment import Environment, Transition, build_environment
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.config.rl import ConfigError, RLConfig
+from comlrl.algos.training.loop import Collective, Schedule, StepResult, run_loop
+from comlrl.algos.training.run.data import JsonlWriter
 from comlrl.algos.training.run.data_mixture import example_stream
+from comlrl.algos.training.run.lifecycle import run_record
+from comlrl.algos.training.run.outputs import RunOutputs
+from comlrl.algos.training.run.reporting import read_metrics
+from comlrl.algos.training.run.summary import summary_line
 from comlrl.core import SamplingParams, Task
 from comlrl.core.prompts import prompt_text
 
-__all__ = [
-    "MARLHFTrainer",
-    "run_marlhf",
-    "REWARD_MODEL_DIR",
-    "save_reward_model",
-    "load_reward_model",
-]
+__all__ = ["MARLHFRecipe", "MARLHFTrainer"]
 
 
-class MARLHFTrainer:
-    """MARLHF: learn a joint reward model from reward-gap preferences, then run RL on it.
-
-    :meth:`collect_pairs` samples ``K`` candidates per agent on ``num_collect_batches``
-    batches of the training prompts (the rollout machinery) and pairs the joint actions by
-    the task reward's gap (as :class:`MADPOTrainer` does); :meth:`train_reward_model` fits
-    :class:`JointRewardModel` (``reward_backbone`` + a linear head) with the
-    Bradley-Terry loss; :meth:`reward_function` wraps it as a joint reward and
-    :meth:`rl_trainer` builds any RL trainer (default
-    :class:`~comlrl.algos.MultiAgentTrainer`) whose reward is the learned model.
-    ``comlrl.trainers.MARLHFTrainer`` (CoMLRL 1.4.3's arguments) runs the same algorithm:
-    this trainer's pairs and reward model, then its RL trainer on the learned reward.
+class MARLHFRecipe:
+    """MARLHF: a joint reward model learnt from reward-gap preferences, then RL on it (see
+    the module docstring).
 
     Args:
-        agents, task, dataset, formatters, reward_func: as :class:`MADPOTrainer`; the
-            reward function labels the pairs.
-        config: a :class:`MADPOConfig` (sampling and pairing; its optimizer fields are
-            unused here).
-        reward_backbone: the reward model's LM (a ``transformers`` model; it is trained).
-        reward_model: instead of ``reward_backbone``, a ready :class:`JointRewardModel`
+        agents, task, dataset, formatters, reward_func, transition, environment: as the
+            group-baseline recipe's; the environment's reward labels the pairs.
+        config: a :class:`~comlrl.algos.recipes.preference.marlhf.config.MARLHFConfig` (its
+            ``reward_model`` section: the backbone, the pairs, the fit).
+        eval_dataset: examples the RL phase's evaluation plays (scored by the task).
+        reward_backbone, reward_tokenizer: the reward model's LM (a ``transformers`` model;
+            it is trained) and tokenizer; default: ``config.backbone`` loaded with seed
+            ``config.seed + 104729``.
+        reward_model: instead of ``reward_backbone``, a ready
+            :class:`~comlrl.algos.recipes.preference.marlhf.reward_model.JointRewardModel`
             (e.g. one shared with other code, or a subclass); it is trained.
-        reward_tokenizer: its tokenizer.
-        reward_config: a :class:`RewardModelConfig`.
-        num_collect_batches: batches of ``config.batch_size`` prompts to sample pairs from.
-        eval_fraction: share of the pairs held out to evaluate the reward model.
+        outputs, record: where the run writes and what ``config.yaml`` holds.
 
     Raises:
-        ConfigError: as :class:`MADPOTrainer`, ``eval_fraction`` outside ``[0, 1)``, or
-            not exactly one of ``reward_backbone`` and ``reward_model``.
+        ConfigError: a config of another type, an empty dataset, both ``reward_backbone``
+            and ``reward_model``, or what the environment builder refuses.
     """
+
+    algo: ClassVar[str] = "marlhf"
 
     def __init__(
         self,
         agents: Sequence[Any],
-        config: MADPOConfig,
+        config: MARLHFConfig,
         *,
-        reward_backbone: Any = None,
-        reward_tokenizer: Any,
-        reward_model: JointRewardModel | None = None,
-        reward_config: RewardModelConfig | None = None,
         task: Task | None = None,
         dataset: Sequence[Mapping[str, Any]] | None = None,
-        formatters: Sequence[Callable[[Mapping[str, Any]], str]] | None = None,
+        formatters: Sequence[Callable[[Mapping[str, Any]], Any]] | None = None,
         reward_func: Callable[..., Any] | None = None,
-        num_collect_batches: int = 8,
-        eval_fraction: float = 0.2,
+        transition: Transition | None = None,
+        environment: Environment | None = None,
+        eval_dataset: Sequence[Mapping[str, Any]] | None = None,
+        reward_backbone: Any = None,
+        reward_tokenizer: Any = None,
+        reward_model: JointRewardModel | None = None,
+        outputs: RunOutputs | None = None,
+        record: Mapping[str, Any] | None = None,
     ) -> None:
-        check_config(config, MADPOConfig)
-        reward_config = reward_config or RewardModelConfig()
-        check_config(reward_config, RewardModelConfig)
-        if num_collect_batches < 1:
-            raise ConfigError(f"num_collect_batches must be >= 1, got {num_collect_batches}")
-        if not 0.0 <= eval_fraction < 1.0:
-            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
-        self.config, self.reward_config = config, reward_config
-        self.agents = as_agents(agents)
-        self._source = {"task": task, "reward_func": reward_func}  # what config.yaml records
-        self.env, self.dataset = environment(
-            len(self.agents), task, dataset, formatters, reward_func
-        )
+        if not isinstance(config, MARLHFConfig):
+            raise ConfigError(
+                f"expected a MARLHFConfig, got {type(config).__name__}; build it with "
+                "MARLHFConfig(...)"
+            )
+        self.config = config
+        self.agents = as_agents(agents, **config.generation_options())
+        self.task = task
+        try:
+            self.env, self.dataset = build_environment(
+                len(self.agents), task=task, dataset=dataset, formatters=formatters,
+                reward_func=reward_func, transition=transition, environment=environment,
+                split=config.task.split,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not self.dataset:
             raise ConfigError("the training dataset is empty")
-        self.num_collect_batches, self.eval_fraction = num_collect_batches, eval_fraction
-        if (reward_backbone is None) == (reward_model is None):
+        if reward_model is not None and reward_backbone is not None:
             raise ConfigError(
                 "give the reward model as reward_backbone= (an LM; a linear head is added) "
-                "or reward_model= (a JointRewardModel), exactly one of them"
+                "or reward_model= (a JointRewardModel), not both"
+            )
+        if reward_model is None and reward_backbone is None:
+            reward_backbone, reward_tokenizer = load_model(
+                config.backbone, config, config.seed + 104_729
             )
         self.reward_model = (
             reward_model
             if reward_model is not None
-            else JointRewardModel(reward_backbone, freeze_backbone=reward_config.freeze_backbone)
+            else JointRewardModel(
+                reward_backbone, freeze_backbone=config.reward_model.freeze_backbone
+            )
         )
+        if reward_tokenizer is None:
+            raise ConfigError("reward_tokenizer= is needed with a reward model given here")
         self.reward_tokenizer = reward_tokenizer
+        self.outputs = outputs if outputs is not None else RunOutputs.of(config)
+        self.record = self.outputs.record(
+            record
+            if record is not None
+            else run_record(config, algo=self.algo, task=task, reward_func=reward_func)
+        )
+        self.eval_dataset = eval_dataset
         self.pairs: list[JointPreferencePairs] = []
+        #: the RL phase (built once the reward model is fit, or read back on resume)
+        self.rl: GroupBaselineRecipe | None = None
+
+    # --- what the launcher asks of the recipe (comlrl.algos.recipes.launch) ------------
+
+    @classmethod
+    def inputs(cls, config: Any) -> tuple[Any, list[Any], list[Any] | None]:
+        """The task and its examples and, with evaluation on, ``eval_split``; the agents'
+        and the backbone's names checked; a task whose agents call tools is refused."""
+        models = [*config.models, config.backbone, *cls.more_models(config)]
+        task, examples = preflight(config, models, refuse_tools=cls.algo)
+        try:
+            evals = (
+                load_eval_split(task, config.eval_split, config.eval_limit)
+                if config.eval_every
+                else None
+            )
+        except BaseException:
+            task.close()
+            raise
+        return task, examples, evals
+
+    @classmethod
+    def more_models(cls, config: Any) -> list[str]:
+        """Models the run loads besides the agents' and the backbone (none)."""
+        return []
+
+    @classmethod
+    def describe(cls, config: Any) -> str:
+        """What the run does: pairs, the reward model, the RL steps."""
+        rm = config.reward_model
+        return (
+            f"MARLHF: {rm.num_collect_batches} batches of pairs, reward model "
+            f"{config.backbone}, then {config.num_steps} steps of estimator "
+            f"{config.estimator} on its reward"
+        )
+
+    @classmethod
+    def agent_options(cls, config: Any) -> dict[str, Any]:
+        """The generation backend and prompt format of every agent."""
+        return dict(config.generation_options())
+
+    @property
+    def output_dir(self) -> Path:
+        """Where metrics, the reward model's rows and checkpoints go."""
+        return self.outputs.output_dir
+
+    @property
+    def global_step(self) -> int:
+        """RL steps taken so far."""
+        return self.rl.global_step if self.rl is not None else 0
+
+    # --- the pairs and the reward model --------------------------------------------------
 
     def collect_pairs(self) -> list[JointPreferencePairs]:
-        """Sample and pair joint actions (no training); returns one record per batch."""
-        cfg = self.config
-        run = MADPORun(
-            config=cfg,
-            agents=self.agents,
-            ref_models=[],
-            env=self.env,
-            data=example_stream(self.dataset, seed=cfg.seed, task=getattr(cfg, "task", None)),
-            optimizers=[],
-            sampling=SamplingParams.from_config(cfg, cfg.num_candidates),
-            tree=TreeSettings(num_turns=1, joint_mode=cfg.joint_mode),
-            rng=random.Random(cfg.seed),
-        )
+        """Sample and pair joint actions on ``num_collect_batches`` batches (no training);
+        returns one record per batch."""
+        cfg, rm = self.config, self.config.reward_model
+        data = example_stream(self.dataset, seed=cfg.seed, task=cfg.task)
+        sampling = SamplingParams.from_config(cfg, rm.num_generations)
+        tree = TreeSettings(num_turns=1, joint_mode=cfg.joint_mode)
+        rng = random.Random(cfg.seed)
         for i, agent in enumerate(self.agents):
             if hasattr(agent, "seed"):
                 agent.seed(cfg.seed * 1_000_003 + i)
         self.pairs = []
-        for _ in range(self.num_collect_batches):
+        for _ in range(rm.num_collect_batches):
             ro = rollout(
-                run.agents,
-                run.data.next_batch(cfg.batch_size),
-                self.env,
-                run.sampling,
-                run.tree,
-                rng=run.rng,
+                self.agents, data.next_batch(cfg.batch_size), self.env, sampling, tree, rng=rng
             )
             self.pairs.append(
-                preference_pairs(ro, min_gap=cfg.min_gap, pairs_per_prompt=cfg.pairs_per_prompt)
+                preference_pairs(ro, min_gap=rm.min_gap, pairs_per_prompt=rm.pairs_per_prompt)
             )
         return self.pairs
 
     def train_reward_model(self) -> list[dict[str, float]]:
         """Fit the reward model on the collected pairs (collecting first if needed); the
-        last ``eval_fraction`` of the batches are held out."""
+        last ``eval_fraction`` of the batches are held out. Returns the fit's rows."""
         if not self.pairs:
             self.collect_pairs()
-        held = int(round(len(self.pairs) * self.eval_fraction))
+        held = int(round(len(self.pairs) * self.config.reward_model.eval_fraction))
         train, held_out = self.pairs[: len(self.pairs) - held], self.pairs[len(self.pairs) - held :]
         return train_reward_model(
-            self.reward_model, self.reward_tokenizer, train, self.reward_config, held_out or None
+            self.reward_model,
+            self.reward_tokenizer,
+            train,
+            self.config.reward_model,
+            held_out or None,
         )
 
     def reward_function(self) -> RewardModelReward:
@@ -185,216 +234,143 @@ class MARLHFTrainer:
             self.reward_model,
             self.reward_tokenizer,
             lambda ex: [prompt_text(p) for p in self.env.root(ex).prompts],
-            max_length=self.reward_config.max_length,
+            max_length=self.config.reward_model.max_length,
         )
 
-    def rl_trainer(self, config: RLConfig, trainer_cls: type | None = None, **kwargs: Any) -> Any:
-        """An RL trainer over the same agents and prompts, rewarded by the learned model.
-
-        ``trainer_cls`` defaults to :class:`~comlrl.algos.MultiAgentTrainer`; it is called
-        as ``trainer_cls(agents, config, dataset=..., formatters=..., reward_func=...,
-        **kwargs)``, and with the default class evaluation (``eval_dataset=``,
-        ``config.eval_every``) is scored by the task's own reward (``eval_env`` is this
-        trainer's environment unless ``kwargs`` gives one): the learned reward is what the
-        policy climbs, the task reward is whether that helped. Its ``config.yaml`` records
-        ``algo: marlhf`` and the task (or reward function) the pairs were scored with.
-        """
-        from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
-        from comlrl.algos.training.run.lifecycle import run_record
-
-        if trainer_cls is None:
-            trainer_cls = MultiAgentTrainer
+    def rl_recipe(
+        self, config: RLConfig | None = None, eval_dataset: Sequence[Any] | None = None
+    ) -> GroupBaselineRecipe:
+        """The RL phase: the group-baseline recipe on the same agents and prompts, rewarded
+        by the learned model, evaluated (``eval_dataset``, default the one this recipe was
+        given; ``config.eval_every``) in this recipe's environment (the task's reward): the
+        learned reward is what the policy climbs, the task reward is whether that helped.
+        ``config``: the RL config (default this recipe's). ``config.yaml`` records this
+        recipe's record."""
         formatters = [
             (lambda ex, a=a: self.env.root(ex).prompts[a]) for a in range(len(self.agents))
         ]
-        if isinstance(trainer_cls, type) and issubclass(trainer_cls, MultiAgentTrainer):
-            kwargs.setdefault("eval_env", self.env)
-        trainer = trainer_cls(
+        return GroupBaselineRecipe(
             self.agents,
-            config,
+            config if config is not None else self.config,
             dataset=self.dataset,
             formatters=formatters,
             reward_func=self.reward_function(),
-            **kwargs,
-        )
-        if isinstance(trainer, MultiAgentTrainer):
-            trainer.record = run_record(config, algo="marlhf", **self._source)
-        return trainer
-
-
-def run_marlhf(
-    config: MARLHFRunConfig,
-    outputs: RunOutputs | None = None,
-    *,
-    algo: str = "marlhf",
-    num_models: int | None = None,
-    joint: Callable[[Any], tuple[list[Any], Any]] | None = None,
-    rl_config: Any = None,
-) -> RunResult:
-    """``algo=marlhf``: :class:`~comlrl.algos.MARLHFTrainer`: sample reward-gap pairs on
-    ``config.task``, fit the joint reward model (rows in ``reward_model_metrics.jsonl``,
-    weights in ``final/reward_model`` and ``checkpoints/reward_model``), then the
-    group-baseline recipe on its reward. With ``outputs.resume_from`` a run whose reward
-    model was saved skips the pairs and the fit and continues its RL phase from that step
-    checkpoint.
-
-    ``algo=centralized_marlhf`` loads ``num_models`` (1) models, takes the one policy's
-    ``(formatters, reward)`` from ``joint(task)`` instead of the task's own, and runs the
-    RL phase with ``rl_config`` (the policy's one-agent config).
-
-    Raises:
-        ConfigError: a bad config, task, model name, a model that does not load, a
-            folder that holds another run (without ``outputs.overwrite``), before training.
-        CheckpointError: the step checkpoint or saved reward model does not fit.
-        TrainingInterrupted: Ctrl-C, after the step checkpoint.
-        RewardFunctionError: the reward function failed.
-    """
-    import torch
-    from comlrl.algos.recipes.preference.marlhf.recipe import MARLHFTrainer
-    from comlrl.algos.training.run.checkpoint import CheckpointError
-    from comlrl.algos.training.run.data import JsonlWriter
-    from comlrl.algos.training.run.reporting import read_metrics
-    from comlrl.algos.training.run.summary import summary_line
-
-    outputs = outputs if outputs is not None else RunOutputs.of(config)
-    config = outputs.apply(config)
-    if rl_config is not None:
-        rl_config = outputs.apply(rl_config)
-    outputs.check_folder()
-    backbone_name = config.reward_model or config.model_for(0)
-    n_models = config.num_agents if num_models is None else num_models
-    who = f"{config.num_agents} agents"
-    if n_models != config.num_agents:
-        who = f"{n_models} policy for {config.num_agents} roles"
-    task, examples = preflight(config, [*config.models, backbone_name], refuse_tools=algo)
-    try:
-        with setup_errors():
-            eval_examples = None
-            if config.eval_every:
-                eval_examples = load_eval_split(task, config.eval_split)
-            quiet_transformers()
-            announce(
-                config,
-                len(examples),
-                f"MARLHF: {config.num_collect_batches} batches of pairs, reward model "
-                f"{backbone_name}, then {config.num_steps} steps of estimator "
-                f"{config.estimator} on its reward",
-                who,
-            )
-            torch.manual_seed(config.seed)
-            agents = load_agents(config, n_models, **config.generation_options())
-            backbone, backbone_tok = load_model(backbone_name, config, config.seed + 104_729)
-            pairing = MADPOConfig.build(
-                num_agents=n_models,
-                num_candidates=config.num_candidates,
-                max_new_tokens=config.max_new_tokens,
-                temperature=config.temperature,
-                top_p=config.top_p,
-                top_k=config.top_k,
-                joint_mode=config.joint_mode,
-                min_gap=config.min_gap,
-                pairs_per_prompt=config.pairs_per_prompt,
-                batch_size=config.batch_size,
-                seed=config.seed,
-                device=config.device,
-            )
-            marlhf = MARLHFTrainer(
-                agents,
-                pairing,
-                reward_backbone=backbone,
-                reward_tokenizer=backbone_tok,
-                reward_config=config.reward,
-                dataset=examples,
-                **(
-                    {"task": task}
-                    if joint is None
-                    else dict(zip(("formatters", "reward_func"), joint(task), strict=True))
-                ),
-                num_collect_batches=config.num_collect_batches,
-                eval_fraction=config.eval_fraction,
-            )
-            out = start_outputs(config, algo, outputs)
-            saved_rm = out / "checkpoints" / REWARD_MODEL_DIR
-            fitted = outputs.resume_from is not None and (saved_rm / "head.safetensors").is_file()
-            if fitted:
-                load_reward_model(marlhf, saved_rm)  # the pairs and the fit are done
-    except BaseException:
-        task.close()
-        raise
-    try:  # a bug from here on keeps its traceback (and the run its last checkpoint)
-        if not fitted:
-            (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
-            marlhf.collect_pairs()
-            writer = JsonlWriter(out / "reward_model_metrics.jsonl")
-            try:
-                for row in marlhf.train_reward_model():
-                    writer.write(row)
-            finally:
-                writer.close()
-            save_reward_model(marlhf, saved_rm)
-        save_reward_model(marlhf, out / "final" / "reward_model")
-        trainer = marlhf.rl_trainer(rl_config or config, eval_dataset=eval_examples)
-        if joint is not None:  # config.yaml: this recipe, the task it played
-            from comlrl.algos.training.run.lifecycle import run_record
-
-            trainer.record = run_record(config, algo=algo, task=task)
-        if outputs.resume_from is not None:
-            try:
-                step = trainer.resume(outputs.resume_from)
-            except CheckpointError as exc:
-                raise CheckpointError(f"cannot resume from {outputs.resume_from}: {exc}") from None
-            print(resuming_line(out, step, config.num_steps, outputs.resume_from))
-        history = trainer.train()
-    finally:
-        task.close()
-    line = summary_line(history, out) + " (reward: the learned reward model's)"
-    evals = read_metrics(out / "eval.jsonl")
-    if evals:
-        line += (
-            f"; task reward on {config.eval_split} (eval.jsonl): step {evals[0]['step']} "
-            f"{float(evals[0]['reward_mean']):.3f} -> step {evals[-1]['step']} "
-            f"{float(evals[-1]['reward_mean']):.3f}"
-        )
-    return RunResult(history, line, out)
-
-
-#: Folder under ``output_dir/checkpoints`` with MARLHF's fitted reward model: a resumed
-#: run's RL phase reads its reward from it instead of sampling pairs and fitting again.
-REWARD_MODEL_DIR = "reward_model"
-
-
-def save_reward_model(marlhf: Any, path: Path) -> None:
-    """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
-    (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
-    (a temporary sibling folder, then renamed)."""
-    from comlrl.algos.training.run.saving import atomic_folder
-    from safetensors.torch import save_file
-
-    model = marlhf.reward_model
-    with atomic_folder(path) as tmp:
-        model.backbone.save_pretrained(tmp)
-        marlhf.reward_tokenizer.save_pretrained(tmp)
-        save_file(
-            {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-            str(tmp / "head.safetensors"),
+            eval_env=self.env,
+            eval_dataset=eval_dataset if eval_dataset is not None else self.eval_dataset,
+            outputs=self.outputs,
+            record=self.record,
         )
 
+    def fit(self) -> list[dict[str, float]]:
+        """Pairs and the reward model's fit; the fit's rows go to
+        ``reward_model_metrics.jsonl`` and the model to ``checkpoints/reward_model``."""
+        out = self.output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "reward_model_metrics.jsonl").unlink(missing_ok=True)
+        self.collect_pairs()
+        rows = self.train_reward_model()
+        writer = JsonlWriter(out / "reward_model_metrics.jsonl")
+        try:
+            for row in rows:
+                writer.write(row)
+        finally:
+            writer.close()
+        save_reward_model(
+            self.reward_model, self.reward_tokenizer, out / "checkpoints" / REWARD_MODEL_DIR
+        )
+        return rows
 
-def load_reward_model(marlhf: Any, path: Path) -> None:
-    """Load what :func:`save_reward_model` wrote into ``marlhf.reward_model`` in place.
+    # --- the loop: the RL phase's steps -------------------------------------------------
 
-    Raises:
-        CheckpointError: the folder cannot be read or does not fit the reward model.
-    """
-    from comlrl.algos.training.run.checkpoint import CheckpointError
-    from safetensors.torch import load_file
+    def _rl(self) -> GroupBaselineRecipe:
+        if self.rl is None:
+            raise RuntimeError("the RL phase starts once the reward model is fit: call train()")
+        return self.rl
 
-    model = marlhf.reward_model
-    backbone = model.backbone
-    try:
-        saved = type(backbone).from_pretrained(str(path), dtype=next(backbone.parameters()).dtype)
-        backbone.load_state_dict(saved.state_dict(), strict=True)
-        model.head.load_state_dict(load_file(str(path / "head.safetensors")))
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"could not load the reward model {str(path)!r}: {exc}") from None
-    model.eval()
+    def step(self) -> StepResult:
+        """One RL step on the learned reward."""
+        return self._rl().step()
+
+    def evaluate(self) -> dict[str, float]:
+        """The agents' evaluation row, scored by the task's own reward."""
+        return self._rl().evaluate()
+
+    def checkpoint(self, path: str | Path | None = None) -> Path:
+        """The RL phase's step checkpoint (the reward model is in ``checkpoints/reward_model``)."""
+        return self._rl().checkpoint(path)
+
+    def resume(self, path: str | Path) -> int:
+        """Continue from the RL phase's step checkpoint ``path``: the reward model saved in
+        ``checkpoints/reward_model`` is read back (the pairs and the fit are not done again;
+        without it they are), the RL phase put back at its step, which is returned.
+
+        Raises:
+            CheckpointError: the checkpoint or the saved reward model does not fit.
+        """
+        saved = self.output_dir / "checkpoints" / REWARD_MODEL_DIR
+        if (saved / "head.safetensors").is_file():
+            load_reward_model(self.reward_model, saved)
+        else:
+            self.fit()
+        self.rl = self.rl_recipe()
+        return self.rl.resume(path)
+
+    def save_final(self, path: Path) -> None:
+        """The agents in ``path/agent_<i>`` and the reward model in ``path/reward_model``."""
+        self._rl().save_final(path)
+        if self._rl().is_main:
+            save_reward_model(
+                self.reward_model, self.reward_tokenizer, Path(path) / REWARD_MODEL_DIR
+            )
+
+    def schedule(self) -> Schedule:
+        """The RL phase's schedule, labelled ``marlhf``."""
+        return Schedule(**{**vars(self._rl().schedule()), "desc": self.algo})
+
+    def collective(self) -> Collective:
+        """The RL phase's."""
+        return self._rl().collective()
+
+    def train(self) -> list[dict[str, float]]:
+        """Pairs, the reward model's fit (skipped when :meth:`resume` read it back), then
+        the RL phase under the loop driver; returns the RL phase's rows. Closes the task.
+
+        Raises:
+            ConfigError: ``output_dir`` holds another run (without ``outputs.overwrite``).
+            TrainingInterrupted: Ctrl-C or SIGTERM, after the step checkpoint.
+            RewardFunctionError: the task's reward function failed.
+        """
+        try:
+            if self.rl is None:
+                self.outputs.check_folder()
+                self.outputs.clear_earlier_run()
+                self.fit()
+                self.rl = self.rl_recipe()
+            return run_loop(self, self.outputs)
+        finally:
+            self.close()
+
+    def summary(self, history: Sequence[Mapping[str, Any]]) -> str:
+        """The RL phase's closing line (its reward is the learned model's), and the task's
+        reward on ``eval_split`` first -> last (``eval.jsonl``)."""
+        out = self.output_dir
+        line = summary_line(history, out) + " (reward: the learned reward model's)"
+        evals = read_metrics(out / "eval.jsonl")
+        if evals:
+            line += (
+                f"; task reward on {self.config.eval_split} (eval.jsonl): step "
+                f"{evals[0]['step']} {float(evals[0]['reward_mean']):.3f} -> step "
+                f"{evals[-1]['step']} {float(evals[-1]['reward_mean']):.3f}"
+            )
+        return line
+
+    def close(self) -> None:
+        """Stop the RL phase's worker threads and close the task (safe to call twice)."""
+        if self.rl is not None:
+            self.rl.close()
+        if self.task is not None:
+            self.task.close()
+
+
+class MARLHFTrainer(MARLHFRecipe):
+    """The MARLHF recipe (:class:`MARLHFRecipe`) under its public name."""

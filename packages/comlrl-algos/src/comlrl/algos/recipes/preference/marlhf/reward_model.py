@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +28,9 @@ __all__ = [
     "evaluate_reward_model",
     "train_reward_model",
     "RewardModelReward",
+    "REWARD_MODEL_DIR",
+    "save_reward_model",
+    "load_reward_model",
 ]
 
 
@@ -262,3 +266,43 @@ class RewardModelReward:
             )
             scores.extend(float(s) for s in self.model(ids, mask).cpu())
         return RewardBatch(scores)
+
+
+#: Folder under ``output_dir/checkpoints`` with MARLHF's fitted reward model: a resumed
+#: run's RL phase reads its reward from it instead of sampling pairs and fitting again.
+REWARD_MODEL_DIR = "reward_model"
+
+
+def save_reward_model(model: JointRewardModel, tokenizer: Any, path: Path) -> None:
+    """The reward model's backbone and tokenizer (Hugging Face format) and its linear head
+    (``head.safetensors``: ``weight [1, H]``, ``bias [1]``, float32), written atomically
+    (a temporary sibling folder, then renamed)."""
+    from comlrl.algos.training.run.saving import atomic_folder
+    from safetensors.torch import save_file
+
+    with atomic_folder(path) as tmp:
+        model.backbone.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+            str(tmp / "head.safetensors"),
+        )
+
+
+def load_reward_model(model: JointRewardModel, path: Path) -> None:
+    """Load what :func:`save_reward_model` wrote into ``model`` in place.
+
+    Raises:
+        CheckpointError: the folder cannot be read or does not fit the reward model.
+    """
+    from comlrl.algos.training.run.checkpoint import CheckpointError
+    from safetensors.torch import load_file
+
+    backbone = model.backbone
+    try:
+        saved = type(backbone).from_pretrained(str(path), dtype=next(backbone.parameters()).dtype)
+        backbone.load_state_dict(saved.state_dict(), strict=True)
+        model.head.load_state_dict(load_file(str(path / "head.safetensors")))
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"could not load the reward model {str(path)!r}: {exc}") from None
+    model.eval()
