@@ -169,7 +169,7 @@ def test_madpo_runs_on_the_default_task_and_resumes_exactly(
     assert not any(k.startswith("eval/") for r in rows for k in r)
     _check_final(out, 2)
     saved = (out / "config.yaml").read_text()
-    assert saved.startswith("algo: madpo\n") and "num_candidates: 4" in saved
+    assert saved.startswith("algo: madpo\n") and "num_generations: 4" in saved
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "step-000002",
         "step-000003",

@@ -98,7 +98,7 @@ def test_centralized_madpo_checks_its_keys_before_any_model_loads(
 ) -> None:
     base = ["train", "algo=centralized_madpo", f"output_dir={tmp_path / 'x'}"]
     assert main([*base, "models=[a,b]"]) == 2
-    assert "one model plays every role but models lists 2" in capsys.readouterr().err
+    assert "trains one joint policy but models lists 2" in capsys.readouterr().err
     assert main([*base, "role_format=xml"]) == 2
     assert "role_format" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -184,8 +184,9 @@ def test_madpo_iter_runs_its_rounds(tiny_tokenizer: Any) -> None:
         comparator_policy="current_copy",
     )  # fmt: skip
     config = trainer.config
-    assert (config.steps_per_round, config.num_steps, config.round_prompts) == (2, 4, 4)
-    assert config.comparator == "current_copy" and config.pair_selection == "comparator_reward"
+    rounds = config.iterative
+    assert (rounds.steps_per_round, config.num_steps, rounds.round_prompts) == (2, 4, 4)
+    assert rounds.comparator == "current_copy" and rounds.pair_selection == "comparator_reward"
     rows = trainer.train()
     assert [r["iteration"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
     with pytest.raises(UnsupportedFieldError, match="policy_checkpoint_dir"):

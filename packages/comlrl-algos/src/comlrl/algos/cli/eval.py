@@ -108,7 +108,7 @@ def _summary(row: dict[str, Any]) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Load config, task and agents, evaluate, print and write the row. Returns an exit code."""
-    from comlrl.algos.training.config.rl import ConfigError, load_config
+    from comlrl.algos.training.config.rl import ConfigError, build_config, load_config_data
 
     models = list(args.model)
     config_path = args.config or find_run_config(models[0])
@@ -116,7 +116,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if len(models) > 1:
         overrides.append(f"num_agents={len(models)}")
     try:
-        config = load_config(config_path, overrides)
+        data = load_config_data(config_path, overrides)
+        data.pop("algo", None)  # the run's recipe: evaluation samples its agents alone
+        config = build_config(data)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2

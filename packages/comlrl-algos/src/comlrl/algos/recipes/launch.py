@@ -375,7 +375,7 @@ def launch(
         if main:
             who = f"{roles_count} agent{'s' if roles_count != 1 else ''}"
             if n_models != roles_count:
-                who = f"1 policy for {roles_count} roles ({roles} role format)"
+                who = f"1 policy for {roles_count} roles"
             announce(config, outputs, len(examples), recipe_cls.describe(config), who)
             world = rank_and_world()[1]
             if world > 1:

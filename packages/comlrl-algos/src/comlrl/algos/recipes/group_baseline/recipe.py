@@ -376,10 +376,15 @@ class GroupBaselineRecipe:
 
     @classmethod
     def describe(cls, config: Any) -> str:
-        """``estimator grpo, 160 steps of 4 prompts x 4 completions``."""
+        """``estimator grpo, 160 steps of 4 prompts x 4 completions`` (with ``role_format``:
+        ``centralized MAGRPO (one joint policy, sentences role format), ...``)."""
         s = "s" if config.num_steps != 1 else ""
+        label = f"estimator {config.estimator}"
+        if getattr(config, "role_format", None) is not None:
+            name = "MAGRPO" if config.estimator == "grpo" else label
+            label = f"centralized {name} (one joint policy, {config.role_format} role format)"
         return (
-            f"estimator {config.estimator}, {config.num_steps} step{s} of "
+            f"{label}, {config.num_steps} step{s} of "
             f"{config.batch_size} prompts x {config.num_generations} completions"
         )
 

@@ -263,11 +263,15 @@ class TrainConfig(RLConfig, GroupBaselineSection):
 
     @model_validator(mode="after")
     def _group_baseline_consistent(self) -> TrainConfig:
-        if self.role_format is not None and (len(self.models) != 1 or self.num_turns != 1):
+        if self.role_format is not None and len(self.models) != 1:
             raise ValueError(
-                f"role_format={self.role_format!r}: one model plays every role of a single-turn "
-                f"task, but models lists {len(self.models)}: {self.models!r} and num_turns="
-                f"{self.num_turns}; give one model and num_turns=1"
+                f"role_format={self.role_format!r} trains one joint policy but models lists "
+                f"{len(self.models)}: {self.models!r}; give one model"
+            )
+        if self.role_format is not None and self.num_turns != 1:
+            raise ValueError(
+                f"role_format={self.role_format!r} (one joint policy) is single-turn; got "
+                f"num_turns={self.num_turns}, set num_turns=1"
             )
         if self.update_chunk_split_turns and self.update_chunk_nodes is None:
             raise ValueError(

@@ -108,7 +108,7 @@ class MADPOConfig(PreferenceTrainConfig):
             )
         if self.role_format is not None and len(self.models) != 1:
             raise ValueError(
-                f"role_format={self.role_format!r}: one model plays every role but models "
+                f"role_format={self.role_format!r} trains one joint policy but models "
                 f"lists {len(self.models)}: {self.models!r}; give one model"
             )
         if len(self.models) not in (1, self.num_agents):

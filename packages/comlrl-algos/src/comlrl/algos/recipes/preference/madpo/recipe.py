@@ -242,9 +242,13 @@ class MADPORecipe:
 
     @classmethod
     def describe(cls, config: Any) -> str:
-        """``MADPO, 60 steps of 4 prompts x 4 candidates``."""
+        """``MADPO, 60 steps of 4 prompts x 4 candidates`` (with ``role_format``:
+        ``centralized MADPO (one joint policy, sentences role format), ...``)."""
+        label = "MADPO"
+        if config.role_format is not None:
+            label = f"centralized MADPO (one joint policy, {config.role_format} role format)"
         return (
-            f"MADPO, {config.num_steps} steps of {config.batch_size} prompts x "
+            f"{label}, {config.num_steps} steps of {config.batch_size} prompts x "
             f"{config.num_generations} candidates"
         )
 
