@@ -14,6 +14,8 @@ on) installed. Modules:
 - :mod:`~comlrl.estimators.joint`: joint actions from per-agent completions and credit back.
 - :mod:`~comlrl.estimators.losses`: completion masks, reference KL, clipped surrogate
   (token-level, or GSPO's sequence-level ratio).
+- :mod:`~comlrl.estimators.kl_reward`: the reference KL as a penalty on each completion's
+  return (KL in the reward, PPO-RLHF's and CoMLRL 1.4.3's).
 - :mod:`~comlrl.estimators.importance`: the sampler/trainer mismatch, truncated
   importance sampling (TIS) weights, GSPO's sequence log-ratio.
 - :mod:`~comlrl.estimators.preference_losses`: DPO, multi-agent DPO, SFT, Bradley-Terry.
@@ -27,6 +29,7 @@ from comlrl.estimators.importance import (
     truncated_importance_weights,
 )
 from comlrl.estimators.joint import credit_completions, joint_action_indices
+from comlrl.estimators.kl_reward import sequence_kl
 from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
 from comlrl.estimators.preference_losses import (
     bradley_terry_loss,
@@ -54,6 +57,7 @@ __all__ = [
     "joint_action_indices",
     "completion_mask",
     "kl_penalty",
+    "sequence_kl",
     "policy_loss",
     "sampler_mismatch",
     "sequence_log_ratio",

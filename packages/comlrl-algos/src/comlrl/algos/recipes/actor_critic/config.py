@@ -107,6 +107,12 @@ class ActorCriticConfig(RLConfig):
 
     @model_validator(mode="after")
     def _ac_consistent(self) -> ActorCriticConfig:
+        if self.kl_mode == "reward":
+            raise ValueError(
+                "kl_mode='reward' is a setting of the group-baseline recipes (algo=magrpo, "
+                "marloo, maremax, mareinforce); IAC/MAAC take the reference KL as a loss term: "
+                "set kl_mode=loss."
+            )
         if self.critic_mode == "shared" and self.critic_model is not None:
             raise ValueError(
                 f"critic_model={self.critic_model!r} names a separate critic but "

@@ -510,6 +510,7 @@ def step(run: ActorCriticRun) -> StepResult:
         lam=cfg.gae_lambda,
         normalize=cfg.advantage_normalization,
         num_turns=cfg.num_turns,
+        hold_terminal=cfg.hold_terminal_reward,
     )
     old = [torch.cat(v) for v in values]
     tgt = [torch.cat(t) for t in targets]

@@ -16,7 +16,8 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
    joint actions are scored, and (multi-turn) the environment's feedback opens the next
    turn's nodes; returns are discounted down the tree;
 3. :func:`group_advantages`: per turn and agent, each completion is credited with the
-   mean return of the joint actions it took part in and compared with its ``G`` siblings
+   mean return of the joint actions it took part in (less ``kl_coef`` times its
+   :func:`reward_kl` with ``kl_mode="reward"``) and compared with its ``G`` siblings
    by the estimator (``mean``: MAGRPO, leave-one-out: MARLOO, ``max``: MAReMax, none:
    MAREINFORCE);
 4. :func:`~comlrl.algos.training.update.shared_models.update_sharers` per agent (concurrently where
@@ -111,7 +112,7 @@ from comlrl.algos.training.run.reporting import build_reporters
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.update.agents import AgentPool, build_optimizer, resolve_device
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
-from comlrl.algos.training.update.policy import UpdateSettings, split_terms
+from comlrl.algos.training.update.policy import UpdateSettings, split_terms, trainer_logprobs
 from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
 from comlrl.core import SamplingParams, Task
 from comlrl.estimators.advantages import (
@@ -120,6 +121,7 @@ from comlrl.estimators.advantages import (
     std_from_moments,
 )
 from comlrl.estimators.joint import credit_completions
+from comlrl.estimators.kl_reward import sequence_kl
 from comlrl.estimators.registry import resolve_estimator
 
 __all__ = [
@@ -130,6 +132,7 @@ __all__ = [
     "checkpoint",
     "resume",
     "group_advantages",
+    "reward_kl",
     "step",
     "train_step",
     "loop_settings",
@@ -257,6 +260,11 @@ def setup(
             shard_bounds(config.batch_size, rank, world)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if config.kl_mode == "reward" and config.kl_coef > 0 and config.data_parallel == "fsdp2":
+            raise ConfigError(
+                "kl_mode='reward' is not supported with data_parallel=fsdp2 (its KL pass "
+                "runs each rank's own forward); use data_parallel=ddp or kl_mode=loss."
+            )
         if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
             raise ConfigError(
                 f"update_chunk_nodes={config.update_chunk_nodes} is not supported under torchrun "
@@ -350,20 +358,26 @@ def setup(
             termination_scope=config.termination_scope,
             max_branches=config.max_branches,
             branch_select=config.branch_select,
+            hold_terminal_reward=config.hold_terminal_reward,
         ),
         update=UpdateSettings(
-            temperature=config.temperature,
+            temperature=(
+                config.temperature
+                if config.update_temperature is None
+                else config.update_temperature
+            ),
+            sampling_temperature=config.temperature,
             loss_reduction=config.loss_reduction,
             max_completion_length=config.max_new_tokens,
             clip_ratio=config.clip_ratio,
-            kl_coef=config.kl_coef,
+            kl_coef=config.kl_coef if config.kl_mode == "loss" else 0.0,  # else in the reward
             kl_estimator=config.kl_estimator,
             num_iterations=config.num_iterations,
             max_grad_norm=config.max_grad_norm,
             micro_batch_size=config.micro_batch_size,
             shared_prefix=config.shared_prefix,
             fused_logprobs=config.fused_logprobs,
-            tis_level=tis_level(config.tis, agents),
+            tis_level=None if config.retempered_update else tis_level(config.tis, agents),
             tis_cap=config.tis_cap,
             importance_level=config.importance_level,
         ),
@@ -525,13 +539,20 @@ def resume(
 
 
 def group_advantages(
-    ro: Rollout, *, estimator: str, scale: str = "auto", eps: float = 1e-6
+    ro: Rollout,
+    *,
+    estimator: str,
+    scale: str = "auto",
+    eps: float = 1e-6,
+    penalties: list[list[torch.Tensor]] | None = None,
 ) -> list[list[torch.Tensor]]:
     """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
 
     Each completion's return is the mean return of the joint actions it took part in
     (:func:`~comlrl.estimators.joint.credit_completions`); its group is the ``G`` completions
     its agent sampled at the same node (:func:`~comlrl.estimators.advantages.compute_advantages`).
+    ``penalties[t][a]`` (``[N_t * G]``, e.g. ``kl_coef`` times :func:`reward_kl`) is
+    subtracted from each completion's credited return first.
 
     ``scale="batch"`` divides each (turn, agent)'s advantages by the std of that turn's
     credited returns of the agent over the *global* batch: under data parallelism each rank
@@ -541,9 +562,13 @@ def group_advantages(
     Every rank must call this together.
     """
     credited = []
-    for turn in ro.turns:
+    for t, turn in enumerate(ro.turns):
         g = turn.agents[0].batch.group_size
-        credited.append(credit_completions(turn.returns, turn.joint_index, g))  # [A, N_t, G]
+        per_turn = credit_completions(turn.returns, turn.joint_index, g)  # [A, N_t, G]
+        if penalties is not None:
+            shape = per_turn.shape[1:]
+            per_turn = per_turn - torch.stack([p.to(per_turn).reshape(shape) for p in penalties[t]])
+        credited.append(per_turn)
     batch_stds: list[list[float | None]] = [[None] * c.shape[0] for c in credited]
     resolved = resolve_estimator(estimator).scale if scale == "auto" else scale
     if resolved == "batch":
@@ -578,6 +603,31 @@ def _global_batch_stds(credited: list[torch.Tensor]) -> list[list[float | None]]
         [std_from_moments(total[(t, a)]) for a in range(per_turn.shape[0])]
         for t, per_turn in enumerate(credited)
     ]
+
+
+def reward_kl(run: GroupBaselineRun, ro: Rollout) -> list[list[torch.Tensor]]:
+    """Per turn ``t``, per agent, ``[N_t * G]`` float32: each completion's summed
+    per-token KL estimate to its agent's reference model
+    (:func:`comlrl.estimators.kl_reward.sequence_kl`, ``config.kl_estimator``), from the
+    trainer's log-probs before the update at the update's temperature; ``kl_mode="reward"``
+    subtracts ``kl_coef`` times it from the return.
+
+    Raises:
+        ValueError: the run has no reference models (``kl_coef = 0``).
+    """
+    if run.ref_models is None:
+        raise ValueError("reward_kl needs reference models: set kl_coef > 0")
+    out = []
+    for turn in ro.turns:
+        per_agent = []
+        for a, samples in enumerate(turn.agents):
+            logp = trainer_logprobs(run.agents[a].model, samples.batch, run.update)
+            ref = trainer_logprobs(run.ref_models[a], samples.batch, run.update)
+            mask = samples.batch.completion_mask.to(logp.device)
+            kl = sequence_kl(logp, ref.to(logp.device), mask, run.config.kl_estimator)
+            per_agent.append(kl.cpu())
+        out.append(per_agent)
+    return out
 
 
 def train_step(run: GroupBaselineRun) -> dict[str, float]:
@@ -632,9 +682,11 @@ def step(run: GroupBaselineRun) -> StepResult:
                 rng=run.rng,
                 sample_keys=keys[lo:hi] if keys is not None else None,
             )
+        kl = reward_kl(run, ro) if cfg.kl_mode == "reward" and cfg.kl_coef > 0 else None
         adv = group_advantages(
-            ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
-        )
+            ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps,
+            penalties=[[cfg.kl_coef * k for k in per] for per in kl] if kl is not None else None,
+        )  # fmt: skip
     except Exception:
         ckpt.restore_state(
             streams, optimizers=(), data=run.data, rng=run.rng, generators=generators
@@ -651,7 +703,9 @@ def step(run: GroupBaselineRun) -> StepResult:
         members = groups.get(a)
         if members is None:  # another agent's update steps this model
             return {}
-        ref_model = run.ref_models[a] if run.ref_models is not None else None
+        ref_model = (  # no reference in the update when the KL is in the reward
+            run.ref_models[a] if run.ref_models is not None and run.update.kl_coef > 0 else None
+        )
         sync = run.syncs[a] if run.syncs is not None else None
         if cfg.update_chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
             return split_terms(
@@ -679,6 +733,11 @@ def step(run: GroupBaselineRun) -> StepResult:
     metrics = summary_metrics(merge_summaries(gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
+    if kl is not None:  # the mean summed KL of each agent's completions, and its penalty
+        for a in range(len(run.agents)):
+            mean = float(torch.cat([per[a] for per in kl]).mean())
+            metrics[f"reward_kl/agent_{a}"] = mean
+            metrics[f"reward_kl_penalty/agent_{a}"] = cfg.kl_coef * mean
     elapsed = t2 - t0
     row = {
         "step": run.step,
