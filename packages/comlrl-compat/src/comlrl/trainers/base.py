@@ -8,7 +8,9 @@ A subclass of :class:`CompatTrainer` says which 1.4.3 config it takes
 (:meth:`~CompatTrainer.build_recipe_trainer`). Training, evaluation, checkpoints and
 resuming are the recipe's: the loop driver of ``comlrl.algos`` runs every step and writes
 its own checkpoint format (``train(checkpoint_dir=...)``), and
-``train(resume_from_checkpoint=...)`` resumes through it.
+``train(resume_from_checkpoint=...)`` resumes through it. Without ``checkpoint_dir`` a
+run writes into a temporary folder that ``train()`` deletes when it returns or raises, so
+nothing the script did not ask for stays on disk (1.4.3 writes nothing either).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,9 @@ __all__ = ["CompatTrainer", "OutputSettings", "recipe_agents"]
 @dataclasses.dataclass(frozen=True)
 class OutputSettings:
     """Where a run writes and how often it checkpoints (from 1.4.3's ``train()``
-    arguments): ``output_dir`` (a fresh temporary folder when None), a step checkpoint
-    every ``save_every`` steps (0: none), the newest ``keep_last`` kept."""
+    arguments): ``output_dir`` (a fresh temporary folder when None, deleted after
+    ``train()``), a step checkpoint every ``save_every`` steps (0: none), the newest
+    ``keep_last`` kept."""
 
     output_dir: str | None = None
     save_every: int = 0
@@ -83,6 +88,8 @@ class CompatTrainer:
     args: Any
     _recipe: Any = None
     _output: OutputSettings | None = None
+    #: the temporary folder the current recipe run writes into (None: the script's own)
+    _scratch: Path | None = None
 
     def _init_front(
         self,
@@ -212,9 +219,12 @@ class CompatTrainer:
         fields = self.recipe_config(len(data), evals is not None)
         fields.setdefault("models", [n or "local-model" for n in self.model_names])
         fields["prompt_format"] = "raw"
-        fields["output_dir"] = output.output_dir or tempfile.mkdtemp(
-            prefix=f"comlrl-{self.algorithm_name.lower()}-"
-        )
+        self._scratch = None
+        if output.output_dir is None:  # a folder of our own, deleted after train()
+            scratch = tempfile.mkdtemp(prefix=f"comlrl-{self.algorithm_name.lower()}-")
+            self._scratch = Path(scratch)
+            weakref.finalize(self, shutil.rmtree, scratch, True)
+        fields["output_dir"] = output.output_dir or str(self._scratch)
         fields["save_every"] = output.save_every
         fields["keep_last"] = output.keep_last
         fields["progress"] = verbose_from_wandb_config(self.wandb_config)
@@ -266,7 +276,9 @@ class CompatTrainer:
             resume_from_checkpoint: a step checkpoint this package wrote
                 (``<checkpoint_dir>/checkpoints/step-<n>``): training continues from its step.
             checkpoint_dir: the run's output folder (metrics, samples, step checkpoints in
-                the ``comlrl.algos`` format); default a fresh temporary folder.
+                the ``comlrl.algos`` format, ``final/``); default a temporary folder,
+                deleted when ``train()`` returns or raises (a Ctrl-C then keeps no
+                checkpoint: it raises a plain ``KeyboardInterrupt``).
             checkpoint_interval: a step checkpoint every this many epochs.
             checkpoint_total_limit: keep only the newest this many step checkpoints.
 
@@ -314,7 +326,27 @@ class CompatTrainer:
             self._recipe = self._build(output)
         if resume_from_checkpoint is not None:
             self._recipe.resume(resume_from_checkpoint)
-        return list(self._recipe.train())
+        scratch = self._scratch
+        try:
+            return list(self._recipe.train())
+        except KeyboardInterrupt:
+            if scratch is None:
+                raise
+            raise KeyboardInterrupt(
+                f"{type(self).__name__}.train() was interrupted; without checkpoint_dir= no "
+                "checkpoint is kept (pass checkpoint_dir= to resume later)."
+            ) from None
+        except Exception as exc:
+            if scratch is not None:  # Python 3.10 has no add_note: __notes__ as 3.11 keeps them
+                note = (
+                    f"comlrl.trainers: the run's temporary folder {scratch} was deleted; pass "
+                    "checkpoint_dir= to keep a run's checkpoints."
+                )
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+            raise
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """One evaluation of the agents on the first ``num_eval_samples`` (default
