@@ -188,7 +188,7 @@ def update_policy(
             value head); gradient clipping takes them into the global norm.
         old_logprobs: per batch, ``[B_t, L_t]`` float32 trainer log-probs of its
             completions taken before an earlier optimizer step on ``model``
-            (:func:`trainer_logprobs`; :func:`~comlrl.algos.training.node_chunks.update_in_node_chunks`
+            (:func:`trainer_logprobs`; :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`
             takes them for its later chunks before its first step). They stand for this
             call's first pass: the mismatch metrics, the TIS weights and (with TIS or a
             retempered update) the ratio's reference. None: this call's first pass.
