@@ -2,7 +2,7 @@
 
 Every executor entry point with the ``(code, limits) -> ExecutionResult`` interface runs
 the same checks: the direct call, a one-off ``run_many`` and a shared ``SandboxPool``,
-each with both executor kinds (``"fork"``: children of a zygote; ``"exec"``: a new
+each with both executor kinds (``"fork"``: children of a fork server; ``"exec"``: a new
 interpreter per program).
 """
 
@@ -417,7 +417,7 @@ def test_ipc_objects_do_not_outlive_a_run(run: Executor, kind: str) -> None:
 # ------------------------------------------------------------------------- pool
 def test_run_many_keeps_order_and_runs_in_parallel(executor_kind: str) -> None:
     codes = [f"import time; time.sleep(0.4); print({i})" for i in range(8)]
-    # Start the 8 zygotes first: this measures parallelism, not their one-time start-up.
+    # Start the 8 fork servers first: this measures parallelism, not their one-time start-up.
     run_many(["pass"] * 8, dataclasses.replace(FAST, executor=executor_kind), max_workers=8)
     start = time.perf_counter()
     results = run_many(codes, dataclasses.replace(FAST, executor=executor_kind), max_workers=8)

@@ -108,7 +108,7 @@ class CoopHumanEvalTask(SandboxedSuite):
         memory_mb: address-space limit per program (MiB).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         max_turns: the most turns an episode may take (1 = single-turn).
-        executor: sandbox executor kind, ``"fork"`` (zygote, default) or ``"exec"``; see
+        executor: sandbox executor kind, ``"fork"`` (fork server, default) or ``"exec"``; see
             :class:`comlrl.envs.sandbox.SandboxLimits`.
         sandbox_all: also run programs whose reward cannot depend on the sandbox. Every
             sandbox-derived part of the reward requires a non-trivial entry point, so by

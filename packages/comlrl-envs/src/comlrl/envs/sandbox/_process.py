@@ -7,7 +7,7 @@ behind (:func:`kill_group`, :func:`reap_group`), the per-run directory
 that collects output and enforces the wall clock (:func:`drive`).
 
 Nothing here imports an executor, so :mod:`~comlrl.envs.sandbox.executor` and
-:mod:`~comlrl.envs.sandbox.zygote` both import this module and never each other's
+:mod:`~comlrl.envs.sandbox.fork_executor` both import this module and never each other's
 private names.
 """
 
@@ -321,7 +321,7 @@ def _result(
     elif syntax and not tampered:
         status = "syntax_error"
     elif rc is None:
-        # The exit status was lost (fork executor: the zygote died during the run).
+        # The exit status was lost (fork executor: the fork server died during the run).
         status = "killed"
         error_type = error_type or "SandboxError"
         error = error or child.lost_reason or "exit status unknown"

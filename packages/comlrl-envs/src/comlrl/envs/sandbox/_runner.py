@@ -25,13 +25,13 @@ process of ``_runner_check.py`` (the program runs in a candidate process it fork
 writes nonce-tagged JSON lines to the result pipe. Only the lines
 the runner writes are trusted by the parent; stdout/stderr are just captured text.
 
-Fork-server mode (``_runner.py --zygote FD``, see :mod:`comlrl.envs.sandbox.zygote`): the
+Fork-server mode (``_runner.py --fork-server FD``, see :mod:`comlrl.envs.sandbox.fork_executor`): the
 same script, started the same way (``-I -S -B``, scrubbed environment, own session),
-loads ``_runner_zygote.py`` and becomes a zygote: it takes the builtins snapshot, imports
+loads ``_runner_fork_server.py`` and becomes a fork server: it takes the builtins snapshot, imports
 what the runner needs, and then only forks on request. Each forked child leaves the
-zygote's code for good, starts its own session, keeps only its four descriptors (the
+fork server's code for good, starts its own session, keeps only its four descriptors (the
 instructions pipe as stdin, stdout, stderr, the result pipe as fd 3), and then runs
-:func:`main` exactly as an exec-started runner does (steps 1-4 above). The zygote never
+:func:`main` exactly as an exec-started runner does (steps 1-4 above). The fork server never
 sees the program or the nonce (they travel through the instructions pipe, straight to
 the child), never runs model code, and is not changed by its children: they are copies.
 
@@ -145,7 +145,7 @@ def _short(exc, limit=300):
     return text if _len(text) <= limit else text[:limit] + "..."
 
 
-_LIBC = None  # ctypes handle of libc, made on first use (the zygote makes it up front)
+_LIBC = None  # ctypes handle of libc, made on first use (the fork server makes it up front)
 
 
 def _libc():
@@ -204,18 +204,18 @@ def _isolate(cfg, fd):
     info["mountns"] = info["ipcns"] = False
     info["executor"] = "fork" if _FORKED else "exec"
     if _FORKED:
-        info["zygote_pid"] = os.getppid()
+        info["fork_server_pid"] = os.getppid()
     want_net = not cfg.get("allow_network", False)
     want_pid = cfg.get("pid_namespace", True)
     want_fs = cfg.get("filesystem", "isolated") == "isolated"
     info["filesystem"] = "isolated" if want_fs else "host"
     inherited = want_net and _FORKED and cfg.get("netns_inherited", False)
     if inherited:
-        # The zygote already lives in an empty network namespace of its own (made once,
+        # The fork server already lives in an empty network namespace of its own (made once,
         # at its start): this child is in it, so it needs no new one.
         want_net = False
         info["netns"] = True
-        info["netns_shared_with"] = "zygote"
+        info["netns_shared_with"] = "fork server"
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
     flags |= CLONE_NEWNS if want_fs else 0
     # Always a new IPC namespace (SysV shared memory, semaphores, message queues and POSIX
@@ -489,7 +489,7 @@ def main():
 
 
 # ------------------------------------------------------------------ fork server
-_FORKED = False  # True in a child forked by the zygote (set by _runner_zygote.py)
+_FORKED = False  # True in a child forked by the fork server (set by _runner_fork_server.py)
 
 
 def _load_sibling(name):
@@ -503,7 +503,7 @@ def _load_sibling(name):
     return module
 
 
-_CHECK = None  # _runner_check.py, loaded for check runs (the zygote loads it up front)
+_CHECK = None  # _runner_check.py, loaded for check runs (the fork server loads it up front)
 
 
 def _check_module():
@@ -514,13 +514,15 @@ def _check_module():
     return _CHECK
 
 
-def _zygote_module():
-    """Load ``_runner_zygote.py``, the fork server (only zygotes pay for compiling it)."""
-    return _load_sibling("_runner_zygote")
+def _fork_server_module():
+    """Load ``_runner_fork_server.py``, the fork server (only fork servers pay for compiling it)."""
+    return _load_sibling("_runner_fork_server")
 
 
 if __name__ == "__main__":
-    if _len(sys.argv) in (3, 4) and sys.argv[1] == "--zygote":
-        _zygote_module().run(_int(sys.argv[2]), _len(sys.argv) == 4 and sys.argv[3] == "--netns")
+    if _len(sys.argv) in (3, 4) and sys.argv[1] == "--fork-server":
+        _fork_server_module().run(
+            _int(sys.argv[2]), _len(sys.argv) == 4 and sys.argv[3] == "--netns"
+        )
     else:
         main()

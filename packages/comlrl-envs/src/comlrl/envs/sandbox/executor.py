@@ -3,11 +3,11 @@
 Model-written code never runs in the trainer's process. Each program gets a child
 process of its own, made one of two ways (``SandboxLimits.executor``):
 
-- ``"fork"`` (default): a long-lived *zygote* (``sys.executable -I -S -B _runner.py
-  --zygote``, scrubbed environment, its own session, started once per concurrent
+- ``"fork"`` (default): a long-lived *fork server* (``sys.executable -I -S -B _runner.py
+  --fork-server``, scrubbed environment, its own session, started once per concurrent
   caller and reused) forks a fresh child per program; see
-  :mod:`comlrl.envs.sandbox.zygote`. Saves the interpreter start-up per program. Falls
-  back to ``"exec"`` when a zygote cannot be used on this platform.
+  :mod:`comlrl.envs.sandbox.fork_executor`. Saves the interpreter start-up per program. Falls
+  back to ``"exec"`` when a fork server cannot be used on this platform.
 - ``"exec"``: :func:`run_python` starts ``sys.executable -I -S -B`` on the child-side
   runner (``_runner.py``) per program.
 
@@ -42,7 +42,7 @@ Either way the child applies the same per-program isolation before the program r
 Reaping: every process a run creates is reaped, also when the trainer is PID 1 of its
 PID namespace (a container without an init), where processes whose parent died first
 are re-parented to the trainer: the exec executor reaps what the killed group left
-(:func:`~comlrl.envs.sandbox._process.reap_group`), and a zygote is a child subreaper
+(:func:`~comlrl.envs.sandbox._process.reap_group`), and a fork server is a child subreaper
 that reaps everything its programs leave behind.
 
 The runner reports through a separate pipe with a per-run random nonce; see
@@ -50,8 +50,8 @@ The runner reports through a separate pipe with a per-run random nonce; see
 ``ExecutionResult.isolation["executor"]`` says which executor ran the program.
 
 Known differences of ``"fork"`` (none weakens the limits above): the children of one
-zygote share its string-hash seed and address-space layout (``"exec"`` gets fresh ones
-per program), see the zygote's extra stdlib modules already in ``sys.modules``, and end
+fork server share its string-hash seed and address-space layout (``"exec"`` gets fresh ones
+per program), see the fork server's extra stdlib modules already in ``sys.modules``, and end
 without the interpreter's final teardown of inherited modules (so ``__del__`` of objects
 that outlive the program's globals, e.g. stored in a module, is not called).
 """
@@ -67,7 +67,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from comlrl.envs.sandbox import zygote
+from comlrl.envs.sandbox import fork_executor
 from comlrl.envs.sandbox._process import (
     RUNNER,
     drive,
@@ -116,7 +116,7 @@ def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResul
             for (nothing was run).
     """
     if limits.executor == "fork":
-        result = zygote.execute_forked(payload, limits)
+        result = fork_executor.execute_forked(payload, limits)
         if result is not None:
             return _raise_if_refused(result, limits)
     return _raise_if_refused(execute_exec(payload, limits), limits)

@@ -1,7 +1,7 @@
 """The sandbox's value types: what a program may use, and what happened to it.
 
 :class:`SandboxLimits` goes in, :class:`ExecutionResult` comes out; both executors
-(:mod:`comlrl.envs.sandbox.executor`, :mod:`comlrl.envs.sandbox.zygote`) share them.
+(:mod:`comlrl.envs.sandbox.executor`, :mod:`comlrl.envs.sandbox.fork_executor`) share them.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class SandboxLimits:
             OS allows it (see :attr:`ExecutionResult.isolation` for what was achieved).
         pid_namespace: run the program in a new PID namespace (under a minimal init) when
             the OS allows it.
-        executor: ``"fork"`` forks each program from a pre-started zygote process (falls
+        executor: ``"fork"`` forks each program from a pre-started fork server process (falls
             back to ``"exec"`` where that is not possible); ``"exec"`` starts a new
             interpreter per program. Same isolation per program, see the module docs.
         filesystem: ``"isolated"`` (default): the program sees a new root holding only
@@ -141,7 +141,7 @@ class ExecutionResult:
             (``"pivot_root"``/``"chroot"``), ``uid`` (the program's user id as the host
             sees it), ``capabilities`` (effective capability mask of the program, 0 when
             dropped), ``nproc_enforced``, ``executor`` (``"fork"``/``"exec"``) and, for
-            ``"fork"``, ``zygote_pid``; empty if the runner did not get that far.
+            ``"fork"``, ``fork_server_pid``; empty if the runner did not get that far.
         records: the validated records of the result channel (internal use).
         tampered: ``True`` if the result channel carried lines not written by the runner.
     """
