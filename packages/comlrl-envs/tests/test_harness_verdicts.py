@@ -191,15 +191,19 @@ def test_infinite_loop_at_load_times_out_without_credit() -> None:
     assert (v.status, v.passed) == ("timeout", 0)
 
 
-def test_truth_test_of_a_handle_is_answered_by_the_candidate_process() -> None:
+def test_truth_test_of_a_handle_is_decided_by_the_test_process() -> None:
     # sanitized MBPP 737/787/794: the reference returns a re.Match, the test truth-tests it.
     test = "def check(candidate):\n    assert candidate('ab')\n    assert not candidate('x')\n"
     program = "import re\ndef inc(s):\n    return re.match('a', s)\n"
     v = check_solution(program, test, "inc", lim(timeout_s=5.0))
     assert (v.status, v.passed) == ("passed", 2), v.errors
-    # A lying __bool__ gains nothing: the answer is a plain bool, as `return True` would be.
+    # The program's own __bool__ never answers a test: such an object is refused.
     liar = "class _T:\n    __bool__ = lambda s: True\ndef inc(s):\n    return _T()\n"
     v = check_solution(liar, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("failed", 0), v.errors
+    # A class with __len__ only: its length (plain data) decides, in the test process.
+    sized = "class _L:\n    def __len__(self):\n        return 1\ndef inc(s):\n    return _L()\n"
+    v = check_solution(sized, test, "inc", lim(timeout_s=5.0))
     assert (v.status, v.passed) == ("failed", 1), v.errors
 
 

@@ -78,6 +78,9 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWIPC = 0x08000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
 _SELF = sys.modules[__name__]
 
 
@@ -192,6 +195,36 @@ def _map_ids(uid, gid):
     _write_file("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
+def _install_filter(bpf):
+    """Install the seccomp filter ``bpf`` (a ``struct sock_filter`` array compiled by the
+    trainer with libseccomp, see ``syscall_filter.py``) on this process and its future
+    children; it cannot be removed. Raises ``OSError`` when the kernel refuses it."""
+    import ctypes
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(bpf, _len(bpf))
+    prog = _Prog(_len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    lc = _libc()
+    for args in (
+        (PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        (PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+    ):
+        if lc.prctl(*args) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
+
+
+def _join_run_group(cfg, fd, info):
+    """Move this process into the run's cgroup (every process the run starts follows)."""
+    for path in cfg.get("cgroup_procs") or ():
+        try:
+            _write_file(path, "0")
+        except OSError as exc:
+            _refuse(fd, info, f"could not join the run's cgroup ({path}): {exc}")
+
+
 def _refuse(fd, info, reason):
     """Report why the isolation asked for cannot be had, and end without running code."""
     info["refused"] = reason
@@ -221,6 +254,7 @@ def _isolate(cfg, fd):
     # Always a new IPC namespace (SysV shared memory, semaphores, message queues and POSIX
     # message queues): nothing one run creates is seen by another or outlives the run.
     flags |= CLONE_NEWIPC
+    _join_run_group(cfg, fd, info)
     uid, gid = os.geteuid(), os.getegid()
     entered = False
     if flags and hasattr(os, "fork"):
@@ -279,6 +313,13 @@ def _isolate(cfg, fd):
     info["uid"] = os.geteuid()
     # RLIMIT_NPROC is per real user and is not checked for root / CAP_SYS_RESOURCE.
     info["nproc_enforced"] = lim.get("max_processes") is not None and os.geteuid() != 0
+    info["seccomp"] = False
+    if cfg.get("seccomp"):
+        try:
+            _install_filter(cfg["seccomp"])
+        except Exception as exc:
+            _refuse(fd, info, f"the seccomp filter was refused: {_short(exc)}")
+        info["seccomp"] = True
     return info
 
 
@@ -483,6 +524,13 @@ def main():
         _enter_pid_namespace()
     if check is not None:
         check.run_check(_SELF, cfg, fd, info)
+    if cfg.get("single_process_bpf"):
+        # No cgroup for this run: the program gets no processes beyond this one, so the
+        # per-process limits bound the whole run.
+        try:
+            _install_filter(cfg["single_process_bpf"])
+        except Exception as exc:
+            _refuse(fd, info, f"the single-process filter was refused: {_short(exc)}")
     nonce = _secrets()["nonce"]
     _emit(fd, nonce, info)
     _run_exec(cfg, fd, nonce)

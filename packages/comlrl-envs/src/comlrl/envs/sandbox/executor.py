@@ -84,6 +84,7 @@ from comlrl.envs.sandbox.limits import (
     SandboxLimits,
     SandboxUnavailableError,
 )
+from comlrl.envs.sandbox.run_limits import open_run_group
 
 __all__ = [
     "run_python",
@@ -96,11 +97,12 @@ def _raise_if_refused(result: ExecutionResult, limits: SandboxLimits) -> Executi
     refused = result.isolation.get("refused")
     if refused:
         raise SandboxUnavailableError(
-            f"the sandbox could not isolate the program's filesystem ({refused}); nothing "
-            "was run. Run as root, or allow unprivileged user namespaces "
+            f"the sandbox could not isolate the program ({refused}); nothing was run. For "
+            "the filesystem: run as root, or allow unprivileged user namespaces "
             "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), "
             "or opt out explicitly with SandboxLimits(filesystem='host') if the code is "
-            f"trusted (limits: {limits!r})"
+            "trusted; for the seccomp filter: a kernel with seccomp, or "
+            f"SandboxLimits(syscall_filter=False) (limits: {limits!r})"
         )
     return result
 
@@ -147,10 +149,18 @@ class _ExecChild:
 def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult:
     """The ``"exec"`` executor: a new ``python -I -S -B _runner.py`` for this program."""
     nonce = secrets.token_hex(16)
+    group = open_run_group(limits)
     run_dir, workdir = make_run_dir()
+    try:
+        config = runner_config(limits, run_dir, workdir, group)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if group is not None:
+            group.close()
+        raise
     read_fd, write_fd = os.pipe()
     cfg = dict(payload)
-    cfg.update(nonce=nonce, result_fd=write_fd, **runner_config(limits, run_dir, workdir))
+    cfg.update(nonce=nonce, result_fd=write_fd, **config)
     data = encode_instructions(cfg)
     start = time.perf_counter()
     proc: subprocess.Popen[bytes] | None = None
@@ -191,6 +201,7 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
             nonce,
             limits,
             start,
+            group,
         )
         sweep_program_uid(result.isolation)
         return result
@@ -204,6 +215,8 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
                 if stream is not None:
                     stream.close()
         os.close(read_fd)
+        if group is not None:
+            group.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

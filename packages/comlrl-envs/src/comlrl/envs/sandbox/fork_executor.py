@@ -88,6 +88,7 @@ from comlrl.envs.sandbox._process import (
     scrubbed_env,
 )
 from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
+from comlrl.envs.sandbox.run_limits import open_run_group
 
 __all__ = [
     "execute_forked",
@@ -206,14 +207,22 @@ _RETRY = object()
 def _run_on(server: ForkServer, payload: Mapping[str, Any], limits: SandboxLimits) -> Any:
     """One program on ``server``: an :class:`ExecutionResult`, or ``_RETRY``."""
     nonce = secrets.token_hex(16)
+    group = open_run_group(limits)
     run_dir, workdir = make_run_dir()
+    try:
+        config = runner_config(limits, run_dir, workdir, group)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if group is not None:
+            group.close()
+        raise
     cfg = dict(payload)
     cfg.update(
         nonce=nonce,
         result_fd=_CHILD_RESULT_FD,
         env=scrubbed_env(workdir),
         netns_inherited=server.netns and not limits.allow_network,
-        **runner_config(limits, run_dir, workdir),
+        **config,
     )
     view = memoryview(encode_instructions(cfg))
     req_r, req_w = os.pipe()
@@ -268,7 +277,7 @@ def _run_on(server: ForkServer, payload: Mapping[str, Any], limits: SandboxLimit
                 pass  # the child died before reading everything; drive() reports how
             os.close(req_w)
             ours.remove(req_w)
-        return drive(handle, out_r, err_r, res_r, nonce, limits, start)
+        return drive(handle, out_r, err_r, res_r, nonce, limits, start, group)
     finally:
         if child is not None and not child.exited and child.lost_reason is None:
             # An exception got us here mid-run: make sure the program is dead.
@@ -276,6 +285,8 @@ def _run_on(server: ForkServer, payload: Mapping[str, Any], limits: SandboxLimit
             child.wait()
         for fd in ours:
             os.close(fd)
+        if group is not None:
+            group.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
