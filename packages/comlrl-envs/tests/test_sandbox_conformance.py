@@ -609,6 +609,7 @@ print("finished")
 """
 
 
+@pytest.mark.slow
 def test_cpu_time_of_a_run_of_several_processes_is_bounded_as_a_whole(executor_kind: str) -> None:
     # 3 x 1.5 CPU seconds, each under a per-process limit of 2: only a limit on the whole
     # run stops it.

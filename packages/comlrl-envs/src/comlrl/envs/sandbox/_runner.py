@@ -320,7 +320,29 @@ def _isolate(cfg, fd):
         except Exception as exc:
             _refuse(fd, info, f"the seccomp filter was refused: {_short(exc)}")
         info["seccomp"] = True
+    else:
+        global _SWEEP_KEYS
+        _SWEEP_KEYS = info["uid"] != uid  # a user id of the run's own: its keyrings too
     return info
+
+
+_SWEEP_KEYS = False  # no seccomp filter: clear the run's keyrings when its program ended
+_KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 312, "s390x": 280}
+
+
+def _clear_keyrings():
+    """Unlink every key from this user id's user and user-session keyrings (what a program
+    could make outlive its run when no filter refuses keyrings); the kernel then collects
+    the keys nothing holds."""
+    try:
+        import ctypes
+
+        nr = _KEYCTL_NR.get(os.uname().machine)
+        if nr is not None:
+            for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+                _libc().syscall(nr, ctypes.c_long(7), ctypes.c_long(ring))  # KEYCTL_CLEAR
+    except Exception:
+        pass
 
 
 def _wait_for(pid):
@@ -400,6 +422,8 @@ def _enter_pid_namespace():
             break
         data += chunk
     init_status = _wait_for(init)
+    if _SWEEP_KEYS:
+        _clear_keyrings()  # the whole namespace is dead: nothing of the program runs now
     if data:
         _mirror(_int(data))
     _mirror(init_status)

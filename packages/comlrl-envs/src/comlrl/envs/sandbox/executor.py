@@ -117,11 +117,12 @@ def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResul
         SandboxUnavailableError: the OS refused the filesystem isolation ``limits`` ask
             for (nothing was run).
     """
+    result = None
     if limits.executor == "fork":
         result = fork_executor.execute_forked(payload, limits)
-        if result is not None:
-            return _raise_if_refused(result, limits)
-    return _raise_if_refused(execute_exec(payload, limits), limits)
+    if result is None:
+        result = execute_exec(payload, limits)
+    return _raise_if_refused(result, limits)
 
 
 class _ExecChild:
