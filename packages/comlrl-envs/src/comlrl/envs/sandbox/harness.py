@@ -254,7 +254,7 @@ class Verdict:
             "calls": dict(self.calls),
             "error": self.error,
             "errors": list(self.errors),
-            "observed": dict(self.observed),
+            "observed": {str(n): text for n, text in self.observed.items()},
             "duration_s": round(self.duration_s, 4),
         }
 
