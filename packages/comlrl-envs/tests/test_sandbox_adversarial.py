@@ -266,7 +266,9 @@ def test_refuses_to_run_when_the_new_root_cannot_be_built(
 
 # -------------------------------------------------------------------- processes
 @pytest.mark.parametrize("pidns", [True, False], ids=["pidns", "no-pidns"])
-def test_setsid_daemons_do_not_survive(limits: SandboxLimits, beacon: Beacon, pidns: bool) -> None:
+def test_setsid_daemons_do_not_survive(
+    limits: SandboxLimits, beacon: Beacon, pidns: bool, needs_processes: None
+) -> None:
     if not pidns and limits.executor == "exec" and os.geteuid() != 0:
         pytest.skip(
             "exec executor without a PID namespace under a non-root trainer: the program "
@@ -291,7 +293,7 @@ time.sleep(0.3)
 
 @pytest.mark.parametrize("how", ["timeout", "cpu-kill"])
 def test_nothing_is_left_after_timeouts_and_kills(
-    limits: SandboxLimits, beacon: Beacon, how: str
+    limits: SandboxLimits, beacon: Beacon, how: str, needs_processes: None
 ) -> None:
     code = f"""
 import os, time

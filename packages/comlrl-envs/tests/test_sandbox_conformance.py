@@ -183,7 +183,7 @@ def _lingering_child(beacon: Beacon, *, setsid: bool) -> str:
 
 @pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid-escape"])
 def test_child_that_outlives_the_program_is_killed(
-    run: Executor, beacon: Beacon, setsid: bool
+    run: Executor, beacon: Beacon, setsid: bool, needs_processes: None
 ) -> None:
     if setsid and not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: a setsid() grandchild escapes the group kill")
@@ -194,7 +194,9 @@ def test_child_that_outlives_the_program_is_killed(
     assert beacon.wait_gone() == [], "a child of the sandboxed program is still there"
 
 
-def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, beacon: Beacon) -> None:
+def test_subprocess_in_new_session_is_killed_on_timeout(
+    run: Executor, beacon: Beacon, needs_processes: None
+) -> None:
     if not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: start_new_session children escape the group kill")
     child = f"import time\n{beacon.code}\nprint('child up', flush=True)\ntime.sleep(60)"
@@ -209,7 +211,9 @@ def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, beacon: B
     assert beacon.wait_gone() == []
 
 
-def test_bounded_fork_swarm_is_killed_with_the_program(run: Executor, beacon: Beacon) -> None:
+def test_bounded_fork_swarm_is_killed_with_the_program(
+    run: Executor, beacon: Beacon, needs_processes: None
+) -> None:
     code = textwrap.dedent(
         f"""
         import os, time

@@ -285,7 +285,7 @@ def test_fork_server_is_invisible_from_a_pid_namespace() -> None:
 
 @pytest.mark.parametrize("limits", [FORK, NO_PIDNS], ids=["pidns", "no-pidns"])
 def test_grandchildren_are_killed_and_the_fork_server_keeps_no_children(
-    beacon: Beacon, limits: SandboxLimits
+    beacon: Beacon, limits: SandboxLimits, needs_processes: None
 ) -> None:
     # With a PID namespace the namespace's end kills them; without one the fork server, a
     # child subreaper, adopts and kills them (setsid() escapees included).

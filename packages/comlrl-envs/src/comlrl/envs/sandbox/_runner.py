@@ -195,17 +195,30 @@ def _map_ids(uid, gid):
     _write_file("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
+_SOCK_FPROG = None
+
+
+def _sock_fprog():
+    """ctypes ``struct sock_fprog`` (made once; a fork server makes it up front)."""
+    global _SOCK_FPROG
+    if _SOCK_FPROG is None:
+        import ctypes
+
+        class _Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _SOCK_FPROG = _Prog
+    return _SOCK_FPROG
+
+
 def _install_filter(bpf):
     """Install the seccomp filter ``bpf`` (a ``struct sock_filter`` array compiled by the
     trainer with libseccomp, see ``syscall_filter.py``) on this process and its future
     children; it cannot be removed. Raises ``OSError`` when the kernel refuses it."""
     import ctypes
 
-    class _Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
     buf = ctypes.create_string_buffer(bpf, _len(bpf))
-    prog = _Prog(_len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    prog = _sock_fprog()(_len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
     lc = _libc()
     for args in (
         (PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),

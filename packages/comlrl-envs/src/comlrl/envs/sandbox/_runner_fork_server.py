@@ -188,6 +188,8 @@ def _fork_server_warm_up():
         libc = _libc()
         libc.prctl  # noqa: B018 - resolve and cache the function pointers
         libc.unshare  # noqa: B018
+        libc.syscall  # noqa: B018
+        _runner._sock_fprog()
     except Exception:
         pass
     try:  # filesystem isolation: the module, its libc prototypes and the mount plan

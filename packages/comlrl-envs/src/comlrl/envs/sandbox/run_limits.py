@@ -167,18 +167,44 @@ def _cgroup1(mounts: list[tuple[str, str, str]], own: dict[str, str]) -> Account
     return Accounting("cgroup1", parents)
 
 
+_STALE_S = 3600.0  # an empty run group older than this was left by a trainer that died
+
+
+def _sweep_stale(parents: dict[str, str]) -> None:
+    """Remove the empty run groups that a trainer killed mid-run left behind (a group with
+    processes, or one made in the last hour, is never touched: it may be another
+    trainer's run)."""
+    now = time.time()
+    for parent in set(parents.values()):
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith("comlrl-run-")]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(parent, name)
+            try:
+                if (
+                    now - os.stat(path).st_mtime > _STALE_S
+                    and not _read(os.path.join(path, "cgroup.procs")).strip()
+                ):
+                    os.rmdir(path)
+            except OSError:
+                pass
+
+
 @functools.lru_cache(maxsize=1)
 def _detect() -> Accounting:
     if not os.path.isdir("/sys/fs/cgroup"):
         return Accounting("single_process", {}, "no /sys/fs/cgroup")
     mounts, own = _mounts(), _own_paths()
     found = _cgroup2(mounts, own)
-    if isinstance(found, Accounting):
-        return found
-    second = _cgroup1(mounts, own)
-    if isinstance(second, Accounting):
-        return second
-    return Accounting("single_process", {}, f"{found}; {second}")
+    if not isinstance(found, Accounting):
+        second = _cgroup1(mounts, own)
+        if not isinstance(second, Accounting):
+            return Accounting("single_process", {}, f"{found}; {second}")
+        found = second
+    _sweep_stale(found.parents)
+    return found
 
 
 def run_accounting(limits: SandboxLimits | None = None) -> Accounting:
