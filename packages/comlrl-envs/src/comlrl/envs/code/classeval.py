@@ -132,7 +132,8 @@ class ClassEvalTask(SandboxedSuite):
         timeout_s: wall-clock limit per program (seconds; all units of a class together).
         assert_timeout_s: time budget per test method (seconds).
         max_workers: concurrent sandboxes (``None``: the number of usable CPUs).
-        memory_mb: address-space limit per program (MiB).
+        memory_mb: memory limit of one program's run, all its processes together (MiB;
+            see :class:`comlrl.envs.sandbox.SandboxLimits`).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         executor: sandbox executor kind (``"fork"`` or ``"exec"``).
         max_turns: the most turns an episode may take.

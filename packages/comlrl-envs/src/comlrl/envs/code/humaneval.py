@@ -108,7 +108,8 @@ class CoopHumanEvalTask(SandboxedSuite):
         max_workers: concurrent sandboxes (``None``: the number of usable CPUs).
         helper_name: the helper function's name.
         cooperation_bonus: weight of the cooperation term (in ``[0, 0.8]``).
-        memory_mb: address-space limit per program (MiB).
+        memory_mb: memory limit of one program's run, all its processes together (MiB;
+            see :class:`comlrl.envs.sandbox.SandboxLimits`).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         max_turns: the most turns an episode may take (1 = single-turn).
         executor: sandbox executor kind, ``"fork"`` (fork server, default) or ``"exec"``; see

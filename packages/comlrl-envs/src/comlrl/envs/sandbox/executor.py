@@ -19,8 +19,14 @@ Either way the child applies the same per-program isolation before the program r
   unprivileged user namespaces); in a PID namespace the program runs under a minimal
   init, so every process it started dies with it, even ones that left the process group
   with ``setsid()``;
-- rlimits: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``,
-  ``RLIMIT_CORE=0`` (``RLIMIT_NPROC`` counts per user and is ignored for root);
+- limits per run: a cgroup of its own (memory, processes, CPU time of all the run's
+  processes together), else the single-process fallback
+  (:mod:`comlrl.envs.sandbox.run_limits`); and rlimits per process: ``RLIMIT_CPU``,
+  ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_CORE=0``
+  (``RLIMIT_NPROC`` counts per user and is ignored for root);
+- a seccomp filter for the kernel state no namespace isolates: no keyrings, no file
+  locks another run could see, no notifications on shared files
+  (:mod:`comlrl.envs.sandbox.syscall_filter`);
 - its own filesystem view (``SandboxLimits.filesystem="isolated"``, the default): a new
   mount namespace whose root is a small read-only tmpfs holding only the interpreter,
   its standard library (package directories masked) and the shared libraries it loads,

@@ -61,7 +61,8 @@ it answers, and the process limits bound the rest. Every phase runs on the test
 process's timer (the load, each unit, the call counts); a candidate that stops the test
 process (``SIGSTOP``) ends the run at once, without a verdict, where the run has a PID
 namespace (its init kills the stopped test process; without one the wall clock ends it).
-Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it. Not
+Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it, and a seccomp
+filter refuses keyrings and shared file locks, so no run hands anything to another. Not
 protected: the per-function call counts (``track_calls``, reported by the candidate
 process).
 """
