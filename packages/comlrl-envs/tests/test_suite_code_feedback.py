@@ -118,3 +118,25 @@ def test_helpers() -> None:
 def test_max_turns_argument(humaneval_file: Path) -> None:
     assert CoopHumanEvalTask(path=humaneval_file).max_turns == 4
     assert CoopHumanEvalTask(path=humaneval_file, max_turns=1).max_turns == 1
+
+
+def test_mask_expected_hides_constants_and_keeps_the_program_and_its_inputs() -> None:
+    from comlrl.envs.code.feedback import mask_expected
+
+    src = (
+        "def test_x(self):\n"
+        "    t = Tracker()\n"
+        "    t.add('a', datetime.datetime(2024, 1, 2))\n"
+        "    expected = [{'name': 'a', 'at': datetime.datetime(2024, 1, 2, 1, 0)}]\n"
+        "    self.assertEqual(t.items(), expected)\n"
+        "    self.assertEqual(len(t.items()), 17)\n"
+        "    self.assertIn('zz-top', t.names())\n"
+        "    self.assertAlmostEqual(t.score(-3), -1.5)\n"
+    )
+    masked = mask_expected(src, ("Tracker",))
+    for kept in ("t = Tracker()", "t.add('a', datetime.datetime(2024, 1, 2))", "t.score(-3)"):
+        assert kept in masked, masked
+    for hidden in ("1, 0)", "17", "zz-top", "-1.5"):
+        assert hidden not in masked, masked
+    assert "expected = ..." in masked and "self.assertEqual(t.items(), expected)" in masked
+    assert mask_expected("def broken(:") == "def broken(:"

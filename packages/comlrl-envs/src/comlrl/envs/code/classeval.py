@@ -343,7 +343,7 @@ class ClassEvalTask(SandboxedSuite):
             if self.feedback_mode == "verbatim":
                 return methods[n - 1][2]
             return f"{methods[n - 1][1]} (expected values hidden): " + mask_expected(
-                methods[n - 1][2]
+                methods[n - 1][2], (example["class_name"],)
             )
 
         codes = [

@@ -37,7 +37,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from comlrl.core import Feedback
@@ -90,24 +90,55 @@ def check_feedback_mode(mode: str, suite: str) -> str:
     return mode
 
 
-def mask_expected(source: str) -> str:
+def mask_expected(source: str, program_names: Collection[str] = ()) -> str:
     """``source`` (a test method) with the expected values of its assertions hidden.
 
-    Every literal argument of a ``self.assert*(...)`` call, and the literal assigned to a
-    name that such a call then reads, becomes ``...``; the calls into the program and
-    their inputs stay. ``source`` unchanged when it does not parse.
+    An argument of a ``self.assert*(...)`` call that is built from constants alone (a
+    literal, a container of them, a constructor such as ``datetime.datetime(2024, 1, 2)``
+    with constant arguments) becomes ``...``, and so does such a value assigned to a name
+    that an assertion then reads; what involves the program (a call of one of
+    ``program_names``, e.g. the class under test, or of a method of ``self`` or of a local
+    variable) stays, with its inputs. ``source`` unchanged when it does not parse.
     """
     try:
         module = ast.parse(source)
     except SyntaxError:
         return source
+    program = set(program_names) | {"self"}
+    for node in ast.walk(module):  # local variables may hold the program's objects
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            program.add(node.id)
+        elif isinstance(node, ast.arg):
+            program.add(node.arg)
 
-    def literal(node: ast.AST) -> bool:
-        try:
-            ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return False
-        return True
+    def root(node: ast.AST) -> str | None:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    def constant(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.UnaryOp):
+            return constant(node.operand)
+        if isinstance(node, ast.BinOp):
+            return constant(node.left) and constant(node.right)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return all(constant(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return all(k is None or constant(k) for k in node.keys) and all(
+                constant(v) for v in node.values
+            )
+        if isinstance(node, ast.Call):  # a stdlib value built from constants
+            name = root(node.func)
+            return (
+                name is not None
+                and name not in program
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and all(constant(a) for a in node.args)
+                and all(constant(k.value) for k in node.keywords)
+            )
+        return False
 
     checked: set[str] = set()
     for node in ast.walk(module):
@@ -118,12 +149,12 @@ def mask_expected(source: str) -> str:
         ):
             args = list(node.args) + [k.value for k in node.keywords]
             checked.update(a.id for a in args if isinstance(a, ast.Name))
-            node.args = [ast.Constant(...) if literal(a) else a for a in node.args]
+            node.args = [ast.Constant(...) if constant(a) else a for a in node.args]
             for kw in node.keywords:
-                if literal(kw.value):
+                if constant(kw.value):
                     kw.value = ast.Constant(...)
     for node in ast.walk(module):
-        if isinstance(node, ast.Assign) and literal(node.value):
+        if isinstance(node, ast.Assign) and constant(node.value):
             if any(isinstance(t, ast.Name) and t.id in checked for t in node.targets):
                 node.value = ast.Constant(...)
     return ast.unparse(module)
