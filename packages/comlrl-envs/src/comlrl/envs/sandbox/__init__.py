@@ -12,6 +12,7 @@ from comlrl.envs.sandbox.limits import (
     SandboxUnavailableError,
 )
 from comlrl.envs.sandbox.pool import CheckJob, SandboxPool, run_many
+from comlrl.envs.sandbox.run_limits import Accounting, run_accounting
 
 __all__ = [
     "ExecutionResult",
@@ -28,4 +29,6 @@ __all__ = [
     "SandboxPool",
     "run_many",
     "shutdown_fork_servers",
+    "Accounting",
+    "run_accounting",
 ]
