@@ -8,7 +8,9 @@ once per trainer process (:func:`run_accounting`; ``SandboxLimits.accounting`` f
   environment variable ``COMLRL_SANDBOX_CGROUP`` (a cgroup delegated to the trainer's user,
   e.g. by ``systemd-run --user -p Delegate=yes``) or else the trainer's own cgroup, when
   its ``memory`` and ``pids`` controllers can be enabled for children there (a cgroup with
-  processes of its own cannot: then set the variable). ``memory.max`` = ``memory_mb``
+  processes of its own cannot: then set the variable; a non-root trainer must also be
+  allowed to move its runs' processes there, i.e. the directory and the trainer's own
+  cgroup lie in one subtree delegated to its user). ``memory.max`` = ``memory_mb``
   (``memory.swap.max`` 0, ``memory.oom.group`` 1: an out-of-memory kill ends the whole
   run), ``pids.max`` = ``max_processes``.
 - ``"cgroup1"``: the same with the ``memory``, ``pids`` and ``cpuacct`` controllers of a
