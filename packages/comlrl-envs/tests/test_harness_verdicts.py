@@ -279,3 +279,31 @@ def test_humaneval_units_match_the_assert_structure(rows_by_id: dict[str, Any]) 
     assert split_test(rows_by_id["HumanEval/151"]["test"]).num_units == 7
     assert split_test(rows_by_id["HumanEval/32"]["test"]).num_units == 1
     assert split_test(rows_by_id["HumanEval/0"]["test"]).num_units == 7
+
+
+def test_a_failed_unit_reports_its_last_call_into_the_program_not_its_expected_value() -> None:
+    from comlrl.envs.code.classeval_tests import classeval_check_source
+
+    test = "def check(candidate):\n    assert candidate(2) == 4\n    for x in [3, 5]:\n" + (
+        "        assert candidate(x) == x * x\n    assert candidate(-1) == 1\n"
+    )
+    program = (
+        "def sq(x):\n    if x < 0:\n        raise ValueError('neg')\n    return x * x + (x == 5)\n"
+    )
+    v = check_solution(program, test, "sq", lim(timeout_s=5.0))
+    assert (v.passed, v.observed) == (
+        1,
+        {2: "sq(5) returned 26", 3: "sq(-1) raised ValueError: neg"},
+    )
+    # unittest: the call before the failing assertion, not tearDown's
+    unit = (
+        "import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.c = C()\n"
+        "    def test_add(self):\n        self.c.add(3)\n        self.assertEqual(self.c.total(), 3)\n"
+        "    def tearDown(self):\n        self.c.reset()\n"
+    )
+    program = (
+        "class C:\n    n = 0\n    def add(self, x):\n        self.n += x + 1\n"
+        "    def total(self):\n        return self.n\n    def reset(self):\n        self.n = 0\n"
+    )
+    v = check_solution(program, classeval_check_source(unit), "C", lim(timeout_s=5.0))
+    assert v.observed == {1: "total() returned 4"}, (v.errors, v.observed)

@@ -535,6 +535,7 @@ class _Client:
         self.t_keys = {}  # id -> key (the objects stay alive in t_objects)
         self.labels = {}  # handle key -> the name the tests reached it by (for feedback)
         self.last_call = None  # (label, args, kwargs, ok, value or exception) of this unit
+        self.failure_call = None  # last_call when a unittest test failed (before tearDown)
 
     def stop(self, why):
         if self.dead is None:
@@ -1076,7 +1077,7 @@ def _run_plan(client, secrets, base, track, names):
             errors.append("test statement does not compile: " + _R._short(exc))
             continue
         ok, err = True, ""
-        client.last_call = None
+        client.last_call = client.failure_call = None
         try:
             _R._signal(_R.signal.SIGALRM, _R._on_alarm)
             if unit_timeout:
@@ -1105,8 +1106,9 @@ def _run_plan(client, secrets, base, track, names):
         if is_unit:
             results.append(ok)
             passed += 1 if ok else 0
-            if not ok and client.last_call is not None and len(failed_calls) < _OBSERVED:
-                failed_calls.append((len(results), client.last_call))
+            call = client.failure_call or client.last_call
+            if not ok and call is not None and len(failed_calls) < _OBSERVED:
+                failed_calls.append((len(results), call))
         if not ok and len(errors) < 5:
             errors.append((f"assert #{len(results)}: " if is_unit else "setup: ") + err)
     base["passed"] = passed
@@ -1174,6 +1176,14 @@ def _unittest_runner(client):
 
                 def addSuccess(self, test):
                     self.successes.append(test)
+
+                def addFailure(self, test, err):
+                    client.failure_call = client.failure_call or client.last_call
+                    super().addFailure(test, err)
+
+                def addError(self, test, err):
+                    client.failure_call = client.failure_call or client.last_call
+                    super().addError(test, err)
 
             state["unittest"], state["result"] = unittest, Result
         unittest = state["unittest"]
