@@ -246,15 +246,6 @@ def test_registered_under_tool_math() -> None:
     assert task.max_tool_calls == 2 and task.num_agents == 2
 
 
-def test_tools_survive_the_remote_reward_wrapper() -> None:
-    from comlrl.envs.remote import RemoteRewardTask
-
-    local = ToolMathTask("mul", num_train=2, num_eval=2, max_tool_calls=3)
-    task = RemoteRewardTask(local, ["localhost:1"], check=False)
-    assert [t.name for t in task.tools(1)] == ["python"]
-    assert (task.tool_format, task.max_tool_calls) == ("python", 3)
-
-
 # ------------------------------------------------------------------ gsm8k
 def test_gsm8k_level_on_the_real_file() -> None:
     path = _gsm8k_file()
