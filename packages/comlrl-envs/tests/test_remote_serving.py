@@ -228,6 +228,18 @@ class _OtherTalk(_Talk):
         return [{**ex, "topic": ex["topic"] + "!"} for ex in super().load(split)]
 
 
+def test_options_of_the_host_may_differ_and_the_others_may_not() -> None:
+    on_host = {"path": "/data/on/this/host.jsonl", "max_workers": 4, "limit": 6}
+    server = TaskServer({"talk": _Talk()}, task_kwargs={"talk": on_host}).start()
+    try:
+        run = {"path": "/elsewhere.jsonl", "max_workers": 1, "limit": 6}
+        assert len(RemoteTask("talk", [_address(server)], kwargs=run).load()) == 6
+        with pytest.raises(ValueError, match="with options"):
+            RemoteTask("talk", [_address(server)], kwargs={**run, "limit": 3})
+    finally:
+        server.close()
+
+
 def test_servers_that_hold_different_examples_are_refused_at_load() -> None:
     servers = [TaskServer({"talk": t}).start() for t in (_Talk(), _OtherTalk())]
     try:

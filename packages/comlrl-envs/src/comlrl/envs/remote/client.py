@@ -65,7 +65,11 @@ from comlrl.envs.remote.wire import (
     encode_joint_action,
 )
 
-__all__ = ["DOWN_S", "RemoteTask", "RemoteTaskUnavailable"]
+__all__ = ["DOWN_S", "HOST_OPTIONS", "RemoteTask", "RemoteTaskUnavailable"]
+
+#: Task options that may differ between the run and a server: where the data lies on that
+#: host and the size of its sandbox pool (that the data is the same is checked at ``load``).
+HOST_OPTIONS = frozenset({"path", "max_workers"})
 
 #: Seconds a server that failed a call is asked last (after the others).
 DOWN_S = 30.0
@@ -118,7 +122,7 @@ class RemoteTask(Task):
         name: the served task's name.
         servers: ``"host:port"`` of each task server.
         kwargs: the options the task must be served with (checked against each server's
-            health answer; ``None``: not checked).
+            health answer, but for :data:`HOST_OPTIONS`; ``None``: not checked).
         token: bearer token (default: the ``COMLRL_REMOTE_TOKEN`` environment variable).
         timeout_s: seconds a server may stay silent on a call before the next one is tried.
 
@@ -175,8 +179,9 @@ class RemoteTask(Task):
                     f"with `comlrl-serve --task {name}` or fix task.name"
                 )
             info = served[name]
-            if kwargs is not None and _canonical(info.get("kwargs") or {}) != _canonical(
-                dict(kwargs)
+            theirs = {k: v for k, v in (info.get("kwargs") or {}).items() if k not in HOST_OPTIONS}
+            if kwargs is not None and _canonical(theirs) != _canonical(
+                {k: v for k, v in kwargs.items() if k not in HOST_OPTIONS}
             ):
                 raise ValueError(
                     f"task server {server} serves {name!r} with options {info.get('kwargs')!r} "
