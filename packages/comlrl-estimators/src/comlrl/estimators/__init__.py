@@ -7,6 +7,8 @@ on) installed. Modules:
 
 - :mod:`~comlrl.estimators.advantages`: group-baseline advantages by estimator name
   (REINFORCE, GRPO mean, leave-one-out mean, leave-one-out max) and the optional std scaling.
+- :mod:`~comlrl.estimators.agentwise`: a multi-agent batch's advantages from each agent's
+  own statistics or the team's pooled ones (Dr. MAS), and agent x turn groups (AT-GRPO).
 - :mod:`~comlrl.estimators.registry`: the estimators by name, and registering your own.
 - :mod:`~comlrl.estimators.returns`: discounted returns down a multi-turn rollout tree
   (an early end's reward held for the turns it skips).
@@ -22,6 +24,11 @@ on) installed. Modules:
 """
 
 from comlrl.estimators.advantages import compute_advantages, loo_max_baseline
+from comlrl.estimators.agentwise import (
+    agent_return_moments,
+    agent_turn_group_ids,
+    agentwise_advantages,
+)
 from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
 from comlrl.estimators.importance import (
     sampler_mismatch,
@@ -47,6 +54,9 @@ __all__ = [
     "register_estimator",
     "compute_advantages",
     "loo_max_baseline",
+    "agentwise_advantages",
+    "agent_turn_group_ids",
+    "agent_return_moments",
     "tree_returns",
     "discounted_returns",
     "gae",

@@ -746,7 +746,8 @@ class _ActorCriticTrainer(MultiAgentTrainer):
                 f"{type(self).__name__} needs an ActorCriticConfig (it has the critic's "
                 f"settings), got {type(config).__name__}; build one with the same fields but the "
                 "group-baseline ones (estimator, advantage_scale, advantage_eps, "
-                "update_chunk_nodes, update_chunk_split_turns)."
+                "advantage_stats, advantage_group, update_chunk_nodes, "
+                "update_chunk_split_turns)."
             )
         # critic_devices must fit the agents' placement before setup moves any model
         critic_placement(config, self.method, planned_agent_devices(config, len(agents)))

@@ -24,9 +24,12 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
    it helps; agents on one model object take one step on the sum of their losses):
    one optimizer step on the whole rollout, or with ``update_chunk_nodes`` one per chunk of
    tree nodes in CoMLRL 1.4.3's order (:mod:`comlrl.algos.training.update.node_chunks`);
-5. metrics.
+5. metrics (with ``grad_norm_ratio``, the largest agent's pre-clip gradient norm over the
+   median agent's).
 
-The four methods differ only in ``config.estimator``. :func:`setup` builds the run state
+The four methods differ only in ``config.estimator``; ``advantage_stats`` and
+``advantage_group`` pick whose returns and which completions each baseline is taken over.
+:func:`setup` builds the run state
 once; :func:`train` loops, logs, evaluates (:func:`evaluate`) and checkpoints
 (:func:`checkpoint`); :func:`resume` puts a run back at a step checkpoint.
 
@@ -111,15 +114,13 @@ from comlrl.algos.training.run.diagnostics import warn_if_cannot_learn
 from comlrl.algos.training.run.reporting import build_reporters
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.update.agents import AgentPool, build_optimizer, resolve_device
+from comlrl.algos.training.update.grad_norms import grad_norm_ratio
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
 from comlrl.algos.training.update.policy import UpdateSettings, split_terms, trainer_logprobs
 from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
 from comlrl.core import SamplingParams, Task
-from comlrl.estimators.advantages import (
-    compute_advantages,
-    return_moments,
-    std_from_moments,
-)
+from comlrl.estimators.advantages import std_from_moments
+from comlrl.estimators.agentwise import agent_return_moments, agentwise_advantages
 from comlrl.estimators.joint import credit_completions
 from comlrl.estimators.kl_reward import sequence_kl
 from comlrl.estimators.registry import resolve_estimator
@@ -545,20 +546,32 @@ def group_advantages(
     scale: str = "auto",
     eps: float = 1e-6,
     penalties: list[list[torch.Tensor]] | None = None,
+    stats: str = "agent",
+    group: str = "node",
 ) -> list[list[torch.Tensor]]:
     """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
 
     Each completion's return is the mean return of the joint actions it took part in
-    (:func:`~comlrl.estimators.joint.credit_completions`); its group is the ``G`` completions
-    its agent sampled at the same node (:func:`~comlrl.estimators.advantages.compute_advantages`).
-    ``penalties[t][a]`` (``[N_t * G]``, e.g. ``kl_coef`` times :func:`reward_kl`) is
-    subtracted from each completion's credited return first.
+    (:func:`~comlrl.estimators.joint.credit_completions`); ``penalties[t][a]``
+    (``[N_t * G]``, e.g. ``kl_coef`` times :func:`reward_kl`) is subtracted from each
+    completion's credited return first. The advantages of a turn are
+    :func:`~comlrl.estimators.agentwise.agentwise_advantages` of its ``A * N_t * G`` credited
+    returns:
+
+    - ``group="node"``: a completion's group is the ``G`` completions its agent sampled at
+      its tree node (the same prompt and history); ``group="turn"``: its agent's
+      completions at that turn of the same example, over every node its tree has there
+      (AT-GRPO's agent x turn groups; the same as ``node`` with one node per example a turn).
+    - ``stats="agent"``: an agent's baseline and std come from its own completions only
+      (Dr. MAS's agent-wise normalization); ``stats="global"``: from every agent's
+      completions of the group (the batch) pooled.
 
     ``scale="batch"`` divides each (turn, agent)'s advantages by the std of that turn's
-    credited returns of the agent over the *global* batch: under data parallelism each rank
-    holds a shard of the prompts, so the shards' :func:`return_moments` are summed over the
-    ranks (:func:`~comlrl.algos.models.ranks.gather_objects`; a rank may have no
-    nodes at a later turn) and every rank divides by the same std as one process would.
+    credited returns of the agent (``stats="global"``: of every agent) over the *global*
+    batch: under data parallelism each rank holds a shard of the prompts, so the shards'
+    :func:`~comlrl.estimators.agentwise.agent_return_moments` are summed over the ranks
+    (:func:`~comlrl.algos.models.ranks.gather_objects`; a rank may have no nodes at a
+    later turn) and every rank divides by the same std as one process would.
     Every rank must call this together.
     """
     credited = []
@@ -569,39 +582,46 @@ def group_advantages(
             shape = per_turn.shape[1:]
             per_turn = per_turn - torch.stack([p.to(per_turn).reshape(shape) for p in penalties[t]])
         credited.append(per_turn)
-    batch_stds: list[list[float | None]] = [[None] * c.shape[0] for c in credited]
     resolved = resolve_estimator(estimator).scale if scale == "auto" else scale
-    if resolved == "batch":
-        batch_stds = _global_batch_stds(credited)
-    return [
-        [
-            compute_advantages(
-                per_turn[a],
-                estimator=estimator,
-                scale=scale,  # type: ignore[arg-type]
-                eps=eps,
-                batch_std=batch_stds[t][a],
-            ).reshape(-1)
-            for a in range(per_turn.shape[0])
-        ]
-        for t, per_turn in enumerate(credited)
-    ]
+    batch_stds = _global_batch_stds(credited, stats) if resolved == "batch" else None
+    out = []
+    for t, (turn, per_turn) in enumerate(zip(ro.turns, credited, strict=True)):
+        num_agents, num_nodes, g = per_turn.shape
+        node_group = turn.example_index if group == "turn" else torch.arange(num_nodes)
+        adv = agentwise_advantages(
+            per_turn.reshape(-1),
+            torch.arange(num_agents).repeat_interleave(num_nodes * g),
+            node_group.to(torch.int64).repeat_interleave(g).repeat(num_agents),
+            num_agents=num_agents,
+            estimator=estimator,
+            scale=scale,  # type: ignore[arg-type]
+            stats=stats,  # type: ignore[arg-type]
+            eps=eps,
+            batch_std=batch_stds[t] if batch_stds is not None else None,
+        )
+        out.append(list(adv.reshape(num_agents, num_nodes * g).unbind(0)))
+    return out
 
 
-def _global_batch_stds(credited: list[torch.Tensor]) -> list[list[float | None]]:
-    """Per turn and agent, the std of the credited returns of every rank's nodes."""
+def _global_batch_stds(credited: list[torch.Tensor], stats: str) -> list[torch.Tensor]:
+    """Per turn, ``[A]``: the std of the credited returns of every rank's nodes of each
+    agent (``stats="global"``: of every agent)."""
     local = {
-        (t, a): return_moments(per_turn[a]).cpu()
+        t: agent_return_moments(
+            per_turn.reshape(-1),
+            torch.arange(per_turn.shape[0]).repeat_interleave(per_turn[0].numel()),
+            per_turn.shape[0],
+            stats=stats,  # type: ignore[arg-type]
+        ).cpu()
         for t, per_turn in enumerate(credited)
-        for a in range(per_turn.shape[0])
     }
-    total: dict[tuple[int, int], torch.Tensor] = {}
+    total: dict[int, torch.Tensor] = {}
     for shard in gather_objects(local):
         for key, moments in shard.items():
             total[key] = total[key] + moments if key in total else moments
     return [
-        [std_from_moments(total[(t, a)]) for a in range(per_turn.shape[0])]
-        for t, per_turn in enumerate(credited)
+        torch.tensor([std_from_moments(row) for row in total[t]], dtype=torch.float64)
+        for t in range(len(credited))
     ]
 
 
@@ -686,6 +706,7 @@ def step(run: GroupBaselineRun) -> StepResult:
         adv = group_advantages(
             ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps,
             penalties=[[cfg.kl_coef * k for k in per] for per in kl] if kl is not None else None,
+            stats=cfg.advantage_stats, group=cfg.advantage_group,
         )  # fmt: skip
     except Exception:
         ckpt.restore_state(
@@ -733,6 +754,9 @@ def step(run: GroupBaselineRun) -> StepResult:
     metrics = summary_metrics(merge_summaries(gather_objects(summary)))
     for a, agent_stats in enumerate(stats):
         metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
+    ratio = grad_norm_ratio([s["grad_norm"] for s in stats if "grad_norm" in s])
+    if ratio is not None:
+        metrics["grad_norm_ratio"] = ratio
     if kl is not None:  # the mean summed KL of each agent's completions, and its penalty
         for a in range(len(run.agents)):
             mean = float(torch.cat([per[a] for per in kl]).mean())

@@ -299,6 +299,22 @@ class GroupBaselineSection(BaseModel):
         "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
     )
     advantage_eps: float = Field(1e-6, gt=0)
+    advantage_stats: Literal["agent", "global"] = Field(
+        "agent",
+        description="Whose returns an agent's baseline and std come from. agent: its own "
+        "completions' only (Dr. MAS's agent-wise normalization, arXiv 2602.08847): every "
+        "agent's advantages have its own scale, whatever its teammates' reward ranges. "
+        "global: every agent's completions pooled (one baseline and std for the team). The "
+        "two differ only where agents' returns differ (joint_mode=cross, per-agent rewards).",
+    )
+    advantage_group: Literal["node", "turn"] = Field(
+        "node",
+        description="The group a completion's baseline is taken over. node: the G "
+        "completions its agent sampled at one tree node (same prompt and history). turn: its "
+        "agent's completions at that turn of the same example, over every node of the tree "
+        "(AT-GRPO's agent x turn groups, arXiv 2510.11062); the same as node with one node "
+        "per example a turn (single-turn tasks).",
+    )
     update_chunk_nodes: int | None = Field(
         None,
         ge=1,
