@@ -427,6 +427,15 @@ def test_tool_errors_come_back_as_their_kinds_and_a_retried_call_runs_once() -> 
         answers = [_post(_address(server), body) for _ in range(2)]  # a client retrying
         assert answers[0] == answers[1] == {"request_id": "tool-id", "result": {"text": "10"}}
         assert task.runs == 5 and server.tool_calls == 5 and server.duplicates_served == 1
+        # arguments that do not fit the schema: the caller's malformed call, never run
+        wrong = _post(_address(server), {**body, "request_id": "wrong", "arguments": {"y": 5}})
+        assert wrong["result"] == {
+            "error": "malformed",
+            "message": "Error: double has no argument 'y' (its arguments: x).",
+        }
+        call = '<tool_call>{"name": "double", "arguments": {"x": "3"}}</tool_call>'
+        assert run_tool_call(tools, fmt, call).error == "malformed"  # checked before sending
+        assert task.runs == 5
     finally:
         server.close()
 

@@ -287,7 +287,9 @@ class ServedTask:
         return encode_feedback(self.task.feedback(example, action, info, int(body["turn"])))
 
     def tool(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``tool`` op: ``{"agent": int, "name": str, "arguments": {...}}``."""
+        """The ``tool`` op: ``{"agent": int, "name": str, "arguments": {...}}``. Arguments
+        that do not fit the tool's schema (:meth:`comlrl.core.Tool.check_arguments`) come
+        back as ``{"error": "malformed", "message": ...}`` and the tool does not run."""
         agent, tool_name, arguments = body.get("agent"), body.get("name"), body.get("arguments")
         if (
             isinstance(agent, bool)
@@ -307,6 +309,9 @@ class ServedTask:
                 f"agent {agent} of {self.name!r} has no tool {tool_name!r} "
                 f"(tools: {sorted(self.tools[agent]) or 'none'})",
             )
+        problem = tool.check_arguments(arguments)
+        if problem is not None:  # the caller's malformed call: the tool does not run
+            return {"error": "malformed", "message": f"Error: {problem}"}
         with self._count_lock:
             self.tool_calls += 1
         return _run_tool(tool, arguments)
