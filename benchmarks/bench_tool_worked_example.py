@@ -1,9 +1,9 @@
 """Does a small chat model call a task's tool without a worked example in its prompt?
 
 The task is ``StockCountTask`` exactly as ``docs/custom-tasks.md`` writes it (section "A task
-with a tool, taught by a worked example"; this script runs that page's block): two agents
-each look up one item's count with a JSON-format ``stock`` tool and end with an
-``Answer:`` line. Untrained SmolLM2-135M-Instruct (a GGUF file; its chat template renders no
+with a tool, taught by a worked example"; this script runs the definitions of that page's
+block): two agents each look up one item's count with a JSON-format ``stock`` tool and end
+with an ``Answer:`` line. Untrained SmolLM2-135M-Instruct (a GGUF file; its chat template renders no
 tools, so the rollout declares the tool as text in the system message) is evaluated twice
 on the first ``--limit`` test pairs, ``--samples`` sampled joint actions each at
 ``--temperature``: with ``example=False`` and with ``example=True`` (the worked exchange
@@ -37,9 +37,11 @@ SECTION = "## A task with a tool, taught by a worked example"
 
 
 def documented_task() -> type:
-    """``StockCountTask`` from the page's first Python block of :data:`SECTION`."""
+    """``StockCountTask`` from the page's first Python block of :data:`SECTION`: its
+    definitions, up to the line ``task = StockCountTask()`` where the page starts using it."""
     text = PAGE.read_text(encoding="utf-8")
     block = re.findall(r"```python\n(.*?)```", text[text.index(SECTION) :], re.S)[0]
+    block = block[: block.index("\ntask = StockCountTask()")]
     namespace: dict[str, Any] = {"__name__": "stock_count"}
     exec(compile(block, f"{PAGE}:{SECTION}", "exec"), namespace)  # noqa: S102 - our docs
     return namespace["StockCountTask"]
