@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     report = {
         "benchmark": "agent_normalization",
-        "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": "python "
+        + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
         "commit": git_commit(HERE.parent),
         "machine": machine_info(args.threads),
         "settings": {

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     report = {
         "benchmark": "tool_worked_example",
-        "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": "python "
+        + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
         "commit": git_commit(HERE.parent),
         "machine": machine_info(args.threads),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
