@@ -29,9 +29,9 @@ One step, read top to bottom in :func:`train_step` (``DESIGN.md`` §3):
 
 The four methods differ only in ``config.estimator``; ``advantage_stats`` and
 ``advantage_group`` pick whose returns and which completions each baseline is taken over.
-:func:`setup` builds the run state
-once; :func:`train` loops, logs, evaluates (:func:`evaluate`) and checkpoints
-(:func:`checkpoint`); :func:`resume` puts a run back at a step checkpoint.
+:func:`setup` builds the run state once; :func:`train` loops, logs, evaluates
+(:func:`evaluate`) and checkpoints (:func:`checkpoint`); :func:`resume` puts a run back at
+a step checkpoint.
 
 This module builds the run, steps, evaluates, saves and restores it.
 
@@ -120,7 +120,7 @@ from comlrl.algos.training.update.policy import UpdateSettings, split_terms, tra
 from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
 from comlrl.core import SamplingParams, Task
 from comlrl.estimators.advantages import std_from_moments
-from comlrl.estimators.agentwise import agent_return_moments, agentwise_advantages
+from comlrl.estimators.agentwise import Stats, agent_return_moments, agentwise_advantages
 from comlrl.estimators.joint import credit_completions
 from comlrl.estimators.kl_reward import sequence_kl
 from comlrl.estimators.registry import resolve_estimator
@@ -546,8 +546,8 @@ def group_advantages(
     scale: str = "auto",
     eps: float = 1e-6,
     penalties: list[list[torch.Tensor]] | None = None,
-    stats: str = "agent",
-    group: str = "node",
+    stats: Stats = "agent",
+    group: Literal["node", "turn"] = "node",
 ) -> list[list[torch.Tensor]]:
     """Advantages of every completion: per turn ``t``, per agent, ``[N_t * G]`` float32.
 
@@ -595,7 +595,7 @@ def group_advantages(
             num_agents=num_agents,
             estimator=estimator,
             scale=scale,  # type: ignore[arg-type]
-            stats=stats,  # type: ignore[arg-type]
+            stats=stats,
             eps=eps,
             batch_std=batch_stds[t] if batch_stds is not None else None,
         )
@@ -603,7 +603,7 @@ def group_advantages(
     return out
 
 
-def _global_batch_stds(credited: list[torch.Tensor], stats: str) -> list[torch.Tensor]:
+def _global_batch_stds(credited: list[torch.Tensor], stats: Stats) -> list[torch.Tensor]:
     """Per turn, ``[A]``: the std of the credited returns of every rank's nodes of each
     agent (``stats="global"``: of every agent)."""
     local = {
@@ -611,7 +611,7 @@ def _global_batch_stds(credited: list[torch.Tensor], stats: str) -> list[torch.T
             per_turn.reshape(-1),
             torch.arange(per_turn.shape[0]).repeat_interleave(per_turn[0].numel()),
             per_turn.shape[0],
-            stats=stats,  # type: ignore[arg-type]
+            stats=stats,
         ).cpu()
         for t, per_turn in enumerate(credited)
     }
