@@ -257,9 +257,9 @@ def build_task(task_config: TaskConfig) -> Any:
 
     Raises:
         ConfigError: an unknown task, options a task rejects (with its options and
-            defaults), mixture tasks for different numbers of agents, or task servers that
-            do not answer or serve another task or version (or comlrl-envs, which holds
-            their client, is not installed).
+            defaults), mixture tasks for different numbers of agents or whose agents have
+            other tools, or task servers that do not answer or serve another task or
+            version (or comlrl-envs, which holds their client, is not installed).
     """
     if task_config.remote:
         try:
