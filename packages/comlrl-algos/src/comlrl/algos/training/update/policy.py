@@ -24,6 +24,7 @@ from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch
+from comlrl.algos.training.run.diagnostics import gspo_reduction_problem, warn_training
 from comlrl.estimators.importance import (
     TIS_LEVELS,
     sampler_mismatch,
@@ -86,7 +87,10 @@ class UpdateSettings:
         tis_cap: ``C`` of ``tis_level`` (>= 1).
         importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
             Zheng et al. 2025: one length-normalised ratio and clip per completion); see
-            :func:`~comlrl.estimators.losses.policy_loss`.
+            :func:`~comlrl.estimators.losses.policy_loss`. ``"sequence"`` with a reduction
+            other than ``seq_mean_token_mean`` warns (a
+            :class:`~comlrl.algos.training.run.diagnostics.TrainingWarning`: not GSPO's
+            objective, :func:`~comlrl.algos.training.run.diagnostics.gspo_reduction_problem`).
         fused_logprobs: compute log-probs from the last hidden states and the lm_head
             weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
             (same values and gradient; less memory at large vocabularies). Models it cannot
@@ -127,6 +131,9 @@ class UpdateSettings:
                 f"sampling_temperature={self.sampling_temperature}: the truncated weight "
                 "compares log-probs at one temperature; set tis_level=None"
             )
+        gspo = gspo_reduction_problem(self.importance_level, self.loss_reduction)
+        if gspo is not None:
+            warn_training(gspo)
 
     @property
     def retempered(self) -> bool:
