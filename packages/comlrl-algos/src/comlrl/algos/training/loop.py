@@ -5,6 +5,7 @@ every recipe (group baseline, IAC/MAAC, SFT, DPO, MADPO, MARLHF's RL phase)::
 
     for step in range(start, num_steps):
         result = recipe.step()                 # StepResult: the metrics row (+ its rollout)
+        release_freed_memory()                 # the host memory the step freed (large runs)
         metrics.jsonl  <- result.row           # and every reporter (TensorBoard, W&B, curve)
         samples.jsonl  <- result.rollout       # the first log_samples joint actions per turn
         eval           <- recipe.evaluate()    # every eval_every steps (and at step 0)
@@ -37,6 +38,7 @@ from comlrl.algos.rollout.metrics import sample_rows
 from comlrl.algos.training.config.rl import ConfigError
 from comlrl.algos.training.run import checkpoint as ckpt
 from comlrl.algos.training.run.data import JsonlWriter
+from comlrl.algos.training.run.host_memory import release_freed_memory
 from comlrl.algos.training.run.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
@@ -276,6 +278,7 @@ def run_loop(
                     if out is not None:
                         _save_after_failure(recipe, settings, out, step, col, exc)
                     raise
+                release_freed_memory()  # what the step freed, back to the system
                 row, step = result.row, int(result.row["step"])
                 now = time.perf_counter()
                 row.setdefault("time/step_s", now - last)

@@ -672,6 +672,7 @@ def _fused_critic_update(
         for stats in out:
             stats["critic_grad_norm"] = norm
     optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # no gradient outlives the step (as update_policy)
     return out
 
 

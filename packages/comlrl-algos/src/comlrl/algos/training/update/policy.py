@@ -401,6 +401,9 @@ def _update(
             _add(sums, weights, "grad_norm", float(norm), 1.0)
         optimizer.step()
         passes += 1
+    # the gradients live for the update only: between steps an agent holds its weights
+    # and optimizer states, not a third copy of its parameters
+    optimizer.zero_grad(set_to_none=True)
     if sync is not None:
         sums, weights = _merge_ranks(sums, weights)
     out = {}
