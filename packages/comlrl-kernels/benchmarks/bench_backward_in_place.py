@@ -4,15 +4,17 @@ gradient, and the copy an in-place caller pays.
 ``token_logprobs(..., inplace_backward=True)`` wrote the gradient over the logits. Its
 backward runs the same kernel as the out-of-place one (read ``[N, V]`` logits, write
 ``[N, V]`` gradient, no ``__restrict__`` on either pointer in the CPU or CUDA code), so the
-two move the same bytes; a caller that still needs its logits (as the old benchmark did,
-and as anything that saved them for its own backward does) must copy them first. This
-script times, on the backend ``--device`` picks, with the copies made outside the timed
-region:
+two move the same bytes; what differs is where the gradient goes: a new buffer (on a GPU
+the caching allocator hands back memory it holds; on a CPU a buffer this large is freshly
+mapped, and its first write faults every page in) or the logits, which a caller that still
+needs them (as ``bench_token_logprobs.py``'s ``ours_inplace`` did, and as anything that
+saved them for its own backward does) must copy first. This script times, on the backend
+``--device`` picks, with the copies made outside the timed region:
 
 - ``backward``: the out-of-place backward (a new ``[N, V]`` gradient);
 - ``backward_in_place``: the same kernel writing over a fresh copy of the logits;
-- ``clone``: one copy of the logits, what ``bench_token_logprobs.py``'s ``ours_inplace``
-  added to every forward+backward it timed.
+- ``clone``: one copy of the logits, what ``ours_inplace`` added to every
+  forward+backward it timed.
 
 The internal ``token_logprobs_backward`` keeps its ``inplace`` argument for the fused
 ``linear_token_logprobs``, which overwrites the chunk of logits it recomputed itself.
