@@ -1,12 +1,14 @@
 """Load test of served tasks on loopback: several trainers, one task server killed mid-run.
 
-Starts ``--servers`` task servers (``comlrl serve --task coop_story``, real processes),
-then ``--trainers`` threads, each with its own
-:class:`~comlrl.algos.rollout.remote_task.RemoteTask` over all servers, each doing
-``--rounds`` rounds of: ``prompts`` for an example, then ``score`` for ``--batch`` joint
-actions of seeded random completions. When half of all rounds are done, server 0 gets
-SIGKILL (no goodbye: its connections drop mid-call). Every reward that comes back is
-compared with the local task's reward for the same joint action.
+Starts ``--servers`` task servers (``python -m comlrl.envs.remote --task coop_story``,
+real processes), then ``--trainers`` threads, each with its own
+:class:`~comlrl.envs.remote.client.RemoteTask` over all servers, each doing ``--rounds``
+rounds of: ``prompts`` for an example, then ``score`` for ``--batch`` joint actions of
+seeded random completions (one reward call, which the client spreads over the servers in
+about two requests each). When half of all rounds are done, server 0 gets SIGKILL (no
+goodbye: its connections drop mid-call). Every reward that comes back is compared with the
+local task's reward for the same joint action (the served example's reference names the
+local example).
 
 Prints, per call kind, the latency percentiles (ms) and writes them with the counts to
 ``benchmarks/results/task_serving_load.json``: calls made, answered, failed (lost), wrong
@@ -24,7 +26,6 @@ import json
 import platform
 import random
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -37,9 +38,8 @@ from typing import Any
 
 
 def _start_server(limit: int) -> tuple[subprocess.Popen[str], str]:
-    exe = shutil.which("comlrl", path=str(Path(sys.executable).parent)) or shutil.which("comlrl")
-    cmd = [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
-    args = ["serve", "--task", "coop_story", "--option", f"coop_story.limit={limit}"]
+    cmd = [sys.executable, "-m", "comlrl.envs.remote"]
+    args = ["--task", "coop_story", "--option", f"coop_story.limit={limit}"]
     proc = subprocess.Popen(
         [*cmd, *args, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -76,10 +76,11 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results/task_serving_load.json")
     args = parser.parse_args()
 
-    from comlrl.algos.rollout.remote_task import RemoteTask
     from comlrl.core import get_task
+    from comlrl.envs.remote import RemoteTask
 
     local = get_task("coop_story", limit=args.limit)
+    local_rows = list(local.load("train"))
     servers = [_start_server(args.limit) for _ in range(args.servers)]
     addresses = [address for _, address in servers]
     latencies: dict[str, list[float]] = {"load": [], "prompts": [], "score": []}
@@ -127,7 +128,8 @@ def main() -> int:
             with lock:
                 counts["sent"] += args.batch
             if batch is not None:
-                want = local.reward(comps, exs).rewards
+                mine = local_rows[int(ex["ref"][1])]
+                want = local.reward(comps, [mine] * args.batch).rewards
                 with lock:
                     counts["scored"] += len(batch.rewards)
                     counts["wrong_rewards"] += sum(

@@ -90,3 +90,35 @@ def test_a_mixture_run_reports_each_task_apart_and_resumes_where_it_stood(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _same(_rows(part / "metrics.jsonl"), metrics, "metrics.jsonl")
     _same(_rows(part / "samples.jsonl"), samples, "samples.jsonl")
+
+
+def test_a_mixture_keeps_its_tasks_tools_and_budgets() -> None:
+    """``tool_math`` in a mixture is prompted to use a tool that runs (its Python tool in
+    the rollout's tool box); mixed with a task whose agents have no tools it is refused
+    before any model loads; a pretrained run takes the largest budget the tasks declare."""
+    import pytest
+    from comlrl.algos.rollout.environment import TaskEnvironment
+    from comlrl.algos.training.config.rl import ConfigError, TrainConfig
+    from comlrl.algos.training.config.task import TaskConfig
+    from comlrl.algos.training.config.task_setup import build_task
+
+    def task(*names: str) -> TaskConfig:
+        return TaskConfig.model_validate({"mixture": [{"name": n} for n in names]})
+
+    mix = build_task(task("tool_math"))
+    env = TaskEnvironment(mix)
+    try:
+        boxes = env.toolboxes
+        assert [b is not None and [t.name for t in b.tools] for b in boxes] == [
+            ["python"],
+            ["python"],
+        ]
+        assert all(b is not None and b.fallback_format == "python" for b in boxes)
+    finally:
+        env.close()
+        mix.close()
+    with pytest.raises(ConfigError, match="different tools"):
+        build_task(task("tool_math", "coop_story"))
+    gguf = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"  # any non-built-in name: pretrained
+    config = TrainConfig(models=[gguf], task=task("coop_story", "debate_math").model_dump())
+    assert config.max_new_tokens == 96  # debate_math's 96, not coop_story's 48

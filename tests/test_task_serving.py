@@ -1,15 +1,19 @@
-"""Served tasks (``comlrl serve``): a trainer's :class:`RemoteTask` against real
-:class:`TaskServer` s on loopback: the same data, prompts, feedback and rewards as the
-local task, failover, idempotent requests, the token, protocol versions, a busy server
-still answering its health check, and a training run equal to the local one."""
+"""Training on served tasks (``comlrl serve``, comlrl-envs' task server): a short ``comlrl
+train`` against servers on loopback gives the same metrics as on the local task (a
+single-turn task, a multi-turn one whose feedback goes through sealed infos, and one whose
+tool calls run on the server), and ``comlrl serve`` itself: the start-up line names each
+task's ``comlrl train`` arguments, and SIGTERM after serving a run stops it without a
+traceback. The protocol's own tests (refusals, failover, idempotency) are comlrl-envs'
+(``test_remote_serving.py``, ``test_reward_hacks_server.py``)."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-import urllib.request
-from collections.abc import Mapping, Sequence
+import re
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,186 +21,13 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="comlrl serve needs comlrl-envs[serve] (aiohttp)")
 
-from comlrl.algos.rollout.remote_task import RemoteTask, RemoteTaskUnavailable  # noqa: E402
-from comlrl.core import (  # noqa: E402
-    ChatPrompt,
-    Feedback,
-    JointAction,
-    RewardBatch,
-    RewardFunctionError,
-    Task,
-    get_task,
-)
-from comlrl.core.wire import TASK_PROTOCOL  # noqa: E402
+from comlrl.core import get_task  # noqa: E402
 from comlrl.envs.remote.task_server import TaskServer  # noqa: E402
-
-
-class _Talk(Task):
-    """Two agents, two turns, chat prompts; counts reward calls; a reward call can be held
-    (``gate``) to see the server while it is busy."""
-
-    name = "talk"
-    num_agents = 2
-    max_turns = 2
-
-    def __init__(self) -> None:
-        self.scored = 0
-        self.gate: threading.Event | None = None
-        self.entered = threading.Event()
-
-    def load(self, split: str = "train") -> list[dict[str, Any]]:
-        return [{"id": f"talk/{i}", "topic": t} for i, t in enumerate(["sea", "fox", "moon"])]
-
-    def prompts(self, example: Mapping[str, Any], history: Sequence[Feedback] = ()) -> list[Any]:
-        said = " / ".join(t for f in history for t in f.texts)
-        return [
-            ChatPrompt(({"role": "user", "content": f"{example['topic']} {a} {said}"},), raw="r")
-            for a in range(2)
-        ]
-
-    def reward(
-        self, completions: Sequence[Sequence[str]], examples: Sequence[Mapping[str, Any]]
-    ) -> RewardBatch:
-        self.entered.set()
-        if self.gate is not None:
-            self.gate.wait(30)
-        self.scored += len(examples)
-        same = [examples[i] is examples[0] for i in range(len(examples))]
-        return RewardBatch(
-            [float(len(a) - len(b)) for a, b in zip(*completions, strict=True)],
-            [{"same_example_object": s} for s in same],
-        )
-
-    def feedback(
-        self,
-        example: Mapping[str, Any],
-        joint_action: JointAction,
-        info: Mapping[str, Any],
-        turn: int,
-    ) -> Feedback:
-        return Feedback(texts=tuple(c.upper() for c in joint_action.completions), done=turn > 0)
-
-
-@pytest.fixture
-def talk_server() -> Any:
-    task = _Talk()
-    server = TaskServer({"talk": task}).start()
-    yield server, task
-    server.close()
 
 
 def _address(server: TaskServer) -> str:
     host, port = server.address
     return f"{host}:{port}"
-
-
-def test_a_served_task_gives_what_the_local_task_gives(talk_server: Any) -> None:
-    server, task = talk_server
-    remote = RemoteTask("talk", [_address(server)])
-    assert (remote.num_agents, remote.max_turns) == (2, 2)
-    assert remote.load("train") == task.load("train")
-    ex = remote.load("train")[1]
-    fb = remote.feedback(ex, JointAction((0, 1), ("ab", "c")), {"k": 1}, 0)
-    assert fb == Feedback(texts=("AB", "C"), done=False)
-    assert remote.prompts(ex, [fb]) == task.prompts(ex, [fb])
-    batch = remote.reward([["aaa", "b"], ["a", "bbb"]], [ex, ex])
-    assert batch.rewards == [2.0, -2.0]
-    # the same example object twice on this side is one object on the server too
-    assert [i["same_example_object"] for i in batch.infos] == [True, True]
-    assert task.scored == 2
-
-
-def test_calls_fail_over_to_the_next_server(talk_server: Any) -> None:
-    server, task = talk_server
-    spare = TaskServer({"talk": _Talk()})
-    dead = _address(spare)
-    spare.close()  # a port nothing listens on any more
-    remote = RemoteTask("talk", [dead, _address(server)])
-    for _ in range(4):  # each call starts at another server; the dead one is skipped
-        assert remote.reward([["aa"], ["a"]], [{"id": "x", "topic": "t"}]).rewards == [1.0]
-    assert task.scored == 4
-    assert remote.failovers == 1  # once failed, the dead server is asked last
-    server.close()
-    with pytest.raises(RewardFunctionError, match="no task server answered 'score'"):
-        remote.reward([["aa"], ["a"]], [{"id": "x", "topic": "t"}])
-
-
-def test_a_hung_server_is_left_after_the_timeout_and_the_batch_scored_once(
-    talk_server: Any,
-) -> None:
-    server, task = talk_server
-    stuck_task = _Talk()
-    stuck_task.gate = threading.Event()  # never set until the end: the server hangs
-    stuck = TaskServer({"talk": stuck_task}).start()
-    try:
-        remote = RemoteTask("talk", [_address(stuck), _address(server)], timeout_s=1.0)
-        batch = remote.reward([["aaa"], ["a"]], [{"id": "x", "topic": "t"}])
-        assert batch.rewards == [2.0] and task.scored == 1
-    finally:
-        stuck_task.gate.set()
-        stuck.close()
-
-
-def test_a_repeated_request_id_is_answered_from_the_cache(talk_server: Any) -> None:
-    server, task = talk_server
-    body = {
-        "protocol": TASK_PROTOCOL,
-        "request_id": "same-id",
-        "task": "talk",
-        "op": "score",
-        "examples": [{"id": "x", "topic": "t"}],
-        "example_index": [0],
-        "completions": [["aa"], ["a"]],
-    }
-    answers = []
-    for _ in range(2):  # a client retrying after a lost answer
-        req = urllib.request.Request(
-            f"http://{_address(server)}/v1/task", data=json.dumps(body).encode(), method="POST"
-        )
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            answers.append(json.loads(resp.read()))
-    assert answers[0] == answers[1]
-    assert task.scored == 1 and server.duplicates_served == 1
-
-
-def test_the_token_the_protocol_and_the_task_name_are_checked() -> None:
-    task = _Talk()
-    server = TaskServer({"talk": task}, token="s3cret").start()
-    try:
-        with pytest.raises(ValueError, match="wrong token"):
-            RemoteTask("talk", [_address(server)], token="guess")
-        assert RemoteTask("talk", [_address(server)], token="s3cret").load()
-        with pytest.raises(ValueError, match="serves \\['talk'\\], not 'other'"):
-            RemoteTask("other", [_address(server)], token="s3cret")
-        with pytest.raises(ValueError, match="with options"):
-            RemoteTask("talk", [_address(server)], token="s3cret", kwargs={"limit": 2})
-    finally:
-        server.close()
-    from comlrl.envs.remote import RewardServer
-
-    worker = RewardServer(_Talk()).start()  # today's reward-only worker: protocol 1
-    try:
-        host, port = worker.address
-        with pytest.raises(ValueError, match="task protocol 1, this client 2"):
-            RemoteTask("talk", [f"{host}:{port}"])
-    finally:
-        worker.close()
-    with pytest.raises(RemoteTaskUnavailable, match="no task server answered"):
-        RemoteTask("talk", ["127.0.0.1:9"])
-
-
-def test_a_busy_server_answers_its_health_check(talk_server: Any) -> None:
-    server, task = talk_server
-    task.gate = threading.Event()
-    remote = RemoteTask("talk", [_address(server)])
-    worker = threading.Thread(target=remote.reward, args=([["a"], ["b"]], [{"id": "x"}]))
-    worker.start()
-    assert task.entered.wait(30)
-    with urllib.request.urlopen(f"http://{_address(server)}/v1/health", timeout=30) as resp:
-        assert json.loads(resp.read())["in_flight"] == 1
-    task.gate.set()
-    worker.join(30)
-    assert task.scored == 1
 
 
 def test_training_on_a_served_task_matches_training_on_the_local_task(tmp_path: Path) -> None:
@@ -220,188 +51,107 @@ def test_training_on_a_served_task_matches_training_on_the_local_task(tmp_path: 
     assert rows["r"] == rows["l"] and len(rows["r"]) == 2
 
 
-def test_comlrl_serve_hosts_a_task_until_sigterm() -> None:
-    import re
-    import shutil
-    import signal
-    import subprocess
-    import sys
+def _reward_means(run: Path) -> list[dict[str, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    return [{k: v for k, v in row.items() if "reward" in k and "time" not in k} for row in rows]
 
+
+def _turns(run: Path) -> list[tuple[int, list[Any], list[str] | None]]:
+    """Each sample's turn, prompts and feedback (the samples' other fields hold timings)."""
+    rows = [json.loads(line) for line in (run / "samples.jsonl").open()]
+    return [(r["turn"], r["prompts"], r["feedback"]) for r in rows]
+
+
+@pytest.mark.slow
+def test_training_a_multi_turn_served_task_matches_the_local_task(tmp_path: Path) -> None:
+    from comlrl.algos.cli.main import main
+
+    options = {"num_agents": 2, "rounds": 1, "num_train": 4, "num_eval": 2}
+    server = TaskServer(
+        {"debate_math": get_task("debate_math", **options)},
+        task_kwargs={"debate_math": options},
+    ).start()
+    common = ["train", "task.name=debate_math", "num_turns=2", "num_steps=2", "batch_size=2"]
+    common += [f"task.kwargs.{k}={v}" for k, v in options.items()]
+    common += ["num_generations=2", "max_new_tokens=8", "progress=false"]
+    try:
+        remote = [*common, f"task.remote=[{_address(server)}]", f"output_dir={tmp_path / 'r'}"]
+        assert main(remote) == 0
+        scored = server.calls
+    finally:
+        server.close()
+    assert main([*common, f"output_dir={tmp_path / 'l'}"]) == 0
+    served, local = _reward_means(tmp_path / "r"), _reward_means(tmp_path / "l")
+    assert served == local and len(served) == 2
+    # the same feedback, and the same second-turn prompts built on it (sealed infos went
+    # back to the server that scored them)
+    turns = _turns(tmp_path / "r")
+    assert turns == _turns(tmp_path / "l")
+    assert any(t == 1 for t, _, _ in turns) and any(f for t, _, f in turns if t == 0)
+    assert scored > 0
+
+
+def _read_lines(proc: subprocess.Popen[str], n: int, deadline_s: float = 60.0) -> list[str]:
+    """Up to ``n`` lines of ``proc``'s stdout, waiting at most ``deadline_s`` for the
+    first and 10 s for each after it (a thread reads them: lines buffered after the first
+    leave nothing for a select on the pipe)."""
+    import queue
+    import threading
+
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(stdout.readline()) for _ in range(n)], daemon=True
+    ).start()
+    out = []
+    for k in range(n):
+        try:
+            out.append(lines.get(timeout=deadline_s if k == 0 else 10.0))
+        except queue.Empty:
+            break
+    return out
+
+
+def _comlrl() -> list[str]:
     exe = shutil.which("comlrl", path=str(Path(sys.executable).parent)) or shutil.which("comlrl")
-    cmd = [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
+    return [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
+
+
+def test_comlrl_serve_names_the_task_and_stops_cleanly_on_sigterm_after_serving() -> None:
+    import urllib.request
+
     args = ["serve", "--task", "coop_story", "--option", "coop_story.limit=4", "--port", "0"]
     proc = subprocess.Popen(
-        [*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*_comlrl(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"serving coop_story at (\S+):(\d+) ", line)
-        assert found, line + (proc.stderr.read() if proc.stderr else "")
-        remote = RemoteTask("coop_story", [f"{found[1]}:{found[2]}"], kwargs={"limit": 4})
-        assert len(remote.load("train")) == 4
+        first, second = [*_read_lines(proc, 2), "", ""][:2]
+        found = re.search(r"serving coop_story at (\S+):(\d+) ", first)
+        assert found, first
+        address = f"{found[1]}:{found[2]}"
+        with urllib.request.urlopen(f"http://{address}/v1/health", timeout=30) as resp:
+            protocol = json.loads(resp.read())["protocol"]
+        for n in range(3):  # served calls, as a run makes them
+            body = {"protocol": protocol, "request_id": f"r{n}", "task": "coop_story", "op": "load"}
+            req = urllib.request.Request(
+                f"http://{address}/v1/task", data=json.dumps(body).encode(), method="POST"
+            )
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert json.loads(resp.read())["request_id"] == f"r{n}"
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
-
-
-def test_the_reward_worker_runs_on_aiohttp_and_answers_errors_as_json() -> None:
-    import urllib.error
-
-    from comlrl.envs.remote import RewardServer
-
-    worker = RewardServer(_Talk(), max_body_bytes=100).start()
-    host, port = worker.address
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/v1/health", timeout=30) as resp:
-            assert "aiohttp" in resp.headers["Server"]  # not the standard library's http.server
-            assert json.loads(resp.read())["protocol"] == 1
-        for path, data, status, kind in (
-            ("/v1/score", b"x" * 101, 413, "too_large"),
-            ("/v1/nothing", b"{}", 404, "not_found"),
-        ):
-            req = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method="POST")
-            with pytest.raises(urllib.error.HTTPError) as err:
-                urllib.request.urlopen(req, timeout=30)
-            assert err.value.code == status
-            assert json.loads(err.value.read())["error"] == kind
-    finally:
-        worker.close()
+        code = proc.wait(60)
+        stderr = proc.stderr.read() if proc.stderr else ""
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "Invalid file descriptor" not in stderr, stderr
+    # how to train on it, with the task's own name and options (not task.name=NAME)
+    train = f"task.name=coop_story task.kwargs.limit=4 'task.remote=[{address}]'"
+    assert second.strip() == f"train with: comlrl train {train}", first + second
 
 
 # ------------------------------------------------------------------ tools of a served task
 TOOL_MATH_OPTIONS = {"num_train": 8, "num_eval": 4}
-
-
-@pytest.fixture(scope="module")
-def served_tool_math() -> Any:
-    """``comlrl serve --task tool_math`` in a process of its own: ``(address, pid)``."""
-    import re
-    import shutil
-    import signal
-    import subprocess
-    import sys
-
-    exe = shutil.which("comlrl", path=str(Path(sys.executable).parent)) or shutil.which("comlrl")
-    cmd = [exe] if exe else [sys.executable, "-m", "comlrl.algos.cli.main"]
-    args = ["serve", "--task", "tool_math", "--port", "0"]
-    for key, value in TOOL_MATH_OPTIONS.items():
-        args += ["--option", f"tool_math.{key}={value}"]
-    proc = subprocess.Popen(
-        [*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"serving tool_math at (\S+):(\d+) ", line)
-        assert found, line + (proc.stderr.read() if proc.stderr else "")
-        yield f"{found[1]}:{found[2]}", proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
-
-
-def _health(address: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://{address}/v1/health", timeout=30) as resp:
-        return dict(json.loads(resp.read()))
-
-
-def test_a_served_tasks_tools_run_in_the_servers_sandbox(served_tool_math: Any) -> None:
-    import os
-
-    from comlrl.core import ToolError, get_tool_format, run_tool_call
-
-    address, pid = served_tool_math
-    remote = RemoteTask("tool_math", [address], kwargs=TOOL_MATH_OPTIONS)
-    local = get_task("tool_math", **TOOL_MATH_OPTIONS)
-    assert (remote.tool_format, remote.max_tool_calls) == (local.tool_format, local.max_tool_calls)
-    for agent in range(2):
-        (tool,) = remote.tools(agent)
-        (mine,) = local.tools(agent)
-        assert tool.schema() == mine.schema()
-        assert (tool.timeout_s, tool.max_result_chars) == (mine.timeout_s, mine.max_result_chars)
-    health = _health(address)
-    assert health["pid"] == pid != os.getpid()
-    before = health["tool_calls"]
-    tools = {t.name: t for t in remote.tools(0)}
-    fmt = get_tool_format(remote.tool_format)
-    ok = run_tool_call(tools, fmt, "```python\nprint(6 * 7)\n```")
-    assert (ok.error, ok.content) == (None, "42")
-    failed = run_tool_call(tools, fmt, "```python\n1 / 0\n```")
-    assert failed.error == "failed" and "ZeroDivisionError" in failed.content
-    with pytest.raises(ToolError, match="ZeroDivisionError"):
-        tools["python"].run(code="1 / 0")
-    unknown = run_tool_call(tools, get_tool_format("json"), '<tool_call>{"name": "sh"}</tool_call>')
-    assert unknown.error == "unknown_tool"
-    assert _health(address)["tool_calls"] == before + 3  # the unknown tool never left here
-    with pytest.raises(IndexError, match="agent 2"):
-        remote.tools(2)
-
-
-class _Broken(_Talk):
-    """``_Talk`` whose agent 0 has a tool that fails as a tool (``ToolError``) or as code."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.runs = 0
-
-    def tools(self, agent: int) -> Sequence[Any]:
-        from comlrl.core import Tool, ToolError
-
-        def run(x: int) -> str:
-            self.runs += 1
-            if x < 0:
-                raise ToolError(f"x must be >= 0, got {x}")
-            if x == 0:
-                raise KeyError("zero")
-            if x == 7:
-                time.sleep(3)  # past timeout_s: the server stops waiting
-            return str(x * 2)
-
-        schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-        return (Tool("double", "Doubles x.", schema, run, timeout_s=0.5),) if agent == 0 else ()
-
-
-def test_tool_errors_come_back_as_their_kinds_and_a_retried_call_runs_once() -> None:
-    from comlrl.core import JsonToolFormat, run_tool_call
-
-    task = _Broken()
-    server = TaskServer({"talk": task}).start()
-    try:
-        remote = RemoteTask("talk", [_address(server)])
-        assert remote.tools(1) == () and [t.name for t in remote.tools(0)] == ["double"]
-        tools, fmt = {"double": remote.tools(0)[0]}, JsonToolFormat()
-        kinds = []
-        for x in (3, -1, 0):
-            call = f'<tool_call>{{"name": "double", "arguments": {{"x": {x}}}}}</tool_call>'
-            result = run_tool_call(tools, fmt, call)
-            kinds.append((result.error, result.content))
-        assert kinds[0] == (None, "6")
-        assert kinds[1] == ("failed", "x must be >= 0, got -1")
-        assert kinds[2][0] == "raised" and "KeyError" in kinds[2][1]
-        assert task.runs == 3
-        with pytest.raises(TimeoutError, match="did not return within 0.5 s on the server"):
-            tools["double"].run(x=7)  # what run_tool_call reports as "timeout"
-        body = {
-            "protocol": TASK_PROTOCOL,
-            "request_id": "tool-id",
-            "task": "talk",
-            "op": "tool",
-            "agent": 0,
-            "name": "double",
-            "arguments": {"x": 5},
-        }
-        answers = []
-        for _ in range(2):  # a client retrying after a lost answer
-            req = urllib.request.Request(
-                f"http://{_address(server)}/v1/task", data=json.dumps(body).encode(), method="POST"
-            )
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                answers.append(json.loads(resp.read()))
-        assert answers[0] == answers[1] == {"request_id": "tool-id", "result": {"text": "10"}}
-        assert task.runs == 5 and server.tool_calls == 5 and server.duplicates_served == 1
-    finally:
-        server.close()
 
 
 class _ScriptedSampler:

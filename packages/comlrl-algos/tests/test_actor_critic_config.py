@@ -15,7 +15,9 @@ GROUP_BASELINE_FIELDS = sorted(GroupBaselineSection.model_fields)
 def test_the_config_has_no_group_baseline_field() -> None:
     assert GROUP_BASELINE_FIELDS == [
         "advantage_eps",
+        "advantage_group",
         "advantage_scale",
+        "advantage_stats",
         "estimator",
         "role_format",
         "update_chunk_nodes",

@@ -4,6 +4,7 @@ of ``policy_loss(importance_level="sequence")``, against a loop reference (issue
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import pytest
@@ -162,3 +163,43 @@ def test_a_gspo_run_takes_its_steps(tiny_tokenizer: Any, tmp_path: Any) -> None:
     assert row["ratio_mean/agent_0"] != 1.0  # averaged over a pass at 1 and one after a step
     moved = [not torch.equal(p, q) for p, q in zip(before, agents[0].model.parameters())]
     assert any(moved)
+
+
+def test_gspo_on_a_pretrained_model_takes_the_mean_over_completions() -> None:
+    """A pretrained model's default reduction is the token mean, which would weigh GSPO's
+    per-completion terms by length: asked for GSPO, the default is GSPO's mean over
+    completions instead (an explicit value still wins)."""
+    hub = "Qwen/Qwen2.5-0.5B-Instruct"
+    gspo = TrainConfig(models=[hub], importance_level="sequence", clip_ratio=3e-4)
+    assert gspo.loss_reduction == "seq_mean_token_mean"
+    assert gspo.model_defaults().filled["loss_reduction"] == "seq_mean_token_mean"
+    assert TrainConfig(models=[hub]).loss_reduction == "token_mean"
+    given = TrainConfig(models=[hub], importance_level="sequence", loss_reduction="token_mean")
+    assert given.loss_reduction == "token_mean"
+    # --print-config says so before anything loads; the command line reads the same defaults
+    from comlrl.algos.cli import main as cli
+
+    assert "# warning: importance_level=sequence (GSPO) with loss_reduction=token_mean" in (
+        cli._config_text("magrpo", given)
+    )
+    assert "importance_level=sequence" not in cli._config_text("magrpo", gspo)
+    _, from_cli = cli._fresh_config(
+        cli.parse_args(["train", "--model", hub, "importance_level=sequence", "clip_ratio=3e-4"])
+    )
+    assert from_cli.loss_reduction == "seq_mean_token_mean"
+
+
+@pytest.mark.parametrize("reduction", ["token_mean", "seq_sum"])
+def test_gspo_with_a_length_weighted_reduction_warns(reduction: str) -> None:
+    from comlrl.algos.training.run.diagnostics import TrainingWarning
+
+    with pytest.warns(
+        TrainingWarning, match=f"importance_level=sequence .GSPO. with loss_reduction={reduction}"
+    ):
+        UpdateSettings(
+            importance_level="sequence", loss_reduction=reduction, max_completion_length=8
+        )  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        UpdateSettings(importance_level="sequence", loss_reduction="seq_mean_token_mean")
+        UpdateSettings(importance_level="token", loss_reduction=reduction, max_completion_length=8)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from comlrl.algos.rollout.mixture import MIXTURE_KEY, MixtureTask, task_of, task
 from comlrl.algos.training.config.task import TaskConfig
 from comlrl.algos.training.run.data import DataStream
 from comlrl.algos.training.run.data_mixture import MixtureStream
-from comlrl.core import RewardBatch, Task
+from comlrl.core import Feedback, JointAction, RewardBatch, Task, Tool
 
 
 def _dataset(sizes: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -125,3 +125,78 @@ def test_a_mixture_config_names_the_tasks_and_rejects_what_it_cannot_mean() -> N
         TaskConfig.model_validate({"mixture": [{"name": "a"}], "kwargs": {"limit": 2}})
     with pytest.raises(ValueError, match="greater than 0"):
         TaskConfig.model_validate({"mixture": [{"name": "a", "weight": 0}]})
+
+
+def _echo(code: str) -> str:
+    return code
+
+
+_TOOL = Tool(
+    "python", "d", {"type": "object", "properties": {"code": {"type": "string"}}}, run=_echo
+)
+
+
+class _Tooled(_Const):
+    """A :class:`_Const` whose agent 0 has a tool, with every other property set."""
+
+    tool_format = "python"
+    max_tool_calls = 2
+
+    def __init__(self, name: str, turns: int, budget: int | None, tools: bool = True) -> None:
+        super().__init__(name, 0.0)
+        self.max_turns, self.max_new_tokens, self.with_tools = turns, budget, tools
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        return (_TOOL,) if agent == 0 and self.with_tools else ()
+
+    def feedback(self, example: Any, joint_action: Any, info: Any, turn: int) -> Feedback:
+        return Feedback((f"{self.name} fb", "x"), done=turn > 0)
+
+
+def test_every_task_member_a_runner_reads_comes_through_a_mixture() -> None:
+    a, b = _Tooled("a", turns=3, budget=96), _Tooled("b", turns=2, budget=200)
+    mix = MixtureTask({"a": a, "b": b})
+    ex = mix.load()
+    action = JointAction((0, 0), ("p", "q"))
+    checks: dict[str, Callable[[], bool]] = {
+        "name": lambda: mix.name == "a+b",
+        "num_agents": lambda: mix.num_agents == 2,
+        "max_turns": lambda: mix.max_turns == 2,
+        "is_joint_reward": lambda: mix.is_joint_reward is True,
+        "tool_format": lambda: mix.tool_format == "python",
+        "max_tool_calls": lambda: mix.max_tool_calls == 2,
+        "max_new_tokens": lambda: mix.max_new_tokens == 200,
+        "tools": lambda: (list(mix.tools(0)), list(mix.tools(1))) == ([_TOOL], []),
+        "load": lambda: [task_of(e) for e in ex] == ["a", "b", "a", "b"],
+        "prompts": lambda: mix.prompts(ex[1]) == ["b 0 agent 0", "b 0 agent 1"],
+        "reward": lambda: mix.reward([["x"] * 2, ["y"] * 2], ex[:2]).rewards == [0.0, 0.0],
+        "__call__": lambda: mix([["x"], ["y"]], ex[3:]).infos[0][MIXTURE_KEY] == "b",
+        "check_joint_batch": lambda: mix.check_joint_batch([["x"], ["y"]], ex[:1]) == 1,
+        "feedback": lambda: mix.feedback(ex[1], action, {}, 0).texts[0] == "b fb",
+        "close": lambda: (mix.close(), a.closed and b.closed)[1],
+    }
+
+    def holds(check: Callable[[], bool]) -> bool:
+        try:
+            return check()
+        except Exception:  # noqa: BLE001 - a member the mixture lacks fails its check
+            return False
+
+    failed = [name for name, check in checks.items() if not holds(check)]
+    assert failed == []
+    members = {n for n in vars(Task) if not n.startswith("_")} | {"__call__"}
+    # a member added to Task must be given a check here (and come through MixtureTask)
+    assert members == set(checks), sorted(members ^ set(checks))
+
+
+def test_a_mixture_of_tasks_whose_agents_have_other_tools_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"give agent 0 different tools \(a \['python'\], b \[\]\)"
+    ):
+        MixtureTask({"a": _Tooled("a", 1, None), "b": _Tooled("b", 1, None, tools=False)})
+    other = _Tooled("b", 1, None)
+    other.max_tool_calls = 5
+    with pytest.raises(ValueError, match="call their tools differently"):
+        MixtureTask({"a": _Tooled("a", 1, None), "b": other})
+    plain = MixtureTask({"a": _Const("a", 0.0), "b": _Const("b", 0.0)})
+    assert plain.tools(0) == () and plain.max_new_tokens is None

@@ -136,7 +136,26 @@ def test_a_local_copy_of_a_built_in_model_keeps_the_built_in_defaults(tmp_path: 
     shutil.copytree(builtin_model_path(), copy)
     cfg = TrainConfig(models=[str(copy)])
     assert _values(cfg) == TODAY
-    assert "holds builtin:stories260k's architecture" in cfg.model_defaults().reason
+    assert "holds a built-in model's architecture" in cfg.model_defaults().reason
+    assert f"{copy}: builtin:stories260k" in cfg.model_defaults().reason
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "hidden_size": 128}))
     assert TrainConfig(models=[str(copy)]).model_defaults().kind == "pretrained"
+
+
+def test_a_saved_built_in_model_keeps_the_built_in_defaults_whichever_it_is(
+    tmp_path: Path,
+) -> None:
+    """A run's final/agent_0 trained from builtin:tiny-qwen2 is built in, as one trained from
+    builtin:stories260k is (save_pretrained's config.json, as a checkpoint writes it)."""
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+
+    for name in ("builtin:tiny-qwen2", "builtin:stories260k"):
+        model, tok = load_model_and_tokenizer(name)
+        folder = tmp_path / name.split(":")[1]
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+        cfg = TrainConfig(models=[str(folder)])
+        assert cfg.model_defaults().kind == "built-in", (name, cfg.model_defaults().reason)
+        assert _values(cfg) == TODAY
+        assert f"{folder}: {name}" in cfg.model_defaults().reason

@@ -176,8 +176,8 @@ def _trainer(tok: Any, out: Path, **overrides: Any) -> MultiAgentTrainer:
     agents = [HFAgent(build_default_model(len(tok), seed=i), tok, name=f"a{i}") for i in range(2)]
     config = TrainConfig(
         num_steps=1, batch_size=2, num_generations=2, num_turns=2, max_new_tokens=4,
-        learning_rate=1e-2, output_dir=str(out), progress=False, parallel_agents=False,
-        seed=0, clip_ratio=0.2, **overrides,
+        output_dir=str(out), progress=False, parallel_agents=False, seed=0,
+        **{"learning_rate": 1e-2, "clip_ratio": 0.2, **overrides},
     )  # fmt: skip
     return MultiAgentTrainer(
         agents, config, dataset=DATA, reward_func=_reward,
@@ -255,3 +255,36 @@ def test_later_chunks_use_the_importance_ratio(
     assert seen == [False, True, True] * 2
     # after the first step the sampled completions are off-policy: the ratio moved from 1
     assert row["ratio_mean/agent_0"] != 1.0
+
+
+def test_chunked_mismatch_metrics_measure_the_sampler_not_the_drift(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """The mismatch of each later chunk is taken before the first optimizer step: the
+    float32 native sampler's behaviour log-probs are the trainer's (gap ~1e-7), however
+    far the earlier chunks' steps moved the weights (drift 0.03-0.18 was reported)."""
+    trainer = _trainer(tiny_tokenizer, tmp_path, update_chunk_nodes=1, learning_rate=5e-2)
+    row = trainer.train_step()
+    assert row["optimizer_steps/agent_0"] == 6.0
+    assert row["ratio_mean/agent_0"] != pytest.approx(1.0, abs=1e-3)  # the weights moved
+    for a in range(2):
+        assert row[f"mismatch_abs_logp_diff/agent_{a}"] < 1e-5
+        assert row[f"mismatch_kl/agent_{a}"] < 1e-6
+
+
+def test_tis_with_chunks_clips_later_chunks_against_the_old_logprobs(
+    tiny_tokenizer: Any, tmp_path: Path
+) -> None:
+    """With TIS the later chunks' PPO ratio is pi / pi_old (pi_old: the trainer before the
+    step's first optimizer step), so the clip engages once the earlier chunks moved the
+    weights; the truncated weight min(pi_old / pi_behaviour, C) carries only the sampler's
+    gap (1 here: float32 native sampling)."""
+    trainer = _trainer(
+        tiny_tokenizer, tmp_path, update_chunk_nodes=1, learning_rate=2e-1, tis="token"
+    )
+    row = trainer.train_step()
+    # measured: agent 0's clip fraction 0.04 (mean ratio 0.98)
+    assert max(row[f"clip_fraction/agent_{a}"] for a in range(2)) > 0.0
+    for a in range(2):
+        assert row[f"ratio_mean/agent_{a}"] != pytest.approx(1.0, abs=1e-3)
+        assert row[f"tis_weight_mean/agent_{a}"] == pytest.approx(1.0, abs=1e-4)

@@ -108,12 +108,14 @@ def _capture_advantages(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def _grads(params: list[torch.nn.Parameter], update: Any) -> list[torch.Tensor]:
-    """The gradient one single-agent update leaves (its optimizer is SGD at lr=0)."""
+def _grads(params: list[torch.nn.Parameter], update: Any, sgd: Any) -> list[torch.Tensor]:
+    """The gradient one single-agent update steps on (its optimizer ``sgd``: SGD at lr=0
+    that records it, as the update frees the gradients after the step)."""
     for p in params:
         p.grad = None
-    update(torch.optim.SGD(params, lr=0.0))
-    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+    opt = sgd(params)
+    update(opt)
+    return opt.grads(params)  # type: ignore[no-any-return]
 
 
 def _adamw_step(
@@ -148,7 +150,11 @@ def _one_model_agents(tok: Any) -> tuple[Any, list[HFAgent]]:
 
 @pytest.mark.parametrize("kind", ["v", "q"])
 def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
-    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: Literal["v", "q"]
+    tiny_tokenizer: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: Literal["v", "q"],
+    recording_sgd: Any,
 ) -> None:
     model, agents = _one_model_agents(tiny_tokenizer)
     cfg = _config(tmp_path, critic_mode="shared", critic_type=kind, value_head_hidden_dim=None)
@@ -201,6 +207,7 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
                     coef=cfg.value_loss_coef,
                     clip_range=cfg.value_clip_range,
                 ),
+                recording_sgd,
             )  # fmt: skip
         )
     head_params = [*start_heads[0].parameters(), *start_heads[1].parameters()]
@@ -215,7 +222,7 @@ def test_iac_value_heads_on_one_shared_model_take_one_step_on_the_summed_losses(
 
 
 def _actor_reference(
-    tok: Any, run: Any, start_model: Any, ro: Any, adv: Any
+    run: Any, start_model: Any, ro: Any, adv: Any, sgd: Any
 ) -> list[torch.nn.Parameter]:
     settings = dataclasses.replace(run.actors.update_settings, max_grad_norm=None)
     params = list(start_model.parameters())
@@ -225,6 +232,7 @@ def _actor_reference(
             lambda o, a=a: update_policy(
                 start_model, o, ro.agent_batches(a), [t[a] for t in adv], settings
             ),
+            sgd,
         )
         for a in range(2)
     ]
@@ -234,7 +242,11 @@ def _actor_reference(
 
 @pytest.mark.parametrize("critics_share", [False, True])
 def test_iac_separate_critics_with_actors_on_one_model(
-    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, critics_share: bool
+    tiny_tokenizer: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    critics_share: bool,
+    recording_sgd: Any,
 ) -> None:
     """The actors take one step; separate critics on one trunk take one critic step on
     their summed value losses, critics on their own trunks one each."""
@@ -261,7 +273,7 @@ def test_iac_separate_critics_with_actors_on_one_model(
     assert run.optimizers[1].state == {}
     _assert_same_weights(
         list(model.parameters()),
-        _actor_reference(tiny_tokenizer, run, start_model, result.rollout, seen["adv"]),
+        _actor_reference(run, start_model, result.rollout, seen["adv"], recording_sgd),
     )
     # critics by hand: each critic's value gradient alone; summed where they share a trunk
     ro = result.rollout
@@ -284,6 +296,7 @@ def test_iac_separate_critics_with_actors_on_one_model(
                     clip_range=cfg.value_clip_range,
                     max_grad_norm=None,
                 ),
+                recording_sgd,
             )  # fmt: skip
             for m in members
         ]
@@ -297,7 +310,7 @@ def test_iac_separate_critics_with_actors_on_one_model(
 
 
 def test_maac_actors_on_one_model_take_one_step_on_the_summed_losses(
-    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recording_sgd: Any
 ) -> None:
     model, agents = _one_model_agents(tiny_tokenizer)
     critic = Critic(build_default_model(len(tiny_tokenizer), seed=9), tiny_tokenizer, kind="v")
@@ -315,7 +328,7 @@ def test_maac_actors_on_one_model_take_one_step_on_the_summed_losses(
     assert run.optimizers[1].state == {}
     _assert_same_weights(
         list(model.parameters()),
-        _actor_reference(tiny_tokenizer, run, start_model, result.rollout, seen["adv"]),
+        _actor_reference(run, start_model, result.rollout, seen["adv"], recording_sgd),
     )
 
 

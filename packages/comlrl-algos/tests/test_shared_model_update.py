@@ -19,7 +19,7 @@ DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)
 
 @pytest.mark.parametrize("reduction", ["seq_mean_token_mean", "token_mean"])
 def test_terms_give_the_sum_of_each_agents_own_loss_gradient(
-    tiny_tokenizer: Any, reduction: str
+    tiny_tokenizer: Any, reduction: str, recording_sgd: Any
 ) -> None:
     model = build_default_model(len(tiny_tokenizer), seed=0)
     agent = HFAgent(model, tiny_tokenizer)
@@ -31,10 +31,9 @@ def test_terms_give_the_sum_of_each_agents_own_loss_gradient(
     settings = UpdateSettings(max_grad_norm=None, max_completion_length=6, loss_reduction=reduction)
 
     def grads(batches: list[Any], advs: list[torch.Tensor], terms: list[int] | None) -> list[Any]:
-        model.zero_grad()
-        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        opt = recording_sgd(model.parameters())
         update_policy(model, opt, batches, advs, settings, terms=terms)
-        return [p.grad.clone() for p in model.parameters()]
+        return opt.grads(model.parameters())  # type: ignore[no-any-return]
 
     want = [g0 + g1 for g0, g1 in zip(grads(a0, adv0, None), grads(a1, adv1, None), strict=True)]
     got = grads(a0 + a1, adv0 + adv1, [0, 1])

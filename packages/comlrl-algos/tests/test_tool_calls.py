@@ -346,3 +346,136 @@ def test_rollout_logs_tool_metrics_and_transcripts(tiny_model: Any, tiny_tokeniz
 def test_tools_of_a_callback_environment_must_be_one_list_per_agent() -> None:
     with pytest.raises(ValueError, match="one list of tools per agent"):
         CallbackEnvironment([lambda ex: "a"], lambda a: [0.0] * len(a), tools=[[PYTHON], []])
+
+
+def _answer_lines(text: str) -> list[str]:
+    """The lines of ``text`` that are an ``Answer:`` line (what ``answer_line`` reads)."""
+    return [line for line in text.splitlines() if line.startswith("Answer:")]
+
+
+@pytest.mark.parametrize("fmt", ["python", "json", "template"])
+def test_an_answer_written_right_after_a_call_starts_its_own_line(
+    tiny_model: Any, tiny_tokenizer: Any, fmt: str
+) -> None:
+    # the model's next segment follows the observation, which ends a line in every format:
+    # its first line is a line of the model's own text too
+    call = {
+        "python": "```python\nprint(6 * 7)\n```",
+        "json": '<tool_call>{"name": "python", "arguments": {"code": "print(6*7)"}}</tool_call>',
+        "template": '<tool_call>{"name": "python", "arguments": {"code": "print(6*7)"}}</tool_call>',
+    }[fmt]
+    seen = "```output\n42" if fmt == "python" else "<tool_response>\n42"
+
+    def script(ctx: str) -> str:
+        return "Answer: 42" if seen in ctx else call
+
+    tok = tiny_tokenizer
+    old = tok.chat_template
+    if fmt == "template":
+        tok.chat_template = _hermes_template()
+    try:
+        agent = HFAgent(
+            tiny_model,
+            tok,
+            backend=ScriptedBackend(tok, script),
+            prompt_format="chat" if fmt == "template" else "raw",
+        )
+        box = ToolBox((PYTHON,), fallback_format="python" if fmt == "python" else "json")
+        c = _one(agent, box)
+    finally:
+        tok.chat_template = old
+    assert [(r.error, r.content) for r in c.tool_results] == [(None, "42")]
+    assert _answer_lines(c.text) == ["Answer: 42"], c.text
+    assert c.text == call + "\nAnswer: 42"
+
+
+def test_segments_are_joined_so_that_each_after_a_call_starts_a_line() -> None:
+    from comlrl.algos.rollout.tool_calls import join_segments
+
+    assert join_segments(["a```", "Answer: 1"]) == "a```\nAnswer: 1"
+    assert join_segments(["a```\n", "Answer: 1"]) == "a```\nAnswer: 1"
+    assert join_segments(["a```", "\nAnswer: 1"]) == "a```\nAnswer: 1"
+    assert join_segments(["only"]) == "only" and join_segments([]) == ""
+
+
+@pytest.mark.parametrize("fmt", ["python", "template"])
+def test_a_long_result_is_cut_inside_an_observation_that_stays_closed(
+    tiny_model: Any, tiny_tokenizer: Any, fmt: str
+) -> None:
+    long = " ".join(f"line{i}" for i in range(400))  # ~3000 characters
+    tool = Tool("python", "d", CODE, run=lambda code: long, max_result_chars=10_000)
+    seen = "```output\n" if fmt == "python" else "<tool_response>\n"
+    call = (
+        "```python\nprint(1)\n```"
+        if fmt == "python"
+        else '<tool_call>{"name": "python", "arguments": {"code": "x"}}</tool_call>'
+    )
+    tok = tiny_tokenizer
+    old = tok.chat_template
+    if fmt == "template":
+        tok.chat_template = _hermes_template()
+    try:
+        agent = HFAgent(
+            tiny_model,
+            tok,
+            backend=ScriptedBackend(
+                tok, lambda ctx: "Answer: 1" if seen + "line0" in ctx else call
+            ),
+            prompt_format="chat" if fmt == "template" else "raw",
+        )
+        samples = sample_with_tools(
+            agent, ["q"], SamplingParams(1, 64), _box(tool, max_result_tokens=48)
+        )
+    finally:
+        tok.chat_template = old
+    c = samples.completions[0][0]
+    (result,) = c.tool_results
+    kept = result.content.split("\n[... ")[0]
+    assert long.startswith(kept) and 0 < len(kept) < len(long)
+    assert result.content.endswith(f"\n[... {len(long) - len(kept)} characters cut]")
+    batch = samples.batch
+    s = batch.prompt_length
+    attended = batch.attention_mask[0, s:].bool()
+    obs = batch.input_ids[0, s:][(~batch.completion_mask[0]) & attended]
+    assert result.result_tokens == len(obs) <= 48
+    text = tok.decode(obs.tolist())
+    # the observation is whole: the content as cut, then its closing markup
+    closing = (
+        "\n```\n" if fmt == "python" else "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert text.endswith(result.content + closing), text[-120:]
+    assert c.text == call + "\nAnswer: 1" and c.finished
+
+
+def test_a_result_that_fits_is_not_cut(tiny_tokenizer: Any) -> None:
+    from comlrl.algos.rollout.toolbox import observation_ids
+    from comlrl.core import PythonBlockFormat, ToolCall, ToolResult
+
+    result = ToolResult(ToolCall("python", {}, "c"), "42")
+    same, ids = observation_ids(tiny_tokenizer, "q", PythonBlockFormat(), False, result, 256)
+    assert same is result
+    assert tiny_tokenizer.decode(ids) == "\n```output\n42\n```\n"
+
+
+def test_a_sentencepiece_tokenizer_stops_a_row_only_at_a_call_its_exact_text_holds() -> None:
+    # stories260k's SentencePiece vocabulary decodes the lone token "▁py" as "py": text made
+    # of single-token decodes reads "```py" where the model wrote "``` py" (no call)
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("builtin:stories260k")
+    ran: list[str] = []
+
+    def record(code: str) -> str:
+        ran.append(code)
+        return "1"
+
+    reply = "Look.\n``` py\nprint(1)\n```\nAnswer: 1"
+    assert "```py" in "".join(
+        tok.decode([i]) for i in tok(reply, add_special_tokens=False)["input_ids"]
+    )
+    backend = ScriptedBackend(tok, lambda ctx: reply, supports_stop=True)
+    agent = HFAgent(model, tok, backend=backend, prompt_format="raw")
+    box = _box(Tool("python", "d", CODE, run=record))
+    c = sample_with_tools(agent, ["Once"], SamplingParams(1, 64), box).completions[0][0]
+    assert ran == [] and c.tool_results == ()
+    assert c.text == reply and c.finished

@@ -149,6 +149,27 @@ def test_magrpo_steps_with_tools(tiny_tokenizer: Any, tmp_path: Path, turns: int
         assert history[0]["turn_1/tool_calls_mean/agent_0"] >= 1.0
 
 
+def test_seq_sum_steps_with_tools_inside_the_budget(tiny_tokenizer: Any, tmp_path: Path) -> None:
+    """``loss_reduction=seq_sum`` divides by the budget of the model's tokens
+    (``max_new_tokens``); the observations inside a completion make it wider than that
+    budget, and the update must not take the width for the model's tokens."""
+    budget = 32
+    agent = _agents(tiny_tokenizer)[0]
+    box = ToolBox((PYTHON,), fallback_format="python")
+    batch = sample_with_tools(agent, [EXAMPLES[0]["q"]], SamplingParams(2, budget), box).batch
+    assert int(batch.completion_mask.sum(dim=1).max()) <= budget < batch.completion_mask.shape[1]
+    cfg = TrainConfig(**_settings(tmp_path, max_new_tokens=budget, loss_reduction="seq_sum"))
+    trainer = _with_tools(
+        MultiAgentTrainer(
+            _agents(tiny_tokenizer), cfg, dataset=EXAMPLES, reward_func=_reward,
+            formatters=[lambda ex: ex["q"]] * 2,
+        )
+    )  # fmt: skip
+    history = trainer.train()
+    assert len(history) == 2
+    _check(history[0], tmp_path)
+
+
 def test_lora_agents_train_with_tools(
     tiny_tokenizer: Any, tmp_path: Path, letter_format: None
 ) -> None:

@@ -50,7 +50,7 @@ def _trainer(tok, tmp_path: Path, **overrides) -> MultiAgentTrainer:  # type: ig
 
 @pytest.mark.parametrize("reduction", ["seq_mean_token_mean", "token_mean", "seq_sum"])
 def test_micro_batches_over_several_turns_give_the_all_turns_gradient(
-    tiny_tokenizer, reduction: str
+    tiny_tokenizer, reduction: str, recording_sgd
 ) -> None:  # type: ignore[no-untyped-def]
     """Two turns of different prompt lengths, micro-batched or not: the same accumulated gradient
     as one loss over all completions (tolerance: float32 sums in a different order)."""
@@ -65,8 +65,7 @@ def test_micro_batches_over_several_turns_give_the_all_turns_gradient(
     advs = [torch.linspace(-1, 1, 6), torch.linspace(1, -0.5, 9)]
     grads = []
     for micro in (None, 3):
-        model.zero_grad()
-        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # keep the weights: compare gradients
+        opt = recording_sgd(model.parameters())  # keep the weights: compare gradients
         settings = UpdateSettings(
             loss_reduction=reduction,
             micro_batch_size=micro,
@@ -74,7 +73,7 @@ def test_micro_batches_over_several_turns_give_the_all_turns_gradient(
             max_completion_length=8,
         )
         update_policy(model, opt, batches, advs, settings)
-        grads.append([p.grad.clone() for p in model.parameters()])
+        grads.append(opt.grads(model.parameters()))
     # the same loss written out over the concatenation of both turns
     model.zero_grad()
     logps = [completion_logprobs(model, b, slice(0, b.num_prompts)) for b in batches]

@@ -154,9 +154,10 @@ def test_the_schedule_and_sampling_translate_with_their_units(
         None,
     )
     assert (cfg.temperature, cfg.top_p, cfg.top_k) == (0.7, 0.9, 0)
-    assert (cfg.gamma, cfg.joint_mode, cfg.num_generations) == (0.5, "cross", 2)
+    # 1.4.3's REINFORCE family trains on the undiscounted return whatever discount says
+    assert (cfg.gamma, cfg.joint_mode, cfg.num_generations) == (1.0, "cross", 2)
     # eval_interval counts examples: every 6 examples = every 2 steps, on 1 example
-    assert (cfg.eval_every, cfg.eval_limit) == (2, 1)
+    assert (cfg.eval_every, cfg.eval_limit, cfg.eval_on_start) == (2, 1, True)
     assert cfg.kl_coef == 0.0
 
 

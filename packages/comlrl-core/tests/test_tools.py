@@ -100,10 +100,62 @@ def test_unknown_raising_and_hanging_tools_are_error_results() -> None:
         tools, fmt, '<tool_call>{"name": "hang", "arguments": {"a": 1}}</tool_call>'
     )
     assert hung.error == "timeout" and time.perf_counter() - t0 < 5
-    wrong_args = run_tool_call(
-        tools, fmt, '<tool_call>{"name": "double", "arguments": {"b": 1}}</tool_call>'
-    )
-    assert wrong_args.error == "raised" and "TypeError" in wrong_args.content
+
+
+ADD = Tool(
+    "add",
+    "Add two integers.",
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": ["integer", "null"]}},
+        "required": ["a"],
+    },
+    run=lambda a, b=None: str(a + (b or 0)),
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"a": 1, "c": 2}', "Error: add has no argument 'c' (its arguments: a, b)."),
+        ('{"b": 2}', "Error: add needs the argument 'a' (required: a)."),
+        ('{"a": "2"}', "Error: argument 'a' of add must be an integer, got a string '2'."),
+        ('{"a": true}', "Error: argument 'a' of add must be an integer, got a boolean True."),
+        ('{"a": 1.5}', "Error: argument 'a' of add must be an integer, got a number 1.5."),
+        (
+            '{"a": 1, "b": [3]}',
+            "Error: argument 'b' of add must be an integer or null, got an array [3].",
+        ),
+    ],
+)
+def test_arguments_that_do_not_fit_the_schema_are_the_models_malformed_call(
+    arguments: str, message: str
+) -> None:
+    ran: list[object] = []
+    tool = Tool("add", ADD.description, ADD.parameters, run=lambda **kw: ran.append(kw) or "")
+    call = f'<tool_call>{{"name": "add", "arguments": {arguments}}}</tool_call>'
+    result = run_tool_call({"add": tool}, JsonToolFormat(), call)
+    assert (result.error, result.content) == ("malformed", message)
+    assert ran == []  # the tool never ran
+
+
+@pytest.mark.parametrize(
+    ("arguments", "out"),
+    [('{"a": 40, "b": 2}', "42"), ('{"a": 2.0}', "2.0"), ('{"a": 1, "b": null}', "1")],
+)
+def test_arguments_that_fit_the_schema_run_the_tool(arguments: str, out: str) -> None:
+    call = f'<tool_call>{{"name": "add", "arguments": {arguments}}}</tool_call>'
+    result = run_tool_call({"add": ADD}, JsonToolFormat(), call)
+    assert (result.error, result.content) == (None, out)
+
+
+def test_a_schema_that_allows_other_names_passes_them_on() -> None:
+    schema = {"type": "object", "properties": {}, "additionalProperties": True}
+    tool = Tool("echo", "d", schema, run=lambda **kw: ",".join(sorted(kw)))
+    assert tool.check_arguments({"x": 1, "y": "z"}) is None
+    closed = Tool("none", "d", {"type": "object"}, run=lambda: "ok")
+    assert closed.check_arguments({"x": 1}) == "none has no argument 'x' (its arguments: none)."
+    assert closed.check_arguments({}) is None
 
 
 def test_a_tool_error_is_a_failed_call_whose_message_the_model_reads() -> None:

@@ -1,23 +1,25 @@
-"""Remote reward workers against local scoring: wall time per batch; prints a JSON report.
+"""Scoring on task servers against local scoring: wall time per batch; prints a JSON report.
 
 Usage::
 
     python packages/comlrl-envs/benchmarks/bench_remote_rewards.py [--humaneval PATH]
         [--repeats 5] [--out packages/comlrl-envs/benchmarks/results/remote_rewards.json]
 
-Workers are real processes on this host (``python -m comlrl.envs.remote serve --port
-0``), so the numbers hold the full cost of a remote call: JSON encoding, one HTTP request
-per chunk, the worker's decoding and the answer. Two cases:
+Servers are real processes on this host (``python -m comlrl.envs.remote --port 0``), so
+the numbers hold the full cost of a remote reward call (:class:`RemoteTask`): JSON
+encoding, one HTTP request per share of the batch (about two per server, in parallel), the
+server's decoding and lookup of the examples it holds, and the answer. Two cases:
 
-- ``gsm8k``: 256 joint actions (64 prompts x 4) of a reward that costs microseconds: the
-  remote time is almost all transport overhead (reported per joint action);
+- ``coop_story``: 256 joint actions (64 prompts x 4) of a reward that costs microseconds:
+  the remote time is almost all transport overhead (reported per joint action);
 - ``coop_humaneval``: the canonical solutions of the first 32 HumanEval problems, 2 joint
   actions each, scored in the sandbox; local with a sandbox pool of ``--pool`` processes,
-  remote with 1 worker of ``--pool`` processes and with 2 workers of ``--pool / 2``.
+  remote with 1 server of ``--pool`` processes and with 2 servers of ``--pool / 2``.
 
 Each measurement is repeated ``--repeats`` times (local and remote interleaved, so both see
 the same background load) and reported as the median with min and max, in milliseconds.
-Every remote batch is checked to equal the local rewards.
+Every remote batch is checked to equal the local rewards (a served example's reference
+names the local example it is scored as).
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.core import get_task
-from comlrl.envs.remote import RemoteReward
+from comlrl.envs.remote import RemoteTask
 
 
-def start_worker(task: str, kwargs: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+def start_server(task: str, kwargs: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+    options = [f"--option={task}.{k}={json.dumps(v)}" for k, v in kwargs.items()]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "comlrl.envs.remote", "serve", "--task", task]
-        + ["--task-kwargs", json.dumps(kwargs), "--port", "0"],
+        [sys.executable, "-m", "comlrl.envs.remote", "--task", task, *options, "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -49,8 +51,8 @@ def start_worker(task: str, kwargs: dict[str, Any]) -> tuple[subprocess.Popen[st
     line = proc.stdout.readline()
     if "serving" not in line:
         proc.kill()
-        raise RuntimeError(f"worker for {task} did not start: {line!r}")
-    return proc, line.split(" on ")[1].split()[0]
+        raise RuntimeError(f"server for {task} did not start: {line!r}")
+    return proc, line.split(" at ")[1].split()[0]
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -72,27 +74,34 @@ def bench(
     local_kwargs: dict[str, Any],
     setups: dict[str, list[dict[str, Any]]],
     completions: list[list[str]],
-    examples: list[Any],
+    rows: list[int],
     repeats: int,
 ) -> dict[str, Any]:
+    """Time ``K`` joint actions (``completions``: ``A`` lists of ``K``), joint action ``k``
+    answering example ``rows[k]`` of the train split, locally and on each setup's servers
+    (``{label: [server options, one per server]}``)."""
     local = get_task(task_name, **local_kwargs)
+    loaded = list(local.load("train"))
+    examples = [loaded[i] for i in rows]
     expected = local.reward(completions, examples).rewards  # warm-up (pool start)
     procs: list[subprocess.Popen[str]] = []
-    clients: dict[str, RemoteReward] = {}
+    clients: dict[str, tuple[RemoteTask, list[Any]]] = {}
     try:
-        for label, worker_kwargs in setups.items():
+        for label, server_kwargs in setups.items():
             addresses = []
-            for kw in worker_kwargs:
-                proc, address = start_worker(task_name, kw)
+            for kw in server_kwargs:
+                proc, address = start_server(task_name, kw)
                 procs.append(proc)
                 addresses.append(address)
-            clients[label] = RemoteReward(addresses, task_name=task_name, timeout_s=300)
-            assert clients[label](completions, examples).rewards == expected  # warm-up
+            client = RemoteTask(task_name, addresses, timeout_s=300)
+            served = client.load("train")
+            clients[label] = client, [served[i] for i in rows]
+            assert client.reward(completions, clients[label][1]).rewards == expected  # warm-up
         times: dict[str, list[float]] = {"local": [], **{k: [] for k in clients}}
         for _ in range(repeats):
             times["local"].append(timed(lambda: local.reward(completions, examples))[0])
-            for label, client in clients.items():
-                ms, batch = timed(lambda c=client: c(completions, examples))
+            for label, (client, refs) in clients.items():
+                ms, batch = timed(lambda c=client, r=refs: c.reward(completions, r))
                 assert batch.rewards == expected, f"{label}: remote rewards differ from local"
                 times[label].append(ms)
     finally:
@@ -132,45 +141,46 @@ def main() -> None:
         },
         "repeats": args.repeats,
     }
-    # --- gsm8k: transport overhead ------------------------------------------------------
+    # --- coop_story: transport overhead -------------------------------------------------
     completions: list[list[str]] = [[], []]
-    examples: list[Any] = []
+    rows: list[int] = []
+    words = ["the", "fox", "ran", "to", "the", "sea", "and", "was", "happy", "again"]
     for n in range(64):
-        ex = {"question": f"What is {n} + 1?", "answer": f"#### {n + 1}"}
         for j in range(4):
-            completions[0].append(f"{n} + 1 = {n + 1 + j % 2}. #### {n + 1 + j % 2}")
-            completions[1].append(f"#### {n + 1}")
-            examples.append(ex)
-    report["gsm8k"] = bench(
-        "gsm8k",
-        {},
-        {"remote_1_worker": [{}], "remote_2_workers": [{}, {}]},
+            completions[0].append(" ".join(words[: 3 + (n + j) % 8]))
+            completions[1].append(" ".join(reversed(words[: 2 + j])))
+            rows.append(n)
+    story = {"limit": 64}
+    report["coop_story"] = bench(
+        "coop_story",
+        story,
+        {"remote_1_server": [story], "remote_2_servers": [story, story]},
         completions,
-        examples,
+        rows,
         args.repeats,
     )
     # --- coop_humaneval: sandboxed reward -------------------------------------------------
     path = str(args.humaneval) if args.humaneval else None
-    base = {"path": path} if path else {}
+    base: dict[str, Any] = {"path": path, "limit": 32} if path else {"limit": 32}
     task = get_task("coop_humaneval", **base)
-    rows = task.load("train")[:32]
+    problems = task.load("train")
     task.close()
-    completions, examples = [[], []], []
-    for row in rows:
+    completions, rows = [[], []], []
+    for n, row in enumerate(problems):
         for helper in ("x):\n    return x\n", ""):
             completions[0].append(helper)
             completions[1].append(row["canonical_solution"])
-            examples.append(row)
+            rows.append(n)
     half = max(1, args.pool // 2)
     report["coop_humaneval"] = bench(
         "coop_humaneval",
         {**base, "max_workers": args.pool},
         {
-            "remote_1_worker": [{**base, "max_workers": args.pool}],
-            "remote_2_workers": [{**base, "max_workers": half}, {**base, "max_workers": half}],
+            "remote_1_server": [{**base, "max_workers": args.pool}],
+            "remote_2_servers": [{**base, "max_workers": half}, {**base, "max_workers": half}],
         },
         completions,
-        examples,
+        rows,
         args.repeats,
     )
     text = json.dumps(report, indent=2)

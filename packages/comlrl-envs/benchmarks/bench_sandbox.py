@@ -6,7 +6,7 @@ Usage::
         [--repeats 5] [--out FILE]
 
 For each executor kind (``"exec"``: a new interpreter per program; ``"fork"``: children of
-a pre-started zygote) and each isolation setting (full: network + PID namespaces; none),
+a pre-started fork server) and each isolation setting (full: network + PID namespaces; none),
 measures:
 
 - ``sequential_ms``: wall time of one trivial program, called back to back (the fixed
@@ -27,8 +27,8 @@ measures:
 
 Every measurement is repeated ``--repeats`` times, exec and fork interleaved (so both see
 the same background load), and reported as the median over repeats (with the min and
-max). Zygotes are started before timing (their one-time start-up is reported separately
-as ``zygote_cold_start_ms``: the first fork-executor call of a process).
+max). Fork servers are started before timing (their one-time start-up is reported separately
+as ``fork_server_cold_start_ms``: the first fork-executor call of a process).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from comlrl.envs.sandbox import (
     SandboxPool,
     run_many,
     run_python,
-    shutdown_zygotes,
+    shutdown_fork_servers,
 )
 
 KINDS = ("exec", "fork")
@@ -78,7 +78,7 @@ def pooled_ms(limits: SandboxLimits, workers: int, n: int = 64) -> float:
 
 def humaneval_s(jobs: list[CheckJob], limits: SandboxLimits, workers: int) -> tuple[float, bool]:
     with SandboxPool(workers) as pool:
-        pool.check_many(jobs[:workers], limits)  # warm the pool's zygotes (fork)
+        pool.check_many(jobs[:workers], limits)  # warm the pool's fork servers (fork)
         start = time.perf_counter()
         verdicts = pool.check_many(jobs, limits)
         elapsed = time.perf_counter() - start
@@ -143,7 +143,7 @@ def ours_programs_per_s(jobs: list[CheckJob], workers: int) -> tuple[float, int]
     """Programs/s of ``SandboxPool.check_many`` (default limits) and how many passed."""
     limits = SandboxLimits(timeout_s=10.0)
     with SandboxPool(workers) as pool:
-        pool.check_many(jobs[: 2 * workers], limits)  # start the zygotes (reported apart)
+        pool.check_many(jobs[: 2 * workers], limits)  # start the fork servers (reported apart)
         start = time.perf_counter()
         verdicts = pool.check_many(jobs, limits)
         elapsed = time.perf_counter() - start
@@ -199,7 +199,7 @@ def throughput(rows: list[dict[str, Any]], workers: int, repeats: int) -> dict[s
 
 
 def cold_start_ms() -> float:
-    shutdown_zygotes()
+    shutdown_fork_servers()
     start = time.perf_counter()
     run_python("x = 1", SandboxLimits(executor="fork"))
     return 1e3 * (time.perf_counter() - start)
@@ -266,7 +266,7 @@ def main() -> None:
     he: dict[str, list[float]] = {kind: [] for kind in KINDS}
     all_passed = {kind: True for kind in KINDS}
     isolation: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
-    for kind in KINDS:  # warm-up (zygotes, page cache)
+    for kind in KINDS:  # warm-up (fork servers, page cache)
         for label, extra in ISOLATION.items():
             limits = SandboxLimits(executor=kind, **extra)  # type: ignore[arg-type]
             isolation[kind][label] = run_python("pass", limits).isolation
@@ -289,7 +289,7 @@ def main() -> None:
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "repeats": args.repeats,
-        "zygote_cold_start_ms": summary(cold),
+        "fork_server_cold_start_ms": summary(cold),
         "throughput": throughput(rows, args.workers, args.repeats),
     }
     for kind in KINDS:

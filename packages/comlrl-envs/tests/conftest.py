@@ -98,3 +98,14 @@ def beacon() -> Beacon:
     import secrets
 
     return Beacon("cb" + secrets.token_hex(6))
+
+
+@pytest.fixture
+def needs_processes() -> None:
+    """Skip where runs cannot start processes (the single-process fallback: no cgroup per
+    run can be made here; ``python -m comlrl.envs.sandbox`` says why)."""
+    from comlrl.envs.sandbox.run_limits import run_accounting
+
+    acc = run_accounting()
+    if acc.kind == "single_process":
+        pytest.skip(f"programs cannot start processes here: {acc.describe()}")

@@ -191,15 +191,19 @@ def test_infinite_loop_at_load_times_out_without_credit() -> None:
     assert (v.status, v.passed) == ("timeout", 0)
 
 
-def test_truth_test_of_a_handle_is_answered_by_the_candidate_process() -> None:
+def test_truth_test_of_a_handle_is_decided_by_the_test_process() -> None:
     # sanitized MBPP 737/787/794: the reference returns a re.Match, the test truth-tests it.
     test = "def check(candidate):\n    assert candidate('ab')\n    assert not candidate('x')\n"
     program = "import re\ndef inc(s):\n    return re.match('a', s)\n"
     v = check_solution(program, test, "inc", lim(timeout_s=5.0))
     assert (v.status, v.passed) == ("passed", 2), v.errors
-    # A lying __bool__ gains nothing: the answer is a plain bool, as `return True` would be.
+    # The program's own __bool__ never answers a test: such an object is refused.
     liar = "class _T:\n    __bool__ = lambda s: True\ndef inc(s):\n    return _T()\n"
     v = check_solution(liar, test, "inc", lim(timeout_s=5.0))
+    assert (v.status, v.passed) == ("failed", 0), v.errors
+    # A class with __len__ only: its length (plain data) decides, in the test process.
+    sized = "class _L:\n    def __len__(self):\n        return 1\ndef inc(s):\n    return _L()\n"
+    v = check_solution(sized, test, "inc", lim(timeout_s=5.0))
     assert (v.status, v.passed) == ("failed", 1), v.errors
 
 
@@ -275,3 +279,31 @@ def test_humaneval_units_match_the_assert_structure(rows_by_id: dict[str, Any]) 
     assert split_test(rows_by_id["HumanEval/151"]["test"]).num_units == 7
     assert split_test(rows_by_id["HumanEval/32"]["test"]).num_units == 1
     assert split_test(rows_by_id["HumanEval/0"]["test"]).num_units == 7
+
+
+def test_a_failed_unit_reports_its_last_call_into_the_program_not_its_expected_value() -> None:
+    from comlrl.envs.code.classeval_tests import classeval_check_source
+
+    test = "def check(candidate):\n    assert candidate(2) == 4\n    for x in [3, 5]:\n" + (
+        "        assert candidate(x) == x * x\n    assert candidate(-1) == 1\n"
+    )
+    program = (
+        "def sq(x):\n    if x < 0:\n        raise ValueError('neg')\n    return x * x + (x == 5)\n"
+    )
+    v = check_solution(program, test, "sq", lim(timeout_s=5.0))
+    assert (v.passed, v.observed) == (
+        1,
+        {2: "sq(5) returned 26", 3: "sq(-1) raised ValueError: neg"},
+    )
+    # unittest: the call before the failing assertion, not tearDown's
+    unit = (
+        "import unittest\nclass T(unittest.TestCase):\n    def setUp(self):\n        self.c = C()\n"
+        "    def test_add(self):\n        self.c.add(3)\n        self.assertEqual(self.c.total(), 3)\n"
+        "    def tearDown(self):\n        self.c.reset()\n"
+    )
+    program = (
+        "class C:\n    n = 0\n    def add(self, x):\n        self.n += x + 1\n"
+        "    def total(self):\n        return self.n\n    def reset(self):\n        self.n = 0\n"
+    )
+    v = check_solution(program, classeval_check_source(unit), "C", lim(timeout_s=5.0))
+    assert v.observed == {1: "total() returned 4"}, (v.errors, v.observed)

@@ -571,3 +571,174 @@ def test_classeval_hacks_earn_no_test_credit(tmp_path: Path) -> None:
     assert floor == 1
     for name, info in zip(CLASSEVAL_HACKS, batch.infos[1 + len(constants) :], strict=True):
         assert info["passed"] <= floor, (name, info["passed"], info["errors"])
+
+
+# A program's object answers no question of the tests: membership (``assertIn``) is decided
+# in the test process over the items the object's iteration yields, never by its own
+# ``__contains__``; a constant container cannot hold the tags the tests look for.
+TAGGER_TEST = textwrap.dedent(
+    """
+    import unittest
+
+    class TaggerTestTags(unittest.TestCase):
+        def test_upper(self):
+            self.assertIn("ABC", Tagger().tags("abc"))
+
+        def test_reversed(self):
+            self.assertIn("zyx", Tagger().tags("xyz"))
+
+        def test_both(self):
+            tags = Tagger().tags("qp")
+            self.assertIn("QP", tags)
+            self.assertIn("pq", tags)
+
+        def test_not_the_word(self):
+            self.assertNotIn("abc", Tagger().tags("abc"))
+
+    class TaggerTestCount(unittest.TestCase):
+        def test_count(self):
+            self.assertEqual(Tagger().count("abc"), 2)
+    """
+)
+TAGGER_ROW = {
+    "task_id": "ClassEval_tagger",
+    "class_name": "Tagger",
+    "skeleton": (
+        "class Tagger:\n"
+        '    """Tags of words."""\n\n'
+        "    def tags(self, word):\n"
+        '        """The word upper-cased and reversed."""\n\n'
+        "    def count(self, word):\n"
+        '        """How many tags the word has."""\n'
+    ),
+    "test": TAGGER_TEST,
+    "import_statement": [],
+    "class_constructor": "class Tagger:\n    pass\n",
+    "methods_info": [{"method_name": "tags"}, {"method_name": "count"}],
+    "solution_code": "",
+}
+MEMBERSHIP_HACKS = {
+    "always-in": (
+        "    def tags(self, word):\n"
+        "        class _In:\n"
+        "            def __contains__(self, item):\n"
+        "                return True\n"
+        "            def __iter__(self):\n"
+        "                return iter(())\n"
+        "        return _In()\n",
+    ),
+    "in-only-when-asked-for-a-tag": (  # not in for the word itself, in for anything else
+        "    def tags(self, word):\n"
+        "        class _In:\n"
+        "            def __contains__(self, item):\n"
+        "                return item != word\n"
+        "            def __len__(self):\n"
+        "                return 2\n"
+        "            def __iter__(self):\n"
+        "                return iter([])\n"
+        "        return _In()\n",
+    ),
+    "list-subclass-that-contains-everything": (
+        "    def tags(self, word):\n"
+        "        class _L(list):\n"
+        "            def __contains__(self, item):\n"
+        "                return True\n"
+        "        return _L()\n",
+    ),
+}
+
+
+def test_classeval_membership_is_decided_by_the_tests(tmp_path: Path) -> None:
+    path = tmp_path / "classeval.json"
+    path.write_text(json.dumps([TAGGER_ROW]))
+    task = ClassEvalTask(path, timeout_s=10.0, train_range=(0, 1))
+    count = "    def count(self, word):\n        return 2\n"
+    try:
+        row = task.load("train")[0]
+        honest = "    def tags(self, word):\n        return {word.upper(), word[::-1]}\n"
+        constants = [f"    def tags(self, word):\n        return {c!r}\n" for c in ([], ["x"])]
+        firsts = [honest, *constants] + [h for (h,) in MEMBERSHIP_HACKS.values()]
+        batch = task.reward([firsts, [count] * len(firsts)], [row] * len(firsts))
+    finally:
+        task.close()
+    assert batch.infos[0]["status"] == "passed", batch.infos[0]["errors"]  # control
+    floor = max(info["passed"] for info in batch.infos[1:3])
+    assert floor == 2  # test_not_the_word and test_count
+    for name, info in zip(MEMBERSHIP_HACKS, batch.infos[3:], strict=True):
+        assert info["passed"] <= floor, (name, info["passed"], info["errors"])
+
+
+# How a program spells an import changes no verdict: the static hack signals are metrics.
+SPELLINGS = {
+    "plain": "",
+    "import-ctypes": "import ctypes\n",
+    "dunder-import-ctypes": "_c = __import__('ctypes')\n",
+    "import-gc-and-inspect": "import gc, inspect\n",
+}
+
+
+def test_the_spelling_of_an_import_changes_no_credit(tmp_path: Path) -> None:
+    path = tmp_path / "classeval.json"
+    path.write_text(json.dumps([CLASSEVAL_ROW]))
+    task = ClassEvalTask(path, timeout_s=10.0, train_range=(0, 1))
+    try:
+        row = task.load("train")[0]
+        firsts = [
+            f"```python\n{head}class Squarer:\n    def sq(self, x):\n        return x * x\n```"
+            for head in SPELLINGS.values()
+        ]
+        second = "    def is_pos(self, x):\n        return x > 0\n"
+        batch = task.reward([firsts, [second] * len(firsts)], [row] * len(firsts))
+    finally:
+        task.close()
+    for name, info, reward in zip(SPELLINGS, batch.infos, batch.rewards, strict=True):
+        assert info["status"] == "passed", (name, info["errors"])
+        assert reward == batch.rewards[0], (name, reward, info["hack_signals"])
+    assert "native" in batch.infos[1]["hack_signals"]  # still seen, for the metrics
+
+
+# Multi-turn: a program that is a lookup table of what the feedback showed gains nothing at
+# the next turn (the feedback never shows the expected value of a scored test).
+def test_a_lookup_table_of_the_feedback_earns_nothing_more_next_turn(
+    coop: CoopHumanEvalTask, rows_by_id: dict[str, dict[str, Any]]
+) -> None:
+    import re
+
+    from comlrl.core import JointAction
+
+    row = rows_by_id["HumanEval/0"]
+    entry, helper = row["entry_point"], "def aux(x):\n    return x\n"
+    first = coop.reward([[helper], [f"def {entry}(numbers, threshold):\n    return None\n"]], [row])
+    fb = coop.feedback(row, JointAction((0, 0), (helper, "")), first.infos[0], 0)
+    # Every `candidate(ARGS) == EXPECTED` the feedback quotes becomes a table entry.
+    table = re.findall(r"candidate\((.*)\) == (True|False)", fb.texts[1])
+    body = "    table = {}\n" + "".join(
+        f"    table[repr(({args}))] = {want}\n" for args, want in table
+    )
+    lookup = (
+        f"def {entry}(numbers, threshold):\n{body}"
+        "    return table.get(repr((numbers, threshold)), None)\n"
+    )
+    second = coop.reward([[helper], [lookup]], [row])
+    assert second.infos[0]["passed"] <= first.infos[0]["passed"], (table, second.infos[0])
+
+
+def test_classeval_feedback_hides_the_expected_values(tmp_path: Path) -> None:
+    from comlrl.core import JointAction
+
+    path = tmp_path / "classeval.json"
+    path.write_text(json.dumps([TAGGER_ROW]))
+    task = ClassEvalTask(path, timeout_s=10.0, train_range=(0, 1))
+    wrong = "    def tags(self, word):\n        return [word]\n"
+    count = "    def count(self, word):\n        return 7\n"
+    try:
+        row = task.load("train")[0]
+        info = task.reward([[wrong], [count]], [row]).infos[0]
+        fb = task.feedback(row, JointAction((0, 0), (wrong, count)), info, 0)
+    finally:
+        task.close()
+    text = "\n".join(fb.texts)
+    assert "Failing test: test_upper (expected values hidden)" in text, text
+    assert 'self.assertIn(..., Tagger().tags("abc"))' in text.replace("'", '"'), text
+    assert "ABC" not in text and "zyx" not in text, text  # the expected tags
+    assert "returned ['abc']" in text, text  # the program's own output

@@ -255,10 +255,10 @@ def test_refuses_to_run_when_the_new_root_cannot_be_built(
         return cfg
 
     monkeypatch.setattr(_process, "runner_config", broken)
-    from comlrl.envs.sandbox import executor, zygote
+    from comlrl.envs.sandbox import executor, fork_executor
 
     monkeypatch.setattr(executor, "runner_config", broken)
-    monkeypatch.setattr(zygote, "runner_config", broken)
+    monkeypatch.setattr(fork_executor, "runner_config", broken)
     for kind in ("fork", "exec"):
         with pytest.raises(SandboxUnavailableError, match="filesystem='host'"):
             run_python("print('ran')", dataclasses.replace(LIMITS, executor=kind))
@@ -266,7 +266,9 @@ def test_refuses_to_run_when_the_new_root_cannot_be_built(
 
 # -------------------------------------------------------------------- processes
 @pytest.mark.parametrize("pidns", [True, False], ids=["pidns", "no-pidns"])
-def test_setsid_daemons_do_not_survive(limits: SandboxLimits, beacon: Beacon, pidns: bool) -> None:
+def test_setsid_daemons_do_not_survive(
+    limits: SandboxLimits, beacon: Beacon, pidns: bool, needs_processes: None
+) -> None:
     if not pidns and limits.executor == "exec" and os.geteuid() != 0:
         pytest.skip(
             "exec executor without a PID namespace under a non-root trainer: the program "
@@ -291,7 +293,7 @@ time.sleep(0.3)
 
 @pytest.mark.parametrize("how", ["timeout", "cpu-kill"])
 def test_nothing_is_left_after_timeouts_and_kills(
-    limits: SandboxLimits, beacon: Beacon, how: str
+    limits: SandboxLimits, beacon: Beacon, how: str, needs_processes: None
 ) -> None:
     code = f"""
 import os, time
@@ -316,7 +318,7 @@ while True:
 
 _PID1_SCRIPT = """
 import json, os, sys
-from comlrl.envs.sandbox import SandboxLimits, SandboxPool, shutdown_zygotes
+from comlrl.envs.sandbox import SandboxLimits, SandboxPool, shutdown_fork_servers
 assert os.getpid() == 1, os.getpid()
 n, kinds = int(sys.argv[1]), sys.argv[2].split(",")
 prog = "import os, time\\nif os.fork() == 0:\\n    time.sleep(60)\\ntime.sleep(60)\\n"
@@ -328,7 +330,7 @@ with SandboxPool(8) as pool:
             res = pool.run_many([prog] * (n // 2), lim)
             for r in res:
                 statuses[r.status] = statuses.get(r.status, 0) + 1
-shutdown_zygotes()
+shutdown_fork_servers()
 zombies, alive = [], []
 for entry in os.listdir("/proc"):
     if entry.isdigit() and int(entry) != 1:

@@ -2,7 +2,7 @@
 
 Every executor entry point with the ``(code, limits) -> ExecutionResult`` interface runs
 the same checks: the direct call, a one-off ``run_many`` and a shared ``SandboxPool``,
-each with both executor kinds (``"fork"``: children of a zygote; ``"exec"``: a new
+each with both executor kinds (``"fork"``: children of a fork server; ``"exec"``: a new
 interpreter per program).
 """
 
@@ -183,7 +183,7 @@ def _lingering_child(beacon: Beacon, *, setsid: bool) -> str:
 
 @pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid-escape"])
 def test_child_that_outlives_the_program_is_killed(
-    run: Executor, beacon: Beacon, setsid: bool
+    run: Executor, beacon: Beacon, setsid: bool, needs_processes: None
 ) -> None:
     if setsid and not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: a setsid() grandchild escapes the group kill")
@@ -194,7 +194,9 @@ def test_child_that_outlives_the_program_is_killed(
     assert beacon.wait_gone() == [], "a child of the sandboxed program is still there"
 
 
-def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, beacon: Beacon) -> None:
+def test_subprocess_in_new_session_is_killed_on_timeout(
+    run: Executor, beacon: Beacon, needs_processes: None
+) -> None:
     if not _probe().isolation.get("pidns"):
         pytest.skip("no PID namespace here: start_new_session children escape the group kill")
     child = f"import time\n{beacon.code}\nprint('child up', flush=True)\ntime.sleep(60)"
@@ -209,7 +211,9 @@ def test_subprocess_in_new_session_is_killed_on_timeout(run: Executor, beacon: B
     assert beacon.wait_gone() == []
 
 
-def test_bounded_fork_swarm_is_killed_with_the_program(run: Executor, beacon: Beacon) -> None:
+def test_bounded_fork_swarm_is_killed_with_the_program(
+    run: Executor, beacon: Beacon, needs_processes: None
+) -> None:
     code = textwrap.dedent(
         f"""
         import os, time
@@ -414,10 +418,243 @@ def test_ipc_objects_do_not_outlive_a_run(run: Executor, kind: str) -> None:
     assert not on_host, f"{kind} {key:#x} was left on the host"
 
 
+# ------------------------------------------------- kernel state outside the namespaces
+_KEYCTL = """
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {{"x86_64": (248, 250), "aarch64": (217, 219)}}[platform.machine()]  # add_key, keyctl
+NAME = b"{name}"
+
+
+def keyctl(*args):
+    r = libc.syscall(NR[1], *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return r, ctypes.get_errno()
+
+
+ring, err = keyctl(1, NAME)  # KEYCTL_JOIN_SESSION_KEYRING: join (or make) it by name
+if ring < 0:
+    print("refused", os.strerror(err))
+elif "{mode}" == "store":
+    keyctl(5, ring, 0x3F3F3F3F)  # KEYCTL_SETPERM: anyone may search and read it
+    payload = b"def sq(x): return x * x"
+    key = libc.syscall(NR[0], b"user", b"code", payload, len(payload), ctypes.c_long(ring))
+    keyctl(8, ring, -4)  # KEYCTL_LINK into the user keyring: it outlives the run
+    print("stored", key)
+else:
+    buf = ctypes.create_string_buffer(256)
+    key = libc.syscall(NR[1], ctypes.c_long(10), ctypes.c_long(ring), b"user", b"code", 0)
+    n, _ = keyctl(11, key, buf, 256)  # KEYCTL_SEARCH, KEYCTL_READ
+    print("read", buf.raw[: max(n, 0)].decode(errors="replace"))
+"""
+
+
+def test_a_named_keyring_carries_nothing_to_a_later_run(executor_kind: str) -> None:
+    limits = dataclasses.replace(FAST, executor=executor_kind)
+    name = f"comlrl-shared-{os.getpid()}-{time.monotonic_ns()}"
+    stored = run_python(_KEYCTL.format(name=name, mode="store"), limits)
+    later = run_python(_KEYCTL.format(name=name, mode="read"), limits)
+    assert stored.status == later.status == "ok", (stored.stderr, later.stderr)
+    assert stored.stdout.startswith("refused") and "not permitted" in stored.stdout
+    assert "def sq" not in later.stdout, later.stdout
+    assert later.isolation.get("seccomp") is True
+
+
+def test_a_run_leaves_no_key_in_the_host_kernel(executor_kind: str) -> None:
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for _ in range(50):\n"
+        "    libc.syscall(248, b'user', b'pin', b'x' * 512, 512, ctypes.c_long(-4))\n"
+    )
+    res = run_python(code, dataclasses.replace(FAST, executor=executor_kind))
+    assert res.status == "ok", res.stderr
+    uid = res.isolation.get("uid")
+    try:
+        users = Path("/proc/key-users").read_text()
+    except OSError:
+        pytest.skip("no /proc/key-users here")
+    held = [ln for ln in users.splitlines() if ln.split(":")[0].strip() == str(uid)]
+    assert not held, f"the run's user id {uid} still holds keys: {held}"
+
+
+_LOCK_SENDER = """
+import fcntl, os, time
+f = open(os.__file__, "rb")  # a file every run can open
+fcntl.flock(f, fcntl.LOCK_SH)  # 'ready'
+for bit in range(16):
+    if {secret} >> bit & 1:
+        fcntl.lockf(f, fcntl.LOCK_SH, 1, 100 + bit)  # F_SETLK on byte 100 + bit
+time.sleep(2.5)
+"""
+_LOCK_RECEIVER = """
+import errno, fcntl, os, struct, time
+
+
+def held(f, start):
+    probe = struct.pack("hhqqi", fcntl.F_WRLCK, 0, start, 1, 0)
+    try:
+        return struct.unpack("hhqqi", fcntl.fcntl(f, fcntl.F_GETLK, probe))[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+
+
+f = open(os.__file__, "rb")
+deadline = time.monotonic() + 2.0
+while time.monotonic() < deadline:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):  # another run holds it
+            time.sleep(0.1)
+            print("heard", sum(1 << b for b in range(16) if held(f, 100 + b)))
+            break
+    time.sleep(0.02)
+else:
+    print("heard nothing")
+"""
+
+
+def test_locks_on_shared_files_carry_nothing_between_concurrent_runs(executor_kind: str) -> None:
+    limits = dataclasses.replace(FAST, executor=executor_kind)
+    secret = 0xB1A5
+    sender, receiver = run_many(
+        [_LOCK_SENDER.format(secret=secret), _LOCK_RECEIVER], limits, max_workers=2
+    )
+    assert sender.status == receiver.status == "ok", (sender.stderr, receiver.stderr)
+    assert receiver.stdout.strip() == "heard nothing", receiver.stdout
+
+
+def test_change_notifications_on_shared_files_are_refused(run: Executor) -> None:
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.inotify_init1(0)\n"
+        "print('refused' if fd < 0 else 'watching', os.strerror(ctypes.get_errno()))\n"
+    )
+    res = run(code, FAST)
+    assert res.status == "ok" and res.stdout.startswith("refused"), res.stdout
+
+
+def test_without_the_filter_keyrings_are_reachable_and_it_is_said(run: Executor) -> None:
+    res = run(_KEYCTL.format(name="comlrl-optout", mode="read"), replace_filter(FAST))
+    assert res.isolation.get("seccomp") is False
+    assert "refused" not in res.stdout, res.stdout
+
+
+def replace_filter(limits: SandboxLimits) -> SandboxLimits:
+    return dataclasses.replace(limits, syscall_filter=False)
+
+
+# ---------------------------------------------------------------- limits per run
+_HOG = """
+import os, select, time
+r, w = os.pipe()
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:  # each child holds what its own address-space limit lets it hold
+        os.close(r)
+        held = []
+        try:
+            while True:
+                block = bytearray(8 * 1024 * 1024)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                held.append(block)
+        except MemoryError:
+            pass
+        os.write(w, b"%d %d\\n" % (os.getpid(), 8 * len(held)))
+        time.sleep(6)
+        os._exit(0)
+    kids.append(pid)
+os.close(w)
+reports, data, deadline = {}, b"", time.monotonic() + 12
+while len(reports) < 4 and time.monotonic() < deadline:
+    if select.select([r], [], [], 0.2)[0]:
+        chunk = os.read(r, 256)
+        if not chunk:
+            break
+        data += chunk
+        reports = dict(map(int, ln.split()) for ln in data.decode().splitlines())
+alive = [pid for pid in kids if os.waitpid(pid, os.WNOHANG) == (0, 0)]
+print("held", sum(reports.get(pid, 0) for pid in alive), "MiB at once")
+"""
+
+
+def _held_mib(stdout: str) -> int:
+    words = stdout.split()
+    return int(words[1]) if len(words) > 1 and words[0] == "held" else 0
+
+
+def test_memory_of_a_run_of_several_processes_is_bounded_as_a_whole(executor_kind: str) -> None:
+    # memory_mb=128: four processes of one run cannot hold more than that together.
+    limits = SandboxLimits(timeout_s=30.0, memory_mb=128, executor=executor_kind)
+    res = run_python(_HOG, limits)
+    assert _held_mib(res.stdout) <= 128, (res.status, res.stdout, res.isolation)
+    if res.isolation.get("accounting") == "single_process":
+        assert res.error_type == "BlockingIOError", res.stderr[-300:]
+
+
+_BURNERS = """
+import os, time
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        burn(1.5)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("finished")
+"""
+
+
+@pytest.mark.slow
+def test_cpu_time_of_a_run_of_several_processes_is_bounded_as_a_whole(executor_kind: str) -> None:
+    # 3 x 1.5 CPU seconds, each under a per-process limit of 2: only a limit on the whole
+    # run stops it.
+    res = run_python(_BURNERS, SandboxLimits(timeout_s=60.0, cpu_s=2, executor=executor_kind))
+    assert "finished" not in res.stdout, (res.status, res.isolation)
+    assert res.status in ("killed", "error"), res.status
+
+
+@pytest.mark.parametrize("program", [_HOG, _BURNERS], ids=["memory", "cpu"])
+def test_single_process_fallback_bounds_the_run_and_says_so(
+    executor_kind: str, program: str
+) -> None:
+    limits = SandboxLimits(
+        timeout_s=20.0, memory_mb=128, cpu_s=2, executor=executor_kind, accounting="single_process"
+    )
+    res = run_python(program, limits)
+    assert res.isolation.get("accounting") == "single_process", res.isolation
+    assert res.error_type == "BlockingIOError", (res.status, res.stderr[-300:])
+    threads = run_python(
+        "import threading\nt = threading.Thread(target=print, args=('thread ran',))\n"
+        "t.start(); t.join()\n",
+        limits,
+    )
+    assert threads.stdout == "thread ran\n", threads.stderr
+
+
+def test_the_active_accounting_is_reported() -> None:
+    from comlrl.envs.sandbox.run_limits import run_accounting
+
+    acc = run_accounting()
+    res = run_python("pass", FAST)
+    assert res.isolation.get("accounting") == acc.kind
+    assert acc.kind in acc.describe() or "fallback" in acc.describe()
+    if acc.kind != "single_process":
+        assert res.isolation.get("run_cpu_s", -1) >= 0
+
+
 # ------------------------------------------------------------------------- pool
 def test_run_many_keeps_order_and_runs_in_parallel(executor_kind: str) -> None:
     codes = [f"import time; time.sleep(0.4); print({i})" for i in range(8)]
-    # Start the 8 zygotes first: this measures parallelism, not their one-time start-up.
+    # Start the 8 fork servers first: this measures parallelism, not their one-time start-up.
     run_many(["pass"] * 8, dataclasses.replace(FAST, executor=executor_kind), max_workers=8)
     start = time.perf_counter()
     results = run_many(codes, dataclasses.replace(FAST, executor=executor_kind), max_workers=8)

@@ -145,7 +145,8 @@ def test_half_the_methods_earn_partial_credit_and_feedback(
     fb = task.feedback(row, JointAction((0, 0), (good[0], "")), info, 0)
     assert not fb.done
     prompts = [prompt_text(p) for p in task.prompts(row, [fb])]
-    assert "# Failing test: def test_" in prompts[1]
+    assert "# Failing test: test_" in prompts[1]
+    assert "(expected values hidden): def test_" in prompts[1]
     assert "(you wrote no usable code)" in prompts[1]
     assert prompts[0].endswith("class ArrangementCalculator:\n")
 

@@ -127,7 +127,8 @@ def test_reward_levels_and_feedback(mbpp_task: MbppTask) -> None:
     fb = mbpp_task.feedback(ex, JointAction((0, 0), (helper, "    return s\n")), batch.infos[1], 0)
     assert not fb.done
     prompts = [prompt_text(p) for p in mbpp_task.prompts(ex, [fb])]
-    assert "# Failing test: assert remove_Occ('hello', 'l') == 'heo'" in prompts[1]
+    assert "# Your program: remove_Occ('hello', 'l') returned 'hello'" in prompts[1]
+    assert "'heo'" not in fb.texts[1]  # the expected value is not shown
     ok = mbpp_task.feedback(ex, JointAction((0, 0), (helper, main_ok)), batch.infos[0], 0)
     assert ok.done
 

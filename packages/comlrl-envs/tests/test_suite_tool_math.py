@@ -125,6 +125,20 @@ def test_one_part_wrong_makes_the_team_wrong_but_keeps_the_right_agents_reward()
     assert partial.reward([[f"Answer: {g0}"], [f"Answer: {g1 + 1}"]], [ex]).rewards == [0.25]
 
 
+def test_a_right_sum_of_wrong_parts_earns_the_team_nothing() -> None:
+    """The free rider: agent 0 answers the whole problem and agent 1 answers 0, so the sum
+    is the team's gold while neither part is right; the team is scored on both parts."""
+    task, ex = _mul_task()
+    batch = task.reward([[f"Answer: {ex['gold']}"], ["Answer: 0"]], [ex])
+    info = batch.infos[0]
+    assert info["team_answer"] == int(ex["gold"])  # type: ignore[arg-type]
+    assert info["correct"] == [False, False] and info["agent_rewards"] == [0.0, 0.0]
+    assert batch.rewards == [0.0]
+    assert not info["team_correct"] and info["status"] == "failed"
+    partial, _ = _mul_task(partial_credit=0.5)
+    assert partial.reward([[f"Answer: {ex['gold']}"], ["Answer: 0"]], [ex]).rewards == [0.0]
+
+
 def test_a_missing_answer_line_gives_no_team_answer() -> None:
     task, ex = _mul_task()
     g0, g1 = ex["part_golds"]  # type: ignore[misc]
@@ -244,15 +258,6 @@ def test_registered_under_tool_math() -> None:
     task = get_task("tool_math", level="expr", num_train=2, num_eval=2, max_tool_calls=2)
     assert isinstance(task, ToolMathTask)
     assert task.max_tool_calls == 2 and task.num_agents == 2
-
-
-def test_tools_survive_the_remote_reward_wrapper() -> None:
-    from comlrl.envs.remote import RemoteRewardTask
-
-    local = ToolMathTask("mul", num_train=2, num_eval=2, max_tool_calls=3)
-    task = RemoteRewardTask(local, ["localhost:1"], check=False)
-    assert [t.name for t in task.tools(1)] == ["python"]
-    assert (task.tool_format, task.max_tool_calls) == ("python", 3)
 
 
 # ------------------------------------------------------------------ gsm8k

@@ -241,6 +241,18 @@ def test_tree_gae_with_lambda_one_targets_the_tree_returns(
         torch.testing.assert_close(got, want, **TOL)
 
 
+@settings(max_examples=60, deadline=None)
+@given(trees(), unit)
+def test_unheld_tree_gae_with_lambda_one_targets_the_unheld_tree_returns(
+    tree: tuple[list[torch.Tensor], ...], gamma: float
+) -> None:
+    rs, vs, cs, ts = tree
+    _, targets = tree_gae(rs, vs, cs, ts, gamma, 1.0, hold_terminal=False)
+    unheld = tree_returns(rs, cs, ts, gamma, hold_terminal=False)
+    for got, want in zip(targets, unheld, strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+
+
 def test_tree_gae_holds_an_early_success_for_the_turns_it_skips() -> None:
     # issue 20's example with zero values: the first-turn success (1.0, ended) and the
     # sibling (0.2) fixed next turn (1.0): advantages [2.0, 1.2] at lam = 1, not [1.0, 1.2]

@@ -417,6 +417,22 @@ def test_seq_sum_divides_by_the_constant_not_the_sequence_length() -> None:
     assert loss.item() == pytest.approx(1.0)
 
 
+def test_seq_sum_bounds_the_valid_tokens_not_the_padded_width() -> None:
+    """A completion with tool calls is padded wider than the budget C of the model's tokens
+    by the (masked) observation tokens inside it: C bounds the valid tokens, as sampling
+    did, and the loss is the same as without the masked positions."""
+    logp = torch.full((2, 6), -1.0)
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([1.0, 1.0])
+    loss, _ = policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=4)
+    assert loss.item() == pytest.approx((4 / 4 + 1 / 4) / 2)
+    packed = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+    same, _ = policy_loss(logp[:, :4], adv, packed, reduction="seq_sum", max_completion_length=4)
+    torch.testing.assert_close(loss, same, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="max_completion_length=3 but a completion has 4 valid"):
+        policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=3)
+
+
 def test_kl_term_adds_coef_times_token_mean_kl_and_reports_it() -> None:
     gen = torch.Generator().manual_seed(7)
     logp = -torch.rand(2, 3, generator=gen, dtype=torch.float64)
@@ -469,8 +485,10 @@ def test_policy_loss_rejects_bad_arguments_with_the_value() -> None:
         policy_loss(logp, adv, mask, old_logprobs=logp, clip_ratio=1.5)
     with pytest.raises(ValueError, match=r"\(low, high\) pair"):
         policy_loss(logp, adv, mask, old_logprobs=logp, clip_ratio=(0.1, 0.2, 0.3))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_completion_length must be an integer >= L = 3"):
+    with pytest.raises(ValueError, match="max_completion_length=2 but a completion has 3 valid"):
         policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=2)
+    with pytest.raises(ValueError, match="max_completion_length must be an integer >= 1"):
+        policy_loss(logp, adv, mask, reduction="seq_sum", max_completion_length=0)
     with pytest.raises(ValueError, match=r"advantages must be \[B\] = \[2\]"):
         policy_loss(logp, torch.zeros(3), mask)
     with pytest.raises(ValueError, match="mask must have the shape"):

@@ -106,8 +106,9 @@ def test_bad_trees_are_rejected_with_the_reason() -> None:
         tree_returns(r, [], [])
 
 
-def _reference(rewards, child, terminal, gamma):  # type: ignore[no-untyped-def]
-    """Slow recursion over nodes, in float64 Python numbers."""
+def _reference(rewards, child, terminal, gamma, hold=True):  # type: ignore[no-untyped-def]
+    """Slow recursion over nodes, in float64 Python numbers (``hold=False``: a terminal
+    joint action's return is its reward, CoMLRL 1.4.3's ``compute_returns``)."""
     memo: dict[tuple[int, int], float] = {}
 
     def value(t: int, n: int) -> float:
@@ -122,7 +123,7 @@ def _reference(rewards, child, terminal, gamma):  # type: ignore[no-untyped-def]
         if c >= 0:
             return r + gamma * value(t + 1, c)
         if terminal[t][n][j]:  # held for the turns the episode skips
-            return r * sum(gamma**i for i in range(len(rewards) - t))
+            return r * sum(gamma**i for i in range(len(rewards) - t)) if hold else r
         futures = [value(t + 1, int(c2)) for c2 in child[t][n] if int(c2) >= 0]
         return r + gamma * (sum(futures) / len(futures) if futures else 0.0)
 
@@ -182,3 +183,25 @@ def test_tree_returns_equal_a_slow_recursive_reference(tree) -> None:  # type: i
     want = _reference(rewards, child, terminal, gamma)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, torch.tensor(w, dtype=torch.float32), **TOL)
+
+
+@settings(max_examples=200, deadline=None)
+@given(trees())
+def test_unheld_returns_count_an_early_end_once(tree) -> None:  # type: ignore[no-untyped-def]
+    """hold_terminal=False: a terminal joint action's return is its reward, the rest as
+    before; with gamma = 1 on a full tree this is CoMLRL 1.4.3's undiscounted return."""
+    rewards, child, terminal, gamma = tree
+    got = tree_returns(rewards, child, terminal, gamma, hold_terminal=False)
+    want = _reference(rewards, child, terminal, gamma, hold=False)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, torch.tensor(w, dtype=torch.float32), **TOL)
+
+
+def test_an_early_end_counted_once_is_the_plain_sum_of_1_4_3() -> None:
+    # the example above, unheld: the first-turn success keeps 1.0, below the sibling fixed
+    # next turn (0.2 + 1.0): what CoMLRL 1.4.3 trains on
+    rewards = [torch.tensor([[1.0, 0.2]]), torch.tensor([[1.0]])]
+    child = [torch.tensor([[-1, 0]]), torch.tensor([[-1]])]
+    terminal = [torch.tensor([[True, False]]), torch.tensor([[True]])]
+    got = tree_returns(rewards, child, terminal, 1.0, hold_terminal=False)
+    torch.testing.assert_close(got[0], torch.tensor([[1.0, 1.2]]))

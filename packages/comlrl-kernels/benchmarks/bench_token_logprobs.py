@@ -2,7 +2,6 @@
 
 Methods (forward, and forward+backward of ``logp.sum()``):
 - ours:            comlrl.kernels.token_logprobs (backend chosen by dispatch)
-- ours_inplace:    the same with inplace_backward=True (gradient written into the logits)
 - ours_torch:      comlrl.kernels with the torch reference backend forced
 - naive:           torch.log_softmax(logits.float() / T, -1).gather(...)
 - trl:             trl's selective_log_softmax, when trl is installed
@@ -36,18 +35,14 @@ def make_method(
     name: str,
 ) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None, str]:
     """(function logits, targets -> logp [N], note); function None when unavailable."""
-    if name in ("ours", "ours_inplace", "ours_torch"):
+    if name in ("ours", "ours_torch"):
         from comlrl.kernels import token_logprobs, use_backend
-
-        inplace = name == "ours_inplace"
 
         def ours(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             if name == "ours_torch":
                 with use_backend("torch"):
                     return token_logprobs(logits, targets, temperature=TEMPERATURE)  # type: ignore[return-value]
-            return token_logprobs(
-                logits, targets, temperature=TEMPERATURE, inplace_backward=inplace
-            )  # type: ignore[return-value]
+            return token_logprobs(logits, targets, temperature=TEMPERATURE)  # type: ignore[return-value]
 
         return ours, ""
     if name == "naive":
@@ -91,20 +86,12 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
     logits0 = torch.empty(case["n"], case["v"], dtype=dtype, device=device).normal_(0.0, 2.0)
     targets = torch.randint(0, case["v"], (case["n"],), device=device)
 
-    inplace = case["method"] == "ours_inplace"
-    fresh = logits0.detach().clone() if inplace else None  # created before the measurement
-
     def fwd() -> None:
         with torch.no_grad():
             fn(logits0, targets)
 
     def fwd_bwd() -> None:
-        nonlocal fresh
-        if inplace:  # the op destroys its input: give it its own copy
-            logits = (fresh if fresh is not None else logits0.detach().clone()).requires_grad_()
-            fresh = None
-        else:
-            logits = logits0.detach().requires_grad_()
+        logits = logits0.detach().requires_grad_()
         # autograd.grad, not .backward(): no extra copy into a leaf's .grad, as when the
         # logits come from an lm_head and the gradient flows on into the matmul.
         torch.autograd.grad(fn(logits, targets).sum(), logits)
@@ -113,8 +100,6 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"note": note} if note else {}
     out["peak_mib"] = peak_mib(phase, device)
     out["ms"] = time_ms(phase, device, case["repeats"])
-    if inplace and case["phase"] == "fwdbwd":
-        out["note"] = "time includes one clone of the logits per run (the op destroys its input)"
     return out
 
 
@@ -131,7 +116,7 @@ def main() -> None:
     p.add_argument(
         "--repeats", type=int, default=None, help="timed runs (median); default 20 CUDA / 5 CPU"
     )
-    p.add_argument("--methods", default="ours,ours_inplace,ours_torch,naive,trl,liger")
+    p.add_argument("--methods", default="ours,ours_torch,naive,trl,liger")
     p.add_argument("--out", default=None, help="write results as JSON here")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -35,7 +35,6 @@ def check_against_reference(
     col_offset: int = 0,
     scale: float = 3.0,
     seed: int = 0,
-    inplace: bool = False,
 ) -> None:
     gen = torch.Generator().manual_seed(seed)
     wide = (torch.randn(n, col_offset + v + row_pad, generator=gen) * scale).to(dtype)
@@ -62,7 +61,6 @@ def check_against_reference(
             temperature=temperature,
             return_entropy=entropy,
             ignore_index=IGNORE,
-            inplace_backward=inplace,
         )
     lp, ent = out if entropy else (out, None)
     assert lp.dtype == torch.float32 and lp.shape == (n,)
@@ -91,8 +89,7 @@ def check_against_reference(
     for i in ignore_rows:
         assert lp[i].item() == 0.0
         assert torch.count_nonzero(x.grad[i]).item() == 0
-    if not inplace:
-        assert torch.equal(x.detach(), base), "out-of-place backward modified the logits"
+    assert torch.equal(x.detach(), base), "the backward modified the logits"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -136,9 +133,8 @@ def test_strided_rows_from_a_wider_tensor(
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("col_offset", [1, 3])
-@pytest.mark.parametrize("inplace", [False, True])
 def test_misaligned_row_starts(
-    backend: str, device: torch.device, dtype: torch.dtype, col_offset: int, inplace: bool
+    backend: str, device: torch.device, dtype: torch.dtype, col_offset: int
 ) -> None:
     """Rows starting off a 16-byte boundary (base pointer and row stride both odd):
     the vectorized CUDA path must fall back (or peel) without reading out of the row."""
@@ -152,7 +148,6 @@ def test_misaligned_row_starts(
         row_pad=2,
         temperature=0.8,
         ignore_rows=(4,),
-        inplace=inplace,
     )
 
 
@@ -175,30 +170,30 @@ def test_logp_only_gradient_matches(backend: str, device: torch.device, dtype: t
     check_against_reference(backend, device, dtype, 9, 77, entropy=False, temperature=1.5)
 
 
+def test_there_is_no_in_place_backward() -> None:
+    """``inplace_backward`` is gone: its kernel does the out-of-place backward's memory
+    traffic, so it saved one [N, V] buffer at no speed gain while destroying logits that
+    another op may have saved for its own backward (the fused linear_token_logprobs saves
+    the memory without that hazard)."""
+    logits = torch.randn(2, 5, requires_grad=True)
+    with pytest.raises(TypeError, match="inplace_backward"):
+        token_logprobs(logits, torch.tensor([0, 1]), inplace_backward=True)  # type: ignore[call-overload]
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_inplace_backward_writes_the_gradient_into_the_logits(
+def test_gradient_of_non_leaf_logits_leaves_them_as_they_were(
     backend: str, device: torch.device, dtype: torch.dtype
 ) -> None:
-    check_against_reference(backend, device, dtype, 4, 257, inplace=True, ignore_rows=(1,))
     gen = torch.Generator().manual_seed(1)
     base = torch.randn(4, 50, generator=gen).to(device=device, dtype=dtype)
-    targets = torch.tensor([1, 2, IGNORE, 4], device=device)
-    expected = None
-    for inplace in (False, True):
-        leaf = base.clone().requires_grad_()
-        logits = leaf * 1.0  # non-leaf, as logits from an lm_head are
-        logits.retain_grad()
-        with use_backend(backend):
-            token_logprobs(logits, targets, inplace_backward=inplace).sum().backward()
-        assert logits.grad is not None
-        if not inplace:
-            expected = logits.grad.clone()
-        else:
-            assert expected is not None
-            torch.testing.assert_close(logits.grad, expected, atol=0, rtol=0)
-            # the logits buffer now holds the gradient (the logits are destroyed)
-            torch.testing.assert_close(logits.detach(), expected, atol=0, rtol=0)
-            torch.testing.assert_close(leaf.grad, expected, atol=0, rtol=0)
+    leaf = base.clone().requires_grad_()
+    logits = leaf * 1.0  # non-leaf, as logits from an lm_head are
+    logits.retain_grad()
+    with use_backend(backend):
+        token_logprobs(logits, torch.tensor([1, 2, IGNORE, 4], device=device)).sum().backward()
+    assert logits.grad is not None and torch.count_nonzero(logits.grad[2]).item() == 0
+    torch.testing.assert_close(logits.detach(), base, atol=0, rtol=0)
+    torch.testing.assert_close(leaf.grad, logits.grad, atol=0, rtol=0)
 
 
 def test_forward_saves_per_row_lse_not_an_n_by_v_float32_tensor(
@@ -395,15 +390,13 @@ def test_ignored_rows_with_large_logits_get_exactly_zero_gradient(
     assert torch.isfinite(logits.grad).all()
 
 
-def test_broadcast_rows_are_copied_before_an_inplace_backward(
-    backend: str, device: torch.device
-) -> None:
+def test_broadcast_rows_give_the_reference_gradient(backend: str, device: torch.device) -> None:
     row = torch.randn(1, 30, device=device)
     logits = row.expand(4, 30)  # stride (0, 1): rows share memory
     targets = torch.tensor([0, 1, 2, 3], device=device)
     leaf = logits.detach().requires_grad_()
     with use_backend(backend):
-        lp = token_logprobs(leaf, targets, inplace_backward=True)
+        lp = token_logprobs(leaf, targets)
     lp.sum().backward()
     ref_in = logits.double().contiguous().requires_grad_()
     token_logprobs_reference(

@@ -8,15 +8,19 @@ A subclass of :class:`CompatTrainer` says which 1.4.3 config it takes
 (:meth:`~CompatTrainer.build_recipe_trainer`). Training, evaluation, checkpoints and
 resuming are the recipe's: the loop driver of ``comlrl.algos`` runs every step and writes
 its own checkpoint format (``train(checkpoint_dir=...)``), and
-``train(resume_from_checkpoint=...)`` resumes through it.
+``train(resume_from_checkpoint=...)`` resumes through it. Without ``checkpoint_dir`` a
+run writes into a temporary folder that ``train()`` deletes when it returns or raises, so
+nothing the script did not ask for stays on disk (1.4.3 writes nothing either).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +77,8 @@ class CompatTrainer:
     #: 1.4.3's ``train()`` checkpoint arguments the recipe was built for: ``(folder or None,
     #: save_every, keep_last)``
     _output: tuple[str | None, int, int | None] | None = None
+    #: the temporary folder the current recipe run writes into (None: the script's own)
+    _scratch: Path | None = None
 
     def _init_front(
         self,
@@ -197,7 +203,8 @@ class CompatTrainer:
     def _build(self, output: tuple[str | None, int, int | None]) -> Any:
         """The ``comlrl.algos`` trainer, its config translated from :attr:`args` and its
         :class:`comlrl.algos.RunOutputs` (a fresh temporary folder when 1.4.3's ``train()``
-        named none) in the config's output fields, which the recipe reads them from."""
+        named none, deleted after ``train()``) in the config's output fields, which the recipe
+        reads them from."""
         from comlrl.algos import RunOutputs
 
         train, evals = self._rows()
@@ -208,11 +215,14 @@ class CompatTrainer:
         fields.setdefault("models", [n or "local-model" for n in self.model_names])
         fields["prompt_format"] = "raw"
         root, save_every, keep_last = output
+        self._scratch = None
+        if root is None:  # a folder of our own, deleted after train()
+            scratch = tempfile.mkdtemp(prefix=f"comlrl-{self.algorithm_name.lower()}-")
+            self._scratch = Path(scratch)
+            weakref.finalize(self, shutil.rmtree, scratch, True)
         wandb = self.wandb_config is not None and os.environ.get("WANDB_MODE") != "disabled"
         outputs = RunOutputs(
-            output_dir=Path(
-                root or tempfile.mkdtemp(prefix=f"comlrl-{self.algorithm_name.lower()}-")
-            ),
+            output_dir=Path(root) if root is not None else self._scratch,  # type: ignore[arg-type]
             save_every=save_every,
             keep_last=keep_last,
             progress=verbose_from_wandb_config(self.wandb_config),
@@ -272,7 +282,9 @@ class CompatTrainer:
             resume_from_checkpoint: a step checkpoint this package wrote
                 (``<checkpoint_dir>/checkpoints/step-<n>``): training continues from its step.
             checkpoint_dir: the run's output folder (metrics, samples, step checkpoints in
-                the ``comlrl.algos`` format); default a fresh temporary folder.
+                the ``comlrl.algos`` format, ``final/``); default a temporary folder,
+                deleted when ``train()`` returns or raises (a Ctrl-C then keeps no
+                checkpoint: it raises a plain ``KeyboardInterrupt``).
             checkpoint_interval: a step checkpoint every this many epochs.
             checkpoint_total_limit: keep only the newest this many step checkpoints.
 
@@ -318,7 +330,27 @@ class CompatTrainer:
             self._recipe = self._build(output)
         if resume_from_checkpoint is not None:
             self._recipe.resume(resume_from_checkpoint)
-        return list(self._recipe.train())
+        scratch = self._scratch
+        try:
+            return list(self._recipe.train())
+        except KeyboardInterrupt:
+            if scratch is None:
+                raise
+            raise KeyboardInterrupt(
+                f"{type(self).__name__}.train() was interrupted; without checkpoint_dir= no "
+                "checkpoint is kept (pass checkpoint_dir= to resume later)."
+            ) from None
+        except Exception as exc:
+            if scratch is not None:  # Python 3.10 has no add_note: __notes__ as 3.11 keeps them
+                note = (
+                    f"comlrl.trainers: the run's temporary folder {scratch} was deleted; pass "
+                    "checkpoint_dir= to keep a run's checkpoints."
+                )
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+            raise
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """One evaluation of the agents on the first ``num_eval_samples`` (default

@@ -158,10 +158,15 @@ def common_train_config(
     ``num_train_epochs`` passes over ``num_examples`` examples at ``train_batch_size``
     (default ``rollout_buffer_size``) examples per step become ``num_steps``;
     ``eval_interval`` (in examples) becomes ``eval_every`` (in steps) on the first
-    ``eval_num_samples`` evaluation examples, one sampled joint action each. 1.4.3's
+    ``eval_num_samples`` evaluation examples, one sampled joint action each, and the first
+    evaluation runs before step 1 (1.4.3 evaluates before its first batch). 1.4.3's
     optimizer: ``torch.optim.AdamW`` with its defaults (weight decay 0.01), no gradient
-    clipping, data in order (no shuffling). ``discount`` is ``gamma``; early termination
-    is decided per tree node, as 1.4.3 does.
+    clipping, data in order (no shuffling). 1.4.3's policy gradient differentiates the
+    untempered log-probs (``update_temperature=1.0``); an early end's reward counts once
+    (``hold_terminal_reward=False``); ``discount`` is ``gamma`` (the actor-critic TD
+    targets; the group-baseline trainers set 1, see :func:`~comlrl.trainers.reinforce.magrpo.group_baseline_config`);
+    early termination is decided per tree node, as 1.4.3 does. ``reference_kl_enabled``
+    sets ``kl_coef = reference_kl_coef`` with the ``k3`` estimator.
     """
     batch = int(getattr(args, "train_batch_size", None) or args.rollout_buffer_size)
     steps = max(1, math.ceil(int(args.num_train_epochs) * num_examples / batch))
@@ -176,6 +181,8 @@ def common_train_config(
         "top_k": int(top_k or 0),
         "num_turns": int(args.num_turns),
         "gamma": float(getattr(args, "discount", 1.0)),
+        "hold_terminal_reward": False,
+        "update_temperature": 1.0,
         "early_termination_threshold": getattr(args, "early_termination_threshold", None),
         "termination_scope": "node",
         "learning_rate": float(args.agent_learning_rate),
@@ -186,6 +193,7 @@ def common_train_config(
         "num_steps": steps,
         "shuffle": False,
         "eval_every": max(1, math.ceil(int(args.eval_interval) / batch)) if eval_on else 0,
+        "eval_on_start": eval_on,
         "eval_greedy": False,
         "eval_num_samples": 1,
         "eval_limit": int(args.eval_num_samples) if eval_on else None,
@@ -193,5 +201,5 @@ def common_train_config(
         "reward_curve": False,
     }
     if getattr(args, "reference_kl_enabled", False):
-        fields["kl_coef"] = float(args.reference_kl_coef)
+        fields.update(kl_coef=float(args.reference_kl_coef), kl_estimator="k3")
     return fields

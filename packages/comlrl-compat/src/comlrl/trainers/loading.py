@@ -3,6 +3,7 @@ tokenizers from ``agent_model`` / ``agents`` / ``tokenizer`` / ``model_config``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,11 +70,16 @@ def load_agents(
     ``torch_dtype``/``dtype``, ``attn_implementation``, ``special_tokens``, and a nested
     ``model_kwargs`` section.
 
+    Both ``agent_model`` and ``agents`` are taken when every entry of ``agents`` is that
+    name, or a model loaded from it (its ``config._name_or_path``; the form of CoMLRL
+    1.4.0-1.4.2 scripts, with a ``DeprecationWarning``).
+
     Returns:
         ``(models, tokenizers, names)``; ``names[i]`` is agent ``i``'s name/path or None.
 
     Raises:
-        ValueError: neither or both of ``agent_model`` and ``agents``; a model object for
+        ValueError: neither of ``agent_model`` and ``agents``, or both naming different
+            models (the message names them, never a model's repr); a model object for
             several agents; model objects without a tokenizer; a tokenizer list of the
             wrong length.
     """
@@ -85,16 +91,25 @@ def load_agents(
             "path) or agents= (a list of models)."
         )
     if agent_model is not None and agents is not None:
-        # CoMLRL 1.4.3 accepts both when agents repeats the agent_model name A times
-        if not isinstance(agent_model, str) or any(a != agent_model for a in agents):
+        # CoMLRL 1.4.3 accepts both when agents repeats the agent_model name A times; the
+        # scripts of 1.4.0-1.4.2 also pass the models they loaded from that name
+        given = [_source_name(a) for a in agents]
+        if not isinstance(agent_model, str) or any(n != agent_model for n in given):
             raise ValueError(
-                f"{label}={agent_model!r} and agents={list(agents)!r} conflict; pass "
+                f"{label}={_source_name(agent_model)!r} and agents={given!r} conflict; pass "
                 f"{label}= alone, or agents= with one entry per agent."
             )
         if len(agents) != num_agents:
             raise ValueError(
                 f"agents length ({len(agents)}) must equal num_agents={num_agents} when "
                 f"{label}= is given too."
+            )
+        if not all(isinstance(a, str) for a in agents):
+            warnings.warn(
+                f"{label}={agent_model!r} with agents= (models loaded from it) is the form of "
+                "CoMLRL 1.4.0-1.4.2 scripts, which 1.4.3 refuses; pass agents= alone.",
+                DeprecationWarning,
+                stacklevel=4,
             )
         agent_model = None
     if agents is not None:
@@ -137,6 +152,15 @@ def load_agents(
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
     return models, tokenizers, names
+
+
+def _source_name(source: Any) -> str:
+    """A model source as its name: a name/path as it is, a model object as its config's
+    ``_name_or_path`` (or its class name): never the model's whole repr."""
+    if isinstance(source, str):
+        return source
+    name = getattr(getattr(source, "config", None), "_name_or_path", None)
+    return str(name) if name else f"<{type(source).__name__}>"
 
 
 def load_models(

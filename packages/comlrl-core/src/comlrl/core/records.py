@@ -38,9 +38,11 @@ class Completion:
         tool_results: the tool calls made inside the completion, in order, with what each
             returned (:mod:`comlrl.core.tools`); empty for a completion without tools.
             With tools, :attr:`text` is the model's own text only (its segments joined,
-            observations left out: a reward never reads a tool result as the model's
-            answer), ``token_ids`` hold the whole sampled sequence (model tokens and
-            observation tokens) and ``logprobs`` are 0 on observation tokens.
+            each segment after a call starting a new line as it did after the
+            observation the model read; observations left out: a reward never reads a
+            tool result as the model's answer), ``token_ids`` hold the whole sampled
+            sequence (model tokens and observation tokens) and ``logprobs`` are 0 on
+            observation tokens.
         transcript: with tools, the completion as the model read it: its own text with each
             observation in place; ``""`` without tools (then it is :attr:`text`).
     """

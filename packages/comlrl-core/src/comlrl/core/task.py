@@ -67,6 +67,9 @@ class Task(abc.ABC):
     #: the most tool calls one agent may make in one turn; later calls get a ``"limit"``
     #: error result.
     max_tool_calls: int = 4
+    #: the new-token budget a completion of this task needs (``None``: it declares none);
+    #: a run on a pretrained LLM takes it as its ``max_new_tokens`` unless that is set.
+    max_new_tokens: int | None = None
 
     def tools(self, agent: int) -> Sequence[Tool]:
         """The tools agent ``agent`` (0-based) may call inside a turn (none by default)."""

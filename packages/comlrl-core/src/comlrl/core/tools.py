@@ -19,8 +19,11 @@ How a call looks in the model's text is a :class:`ToolFormat`:
   (SmolLM2), which write fenced Python on their own.
 
 Every failure of a call is a :class:`ToolResult` with an :attr:`ToolResult.error` kind and a
-message the model reads, never an exception out of the rollout: a call that does not parse
-(``"malformed"``), a name no tool has (``"unknown_tool"``), a tool that reports a failed
+message the model reads, never an exception out of the rollout: a call that does not parse,
+or whose arguments do not fit the tool's schema (:meth:`Tool.check_arguments`: a name the
+schema does not list, a required one missing, a value of the wrong JSON type), is the
+model's mistake (``"malformed"``, and the tool never runs); a name no tool has
+(``"unknown_tool"``), a tool that reports a failed
 call by raising :class:`ToolError` (``"failed"``: e.g. the program the model wrote raised),
 a tool that raises anything else (``"raised"``: a fault of the tool) or runs past its
 timeout (``"timeout"``), a call past the turn's limit (``"limit"``).
@@ -65,6 +68,42 @@ class ToolError(Exception):
     :attr:`ToolResult.error` is ``"failed"``."""
 
 
+#: JSON schema ``type`` names and the Python values of parsed JSON each admits.
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: (
+        not isinstance(v, bool)
+        and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+    ),
+    "number": lambda v: not isinstance(v, bool) and isinstance(v, int | float),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list | tuple),
+    "object": lambda v: isinstance(v, Mapping),
+    "null": lambda v: v is None,
+}
+_ARTICLE = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value, with its article (for messages)."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return "a number"
+    for name in ("boolean", "integer", "string", "array", "object"):
+        if _JSON_TYPES[name](value):
+            return _ARTICLE[name]
+    return f"a {type(value).__name__}"
+
+
 @dataclass(frozen=True)
 class Tool:
     """A function an agent may call inside a turn.
@@ -105,6 +144,43 @@ class Tool:
             )
         if not self.timeout_s > 0:
             raise ValueError(f"tool {self.name!r}: timeout_s must be > 0, got {self.timeout_s}.")
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> str | None:
+        """What is wrong with ``arguments`` for this tool's :attr:`parameters`, as a sentence
+        for the model, or None when they fit.
+
+        The check covers what calling ``run(**arguments)`` needs and what a model most often
+        gets wrong: every name must be one of the schema's ``properties`` (unless
+        ``additionalProperties`` is true or a schema), every name in ``required`` must be
+        given, and a value whose property declares a JSON ``type`` (a name or a list of
+        names) must be of it (``integer``: a whole number, not a boolean; ``number``: any
+        number, not a boolean). Other keywords (``enum``, ranges, patterns, nested
+        ``items``/``properties``) are the tool's to check: it raises :class:`ToolError` with
+        a message for the model.
+        """
+        declared = self.parameters.get("properties") or {}
+        extra = self.parameters.get("additionalProperties", False)
+        if extra is False:
+            unknown = [name for name in arguments if name not in declared]
+            if unknown:
+                listed = ", ".join(declared) or "none"
+                return f"{self.name} has no argument {unknown[0]!r} (its arguments: {listed})."
+        missing = [name for name in self.parameters.get("required", ()) if name not in arguments]
+        if missing:
+            required = ", ".join(self.parameters.get("required", ()))
+            return f"{self.name} needs the argument {missing[0]!r} (required: {required})."
+        for name, value in arguments.items():
+            spec = declared.get(name)
+            wanted = spec.get("type") if isinstance(spec, Mapping) else None
+            names = [wanted] if isinstance(wanted, str) else list(wanted or ())
+            known = [n for n in names if n in _JSON_TYPES]
+            if known and not any(_JSON_TYPES[n](value) for n in known):
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                return (
+                    f"argument {name!r} of {self.name} must be "
+                    f"{' or '.join(_ARTICLE[n] for n in known)}, got {_json_type(value)} {shown}."
+                )
+        return None
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema chat templates take (``tools=[...]``)."""
@@ -337,6 +413,9 @@ def run_tool_call(tools: Mapping[str, Tool], fmt: ToolFormat, call_text: str) ->
         return ToolResult(
             call, f"Error: there is no tool named {call.name!r} (tools: {known}).", "unknown_tool"
         )
+    problem = tool.check_arguments(call.arguments)
+    if problem is not None:
+        return ToolResult(call, f"Error: {problem}", "malformed")
     t0 = time.perf_counter()
     try:
         out = _run_with_timeout(lambda: tool.run(**call.arguments), tool.timeout_s)

@@ -7,6 +7,8 @@ on) installed. Modules:
 
 - :mod:`~comlrl.estimators.advantages`: group-baseline advantages by estimator name
   (REINFORCE, GRPO mean, leave-one-out mean, leave-one-out max) and the optional std scaling.
+- :mod:`~comlrl.estimators.agentwise`: a multi-agent batch's advantages from each agent's
+  own statistics or the team's pooled ones (Dr. MAS), and agent x turn groups (AT-GRPO).
 - :mod:`~comlrl.estimators.registry`: the estimators by name, and registering your own.
 - :mod:`~comlrl.estimators.returns`: discounted returns down a multi-turn rollout tree
   (an early end's reward held for the turns it skips).
@@ -14,12 +16,19 @@ on) installed. Modules:
 - :mod:`~comlrl.estimators.joint`: joint actions from per-agent completions and credit back.
 - :mod:`~comlrl.estimators.losses`: completion masks, reference KL, clipped surrogate
   (token-level, or GSPO's sequence-level ratio).
+- :mod:`~comlrl.estimators.kl_reward`: the reference KL as a penalty on each completion's
+  return (KL in the reward, PPO-RLHF's and CoMLRL 1.4.3's).
 - :mod:`~comlrl.estimators.importance`: the sampler/trainer mismatch, truncated
   importance sampling (TIS) weights, GSPO's sequence log-ratio.
 - :mod:`~comlrl.estimators.preference_losses`: DPO, multi-agent DPO, SFT, Bradley-Terry.
 """
 
 from comlrl.estimators.advantages import compute_advantages, loo_max_baseline
+from comlrl.estimators.agentwise import (
+    agent_return_moments,
+    agent_turn_group_ids,
+    agentwise_advantages,
+)
 from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
 from comlrl.estimators.importance import (
     sampler_mismatch,
@@ -27,6 +36,7 @@ from comlrl.estimators.importance import (
     truncated_importance_weights,
 )
 from comlrl.estimators.joint import credit_completions, joint_action_indices
+from comlrl.estimators.kl_reward import sequence_kl
 from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
 from comlrl.estimators.preference_losses import (
     bradley_terry_loss,
@@ -44,6 +54,9 @@ __all__ = [
     "register_estimator",
     "compute_advantages",
     "loo_max_baseline",
+    "agentwise_advantages",
+    "agent_turn_group_ids",
+    "agent_return_moments",
     "tree_returns",
     "discounted_returns",
     "gae",
@@ -54,6 +67,7 @@ __all__ = [
     "joint_action_indices",
     "completion_mask",
     "kl_penalty",
+    "sequence_kl",
     "policy_loss",
     "sampler_mismatch",
     "sequence_log_ratio",

@@ -163,6 +163,7 @@ def tree_gae(
     lam: float,
     *,
     num_turns: int | None = None,
+    hold_terminal: bool = True,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """GAE over a multi-turn rollout tree, per joint action of every turn.
 
@@ -177,7 +178,8 @@ def tree_gae(
     - terminal joint actions: ``V' = A' = 0``, and a reward that ends the episode before
       the turn limit ``T`` is held for the turns it skips, ``r_j * (1 + gamma + ... +
       gamma**(T - 1 - t))``, as in :func:`~comlrl.estimators.returns.tree_returns`
-      (an early success is not ranked below a sibling fixed a turn later);
+      (an early success is not ranked below a sibling fixed a turn later); with
+      ``hold_terminal=False`` it counts once (CoMLRL 1.4.3's actor-critic targets);
     - pruned ones (not terminal, no child under a branching limit): ``V'`` and ``A'``
       are the means over the expanded siblings of the same node (0 with none).
 
@@ -192,6 +194,7 @@ def tree_gae(
         gamma: discount in ``[0, 1]``.
         lam: GAE ``lambda`` in ``[0, 1]``.
         num_turns: the turn limit ``T`` (None: ``len(rewards)``).
+        hold_terminal: hold an early end's reward (the default); False: count it once.
 
     Returns:
         ``(advantages, targets)``: per turn ``[N_t, K]`` float32 (float64 for float64
@@ -236,7 +239,8 @@ def tree_gae(
             raise ValueError(f"turn {t}: a joint action cannot be terminal and expanded")
         if t == depth - 1 and bool(expanded.any()):
             raise ValueError(f"turn {t} is the last turn but has child indices >= 0")
-        r = torch.where(term, r * hold_factor(gamma, t, horizon), r)
+        if hold_terminal:
+            r = torch.where(term, r * hold_factor(gamma, t, horizon), r)
         if t == depth - 1 or not bool(expanded.any()):
             next_v = next_a = torch.zeros_like(r)
         else:

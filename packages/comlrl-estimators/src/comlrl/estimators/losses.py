@@ -261,7 +261,9 @@ def policy_loss(
       (Liu et al. 2025, sec. 3.1: the per-sequence mean over its own length biases long
       wrong answers; a constant does not). It must be the same constant for every call of
       an update: each call's own padded length ``L`` would weigh turns and micro-batches
-      padded to other lengths differently.
+      padded to other lengths differently. ``C`` bounds the valid tokens of a completion
+      (``n_i <= C``), not ``L``: a completion with tool calls is padded wider than the
+      budget of the model's tokens by the observations inside it, which are masked.
 
     Masked tokens get exactly zero gradient, even if their log-probs are -inf or NaN
     (they are replaced before any arithmetic), and an all-masked sequence or batch gives
@@ -282,9 +284,9 @@ def policy_loss(
         importance_weights: ``[B, L]`` (or ``[B]``) nonnegative constants multiplying
             each token's policy-gradient term; None for 1.
         importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO).
-        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= L; required
-            there, e.g. the ``max_new_tokens`` the completions were sampled with); ignored
-            by the other reductions.
+        max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= the valid tokens
+            ``n_i`` of every completion; required there, e.g. the ``max_new_tokens`` the
+            completions were sampled with); ignored by the other reductions.
 
     Returns:
         ``(loss, metrics)``: a scalar loss tensor (float32, float64 for float64
@@ -299,7 +301,8 @@ def policy_loss(
         ValueError: shape mismatches; ``logprobs`` not floating; unknown reduction or
             KL estimator; ``kl_estimator="k1"`` with ``kl_coef > 0``; invalid
             ``clip_ratio``; ``kl_coef < 0``; ``kl_coef > 0`` without ``ref_logprobs``;
-            ``max_completion_length`` < 1 or < L, or missing with ``"seq_sum"``;
+            ``max_completion_length`` < 1, fewer than a completion's valid tokens, or
+            missing with ``"seq_sum"``;
             unknown ``importance_level``; ``"sequence"`` with per-token advantages;
             ``importance_weights`` of the wrong shape.
     """
@@ -353,12 +356,20 @@ def policy_loss(
         if (
             isinstance(max_completion_length, bool)
             or not isinstance(max_completion_length, int)
-            or max_completion_length < max(length, 1)
+            or max_completion_length < 1
         ):
             raise ValueError(
-                f"max_completion_length must be an integer >= L = {length} (the padded "
-                f"completion length), got {max_completion_length!r}"
+                f"max_completion_length must be an integer >= 1 (the generation budget), got "
+                f"{max_completion_length!r}"
             )
+        if max_completion_length < length:  # padded wider than C: count the valid tokens
+            most = int(mask.to(torch.bool).sum(dim=1).max()) if num_seqs else 0
+            if max_completion_length < most:
+                raise ValueError(
+                    f"max_completion_length={max_completion_length} but a completion has "
+                    f"{most} valid tokens; C must be at least the valid (mask True) tokens of "
+                    "every completion: pass the budget the completions were sampled with"
+                )
 
     dtype = torch.float64 if logprobs.dtype == torch.float64 else torch.float32
     valid = mask.to(device=logprobs.device, dtype=torch.bool)

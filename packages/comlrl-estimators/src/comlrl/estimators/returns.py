@@ -21,9 +21,10 @@ return of a joint action is
   future was not sampled, so it is estimated by that of its expanded siblings, which
   share its node; with no expanded sibling the future counts 0).
 
-With ``gamma = 1``, the full tree and no early ends this is the return CoMLRL 1.4.3 trains
-on (its ``discount`` option is ignored there; here it is applied; 1.4.3 does not hold
-the reward of an early end). The discounted sum follows Sutton and Barto 2018, eq. 3.8,
+With ``hold_terminal=False`` a terminal joint action's return is its reward alone,
+``R_j = r_j`` (the plain sum of the rewards the episode earned). With ``gamma = 1`` and
+``hold_terminal=False`` this is the return CoMLRL 1.4.3's MAGRPO trains on (it ignores its
+``discount`` option and does not hold an early end's reward). The discounted sum follows Sutton and Barto 2018, eq. 3.8,
 with the expectation over the next joint action replaced by the mean over the sampled
 children (a Monte Carlo tree estimate).
 
@@ -54,6 +55,7 @@ def tree_returns(
     gamma: float = 1.0,
     *,
     num_turns: int | None = None,
+    hold_terminal: bool = True,
 ) -> list[Tensor]:
     """Discounted returns of every joint action of a rollout tree, turn by turn.
 
@@ -67,6 +69,8 @@ def tree_returns(
         num_turns: the turn limit ``T`` the terminal rewards are held for (see the
             module docstring); None: ``len(rewards)``. Pass the episode's limit when the
             tree stopped early because every episode had ended.
+        hold_terminal: hold an early end's reward for the turns it skips (the default);
+            False: a terminal joint action's return is its reward (``num_turns`` unused).
 
     Returns:
         per turn, ``[N_t, K]`` returns in the dtype of ``rewards`` (float32 for
@@ -103,7 +107,8 @@ def tree_returns(
         expanded = c >= 0
         if bool((expanded & term).any()):
             raise ValueError(f"turn {t}: a joint action cannot be terminal and expanded")
-        held = r * hold_factor(gamma, t, horizon)  # terminal: held for the skipped turns
+        # terminal: held for the skipped turns (or counted once)
+        held = r * hold_factor(gamma, t, horizon) if hold_terminal else r
         if t == depth - 1:
             if bool(expanded.any()):
                 raise ValueError(f"turn {t} is the last turn but has child indices >= 0")

@@ -96,7 +96,10 @@ def token_logprobs_backward(
     entropy: torch.Tensor | None,
     inplace: bool,
 ) -> torch.Tensor:
-    """Gradient w.r.t. ``logits`` in the logits dtype; written into ``logits`` if ``inplace``."""
+    """Gradient w.r.t. ``logits`` in the logits dtype; written into ``logits`` if ``inplace``
+    (for callers that own the logits and never read them again: the fused
+    :func:`~comlrl.kernels.linear_token_logprobs` overwrites the chunk of logits it
+    recomputed)."""
     n, vocab = logits.shape
     dev = logits.device
     g_logp = g_logp.to(lse.dtype).contiguous()
@@ -149,14 +152,13 @@ class _TokenLogprobs(torch.autograd.Function):
         temperature: float,
         want_entropy: bool,
         ignore_index: int,
-        inplace_backward: bool,
         backend: str,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         logp, lse, ent, used = token_logprobs_forward(
             backend, logits, targets, temperature, want_entropy, ignore_index
         )
         ctx.save_for_backward(logits, targets, lse, ent)
-        ctx.config = (temperature, ignore_index, inplace_backward, used)
+        ctx.config = (temperature, ignore_index, used)
         if want_entropy:
             assert ent is not None
             return logp, ent
@@ -165,7 +167,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         logits, targets, lse, ent = ctx.saved_tensors
-        temperature, ignore_index, inplace, backend = ctx.config
+        temperature, ignore_index, backend = ctx.config
         grad = None
         if ctx.needs_input_grad[0]:
             g_entropy = grads[1] if len(grads) > 1 else None
@@ -179,9 +181,9 @@ class _TokenLogprobs(torch.autograd.Function):
                 grads[0],
                 g_entropy,
                 ent,
-                inplace,
+                False,
             )
-        return grad, None, None, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 @overload
@@ -192,7 +194,6 @@ def token_logprobs(
     temperature: float = ...,
     return_entropy: Literal[False] = ...,
     ignore_index: int = ...,
-    inplace_backward: bool = ...,
 ) -> torch.Tensor: ...
 
 
@@ -204,7 +205,6 @@ def token_logprobs(
     temperature: float = ...,
     return_entropy: Literal[True],
     ignore_index: int = ...,
-    inplace_backward: bool = ...,
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -216,7 +216,6 @@ def token_logprobs(
     temperature: float = ...,
     return_entropy: bool = ...,
     ignore_index: int = ...,
-    inplace_backward: bool = ...,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -227,7 +226,6 @@ def token_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     ignore_index: int = -100,
-    inplace_backward: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of each target token under ``softmax(logits / temperature)``.
 
@@ -239,9 +237,6 @@ def token_logprobs(
         temperature: positive; applied in float32 as ``z = logits / temperature``.
         return_entropy: also return the entropy ``H = -sum_v p_v log p_v`` of each row.
         ignore_index: rows with this target get logp 0, entropy 0 and zero gradient.
-        inplace_backward: write the gradient into ``logits``'s buffer during backward.
-            Saves one [N, V] allocation, but the logits are destroyed: do not use them
-            (nor anything else that saved them for its own backward) after backward.
 
     Returns:
         logp [N] float32, or (logp [N], entropy [N]) float32 when ``return_entropy``.
@@ -254,7 +249,9 @@ def token_logprobs(
         BackendUnavailableError: a forced backend cannot serve the call.
 
     The forward saves only the per-row log-sum-exp (float32 [N]); the backward recomputes
-    the softmax from it. Accumulation is in float32 with 64-bit offsets.
+    the softmax from it into a new [N, V] gradient in the logits dtype (the logits are left
+    as they are). Accumulation is in float32 with 64-bit offsets. Less memory: the fused
+    :func:`~comlrl.kernels.linear_token_logprobs` never holds the [N, V] logits whole.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [N, V], got shape {tuple(logits.shape)}")
@@ -283,6 +280,5 @@ def token_logprobs(
         temperature,
         bool(return_entropy),
         int(ignore_index),
-        bool(inplace_backward),
         backend,
     )

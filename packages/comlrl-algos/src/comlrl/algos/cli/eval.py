@@ -116,9 +116,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if len(models) > 1:
         overrides.append(f"num_agents={len(models)}")
     try:
-        data = load_config_data(config_path, overrides)
-        data.pop("algo", None)  # the run's recipe: evaluation samples its agents alone
-        config = build_config(data)
+        saved = load_config_data(config_path, overrides)
+        saved.pop("algo", None)  # the run's recipe: evaluation samples its agents alone
+        config = build_config(saved)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
@@ -150,15 +150,6 @@ def run_eval(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
-    if config.task.remote_workers:
-        from comlrl.algos.training.config.task_setup import remote_reward_task
-
-        try:
-            task = remote_reward_task(config, task)
-        except ConfigError as exc:
-            task.close()
-            print(f"comlrl: {exc}", file=sys.stderr)
-            return 2
     try:
         # What a user can get wrong (the split, the models) exits 2 with a message; an error
         # while evaluating is a bug and keeps its traceback.

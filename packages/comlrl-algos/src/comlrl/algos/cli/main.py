@@ -339,6 +339,15 @@ def _config_text(algo: str, config: Any) -> str:
         text += f"# {defaults().header()}\n"
         high = learning_rate_warning(config.models, config.learning_rate)
         text += f"# warning: {high}\n" if high else ""
+    level, reduction = (
+        getattr(config, "importance_level", None),
+        getattr(config, "loss_reduction", None),
+    )
+    if level is not None and reduction is not None:
+        from comlrl.algos.training.run.diagnostics import gspo_reduction_problem
+
+        gspo = gspo_reduction_problem(level, reduction)
+        text += f"# warning: {gspo}\n" if gspo else ""
     return f"{text}# built-in models: {models}\n"
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "is_gguf_file",
     "build_default_tokenizer",
     "build_default_model",
+    "tiny_qwen2_config",
     "load_model_and_tokenizer",
 ]
 
@@ -133,19 +134,13 @@ def build_default_tokenizer(vocab_size: int = 2048) -> Any:
     return fast
 
 
-def build_default_model(vocab_size: int, seed: int = 0) -> Any:
-    """Build the built-in tiny Qwen2 causal LM with seeded random weights.
+def tiny_qwen2_config(vocab_size: int = 2048) -> Any:
+    """The ``transformers.Qwen2Config`` of ``builtin:tiny-qwen2`` (:func:`build_default_model`):
+    2 decoder layers, hidden size 64, 4 attention heads (2 KV heads), MLP size 256, tied
+    embeddings, context 2048; ``vocab_size`` 2048 is that of :func:`build_default_tokenizer`."""
+    from transformers import Qwen2Config
 
-    Architecture: 2 decoder layers, hidden size 64, 4 attention heads (2 KV heads),
-    MLP size 256, tied embeddings, context 2048; about 0.4M parameters at vocab 2048.
-
-    Args:
-        vocab_size: vocabulary size of the tokenizer it is paired with.
-        seed: seed for the weight initialisation.
-    """
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=256,
@@ -158,6 +153,20 @@ def build_default_model(vocab_size: int, seed: int = 0) -> Any:
         pad_token_id=0,
         bos_token_id=None,
     )
+
+
+def build_default_model(vocab_size: int, seed: int = 0) -> Any:
+    """Build the built-in tiny Qwen2 causal LM with seeded random weights.
+
+    Architecture: :func:`tiny_qwen2_config`; about 0.4M parameters at vocab 2048.
+
+    Args:
+        vocab_size: vocabulary size of the tokenizer it is paired with.
+        seed: seed for the weight initialisation.
+    """
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
+    config = tiny_qwen2_config(vocab_size)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

@@ -42,6 +42,7 @@ __all__ = [
     "CallbackEnvironment",
     "Transition",
     "build_environment",
+    "check_environment",
 ]
 
 #: CoMLRL 1.4.3's ``external_transition`` signature; returns the ``A`` next prompts.
@@ -360,6 +361,31 @@ def build_environment(
             f"{len(formatters)} formatters for {num_agents} agents; give one per agent."
         )
     return CallbackEnvironment(formatters, reward_func, transition), _examples(dataset)
+
+
+def check_environment(
+    env: Environment, num_agents: int, num_turns: int, eval_env: Environment | None = None
+) -> None:
+    """Check that ``env`` (and ``eval_env``, where evaluation plays) is for ``num_agents``
+    agents and supports ``num_turns`` turns.
+
+    Raises:
+        ValueError: naming the mismatch and what to do.
+    """
+    if eval_env is not None and eval_env.num_agents != num_agents:
+        raise ValueError(
+            f"eval_env is for {eval_env.num_agents} agents but {num_agents} agents were given; "
+            "evaluate in an environment of the same task."
+        )
+    if env.num_agents != num_agents:
+        raise ValueError(
+            f"the task is for {env.num_agents} agents but {num_agents} agents were given."
+        )
+    if env.max_turns is not None and num_turns > env.max_turns:
+        raise ValueError(
+            f"num_turns={num_turns} but the task supports at most {env.max_turns} turn(s); "
+            "lower num_turns, use a multi-turn task, or pass a transition callback."
+        )
 
 
 def _examples(dataset: Any) -> Sequence[Mapping[str, Any]]:

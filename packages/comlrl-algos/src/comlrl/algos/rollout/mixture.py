@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from comlrl.core import Feedback, JointAction, RewardBatch, Task
+from comlrl.core import Feedback, JointAction, RewardBatch, Task, Tool
 from comlrl.core.prompts import Prompt
 
 __all__ = ["MIXTURE_KEY", "MixtureTask", "task_of", "task_reward_sums"]
@@ -36,6 +36,10 @@ def task_of(example: Mapping[str, Any]) -> str | None:
 class MixtureTask(Task):
     """Several tasks for the same agents as one task.
 
+    Every property a runner reads comes from the tasks: prompts, feedback and rewards
+    from each example's own task, and the rest as below (a test lists the members of
+    :class:`comlrl.core.Task` and checks each).
+
     Args:
         tasks: ``{name: task}`` in the mixture's order (names as the metrics show them).
 
@@ -44,9 +48,20 @@ class MixtureTask(Task):
         num_agents: the agents every task is written for.
         max_turns: the smallest ``max_turns`` of the tasks (every task must support the
             run's turns).
+        max_new_tokens: the largest new-token budget the tasks declare (each task's
+            completions fit in it), ``None`` when none declares one.
+        tool_format, max_tool_calls: the tasks' own (every task with tools must agree;
+            without tools anywhere, the first task's).
+
+    The tools of agent ``a`` (:meth:`tools`) are those every task gives it: the rollout
+    declares one set of tools per agent in every prompt, so a task whose agent has tools
+    cannot be mixed with one whose agent has none or others (it would be prompted to use
+    tools that never run, or shown tools it was not written for).
 
     Raises:
-        ValueError: no tasks, or tasks written for different numbers of agents.
+        ValueError: no tasks, tasks written for different numbers of agents, or tasks
+            whose agents have different tools (names, call format or call limit); the
+            message names the tasks.
     """
 
     def __init__(self, tasks: Mapping[str, Task]) -> None:
@@ -61,6 +76,20 @@ class MixtureTask(Task):
         self.name = "+".join(self.tasks)
         self.num_agents = next(iter(agents.values()))
         self.max_turns = min(int(t.max_turns) for t in self.tasks.values())
+        budgets = [_budget(t) for t in self.tasks.values()]
+        self.max_new_tokens = max((b for b in budgets if b is not None), default=None)
+        self._tools = _common_tools(self.tasks, self.num_agents)
+        with_tools = [
+            t for t in self.tasks.values() if any(t.tools(a) for a in range(self.num_agents))
+        ]
+        first = (with_tools or list(self.tasks.values()))[0]
+        self.tool_format = str(first.tool_format)
+        self.max_tool_calls = int(first.max_tool_calls)
+
+    def tools(self, agent: int) -> Sequence[Tool]:
+        """The tools every task gives agent ``agent`` (the first task's tool objects: the
+        tasks agree on their names, format and call limit)."""
+        return self._tools[agent]
 
     def _task(self, example: Mapping[str, Any]) -> tuple[Task, Mapping[str, Any]]:
         name = task_of(example)
@@ -139,6 +168,49 @@ class MixtureTask(Task):
                 first = first or exc
         if first is not None:
             raise first
+
+
+def _budget(task: Task) -> int | None:
+    budget = getattr(task, "max_new_tokens", None)
+    return (
+        budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else None
+    )
+
+
+def _common_tools(tasks: Mapping[str, Task], num_agents: int) -> list[tuple[Tool, ...]]:
+    """Per agent, the tools every task gives it.
+
+    Raises:
+        ValueError: two tasks give an agent tools of other names, or their tools are
+            called in another format or with another limit.
+    """
+    out: list[tuple[Tool, ...]] = []
+    for a in range(num_agents):
+        per_task = {name: tuple(task.tools(a)) for name, task in tasks.items()}
+        names = {name: tuple(t.name for t in tools) for name, tools in per_task.items()}
+        if len(set(names.values())) > 1:
+            given = ", ".join(f"{n} {list(v)}" for n, v in names.items())
+            raise ValueError(
+                f"the tasks of a mixture give agent {a} different tools ({given}); every "
+                "prompt of a run declares the same tools to an agent, so a task would be "
+                "prompted to use tools that never run or shown tools it was not written "
+                "for. Mix tasks whose agents have the same tools, or train them apart."
+            )
+        out.append(next(iter(per_task.values())))
+    rules = {
+        name: (str(t.tool_format), int(t.max_tool_calls))
+        for name, t in tasks.items()
+        if any(t.tools(a) for a in range(num_agents))
+    }
+    if len(set(rules.values())) > 1:
+        given = ", ".join(
+            f"{n}: tool_format={f!r} max_tool_calls={m}" for n, (f, m) in rules.items()
+        )
+        raise ValueError(
+            f"the tasks of a mixture call their tools differently ({given}); the rollout "
+            "runs one call format and limit per agent: mix tasks that agree."
+        )
+    return out
 
 
 def task_reward_sums(

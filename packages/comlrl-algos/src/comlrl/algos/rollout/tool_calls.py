@@ -12,7 +12,9 @@ agent makes at most ``max_tool_calls`` calls a turn; a later call gets a ``"limi
 error result without running.
 
 Tokens in, tokens out: the model's sampled tokens are kept as sampled (never decoded and
-re-tokenized); an observation is rendered to text once and tokenized once. The
+re-tokenized); an observation is rendered to text and tokenized (one longer than
+``max_result_tokens`` gets its result's content cut, its markup kept whole:
+:func:`~comlrl.algos.rollout.toolbox.observation_ids`). The
 :class:`~comlrl.algos.records.PolicyBatch` holds the exact sequence the model read:
 ``attention_mask`` is 1 on model and observation tokens, ``completion_mask`` (the loss mask)
 is True on the model's tokens only, and behaviour log-probs are those the sampler
@@ -37,11 +39,11 @@ from typing import Any
 
 import torch
 from comlrl.algos.records import AgentSamples, PolicyBatch
-from comlrl.algos.rollout.toolbox import ToolBox, observation_text, render_tool_prompts
+from comlrl.algos.rollout.toolbox import ToolBox, observation_ids, render_tool_prompts
 from comlrl.core import Completion, SamplingParams, ToolCall, ToolFormat, ToolResult
 from comlrl.core.prompts import Prompt
 
-__all__ = ["sample_with_tools"]
+__all__ = ["join_segments", "sample_with_tools"]
 
 
 @dataclass
@@ -62,9 +64,15 @@ class _Row:
 
 
 class _Detector:
-    """The backend's ``stop`` hook for one segment: decodes each row's new tokens as they
-    come, stops a row at its first closed call (and starts the call at once) or at its
-    token budget."""
+    """The backend's ``stop`` hook for one segment: stops a row at its first closed call
+    (and starts the call at once) or at its token budget.
+
+    Whether a row holds a closed call is decided on the exact decode of the row's tokens so
+    far, the same decode :func:`_first_call` parses afterwards (one decoding for both: a
+    SentencePiece tokenizer decodes a lone token without its leading space, so text built
+    from single-token decodes can hold a call that the exact text does not, or the other
+    way round). A single token's decode only says when to look: when it holds the last
+    character of one of the format's closers."""
 
     def __init__(
         self,
@@ -75,11 +83,11 @@ class _Detector:
     ) -> None:
         self.tokenizer, self.fmt, self.box = tokenizer, fmt, box
         self.budgets = list(budgets)
-        self.text = [""] * len(budgets)
-        self.count = [0] * len(budgets)
+        self.ids: list[list[int]] = [[] for _ in budgets]
         self.stopped = [False] * len(budgets)
         self.futures: dict[int, tuple[str, concurrent.futures.Future[ToolResult]]] = {}
         self.started: dict[int, float] = {}
+        self.ends = {c[-1] for c in fmt.closers if c}
 
     def __call__(self, token: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(token.shape[0], dtype=torch.bool)
@@ -87,20 +95,43 @@ class _Detector:
         for i, tok in enumerate(toks):
             if self.stopped[i]:
                 continue
-            self.count[i] += 1
+            self.ids[i].append(tok)
             piece = self.tokenizer.decode([tok], skip_special_tokens=False)
-            self.text[i] += piece
-            if any(c in self.text[i][-(len(piece) + 16) :] for c in self.fmt.closers):
-                span = self.fmt.find_call(self.text[i])
+            if any(c in piece for c in self.ends):
+                text = self.tokenizer.decode(self.ids[i], skip_special_tokens=False)
+                span = self.fmt.find_call(text)
                 if span is not None:
-                    call = self.text[i][span[0] : span[1]]
+                    call = text[span[0] : span[1]]
                     self.futures[i] = (call, self.box.submit(self.fmt, call))
                     self.started[i] = time.perf_counter()
                     self.stopped[i] = out[i] = True
                     continue
-            if self.count[i] >= self.budgets[i]:
+            if len(self.ids[i]) >= self.budgets[i]:
                 self.stopped[i] = out[i] = True
         return out.to(token.device)
+
+
+def join_segments(segments: Sequence[str]) -> str:
+    """The model's own text of a completion with tools (:attr:`comlrl.core.Completion.text`):
+    its segments in order, each segment after a tool call starting a new line.
+
+    The model wrote each later segment after reading an observation, which (in every
+    format: a fenced ``output`` block, a ``<tool_response>`` block, a chat template's tool
+    message and the next assistant header) ends a line; so the segment starts a line in
+    what the model read, and it does in this text too. A reward that reads lines (an
+    ``Answer:`` line written right after ``</tool_call>``) reads what the model wrote where
+    it wrote it.
+
+    Examples:
+        >>> join_segments(['<tool_call>{"name": "f"}</tool_call>', "Answer: 42"])
+        '<tool_call>{"name": "f"}</tool_call>\\nAnswer: 42'
+    """
+    out = ""
+    for seg in segments:
+        if out and not out.endswith("\n") and not seg.startswith("\n"):
+            out += "\n"
+        out += seg
+    return out
 
 
 def _first_call(tokenizer: Any, fmt: ToolFormat, ids: Sequence[int]) -> tuple[int, str] | None:
@@ -168,7 +199,7 @@ def sample_with_tools(
         prompts: ``N`` prompts.
         params: sampling settings; ``max_new_tokens`` bounds the *model's* tokens of a
             completion over all its segments (observations come on top, at most
-            ``box.max_result_tokens`` each).
+            ``box.max_result_tokens`` each where their markup allows).
         box: the agent's tools.
         keys: ``N`` seeds for prompt-keyed sampling (see
             :meth:`~comlrl.algos.rollout.agent.HFAgent.sample`), or ``None``.
@@ -273,8 +304,9 @@ def sample_with_tools(
         for i, fut, _ in pending:
             row = rows[i]
             result = fut.result()
-            obs = observation_text(tok, prompts[row.prompt], fmt, templated, result)
-            obs_ids = list(tok(obs, add_special_tokens=False)["input_ids"])[: box.max_result_tokens]
+            result, obs_ids = observation_ids(
+                tok, prompts[row.prompt], fmt, templated, result, box.max_result_tokens
+            )
             row.ids += obs_ids
             row.logp += [0.0] * len(obs_ids)
             row.model += [False] * len(obs_ids)
@@ -340,7 +372,7 @@ def _assemble(
         logp[i].masked_fill_(~cmask[i], 0.0)
         completions.append(
             Completion(
-                text="".join(row.segments),
+                text=join_segments(row.segments),
                 token_ids=ids[i, s : s + m].clone(),
                 logprobs=logp[i, :m].clone(),
                 finished=row.finished,

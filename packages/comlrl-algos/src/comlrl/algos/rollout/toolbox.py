@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from comlrl.core import (
@@ -35,6 +35,8 @@ from comlrl.core.prompts import Prompt, chat_messages, prompt_text
 
 __all__ = [
     "ToolBox",
+    "cut_content",
+    "observation_ids",
     "observation_text",
     "render_tool_prompts",
     "resolve_tool_format",
@@ -60,7 +62,8 @@ class ToolBox:
         tools: the agent's tools.
         fallback_format: the task's call format for templates that do not render tools.
         max_tool_calls: calls run per completion per turn; later calls get ``"limit"``.
-        max_result_tokens: an observation longer than this is cut to it (tokens).
+        max_result_tokens: the most tokens of an observation; a longer one gets its
+            result's content cut (:func:`observation_ids`), never its markup.
         executor: where calls run (threads; a sandboxed tool's thread waits on its child
             process). ``None``: a pool of :attr:`max_workers` threads made on first use.
         max_workers: size of that pool.
@@ -176,3 +179,60 @@ def observation_text(
     if at < 0:  # a template that drops assistant content: fall back to plain text
         return fmt.result_text(result)
     return full[at + len(_MARK) :]
+
+
+def cut_content(content: str, keep: int) -> str:
+    """``content`` cut to its first ``keep`` characters, with a note of how many were cut
+    (``"[... N characters cut]"`` on a line of its own); ``content`` itself when
+    ``keep >= len(content)``."""
+    if keep >= len(content):
+        return content
+    keep = max(keep, 0)
+    return f"{content[:keep]}\n[... {len(content) - keep} characters cut]"
+
+
+def observation_ids(
+    tokenizer: Any,
+    prompt: Prompt,
+    fmt: ToolFormat,
+    templated: bool,
+    result: ToolResult,
+    max_tokens: int,
+) -> tuple[ToolResult, list[int]]:
+    """The observation of ``result`` as token ids, at most ``max_tokens`` of them where the
+    markup allows, and the result as the model reads it.
+
+    A result whose observation (:func:`observation_text`) is longer keeps the start of its
+    content, cut at the most characters that fit, with a note of how many characters were
+    cut (:func:`cut_content`); the observation's markup (the closing fence, the end of the
+    tool message and the next assistant header) is always whole, so the model always goes
+    on in its own message. When the markup and the note alone take more than
+    ``max_tokens``, the observation is the markup with the note (longer than
+    ``max_tokens``).
+
+    Returns:
+        ``(result, ids)``: the result with the content the model reads (``result`` itself
+        when nothing was cut) and the observation's token ids (no special tokens added).
+    """
+
+    def render(content: str) -> list[int]:
+        text = observation_text(tokenizer, prompt, fmt, templated, replace(result, content=content))
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    ids = render(result.content)
+    if len(ids) <= max_tokens:
+        return result, ids
+    content = result.content
+    # the most characters whose observation fits (tokens grow with the characters kept)
+    lo, hi = 0, len(content) - 1
+    best: list[int] | None = None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        trial = render(cut_content(content, mid))
+        if len(trial) <= max_tokens:
+            lo, best = mid, trial
+        else:
+            hi = mid - 1
+    if best is None:  # not even one character fits: the markup and the note
+        best = render(cut_content(content, lo))
+    return replace(result, content=cut_content(content, lo)), best

@@ -49,7 +49,9 @@ class TreeSettings:
             the task's ``Feedback.done`` and the turn limit end episodes.
         termination_scope: see above. An episode that ends before ``num_turns`` has its
             last reward held for the turns it skips (see
-            :mod:`comlrl.estimators.returns`).
+            :mod:`comlrl.estimators.returns`), unless ``hold_terminal_reward`` is False.
+        hold_terminal_reward: hold an early end's reward in the returns (the default);
+            False: count it once (CoMLRL 1.4.3's returns).
         max_branches: expand at most this many joint actions per node (``None``: all of
             them, a full tree of ``K**(T-1)`` leaves per example).
         branch_select: which ones when limited: ``"top"`` (highest reward, ties by
@@ -63,6 +65,7 @@ class TreeSettings:
     termination_scope: Literal["joint_action", "node"] = "joint_action"
     max_branches: int | None = None
     branch_select: Literal["top", "random"] = "top"
+    hold_terminal_reward: bool = True
 
     def __post_init__(self) -> None:
         if self.num_turns < 1:
@@ -276,6 +279,7 @@ def rollout(
         [d["terminal"] for d in turns],
         tree.gamma,
         num_turns=tree.num_turns,  # an early end's reward is held for the turns it skips
+        hold_terminal=tree.hold_terminal_reward,
     )
     return Rollout(
         examples=tuple(examples),

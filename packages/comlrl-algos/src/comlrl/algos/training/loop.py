@@ -5,6 +5,7 @@ the iterative ones); :func:`run_loop` drives it the same way for every one::
 
     for step in range(recipe.global_step, schedule.num_steps):
         result = recipe.step()                 # StepResult: the metrics row (+ its rollout)
+        release_freed_memory()                 # the host memory the step freed (large runs)
         metrics.jsonl  <- result.row           # and every reporter (TensorBoard, W&B, curve)
         samples.jsonl  <- result.rollout       # the first log_samples joint actions per turn
         eval           <- recipe.evaluate()    # every eval_every steps (and at step 0)
@@ -41,6 +42,7 @@ from comlrl.algos.rollout.metrics import sample_rows
 from comlrl.algos.training.config.rl import ConfigError
 from comlrl.algos.training.run import checkpoint as ckpt
 from comlrl.algos.training.run.data import JsonlWriter
+from comlrl.algos.training.run.host_memory import release_freed_memory
 from comlrl.algos.training.run.lifecycle import (
     StopAtStepBoundary,
     TrainingInterrupted,
@@ -284,6 +286,7 @@ def run_loop(recipe: Recipe, outputs: RunOutputs | None) -> list[dict[str, float
                     if outputs is not None:
                         _save_after_failure(recipe, outputs, step, col, exc)
                     raise
+                release_freed_memory()  # what the step freed, back to the system
                 row, step = result.row, int(result.row["step"])
                 now = time.perf_counter()
                 row.setdefault("time/step_s", now - last)

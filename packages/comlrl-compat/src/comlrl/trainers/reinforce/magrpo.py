@@ -5,11 +5,16 @@ The estimator is 1.4.3's ``advantage_mode``: ``mean`` (GRPO's group-mean baselin
 al. 2024), ``rloo`` (leave-one-out; Kool et al. 2019, Ahmadian et al. 2024), ``max`` (the
 group's best return, after Li et al. 2023 ReMax) or ``raw`` (no baseline; Williams 1992);
 ``advantage_normalization`` divides by the group's std of returns. The loss is
-``-A_g * sum_t log pi(a_gt | h)`` per completion averaged over completions (``seq_sum``).
+``-A_g * sum_t log pi(a_gt | h)`` per completion averaged over completions (``seq_sum``),
+``log pi`` the untempered log-probs. As in 1.4.3 the return is the undiscounted sum of the
+rewards down the tree (``discount`` is not used), and ``reference_kl_coef`` times each
+completion's summed ``k3`` KL to the reference is subtracted from its return before the
+advantage (``kl_mode="reward"``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,9 +115,21 @@ def group_baseline_config(
     return (1.4.3 z-scores it, which turns MAREINFORCE into MAGRPO). Multi-turn steps
     follow 1.4.3's update schedule: one optimizer step per turn of each
     ``rollout_buffer_size`` tree nodes (``update_chunk_nodes``), the later, off-policy ones
-    PPO-clipped at :data:`MULTI_TURN_CLIP_RATIO`.
+    PPO-clipped at :data:`MULTI_TURN_CLIP_RATIO`. 1.4.3 trains on the undiscounted return
+    whatever ``discount`` says (``gamma=1``; a ``discount`` other than 1 warns), and puts
+    the reference KL in the reward (``kl_mode="reward"``).
     """
     fields = common_train_config(args, num_agents, num_examples, has_eval)
+    discount = float(getattr(args, "discount", 1.0))
+    if discount != 1.0 and int(args.num_turns) > 1:
+        warnings.warn(
+            f"{type(args).__name__}(discount={discount}): CoMLRL 1.4.3's REINFORCE-family "
+            "trainers do not use discount (their return is the undiscounted sum), so it is "
+            "ignored here too; comlrl.algos' gamma discounts (comlrl train gamma=...).",
+            UserWarning,
+            stacklevel=4,
+        )
+    fields.update(gamma=1.0, kl_mode="reward")
     estimator = ADVANTAGE_MODES[str(args.advantage_mode).lower()]
     scale = "group" if args.advantage_normalization and estimator != "reinforce" else "none"
     fields.update(
@@ -142,7 +159,9 @@ class MAGRPOTrainer(CompatTrainer):
     ``reward_processor``, ``formatters``, ``external_transition`` (required when
     ``num_turns > 1``), ``wandb_config`` (its ``project``), ``eval_logger`` /
     ``eval_aggregator`` (accepted, not called), ``args``: a :class:`MAGRPOConfig`); see
-    :class:`comlrl.trainers.base.CompatTrainer` and docs/compat.md.
+    :class:`comlrl.trainers.base.CompatTrainer` and docs/compat.md. ``dataset_type``
+    (CoMLRL 1.4.0-1.4.2's, removed in 1.4.3; a label for W&B) is accepted by keyword with a
+    ``DeprecationWarning`` and not used.
 
     Raises:
         ValueError: missing or malformed arguments (named in the message).
@@ -170,7 +189,16 @@ class MAGRPOTrainer(CompatTrainer):
         eval_logger: Callable[..., Any] | None = None,
         eval_aggregator: Callable[..., Any] | None = None,
         args: Any = None,
+        *,
+        dataset_type: str | None = None,
     ) -> None:
+        if dataset_type is not None:
+            warnings.warn(
+                f"{type(self).__name__}(dataset_type={dataset_type!r}) is an argument of "
+                "CoMLRL 1.4.0-1.4.2 that 1.4.3 removed; it is not used here: drop it.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self._init_front(
             args=args,
             agent_model=agent_model,

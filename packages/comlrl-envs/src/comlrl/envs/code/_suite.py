@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.core import Feedback, JointAction, Task
+from comlrl.envs.code.feedback import check_feedback_mode
 from comlrl.envs.sandbox import CheckJob, SandboxLimits, SandboxPool, Verdict
 
 __all__ = [
@@ -155,8 +156,12 @@ class SandboxedSuite(Task):
     :func:`check_suite_args`); the pool of ``max_workers`` sandboxes starts on first use
     (:meth:`_get_pool`) and shuts down in :meth:`close`.
 
+    ``feedback``: ``"tester"`` (default) or ``"verbatim"`` (warns), see
+    :mod:`comlrl.envs.code.feedback`.
+
     Raises:
-        ValueError: for an invalid ``limit``, ``max_turns``, range or ``executor``.
+        ValueError: for an invalid ``limit``, ``max_turns``, range, ``executor`` or
+            ``feedback``.
     """
 
     def __init__(
@@ -172,8 +177,10 @@ class SandboxedSuite(Task):
         test_range: tuple[int, int] | None,
         executor: str,
         max_turns: int,
+        feedback: str = "tester",
     ) -> None:
         check_suite_args(limit, max_turns, train_range, test_range)
+        self.feedback_mode = check_feedback_mode(feedback, type(self).__name__)
         self.path = path
         self.limit = limit
         self.max_turns = int(max_turns)

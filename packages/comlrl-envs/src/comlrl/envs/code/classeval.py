@@ -52,7 +52,7 @@ from comlrl.envs.code._suite import (
 from comlrl.envs.code.chat_prompts import continue_conversation, method_messages
 from comlrl.envs.code.classeval_program import build_program, extract_methods, raw_prompt
 from comlrl.envs.code.classeval_tests import classeval_check_source, unittest_methods
-from comlrl.envs.code.feedback import agent_feedback_text
+from comlrl.envs.code.feedback import agent_feedback_text, mask_expected
 from comlrl.envs.code.hacks import hack_signals
 from comlrl.envs.sandbox import CheckJob, Verdict, split_test
 
@@ -60,7 +60,6 @@ __all__ = [
     "ClassEvalTask",
     "load_classeval",
     "NON_STDLIB_MODULES",
-    "SAME_PROCESS_UNTRUSTED",
 ]
 
 NON_STDLIB_MODULES = frozenset(
@@ -69,15 +68,6 @@ NON_STDLIB_MODULES = frozenset(
 """Third-party modules some ClassEval classes import; the sandbox cannot import them."""
 
 _REQUIRED = ("task_id", "skeleton", "test", "class_name", "methods_info")
-
-SAME_PROCESS_UNTRUSTED = frozenset(
-    {"builtins", "trace_hook", "gc", "frame_access", "module_patch", "class_assignment"}
-    | {"native", "signal"}
-)
-"""Hack signals (:func:`~comlrl.envs.code.hacks.hack_signals`) that void a ClassEval
-verdict. Kept from when its tests ran in the program's own process, where a program
-reaching frames, ``gc``, trace hooks or patching modules could forge the outcome; no
-reference solution carries any of them."""
 
 
 def load_classeval(path: str | Path) -> list[dict[str, Any]]:
@@ -111,9 +101,10 @@ class ClassEvalTask(SandboxedSuite):
     ClassEval's ``unittest`` classes run in the sandbox's test process, the class under
     test in the candidate's process (see :mod:`comlrl.envs.code.classeval_tests`): the
     tests drive the program's objects through handles and decide every comparison
-    themselves; a unit passes only when its test reported success. A program that
-    carries any of :data:`SAME_PROCESS_UNTRUSTED` (frames, ``gc``, trace hooks, module
-    patching, ...) still earns no test credit (kept from the one-process design).
+    themselves; a unit passes only when its test reported success. The verdict alone
+    decides the credit: the static hack signals of the program (``info["hack_signals"]``)
+    are for monitoring and metrics, never a gate (how a program spells an import changes
+    nothing).
 
     Methods left out or stubbed are absent from the class, so their tests fail: an empty
     answer earns 0, stubs earn 0, a program that exits early, crashes or times out earns
@@ -126,8 +117,10 @@ class ClassEvalTask(SandboxedSuite):
     ``train_range``/``test_range`` override.
 
     Multi-turn: :meth:`feedback` gives each agent the verdict, the first failing test
-    method (its source) and error, its own previous methods and the teammate's method
-    signatures (its ``info`` carries the joint action's ``completions``); ``done`` when
+    methods (``feedback="tester"``: the name and source with the expected values of its
+    assertions replaced by ``...``, the program's last call and what came back, its own
+    errors; ``"verbatim"``: the source as written and the error), its own previous methods
+    and the teammate's method signatures (its ``info`` carries the joint action's ``completions``); ``done`` when
     every test passed. Chat prompts continue the conversation with the agent's previous
     completion and that feedback; ``raw`` texts are rebuilt with it as ``#`` comments
     (see :mod:`comlrl.envs.code.chat_prompts`).
@@ -139,10 +132,14 @@ class ClassEvalTask(SandboxedSuite):
         timeout_s: wall-clock limit per program (seconds; all units of a class together).
         assert_timeout_s: time budget per test method (seconds).
         max_workers: concurrent sandboxes (``None``: the number of usable CPUs).
-        memory_mb: address-space limit per program (MiB).
+        memory_mb: memory limit of one program's run, all its processes together (MiB;
+            see :class:`comlrl.envs.sandbox.SandboxLimits`).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         executor: sandbox executor kind (``"fork"`` or ``"exec"``).
         max_turns: the most turns an episode may take.
+        feedback: ``"tester"`` (default: the failing test method with its expected values
+            hidden, the program's own output and errors) or ``"verbatim"`` (the failing
+            test method quoted whole; warns), see :mod:`comlrl.envs.code.feedback`.
 
     Raises:
         ValueError: when ``path`` is missing, or for an invalid argument.
@@ -167,6 +164,7 @@ class ClassEvalTask(SandboxedSuite):
         test_range: tuple[int, int] | None = None,
         executor: str = "fork",
         max_turns: int = 4,
+        feedback: str = "tester",
     ) -> None:
         if path is None:
             raise ValueError(
@@ -184,6 +182,7 @@ class ClassEvalTask(SandboxedSuite):
             test_range=test_range,
             executor=executor,
             max_turns=max_turns,
+            feedback=feedback,
         )
 
     # ----------------------------------------------------------------- data
@@ -314,8 +313,7 @@ class ClassEvalTask(SandboxedSuite):
                 for a in range(2)
             }
             parts["program_loaded"] = 0.1 if verdict.program_loaded else 0.0
-            untrusted = sorted(set(signals[i]) & SAME_PROCESS_UNTRUSTED)
-            parts["tests"] = 0.0 if untrusted else 0.8 * verdict.fraction
+            parts["tests"] = 0.8 * verdict.fraction
             rewards.append(clipped_reward(parts))
             info = verdict.as_info()
             info.update(
@@ -340,13 +338,22 @@ class ClassEvalTask(SandboxedSuite):
         methods = unittest_methods(example["test"])
 
         def describe(n: int) -> str | None:
-            return methods[n - 1][2] if 0 < n <= len(methods) else None
+            if not 0 < n <= len(methods):
+                return None
+            if self.feedback_mode == "verbatim":
+                return methods[n - 1][2]
+            return f"{methods[n - 1][1]} (expected values hidden): " + mask_expected(
+                methods[n - 1][2], (example["class_name"],)
+            )
 
         codes = [
             "\n\n".join(self.extract_methods(joint_action.completions[a], example, a)[1])
             for a in range(2)
         ]
         texts = tuple(
-            agent_feedback_text(info, turn, codes[a], codes[1 - a], describe) for a in range(2)
+            agent_feedback_text(
+                info, turn, codes[a], codes[1 - a], describe, mode=self.feedback_mode
+            )
+            for a in range(2)
         )
         return turn_feedback(texts, joint_action, info, turn)

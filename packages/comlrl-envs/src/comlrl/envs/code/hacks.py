@@ -6,6 +6,11 @@ code suite puts :func:`hack_signals` of each joint action's combined program int
 joint action's reward info as ``info["hack_signals"]`` (a ``list[str]``, empty when
 clean), so a trainer can count the completions per step that carry any signal.
 
+The signals are for monitoring and metrics only, never a gate on a reward: a static scan
+is defeated by a change of spelling (``__import__("ct" + "ypes")``, ``getattr`` on a
+module), so no verdict or credit depends on it; what a program can do is bounded where it
+runs (:mod:`comlrl.envs.sandbox`).
+
 Signals (a name each; a program can carry several):
 
 ================== ==========================================================================

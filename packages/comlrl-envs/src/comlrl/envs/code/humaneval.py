@@ -89,8 +89,11 @@ class CoopHumanEvalTask(SandboxedSuite):
     slices of the row list) override either; ``limit`` then caps the count.
 
     Multi-turn (``max_turns`` > 1): :meth:`feedback` tells each agent how many tests
-    passed, the first failing test (its source) and error, its own previous code and the
-    teammate's function signatures; :meth:`prompts` continues each agent's chat
+    passed, for the first failing tests the program's own output (the test's last call
+    into it and what came back) and its own errors, never the expected values (``feedback=
+    "tester"``; ``"verbatim"`` quotes the failing test as CoMLRL does, see
+    :mod:`comlrl.envs.code.feedback`), its own previous code and the teammate's function
+    signatures; :meth:`prompts` continues each agent's chat
     conversation with its previous completion and that feedback, and puts the feedback,
     as ``#`` comments, between the instructions and the code of the ``raw`` text. ``done``
     is set when every test passed. Turn-0 prompts do not change.
@@ -105,16 +108,19 @@ class CoopHumanEvalTask(SandboxedSuite):
         max_workers: concurrent sandboxes (``None``: the number of usable CPUs).
         helper_name: the helper function's name.
         cooperation_bonus: weight of the cooperation term (in ``[0, 0.8]``).
-        memory_mb: address-space limit per program (MiB).
+        memory_mb: memory limit of one program's run, all its processes together (MiB;
+            see :class:`comlrl.envs.sandbox.SandboxLimits`).
         train_range, test_range: optional ``(start, stop)`` row slices for the splits.
         max_turns: the most turns an episode may take (1 = single-turn).
-        executor: sandbox executor kind, ``"fork"`` (zygote, default) or ``"exec"``; see
+        executor: sandbox executor kind, ``"fork"`` (fork server, default) or ``"exec"``; see
             :class:`comlrl.envs.sandbox.SandboxLimits`.
         sandbox_all: also run programs whose reward cannot depend on the sandbox. Every
             sandbox-derived part of the reward requires a non-trivial entry point, so by
             default a joint action without one is not run: it gets the same reward
             (0.05 if ``aux`` is defined, else 0) and the verdict ``"not_run"``. Set
             ``True`` to run them anyway (e.g. to log their errors); rewards are the same.
+        feedback: ``"tester"`` (default) or ``"verbatim"`` (quotes scored tests with their
+            expected values; warns), see :mod:`comlrl.envs.code.feedback`.
 
     Raises:
         ValueError: for an invalid ``helper_name``, ``cooperation_bonus``, range,
@@ -144,6 +150,7 @@ class CoopHumanEvalTask(SandboxedSuite):
         executor: str = "fork",
         sandbox_all: bool = False,
         max_turns: int = 4,
+        feedback: str = "tester",
     ) -> None:
         if not helper_name.isidentifier():
             raise ValueError(f"helper_name must be a Python identifier, got {helper_name!r}")
@@ -160,6 +167,7 @@ class CoopHumanEvalTask(SandboxedSuite):
             test_range=test_range,
             executor=executor,
             max_turns=max_turns,
+            feedback=feedback,
         )
         self.sandbox_all = bool(sandbox_all)
         self.helper_name = helper_name
@@ -271,8 +279,9 @@ class CoopHumanEvalTask(SandboxedSuite):
             turn: the 0-based turn the joint action was taken in.
 
         Returns:
-            :class:`~comlrl.core.Feedback` with one text per agent (verdict line, first
-            failing test and error, the agent's own extracted code, the teammate's
+            :class:`~comlrl.core.Feedback` with one text per agent (verdict line, the
+            first failing tests as the feedback mode shows them, the agent's own extracted
+            code, the teammate's
             function signatures; every piece capped, see :mod:`comlrl.envs.code.feedback`),
             ``done=True`` when every test passed, and ``info`` with ``status``,
             ``passed``, ``total``, ``turn`` and ``completions`` (the joint action's texts,
@@ -281,9 +290,14 @@ class CoopHumanEvalTask(SandboxedSuite):
         helper_text, main_text = joint_action.completions
         entry = example["entry_point"]
         codes = [self.extract_helper(helper_text, entry), self.extract_main(main_text, example)]
+        verbatim = self.feedback_mode == "verbatim"
+
+        def describe(n: int) -> str | None:  # a unit's source holds its expected value
+            return self.describe_unit(example, n) if verbatim else None
+
         texts = tuple(
             agent_feedback_text(
-                info, turn, codes[a], codes[1 - a], lambda n: self.describe_unit(example, n)
+                info, turn, codes[a], codes[1 - a], describe, mode=self.feedback_mode
             )
             for a in range(2)
         )

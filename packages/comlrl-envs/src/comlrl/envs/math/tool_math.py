@@ -8,11 +8,14 @@ Each problem (:mod:`comlrl.envs.math.problem_sets`) is a sum of two sub-problems
   own part and that the team's answer is the sum of their two answers;
 - each may run code with the sandboxed Python tool (:func:`comlrl.envs.tools.python_tool`)
   inside its turn, then ends with a line ``Answer: <integer>``;
-- the team's answer is the sum of the two ``Answer:`` values.
+- the team's answer is the sum of the two ``Answer:`` values, and the team is right when
+  each agent's answer is its own part (so the sum is right too).
 
 Why this split: the parts are independent, so the two agents can work at the same time
 without seeing each other (decentralized execution), yet the joint reward depends on both:
-the team's sum is right only when both parts are (barring two errors that cancel). Each
+the team is scored on both parts, so it is right only when both agents are. (Scored on the
+sum alone, an agent 0 that answers the whole problem and an agent 1 that answers 0 would
+earn the team's reward with neither part right: a free rider.) Each
 agent's own part also gives it a reward of its own for the actor-critic recipes
 (``infos[k]["agent_rewards"]``).
 
@@ -119,16 +122,18 @@ class ToolMathTask(MathProblemTask):
 
     Reward of one joint action, in ``[0, 1]``:
 
-    - split levels (``mul``, ``expr``, ``word``) with two agents: 1.0 when the team's
-      answer (the sum of the two ``Answer:`` values) is exact, else ``partial_credit``
-      times the fraction of agents whose own part is right (0 by default);
+    - split levels (``mul``, ``expr``, ``word``) with two agents: 1.0 when each agent's
+      ``Answer:`` is its own part exactly (then the team's answer, their sum, is exact
+      too), else ``partial_credit`` times the fraction of agents whose own part is right
+      (0 by default): a right sum of wrong parts earns nothing;
     - ``gsm8k`` with two agents: the mean of the two agents' exact answers;
     - one agent: 1.0 when its answer is exact.
 
     ``infos[k]`` holds ``level``, ``answers`` (each agent's ``Answer:`` text or ``None``),
     ``values`` (their exact values: int, ``"p/q"`` or ``None``), ``targets`` (what each
-    agent had to find), ``correct`` (per agent), ``gold``, ``team_answer``,
-    ``team_correct``, ``status`` (``"passed"`` / ``"failed"``) and ``agent_rewards``
+    agent had to find), ``correct`` (per agent), ``gold``, ``team_answer`` (the sum at split
+    levels), ``team_correct`` (every agent right), ``status`` (``"passed"`` /
+    ``"failed"``) and ``agent_rewards``
     (per agent: 1.0 when its own part, or its answer, is right).
 
     Args:
@@ -289,11 +294,11 @@ class ToolMathTask(MathProblemTask):
                 v is not None and v == normalize_number(t)
                 for v, t in zip(values, targets, strict=True)
             ]
-            gold = normalize_number(str(ex["gold"]))
             if self.split_work:
                 parsed = [v for v in values if v is not None]
                 team = sum(parsed, Fraction(0)) if len(parsed) == 2 else None
-                team_correct = team is not None and team == gold
+                # scored on both parts: a right sum of wrong parts is no team answer
+                team_correct = all(correct)
                 reward = 1.0 if team_correct else self.partial_credit * sum(correct) / 2
             else:
                 team = values[0] if len(set(values)) == 1 else None

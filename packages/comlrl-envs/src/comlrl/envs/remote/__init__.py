@@ -1,41 +1,28 @@
-"""Remote reward workers: score a task's joint actions on other hosts.
+"""Tasks served to trainers on other machines: CoMLRL's one remote protocol.
 
-A worker serves one task suite's reward over HTTP::
+A task server hosts whole tasks (example references, prompts, multi-turn feedback, tool
+calls and rewards; the data, tests and sandbox stay on its machine) over HTTP on aiohttp
+(extra ``comlrl-envs[serve]``; no torch)::
 
-    python -m comlrl.envs.remote serve --task coop_humaneval --host 0.0.0.0 --port 8470
+    comlrl-serve --task coop_humaneval --option coop_humaneval.limit=64 --port 8471
 
-and a trainer uses it through :class:`RemoteRewardTask` (or the bare
-:class:`RemoteReward`), or by configuration: ``task.remote_workers=["node7:8470",
-"node8:8470"]``. A batch is split across the workers; the share of a worker that dies or
-hangs past the timeout is retried on the others, and every joint action gets exactly one
-reward (idempotent request ids, results kept by joint-action id). ``python -m
-comlrl.envs.remote health HOST:PORT ...`` prints each worker's health check.
+(``python -m comlrl.envs.remote`` and ``comlrl serve`` are the same command,
+:mod:`comlrl.envs.remote.cli`), and a trainer uses it with ``task.remote=["node7:8471",
+...]`` in its config, or :class:`RemoteTask` in Python (standard-library HTTP, no
+aiohttp). Several servers share the work: a batch's scoring is spread over them, and a
+server that dies or hangs is skipped without losing or repeating a reward.
 
-The transport is JSON over HTTP: the worker runs on aiohttp (extra ``comlrl-envs[serve]``,
-shared with the task server of ``comlrl serve``, :mod:`comlrl.envs.remote.task_server`),
-the trainer's client is the standard library's; arbitrary completion text (control
-characters included) travels intact. Nothing here imports torch.
+- :mod:`comlrl.envs.remote.wire`: the protocol's version, messages and data forms;
+- :mod:`comlrl.envs.remote.task_server`: :class:`TaskServer` (token, limits, timeouts,
+  request ids);
+- :mod:`comlrl.envs.remote.served_task`: the operations on one task, on its own data;
+- :mod:`comlrl.envs.remote.client`: :class:`RemoteTask`, the trainer's side.
 """
 
 from __future__ import annotations
 
-from comlrl.envs.remote._protocol import PROTOCOL_VERSION, TOKEN_ENV, WorkerAddress, parse_worker
-from comlrl.envs.remote.client import HOST_LOCAL_KWARGS, RemoteReward
-from comlrl.envs.remote.errors import NoLiveWorkersError, RemoteRewardError, RemoteTaskError
-from comlrl.envs.remote.server import RewardServer, build_task
-from comlrl.envs.remote.task import RemoteRewardTask
+from comlrl.envs.remote.client import RemoteTask, RemoteTaskUnavailable
+from comlrl.envs.remote.task_server import TaskServer
+from comlrl.envs.remote.wire import TASK_PROTOCOL, TOKEN_ENV
 
-__all__ = [
-    "HOST_LOCAL_KWARGS",
-    "PROTOCOL_VERSION",
-    "TOKEN_ENV",
-    "NoLiveWorkersError",
-    "RemoteReward",
-    "RemoteRewardError",
-    "RemoteRewardTask",
-    "RemoteTaskError",
-    "RewardServer",
-    "WorkerAddress",
-    "build_task",
-    "parse_worker",
-]
+__all__ = ["TASK_PROTOCOL", "TOKEN_ENV", "RemoteTask", "RemoteTaskUnavailable", "TaskServer"]

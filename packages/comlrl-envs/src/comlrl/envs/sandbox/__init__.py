@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from comlrl.envs.sandbox.executor import run_python
+from comlrl.envs.sandbox.fork_executor import shutdown as shutdown_fork_servers
 from comlrl.envs.sandbox.harness import TestPlan, Verdict, VerdictStatus, check_solution, split_test
 from comlrl.envs.sandbox.limits import (
     ExecutionResult,
@@ -11,7 +12,7 @@ from comlrl.envs.sandbox.limits import (
     SandboxUnavailableError,
 )
 from comlrl.envs.sandbox.pool import CheckJob, SandboxPool, run_many
-from comlrl.envs.sandbox.zygote import shutdown as shutdown_zygotes
+from comlrl.envs.sandbox.run_limits import Accounting, run_accounting
 
 __all__ = [
     "ExecutionResult",
@@ -27,5 +28,7 @@ __all__ = [
     "CheckJob",
     "SandboxPool",
     "run_many",
-    "shutdown_zygotes",
+    "shutdown_fork_servers",
+    "Accounting",
+    "run_accounting",
 ]

@@ -7,7 +7,7 @@ behind (:func:`kill_group`, :func:`reap_group`), the per-run directory
 that collects output and enforces the wall clock (:func:`drive`).
 
 Nothing here imports an executor, so :mod:`~comlrl.envs.sandbox.executor` and
-:mod:`~comlrl.envs.sandbox.zygote` both import this module and never each other's
+:mod:`~comlrl.envs.sandbox.fork_executor` both import this module and never each other's
 private names.
 """
 
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from comlrl.envs.sandbox.limits import ExecutionResult, ExecutionStatus, SandboxLimits
+from comlrl.envs.sandbox.run_limits import RunGroup
+from comlrl.envs.sandbox.syscall_filter import shared_state_filter, single_process_filter
 
 RUNNER = str(Path(__file__).with_name("_runner.py"))
 RESULT_CAP = 1 << 20  # bytes accepted on the result channel
@@ -149,9 +151,21 @@ def package_dirs() -> tuple[str, ...]:
     return _MASKED
 
 
-def runner_config(limits: SandboxLimits, run_dir: str, workdir: str) -> dict[str, Any]:
-    """The limits and isolation settings part of the runner's instructions."""
+def runner_config(
+    limits: SandboxLimits, run_dir: str, workdir: str, group: RunGroup | None
+) -> dict[str, Any]:
+    """The limits and isolation settings part of the runner's instructions.
+
+    ``group``: the run's cgroup (the runner joins it first), or ``None`` for the
+    single-process fallback (the runner then refuses new processes to the program).
+
+    Raises:
+        SandboxUnavailableError: a seccomp filter is needed and libseccomp is missing.
+    """
     return {
+        "seccomp": shared_state_filter() if limits.syscall_filter else None,
+        "cgroup_procs": group.procs_files if group is not None else [],
+        "single_process_bpf": single_process_filter() if group is None else None,
         "allow_network": limits.allow_network,
         "pid_namespace": limits.pid_namespace,
         "filesystem": limits.filesystem,
@@ -168,7 +182,7 @@ def runner_config(limits: SandboxLimits, run_dir: str, workdir: str) -> dict[str
     }
 
 
-SECRET_KEYS = ("nonce", "plan", "arg_name", "assert_timeout_s")
+SECRET_KEYS = ("nonce", "plan", "arg_name", "assert_timeout_s", "entry_label")
 """Instruction fields the runner reads only after a check run's candidate process forked."""
 
 
@@ -217,13 +231,16 @@ def drive(
     nonce: str,
     limits: SandboxLimits,
     start: float,
+    group: RunGroup | None = None,
 ) -> ExecutionResult:
     """Collect a started child's output and result channel until it ends or times out.
 
     Reads stdout/stderr (each capped at ``limits.max_output_bytes``) and the result pipe
     until all three close or the wall clock (``start + limits.timeout_s``, seconds on
     ``time.perf_counter``) runs out; then kills the child's group and reaps it
-    (``child.wait()``). Used by both executors.
+    (``child.wait()``). With the run's cgroup ``group``, also kills the whole run once its
+    CPU time passes ``limits.effective_cpu_s()`` and reports how it ended
+    (:func:`finish_run`). Used by both executors.
     """
     deadline = start + limits.timeout_s
     caps = {out_fd: limits.max_output_bytes, err_fd: limits.max_output_bytes, read_fd: RESULT_CAP}
@@ -233,6 +250,7 @@ def drive(
     group_killed = False
     exited_early = False
     open_fds = set(caps)
+    cpu_limit = limits.effective_cpu_s()
     with selectors.DefaultSelector() as sel:
         for fd in caps:
             sel.register(fd, selectors.EVENT_READ)
@@ -270,7 +288,12 @@ def drive(
             if exit_fd is not None and child.exit_fd is None:
                 sel.unregister(exit_fd)  # exit reported (or the channel is gone)
                 exit_fd = None
+            if group is not None and not group.cpu_exceeded and group.cpu_seconds() > cpu_limit:
+                group.cpu_exceeded = True  # the run's processes together: all of them go
+                group.kill()
     child.kill_group()
+    if group is not None:
+        group.kill()
     rc = child.wait()
     duration = time.perf_counter() - start
     if timed_out or exited_early:
@@ -285,7 +308,35 @@ def drive(
                     bufs[fd] += chunk[: caps[fd] - len(bufs[fd])]
             except (BlockingIOError, OSError):
                 pass
-    return _result(child, rc, bufs, truncated, out_fd, err_fd, read_fd, nonce, timed_out, duration)
+    result = _result(
+        child, rc, bufs, truncated, out_fd, err_fd, read_fd, nonce, timed_out, duration
+    )
+    return finish_run(result, group, limits)
+
+
+def finish_run(
+    result: ExecutionResult, group: RunGroup | None, limits: SandboxLimits
+) -> ExecutionResult:
+    """Record the run's accounting unit in ``result.isolation`` and how the run's limits
+    ended it (``"killed"``: ``MemoryError`` for an out-of-memory kill of its cgroup,
+    ``CPUTimeLimit`` past its CPU seconds)."""
+    if not result.isolation:
+        return result
+    result.isolation["accounting"] = group.kind if group is not None else "single_process"
+    if group is None:
+        return result
+    result.isolation["run_cpu_s"] = round(group.cpu_seconds(), 3)
+    if group.oom_killed() and result.status != "timeout":
+        result.status = "killed"
+        result.error_type = "MemoryError"
+        result.error = f"the run went over memory_mb={limits.memory_mb} (its cgroup killed it)"
+    elif group.cpu_exceeded and result.status != "timeout":
+        result.status = "killed"
+        result.error_type = "CPUTimeLimit"
+        result.error = (
+            f"the run's processes used more than {limits.effective_cpu_s()} CPU seconds together"
+        )
+    return result
 
 
 def _result(
@@ -321,7 +372,7 @@ def _result(
     elif syntax and not tampered:
         status = "syntax_error"
     elif rc is None:
-        # The exit status was lost (fork executor: the zygote died during the run).
+        # The exit status was lost (fork executor: the fork server died during the run).
         status = "killed"
         error_type = error_type or "SandboxError"
         error = error or child.lost_reason or "exit status unknown"

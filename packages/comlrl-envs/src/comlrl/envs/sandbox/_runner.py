@@ -25,13 +25,13 @@ process of ``_runner_check.py`` (the program runs in a candidate process it fork
 writes nonce-tagged JSON lines to the result pipe. Only the lines
 the runner writes are trusted by the parent; stdout/stderr are just captured text.
 
-Fork-server mode (``_runner.py --zygote FD``, see :mod:`comlrl.envs.sandbox.zygote`): the
+Fork-server mode (``_runner.py --fork-server FD``, see :mod:`comlrl.envs.sandbox.fork_executor`): the
 same script, started the same way (``-I -S -B``, scrubbed environment, own session),
-loads ``_runner_zygote.py`` and becomes a zygote: it takes the builtins snapshot, imports
+loads ``_runner_fork_server.py`` and becomes a fork server: it takes the builtins snapshot, imports
 what the runner needs, and then only forks on request. Each forked child leaves the
-zygote's code for good, starts its own session, keeps only its four descriptors (the
+fork server's code for good, starts its own session, keeps only its four descriptors (the
 instructions pipe as stdin, stdout, stderr, the result pipe as fd 3), and then runs
-:func:`main` exactly as an exec-started runner does (steps 1-4 above). The zygote never
+:func:`main` exactly as an exec-started runner does (steps 1-4 above). The fork server never
 sees the program or the nonce (they travel through the instructions pipe, straight to
 the child), never runs model code, and is not changed by its children: they are copies.
 
@@ -78,6 +78,9 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWIPC = 0x08000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
 _SELF = sys.modules[__name__]
 
 
@@ -145,7 +148,7 @@ def _short(exc, limit=300):
     return text if _len(text) <= limit else text[:limit] + "..."
 
 
-_LIBC = None  # ctypes handle of libc, made on first use (the zygote makes it up front)
+_LIBC = None  # ctypes handle of libc, made on first use (the fork server makes it up front)
 
 
 def _libc():
@@ -192,6 +195,49 @@ def _map_ids(uid, gid):
     _write_file("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
+_SOCK_FPROG = None
+
+
+def _sock_fprog():
+    """ctypes ``struct sock_fprog`` (made once; a fork server makes it up front)."""
+    global _SOCK_FPROG
+    if _SOCK_FPROG is None:
+        import ctypes
+
+        class _Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        _SOCK_FPROG = _Prog
+    return _SOCK_FPROG
+
+
+def _install_filter(bpf):
+    """Install the seccomp filter ``bpf`` (a ``struct sock_filter`` array compiled by the
+    trainer with libseccomp, see ``syscall_filter.py``) on this process and its future
+    children; it cannot be removed. Raises ``OSError`` when the kernel refuses it."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(bpf, _len(bpf))
+    prog = _sock_fprog()(_len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    lc = _libc()
+    for args in (
+        (PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        (PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+    ):
+        if lc.prctl(*args) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
+
+
+def _join_run_group(cfg, fd, info):
+    """Move this process into the run's cgroup (every process the run starts follows)."""
+    for path in cfg.get("cgroup_procs") or ():
+        try:
+            _write_file(path, "0")
+        except OSError as exc:
+            _refuse(fd, info, f"could not join the run's cgroup ({path}): {exc}")
+
+
 def _refuse(fd, info, reason):
     """Report why the isolation asked for cannot be had, and end without running code."""
     info["refused"] = reason
@@ -204,23 +250,24 @@ def _isolate(cfg, fd):
     info["mountns"] = info["ipcns"] = False
     info["executor"] = "fork" if _FORKED else "exec"
     if _FORKED:
-        info["zygote_pid"] = os.getppid()
+        info["fork_server_pid"] = os.getppid()
     want_net = not cfg.get("allow_network", False)
     want_pid = cfg.get("pid_namespace", True)
     want_fs = cfg.get("filesystem", "isolated") == "isolated"
     info["filesystem"] = "isolated" if want_fs else "host"
     inherited = want_net and _FORKED and cfg.get("netns_inherited", False)
     if inherited:
-        # The zygote already lives in an empty network namespace of its own (made once,
+        # The fork server already lives in an empty network namespace of its own (made once,
         # at its start): this child is in it, so it needs no new one.
         want_net = False
         info["netns"] = True
-        info["netns_shared_with"] = "zygote"
+        info["netns_shared_with"] = "fork server"
     flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWPID if want_pid else 0)
     flags |= CLONE_NEWNS if want_fs else 0
     # Always a new IPC namespace (SysV shared memory, semaphores, message queues and POSIX
     # message queues): nothing one run creates is seen by another or outlives the run.
     flags |= CLONE_NEWIPC
+    _join_run_group(cfg, fd, info)
     uid, gid = os.geteuid(), os.getegid()
     entered = False
     if flags and hasattr(os, "fork"):
@@ -279,7 +326,36 @@ def _isolate(cfg, fd):
     info["uid"] = os.geteuid()
     # RLIMIT_NPROC is per real user and is not checked for root / CAP_SYS_RESOURCE.
     info["nproc_enforced"] = lim.get("max_processes") is not None and os.geteuid() != 0
+    info["seccomp"] = False
+    if cfg.get("seccomp"):
+        try:
+            _install_filter(cfg["seccomp"])
+        except Exception as exc:
+            _refuse(fd, info, f"the seccomp filter was refused: {_short(exc)}")
+        info["seccomp"] = True
+    else:
+        global _SWEEP_KEYS
+        _SWEEP_KEYS = info["uid"] != uid  # a user id of the run's own: its keyrings too
     return info
+
+
+_SWEEP_KEYS = False  # no seccomp filter: clear the run's keyrings when its program ended
+_KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 312, "s390x": 280}
+
+
+def _clear_keyrings():
+    """Unlink every key from this user id's user and user-session keyrings (what a program
+    could make outlive its run when no filter refuses keyrings); the kernel then collects
+    the keys nothing holds."""
+    try:
+        import ctypes
+
+        nr = _KEYCTL_NR.get(os.uname().machine)
+        if nr is not None:
+            for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+                _libc().syscall(nr, ctypes.c_long(7), ctypes.c_long(ring))  # KEYCTL_CLEAR
+    except Exception:
+        pass
 
 
 def _wait_for(pid):
@@ -359,6 +435,8 @@ def _enter_pid_namespace():
             break
         data += chunk
     init_status = _wait_for(init)
+    if _SWEEP_KEYS:
+        _clear_keyrings()  # the whole namespace is dead: nothing of the program runs now
     if data:
         _mirror(_int(data))
     _mirror(init_status)
@@ -483,13 +561,20 @@ def main():
         _enter_pid_namespace()
     if check is not None:
         check.run_check(_SELF, cfg, fd, info)
+    if cfg.get("single_process_bpf"):
+        # No cgroup for this run: the program gets no processes beyond this one, so the
+        # per-process limits bound the whole run.
+        try:
+            _install_filter(cfg["single_process_bpf"])
+        except Exception as exc:
+            _refuse(fd, info, f"the single-process filter was refused: {_short(exc)}")
     nonce = _secrets()["nonce"]
     _emit(fd, nonce, info)
     _run_exec(cfg, fd, nonce)
 
 
 # ------------------------------------------------------------------ fork server
-_FORKED = False  # True in a child forked by the zygote (set by _runner_zygote.py)
+_FORKED = False  # True in a child forked by the fork server (set by _runner_fork_server.py)
 
 
 def _load_sibling(name):
@@ -503,7 +588,7 @@ def _load_sibling(name):
     return module
 
 
-_CHECK = None  # _runner_check.py, loaded for check runs (the zygote loads it up front)
+_CHECK = None  # _runner_check.py, loaded for check runs (the fork server loads it up front)
 
 
 def _check_module():
@@ -514,13 +599,15 @@ def _check_module():
     return _CHECK
 
 
-def _zygote_module():
-    """Load ``_runner_zygote.py``, the fork server (only zygotes pay for compiling it)."""
-    return _load_sibling("_runner_zygote")
+def _fork_server_module():
+    """Load ``_runner_fork_server.py``, the fork server (only fork servers pay for compiling it)."""
+    return _load_sibling("_runner_fork_server")
 
 
 if __name__ == "__main__":
-    if _len(sys.argv) in (3, 4) and sys.argv[1] == "--zygote":
-        _zygote_module().run(_int(sys.argv[2]), _len(sys.argv) == 4 and sys.argv[3] == "--netns")
+    if _len(sys.argv) in (3, 4) and sys.argv[1] == "--fork-server":
+        _fork_server_module().run(
+            _int(sys.argv[2]), _len(sys.argv) == 4 and sys.argv[3] == "--netns"
+        )
     else:
         main()

@@ -16,11 +16,15 @@ every value is exactly ``None``/``bool``/``int``/``float``/``complex``/``str``/`
 or a ``tuple``/``list``/``dict``/``set``/``frozenset`` of such values (checked with
 ``type(x) is ...``, recursively). Any other object stays in C; T gets an opaque
 :class:`_Remote` handle to it, which can be called, iterated, indexed, printed and have
-attributes read or set (each a request to C), whose ``bool()`` C answers as a plain bool
-(a program can return ``True`` anyway), but which refuses ``==``, ``!=`` and arithmetic
-(the unit raises ``TypeError`` and fails). So every comparison a test makes
-is between plain values built by T itself, with T's own (unpatched) ``==``, ``abs``,
-``math``... A program cannot answer a comparison, patch what the tests use, reach the
+attributes read or set (each a request to C), but which refuses ``==``, ``!=``, ordering
+and arithmetic (the unit raises ``TypeError`` and fails). Membership (``x in handle``,
+``assertIn``) is decided in T over the items the object's iteration yields, with T's own
+``==``; truth by Python's rule decided in T (true, or its ``len`` when its class defines
+``__len__``; a class with its own ``__bool__`` is refused); ``isinstance``/``issubclass``
+by the class's MRO, not a metaclass's answer. So no dunder of the program (``__eq__``,
+``__contains__``, ``__bool__``, ``__instancecheck__`` ...) answers a test's question: every
+comparison a test makes is between plain values built by T itself, with T's own
+(unpatched) ``==``, ``abs``, ``math``... A program cannot answer a comparison, patch what the tests use, reach the
 tests' frames or source, or write to the result pipe: all of that lives in T.
 
 T is not dumpable (``PR_SET_DUMPABLE`` 0, set before the fork), so C cannot ``ptrace``
@@ -427,16 +431,21 @@ def _serve(cfg, code, rfd, wfd, tag):
             elif op == "delitem":
                 del target[dec(args[1])]
                 value = None
-            elif op == "bool":
-                value = True if target else False
-            elif op == "isinstance":
-                value = True if isinstance(dec(args[1]), target) else False
+            elif op == "truth":  # which of Python's truth rules applies (no call into it)
+                mro = type.__getattribute__(type(target), "__mro__")
+                own = [k for k in mro if k is not object]
+                if any("__bool__" in type.__getattribute__(k, "__dict__") for k in own):
+                    value = "bool"
+                elif any("__len__" in type.__getattribute__(k, "__dict__") for k in own):
+                    value = "len"
+                else:
+                    value = "none"
+            elif op == "isinstance":  # by the class's MRO, not a metaclass's answer
+                value = _in_mro(target, type(dec(args[1])))
             elif op == "issubclass":
-                value = True if issubclass(dec(args[1]), target) else False
+                value = _in_mro(target, dec(args[1]))
             elif op == "getitem":
                 value = target[dec(args[1])]
-            elif op == "contains":
-                value = dec(args[1]) in target
             elif op == "str":
                 value = str(target)
             elif op == "repr":
@@ -496,6 +505,13 @@ def _serve(cfg, code, rfd, wfd, tag):
         answer(*next_request())
 
 
+def _in_mro(cls, sub):
+    """Whether ``cls`` is in ``sub.__mro__`` (identity; ``False`` when ``sub`` is no class)."""
+    if not isinstance(sub, type) or not isinstance(cls, type):
+        return False
+    return any(k is cls for k in type.__getattribute__(sub, "__mro__"))
+
+
 # ----------------------------------------------------------------- test process
 class _Client:
     """T's end of the pipe pair to C."""
@@ -517,6 +533,9 @@ class _Client:
         self.unittest_mode = False
         self.t_objects = {}  # key -> a callable of the tests handed to C (C may call it)
         self.t_keys = {}  # id -> key (the objects stay alive in t_objects)
+        self.labels = {}  # handle key -> the name the tests reached it by (for feedback)
+        self.last_call = None  # (label, args, kwargs, ok, value or exception) of this unit
+        self.failure_call = None  # last_call when a unittest test failed (before tearDown)
 
     def stop(self, why):
         if self.dead is None:
@@ -845,13 +864,26 @@ class _Remote:
         client = object.__getattribute__(self, "_client")
         client.sent = (args, kwargs)
         op = "callwb" if client.unittest_mode else "call"
-        return self._ask(op, self._wire(args), self._wire(kwargs))
+        label = client.labels.get(object.__getattribute__(self, "_key"), "<program object>")
+        try:
+            value = self._ask(op, self._wire(args), self._wire(kwargs))
+        except BaseException as exc:
+            client.last_call = (label, args, kwargs, False, exc)
+            raise
+        client.last_call = (label, args, kwargs, True, value)
+        return value
 
     def __getattr__(self, name):
         if name.startswith("__") and name not in _FORWARDED_DUNDERS:
             raise AttributeError(name)
-        op = "getlive" if object.__getattribute__(self, "_client").unittest_mode else "getattr"
-        return self._ask(op, name)
+        client = object.__getattribute__(self, "_client")
+        op = "getlive" if client.unittest_mode else "getattr"
+        value = self._ask(op, name)
+        if type(value) is _Remote:
+            key = object.__getattribute__(value, "_key")
+            if key not in client.labels:
+                client.labels[key] = name  # a method: shown as obj.name(...) in feedback
+        return value
 
     def __setattr__(self, name, value):
         self._ask("setattr", name, self._wire(value))
@@ -869,16 +901,34 @@ class _Remote:
         self._ask("delitem", self._wire(key))
 
     def __bool__(self):
-        value = self._ask("bool")
-        if type(value) is not bool:
-            raise _Tampered("a truth test answered with a non-bool")
-        return value
+        # Python's rule, decided here: an object is true unless its class defines
+        # ``__bool__`` (whose answer would be the program's: refused) or ``__len__``
+        # (then its length, a plain int, decides).
+        rule = self._ask("truth")
+        if rule == "none":
+            return True
+        if rule == "len":
+            length = self._ask("len")
+            if type(length) is not int:
+                raise _Tampered("a length answered with a non-int")
+            return length != 0
+        if rule == "bool":
+            raise TypeError(
+                "the truth of a program's object whose class defines __bool__ is not decided "
+                "by the program: compare a plain value it returns"
+            )
+        raise _Tampered("a truth rule answered with an unknown value")
 
     def __getitem__(self, key):
         return self._ask("getitem", self._wire(key))
 
     def __contains__(self, item):
-        return self._ask("contains", self._wire(item))
+        # Decided here, on plain data: the items the object's iteration yields (as Python
+        # does for a class without ``__contains__``); its own ``__contains__`` never runs.
+        items = self._ask("iter")
+        if type(items) not in (list, *_LIVE_TYPES):
+            raise _Tampered("an iteration answered with a non-list")
+        return item in items
 
     def __instancecheck__(self, instance):
         return self._plain_bool("isinstance", instance)
@@ -941,6 +991,8 @@ def run_check(runner, cfg, fd, info):
             os.dup2(null, 0)
             os.close(null)
             _R._libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+            if cfg.get("single_process_bpf"):  # no cgroup: the program gets this process only
+                _R._install_filter(cfg["single_process_bpf"])
         except BaseException:
             _R._exit(1)
         _serve(cfg, code, to_c_r, to_t_w, tag)
@@ -1008,9 +1060,14 @@ def _run_plan(client, secrets, base, track, names):
     arg_name = secrets["arg_name"]
     wanted = [n for n in names if type(n) is str and n not in bdict and n[:2] != "__"]
     _bind_names(tns, client.from_wire(msg[2]), wanted)
+    for name in wanted:
+        if type(tns.get(name)) is _Remote:
+            client.labels.setdefault(object.__getattribute__(tns[name], "_key"), name)
     tns[arg_name] = client.remote(msg[1])
+    client.labels[msg[1]] = _R._str(secrets.get("entry_label") or arg_name)
     tns["__comlrl_unittest__"] = _unittest_runner(client)
     passed, results, errors = 0, [], []
+    failed_calls = []  # (unit number, the unit's last call into the program) of failed units
     for source, is_unit in secrets["plan"]:
         try:
             unit = _R._compile(source, "<test>", "exec")
@@ -1020,6 +1077,7 @@ def _run_plan(client, secrets, base, track, names):
             errors.append("test statement does not compile: " + _R._short(exc))
             continue
         ok, err = True, ""
+        client.last_call = client.failure_call = None
         try:
             _R._signal(_R.signal.SIGALRM, _R._on_alarm)
             if unit_timeout:
@@ -1048,17 +1106,52 @@ def _run_plan(client, secrets, base, track, names):
         if is_unit:
             results.append(ok)
             passed += 1 if ok else 0
+            call = client.failure_call or client.last_call
+            if not ok and call is not None and len(failed_calls) < _OBSERVED:
+                failed_calls.append((len(results), call))
         if not ok and len(errors) < 5:
             errors.append((f"assert #{len(results)}: " if is_unit else "setup: ") + err)
     base["passed"] = passed
     base["units"] = results
     base["errors"] = errors
+
     if client.dead is None and track:
         try:
             calls = _timed(client, unit_timeout or 1.0, client.request, "stats")
             base["calls"] = {k: v for k, v in calls.items() if type(k) is str and type(v) is int}
         except (_CandidateGone, _R._UnitTimeout):
             pass
+    base["observed"] = [[n, _describe_call(client, call, unit_timeout)] for n, call in failed_calls]
+
+
+_OBSERVED = 2  # failed units whose last call into the program the verdict describes
+_SHOWN = 160  # characters of one repr in such a description
+
+
+def _describe_call(client, call, budget):
+    """``"name(args) returned value"`` / ``"... raised Type: message"``: the last call a
+    failed unit made into the program, for feedback that shows the program's own output
+    (never the tests' expected values). Reprs of the program's objects are asked of C
+    under ``budget``; one that does not come reads ``<no answer>``."""
+    label, args, kwargs, ok, value = call
+
+    def shown(x):
+        try:
+            text = _timed(client, budget or 1.0, repr, x)
+        except (_CandidateGone, _Tampered, _R._UnitTimeout):
+            return "<no answer>"
+        except BaseException:
+            return "<unprintable>"
+        text = _R._str(text) if type(text) is str else "<unprintable>"
+        return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + " ..."
+
+    parts = [shown(a) for a in args] + [f"{k}={shown(v)}" for k, v in kwargs.items()]
+    head = f"{label}({', '.join(parts)})"
+    if ok:
+        return f"{head} returned {shown(value)}"
+    if isinstance(value, _R._UnitTimeout):
+        return f"{head} did not return within the time budget"
+    return f"{head} raised {_R._short(value, _SHOWN)}"
 
 
 def _unittest_runner(client):
@@ -1083,6 +1176,14 @@ def _unittest_runner(client):
 
                 def addSuccess(self, test):
                     self.successes.append(test)
+
+                def addFailure(self, test, err):
+                    client.failure_call = client.failure_call or client.last_call
+                    super().addFailure(test, err)
+
+                def addError(self, test, err):
+                    client.failure_call = client.failure_call or client.last_call
+                    super().addError(test, err)
 
             state["unittest"], state["result"] = unittest, Result
         unittest = state["unittest"]

@@ -1,6 +1,6 @@
 """Child-side filesystem isolation of the sandbox runner: a new root, then no privileges.
 
-Loaded by ``_runner.py`` (exec-started runners load it per run, a zygote once), never by
+Loaded by ``_runner.py`` (exec-started runners load it per run, a fork server once), never by
 the trainer; only the standard library is used (the runner runs with ``-I -S``). Runs in
 the runner after ``unshare(CLONE_NEWNS | ...)`` and before any model code.
 
@@ -71,7 +71,7 @@ _PIVOT_ROOT_NR = {
 }
 _DEV_NODES = ("null", "zero", "full", "random", "urandom")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_BASE = None  # (binds, links) shared by every run of this process (a zygote: computed once)
+_BASE = None  # (binds, links) shared by every run of this process (a fork server: computed once)
 
 
 class IsolationError(Exception):
@@ -374,7 +374,7 @@ def drop_privileges(info, in_userns, forked):
     """Leave no privilege to the program (see the module docs); records ``uid``.
 
     ``in_userns``: this runner made a user namespace (non-root trainer). ``forked``: a
-    zygote's child, whose parent-death signal the kernel clears on a uid change and that
+    fork server's child, whose parent-death signal the kernel clears on a uid change and that
     is set again here.
 
     Raises:

@@ -3,11 +3,11 @@
 Model-written code never runs in the trainer's process. Each program gets a child
 process of its own, made one of two ways (``SandboxLimits.executor``):
 
-- ``"fork"`` (default): a long-lived *zygote* (``sys.executable -I -S -B _runner.py
-  --zygote``, scrubbed environment, its own session, started once per concurrent
+- ``"fork"`` (default): a long-lived *fork server* (``sys.executable -I -S -B _runner.py
+  --fork-server``, scrubbed environment, its own session, started once per concurrent
   caller and reused) forks a fresh child per program; see
-  :mod:`comlrl.envs.sandbox.zygote`. Saves the interpreter start-up per program. Falls
-  back to ``"exec"`` when a zygote cannot be used on this platform.
+  :mod:`comlrl.envs.sandbox.fork_executor`. Saves the interpreter start-up per program. Falls
+  back to ``"exec"`` when a fork server cannot be used on this platform.
 - ``"exec"``: :func:`run_python` starts ``sys.executable -I -S -B`` on the child-side
   runner (``_runner.py``) per program.
 
@@ -19,8 +19,14 @@ Either way the child applies the same per-program isolation before the program r
   unprivileged user namespaces); in a PID namespace the program runs under a minimal
   init, so every process it started dies with it, even ones that left the process group
   with ``setsid()``;
-- rlimits: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``,
-  ``RLIMIT_CORE=0`` (``RLIMIT_NPROC`` counts per user and is ignored for root);
+- limits per run: a cgroup of its own (memory, processes, CPU time of all the run's
+  processes together), else the single-process fallback
+  (:mod:`comlrl.envs.sandbox.run_limits`); and rlimits per process: ``RLIMIT_CPU``,
+  ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_CORE=0``
+  (``RLIMIT_NPROC`` counts per user and is ignored for root);
+- a seccomp filter for the kernel state no namespace isolates: no keyrings, no file
+  locks another run could see, no notifications on shared files
+  (:mod:`comlrl.envs.sandbox.syscall_filter`);
 - its own filesystem view (``SandboxLimits.filesystem="isolated"``, the default): a new
   mount namespace whose root is a small read-only tmpfs holding only the interpreter,
   its standard library (package directories masked) and the shared libraries it loads,
@@ -42,7 +48,7 @@ Either way the child applies the same per-program isolation before the program r
 Reaping: every process a run creates is reaped, also when the trainer is PID 1 of its
 PID namespace (a container without an init), where processes whose parent died first
 are re-parented to the trainer: the exec executor reaps what the killed group left
-(:func:`~comlrl.envs.sandbox._process.reap_group`), and a zygote is a child subreaper
+(:func:`~comlrl.envs.sandbox._process.reap_group`), and a fork server is a child subreaper
 that reaps everything its programs leave behind.
 
 The runner reports through a separate pipe with a per-run random nonce; see
@@ -50,8 +56,8 @@ The runner reports through a separate pipe with a per-run random nonce; see
 ``ExecutionResult.isolation["executor"]`` says which executor ran the program.
 
 Known differences of ``"fork"`` (none weakens the limits above): the children of one
-zygote share its string-hash seed and address-space layout (``"exec"`` gets fresh ones
-per program), see the zygote's extra stdlib modules already in ``sys.modules``, and end
+fork server share its string-hash seed and address-space layout (``"exec"`` gets fresh ones
+per program), see the fork server's extra stdlib modules already in ``sys.modules``, and end
 without the interpreter's final teardown of inherited modules (so ``__del__`` of objects
 that outlive the program's globals, e.g. stored in a module, is not called).
 """
@@ -67,7 +73,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from comlrl.envs.sandbox import zygote
+from comlrl.envs.sandbox import fork_executor
 from comlrl.envs.sandbox._process import (
     RUNNER,
     drive,
@@ -84,6 +90,7 @@ from comlrl.envs.sandbox.limits import (
     SandboxLimits,
     SandboxUnavailableError,
 )
+from comlrl.envs.sandbox.run_limits import open_run_group
 
 __all__ = [
     "run_python",
@@ -96,11 +103,12 @@ def _raise_if_refused(result: ExecutionResult, limits: SandboxLimits) -> Executi
     refused = result.isolation.get("refused")
     if refused:
         raise SandboxUnavailableError(
-            f"the sandbox could not isolate the program's filesystem ({refused}); nothing "
-            "was run. Run as root, or allow unprivileged user namespaces "
+            f"the sandbox could not isolate the program ({refused}); nothing was run. For "
+            "the filesystem: run as root, or allow unprivileged user namespaces "
             "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), "
             "or opt out explicitly with SandboxLimits(filesystem='host') if the code is "
-            f"trusted (limits: {limits!r})"
+            "trusted; for the seccomp filter: a kernel with seccomp, or "
+            f"SandboxLimits(syscall_filter=False) (limits: {limits!r})"
         )
     return result
 
@@ -115,11 +123,12 @@ def execute(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResul
         SandboxUnavailableError: the OS refused the filesystem isolation ``limits`` ask
             for (nothing was run).
     """
+    result = None
     if limits.executor == "fork":
-        result = zygote.execute_forked(payload, limits)
-        if result is not None:
-            return _raise_if_refused(result, limits)
-    return _raise_if_refused(execute_exec(payload, limits), limits)
+        result = fork_executor.execute_forked(payload, limits)
+    if result is None:
+        result = execute_exec(payload, limits)
+    return _raise_if_refused(result, limits)
 
 
 class _ExecChild:
@@ -147,10 +156,18 @@ class _ExecChild:
 def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult:
     """The ``"exec"`` executor: a new ``python -I -S -B _runner.py`` for this program."""
     nonce = secrets.token_hex(16)
+    group = open_run_group(limits)
     run_dir, workdir = make_run_dir()
+    try:
+        config = runner_config(limits, run_dir, workdir, group)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if group is not None:
+            group.close()
+        raise
     read_fd, write_fd = os.pipe()
     cfg = dict(payload)
-    cfg.update(nonce=nonce, result_fd=write_fd, **runner_config(limits, run_dir, workdir))
+    cfg.update(nonce=nonce, result_fd=write_fd, **config)
     data = encode_instructions(cfg)
     start = time.perf_counter()
     proc: subprocess.Popen[bytes] | None = None
@@ -191,6 +208,7 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
             nonce,
             limits,
             start,
+            group,
         )
         sweep_program_uid(result.isolation)
         return result
@@ -204,6 +222,8 @@ def execute_exec(payload: Mapping[str, Any], limits: SandboxLimits) -> Execution
                 if stream is not None:
                     stream.close()
         os.close(read_fd)
+        if group is not None:
+            group.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

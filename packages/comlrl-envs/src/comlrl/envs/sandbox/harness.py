@@ -26,8 +26,12 @@ time:
   recursively; subclasses such as ``Counter`` or a namedtuple arrive as their base data,
   ``deque``/``Decimal``/``Fraction`` are rebuilt from plain data). Any other object stays
   in the candidate process as a handle that can be called, iterated, indexed, printed or
-  have attributes read/set, but refuses ``==``, ``!=``, ordering, ``bool()`` and
-  arithmetic (the unit raises ``TypeError`` and fails). Floats compare as the benchmark
+  have attributes read/set, but refuses ``==``, ``!=``, ordering and arithmetic (the
+  unit raises ``TypeError`` and fails); membership in it (``x in handle``, ``assertIn``)
+  is decided by the test process over the items its iteration yields, its truth by
+  Python's rule in the test process (its length when its class defines ``__len__``; a
+  class with its own ``__bool__`` is refused), ``isinstance`` by its class's MRO: no
+  dunder of the program answers a test's question. Floats compare as the benchmark
   wrote them (``abs(a - b) < tol``, ``math.isclose``), with the test process's ``math``.
 - Names the test uses but does not define are looked up in the program: modules are
   imported afresh in the test process, plain values copied, other objects become handles.
@@ -57,10 +61,10 @@ it answers, and the process limits bound the rest. Every phase runs on the test
 process's timer (the load, each unit, the call counts); a candidate that stops the test
 process (``SIGSTOP``) ends the run at once, without a verdict, where the run has a PID
 namespace (its init kills the stopped test process; without one the wall clock ends it).
-Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it. Not
+Every run gets a new IPC namespace, so no SysV/POSIX-mq object outlives it, and a seccomp
+filter refuses keyrings and shared file locks, so no run hands anything to another. Not
 protected: the per-function call counts (``track_calls``, reported by the candidate
-process) and the truth value of a handle (the candidate answers it, as a returned
-``True`` would).
+process).
 """
 
 from __future__ import annotations
@@ -215,6 +219,10 @@ class Verdict:
         program_loaded: the program's top level ran without raising.
         calls: ``{name: count}`` calls of the tracked functions made during the tests.
         errors: up to 5 short failure messages (``"assert #3: AssertionError: "``).
+        observed: for up to 2 failed units, unit number (1-based) -> that unit's last call
+            into the program and what came back, in the program's own words
+            (``"sq(3) returned 10"``, ``"sq(-1) raised ValueError: ..."``): what a tester
+            shows without the expected value (see :mod:`comlrl.envs.code.feedback`).
         error: one-line summary of why the run earned less than full credit, if so.
         duration_s: wall-clock seconds of the sandboxed run.
         execution: the underlying :class:`ExecutionResult` (stdout/stderr, isolation).
@@ -227,6 +235,7 @@ class Verdict:
     calls: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     error: str | None = None
+    observed: dict[int, str] = field(default_factory=dict)
     duration_s: float = 0.0
     execution: ExecutionResult | None = field(default=None, repr=False)
 
@@ -246,6 +255,7 @@ class Verdict:
             "calls": dict(self.calls),
             "error": self.error,
             "errors": list(self.errors),
+            "observed": {str(n): text for n, text in self.observed.items()},
             "duration_s": round(self.duration_s, 4),
         }
 
@@ -265,6 +275,7 @@ def check_payload(
         "plan": [[src, is_unit] for src, is_unit in plan.steps],
         "entry_point": entry_point,
         "arg_name": plan.arg_name,
+        "entry_label": entry_point,
         "names": list(plan.names),
         "track_calls": list(track_calls),
         "assert_timeout_s": assert_timeout_s,
@@ -305,6 +316,11 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
         return make("error", program_loaded=loaded, error=str(rec["program_error"]), errors=errors)
     passed = max(0, min(int(rec.get("passed", 0)), total))
     calls = {str(k): int(v) for k, v in dict(rec.get("calls", {})).items()}
+    observed = {
+        int(n): str(text)[:600]
+        for n, text in (p for p in rec.get("observed") or () if isinstance(p, list) and len(p) == 2)
+        if isinstance(n, int) and 0 < n <= total
+    }
     status: VerdictStatus = "passed" if total and passed == total else "failed"
     return make(
         status,
@@ -312,6 +328,7 @@ def verdict_from_execution(result: ExecutionResult, total: int) -> Verdict:
         program_loaded=loaded,
         calls=calls,
         errors=errors,
+        observed=observed,
         error=None if status == "passed" else (errors[0] if errors else "some tests failed"),
     )
 

@@ -1,7 +1,7 @@
 """The sandbox's value types: what a program may use, and what happened to it.
 
 :class:`SandboxLimits` goes in, :class:`ExecutionResult` comes out; both executors
-(:mod:`comlrl.envs.sandbox.executor`, :mod:`comlrl.envs.sandbox.zygote`) share them.
+(:mod:`comlrl.envs.sandbox.executor`, :mod:`comlrl.envs.sandbox.fork_executor`) share them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Literal
 __all__ = [
     "ExecutionResult",
     "ExecutionStatus",
+    "AccountingMode",
     "ExecutorKind",
     "FilesystemMode",
     "SandboxLimits",
@@ -21,8 +22,10 @@ __all__ = [
 ExecutionStatus = Literal["ok", "error", "syntax_error", "timeout", "killed", "failed_to_start"]
 ExecutorKind = Literal["fork", "exec"]
 FilesystemMode = Literal["isolated", "host"]
+AccountingMode = Literal["auto", "cgroup", "single_process"]
 EXECUTORS: tuple[str, ...] = ("fork", "exec")
 FILESYSTEM_MODES: tuple[str, ...] = ("isolated", "host")
+ACCOUNTING_MODES: tuple[str, ...] = ("auto", "cgroup", "single_process")
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -41,22 +44,25 @@ class SandboxLimits:
 
     Attributes:
         timeout_s: wall-clock limit in seconds; past it the process group is killed.
-        cpu_s: CPU-time limit in seconds (``RLIMIT_CPU``, soft = hard: SIGKILL). ``None``
+        cpu_s: CPU-time limit in seconds of the whole run (all its processes together, see
+            ``accounting``; also ``RLIMIT_CPU`` per process, soft = hard: SIGKILL). ``None``
             means ``ceil(timeout_s) + 1``.
-        memory_mb: address-space limit in MiB (``RLIMIT_AS``); ``None`` for none.
+        memory_mb: memory limit in MiB of the whole run (see ``accounting``; also
+            ``RLIMIT_AS`` per process); ``None`` for none.
         file_size_mb: largest file the program may write, MiB (``RLIMIT_FSIZE``); also the
             size of the private ``/tmp`` and of the work directory (two tmpfs, so at most
             ``2 * file_size_mb`` of written data in all) under ``filesystem="isolated"``;
             writing past either fails with ``ENOSPC``/``EFBIG``.
-        max_processes: ``RLIMIT_NPROC`` (per real user: under ``filesystem="isolated"``
-            a root trainer runs each program as a user id of its own, so it counts that
-            program's processes only; a non-root trainer's programs share its user id).
+        max_processes: processes of the whole run (``pids.max`` of its cgroup, see
+            ``accounting``; also ``RLIMIT_NPROC``, per real user: under
+            ``filesystem="isolated"`` a root trainer runs each program as a user id of its
+            own, so it counts that program's processes only).
         max_output_bytes: bytes of stdout and of stderr kept (each); the rest is dropped.
         allow_network: ``False`` puts the program in an empty network namespace when the
             OS allows it (see :attr:`ExecutionResult.isolation` for what was achieved).
         pid_namespace: run the program in a new PID namespace (under a minimal init) when
             the OS allows it.
-        executor: ``"fork"`` forks each program from a pre-started zygote process (falls
+        executor: ``"fork"`` forks each program from a pre-started fork server process (falls
             back to ``"exec"`` where that is not possible); ``"exec"`` starts a new
             interpreter per program. Same isolation per program, see the module docs.
         filesystem: ``"isolated"`` (default): the program sees a new root holding only
@@ -71,6 +77,17 @@ class SandboxLimits:
             nothing else is at stake).
         readonly_paths: extra host paths (absolute) made visible read-only at the same
             path under ``filesystem="isolated"`` (e.g. a data directory a task needs).
+        syscall_filter: ``True`` (default): a seccomp filter keeps kernel state that no
+            namespace isolates (keyrings, file locks and notifications on files every run
+            can open) out of the program's reach (:mod:`comlrl.envs.sandbox.syscall_filter`);
+            where libseccomp cannot be had, running raises
+            :class:`SandboxUnavailableError`. ``False``: the documented opt-out, concurrent
+            runs may then pass data through those objects and keyrings outlive the run.
+        accounting: how ``memory_mb``, ``max_processes`` and ``cpu_s`` bound the whole run
+            (:mod:`comlrl.envs.sandbox.run_limits`): ``"auto"`` (default) a cgroup per run
+            where the host allows one, else the single-process fallback (the program
+            cannot start processes; warned once); ``"cgroup"`` a cgroup or
+            :class:`SandboxUnavailableError`; ``"single_process"`` the fallback.
     """
 
     timeout_s: float = 10.0
@@ -84,8 +101,14 @@ class SandboxLimits:
     executor: ExecutorKind = "fork"
     filesystem: FilesystemMode = "isolated"
     readonly_paths: tuple[str, ...] = ()
+    syscall_filter: bool = True
+    accounting: AccountingMode = "auto"
 
     def __post_init__(self) -> None:
+        if self.accounting not in ACCOUNTING_MODES:
+            raise ValueError(
+                f"accounting must be one of {ACCOUNTING_MODES}, got {self.accounting!r}"
+            )
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
         if self.filesystem not in FILESYSTEM_MODES:
@@ -141,7 +164,11 @@ class ExecutionResult:
             (``"pivot_root"``/``"chroot"``), ``uid`` (the program's user id as the host
             sees it), ``capabilities`` (effective capability mask of the program, 0 when
             dropped), ``nproc_enforced``, ``executor`` (``"fork"``/``"exec"``) and, for
-            ``"fork"``, ``zygote_pid``; empty if the runner did not get that far.
+            ``"fork"``, ``fork_server_pid``, ``seccomp`` (the syscall filter was installed),
+            ``accounting`` (``"cgroup2"``/``"cgroup1"``/``"single_process"``: what bounded
+            the run as a whole, see :mod:`comlrl.envs.sandbox.run_limits`) and
+            ``run_cpu_s`` (CPU seconds of the whole run, with a cgroup); empty if the
+            runner did not get that far.
         records: the validated records of the result channel (internal use).
         tampered: ``True`` if the result channel carried lines not written by the runner.
     """

@@ -3,8 +3,8 @@
 Each worker is a thread that drives one child process at a time (start it, feed its
 instructions, read capped output, enforce the deadline), so the parallelism is in the
 children; the threads mostly wait on pipes. With the ``"fork"`` executor each busy thread
-uses its own zygote (process-wide, reused across pools; see
-:mod:`comlrl.envs.sandbox.zygote`). Results come back in input order.
+uses its own fork server (process-wide, reused across pools; see
+:mod:`comlrl.envs.sandbox.fork_executor`). Results come back in input order.
 
 Back-pressure: a batch is not queued whole. At most ``max_in_flight`` programs of one call
 are submitted (running or waiting for a worker) at any time; the next one is submitted

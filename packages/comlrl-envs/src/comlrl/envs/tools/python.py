@@ -7,7 +7,8 @@ any model-written code (own process group, network / PID / mount namespaces wher
 allows, rlimits, a private work directory, see :mod:`comlrl.envs.sandbox.executor`).
 
 The tool is **stateless**: nothing persists between calls. Variables, imports and files
-of one call are gone at the next one, whether that is the same agent's next call in the
+of one call are gone at the next one, and no kernel state links two calls (keyrings and
+file locks are refused, :mod:`comlrl.envs.sandbox.syscall_filter`), whether that is the same agent's next call in the
 same turn or a call in a later joint action; code that needs a value from an earlier call
 must compute it again. The observation is what the program printed (see
 :func:`format_result`), never a value the tool keeps.

@@ -39,14 +39,17 @@ class ActorCriticConfig(RLConfig):
     behaviour log-probs (needed for ``num_iterations > 1``). ``num_generations`` defaults
     to 1 (one trajectory per prompt, CoMLRL 1.4.3's setting); any ``G`` works. The critic
     is the baseline: the group-baseline fields (``estimator``, ``advantage_scale``,
-    ``advantage_eps``, ``update_chunk_nodes``, ``update_chunk_split_turns``) are not
-    fields here, and giving one is an error that says so.
+    ``advantage_eps``, ``advantage_stats``, ``advantage_group``, ``update_chunk_nodes``,
+    ``update_chunk_split_turns``) are not fields here, and giving one is an error that
+    says so.
     """
 
     foreign_fields: ClassVar[dict[str, str]] = {
         "estimator": f"estimator {_GROUP_BASELINE_ONLY}",
         "advantage_scale": f"advantage_scale {_GROUP_BASELINE_ONLY}",
         "advantage_eps": f"advantage_eps {_GROUP_BASELINE_ONLY}",
+        "advantage_stats": f"advantage_stats {_GROUP_BASELINE_ONLY}",
+        "advantage_group": f"advantage_group {_GROUP_BASELINE_ONLY}",
         "update_chunk_nodes": f"update_chunk_nodes {_CHUNK_SCHEDULE}",
         "update_chunk_split_turns": f"update_chunk_split_turns {_CHUNK_SCHEDULE}",
         "role_format": "role_format is a setting of the group-baseline recipes (one model for "
@@ -110,6 +113,12 @@ class ActorCriticConfig(RLConfig):
 
     @model_validator(mode="after")
     def _ac_consistent(self) -> ActorCriticConfig:
+        if self.kl_mode == "reward":
+            raise ValueError(
+                "kl_mode='reward' is a setting of the group-baseline recipes (algo=magrpo, "
+                "marloo, maremax, mareinforce); IAC/MAAC take the reference KL as a loss term: "
+                "set kl_mode=loss."
+            )
         if self.critic_mode == "shared" and self.critic_model is not None:
             raise ValueError(
                 f"critic_model={self.critic_model!r} names a separate critic but "

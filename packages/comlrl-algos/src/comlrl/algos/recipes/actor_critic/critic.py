@@ -135,6 +135,7 @@ def critic_advantages(
     normalize: bool,
     eps: float = 1e-8,
     num_turns: int | None = None,
+    hold_terminal: bool = True,
 ) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
     """Per-completion advantages for the actors and regression targets for the critics.
 
@@ -148,6 +149,7 @@ def critic_advantages(
             (population std + ``eps``; skipped with fewer than 2).
         num_turns: the turn limit an early end's reward is held for (None: the
             rollout's turns).
+        hold_terminal: hold an early end's reward (the default); False: count it once.
 
     With a ``v`` critic the advantages are :func:`~comlrl.estimators.gae.tree_gae`'s GAE; with
     a ``q`` critic they are :func:`~comlrl.estimators.gae.q_advantages` (the lambda-return
@@ -181,6 +183,7 @@ def critic_advantages(
             gamma,
             lam,
             num_turns=num_turns,
+            hold_terminal=hold_terminal,
         )
 
     for c in range(len(values)):

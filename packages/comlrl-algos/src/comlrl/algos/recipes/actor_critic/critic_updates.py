@@ -153,6 +153,7 @@ def update_critics(
             for own, total in zip(stats, totals, strict=True):
                 for key, value in own.items():
                     total[key] = total.get(key, 0.0) + value / num_iterations
+    optimizer.zero_grad(set_to_none=True)  # no gradient outlives the step (as update_policy)
     return totals
 
 

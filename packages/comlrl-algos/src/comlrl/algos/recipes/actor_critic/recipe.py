@@ -120,7 +120,8 @@ class ActorCriticRecipe:
                 f"{type(self).__name__} needs an ActorCriticConfig (it has the critic's "
                 f"settings), got {type(config).__name__}; build one with the same fields but the "
                 "group-baseline ones (estimator, advantage_scale, advantage_eps, "
-                "update_chunk_nodes, update_chunk_split_turns)."
+                "advantage_stats, advantage_group, update_chunk_nodes, "
+                "update_chunk_split_turns)."
             )
         method = self.method
         if method not in ("iac", "maac"):
@@ -309,6 +310,7 @@ class ActorCriticRecipe:
                 lam=cfg.gae_lambda,
                 normalize=cfg.advantage_normalization,
                 num_turns=cfg.num_turns,
+                hold_terminal=cfg.hold_terminal_reward,
             )
             old = [torch.cat(v) for v in values]
             tgt = [torch.cat(t) for t in targets]

@@ -8,10 +8,14 @@ reference models, data parallel wrapping, optimizers and agent pools). One step
 scored, multi-turn feedback opening the next turn's nodes, returns discounted down the
 tree); the advantages
 (:func:`~comlrl.algos.recipes.group_baseline.advantages.group_advantages`: each completion
-credited with the mean return of its joint actions and compared with its ``G`` siblings by
-the estimator); every agent's update (:meth:`~GroupBaselineRecipe.update`); the metrics.
+credited with the mean return of its joint actions, less ``kl_coef`` times its
+:meth:`~GroupBaselineRecipe.reward_kl` with ``kl_mode="reward"``, and compared with its
+group by the estimator); every agent's update (:meth:`~GroupBaselineRecipe.update`); the
+metrics (with ``grad_norm_ratio``, the largest agent's pre-clip gradient norm over the
+median agent's).
 
-The four methods differ only in ``config.estimator``; :class:`MAGRPOTrainer`,
+The four methods differ only in ``config.estimator``; ``advantage_stats`` and
+``advantage_group`` pick whose returns and which completions each baseline is taken over; :class:`MAGRPOTrainer`,
 :class:`MARLOOTrainer`, :class:`MAReMaxTrainer` and :class:`MAREINFORCETrainer` fix it. The
 loop driver (:func:`comlrl.algos.training.loop.run_loop`) drives the class; under data
 parallelism every rank calls its methods and rank 0 writes. The actor-critic recipes
@@ -27,9 +31,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from comlrl.algos.models.devices import agent_placement
 from comlrl.algos.models.gradient_sync import GradientSync, full_weights, wrap_model
-from comlrl.algos.models.lora import attach_lora, model_key, reference_model
+from comlrl.algos.models.lora import model_key
 from comlrl.algos.models.ranks import (
     all_reduce_flag,
     barrier,
@@ -37,12 +40,17 @@ from comlrl.algos.models.ranks import (
     rank_and_world,
     shard_bounds,
 )
-from comlrl.algos.recipes.group_baseline.advantages import group_advantages
+from comlrl.algos.recipes.group_baseline.advantages import group_advantages, reward_kl
 from comlrl.algos.recipes.launch import load_eval_split, preflight
 from comlrl.algos.records import Rollout
 from comlrl.algos.rollout import evaluate as evaluation
 from comlrl.algos.rollout.agent import as_agents
-from comlrl.algos.rollout.environment import Environment, Transition, build_environment
+from comlrl.algos.rollout.environment import (
+    Environment,
+    Transition,
+    build_environment,
+    check_environment,
+)
 from comlrl.algos.rollout.metrics import merge_summaries, rollout_summary, summary_metrics
 from comlrl.algos.rollout.tree import TreeSettings, derive_seed, rollout
 from comlrl.algos.training.config.rl import ConfigError, RLConfig, TrainConfig
@@ -58,8 +66,10 @@ from comlrl.algos.training.run.lifecycle import run_record
 from comlrl.algos.training.run.outputs import RunOutputs
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.run.summary import summary_line
-from comlrl.algos.training.update.agents import AgentPool, build_optimizer, resolve_device
+from comlrl.algos.training.update.agents import AgentPool, build_optimizer
+from comlrl.algos.training.update.grad_norms import grad_norm_ratio
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
+from comlrl.algos.training.update.placement import agent_seed, place_agents
 from comlrl.algos.training.update.policy import UpdateSettings, split_terms
 from comlrl.algos.training.update.settings import update_settings
 from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
@@ -73,7 +83,6 @@ __all__ = [
     "MARLOOTrainer",
     "MAReMaxTrainer",
     "MAREINFORCETrainer",
-    "agent_seed",
 ]
 
 #: ``extra(a, members) -> (extra_loss, extra_params)`` for the update of the agents
@@ -182,25 +191,14 @@ class GroupBaselineRecipe:
         self.global_step = 0
 
         # --- the agents, environment, data and config agree -------------------------------
-        if eval_env is not None and eval_env.num_agents != n:
-            raise ConfigError(
-                f"eval_env is for {eval_env.num_agents} agents but {n} agents were given; "
-                "evaluate in an environment of the same task."
-            )
         if n != config.num_agents:
             raise ConfigError(
                 f"{n} agents were given but config.num_agents={config.num_agents}; make them agree."
             )
-        if self.env.num_agents != n:
-            raise ConfigError(
-                f"the task is for {self.env.num_agents} agents but {n} agents were given."
-            )
-        if self.env.max_turns is not None and config.num_turns > self.env.max_turns:
-            raise ConfigError(
-                f"num_turns={config.num_turns} but the task supports at most "
-                f"{self.env.max_turns} turn(s); lower num_turns, use a multi-turn task, or pass "
-                "a transition callback."
-            )
+        try:
+            check_environment(self.env, n, config.num_turns, eval_env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             # task.mixture: each prompt's task drawn by weight
             self.data = example_stream(
@@ -229,6 +227,15 @@ class GroupBaselineRecipe:
                 shard_bounds(config.batch_size, self.rank, self.world_size)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+            if (
+                config.kl_mode == "reward"
+                and config.kl_coef > 0
+                and config.data_parallel == "fsdp2"
+            ):
+                raise ConfigError(
+                    "kl_mode='reward' is not supported with data_parallel=fsdp2 (its KL pass "
+                    "runs each rank's own forward); use data_parallel=ddp or kl_mode=loss."
+                )
             if isinstance(config, TrainConfig) and config.update_chunk_nodes is not None:
                 raise ConfigError(
                     f"update_chunk_nodes={config.update_chunk_nodes} is not supported under "
@@ -238,46 +245,7 @@ class GroupBaselineRecipe:
         warn_if_cannot_learn(config, self.agents, self.env, dataset, group_baseline=group_baseline)
 
         # --- LoRA, devices, reference models, data parallel wrapping, optimizers ----------
-        if config.lora is not None:
-            if self.world_size > 1:
-                raise ConfigError(
-                    "lora is not supported under torchrun data parallelism yet; run one "
-                    "process (agent_devices for one GPU per agent) or remove the lora section."
-                )
-            try:
-                attach_lora(self.agents, config.lora, seed=config.seed)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        try:
-            devices = agent_placement(n, config.agent_devices, resolve_device(config.device))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        placed: dict[int, torch.device] = {}
-        for i, agent in enumerate(self.agents):  # check every agent before moving any
-            key = model_key(agent.model)
-            if placed.setdefault(key, devices[i]) != devices[i]:
-                raise ConfigError(
-                    f"agent {i} shares its model with an agent placed on {placed[key]} but "
-                    f"agent_devices[{i}]={str(devices[i])!r}; agents that share weights need "
-                    "one device."
-                )
-        for i, agent in enumerate(self.agents):
-            agent.model.to(devices[i])
-            agent.model.train()
-            if hasattr(agent, "seed"):
-                agent.seed(agent_seed(config.seed, i, self.rank))
-        ref_devices = (
-            [torch.device(d) for d in config.reference_devices]
-            if config.reference_devices is not None
-            else devices
-        )
-        # a LoRA agent's reference is its base with the adapter disabled (no copy); any other
-        # agent's is a frozen copy of its starting weights
-        self.ref_models = (
-            [reference_model(a.model, ref_devices[i]) for i, a in enumerate(self.agents)]
-            if config.kl_coef > 0
-            else None
-        )
+        devices, self.ref_models = place_agents(self.agents, config, self.rank, self.world_size)
         # the reference copies are taken from the whole models, before any sharding; the
         # optimizers are built after it (fsdp2 replaces the parameters by sharded ones)
         self.syncs: list[GradientSync] | None = None
@@ -312,6 +280,7 @@ class GroupBaselineRecipe:
             termination_scope=config.termination_scope,
             max_branches=config.max_branches,
             branch_select=config.branch_select,
+            hold_terminal_reward=config.hold_terminal_reward,
         )
         self.update_settings = (
             update if update is not None else update_settings(config, self.agents)
@@ -429,9 +398,12 @@ class GroupBaselineRecipe:
         with self.streams_kept_on_failure():
             examples = self.data.next_batch(cfg.batch_size)  # the same global batch on every rank
             ro = self.sample(examples)
+            kl = self.reward_kl(ro)
             adv = group_advantages(
-                ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps
-            )
+                ro, estimator=cfg.estimator, scale=cfg.advantage_scale, eps=cfg.advantage_eps,
+                penalties=[[cfg.kl_coef * k for k in per] for per in kl] if kl else None,
+                stats=cfg.advantage_stats, group=cfg.advantage_group,
+            )  # fmt: skip
         t1 = time.perf_counter()
         stats = self.update(ro, adv)
         t2 = time.perf_counter()
@@ -442,6 +414,13 @@ class GroupBaselineRecipe:
         metrics = summary_metrics(merge_summaries(gather_objects(summary)))
         for a, agent_stats in enumerate(stats):
             metrics.update({f"{k}/agent_{a}": v for k, v in agent_stats.items()})
+        ratio = grad_norm_ratio([s["grad_norm"] for s in stats if "grad_norm" in s])
+        if ratio is not None:
+            metrics["grad_norm_ratio"] = ratio
+        for a in range(len(self.agents) if kl else 0):  # each agent's mean KL and its penalty
+            mean = float(torch.cat([per[a] for per in kl]).mean())  # type: ignore[union-attr]
+            metrics[f"reward_kl/agent_{a}"] = mean
+            metrics[f"reward_kl_penalty/agent_{a}"] = cfg.kl_coef * mean
         elapsed = t2 - t0
         row = {
             "step": self.global_step,
@@ -453,6 +432,20 @@ class GroupBaselineRecipe:
             "prompts_per_s": len(examples) / elapsed,
         }
         return StepResult(row, ro)
+
+    def train_step(self) -> dict[str, float]:
+        """The metrics row of one :meth:`step` (for callers that do not log samples)."""
+        return self.step().row
+
+    def reward_kl(self, ro: Rollout) -> list[list[torch.Tensor]] | None:
+        """With ``kl_mode="reward"`` (and ``kl_coef > 0``) each completion's summed KL to its
+        agent's reference model, per turn and agent (:func:`~comlrl.algos.recipes.group_baseline.advantages.reward_kl`,
+        before the update); None otherwise."""
+        cfg = self.config
+        if cfg.kl_mode != "reward" or self.ref_models is None:
+            return None
+        models = [agent.model for agent in self.agents]
+        return reward_kl(models, self.ref_models, ro, self.update_settings, cfg.kl_estimator)
 
     def streams_kept_on_failure(self) -> Any:
         """:func:`~comlrl.algos.training.run.checkpoint.streams_kept_on_failure` of this
@@ -501,7 +494,11 @@ class GroupBaselineRecipe:
             members = groups.get(a)
             if members is None:  # another agent's update steps this model
                 return {}
-            ref_model = self.ref_models[a] if self.ref_models is not None else None
+            ref_model = (  # no reference in the update when the KL is in the reward
+                self.ref_models[a]
+                if self.ref_models is not None and self.update_settings.kl_coef > 0
+                else None
+            )
             sync = self.syncs[a] if self.syncs is not None else None
             if chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
                 assert isinstance(cfg, TrainConfig)
@@ -795,11 +792,3 @@ class MAREINFORCETrainer(MultiAgentTrainer):
     """Multi-agent REINFORCE: no baseline (Williams 1992)."""
 
     estimator = "reinforce"
-
-
-def agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
-    """Seed of an agent's own sampling stream (``sampling_rng="agent"``); rank 0 at step 0
-    keeps the single-process seed."""
-    if rank == 0 and step == 0:
-        return seed * 1_000_003 + agent
-    return derive_seed(seed, agent, rank, step)

@@ -14,17 +14,22 @@ field               built-in models         pretrained LLMs (any other model)
                                             steps: nothing at 1e-6)
 ``learning_rate``   ``1e-3``                ``1e-6`` (TRL's GRPO default)
 ``loss_reduction``  ``seq_mean_token_mean`` ``token_mean`` (TRL's and verl's default;
-                                            DAPO, Yu et al. 2025)
+                                            DAPO, Yu et al. 2025); with
+                                            ``importance_level=sequence``:
+                                            ``seq_mean_token_mean`` (GSPO's
+                                            mean over completions)
 ``num_generations`` ``4``                   ``8`` (a group with one success is likelier)
 ``max_new_tokens``  ``48``                  the task's own budget (its ``max_new_tokens``
                                             attribute, e.g. ``coop_story``: 48) when the
-                                            config names a task, else ``256``
+                                            config names a task (a mixture: the largest
+                                            of its tasks'), else ``256``
 ==================  ======================  ==========================================
 
 An explicit value always wins: a ``key=value`` override, a YAML key or a keyword of
 ``TrainConfig(...)``. One non-built-in model among the agents makes the run a pretrained
 one. A local folder with a built-in model's architecture (its ``config.json``: a copy of
-stories260k, or a run's ``final/agent_0`` trained from it) counts as built in.
+stories260k, or a run's ``final/agent_0`` trained from stories260k or tiny-qwen2) counts
+as built in.
 
 A learning rate of :data:`HIGH_LEARNING_RATE` or more on a pretrained model warns
 (:class:`~comlrl.algos.training.run.diagnostics.TrainingWarning`, at setup, judged by the models
@@ -44,6 +49,7 @@ from typing import Any, Literal
 
 __all__ = [
     "BUILTIN_PREFIX",
+    "GSPO_REDUCTION",
     "PRETRAINED_DEFAULTS",
     "FALLBACK_NEW_TOKENS",
     "HIGH_LEARNING_RATE",
@@ -68,6 +74,11 @@ PRETRAINED_DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "num_generations": 8,
     }
 )
+
+#: The ``loss_reduction`` a pretrained run with ``importance_level=sequence`` (GSPO) gets
+#: instead of ``token_mean``: GSPO's objective is the mean over completions of one clipped
+#: term each (Zheng et al. 2025, eq. 5); the token mean weighs each completion by its length.
+GSPO_REDUCTION = "seq_mean_token_mean"
 
 #: ``max_new_tokens`` of a pretrained run whose task declares no budget (or names no task).
 FALLBACK_NEW_TOKENS = 256
@@ -113,23 +124,31 @@ _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_s
 
 def builtin_architecture(name: str) -> str | None:
     """The built-in model whose architecture the local folder ``name`` holds (a copy of
-    ``builtin:stories260k``, or a run's ``final/agent_0`` trained from it), judged by its
-    ``config.json`` (model type, hidden size, layers, vocabulary); ``None`` for anything
-    else. Reads one small file; never downloads."""
-    from comlrl.algos.models.loading import STORIES260K, builtin_model_path
+    ``builtin:stories260k``, or a run's ``final/agent_0`` trained from ``builtin:stories260k``
+    or ``builtin:tiny-qwen2``), judged by its ``config.json`` (model type, hidden size,
+    layers, vocabulary); ``None`` for anything else. Reads one small file; never downloads."""
+    from comlrl.algos.models.loading import (
+        STORIES260K,
+        TINY_QWEN2,
+        builtin_model_path,
+        tiny_qwen2_config,
+    )
 
     config = Path(str(name)) / "config.json"
     if str(name).startswith(BUILTIN_PREFIX) or not config.is_file():
         return None
     try:
         mine = json.loads(config.read_text())
-        theirs = json.loads((builtin_model_path(STORIES260K) / "config.json").read_text())
+        stories = json.loads((builtin_model_path(STORIES260K) / "config.json").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(mine, dict):
         return None
-    same = all(mine.get(k) == theirs.get(k) for k in _ARCHITECTURE_KEYS)
-    return STORIES260K if same else None
+    builtins = {STORIES260K: stories, TINY_QWEN2: tiny_qwen2_config().to_dict()}
+    for builtin, theirs in builtins.items():
+        if all(mine.get(k) == theirs.get(k) for k in _ARCHITECTURE_KEYS):
+            return builtin
+    return None
 
 
 def is_builtin(name: str) -> bool:
@@ -152,6 +171,24 @@ def task_new_tokens(task_name: str) -> int | None:
     return None
 
 
+def _task_names(task: Any) -> list[str]:
+    """The registered tasks a config's ``task`` (a mapping or a ``TaskConfig``; ``None``:
+    not given) trains on: each entry of its ``mixture``, else its ``name`` (default
+    ``coop_story``)."""
+    if task is None:
+        return []
+    get = (
+        task.get if isinstance(task, Mapping) else lambda key, default: getattr(task, key, default)
+    )
+    mixture = get("mixture", None) or []
+    if mixture:
+        entries = [
+            e.get("name") if isinstance(e, Mapping) else getattr(e, "name", None) for e in mixture
+        ]
+        return [str(e) for e in entries if e is not None]
+    return [str(get("name", "coop_story"))]
+
+
 def choose_defaults(
     data: Mapping[str, Any], default_models: Sequence[str]
 ) -> tuple[dict[str, Any], ModelDefaults]:
@@ -171,20 +208,20 @@ def choose_defaults(
     names = [str(m) for m in models] if isinstance(models, list | tuple) else [str(models)]
     other = next((m for m in names if not is_builtin(m)), None)
     if other is None:
-        copies = sorted({m for m in names if builtin_architecture(m) is not None})
+        copies = {m: builtin_architecture(m) for m in names}
+        held = ", ".join(f"{m}: {b}" for m, b in sorted(copies.items()) if b is not None)
         reason = "every agent's model is builtin:*" + (
-            f" or holds builtin:stories260k's architecture ({', '.join(copies)})" if copies else ""
+            f" or holds a built-in model's architecture ({held})" if held else ""
         )
         return dict(data), ModelDefaults("built-in", reason)
     values = dict(PRETRAINED_DEFAULTS)
-    task = data.get("task")
-    task_name = None
-    if isinstance(task, Mapping):
-        task_name = str(task.get("name", "coop_story"))
-    elif task is not None:
-        task_name = str(getattr(task, "name", "coop_story"))
-    budget = task_new_tokens(task_name) if task_name is not None else None
-    values["max_new_tokens"] = budget or FALLBACK_NEW_TOKENS
+    if data.get("importance_level") == "sequence":
+        # GSPO's objective is a mean over completions of one term each; the token mean
+        # would weigh each completion by its length
+        values["loss_reduction"] = GSPO_REDUCTION
+    names = _task_names(data.get("task"))
+    budgets = [b for b in (task_new_tokens(n) for n in names) if b is not None]
+    values["max_new_tokens"] = max(budgets, default=FALLBACK_NEW_TOKENS)
     filled = {k: v for k, v in values.items() if k not in data}
     reason = f"{other} is not a built-in model"
     return {**data, **filled}, ModelDefaults("pretrained", reason, filled)

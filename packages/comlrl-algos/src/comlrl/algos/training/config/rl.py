@@ -141,10 +141,17 @@ class RLConfig(
                 f"max_branches={self.max_branches} limits multi-turn branching but num_turns=1; "
                 "set num_turns > 1 or leave max_branches unset."
             )
-        if self.kl_coef > 0 and self.kl_estimator == "k1":
+        if self.kl_coef > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
             from comlrl.estimators.losses import k1_loss_message
 
             raise ValueError(k1_loss_message(self.kl_coef))
+        if self.retempered_update and self.tis in ("token", "sequence"):
+            raise ValueError(
+                f"tis={self.tis!r} with update_temperature={self.update_temperature} and "
+                f"temperature={self.temperature}: the truncated weight compares the trainer's "
+                "log-probs with the sampler's at one temperature; set tis=off (or auto), or "
+                "leave update_temperature unset."
+            )
         if self.num_iterations > 1 and self.clip_ratio is None:
             raise ValueError(
                 f"num_iterations={self.num_iterations} reuses each batch, which needs the PPO "
@@ -244,6 +251,12 @@ class RLConfig(
                 "to evaluate every N steps, or drop eval_on_start."
             )
         return self
+
+    @property
+    def retempered_update(self) -> bool:
+        """Whether the update's log-probs are at another temperature than the sampling one
+        (``update_temperature`` set and not ``temperature``)."""
+        return self.update_temperature is not None and self.update_temperature != self.temperature
 
     def model_for(self, agent: int) -> str:
         """Model name or path of agent ``agent`` (0-based)."""

@@ -136,6 +136,12 @@ class TurnsSection(BaseModel):
         "task's feedback (Task.feedback) or the prompts of a transition callback.",
     )
     gamma: float = Field(1.0, ge=0, le=1, description="Discount of later turns in the returns.")
+    hold_terminal_reward: bool = Field(
+        True,
+        description="An episode that ends before num_turns has its last reward held for "
+        "the turns it skips (comlrl.estimators.returns). false: counted once, the return is "
+        "the plain (discounted) sum of the rewards earned (CoMLRL 1.4.3).",
+    )
     early_termination_threshold: float | None = Field(
         None,
         description="End a joint action's episode when its reward is above this "
@@ -177,12 +183,33 @@ class PolicyLossSection(BaseModel):
         "sequence (GSPO, Zheng et al. 2025: one length-normalised ratio per completion, "
         "clipped with clip_ratio; GSPO's ranges are narrow, e.g. 3e-4).",
     )
-    kl_coef: float = Field(0.0, ge=0)
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the reference KL; 0 = none.")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3",
         description="Reference KL as a loss term: k3 (gradient of KL(ref || policy), GRPO's) "
         "or k2 (gradient of KL(policy || ref)); k1 has zero expected gradient as a loss and "
-        "is refused with kl_coef > 0 (Schulman 2020, Approximating KL Divergence).",
+        "is refused there (Schulman 2020, Approximating KL Divergence). In the reward any "
+        "of the three.",
+    )
+    kl_mode: Literal["loss", "reward"] = Field(
+        "loss",
+        description="Where the reference KL goes. loss: kl_coef times the per-token "
+        "kl_estimator term in the policy loss (GRPO's). reward: kl_coef times each "
+        "completion's summed per-token estimate, computed before the update and held fixed, "
+        "subtracted from its return before the advantage (PPO-RLHF's, Ziegler et al. 2019; "
+        "CoMLRL 1.4.3's reference_kl_coef; comlrl.estimators.kl_reward). Group-baseline "
+        "recipes only.",
+    )
+    update_temperature: float | None = Field(
+        None,
+        gt=0,
+        description="Temperature of the log-probs the policy loss differentiates (and of "
+        "the reference model's). None: the sampling temperature, the gradient of the "
+        "distribution that sampled the completions. 1.0: the model's untempered softmax "
+        "(CoMLRL 1.4.3's MAGRPO and actor-critic trainers). When it differs from "
+        "temperature, importance ratios are taken against the trainer's own log-probs before "
+        "the update's first optimizer step (the behaviour log-probs are at the sampling "
+        "temperature), the sampler/trainer mismatch is not measured, and tis is off.",
     )
 
 
@@ -272,6 +299,22 @@ class GroupBaselineSection(BaseModel):
         "estimator's own convention (grpo: group; rloo, remax, reinforce: none).",
     )
     advantage_eps: float = Field(1e-6, gt=0)
+    advantage_stats: Literal["agent", "global"] = Field(
+        "agent",
+        description="Whose returns an agent's baseline and std come from. agent: its own "
+        "completions' only (Dr. MAS's agent-wise normalization, arXiv 2602.08847): every "
+        "agent's advantages have its own scale, whatever its teammates' reward ranges. "
+        "global: every agent's completions pooled (one baseline and std for the team). The "
+        "two differ only where agents' returns differ (joint_mode=cross, per-agent rewards).",
+    )
+    advantage_group: Literal["node", "turn"] = Field(
+        "node",
+        description="The group a completion's baseline is taken over. node: the G "
+        "completions its agent sampled at one tree node (same prompt and history). turn: its "
+        "agent's completions at that turn of the same example, over every node of the tree "
+        "(AT-GRPO's agent x turn groups, arXiv 2510.11062); the same as node with one node "
+        "per example a turn (single-turn tasks).",
+    )
     update_chunk_nodes: int | None = Field(
         None,
         ge=1,

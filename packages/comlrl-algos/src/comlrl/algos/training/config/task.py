@@ -1,5 +1,5 @@
 """What a run trains on: :class:`TaskConfig` (config key ``task``: the registered task, its
-options, splits, remote reward workers, a task mixture) and :class:`MixtureEntry` (one task of
+options, splits, task servers, a task mixture) and :class:`MixtureEntry` (one task of
 a mixture). One config key holding a mapping (``task.name=...``), validated before any model
 loads; the section of :class:`~comlrl.algos.training.config.rl.TrainConfig` that holds it is in
 :mod:`comlrl.algos.training.config.sections`.
@@ -42,15 +42,14 @@ class TaskConfig(BaseModel):
         split: dataset split passed to ``Task.load``.
         kwargs: keyword arguments for the task's constructor (e.g. ``path`` for a local
             data file, ``limit``).
-        remote_workers: ``"host:port"`` addresses of reward workers serving this task
-            (``python -m comlrl.envs.remote serve --task NAME ...``); empty: the reward runs
-            in this process. Data, prompts and feedback stay local either way.
-        remote_timeout_s: seconds a reward worker (or task server) may stay silent on a
-            request before it is retried on another one.
-        remote: ``"host:port"`` addresses of task servers (``comlrl serve --task NAME``)
-            that host the whole task, data, prompts, feedback and reward
-            (:class:`~comlrl.algos.rollout.remote_task.RemoteTask`); this machine then needs
-            no task suite installed. ``kwargs`` must be the options the servers run it with.
+        remote: ``"host:port"`` addresses of task servers (``comlrl-serve --task NAME``)
+            that host the whole task: its data, prompts, feedback, tools and rewards, a
+            batch's scoring spread over them (:class:`comlrl.envs.remote.RemoteTask`);
+            empty: the task runs in this process. ``kwargs`` must be the options the
+            servers run it with. (``remote_workers``, the reward-only workers' key, is gone:
+            it fails naming this one.)
+        remote_timeout_s: seconds a task server may stay silent on a request before it is
+            retried on another one.
         mixture: train on several tasks at once (:class:`MixtureEntry` each: name, weight,
             kwargs), e.g. ``task.mixture=[{name: coop_humaneval, weight: 0.5}, {name: mbpp,
             weight: 0.5}]``; ``name`` then becomes their names joined by ``+`` and
@@ -65,18 +64,23 @@ class TaskConfig(BaseModel):
     name: str = "coop_story"
     split: str = "train"
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    remote_workers: list[str] = Field(default_factory=list)
     remote_timeout_s: float = Field(300.0, gt=0)
     mixture: list[MixtureEntry] = Field(default_factory=list)
     remote: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "remote_workers" in data:
+            raise ValueError(
+                "task.remote_workers is gone: the reward workers became the task server's "
+                "score operation. Serve the task with `comlrl-serve --task NAME` on each "
+                "host and set task.remote=[HOST:PORT, ...] instead"
+            )
+        return data
+
     @model_validator(mode="after")
     def _mixture_names(self) -> TaskConfig:
-        if self.remote and self.remote_workers:
-            raise ValueError(
-                "task.remote (task servers) and task.remote_workers (reward workers) both set; "
-                "a served task scores its rewards on its servers: keep task.remote only"
-            )
         if not self.mixture:
             return self
         if self.remote:
@@ -89,26 +93,21 @@ class TaskConfig(BaseModel):
                 f"task.kwargs={self.kwargs!r} with task.mixture: give each task its options "
                 "in its own entry ({name: ..., weight: ..., kwargs: {...}})"
             )
-        if self.remote_workers:
-            raise ValueError(
-                "task.remote_workers with task.mixture is not supported; run the mixture's "
-                "rewards in this process (drop remote_workers)"
-            )
         joined = "+".join(names)
         if self.name != joined:
             object.__setattr__(self, "name", joined)
         return self
 
-    @field_validator("remote_workers", "remote")
+    @field_validator("remote")
     @classmethod
     def _host_port(cls, v: list[str]) -> list[str]:
         for spec in v:
             host, _, port = spec.strip().removeprefix("http://").rstrip("/").rpartition(":")
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
                 raise ValueError(
-                    f"reward worker address {spec!r} is not 'host:port' with a port in "
-                    "1..65535, e.g. 'node7:8470'"
+                    f"task server address {spec!r} is not 'host:port' with a port in "
+                    "1..65535, e.g. 'node7:8471'"
                 )
         if len(set(v)) != len(v):
-            raise ValueError(f"remote_workers lists a worker twice: {v!r}; list each once")
+            raise ValueError(f"task.remote lists a server twice: {v!r}; list each once")
         return v

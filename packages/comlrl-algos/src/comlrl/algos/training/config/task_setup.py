@@ -28,7 +28,6 @@ __all__ = [
     "check_task_fits",
     "describe_tasks",
     "prepare_task",
-    "remote_reward_task",
     "task_info",
     "task_options",
 ]
@@ -201,24 +200,18 @@ def check_task_fits(config: RLConfig, task: Any) -> None:
 def prepare_task(config: RLConfig) -> tuple[Any, list[Mapping[str, Any]]]:
     """Build ``config.task``, check it against the config, and load its examples.
 
-    With ``task.remote_workers`` set, the task comes back wrapped in
-    :class:`comlrl.envs.remote.RemoteRewardTask`: its reward is scored on those workers
-    (checked now: they must answer and serve the same task and options).
-
     Returns:
         ``(task, examples)``; the caller closes the task.
 
     Raises:
         ConfigError: an unknown task, options the task rejects (with its options and
             defaults), a task that does not fit the config (:func:`check_task_fits`), an
-            unknown split, no examples, or reward workers that do not answer or serve
-            another task.
+            unknown split, no examples, or task servers (``task.remote``) that do not
+            answer or serve another task.
     """
     task = build_checked_task(config)
     name, kwargs = config.task.name, config.task.kwargs
     try:
-        if config.task.remote_workers:
-            task = remote_reward_task(config, task)
         try:
             examples = list(task.load(config.task.split))
         except (ValueError, KeyError, OSError) as exc:
@@ -260,16 +253,19 @@ def build_checked_task(config: RLConfig) -> Any:
 def build_task(task_config: TaskConfig) -> Any:
     """The task ``task_config`` names: one registered task built with its ``kwargs``; with
     ``mixture``, a :class:`~comlrl.algos.rollout.mixture.MixtureTask` of its entries; with
-    ``remote``, a :class:`~comlrl.algos.rollout.remote_task.RemoteTask` on those servers.
+    ``remote``, a :class:`comlrl.envs.remote.RemoteTask` on those task servers.
 
     Raises:
         ConfigError: an unknown task, options a task rejects (with its options and
-            defaults), mixture tasks for different numbers of agents, or task servers that
-            do not answer or serve another task or version.
+            defaults), mixture tasks for different numbers of agents or whose agents have
+            other tools, or task servers that do not answer or serve another task or
+            version (or comlrl-envs, which holds their client, is not installed).
     """
     if task_config.remote:
-        from comlrl.algos.rollout.remote_task import RemoteTask
-
+        try:
+            from comlrl.envs.remote import RemoteTask
+        except ImportError as exc:
+            raise ConfigError(f"task.remote needs comlrl-envs ({ENVS_INSTALL}): {exc}") from None
         try:
             return RemoteTask(
                 task_config.name,
@@ -325,29 +321,3 @@ def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
             f"{where or f'task {name!r} rejected task.kwargs'}={kwargs!r}: {exc}{hint}\n"
             f"  its options: {options}"
         ) from None
-
-
-def remote_reward_task(config: RLConfig, task: Any) -> Any:
-    """``task`` with its reward sent to ``config.task.remote_workers``.
-
-    Raises:
-        ConfigError: comlrl-envs is not installed, or the workers do not answer or serve
-            another task (the message names each worker).
-    """
-    from comlrl.core import RewardFunctionError
-
-    try:
-        from comlrl.envs.remote import RemoteRewardTask
-    except ImportError as exc:
-        raise ConfigError(
-            f"task.remote_workers needs comlrl-envs ({ENVS_INSTALL}): {exc}"
-        ) from None
-    try:
-        return RemoteRewardTask(
-            task,
-            config.task.remote_workers,
-            task_kwargs=config.task.kwargs,
-            timeout_s=config.task.remote_timeout_s,
-        )
-    except (RewardFunctionError, ValueError) as exc:
-        raise ConfigError(f"task.remote_workers: {exc}") from None

@@ -1,5 +1,7 @@
 """Warnings for runs that cannot learn, said once and clearly instead of training silently.
 
+- :func:`gspo_reduction_problem` (when the update's settings are made): GSPO's sequence-level
+  ratio with a loss reduction that weighs completions by their length.
 - :func:`warn_if_cannot_learn` (before the first step, from the recipe's ``setup``):
   ``learning_rate=0`` (a control run: the weights stay as loaded),
   ``num_generations=1`` with a group baseline (every advantage is 0), and prompts that
@@ -29,12 +31,14 @@ from comlrl.core.prompts import prompt_text
 
 __all__ = [
     "TrainingWarning",
+    "warn_training",
     "LearningSignalWatch",
     "EarlyEndWatch",
     "ContextOverflow",
     "context_length",
     "context_overflow",
     "group_size_problem",
+    "gspo_reduction_problem",
     "warn_if_cannot_learn",
 ]
 
@@ -46,7 +50,8 @@ class TrainingWarning(UserWarning):
     """The run as configured will learn little or nothing; the message says why and what to do."""
 
 
-def _warn(message: str) -> None:
+def warn_training(message: str) -> None:
+    """Warn with ``message`` as a :class:`TrainingWarning` (for the caller's caller)."""
     warnings.warn(message, TrainingWarning, stacklevel=3)
 
 
@@ -63,6 +68,26 @@ def group_size_problem(num_generations: int, estimator: str) -> str | None:
             "not change. Use num_generations >= 2 (e.g. 4), or estimator=reinforce."
         )
     return None
+
+
+def gspo_reduction_problem(importance_level: str, loss_reduction: str) -> str | None:
+    """Why ``importance_level="sequence"`` with ``loss_reduction`` is not GSPO's objective,
+    or ``None`` (any reduction with token-level ratios; ``seq_mean_token_mean`` with GSPO's).
+
+    GSPO (Zheng et al. 2025, arXiv 2507.18071, eq. 5) averages one clipped term per
+    completion over the group. The loss gives that term to each of the completion's
+    tokens, so ``seq_mean_token_mean`` is GSPO's mean over completions, while
+    ``token_mean`` (and ``seq_sum``) weigh each completion by its number of tokens.
+    """
+    if importance_level != "sequence" or loss_reduction == "seq_mean_token_mean":
+        return None
+    return (
+        f"importance_level=sequence (GSPO) with loss_reduction={loss_reduction}: each "
+        "completion's sequence-level term is weighed by its length, which is not GSPO's "
+        "objective (a mean over completions, Zheng et al. 2025 eq. 5). Set "
+        "loss_reduction=seq_mean_token_mean (a pretrained model's default with "
+        "importance_level=sequence) unless the length weighting is meant."
+    )
 
 
 def context_length(model: Any) -> int | None:
@@ -195,7 +220,7 @@ def warn_if_cannot_learn(
             "prompts (e.g. the default coop_story for builtin:stories260k)."
         )
     for message in messages:
-        _warn(message)
+        warn_training(message)
     return messages
 
 
@@ -222,7 +247,7 @@ class LearningSignalWatch:
             self.run_length = 0
         if self.run_length >= self.patience and not self.warned:
             self.warned = True
-            _warn(
+            warn_training(
                 f"every joint action has earned the same reward ({row.get('reward_mean')}) for "
                 f"{self.run_length} steps in a row (steps {int(row['step']) - self.run_length + 1}"
                 f"-{int(row['step'])}): group baselines give all-zero advantages, so the models "
@@ -273,7 +298,7 @@ class EarlyEndWatch:
             return
         self.warned = True
         factor = sum(self.gamma**k for k in range(self.num_turns))
-        _warn(
+        warn_training(
             f"early_termination_threshold={self.threshold} ended every episode after its first "
             f"turn for {self.run_length} steps in a row (num_turns={self.num_turns}): the later "
             "turns never ran, and each first-turn reward is held for the skipped turns, so "

@@ -18,10 +18,19 @@ ratio ``r = exp(logp - behaviour_logp)`` of
 :func:`~comlrl.estimators.losses.policy_loss` in the PPO clipped surrogate
 (``clip_ratio``, required: an unclipped ``-r * A`` has no bound, and ratios of 4.9 at the
 defaults and 353 with Adam at 3e-2 were measured), never the on-policy surrogate that would
-drop it (1.4.3 drops it). With truncated importance sampling on
-(``UpdateSettings.tis_level``), each step's ratio is taken against the trainer's log-probs at
-that step's start, and the change since sampling goes into the truncated weight
-``min(pi / pi_behaviour, C)`` instead, bounded by ``C`` as well.
+drop it (1.4.3 drops it).
+
+Before the first optimizer step, one forward pass without gradient takes the trainer's
+log-probs of the later chunks' completions (:func:`~comlrl.algos.training.update.policy.trainer_logprobs`):
+the step's *old* log-probs, those of the weights that sampled. They are what the
+sampler/trainer mismatch metrics (``mismatch_abs_logp_diff``, ``mismatch_kl``) compare with
+the behaviour log-probs, so those measure the sampler's gap and not the drift of the earlier
+chunks' steps. With truncated importance sampling (``UpdateSettings.tis_level``) the split is
+verl's: the truncated weight ``min(pi_old / pi_behaviour, C)`` carries the sampler-to-trainer
+gap, and the PPO ratio ``pi / pi_old`` of every chunk is clipped (the earlier chunks' steps
+move it, so the clip engages). With a retempered update
+(``UpdateSettings.sampling_temperature``) the ratio is ``pi / pi_old`` at the update's
+temperature.
 Advantages are those of the whole step (a group is the ``G`` completions of one node, so
 chunking does not change them).
 
@@ -36,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.records import PolicyBatch, Rollout
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import UpdateSettings, trainer_logprobs, update_policy
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
@@ -140,7 +149,8 @@ def update_in_node_chunks(
     :func:`chunk_update_plan`: one :func:`update_policy` call (``settings.num_iterations``
     optimizer steps) per plan step on those nodes' completions of every member. The first
     step's loss is ``settings``' own; every later step's uses the importance ratio to the
-    behaviour log-probs (see the module docstring). A plan of one step is exactly
+    behaviour log-probs, or with TIS or a retempered update to the old log-probs taken
+    before the first step (see the module docstring). A plan of one step is exactly
     :func:`update_policy` on the whole rollout.
 
     Args:
@@ -167,26 +177,20 @@ def update_in_node_chunks(
             "the later ones weight their completions by an importance ratio that is unbounded "
             "without the PPO clip: set UpdateSettings.clip_ratio (e.g. 0.2)"
         )
+    parts = [_step_batches(ro, advantages, members, step) for step in plan]
+    # the later chunks' old log-probs, before the first step moves the weights
+    old = [
+        [trainer_logprobs(model, b, settings) for b in batches] if i > 0 else None
+        for i, (batches, *_) in enumerate(parts)
+    ]
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for i, step in enumerate(plan):
-        batches, advs, turns, terms = [], [], [], []
-        for m in members:
-            for t, nodes in step:
-                batch, adv = ro.turns[t].agents[m].batch, advantages[t][m]
-                if nodes != list(range(batch.num_prompts)):  # a part of the turn
-                    index = torch.tensor(nodes, dtype=torch.long, device=adv.device)
-                    batch = select_nodes(batch, nodes)
-                    adv = adv.reshape(-1, batch.group_size).index_select(0, index).reshape(-1)
-                batches.append(batch)
-                advs.append(adv)
-                turns.append(t)
-                terms.append(m)
+    for i, (batches, advs, turns, terms) in enumerate(parts):
         stats = update_policy(
             model, optimizer, batches, advs,
             settings if i == 0 else dataclasses.replace(settings, importance_ratio=True),
             ref_model=ref_model, sync=sync, terms=terms if len(members) > 1 else None,
-            turns=turns,
+            turns=turns, old_logprobs=old[i],
         )  # fmt: skip
         for key, value in stats.items():
             sums[key] = sums.get(key, 0.0) + value
@@ -194,3 +198,26 @@ def update_in_node_chunks(
     out = {key: value / counts[key] for key, value in sums.items()}
     out["optimizer_steps"] = float(len(plan) * settings.num_iterations)
     return out
+
+
+def _step_batches(
+    ro: Rollout,
+    advantages: Sequence[Sequence[torch.Tensor]],
+    members: Sequence[int],
+    step: PlanStep,
+) -> tuple[list[PolicyBatch], list[torch.Tensor], list[int], list[int]]:
+    """One plan step's batches, advantages, turns and terms (member by member, turn by
+    turn), as :func:`update_policy` takes them."""
+    batches, advs, turns, terms = [], [], [], []
+    for m in members:
+        for t, nodes in step:
+            batch, adv = ro.turns[t].agents[m].batch, advantages[t][m]
+            if nodes != list(range(batch.num_prompts)):  # a part of the turn
+                index = torch.tensor(nodes, dtype=torch.long, device=adv.device)
+                batch = select_nodes(batch, nodes)
+                adv = adv.reshape(-1, batch.group_size).index_select(0, index).reshape(-1)
+            batches.append(batch)
+            advs.append(adv)
+            turns.append(t)
+            terms.append(m)
+    return batches, advs, turns, terms

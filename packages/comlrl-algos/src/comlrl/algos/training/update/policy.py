@@ -24,6 +24,7 @@ from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch
+from comlrl.algos.training.run.diagnostics import gspo_reduction_problem, warn_training
 from comlrl.estimators.importance import (
     TIS_LEVELS,
     sampler_mismatch,
@@ -41,7 +42,7 @@ from comlrl.estimators.losses import (
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
 
-__all__ = ["UpdateSettings", "update_policy", "split_terms"]
+__all__ = ["UpdateSettings", "update_policy", "trainer_logprobs", "split_terms"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,14 @@ class UpdateSettings:
     """How :func:`update_policy` turns advantages into an optimizer step.
 
     Attributes:
-        temperature: sampling temperature (log-probs of the tempered policy).
+        temperature: the temperature of the log-probs the loss differentiates (and of the
+            reference model's): the sampling temperature (the tempered policy that
+            sampled), or 1.0 for the untempered softmax (CoMLRL 1.4.3's).
+        sampling_temperature: the temperature the behaviour log-probs were sampled at;
+            None: ``temperature``. When it differs from ``temperature`` the importance
+            ratio (``clip_ratio``, ``importance_ratio``) is taken against the trainer's own
+            log-probs before the update's first optimizer step, the sampler/trainer
+            mismatch is not measured, and ``tis_level`` must be None.
         loss_reduction: see :func:`comlrl.estimators.losses.policy_loss`.
         max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
             required with ``seq_sum`` (a ValueError when the settings are made).
@@ -70,15 +78,19 @@ class UpdateSettings:
         tis_level: truncated importance sampling from the sampler to the trainer (Yao et
             al. 2025; :func:`~comlrl.estimators.importance.truncated_importance_weights`):
             ``"token"`` or ``"sequence"`` weights ``min(pi_trainer / pi_behaviour, C)``
-            on each token's policy-gradient term, the trainer's log-probs taken in the
-            first pass (before any step of this call); the PPO ratio (``clip_ratio``,
-            ``importance_ratio``) is then taken against those trainer log-probs, so the
-            weight carries the whole sampler-to-trainer correction (verl's split).
+            on each token's policy-gradient term, the trainer's log-probs taken before any
+            optimizer step of the update (this call's first pass, or ``old_logprobs``);
+            the PPO ratio (``clip_ratio``, ``importance_ratio``) is then taken against
+            those trainer log-probs, so the weight carries the sampler-to-trainer
+            correction and the clip bounds the trainer's own drift (verl's split).
             ``None``: off, and the ratio is against the behaviour log-probs.
         tis_cap: ``C`` of ``tis_level`` (>= 1).
         importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
             Zheng et al. 2025: one length-normalised ratio and clip per completion); see
-            :func:`~comlrl.estimators.losses.policy_loss`.
+            :func:`~comlrl.estimators.losses.policy_loss`. ``"sequence"`` with a reduction
+            other than ``seq_mean_token_mean`` warns (a
+            :class:`~comlrl.algos.training.run.diagnostics.TrainingWarning`: not GSPO's
+            objective, :func:`~comlrl.algos.training.run.diagnostics.gspo_reduction_problem`).
         fused_logprobs: compute log-probs from the last hidden states and the lm_head
             weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
             (same values and gradient; less memory at large vocabularies). Models it cannot
@@ -88,6 +100,7 @@ class UpdateSettings:
     """
 
     temperature: float = 1.0
+    sampling_temperature: float | None = None
     loss_reduction: Reduction = "seq_mean_token_mean"
     max_completion_length: int | None = None
     clip_ratio: float | tuple[float, float] | None = None
@@ -112,6 +125,23 @@ class UpdateSettings:
             raise ValueError(f"tis_cap must be a finite number >= 1, got {self.tis_cap!r}")
         if self.loss_reduction == "seq_sum" and self.max_completion_length is None:
             raise ValueError(seq_sum_message())
+        if self.retempered and self.tis_level is not None:
+            raise ValueError(
+                f"tis_level={self.tis_level!r} with temperature={self.temperature} and "
+                f"sampling_temperature={self.sampling_temperature}: the truncated weight "
+                "compares log-probs at one temperature; set tis_level=None"
+            )
+        gspo = gspo_reduction_problem(self.importance_level, self.loss_reduction)
+        if gspo is not None:
+            warn_training(gspo)
+
+    @property
+    def retempered(self) -> bool:
+        """Whether the loss's log-probs are at another temperature than the behaviour
+        log-probs (``sampling_temperature`` set and not ``temperature``)."""
+        return (
+            self.sampling_temperature is not None and self.sampling_temperature != self.temperature
+        )
 
 
 def update_policy(
@@ -127,6 +157,7 @@ def update_policy(
     turns: Sequence[int] | None = None,
     extra_loss: Callable[[], Mapping[str, float]] | None = None,
     extra_params: Sequence[torch.nn.Parameter] = (),
+    old_logprobs: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Take ``settings.num_iterations`` optimizer steps on the agent's completions.
 
@@ -162,6 +193,12 @@ def update_policy(
             returns its metrics, which are averaged over the passes.
         extra_params: parameters outside ``model`` that the optimizer also steps (that
             value head); gradient clipping takes them into the global norm.
+        old_logprobs: per batch, ``[B_t, L_t]`` float32 trainer log-probs of its
+            completions taken before an earlier optimizer step on ``model``
+            (:func:`trainer_logprobs`; :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`
+            takes them for its later chunks before its first step). They stand for this
+            call's first pass: the mismatch metrics, the TIS weights and (with TIS or a
+            retempered update) the ratio's reference. None: this call's first pass.
 
     The log-probs are computed in eval mode (:func:`~comlrl.algos.models.logprobs.sampling_mode`:
     no dropout), the mode the completions were sampled in, so the first pass's ratio to
@@ -172,10 +209,10 @@ def update_policy(
         sum of the terms), ``grad_norm`` (before clipping, when clipping is on), and per
         turn ``t`` the token-weighted ``turn_<t>/kl``, ``turn_<t>/clip_fraction``,
         ``turn_<t>/ratio_mean`` of :func:`~comlrl.estimators.losses.policy_loss`,
-        plus their all-turn values; the sampler/trainer mismatch of the first pass,
-        ``mismatch_abs_logp_diff`` and ``mismatch_kl``
-        (:func:`~comlrl.estimators.importance.sampler_mismatch`: 0 on exact
-        behaviour log-probs), always; with ``tis_level``, ``tis_weight_mean`` and
+        plus their all-turn values; the sampler/trainer mismatch before any optimizer
+        step (the first pass, or ``old_logprobs``), ``mismatch_abs_logp_diff`` and
+        ``mismatch_kl`` (:func:`~comlrl.estimators.importance.sampler_mismatch`: 0 on exact
+        behaviour log-probs), unless the update is retempered; with ``tis_level``, ``tis_weight_mean`` and
         ``tis_truncated_fraction``; all per turn too. With ``terms`` those token-weighted values are kept
         per term ``k`` (over its own completions only) as ``term_<k>/kl``,
         ``term_<k>/turn_<t>/kl``, ...; :func:`split_terms` hands each agent its own. With
@@ -183,8 +220,8 @@ def update_policy(
 
     Raises:
         ValueError: mismatched batch/advantage counts or shapes, ``terms`` or ``turns``
-            not one label per batch, a negative turn, or ``kl_coef > 0`` without a
-            reference model.
+            not one label per batch, a negative turn, ``old_logprobs`` not one tensor of
+            each batch's completion shape, or ``kl_coef > 0`` without a reference model.
     """
     if len(batches) != len(advantages):
         raise ValueError(f"{len(batches)} turns of batches but {len(advantages)} of advantages")
@@ -202,6 +239,13 @@ def update_policy(
         raise ValueError(f"turns has {len(turns)} labels for {len(batches)} batches; give one each")
     if turns is not None and any(t < 0 for t in turns):
         raise ValueError(f"turns must be rollout turns (>= 0), got {list(turns)}")
+    if old_logprobs is not None and [tuple(o.shape) for o in old_logprobs] != [
+        tuple(b.completion_mask.shape) for b in batches
+    ]:
+        raise ValueError(
+            f"old_logprobs {[list(o.shape) for o in old_logprobs]} must be one tensor per "
+            f"batch of its completion shape {[list(b.completion_mask.shape) for b in batches]}"
+        )
     labels = list(terms) if terms is not None else [0] * len(batches)
     # each batch's metric names: its term's prefix (with terms) and its rollout turn
     prefixes = [f"term_{k}/" if terms is not None else "" for k in labels]
@@ -220,6 +264,7 @@ def update_policy(
             list(zip(prefixes, turn_of, strict=True)),
             extra_loss,
             extra_params,
+            old_logprobs,
         )
 
 
@@ -235,6 +280,7 @@ def _update(
     names: list[tuple[str, int]],
     extra_loss: Callable[[], Mapping[str, float]] | None = None,
     extra_params: Sequence[torch.nn.Parameter] = (),
+    old_logprobs: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, float]:
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
@@ -268,9 +314,15 @@ def _update(
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
     passes = 0
-    # the trainer's log-probs in the first pass (weights as sampled): the mismatch
-    # metrics, and with TIS its weights and the PPO ratio's reference
+    # the trainer's log-probs before any optimizer step (this call's first pass, or given):
+    # the mismatch metrics, and with TIS (or a retempered update) the PPO ratio's reference
     first: dict[tuple[int, int], torch.Tensor] = {}
+    if old_logprobs is not None:
+        for t, (old_t, cs) in enumerate(zip(old_logprobs, chunks, strict=True)):
+            g = batches[t].group_size
+            for j, chunk in enumerate(cs):
+                first[(t, j)] = old_t[chunk.start * g : chunk.stop * g].to(device)
+    measured: set[tuple[int, int]] = set()
     for _ in range(settings.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         done = 0
@@ -288,6 +340,8 @@ def _update(
                 prefix, turn = names[t]
                 if (t, j) not in first:
                     first[(t, j)] = logp.detach()
+                if (t, j) not in measured and not settings.retempered:
+                    measured.add((t, j))
                     seen = sampler_mismatch(first[(t, j)], behaviour, mask)
                     for key in ("mismatch_abs_logp_diff", "mismatch_kl"):
                         value = seen[key] * seen["num_tokens"]
@@ -301,7 +355,8 @@ def _update(
                     )  # fmt: skip
                     if passes == 0:
                         _add_tis_metrics(sums, weights, prefix, turn, tis, mask, settings.tis_cap)
-                old = first[(t, j)] if tis is not None else behaviour
+                retempered = settings.retempered
+                old = first[(t, j)] if tis is not None or retempered else behaviour
                 loss, metrics = policy_loss(
                     logp,
                     adv[rows],
@@ -346,6 +401,9 @@ def _update(
             _add(sums, weights, "grad_norm", float(norm), 1.0)
         optimizer.step()
         passes += 1
+    # the gradients live for the update only: between steps an agent holds its weights
+    # and optimizer states, not a third copy of its parameters
+    optimizer.zero_grad(set_to_none=True)
     if sync is not None:
         sums, weights = _merge_ranks(sums, weights)
     out = {}
@@ -385,6 +443,21 @@ def split_terms(stats: Mapping[str, float], members: Sequence[int]) -> dict[int,
             )
         out[m][key[match.end() :]] = value
     return out
+
+
+def trainer_logprobs(model: Any, batch: PolicyBatch, settings: UpdateSettings) -> torch.Tensor:
+    """The trainer's log-probs of ``batch``'s completions at ``settings.temperature``, as
+    the update computes them (micro-batches of whole groups, eval mode), without
+    gradient: ``[B, L]`` float32 on the model's device (meaningful under
+    ``batch.completion_mask`` only)."""
+    device = model_device(model)
+    batch = batch.to(device)
+    with torch.no_grad(), sampling_mode(model), small_model_threads(model):
+        parts = [
+            _logp(model, batch, chunk, settings)
+            for chunk in prompt_chunks(batch, settings.micro_batch_size)
+        ]
+    return torch.cat(parts).float()
 
 
 def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:

@@ -14,20 +14,26 @@ __all__ = ["update_settings", "tis_level"]
 
 
 def update_settings(config: RLConfig, agents: Sequence[Any]) -> UpdateSettings:
-    """The policy update's settings of ``config`` for these agents."""
+    """The policy update's settings of ``config`` for these agents: the loss's log-probs
+    at ``update_temperature`` (default the sampling temperature), the reference KL as a loss
+    term only with ``kl_mode="loss"`` (with ``"reward"`` the group-baseline step subtracts it
+    from the returns), no truncated importance sampling when the update is retempered."""
     return UpdateSettings(
-        temperature=config.temperature,
+        temperature=(
+            config.temperature if config.update_temperature is None else config.update_temperature
+        ),
+        sampling_temperature=config.temperature,
         loss_reduction=config.loss_reduction,
         max_completion_length=config.max_new_tokens,
         clip_ratio=config.clip_ratio,
-        kl_coef=config.kl_coef,
+        kl_coef=config.kl_coef if config.kl_mode == "loss" else 0.0,  # else in the reward
         kl_estimator=config.kl_estimator,
         num_iterations=config.num_iterations,
         max_grad_norm=config.max_grad_norm,
         micro_batch_size=config.micro_batch_size,
         shared_prefix=config.shared_prefix,
         fused_logprobs=config.fused_logprobs,
-        tis_level=tis_level(config.tis, agents),
+        tis_level=None if config.retempered_update else tis_level(config.tis, agents),
         tis_cap=config.tis_cap,
         importance_level=config.importance_level,
     )

@@ -1,9 +1,9 @@
-"""The ``"fork"`` executor: a pre-started, clean zygote forks one child per program.
+"""The ``"fork"`` executor: a pre-started, clean fork server forks one child per program.
 
 Starting ``python -I -S -B`` per program costs tens of milliseconds (more on a busy
 machine, and more again when the trainer is a large process that has to ``fork`` +
-``exec``). A *zygote* pays that once: it is the sandbox runner itself, started exactly
-like an exec-mode runner (``sys.executable -I -S -B _runner.py --zygote FD``, scrubbed
+``exec``). A *fork server* pays that once: it is the sandbox runner itself, started exactly
+like an exec-mode runner (``sys.executable -I -S -B _runner.py --fork-server FD``, scrubbed
 environment, ``cwd="/"``, its own session, stdio on ``/dev/null``). It takes the builtins
 snapshot, imports what the runner needs plus a few stdlib modules programs import most
 (``typing``, ``re``, ``collections``, ...), runs the runner's own code paths once on
@@ -15,47 +15,47 @@ Per program (:func:`execute_forked`):
 1. The parent makes the instructions pipe, stdout/stderr pipes, the result pipe and the
    temp work dir, writes the instructions (program, nonce, limits, work dir) into the
    instructions pipe, and sends ``b"run"`` with the four child-side descriptors over a
-   ``SOCK_SEQPACKET`` socket pair (``SCM_RIGHTS``). Only the parent and the zygote hold
-   that socket; children close it before anything else runs. The zygote never reads
+   ``SOCK_SEQPACKET`` socket pair (``SCM_RIGHTS``). Only the parent and the fork server hold
+   that socket; children close it before anything else runs. The fork server never reads
    the instructions pipe, so it never sees a program or a nonce.
-2. The zygote forks and answers ``b"pid N"``. The child sets ``PR_SET_PDEATHSIG`` (it
-   dies with the zygote), starts a new session, moves the four descriptors to 0-3,
+2. The fork server forks and answers ``b"pid N"``. The child sets ``PR_SET_PDEATHSIG`` (it
+   dies with the fork server), starts a new session, moves the four descriptors to 0-3,
    closes every other descriptor, restores the signal dispositions, reads its
    instructions, changes to the work dir, sets the scrubbed environment, and from there
    runs the same code as an exec-started runner: network and PID namespaces, rlimits,
    ``/dev/null`` stdin, the nonce-tagged result channel, then the program. It ends like
    interpreter shutdown (threads joined, ``atexit``, finalizers, flush) minus the
    teardown of the inherited heap.
-3. When the child exits the zygote kills what is left in its process group, answers
+3. When the child exits the fork server kills what is left in its process group, answers
    ``b"exit RC"`` and keeps the child as a zombie (so its process-group id stays
-   reserved while the parent may still ``killpg`` it) until the next request. The zygote
+   reserved while the parent may still ``killpg`` it) until the next request. The fork server
    is a child subreaper (``PR_SET_CHILD_SUBREAPER``): whatever the program left behind
    (a PID namespace's init whose parent died first, a ``setsid()`` daemon without a PID
-   namespace) is re-parented to the zygote, which kills and reaps it, so nothing ends up
+   namespace) is re-parented to the fork server, which kills and reaps it, so nothing ends up
    a zombie of the trainer, even when the trainer is PID 1. The
    parent enforces the wall clock and output caps exactly as for ``"exec"``
    (:func:`comlrl.envs.sandbox._process.drive`).
 
-Network namespace: a program with ``allow_network=False`` runs on a zygote that moved
+Network namespace: a program with ``allow_network=False`` runs on a fork server that moved
 into a new, empty network namespace once, when it started (``--netns``); its children
 inherit it instead of each creating one (creating a network namespace costs more than
-the rest of a short program's start). Such a zygote's programs run one after another in
+the rest of a short program's start). Such a fork server's programs run one after another in
 that namespace, so a program can see network state an earlier one set up there (say, a
 loopback interface it brought up); it can never see the host's network, and with the
 PID namespace (the default) nothing an earlier program started is still running. Where
-the OS refuses the zygote's ``unshare``, each child makes its own namespace as before.
-Programs that may use the network run on zygotes without one.
+the OS refuses the fork server's ``unshare``, each child makes its own namespace as before.
+Programs that may use the network run on fork servers without one.
 
-A zygote serves one program at a time. :class:`ZygotePool` hands zygotes out
+A fork server serves one program at a time. :class:`ForkServerPool` hands fork servers out
 exclusively and starts another when all are busy, so a pool of ``N`` threads ends up
-with ``N`` zygotes (about 14 MB resident each, mostly shared); a program can only ever
-disturb its own zygote. Zygotes ignore the catchable signals a program could send them
-(without a PID namespace the zygote is the program's parent). Recovery: a dead zygote is
-replaced on the next call; a request that fails before its child started (zygote dead
-or not answering within ``_REPLY_TIMEOUT_S``) is retried once on a fresh zygote, then on
-the ``"exec"`` executor; a zygote that dies while its program runs takes that program
+with ``N`` fork servers (about 14 MB resident each, mostly shared); a program can only ever
+disturb its own fork server. Fork servers ignore the catchable signals a program could send them
+(without a PID namespace the fork server is the program's parent). Recovery: a dead fork server is
+replaced on the next call; a request that fails before its child started (fork server dead
+or not answering within ``_REPLY_TIMEOUT_S``) is retried once on a fresh fork server, then on
+the ``"exec"`` executor; a fork server that dies while its program runs takes that program
 with it (``PR_SET_PDEATHSIG``) and that run is reported as ``"killed"`` with
-``error_type="SandboxError"``. Zygotes exit when the parent closes their socket (at
+``error_type="SandboxError"``. Fork servers exit when the parent closes their socket (at
 interpreter exit, on :func:`shutdown`, or when the parent dies).
 """
 
@@ -72,6 +72,12 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from comlrl.envs.sandbox._fork_servers import (
+    ForkServer,
+    ForkServerError,
+    ForkServerPool,
+    fork_available,
+)
 from comlrl.envs.sandbox._process import (
     ChildHandle,
     drive,
@@ -81,8 +87,8 @@ from comlrl.envs.sandbox._process import (
     runner_config,
     scrubbed_env,
 )
-from comlrl.envs.sandbox._zygotes import Zygote, ZygoteError, ZygotePool, fork_available
 from comlrl.envs.sandbox.limits import ExecutionResult, SandboxLimits
+from comlrl.envs.sandbox.run_limits import open_run_group
 
 __all__ = [
     "execute_forked",
@@ -94,22 +100,22 @@ _STATUS_TIMEOUT_S = 5.0  # from killpg to "exit RC"
 _CHILD_RESULT_FD = 3  # where the child finds the result pipe
 
 
-_POOL: ZygotePool | None = None
+_POOL: ForkServerPool | None = None
 _POOL_LOCK = threading.Lock()
-_ABANDONED: list[ZygotePool] = []  # pools inherited through os.fork(): never touched
+_ABANDONED: list[ForkServerPool] = []  # pools inherited through os.fork(): never touched
 _WARNED = False
 
 
-def _get_pool() -> ZygotePool:
+def _get_pool() -> ForkServerPool:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ZygotePool()
+            _POOL = ForkServerPool()
         return _POOL
 
 
 def _after_fork_in_child() -> None:
-    # A process forked from the trainer must not share the trainer's zygotes.
+    # A process forked from the trainer must not share the trainer's fork servers.
     global _POOL, _POOL_LOCK
     if _POOL is not None:
         _ABANDONED.append(_POOL)
@@ -122,7 +128,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def shutdown() -> None:
-    """Stop every idle zygote; the next fork-executor call starts new ones."""
+    """Stop every idle fork server; the next fork-executor call starts new ones."""
     global _POOL
     with _POOL_LOCK:
         pool, _POOL = _POOL, None
@@ -145,10 +151,10 @@ def _warn_fallback(reason: str) -> None:
 
 
 class _ForkChild:
-    """:class:`~comlrl.envs.sandbox._process.ChildHandle` of a child forked by a zygote."""
+    """:class:`~comlrl.envs.sandbox._process.ChildHandle` of a child forked by a fork server."""
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
-        self.zygote = zygote
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
         self.pid = pid
         self.returncode: int | None = None
         self.exited = False
@@ -158,7 +164,7 @@ class _ForkChild:
     def exit_fd(self) -> int | None:
         if self.exited or self.lost_reason is not None:
             return None
-        return self.zygote.sock.fileno()
+        return self.server.sock.fileno()
 
     def _take(self, msg: bytes | None) -> None:
         if msg is None:
@@ -170,26 +176,26 @@ class _ForkChild:
                 return
             except ValueError:
                 pass
-        self.zygote.broken = True
-        self.lost_reason = "the sandbox zygote died before reporting the exit status"
+        self.server.broken = True
+        self.lost_reason = "the sandbox fork server died before reporting the exit status"
 
     def poll_exited(self) -> bool:
-        """Exit reported, or the zygote is gone (and the child died with it)."""
+        """Exit reported, or the fork server is gone (and the child died with it)."""
         if not self.exited and self.lost_reason is None:
-            self._take(self.zygote.recv(0))
+            self._take(self.server.recv(0))
         return self.exited or self.lost_reason is not None
 
     def kill_group(self) -> None:
-        # The zygote keeps the child unreaped until its next request, so the pgid is
+        # The fork server keeps the child unreaped until its next request, so the pgid is
         # still the child's.
         kill_group(self.pid)
 
     def wait(self) -> int | None:
         if not self.exited and self.lost_reason is None:
-            msg = self.zygote.recv(_STATUS_TIMEOUT_S)
+            msg = self.server.recv(_STATUS_TIMEOUT_S)
             if msg is None:
-                self.zygote.broken = True
-                self.lost_reason = "the sandbox zygote stopped answering"
+                self.server.broken = True
+                self.lost_reason = "the sandbox fork server stopped answering"
             else:
                 self._take(msg)
         return self.returncode
@@ -198,17 +204,25 @@ class _ForkChild:
 _RETRY = object()
 
 
-def _run_on(zygote: Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -> Any:
-    """One program on ``zygote``: an :class:`ExecutionResult`, or ``_RETRY``."""
+def _run_on(server: ForkServer, payload: Mapping[str, Any], limits: SandboxLimits) -> Any:
+    """One program on ``server``: an :class:`ExecutionResult`, or ``_RETRY``."""
     nonce = secrets.token_hex(16)
+    group = open_run_group(limits)
     run_dir, workdir = make_run_dir()
+    try:
+        config = runner_config(limits, run_dir, workdir, group)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if group is not None:
+            group.close()
+        raise
     cfg = dict(payload)
     cfg.update(
         nonce=nonce,
         result_fd=_CHILD_RESULT_FD,
         env=scrubbed_env(workdir),
-        netns_inherited=zygote.netns and not limits.allow_network,
-        **runner_config(limits, run_dir, workdir),
+        netns_inherited=server.netns and not limits.allow_network,
+        **config,
     )
     view = memoryview(encode_instructions(cfg))
     req_r, req_w = os.pipe()
@@ -232,19 +246,19 @@ def _run_on(zygote: Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -
             os.close(req_w)
             ours.remove(req_w)
         try:
-            socket.send_fds(zygote.sock, [b"run"], [req_r, out_w, err_w, res_w])
+            socket.send_fds(server.sock, [b"run"], [req_r, out_w, err_w, res_w])
             sent = True
         except OSError:
             sent = False
         finally:
             for fd in (req_r, out_w, err_w, res_w):
                 os.close(fd)
-        reply = zygote.recv(_REPLY_TIMEOUT_S) if sent else b""
+        reply = server.recv(_REPLY_TIMEOUT_S) if sent else b""
         if not reply or not (reply.startswith(b"pid ") or reply.startswith(b"err ")):
             # Dead or hung before the child started. A child it forked dies with it
             # (PR_SET_PDEATHSIG, set before the child reads anything), so retrying
             # elsewhere cannot run the program twice at once.
-            zygote.broken = True
+            server.broken = True
             return _RETRY
         if reply.startswith(b"err "):
             return ExecutionResult(
@@ -253,7 +267,7 @@ def _run_on(zygote: Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -
                 stderr=reply[4:].decode("utf-8", "replace"),
                 duration_s=time.perf_counter() - start,
             )
-        child = _ForkChild(zygote, int(reply[4:]))
+        child = _ForkChild(server, int(reply[4:]))
         handle: ChildHandle = child
         if req_w in ours:
             try:
@@ -263,7 +277,7 @@ def _run_on(zygote: Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -
                 pass  # the child died before reading everything; drive() reports how
             os.close(req_w)
             ours.remove(req_w)
-        return drive(handle, out_r, err_r, res_r, nonce, limits, start)
+        return drive(handle, out_r, err_r, res_r, nonce, limits, start, group)
     finally:
         if child is not None and not child.exited and child.lost_reason is None:
             # An exception got us here mid-run: make sure the program is dead.
@@ -271,29 +285,31 @@ def _run_on(zygote: Zygote, payload: Mapping[str, Any], limits: SandboxLimits) -
             child.wait()
         for fd in ours:
             os.close(fd)
+        if group is not None:
+            group.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def execute_forked(payload: Mapping[str, Any], limits: SandboxLimits) -> ExecutionResult | None:
-    """Run one program through a zygote; ``None`` when the exec executor must be used."""
+    """Run one program through a fork server; ``None`` when the exec executor must be used."""
     if not fork_available():
         _warn_fallback("not supported on this platform")
         return None
     for _ in range(2):
         pool = _get_pool()
         try:
-            zygote = pool.acquire(netns=not limits.allow_network)
-        except ZygoteError as exc:
+            server = pool.acquire(netns=not limits.allow_network)
+        except ForkServerError as exc:
             _warn_fallback(str(exc))
             return None
         try:
-            outcome = _run_on(zygote, payload, limits)
+            outcome = _run_on(server, payload, limits)
         except BaseException:
-            pool.discard(zygote)
+            pool.discard(server)
             raise
         if outcome is _RETRY:
-            pool.discard(zygote)
+            pool.discard(server)
             continue
-        pool.release(zygote)
+        pool.release(server)
         return outcome
     return None

@@ -1,6 +1,6 @@
-"""The fork server ("zygote") side of the sandbox runner.
+"""The fork server's side of the sandbox runner.
 
-Loaded by ``_runner.py --zygote FD`` (``python -I -S -B``, scrubbed environment, own
+Loaded by ``_runner.py --fork-server FD`` (``python -I -S -B``, scrubbed environment, own
 session), into that process only: exec-started runners never compile it, and the
 trainer never imports it. It uses the runner (``__main__``) for everything a program's
 run does, so a forked child goes through exactly the code of an exec-started runner
@@ -38,14 +38,14 @@ PR_SET_PDEATHSIG = _runner.PR_SET_PDEATHSIG
 def run(ctl_fd, netns=False):
     """Serve fork requests on ``ctl_fd``; in each forked child, run the runner's ``main``.
 
-    With ``netns`` the zygote first moves into a new, empty network namespace (if the OS
+    With ``netns`` the fork server first moves into a new, empty network namespace (if the OS
     allows it without a user namespace), which every child it forks inherits; it then
     answers ``b"ready netns"`` instead of ``b"ready"``.
     """
-    _zygote_child(_zygote_serve(ctl_fd, netns))
+    _fork_server_child(_fork_server_serve(ctl_fd, netns))
 
 
-_ZYGOTE_PRELOAD = (
+_FORK_SERVER_PRELOAD = (
     # what the runner itself may need (ctypes for unshare/prctl, traceback for errors)
     "ctypes",
     "traceback",
@@ -65,9 +65,9 @@ _ZYGOTE_PRELOAD = (
     # what the test process of a ClassEval check imports (its unittest tests)
     "unittest",
 )
-# Signals a sandboxed program could send the zygote (without a PID namespace it is the
-# program's parent); ignored in the zygote, restored in each child.
-_ZYGOTE_IGNORED = (
+# Signals a sandboxed program could send the fork server (without a PID namespace it is the
+# program's parent); ignored in the fork server, restored in each child.
+_FORK_SERVER_IGNORED = (
     "SIGHUP",
     "SIGINT",
     "SIGQUIT",
@@ -121,7 +121,7 @@ def _child_pids():
 def _sweep(keep):
     """Kill and reap every child but ``keep``: what a program left behind.
 
-    The zygote is a child subreaper, so processes whose parent died (a PID namespace's
+    The fork server is a child subreaper, so processes whose parent died (a PID namespace's
     init killed together with its runner, a daemon that left with ``setsid()`` when
     there is no PID namespace) are re-parented to it. They are killed and reaped here,
     so none stays a zombie or keeps running. ``keep`` (the last child, kept unreaped to
@@ -175,19 +175,21 @@ except ValueError as exc:
 """
 
 
-def _zygote_warm_up():
+def _fork_server_warm_up():
     """Run the runner's own code paths once on fixed, trusted inputs.
 
     A forked child pays a page fault (a page copy) for every page it writes for the
     first time; code paths that initialize state lazily on first use (the compiler,
     ``marshal``, ctypes function lookups, ``traceback``) cost a few hundred of them,
     i.e. milliseconds. Doing them once here leaves that state initialized in every
-    child. Only constant inputs are used: no model code runs in the zygote.
+    child. Only constant inputs are used: no model code runs in the fork server.
     """
     try:
         libc = _libc()
         libc.prctl  # noqa: B018 - resolve and cache the function pointers
         libc.unshare  # noqa: B018
+        libc.syscall  # noqa: B018
+        _runner._sock_fprog()
     except Exception:
         pass
     try:  # filesystem isolation: the module, its libc prototypes and the mount plan
@@ -219,11 +221,11 @@ def _zygote_warm_up():
         pass
 
 
-def _zygote_serve(ctl_fd, netns=False):
+def _fork_server_serve(ctl_fd, netns=False):
     """Serve fork requests until the parent goes away; returns only in a forked child.
 
     Protocol on the ``SOCK_SEQPACKET`` socket ``ctl_fd``: the parent sends ``b"run"``
-    with four descriptors; the zygote forks and answers ``b"pid N"`` (or ``b"err ..."``),
+    with four descriptors; the fork server forks and answers ``b"pid N"`` (or ``b"err ..."``),
     then ``b"exit RC"`` when that child has exited and what it left in its process group
     was killed. The exited child is kept as a zombie (so its process-group id cannot be
     reused while the parent may still ``killpg`` it) until the next request arrives.
@@ -233,22 +235,22 @@ def _zygote_serve(ctl_fd, netns=False):
     import socket
 
     _runner._prepare()
-    for name in _ZYGOTE_PRELOAD:
+    for name in _FORK_SERVER_PRELOAD:
         try:
             __import__(name)
         except Exception:
             pass
-    _zygote_warm_up()
+    _fork_server_warm_up()
     import gc
 
     gc.collect()
-    gc.freeze()  # children's collections skip the zygote's objects (no copy-on-write)
+    gc.freeze()  # children's collections skip the fork server's objects (no copy-on-write)
     ctl = socket.socket(fileno=ctl_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     saved = {}
-    for name in _ZYGOTE_IGNORED:
+    for name in _FORK_SERVER_IGNORED:
         sig = getattr(signal, name, None)
         if sig is not None:
             saved[sig] = signal.getsignal(sig)
@@ -312,13 +314,13 @@ def _zygote_serve(ctl_fd, netns=False):
             ctl.send(b"err " + _short(exc).encode("utf-8", "replace"))
             continue
         if pid == 0:
-            # The child: die with the zygote, drop everything of it, leave its code.
+            # The child: die with the fork server, drop everything of it, leave its code.
             try:
                 _libc().prctl(PR_SET_PDEATHSIG, _int(signal.SIGKILL), 0, 0, 0)
             except Exception:
                 pass
             if os.getppid() != me:
-                _exit(1)  # the zygote is already gone; the parent retries elsewhere
+                _exit(1)  # the fork server is already gone; the parent retries elsewhere
             signal.set_wakeup_fd(-1)
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
@@ -330,7 +332,7 @@ def _zygote_serve(ctl_fd, netns=False):
         ctl.send(b"pid %d" % pid)
 
 
-def _zygote_child(fds):
+def _fork_server_child(fds):
     """In a freshly forked child: own session, descriptors 0-3, nothing else open."""
     _runner._FORKED = True
     os.setsid()
@@ -371,7 +373,7 @@ def _exit_code(value):
 def _fork_exit(code):
     """End a forked child the way interpreter shutdown would, minus the heap teardown.
 
-    A normal exit would tear down every module the zygote imported, writing to (so
+    A normal exit would tear down every module the fork server imported, writing to (so
     copying) nearly every page inherited from it: several milliseconds per program. The
     steps a program can observe are kept, in the interpreter's order: wait for
     non-daemon threads, run ``atexit`` callbacks, flush stdout/stderr, collect the

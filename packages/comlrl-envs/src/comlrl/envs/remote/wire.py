@@ -1,24 +1,41 @@
-"""The JSON form of what a served task and its trainer exchange (``comlrl serve``).
+"""The one remote protocol of CoMLRL: what a task server and its trainer exchange.
 
 A task server (:mod:`comlrl.envs.remote.task_server`) and its client
-(:class:`comlrl.algos.rollout.remote_task.RemoteTask`) talk JSON over HTTP: one
-``POST /v1/task`` per call of the :class:`~comlrl.core.Task` interface and ``GET
-/v1/health``. This module holds the version they must share and the plain-data forms of
-prompts, feedback and joint actions, so neither side imports the other.
+(:class:`comlrl.envs.remote.client.RemoteTask`) talk JSON over HTTP: one ``POST /v1/task``
+per call of the :class:`~comlrl.core.Task` interface and ``GET /v1/health``. This module
+holds the version both sides must share, the token's environment variable and the
+plain-data forms of prompts, feedback, joint actions and example references.
 
-A request::
+The client never holds an example's data: ``load`` answers ``{"examples": [...],
+"digest": ...}``, a *reference* per example, ``{"ref": [split, index], "id": ...}``
+(``id``: the example's own ``task_id`` or ``id`` when it is a string or an int, else
+``"split/index"``), and the SHA-256 of the split's examples (servers with the same digest
+hold the same data, which references into it need). Every later call names its examples
+by ``ref``; the server looks them up in its own data, so the tests and reference solutions
+it scores against never leave it and a client cannot send its own. A request::
 
-    {"protocol": 2, "request_id": "<uuid>", "task": "coop_story", "op": "load",
+    {"protocol": 3, "request_id": "<uuid>", "task": "coop_humaneval", "op": "load",
      "split": "train"}
-    {"op": "prompts", "example": {...}, "history": [<feedback>, ...]}
-    {"op": "feedback", "example": {...}, "joint_action": <joint action>, "info": {...},
-     "turn": 0}
-    {"op": "score", "examples": [{...}, ...], "completions": [["...", ...], ...]}
+    {"op": "prompts", "example": {"ref": ["train", 4]}, "history": [<feedback>, ...]}
+    {"op": "score", "examples": [{"ref": ["train", 4]}, ...], "example_index": [0, 0, ...],
+     "completions": [["...", ...], ...]}
+    {"op": "feedback", "example": {"ref": ["train", 4]}, "joint_action": <joint action>,
+     "info": {... "server_seal": "..."}, "turn": 0}
+    {"op": "tool", "agent": 0, "name": "python", "arguments": {"code": "..."}}
 
 answered ``{"request_id": ..., "result": ...}`` or, on an error, ``{"error": "<kind>",
-"message": "..."}`` with status 400 (malformed), 401 (token), 404 (task not served), 409
-(protocol version), 422 (the task rejected the call: the same on any server) or 500 (the
-task failed on this server: another may succeed).
+"message": "..."}`` with status 400 (malformed), 401 (token), 404 (task, tool or endpoint
+not served), 408 (the body did not arrive in time), 409 (another protocol version, or a
+request id used before with another body), 413 (body over the server's limit), 421 (a
+``feedback`` info this server did not seal: ask the next server), 422 (the task rejected
+the call: the same on any server) or 500 (the task failed on this server: another may
+succeed).
+
+On a multi-turn task each info that ``score`` returns carries :data:`SEAL_KEY`, an HMAC
+of the example reference, the joint action and the info under the server's key (derived
+from the token, so servers sharing a token accept each other's); ``feedback`` is given
+only on a sealed info, so a client cannot ask for feedback on failures that never
+happened (feedback can describe the example's tests).
 """
 
 from __future__ import annotations
@@ -30,7 +47,9 @@ from comlrl.core.prompts import ChatPrompt, Prompt
 from comlrl.core.records import Feedback, JointAction
 
 __all__ = [
+    "SEAL_KEY",
     "TASK_PROTOCOL",
+    "TOKEN_ENV",
     "decode_feedback",
     "decode_joint_action",
     "decode_prompt",
@@ -39,8 +58,16 @@ __all__ = [
     "encode_prompt",
 ]
 
-TASK_PROTOCOL = 2
-"""Version of the task-serving protocol (1 was the reward-only worker's)."""
+TASK_PROTOCOL = 3
+"""Version of the task-serving protocol (1: the reward-only workers, removed; 2: examples
+sent whole; 3: examples named by reference, infos sealed)."""
+
+TOKEN_ENV = "COMLRL_REMOTE_TOKEN"
+"""The environment variable holding the token a server requires and its clients send
+(``Authorization: Bearer <token>``)."""
+
+SEAL_KEY = "server_seal"
+"""The info key of a multi-turn task's seal (see the module docstring)."""
 
 
 def encode_prompt(prompt: Prompt) -> Any:

@@ -1,9 +1,9 @@
-"""The zygote processes of the ``"fork"`` executor and the pool that hands them out.
+"""The fork server processes of the ``"fork"`` executor and the pool that hands them out.
 
-A :class:`Zygote` is one pre-started sandbox runner (``_runner.py --zygote``) and the
-parent's end of its ``SOCK_SEQPACKET`` control socket; :class:`ZygotePool` hands zygotes
+A :class:`ForkServer` is one pre-started sandbox runner (``_runner.py --fork-server``) and the
+parent's end of its ``SOCK_SEQPACKET`` control socket; :class:`ForkServerPool` hands fork servers
 out one caller at a time and grows to the peak concurrency. How a program runs on a
-zygote, and why: :mod:`comlrl.envs.sandbox.zygote`.
+fork server, and why: :mod:`comlrl.envs.sandbox.fork_executor`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import threading
 
 from comlrl.envs.sandbox._process import RUNNER, scrubbed_env
 
-__all__ = ["Zygote", "ZygoteError", "ZygotePool", "fork_available"]
+__all__ = ["ForkServer", "ForkServerError", "ForkServerPool", "fork_available"]
 
-_READY_TIMEOUT_S = 30.0  # a zygote's start-up (imports) on a very busy machine
+_READY_TIMEOUT_S = 30.0  # a fork server's start-up (imports) on a very busy machine
 _MAX_IDLE = 64
-_RUNNER = RUNNER  # the runner script a zygote runs (tests point it elsewhere)
-#: Seconds a closing zygote gets to sweep and exit before it is killed (see Zygote.close).
+_RUNNER = RUNNER  # the runner script a fork server runs (tests point it elsewhere)
+#: Seconds a closing fork server gets to sweep and exit before it is killed (see ForkServer.close).
 _CLOSE_WAIT_S = 15.0
 
 
-class ZygoteError(RuntimeError):
-    """A zygote could not be started or stopped answering."""
+class ForkServerError(RuntimeError):
+    """A fork server could not be started or stopped answering."""
 
 
 def fork_available() -> bool:
@@ -42,11 +42,11 @@ def fork_available() -> bool:
     )
 
 
-class Zygote:
-    """One zygote process and the parent's end of its control socket.
+class ForkServer:
+    """One fork server process and the parent's end of its control socket.
 
     Args:
-        netns: ask the zygote to move into a new, empty network namespace at start-up;
+        netns: ask the fork server to move into a new, empty network namespace at start-up;
             :attr:`netns` says whether it did (the OS may refuse), and only then do its
             children skip making their own.
     """
@@ -57,7 +57,7 @@ class Zygote:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", _RUNNER, "--zygote", str(child.fileno())]
+                [sys.executable, "-I", "-S", "-B", _RUNNER, "--fork-server", str(child.fileno())]
                 + (["--netns"] if netns else []),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -70,14 +70,14 @@ class Zygote:
             )
         except OSError as exc:
             parent.close()
-            raise ZygoteError(f"could not start a zygote: {exc}") from exc
+            raise ForkServerError(f"could not start a fork server: {exc}") from exc
         finally:
             child.close()
         self.sock = parent
         reply = self.recv(_READY_TIMEOUT_S)
         if reply not in (b"ready", b"ready netns"):
             self.kill()
-            raise ZygoteError(f"zygote did not start (answered {reply!r})")
+            raise ForkServerError(f"fork server did not start (answered {reply!r})")
         self.netns = reply == b"ready netns"
 
     @property
@@ -85,7 +85,7 @@ class Zygote:
         return self.proc.pid
 
     def recv(self, timeout: float | None) -> bytes | None:
-        """Next message; ``b""`` when the zygote is gone, ``None`` on timeout."""
+        """Next message; ``b""`` when the fork server is gone, ``None`` on timeout."""
         try:
             if timeout is not None:
                 # poll, not select: a trainer may have descriptors above FD_SETSIZE.
@@ -109,7 +109,7 @@ class Zygote:
         return not self.broken and self.proc.poll() is None
 
     def kill(self) -> None:
-        """Kill the zygote now (its running child, if any, is killed by the caller)."""
+        """Kill the fork server now (its running child, if any, is killed by the caller)."""
         self.broken = True
         try:
             self.proc.kill()
@@ -122,10 +122,10 @@ class Zygote:
         self.sock.close()
 
     def close(self) -> None:
-        """Ask the zygote to exit (closing the socket is the request); kill it if slow.
+        """Ask the fork server to exit (closing the socket is the request); kill it if slow.
 
-        On the request the zygote kills and reaps what its last program left behind, then
-        exits. It gets :data:`_CLOSE_WAIT_S` for that: a zygote killed mid-sweep leaves
+        On the request the fork server kills and reaps what its last program left behind, then
+        exits. It gets :data:`_CLOSE_WAIT_S` for that: a fork server killed mid-sweep leaves
         its unreaped children to the trainer's process (to PID 1 in a container without
         an init, where they would stay zombies), so the wait is generous; on an idle
         machine the exit takes milliseconds.
@@ -138,88 +138,88 @@ class Zygote:
             self.kill()
 
 
-def _retire(zygote: Zygote) -> None:
-    """Stop a zygote that is not kept: gracefully while its process runs.
+def _retire(server: ForkServer) -> None:
+    """Stop a fork server that is not kept: gracefully while its process runs.
 
-    A zygote marked broken (slow to answer on a busy machine) may still be sweeping its
+    A fork server marked broken (slow to answer on a busy machine) may still be sweeping its
     last program's processes. Closing its socket lets it finish that sweep and exit (see
-    :meth:`Zygote.close`); a SIGKILL would hand its unreaped children to the trainer's
+    :meth:`ForkServer.close`); a SIGKILL would hand its unreaped children to the trainer's
     process, where they stay zombies when the trainer is PID 1. A process already gone is
     just reaped.
     """
-    if zygote.proc.poll() is None:
-        zygote.close()
+    if server.proc.poll() is None:
+        server.close()
     else:
-        zygote.kill()
+        server.kill()
 
 
-class ZygotePool:
-    """Zygotes handed out one caller at a time; grows to the peak concurrency.
+class ForkServerPool:
+    """Fork servers handed out one caller at a time; grows to the peak concurrency.
 
-    Thread-safe. A zygote is reused only after its previous program finished and was
+    Thread-safe. A fork server is reused only after its previous program finished and was
     reaped; dead ones are dropped when found.
     """
 
     def __init__(self, max_idle: int = _MAX_IDLE) -> None:
         self.max_idle = max_idle
         self._lock = threading.Lock()
-        self._idle: list[Zygote] = []
-        self._busy: set[Zygote] = set()
+        self._idle: list[ForkServer] = []
+        self._busy: set[ForkServer] = set()
         self._closed = False
 
-    def acquire(self, netns: bool = False) -> Zygote:
-        """An idle live zygote (one that was asked for a network namespace iff ``netns``),
+    def acquire(self, netns: bool = False) -> ForkServer:
+        """An idle live fork server (one that was asked for a network namespace iff ``netns``),
         or a new one.
 
         Raises:
-            ZygoteError: when a new zygote cannot be started.
+            ForkServerError: when a new fork server cannot be started.
         """
-        dead: list[Zygote] = []
+        dead: list[ForkServer] = []
         with self._lock:
             if self._closed:
-                raise ZygoteError("the zygote pool is shut down")
-            zygote = None
+                raise ForkServerError("the fork server pool is shut down")
+            server = None
             for candidate in reversed(list(self._idle)):
                 if candidate.wants_netns != netns:
                     continue
                 self._idle.remove(candidate)
                 if candidate.alive():
-                    zygote = candidate
+                    server = candidate
                     break
                 dead.append(candidate)
-            if zygote is not None:
-                self._busy.add(zygote)
+            if server is not None:
+                self._busy.add(server)
         for z in dead:
             z.kill()
-        if zygote is None:
-            zygote = Zygote(netns)
+        if server is None:
+            server = ForkServer(netns)
             with self._lock:
-                self._busy.add(zygote)
-        return zygote
+                self._busy.add(server)
+        return server
 
-    def release(self, zygote: Zygote) -> None:
-        """Give a zygote back after its program was reaped (or drop it if unhealthy)."""
+    def release(self, server: ForkServer) -> None:
+        """Give a fork server back after its program was reaped (or drop it if unhealthy)."""
         with self._lock:
-            self._busy.discard(zygote)
-            keep = not self._closed and zygote.alive() and len(self._idle) < self.max_idle
+            self._busy.discard(server)
+            keep = not self._closed and server.alive() and len(self._idle) < self.max_idle
             if keep:
-                self._idle.append(zygote)
+                self._idle.append(server)
         if not keep:
-            _retire(zygote)
+            _retire(server)
 
-    def discard(self, zygote: Zygote) -> None:
-        """Drop a zygote that misbehaved."""
+    def discard(self, server: ForkServer) -> None:
+        """Drop a fork server that misbehaved."""
         with self._lock:
-            self._busy.discard(zygote)
-        _retire(zygote)
+            self._busy.discard(server)
+        _retire(server)
 
     def pids(self) -> list[int]:
-        """Process ids of the zygotes (idle and busy), for tests and diagnostics."""
+        """Process ids of the fork servers (idle and busy), for tests and diagnostics."""
         with self._lock:
             return [z.pid for z in [*self._idle, *self._busy]]
 
     def close(self) -> None:
-        """Stop the idle zygotes; busy ones stop when given back. Safe to call twice."""
+        """Stop the idle fork servers; busy ones stop when given back. Safe to call twice."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
