@@ -117,7 +117,12 @@ from comlrl.algos.training.update.agents import AgentPool, build_optimizer, reso
 from comlrl.algos.training.update.grad_norms import grad_norm_ratio
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
 from comlrl.algos.training.update.policy import UpdateSettings, split_terms, trainer_logprobs
-from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
+from comlrl.algos.training.update.shared_models import (
+    adapter_groups,
+    sharing_groups,
+    update_adapter_group,
+    update_sharers,
+)
 from comlrl.core import SamplingParams, Task
 from comlrl.estimators.advantages import std_from_moments
 from comlrl.estimators.agentwise import Stats, agent_return_moments, agentwise_advantages
@@ -718,11 +723,24 @@ def step(run: GroupBaselineRun) -> StepResult:
     # agents that share one model object take one step on the sum of their losses (one
     # set of optimizer moments, the first sharer's optimizer); each reports that step's
     # loss and grad norm and its own completions' KL/clip/ratio (shared_models)
-    groups = {g[0]: g for g in sharing_groups([agent.model for agent in run.agents])}
+    models = [agent.model for agent in run.agents]
+    groups = {g[0]: g for g in sharing_groups(models)}
+    # LoRA adapters of one base: one forward and backward per micro-batch for all of them
+    batched = (
+        {g[0]: g for g in adapter_groups(models)}
+        if cfg.update_chunk_nodes is None and run.syncs is None
+        else {}
+    )
+    in_batch = {m for g in batched.values() for m in g[1:]}
 
     def update(a: int) -> dict[int, dict[str, float]]:
+        if a in batched:  # no reference in the update when the KL is in the reward
+            refs = run.ref_models if run.update.kl_coef > 0 else None
+            return update_adapter_group(
+                models, run.optimizers, ro, adv, batched[a], run.update, ref_models=refs
+            )
         members = groups.get(a)
-        if members is None:  # another agent's update steps this model
+        if members is None or a in in_batch:  # another agent's update steps this model
             return {}
         ref_model = (  # no reference in the update when the KL is in the reward
             run.ref_models[a] if run.ref_models is not None and run.update.kl_coef > 0 else None
