@@ -25,8 +25,8 @@ from comlrl.algos.rollout.environment import CallbackEnvironment
 from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.algos.rollout.shared_base import sample_together, sampling_units
 from comlrl.algos.rollout.tree import TreeSettings, rollout
-from comlrl.algos.training.agents import build_optimizer
-from comlrl.algos.training.update import UpdateSettings, update_adapters, update_policy
+from comlrl.algos.training.update.agents import build_optimizer
+from comlrl.algos.training.update.policy import UpdateSettings, update_adapters, update_policy
 from comlrl.core import SamplingParams
 
 pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")

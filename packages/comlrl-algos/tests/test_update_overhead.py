@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.agents import build_optimizer
-from comlrl.algos.training.flat_radam import FlatRAdam
-from comlrl.algos.training.update import UpdateSettings, update_policy
+from comlrl.algos.training.update.agents import build_optimizer
+from comlrl.algos.training.update.flat_radam import FlatRAdam
+from comlrl.algos.training.update.policy import UpdateSettings, update_policy
 from comlrl.core import SamplingParams
 from torch.overrides import TorchFunctionMode
 
