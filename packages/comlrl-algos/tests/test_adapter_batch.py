@@ -226,3 +226,21 @@ def test_a_batch_whose_rows_do_not_split_into_the_adapter_blocks_is_refused() ->
     view = AdapterBatch.of([a.model for a in _agents(2)])
     with pytest.raises(ValueError, match="does not split into 2 adapter blocks"):
         view(input_ids=torch.tensor([[1, 403, 261]]))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_agents_sampling_together_in_the_graph_draw_what_they_draw_alone() -> None:
+    params = SamplingParams(num_generations=3, max_new_tokens=20)
+    together, alone = _agents(), _agents()
+    for agents in (together, alone):
+        for i, agent in enumerate(agents):
+            agent.model.to("cuda")
+            agent.seed(100 + i)
+    for _ in range(2):  # the check, then the captured loop
+        joint = sample_together(together, PROMPTS, params)
+        single = [a.sample(p, params) for a, p in zip(alone, PROMPTS, strict=True)]
+        for j, s in zip(joint, single, strict=True):
+            assert torch.equal(j.batch.input_ids, s.batch.input_ids)
+    sampler = together[0].model.shared.cache[("batched_sampler", ("agent_0", "agent_1", "agent_2"))]
+    assert sampler.decode_loop_status == "static (CUDA graph)", sampler.graph_off

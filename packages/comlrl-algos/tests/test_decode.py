@@ -161,6 +161,7 @@ def test_fixed_shape_steps_mask_the_slots_not_yet_written(
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.mark.cuda
 @cuda
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("g", [1, 3])
@@ -170,6 +171,7 @@ def test_fixed_shape_steps_on_cuda_equal_the_models_forward(kind: str, g: int) -
     assert _fast_vs_forward(model, [5, 9, 1], g=g, steps=7, seed=0, static=True) < 1e-5
 
 
+@pytest.mark.cuda
 @cuda
 def test_agent_samples_the_same_tokens_with_and_without_cuda_graphs(
     tiny_model, tiny_tokenizer

@@ -13,6 +13,7 @@ Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tok
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -304,8 +305,11 @@ def update_adapters(
         batches: per agent, its batch of each turn (the same turns and prompts per turn
             for every agent, as a rollout gives them).
         advantages: per agent, per turn, ``[B_t]`` advantages.
-        settings: as for :func:`update_policy` (``micro_batch_size`` counts one agent's
-            sequences).
+        settings: as for :func:`update_policy`, but ``micro_batch_size`` counts the
+            sequences of one stacked forward over all agents (``None``: as many as one
+            agent's largest turn), so the activations' memory stays that of one agent's
+            update while every forward serves every agent; each agent gets at least one
+            whole group per forward.
         ref_models: per agent its KL reference (``kl_coef > 0``), or ``None``.
         turns: the rollout turn of each batch position (default ``0, 1, ...``).
 
@@ -351,6 +355,11 @@ def update_adapters(
                 f"batch {i}: advantages {list(adv.shape)} do not match its "
                 f"{batch.completion_mask.shape[0]} rows"
             )
+    # rows of one stacked forward: the budget split over the agents, whole groups each
+    budget = settings.micro_batch_size or max(b.completion_mask.shape[0] for b in flat)
+    g = max(b.group_size for b in flat)
+    per_agent = max(g, budget // n // g * g)
+    settings = dataclasses.replace(settings, micro_batch_size=per_agent)
     labels = [a for a in range(n) for _ in range(t_count)]
     names = [(f"term_{a}/", turn_of[t]) for a in range(n) for t in range(t_count)]
     steps = [_Step(optimizers[a], list(policies[a].parameters()), f"term_{a}/") for a in range(n)]
