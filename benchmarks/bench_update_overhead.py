@@ -1,10 +1,12 @@
 """What one policy update costs beyond its arithmetic, on CPU: time, host reads, profile.
 
-Builds the built-in default agent (stories260k), samples one fixed batch (``--prompts``
+Builds the built-in default agent (stories260k; ``--model`` another folder, e.g. SmolLM2
+converted by ``bench_real_llm_speed.py``), samples one fixed batch (``--prompts``
 prompts x ``--group`` completions x ``--new-tokens`` tokens, two turns of it) and times
 ``update_policy`` on it (``--micro-batch`` sequences per forward/backward, RAdam, the
 ``token_mean`` reduction with TIS on, so every per-micro-batch metric path runs), best
-and median of ``--repeats`` after a warm-up, on one intra-op thread. It also counts the
+and median of ``--repeats`` after a warm-up, on one intra-op thread, in wall time and in
+process CPU time (which a machine shared with other jobs inflates less). It also counts the
 update's reads of tensor values into Python (``item``, ``tolist``, ``float``, ...: on a GPU
 each waits for all queued work) made by comlrl's own code, and saves torch.profiler's
 table of one update (top ops by self CPU time, with ``aten::item`` /
@@ -55,7 +57,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(1)
-    model, tok = load_model_and_tokenizer(STORIES260K, seed=0)
+    model, tok = load_model_and_tokenizer(args.model or STORIES260K, seed=0, dtype="float32")
     agent = HFAgent(model, tok)
     agent.seed(0)
     prompts = [f"Once upon a time there was a {w}" for w in ("cat", "dog", "girl", "king")]
@@ -88,11 +90,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             return func(*a, **(k or {}))
 
     update()  # warm-up
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         update()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     with Reads() as seen:
         update()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -106,6 +109,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "update_ms_best": 1000 * min(times),
         "update_ms_median": 1000 * statistics.median(times),
+        "update_cpu_ms_median": 1000 * statistics.median(cpu),
         "micro_batches": 2 * -(-batch.num_prompts // max(1, args.micro_batch // args.group)),
         "host_reads_by_comlrl": sum(seen.reads.values()),
         "host_reads_where": dict(seen.reads.most_common()),
@@ -125,12 +129,15 @@ def _side(src: str | None, args: argparse.Namespace, work: Path, tag: str) -> di
     cmd = [sys.executable, __file__, "--side-out", str(out)]
     for key in ("prompts", "group", "new_tokens", "micro_batch", "repeats", "top"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.model:
+        cmd += ["--model", args.model]
     subprocess.run(cmd, env=env, check=True)
     return dict(json.loads(out.read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="a model folder (default: the built-in one)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=48)
@@ -154,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                 got = rounds[name][-1]
                 print(
                     f"round {r} {name:8s} update {got['update_ms_median']:.1f} ms (best "
-                    f"{got['update_ms_best']:.1f}), host reads {got['host_reads_by_comlrl']}",
+                    f"{got['update_ms_best']:.1f}, CPU time {got['update_cpu_ms_median']:.1f}), "
+                    f"host reads {got['host_reads_by_comlrl']}",
                     flush=True,
                 )
     result: dict[str, Any] = {
@@ -172,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = {
             "update_ms_median_of_rounds": statistics.median(r["update_ms_median"] for r in rows),
             "update_ms_best": min(r["update_ms_best"] for r in rows),
+            "update_cpu_ms_median_of_rounds": statistics.median(
+                r["update_cpu_ms_median"] for r in rows
+            ),
             "rounds": rows,
         }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

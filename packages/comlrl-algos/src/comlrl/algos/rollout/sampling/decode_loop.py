@@ -48,7 +48,7 @@ from comlrl.algos.rollout.sampling.draw import (
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs
 
-__all__ = ["CHECK_EVERY", "StaticDecodeLoop", "warn_once"]
+__all__ = ["CHECK_EVERY", "StaticDecodeLoop"]
 
 #: Steps between two looks at the rows (one device-to-host copy each): at most this many
 #: minus one steps are decoded after every row has finished.
@@ -249,10 +249,12 @@ class StaticDecodeLoop:
         if not self.capture:
             self.step()
             return
-        if self._graph is not None:
-            self._graph.replay()
-            return
+        # with the loop's device current: an agent on cuda:1 may be sampled from a thread
+        # whose current device is cuda:0, and a replay runs on the current stream
         with torch.cuda.device(self.device):
+            if self._graph is not None:
+                self._graph.replay()
+                return
             current = torch.cuda.current_stream()
             side = torch.cuda.Stream()
             # warm-up outside any graph: library handles and workspaces are made here
@@ -276,7 +278,7 @@ class StaticDecodeLoop:
             except Exception as err:  # capture impossible: decode eagerly from here on
                 self.capture = False
                 self.capture_status = f"failed: {type(err).__name__}: {err}"
-                warn_once(
+                _warn_once(
                     f"agent {self.name!r}: the decode step could not be captured as a CUDA "
                     f"graph ({type(err).__name__}: {err}); decoding eagerly instead.",
                 )
@@ -291,7 +293,7 @@ class StaticDecodeLoop:
         self._graph = None
 
 
-def warn_once(message: str) -> None:
+def _warn_once(message: str) -> None:
     """A ``RuntimeWarning`` with ``message``, once per process."""
     with _WARN_LOCK:
         if message in _WARNED:

@@ -15,7 +15,6 @@ Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``H
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -47,13 +46,11 @@ class HFDecodeStepper:
         g: int,
         capacity: int,
         next_pos: torch.Tensor,
-        forward_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         cache.batch_repeat_interleave(g)
         preallocate_cache(cache, capacity)
         p, s = prompt_mask.shape
         self.model, self.cache = model, cache
-        self.forward_kwargs = dict(forward_kwargs or {})
         self.mask4d = torch.zeros(
             p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device
         )
@@ -69,7 +66,6 @@ class HFDecodeStepper:
             position_ids=self.pos,
             **cache_kwargs(self.model, self.cache),
             use_cache=True,
-            **self.forward_kwargs,
         )
         self.pos = self.pos + 1
         self.n += 1
@@ -160,7 +156,6 @@ class StaticCacheStepper:
         g: ``G`` rows per prompt (``B = P * G``, prompt-major).
         capacity: ``S + L``, the positions of the static cache.
         next_pos: ``[B, 1]`` position id of each row's first fed token.
-        forward_kwargs: extra arguments of every forward call.
     """
 
     def __init__(
@@ -171,7 +166,6 @@ class StaticCacheStepper:
         g: int,
         capacity: int,
         next_pos: torch.Tensor,
-        forward_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         from transformers.cache_utils import StaticCache
 
@@ -188,7 +182,6 @@ class StaticCacheStepper:
                 layer.cumulative_length.fill_(s)
         self._positioned = not hasattr(static.layers[0], "cumulative_length")
         self.model, self.cache = model, static
-        self.forward_kwargs = dict(forward_kwargs or {})
         self.mask4d = torch.zeros(
             p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device
         )
@@ -200,7 +193,7 @@ class StaticCacheStepper:
         ``t``-th fed token); return the next logits ``[B, V]``."""
         position = slot + self.prefix
         self.mask4d.index_fill_(-1, position, True)
-        extra = dict(self.forward_kwargs)
+        extra: dict[str, Any] = {}
         if self._positioned:  # transformers < 5.24: the layers write at cache_position
             extra["cache_position"] = position
         out = self.model(

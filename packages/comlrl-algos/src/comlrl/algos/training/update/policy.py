@@ -6,6 +6,12 @@ turn and the matching advantages, accumulates the gradient of
 prefix is computed once) and takes one optimizer step per pass. Micro-batches are weighted
 by their share of the loss reduction's denominator, so the accumulated gradient equals
 the gradient of the loss over all turns' completions at once (tested).
+:func:`update_adapters` runs the same loop for LoRA agents of one base, their micro-batches
+stacked into one forward and one backward.
+
+Nothing is read back to the host per micro-batch: the loss weights, the loss and the
+metrics stay on the device (``policy_loss(..., sync=False)``) and are fetched once, at the
+end of the update, in one transfer (a GPU never waits on the host between micro-batches).
 
 Named axes: ``B_t`` sequences of the agent at turn ``t``, ``L_t`` completion tokens.
 """
@@ -445,6 +451,7 @@ def _update(
     :func:`update_policy`."""
     device = next(model.parameters()).device
     batches = [b.to(device) for b in batches]
+    advantages = [a.to(device) for a in advantages]  # once, not per micro-batch
     chunks = [prompt_chunks(b, settings.micro_batch_size) for b in batches]
     # each loss term is normalised by its own denominators (rows, tokens): one transfer
     keys = sorted(set(terms))
@@ -502,7 +509,7 @@ def _update(
                 total: torch.Tensor | None = None
                 for i, logp in zip(group, logps, strict=True):
                     term = _term_loss(
-                        i, j, logp, batches[i], chunks[i][j], advantages[i].to(device), settings,
+                        i, j, logp, batches[i], chunks[i][j], advantages[i], settings,
                         ref_logp[i][j] if ref_logp and ref_logp[i] else None,
                         first, measured, acc, names[i], passes, steps[0].prefix == "",
                         total_rows[terms[i]], total_tokens[terms[i]], grad_scale,
