@@ -205,7 +205,7 @@ def main() -> None:
         if not args.no_trim:
             with stage(f"step {k} trim"):  # what the training loop does after each step
                 release_freed_memory()
-    optimizers = list(trainer.run.optimizers)
+    optimizers = list(trainer.optimizers)
     counted = census(agents, optimizers)
     with stage("gc"):
         gc.collect()

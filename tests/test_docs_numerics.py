@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from comlrl.algos.rollout.sampling.native import filtered_scores
+from comlrl.algos.rollout.sampling.draw import filtered_scores
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs
 

@@ -150,7 +150,7 @@ def test_unknown_backend_is_rejected(tiny_model, tiny_tokenizer) -> None:  # typ
 
 
 def test_inverse_cdf_sampling_matches_the_tempered_filtered_distribution() -> None:
-    from comlrl.algos.rollout.sampling.native import sample_next as _sample_next
+    from comlrl.algos.rollout.sampling.draw import sample_next as _sample_next
 
     torch.manual_seed(0)
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.0625, 0.0625]])).repeat(40000, 1)

@@ -20,7 +20,7 @@ from comlrl.algos.models.logprobs import completion_logprobs
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.sampling.backends import GenerationBackend, NativeBackend
 from comlrl.algos.rollout.sampling.collate import policy_batch
-from comlrl.algos.rollout.sampling.native import filtered_scores, sample_next
+from comlrl.algos.rollout.sampling.draw import filtered_scores, sample_next
 from comlrl.algos.rollout.sampling.vllm_api import (
     VLLMApi,
     assemble_outputs,

@@ -102,6 +102,17 @@ def test_mismatch_metrics_match_loop_reference(
         assert got["mismatch_abs_logp_diff"] == 0.0 and got["mismatch_kl"] == 0.0
 
 
+def test_mismatch_metrics_on_the_device_are_the_host_values() -> None:
+    g = torch.Generator().manual_seed(3)
+    trainer, behaviour = -torch.rand(4, 6, generator=g), -torch.rand(4, 6, generator=g)
+    mask = torch.rand(4, 6, generator=g) > 0.4
+    host = sampler_mismatch(trainer, behaviour, mask)
+    dev = sampler_mismatch(trainer, behaviour, mask, sync=False)
+    assert set(host) == set(dev)
+    for key, value in dev.items():
+        assert value.dim() == 0 and value.dtype == F64 and float(value) == host[key], key
+
+
 @PROPS
 @given(b=st.integers(1, 4), length=st.integers(1, 6), seed=st.integers(0, 2**16))
 def test_sequence_log_ratio_matches_loop_reference(b: int, length: int, seed: int) -> None:

@@ -60,8 +60,9 @@ def test_reference_logprobs_equal_the_base_models_exactly() -> None:
     agents[0].model.eval()
     with torch.no_grad():
         got = completion_logprobs(ref, samples.batch, slice(0, 1))
-        # the same (materialised-logits) path as the LoRA reference, so equality is exact
-        want = completion_logprobs(base, samples.batch, slice(0, 1), fused=False)
+        # the same (fused) path as the LoRA reference, whose decoder runs with the adapters
+        # off, so equality is exact
+        want = completion_logprobs(base, samples.batch, slice(0, 1))
         policy = completion_logprobs(agents[0].model, samples.batch, slice(0, 1))
     # exact: the disabled adapter adds nothing and the base weights are the loaded ones
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -141,11 +142,25 @@ def test_loading_an_adapter_of_another_rank_fails_clearly(tmp_path: Path) -> Non
         ckpt.load_agent_weights(_agents(r=8)[0].model, folder)
 
 
-def test_lora_agents_sample_through_the_forward_fallback() -> None:
-    agent = _agents()[0]
-    out = agent.sample(["Once upon a time"], SamplingParams(num_generations=2, max_new_tokens=5))
-    assert agent.fast_decode_status.startswith("off")
-    assert out.batch.completion_mask.shape[0] == 2
+def test_lora_agents_decode_through_the_fast_step_with_their_own_adapter() -> None:
+    """The fast decode step applies the agent's adapter (peft's forward is the check): the
+    same tokens as decoding through the model's forward, log-probs to float rounding."""
+    from comlrl.algos.rollout.sampling.native import NativeSampler
+
+    agents = _agents()
+    _perturb(agents[0].model, 1)
+    _perturb(agents[1].model, 2)
+    ids = torch.tensor([[0, 0, 403, 261, 21], [1, 403, 261, 21, 300]])
+    params = SamplingParams(num_generations=3, max_new_tokens=12)
+    out = {}
+    for fast in (True, False):
+        sampler = NativeSampler(
+            agents[0].model, pad_token_id=0, eos_token_ids=[2], fast_decode=fast
+        )
+        out[fast] = sampler.sample(ids, (ids != 0).long(), params, torch.Generator().manual_seed(3))
+        assert sampler.fast_decode_status == ("on" if fast else "off: fast_decode=False")
+    assert torch.equal(out[True][0], out[False][0])
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=1e-5)
 
 
 def test_lora_config_is_validated_early(monkeypatch: pytest.MonkeyPatch) -> None:

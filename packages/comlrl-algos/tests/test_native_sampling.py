@@ -12,12 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from comlrl.algos.rollout.sampling import native as native_mod
-from comlrl.algos.rollout.sampling.native import (
-    NativeSampler,
-    draw_uniforms,
-    filtered_scores,
-    sample_next,
-)
+from comlrl.algos.rollout.sampling.draw import draw_uniforms, filtered_scores, sample_next
+from comlrl.algos.rollout.sampling.native import NativeSampler
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs, use_backend
 from hypothesis import given, settings

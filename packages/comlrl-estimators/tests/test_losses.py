@@ -512,3 +512,41 @@ def test_dr_grpo_needs_seq_sum_for_a_length_free_token_gradient() -> None:
         grads[reduction] = logp.grad[mask]
     torch.testing.assert_close(grads["seq_sum"], torch.full((5,), -1 / 16), rtol=0, atol=0)
     assert grads["seq_mean_token_mean"][0] == -1 / 2 and grads["seq_mean_token_mean"][1] == -1 / 8
+
+
+# --- metrics on the device -------------------------------------------------------------
+
+
+@PROPS
+@given(
+    seed=st.integers(0, 2**16),
+    reduction=st.sampled_from(REDUCTIONS),
+    clip=st.sampled_from([None, 0.2]),
+    with_ref=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_device_metrics_are_the_host_metrics_as_tensors(
+    seed: int, reduction: str, clip: float | None, with_ref: bool, dtype: torch.dtype
+) -> None:
+    """``sync=False`` returns the same values (float64 0-dim tensors, not yet read back),
+    and the same loss."""
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(3, 5, generator=g, dtype=dtype)
+    old = logp + 0.3 * torch.randn(3, 5, generator=g, dtype=dtype)
+    ref = logp + 0.2 * torch.randn(3, 5, generator=g, dtype=dtype)
+    mask = torch.rand(3, 5, generator=g) > 0.3
+    adv = torch.randn(3, generator=g, dtype=dtype)
+    kw: dict[str, Any] = dict(
+        old_logprobs=old,
+        clip_ratio=clip,
+        ref_logprobs=ref if with_ref else None,
+        reduction=reduction,
+        max_completion_length=5,
+    )
+    loss, host = policy_loss(logp, adv, mask, **kw)
+    dev_loss, dev = policy_loss(logp, adv, mask, sync=False, **kw)
+    assert torch.equal(loss, dev_loss)
+    assert set(host) == set(dev)
+    for key, value in dev.items():
+        assert value.dim() == 0 and value.dtype == torch.float64
+        assert float(value) == host[key], key

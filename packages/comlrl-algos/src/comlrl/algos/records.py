@@ -11,7 +11,8 @@ Named axes: ``P`` examples in the step, ``A`` agents, ``G`` completions per node
 agent, ``K`` joint actions per node, ``N_t`` nodes at turn ``t``, ``B = N_t * G``
 sequences of one agent at turn ``t``, ``S`` padded prompt tokens, ``L`` completion tokens.
 
-Nothing here computes: :func:`comlrl.algos.rollout.tree.rollout` builds these records,
+Nothing here computes (:func:`stack_batches` only re-pads):
+:func:`comlrl.algos.rollout.tree.rollout` builds these records,
 :func:`comlrl.estimators.returns.tree_returns` gives the returns, the recipes read them.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from comlrl.core import Completion, Feedback
 
-__all__ = ["PolicyBatch", "AgentSamples", "TurnRollout", "Rollout"]
+__all__ = ["PolicyBatch", "AgentSamples", "TurnRollout", "Rollout", "stack_batches"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,48 @@ class PolicyBatch:
             self.behaviour_logprobs.to(device),
             self.group_size,
         )
+
+
+def stack_batches(parts: Sequence[PolicyBatch]) -> PolicyBatch:
+    """One batch holding ``parts``' rows one after another (same ``G``), re-padded to the
+    longest prompt (more left padding) and the longest completion (more right padding).
+
+    Real tokens keep their positions relative to their sequence (position ids come from
+    the attention mask), so a row's log-probs are its own batch's to float rounding. The
+    added padding holds token id 0 with attention 0, completion mask False and behaviour
+    log-prob 0. Used to run the micro-batches of agents that share one base through one
+    forward (:func:`comlrl.algos.training.update.policy.update_adapters`).
+
+    Raises:
+        ValueError: no parts, or parts of different group sizes or devices.
+    """
+    if not parts:
+        raise ValueError("stack_batches needs at least one batch")
+    g = parts[0].group_size
+    if any(p.group_size != g for p in parts):
+        raise ValueError(
+            f"batches of group sizes {[p.group_size for p in parts]} cannot be stacked"
+        )
+    if len({p.input_ids.device for p in parts}) > 1:
+        raise ValueError("batches on different devices cannot be stacked; move them first")
+    s = max(p.prompt_length for p in parts)
+    length = max(p.completion_mask.shape[1] for p in parts)
+
+    def pad(x: torch.Tensor, left: int, right: int, value: float | bool) -> torch.Tensor:
+        if not left and not right:
+            return x
+        return torch.nn.functional.pad(x, (left, right), value=value)
+
+    ids, attn, cmask, logp = [], [], [], []
+    for p in parts:
+        left, right = s - p.prompt_length, length - p.completion_mask.shape[1]
+        ids.append(pad(p.input_ids, left, right, 0))
+        attn.append(pad(p.attention_mask, left, right, 0))
+        cmask.append(pad(p.completion_mask, 0, right, False))
+        logp.append(pad(p.behaviour_logprobs, 0, right, 0.0))
+    return PolicyBatch(
+        torch.cat(ids), torch.cat(attn), torch.cat(cmask), torch.cat(logp), group_size=g
+    )
 
 
 @dataclass(frozen=True)

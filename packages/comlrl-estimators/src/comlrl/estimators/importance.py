@@ -25,7 +25,7 @@ entries may hold anything (``-inf``, NaN): they are replaced before any arithmet
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -143,9 +143,21 @@ def truncated_importance_weights(
     return torch.where(valid, weights, torch.ones_like(weights))
 
 
+@overload
 def sampler_mismatch(
-    trainer_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor
-) -> dict[str, float]:
+    trainer_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, *, sync: Literal[True] = ...
+) -> dict[str, float]: ...
+
+
+@overload
+def sampler_mismatch(
+    trainer_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, *, sync: Literal[False]
+) -> dict[str, Tensor]: ...
+
+
+def sampler_mismatch(
+    trainer_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, *, sync: bool = True
+) -> dict[str, float] | dict[str, Tensor]:
     """How far the sampler's log-probs are from the trainer's, over the valid tokens.
 
     With ``d_t = l_t - b_t`` (trainer minus behaviour log-prob of a sampled token):
@@ -161,9 +173,11 @@ def sampler_mismatch(
     Args:
         trainer_logprobs, behaviour_logprobs, mask: as in
             :func:`truncated_importance_weights`.
+        sync: Python floats (one device-to-host copy); ``False``: 0-dim float64 tensors
+            on the device (no host synchronisation).
 
     Returns:
-        Python floats by name.
+        The three values by name.
 
     Raises:
         ValueError: shapes differ.
@@ -175,5 +189,7 @@ def sampler_mismatch(
     values = torch.stack(
         [d.abs().sum() / denom, (torch.expm1(d) - d).sum() / denom, count.to(d.dtype)]
     )
-    abs_diff, kl, tokens = values.tolist()
-    return {"mismatch_abs_logp_diff": abs_diff, "mismatch_kl": kl, "num_tokens": tokens}
+    names = ("mismatch_abs_logp_diff", "mismatch_kl", "num_tokens")
+    if not sync:
+        return dict(zip(names, values.to(torch.float64).unbind(), strict=True))
+    return dict(zip(names, values.tolist(), strict=True))

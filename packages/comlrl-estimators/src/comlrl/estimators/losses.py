@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from comlrl.estimators.importance import sequence_log_ratio
@@ -201,6 +201,7 @@ def _check_same_shape(name: str, tensor: Tensor, shape: torch.Size) -> None:
         )
 
 
+@overload
 def policy_loss(
     logprobs: Tensor,
     advantages: Tensor,
@@ -215,7 +216,45 @@ def policy_loss(
     max_completion_length: int | None = None,
     importance_weights: Tensor | None = None,
     importance_level: ImportanceLevel = "token",
-) -> tuple[Tensor, dict[str, float]]:
+    sync: Literal[True] = ...,
+) -> tuple[Tensor, dict[str, float]]: ...
+
+
+@overload
+def policy_loss(
+    logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    old_logprobs: Tensor | None = None,
+    clip_ratio: float | tuple[float, float] | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+    reduction: Reduction = "seq_mean_token_mean",
+    max_completion_length: int | None = None,
+    importance_weights: Tensor | None = None,
+    importance_level: ImportanceLevel = "token",
+    sync: Literal[False],
+) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+def policy_loss(
+    logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    old_logprobs: Tensor | None = None,
+    clip_ratio: float | tuple[float, float] | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+    reduction: Reduction = "seq_mean_token_mean",
+    max_completion_length: int | None = None,
+    importance_weights: Tensor | None = None,
+    importance_level: ImportanceLevel = "token",
+    sync: bool = True,
+) -> tuple[Tensor, dict[str, float]] | tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss of a batch of completions, and its metrics.
 
     Per token ``t`` of sequence ``i`` (advantage ``A_i``, or ``A_it`` if given per token):
@@ -284,13 +323,16 @@ def policy_loss(
         importance_weights: ``[B, L]`` (or ``[B]``) nonnegative constants multiplying
             each token's policy-gradient term; None for 1.
         importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO).
+        sync: return the metrics as Python floats (one device-to-host copy). ``False``:
+            as 0-dim float tensors on the device (float64, no host synchronisation), for
+            callers that accumulate them over micro-batches and read them once.
         max_completion_length: the constant ``C`` of ``"seq_sum"`` (>= the valid tokens
             ``n_i`` of every completion; required there, e.g. the ``max_new_tokens`` the
             completions were sampled with); ignored by the other reductions.
 
     Returns:
         ``(loss, metrics)``: a scalar loss tensor (float32, float64 for float64
-        ``logprobs``) and a dict of Python floats: ``loss``, ``num_tokens``,
+        ``logprobs``) and a dict of Python floats (0-dim tensors with ``sync=False``): ``loss``, ``num_tokens``,
         ``advantage_mean`` (token mean), ``ratio_mean``, ``ratio_min``, ``ratio_max``
         (1.0 on-policy), ``clip_fraction`` (share of valid tokens where the clipped
         term is active), ``clip_fraction_low``, ``clip_fraction_high``, and ``kl``
@@ -428,8 +470,10 @@ def policy_loss(
         assert max_completion_length is not None  # checked above
         loss = per_token.sum() / (max_completion_length * max(num_seqs, 1))
 
-    metrics = _metrics(loss, valid, adv, ratio, clipped_low, clipped_high, kl)
-    return loss, metrics
+    names, values = _metrics(loss, valid, adv, ratio, clipped_low, clipped_high, kl)
+    if not sync:
+        return loss, dict(zip(names, values.to(torch.float64).unbind(), strict=True))
+    return loss, dict(zip(names, values.tolist(), strict=True))
 
 
 def _sequence_surrogate(
@@ -468,8 +512,9 @@ def _metrics(
     clipped_low: Tensor | None,
     clipped_high: Tensor | None,
     kl: Tensor | None,
-) -> dict[str, float]:
-    """Scalar diagnostics, fetched from the device in one transfer."""
+) -> tuple[list[str], Tensor]:
+    """Scalar diagnostics: their names and one stacked tensor of their values (the caller
+    fetches them in one transfer, or keeps them on the device)."""
     with torch.no_grad():
         dtype = adv.dtype
         num_tokens = valid.sum().to(dtype)
@@ -498,4 +543,4 @@ def _metrics(
         if kl is not None:
             names.append("kl")
             values.append(token_mean(kl))
-        return dict(zip(names, torch.stack(values).tolist(), strict=True))
+        return names, torch.stack(values)

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from comlrl.algos.models.ranks import collective_device
 
-__all__ = ["DATA_PARALLEL_MODES", "GradientSync", "full_weights", "wrap_model"]
+__all__ = ["DATA_PARALLEL_MODES", "GradientSync", "full_state_dicts", "full_weights", "wrap_model"]
 
 DATA_PARALLEL_MODES = ("ddp", "fsdp2", "none")
 
@@ -316,6 +316,21 @@ def full_weights(syncs: Sequence[GradientSync] | None) -> Iterator[None]:
                 seen.add(id(sync))
                 stack.enter_context(sync.full_weights())
         yield
+
+
+def full_state_dicts(
+    syncs: Sequence[GradientSync] | None, num_agents: int
+) -> list[dict[str, torch.Tensor] | None]:
+    """Per agent the gathered full state dict of its model under ``fsdp2`` (a collective:
+    every rank calls it; a model shared by agents is gathered once), else ``None`` (the
+    model's own ``state_dict()`` is whole)."""
+    if syncs is None:
+        return [None] * num_agents
+    gathered: dict[int, dict[str, torch.Tensor] | None] = {}
+    for sync in syncs:  # the same order on every rank
+        if id(sync) not in gathered:
+            gathered[id(sync)] = sync.model_state_dict()
+    return [gathered[id(sync)] for sync in syncs]
 
 
 def wrap_model(model: torch.nn.Module, mode: str) -> GradientSync:

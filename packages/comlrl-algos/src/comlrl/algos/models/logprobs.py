@@ -106,7 +106,9 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
 
     1. ``model`` has ``get_decoder`` and ``get_output_embeddings`` (a ``transformers``
        causal LM; a ``DistributedDataParallel`` or other wrapper is not) and carries no
-       peft adapters (a LoRA agent selects its adapter in its own forward);
+       peft adapters, unless it is one of our LoRA views whose ``get_decoder`` selects
+       their adapters (``selects_adapters``: a LoRA agent, agents in one batch, a LoRA
+       agent's reference);
     2. the output embedding is a plain ``torch.nn.Linear`` (not a subclass with its own
        forward, e.g. a LoRA or quantized layer), has no bias and a floating-point weight;
     3. no forward hooks on the model or its lm_head (they would be bypassed) and no
@@ -114,7 +116,7 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
     4. no final logit soft-capping (``final_logit_softcapping``, ...), logit scaling
        (``logit_scale``, ``logits_scaling``, ``output_multiplier`` other than 1) or vocabulary
        truncation (``unpadded_vocab_size``) in the config or its text config;
-    5. a probe: on 4 tokens, ``model(...).logits`` equals ``F.linear(decoder(...)
+    5. a probe: on 4 tokens (one row per adapter block of an adapter batch), ``model(...).logits`` equals ``F.linear(decoder(...)
        .last_hidden_state, W)`` (rtol 1e-4, atol 1e-5: both sides run the same ops on the same
        inputs, so they agree to rounding; a scaling or soft-cap the config checks missed
        changes logits of order 1 by far more). Run once per model object (no grad, modules
@@ -132,9 +134,12 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
             f"{type(model).__name__} has no get_decoder()/get_output_embeddings() "
             "(not a transformers causal LM)"
         )
-    if getattr(model, "peft_config", None) is not None:
-        # LoRA agents on a shared base switch their adapter inside their own forward; the
-        # bare decoder would run whichever adapter happens to be active.
+    if getattr(model, "peft_config", None) is not None and not getattr(
+        model, "selects_adapters", False
+    ):
+        # A bare peft model selects its adapter inside its forward; its decoder would run
+        # whichever adapter happens to be active. Our LoRA views (LoraPolicy, AdapterBatch,
+        # LoraReference) give a decoder that selects their adapters itself.
         return "the model carries peft (LoRA) adapters, which are selected in its forward"
     lm_head = head()
     if (
@@ -147,7 +152,10 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
     if not lm_head.weight.dtype.is_floating_point:
         return f"the lm_head weight is {lm_head.weight.dtype}, not a floating-point tensor"
     for module, name in ((model, "the model"), (lm_head, "the lm_head")):
-        if module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"):
+        hooks = getattr(module, "_forward_hooks", None) or getattr(
+            module, "_forward_pre_hooks", None
+        )
+        if hooks or hasattr(module, "_hf_hook"):
             return f"{name} has forward hooks, which the fused path would bypass"
     config = getattr(model, "config", None)
     configs = [config]
@@ -169,7 +177,8 @@ def fused_logprobs_unsupported(model: Any) -> str | None:
 def _probe(model: Any, decoder: Any, lm_head: torch.nn.Linear) -> str | None:
     """Compare the model's own logits with the decoder's hidden states times the weight."""
     weight = lm_head.weight
-    ids = torch.arange(4, device=weight.device).remainder(weight.shape[0]).unsqueeze(0)
+    rows = len(getattr(model, "adapter_layout", None) or (0,))  # one row per adapter block
+    ids = torch.arange(4, device=weight.device).remainder(weight.shape[0]).expand(rows, 4)
     try:
         with sampling_mode(model), torch.no_grad():
             full = model(input_ids=ids, use_cache=False).logits

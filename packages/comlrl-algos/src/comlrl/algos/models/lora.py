@@ -31,9 +31,10 @@ Checkpoints (:meth:`LoraPolicy.save_pretrained`) hold the adapter in peft's form
 ``W + (alpha / r) B A`` in ``path/merged`` (load with
 ``AutoModelForCausalLM.from_pretrained(path / "merged")``, no peft needed).
 
-The fast decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`) refuses LoRA
-layers (they are not plain ``nn.Linear``), so LoRA agents decode through the model's
-forward; ``benchmarks/bench_lora_decode.py`` measures the difference.
+The fast decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`)
+applies vanilla LoRA adapters itself (a low-rank delta per block of rows:
+:mod:`comlrl.algos.rollout.sampling.fast_decode.lora`), checked once per sampler against
+peft's forward; ``benchmarks/bench_lora_decode.py`` measures LoRA decoding against the base.
 
 The settings (:class:`LoraSettings`, the ``lora:`` config key) are defined here, beside the
 code that applies them. The views themselves (:class:`~comlrl.algos.models.lora_policy.LoraPolicy`,
@@ -89,6 +90,11 @@ class LoraSettings(BaseModel):
             base (``A`` bases; agents may then differ in model and device).
         merge_adapters: checkpoints also hold each agent's merged weights
             (``W + (alpha / r) B A``) in ``agent_<i>/merged/``, loadable without peft.
+        batch_agents: with ``shared_base``, the agents sample in one batch (one forward
+            per token for all of them, each row through its own adapter) and the
+            group-baseline recipes update them in one forward and backward per
+            micro-batch; the same samples and updates as one agent after another, to
+            float rounding. ``false``: one agent after another.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +107,7 @@ class LoraSettings(BaseModel):
     )
     shared_base: bool = True
     merge_adapters: bool = False
+    batch_agents: bool = True
 
     @field_validator("target_modules")
     @classmethod
@@ -195,7 +202,7 @@ def attach_lora(agents: Sequence[Any], settings: LoraSettings, *, seed: int = 0)
             pm = peft.get_peft_model(base, _lora_config(settings), adapter_name=names[0])
             for name in names[1:]:
                 pm.add_adapter(name, _lora_config(settings))
-            shared = SharedBase(pm)
+            shared = SharedBase(pm, batched=settings.batch_agents)
             for (_, agent), name in zip(todo, names, strict=True):
                 agent.replace_model(LoraPolicy(shared, name, merge_on_save=settings.merge_adapters))
         else:

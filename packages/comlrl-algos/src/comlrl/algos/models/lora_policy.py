@@ -2,8 +2,12 @@
 
 :class:`SharedBase` is a peft-injected base and what its agents share (the lock, the
 active adapter); :class:`LoraPolicy` is one agent's adapter, switching the layers to it on
-every call; :class:`LoraReference` is the agent's KL reference (the base with adapters
-disabled). Why views and how agents interleave on a shared base, and how checkpoints
+every call; :class:`AdapterBatch` is several agents' adapters in one batch (the rows split
+into equal blocks, block ``i`` through adapter ``i``: peft's mixed-adapter batches), for
+sampling and updating agents that share a base together; :class:`LoraReference` is the
+agent's KL reference (the base with adapters disabled). Each view also gives the bare
+decoder with its adapters selected (``get_decoder``), so log-probs take the fused path
+(hidden states times the LM head in chunks) instead of materialising the logits. Why views and how agents interleave on a shared base, and how checkpoints
 look: :mod:`comlrl.algos.models.lora`, which builds these (:func:`~comlrl.algos.models.lora.attach_lora`).
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from torch import nn
 __all__ = [
     "ADAPTER_WEIGHTS",
     "MERGED_DIR",
+    "AdapterBatch",
     "LoraPolicy",
     "LoraReference",
     "SharedBase",
@@ -54,10 +59,16 @@ class SharedBase:
 
     Args:
         peft_model: a ``peft.PeftModel`` holding one or more LoRA adapters.
+        batched: its agents may sample and update in one batch
+            (:mod:`comlrl.algos.rollout.shared_base`,
+            :func:`~comlrl.algos.training.update.policy.update_adapters`).
     """
 
-    def __init__(self, peft_model: Any) -> None:
+    def __init__(self, peft_model: Any, *, batched: bool = True) -> None:
         self.peft_model = peft_model
+        self.batched = bool(batched)
+        #: objects the samplers keep per base between calls (the batched sampler).
+        self.cache: dict[Any, Any] = {}
         #: the injected ``transformers`` model (LoRA layers in place of the targeted linears).
         self.hf_model = peft_model.get_base_model()
         self.lock = threading.RLock()
@@ -102,6 +113,44 @@ class SharedBase:
             self.active = name
 
     @contextlib.contextmanager
+    def row_adapters(self, names: Sequence[str]) -> Iterator[None]:
+        """Hold the lock; inside the block, every LoRA layer of the base runs the rows of a
+        batch of ``n`` rows in ``len(names)`` equal contiguous blocks, block ``i`` through
+        adapter ``names[i]`` (peft's ``adapter_names`` argument of its LoRA layers, passed
+        by forward pre-hooks, so the bare decoder gets it too).
+
+        Raises (inside the block's forward calls):
+            ValueError: a batch whose rows do not split into ``len(names)`` blocks.
+        """
+        from peft.tuners.lora import LoraLayer
+
+        blocks = list(names)
+
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            x = args[0] if args else kwargs["x"]
+            n = x.shape[0]
+            if n % len(blocks):
+                raise ValueError(
+                    f"a batch of {n} rows does not split into {len(blocks)} adapter blocks"
+                )
+            per = n // len(blocks)
+            return args, {**kwargs, "adapter_names": [blocks[i // per] for i in range(n)]}
+
+        with self.lock:
+            layers = [m for m in self.hf_model.modules() if isinstance(m, LoraLayer)]
+            handles = [
+                nn.Module.register_forward_pre_hook(m, hook, with_kwargs=True)  # type: ignore[arg-type]
+                for m in layers
+            ]
+            try:
+                yield
+            finally:
+                for h in handles:
+                    h.remove()
+
+    @contextlib.contextmanager
     def adapters_disabled(self) -> Iterator[None]:
         """Hold the lock and run the plain base (all adapters off) inside the block."""
         with self.lock:
@@ -129,6 +178,8 @@ class LoraPolicy(nn.Module):
     """
 
     is_lora_policy = True
+    #: ``get_decoder`` runs the decoder with this agent's adapter (the fused log-prob path).
+    selects_adapters = True
 
     def __init__(
         self, shared: SharedBase, adapter_name: str, *, merge_on_save: bool = False
@@ -172,6 +223,21 @@ class LoraPolicy(nn.Module):
         with self.shared.lock:
             self.shared.activate(self.adapter_name)
             return self.shared.hf_model(*args, **kwargs)
+
+    @property
+    def adapter_layout(self) -> tuple[str]:
+        """The adapter of every row: this agent's (one block; see :class:`AdapterBatch`)."""
+        return (self.adapter_name,)
+
+    def get_decoder(self) -> _Decoder:
+        """The base's decoder (no LM head) with this agent's adapter, under the lock."""
+        return _Decoder(self.shared, lambda: self._active())
+
+    @contextlib.contextmanager
+    def _active(self) -> Iterator[None]:
+        with self.shared.lock:
+            self.shared.activate(self.adapter_name)
+            yield
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """``model.generate`` with this agent's adapter (the lock is held throughout)."""
@@ -275,6 +341,105 @@ class LoraPolicy(nn.Module):
             )
 
 
+class AdapterBatch(nn.Module):
+    """Several agents' adapters on one base, one batch: the rows of every call split into
+    ``A`` equal contiguous blocks, block ``i`` through adapter ``names[i]``.
+
+    Calls like the ``transformers`` causal LM (``model(input_ids=..., ...)``); attributes
+    it does not define are the base's. :meth:`parameters` yields the adapters' ``A``/``B``
+    matrices. Forward calls go through peft's mixed-adapter batches
+    (:meth:`SharedBase.row_adapters`); the fast decode step reads :attr:`adapter_layout`
+    and applies each block's adapter itself
+    (:mod:`comlrl.algos.rollout.sampling.fast_decode.lora`).
+
+    Args:
+        shared: the base.
+        names: the adapter of each block of rows, in row order.
+
+    Raises:
+        ValueError: no names, or a name the base has no adapter for.
+    """
+
+    selects_adapters = True
+
+    def __init__(self, shared: SharedBase, names: Sequence[str]) -> None:
+        super().__init__()
+        if not names:
+            raise ValueError("AdapterBatch needs at least one adapter name")
+        self.peft_model = shared.peft_model  # registered: .to()/.train() reach the base
+        self.names = tuple(names)
+        object.__setattr__(self, "shared", shared)
+        for name in self.names:
+            shared.adapter_parameters(name)  # fails early for an unknown name
+
+    @classmethod
+    def of(cls, policies: Sequence[Any]) -> AdapterBatch:
+        """The batch of the agents ``policies`` (:class:`LoraPolicy` views of one base).
+
+        Raises:
+            ValueError: a policy that is not a LoRA view, or views of different bases.
+        """
+        if not policies or not all(getattr(p, "is_lora_policy", False) for p in policies):
+            raise ValueError("AdapterBatch.of takes LoraPolicy views (LoRA agents) only")
+        shared = policies[0].shared
+        if any(p.shared is not shared for p in policies):
+            raise ValueError(
+                "AdapterBatch.of: the agents are adapters of different bases; only agents on "
+                "one shared base (lora.shared_base: true) run in one batch"
+            )
+        return cls(shared, [p.adapter_name for p in policies])
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or "peft_model" not in self.__dict__.get("_modules", {}):
+                raise
+            return getattr(self.shared.hf_model, name)
+
+    @property
+    def adapter_layout(self) -> tuple[str, ...]:
+        """The adapter of each block of rows."""
+        return self.names
+
+    def named_parameters(  # type: ignore[override]
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Parameter]]:
+        """The adapters' parameters, adapter by adapter."""
+        for name in self.names:
+            for qual, p in self.shared.adapter_parameters(name):
+                yield (f"{prefix}.{qual}" if prefix else qual), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:  # type: ignore[override]
+        """The adapters' parameters."""
+        for _, p in self.named_parameters():
+            yield p
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The base model's forward, each block of rows through its adapter."""
+        with self.shared.row_adapters(self.names):
+            return self.shared.hf_model(*args, **kwargs)
+
+    def get_decoder(self) -> _Decoder:
+        """The base's decoder with each block of rows through its adapter."""
+        return _Decoder(self.shared, lambda: self.shared.row_adapters(self.names))
+
+
+class _Decoder:
+    """The base's decoder called inside a context that selects the adapters."""
+
+    def __init__(
+        self, shared: SharedBase, select: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
+        self.shared, self.select = shared, select
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.select():
+            return self.shared.hf_model.get_decoder()(*args, **kwargs)
+
+    __call__ = forward
+
+
 class LoraReference:
     """The KL reference of a LoRA agent: its base model with every adapter disabled.
 
@@ -282,12 +447,22 @@ class LoraReference:
     device).
     """
 
+    selects_adapters = True
+
     def __init__(self, policy: LoraPolicy) -> None:
         self.policy = policy
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self.policy.disable_adapter():
             return self.policy.shared.hf_model(*args, **kwargs)
+
+    def get_decoder(self) -> _Decoder:
+        """The base's decoder with every adapter disabled."""
+        return _Decoder(self.policy.shared, self.policy.disable_adapter)
+
+    def get_output_embeddings(self) -> Any:
+        """The base's LM head."""
+        return self.policy.shared.hf_model.get_output_embeddings()
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """The base model's parameters (frozen)."""

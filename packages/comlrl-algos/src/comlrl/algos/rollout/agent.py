@@ -232,18 +232,35 @@ class HFAgent:
             token ids, behaviour log-probs) and their padded
             :class:`~comlrl.algos.records.PolicyBatch` on the model's device.
         """
-        generator: torch.Generator | list[torch.Generator] | None = self.generator
-        if keys is not None:
-            if self.backend != "native":
-                raise ValueError(
-                    f"agent {self.name!r}: prompt-keyed sampling (sampling_rng='prompt') needs "
-                    "backend='native'; model.generate and vLLM draw from one stream."
-                )
-            if len(keys) != len(prompts):
-                raise ValueError(
-                    f"agent {self.name!r}: {len(keys)} keys for {len(prompts)} prompts"
-                )
-            generator = [torch.Generator(device=self.device).manual_seed(int(k)) for k in keys]
+        generator = self.streams(len(prompts), keys)
+        texts, input_ids, attention_mask = self.encode(prompts)
+        ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, generator)
+        return self.collect(texts, input_ids, attention_mask, ids, logp, params)
+
+    def streams(
+        self, num_prompts: int, keys: Sequence[int] | None = None
+    ) -> torch.Generator | list[torch.Generator] | None:
+        """The random streams of a call over ``num_prompts`` prompts: the agent's own
+        (:meth:`seed`), or with ``keys`` one stream per prompt seeded by its key.
+
+        Raises:
+            ValueError: ``keys`` with a backend other than ``"native"``, or not one per
+                prompt.
+        """
+        if keys is None:
+            return self.generator
+        if self.backend != "native":
+            raise ValueError(
+                f"agent {self.name!r}: prompt-keyed sampling (sampling_rng='prompt') needs "
+                "backend='native'; model.generate and vLLM draw from one stream."
+            )
+        if len(keys) != num_prompts:
+            raise ValueError(f"agent {self.name!r}: {len(keys)} keys for {num_prompts} prompts")
+        return [torch.Generator(device=self.device).manual_seed(int(k)) for k in keys]
+
+    def encode(self, prompts: Sequence[Prompt]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """The rendered texts (:meth:`render`) and their left-padded ``[N, S]`` token ids
+        and attention mask on the model's device."""
         texts = self.render(prompts)
         # A chat template writes its own special tokens (BOS, role markers) into the text.
         enc = self.tokenizer(
@@ -252,9 +269,20 @@ class HFAgent:
             padding=True,
             add_special_tokens=self.prompt_format != "chat",
         )
-        input_ids = enc["input_ids"].to(self.device)
-        attention_mask = enc["attention_mask"].to(self.device)
-        ids, logp = self.generation_backend.sample(input_ids, attention_mask, params, generator)
+        return texts, enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    def collect(
+        self,
+        texts: Sequence[str],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        ids: torch.Tensor,
+        logp: torch.Tensor,
+        params: SamplingParams,
+    ) -> AgentSamples:
+        """The samples of a call: its prompts (:meth:`encode`) and the backend's
+        completion ids ``[B, L]`` and behaviour log-probs ``[B, L]`` (recomputed with the
+        training model where the backend asks for it or left them unmeasured)."""
         batch = policy_batch(
             input_ids, attention_mask, ids, logp, self.eos_token_ids, params.num_generations
         )

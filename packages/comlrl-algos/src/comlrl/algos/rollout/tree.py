@@ -2,7 +2,7 @@
 
 :func:`rollout` is the first stage of every on-policy recipe. Per turn it makes one
 batched sampling call per agent over all nodes of that turn (every example, every open
-branch), scores every joint action with one batched reward call, and asks the environment
+branch; agents that are LoRA adapters of one base share one call), scores every joint action with one batched reward call, and asks the environment
 for the next prompts of the joint actions whose episode goes on. The tree is expanded
 breadth-first; returns are computed at the end by
 :func:`comlrl.estimators.returns.tree_returns`. Nothing is left on the agents or the caller:
@@ -22,6 +22,7 @@ import torch
 from comlrl.algos.records import AgentSamples, Rollout, TurnRollout, flat_texts
 from comlrl.algos.rollout.environment import Branch, Environment
 from comlrl.algos.rollout.sampling.collate import collate_completions
+from comlrl.algos.rollout.shared_base import sample_together, sampling_units
 from comlrl.algos.rollout.tool_calls import sample_with_tools
 from comlrl.algos.rollout.toolbox import ToolBox
 from comlrl.core import Agent, Feedback, JointAction, SamplingParams, check_rewards
@@ -170,8 +171,10 @@ def rollout(
         env: prompts, reward and transition (:mod:`comlrl.algos.rollout.environment`).
         params: sampling settings; ``G = params.num_generations``.
         tree: turns, discount, termination and branching.
-        map_agents: ``map_agents(fn, A) -> [fn(0), ..., fn(A-1)]``; pass a concurrent
-            one (:class:`comlrl.algos.training.update.agents.AgentPool`) to sample agents in parallel.
+        map_agents: ``map_agents(fn, n) -> [fn(0), ..., fn(n-1)]`` over the turn's sampling
+            calls (one per agent, or one for agents that are adapters of one base:
+            :func:`~comlrl.algos.rollout.shared_base.sampling_units`); pass a concurrent
+            one (:class:`comlrl.algos.training.update.agents.AgentPool`) to sample them in parallel.
         rng: random stream for ``branch_select="random"``.
         sample_keys: one seed per example for prompt-keyed sampling: agent ``a`` draws
             the completions of the ``j``-th node of example ``p`` at turn ``t`` from a
@@ -202,6 +205,9 @@ def rollout(
     k = len(idx_rows)
     timings = {"generate_s": 0.0, "reward_s": 0.0, "transition_s": 0.0}
     toolboxes: tuple[ToolBox | None, ...] = tuple(getattr(env, "toolboxes", ()) or ())
+    # the sampling calls of a turn: one per agent, or one for agents that are adapters of
+    # one base (rollout/shared_base.py)
+    units = sampling_units(agents, toolboxes, keyed=sample_keys is not None)
     nodes: list[tuple[int, Branch]] = [(p, env.root(ex)) for p, ex in enumerate(examples)]
     parents = [-1] * len(nodes)
     turns: list[dict[str, Any]] = []
@@ -216,13 +222,25 @@ def rollout(
                 seen[p] = seen.get(p, 0) + 1
 
         def sample(
-            a: int, nodes: list[tuple[int, Branch]] = nodes, node_keys: list[int] | None = node_keys
-        ) -> AgentSamples:
-            keys = [derive_seed(k, a) for k in node_keys] if node_keys is not None else None
+            u: int, nodes: list[tuple[int, Branch]] = nodes, node_keys: list[int] | None = node_keys
+        ) -> list[AgentSamples]:
+            unit = units[u]
+            keys = [
+                [derive_seed(k, a) for k in node_keys] if node_keys is not None else None
+                for a in unit
+            ]
+            prompts = [[b.prompts[a] for _, b in nodes] for a in unit]
+            if len(unit) > 1:  # adapters of one base: one batch (rollout/shared_base.py)
+                together = keys if node_keys is not None else None
+                return sample_together([agents[a] for a in unit], prompts, params, together)
+            a = unit[0]
             box = toolboxes[a] if a < len(toolboxes) else None
-            return sample_agent(agents[a], [b.prompts[a] for _, b in nodes], params, keys, box)
+            return [sample_agent(agents[a], prompts[0], params, keys[0], box)]
 
-        samples: list[AgentSamples] = map_agents(sample, num_agents)
+        samples: list[AgentSamples] = [None] * num_agents  # type: ignore[list-item]
+        for unit, got in zip(units, map_agents(sample, len(units)), strict=True):
+            for a, s in zip(unit, got, strict=True):
+                samples[a] = s
         t1 = time.perf_counter()
         texts = flat_texts(samples, joint_index)  # [A][N * K]
         flat_examples = [examples[p] for p, _ in nodes for _ in range(k)]

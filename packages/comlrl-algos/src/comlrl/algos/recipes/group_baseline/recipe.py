@@ -31,8 +31,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from comlrl.algos.models.gradient_sync import GradientSync, full_weights, wrap_model
-from comlrl.algos.models.lora import model_key
+from comlrl.algos.models.gradient_sync import (
+    GradientSync,
+    full_state_dicts,
+    full_weights,
+    wrap_model,
+)
 from comlrl.algos.models.ranks import (
     all_reduce_flag,
     barrier,
@@ -66,13 +70,18 @@ from comlrl.algos.training.run.lifecycle import run_record
 from comlrl.algos.training.run.outputs import RunOutputs
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.run.summary import summary_line
-from comlrl.algos.training.update.agents import AgentPool, build_optimizer
+from comlrl.algos.training.update.agents import build_optimizer
 from comlrl.algos.training.update.grad_norms import grad_norm_ratio
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
-from comlrl.algos.training.update.placement import agent_seed, place_agents
+from comlrl.algos.training.update.placement import agent_pools, agent_seed, place_agents
 from comlrl.algos.training.update.policy import UpdateSettings, split_terms
 from comlrl.algos.training.update.settings import update_settings
-from comlrl.algos.training.update.shared_models import sharing_groups, update_sharers
+from comlrl.algos.training.update.shared_models import (
+    adapter_groups,
+    sharing_groups,
+    update_adapter_group,
+    update_sharers,
+)
 from comlrl.core import SamplingParams, Task
 from comlrl.estimators.registry import ESTIMATORS
 
@@ -285,20 +294,9 @@ class GroupBaselineRecipe:
         self.update_settings = (
             update if update is not None else update_settings(config, self.agents)
         )
-        # Agents run concurrently when that can help: CPU with an intra-op thread per agent,
-        # or one device per agent. Concurrent sampling needs per-agent random streams;
-        # agents on one base (same model object, or LoRA adapters of one shared base) are
-        # updated one after another.
-        cpu = all(d.type == "cpu" for d in devices)
-        concurrent = (
-            config.parallel_agents
-            and n > 1
-            and (torch.get_num_threads() >= n if cpu else len({str(d) for d in devices}) == n)
+        self.sample_pool, self.update_pool = agent_pools(
+            self.agents, devices, parallel=config.parallel_agents, world_size=self.world_size
         )
-        own_streams = all(getattr(a, "generator", None) is not None for a in self.agents)
-        distinct = len({model_key(a.model) for a in self.agents}) == n
-        self.sample_pool = AgentPool(n, concurrent and own_streams, cpu=cpu)
-        self.update_pool = AgentPool(n, concurrent and distinct and self.world_size == 1, cpu=cpu)
         self.rng = random.Random(config.seed)
 
     @classmethod
@@ -484,21 +482,30 @@ class GroupBaselineRecipe:
         returns each agent's metrics. Agents that share one model object take one step on
         the sum of their losses (one set of optimizer moments, the first sharer's
         optimizer); each reports that step's loss and grad norm and its own completions'
-        KL/clip/ratio (:mod:`comlrl.algos.training.update.shared_models`). ``extra`` adds a
-        loss term to a sharing group's step (:data:`ExtraLoss`)."""
+        KL/clip/ratio (:mod:`comlrl.algos.training.update.shared_models`); LoRA adapters
+        of one batching base take one forward and backward per micro-batch together, each
+        stepping its own optimizer. ``extra`` adds a loss term to a sharing group's step
+        (:data:`ExtraLoss`)."""
         cfg = self.config
         chunk_nodes = cfg.update_chunk_nodes if isinstance(cfg, TrainConfig) else None
-        groups = {g[0]: g for g in sharing_groups([agent.model for agent in self.agents])}
+        models = [agent.model for agent in self.agents]
+        groups = {g[0]: g for g in sharing_groups(models)}
+        together = chunk_nodes is None and self.syncs is None and extra is None
+        batched = {g[0]: g for g in adapter_groups(models)} if together else {}
+        in_batch = {m for g in batched.values() for m in g[1:]}
+        # no reference in the update when the KL is in the reward
+        refs = self.ref_models if self.update_settings.kl_coef > 0 else None
 
         def update(a: int) -> dict[int, dict[str, float]]:
+            if a in batched:
+                return update_adapter_group(
+                    models, self.optimizers, ro, adv, batched[a], self.update_settings,
+                    ref_models=refs,
+                )  # fmt: skip
             members = groups.get(a)
-            if members is None:  # another agent's update steps this model
+            if members is None or a in in_batch:  # another agent's update steps this model
                 return {}
-            ref_model = (  # no reference in the update when the KL is in the reward
-                self.ref_models[a]
-                if self.ref_models is not None and self.update_settings.kl_coef > 0
-                else None
-            )
+            ref_model = refs[a] if refs is not None else None
             sync = self.syncs[a] if self.syncs is not None else None
             if chunk_nodes is not None:  # 1.4.3's schedule: chunks of tree nodes
                 assert isinstance(cfg, TrainConfig)
@@ -576,7 +583,7 @@ class GroupBaselineRecipe:
         """Write every agent to ``output_dir/<tag>/agent_<i>`` (Hugging Face format,
         atomically). Data parallel: every rank calls this (``fsdp2`` gathers the weights to
         rank 0); rank 0 writes, the others return ``[]``."""
-        states = self._full_model_states()
+        states = full_state_dicts(self.syncs, len(self.agents))
         if not self.is_main:
             return []
         return [
@@ -587,17 +594,6 @@ class GroupBaselineRecipe:
     def save_final(self, path: Path) -> list[Path]:
         """The trained agents in ``path`` (``final/``), as :meth:`save` writes them."""
         return self.save(Path(path).name)
-
-    def _full_model_states(self) -> list[dict[str, torch.Tensor] | None]:
-        """Per agent the gathered full state dict (``fsdp2``; a collective), else ``None``:
-        the model's own ``state_dict()`` is whole."""
-        if self.syncs is None:
-            return [None] * len(self.agents)
-        gathered: dict[int, dict[str, torch.Tensor] | None] = {}
-        for sync in self.syncs:  # the same order on every rank; a shared model is gathered once
-            if id(sync) not in gathered:
-                gathered[id(sync)] = sync.model_state_dict()
-        return [gathered[id(sync)] for sync in self.syncs]
 
     def generators(self) -> list[torch.Generator | None]:
         """Each agent's own sampling stream (``None`` where it draws from torch's)."""
@@ -641,7 +637,7 @@ class GroupBaselineRecipe:
             if path is not None
             else ckpt.step_checkpoint_path(self.output_dir, self.global_step)
         )
-        models = self._full_model_states()
+        models = full_state_dicts(self.syncs, len(self.agents))
         state = self.capture_state()
         if not self.is_main:
             return path

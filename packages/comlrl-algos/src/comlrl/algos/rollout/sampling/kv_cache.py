@@ -5,6 +5,9 @@ cache each time; :func:`preallocate_cache` swaps its plain full-attention layers
 buffers sized once per batch. :class:`HFDecodeStepper` feeds one token per row through the
 model's own ``forward`` with that cache and a prepared 4D mask; it is the fallback decode
 step for models :class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder` does not cover.
+:class:`StaticCacheStepper` is its fixed-shape twin over ``transformers``' ``StaticCache``
+(every step the same shapes, the slot read on the device), the model-forward step of
+:class:`~comlrl.algos.rollout.sampling.decode_loop.StaticDecodeLoop`, whose CUDA graph holds it.
 
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``H`` heads,
 ``D`` head size, ``V`` vocabulary.
@@ -18,7 +21,13 @@ import torch
 from comlrl.algos.models.hf_cache import cache_kwargs
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["HFDecodeStepper", "PreallocatedLayer", "preallocate_cache"]
+__all__ = [
+    "HFDecodeStepper",
+    "PreallocatedLayer",
+    "StaticCacheStepper",
+    "preallocate_cache",
+    "static_cache_unsupported",
+]
 
 
 class HFDecodeStepper:
@@ -105,3 +114,94 @@ def preallocate_cache(cache: Any, capacity: int) -> None:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if type(layer) is DynamicLayer and keys is not None and values is not None and keys.numel():
             layers[i] = PreallocatedLayer(keys, values, capacity)
+
+
+def static_cache_unsupported(model: Any, cache: Any) -> str | None:
+    """Why :class:`StaticCacheStepper` cannot continue ``cache`` (a prefill's
+    ``DynamicCache``) for ``model``, or ``None`` when it can: every layer must be a plain
+    full-attention layer on both sides (no sliding windows, no other cache types)."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return f"the prefill cache is a {type(cache).__name__} without layers"
+    if any(type(layer) is not DynamicLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers})
+        return f"the prefill cache has {kinds} layers (only full-attention layers are static)"
+    try:
+        from transformers.cache_utils import StaticCache, StaticLayer
+
+        static = StaticCache(config=model.config, max_cache_len=1)
+    except Exception as err:  # an older transformers, or a config it cannot read
+        return f"transformers' StaticCache is not available here ({type(err).__name__}: {err})"
+    if len(static.layers) != len(layers) or any(type(x) is not StaticLayer for x in static.layers):
+        return "the model's static cache has layers other than full attention"
+    return None
+
+
+class StaticCacheStepper:
+    """Fixed-shape one-token steps through ``model(...)`` with ``transformers``' ``StaticCache``.
+
+    Takes the prefill cache over ``P`` prompts, repeats it for the ``G`` rows of each
+    prompt into a ``StaticCache`` of ``capacity`` positions, and keeps a 4D boolean mask
+    over all of them (the completion slots open one per step). :meth:`static_forward` reads
+    the slot from a device tensor and the cache writes at its own device-side position,
+    so a step has fixed shapes and no host synchronisation (check first with
+    :func:`static_cache_unsupported`).
+
+    Args:
+        model: the causal LM (or an adapter view of one: any callable taking the
+            ``transformers`` forward arguments).
+        cache: the prefill's ``DynamicCache`` (layers with ``keys``/``values``
+            ``[P, Hkv, S, D]``).
+        prompt_mask: ``[P, S]`` attention mask of the prompts.
+        g: ``G`` rows per prompt (``B = P * G``, prompt-major).
+        capacity: ``S + L``, the positions of the static cache.
+        next_pos: ``[B, 1]`` position id of each row's first fed token.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        cache: Any,
+        prompt_mask: torch.Tensor,
+        g: int,
+        capacity: int,
+        next_pos: torch.Tensor,
+    ) -> None:
+        from transformers.cache_utils import StaticCache
+
+        p, s = prompt_mask.shape
+        static = StaticCache(config=model.config, max_cache_len=capacity)
+        layer: Any  # a StaticLayer (checked by static_cache_unsupported)
+        for layer, src in zip(static.layers, cache.layers, strict=True):
+            keys = src.keys.repeat_interleave(g, dim=0)
+            values = src.values.repeat_interleave(g, dim=0)
+            layer.lazy_initialization(keys, values)
+            layer.keys[:, :, :s] = keys
+            layer.values[:, :, :s] = values
+            if hasattr(layer, "cumulative_length"):  # writes at its own device-side count
+                layer.cumulative_length.fill_(s)
+        self._positioned = not hasattr(static.layers[0], "cumulative_length")
+        self.model, self.cache = model, static
+        self.mask4d = torch.zeros(
+            p * g, 1, 1, capacity, dtype=torch.bool, device=prompt_mask.device
+        )
+        self.mask4d[:, 0, 0, :s] = prompt_mask.bool().repeat_interleave(g, dim=0)
+        self.start, self.prefix = next_pos, s
+
+    def static_forward(self, tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """Feed ``tokens [B]`` at completion slot ``slot`` (``[1]`` int64, ``t`` for the
+        ``t``-th fed token); return the next logits ``[B, V]``."""
+        position = slot + self.prefix
+        self.mask4d.index_fill_(-1, position, True)
+        extra: dict[str, Any] = {}
+        if self._positioned:  # transformers < 5.24: the layers write at cache_position
+            extra["cache_position"] = position
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask4d,
+            position_ids=self.start + slot,
+            **cache_kwargs(self.model, self.cache),
+            use_cache=True,
+            **extra,
+        )
+        return out.logits[:, -1]  # type: ignore[no-any-return]

@@ -16,11 +16,16 @@ matching what the training forward recomputes, so the PPO ratio of the first upd
 when a filter is on). The update treats the filtered sampler as the full tempered
 policy: the filter's truncation is a fixed part of sampling, not of the policy optimised.
 
-On CPU with float32 logits, each token's sampling (filters, draw, log-prob, EOS
-bookkeeping) is one call of :func:`comlrl.kernels.sample_tokens` with the uniforms drawn
-here by :func:`draw_uniforms` exactly as :func:`sample_next` draws them (same streams,
-same calls), so the two paths give the same tokens except where a uniform falls within
-float rounding of a CDF boundary; :func:`sample_next` serves everything else.
+Two decode loops follow the prefill. The eager loop looks at every token on the host
+(EOS, stop hooks); on CPU with float32 logits each of its tokens' sampling (filters, draw,
+log-prob, EOS bookkeeping) is one call of :func:`comlrl.kernels.sample_tokens` with the
+uniforms drawn by :func:`~comlrl.algos.rollout.sampling.draw.draw_uniforms` exactly as
+:func:`~comlrl.algos.rollout.sampling.draw.sample_next` draws them (same streams, same calls),
+so the two give the same tokens except where a uniform falls within float rounding of a
+CDF boundary; ``sample_next`` serves everything else. The fixed-shape loop
+(:class:`~comlrl.algos.rollout.sampling.decode_loop.StaticDecodeLoop`, the default on CUDA)
+runs the whole step on the device over a static KV cache and replays it as a CUDA graph,
+drawing the same uniforms: the same tokens as the eager loop.
 
 Named axes: ``P`` prompts, ``G`` completions per prompt, ``B = P * G`` rows, ``S`` padded
 prompt length, ``L`` completion tokens, ``V`` vocabulary.
@@ -36,8 +41,21 @@ from typing import Any
 import torch
 from comlrl.algos.models.hf_cache import output_cache
 from comlrl.algos.models.threads import small_model_threads
+from comlrl.algos.rollout.sampling.decode_loop import CHECK_EVERY, StaticDecodeLoop
+from comlrl.algos.rollout.sampling.draw import (
+    StreamBlocks,
+    Streams,
+    draw_uniforms,
+    rewind_blocks,
+    sample_next,
+    stream_states,
+)
 from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
-from comlrl.algos.rollout.sampling.kv_cache import HFDecodeStepper
+from comlrl.algos.rollout.sampling.kv_cache import (
+    HFDecodeStepper,
+    StaticCacheStepper,
+    static_cache_unsupported,
+)
 from comlrl.core import SamplingParams
 from comlrl.kernels import token_logprobs
 
@@ -48,14 +66,15 @@ except ImportError:  # pragma: no cover - depends on the installed build
     sample_tokens_unavailable = None  # type: ignore[assignment]
 
 __all__ = [
+    "DECODE_LOOPS",
     "FAST_DECODE_RTOL",
     "NativeSampler",
     "decode_threads",
-    "draw_uniforms",
-    "filtered_scores",
     "hf_generate",
-    "sample_next",
 ]
+
+#: The decode loops :class:`NativeSampler` takes (``decode_loop``).
+DECODE_LOOPS = ("auto", "static", "eager")
 
 #: Relative tolerance (of the largest |logit|) for the once-per-agent check that the fast
 #: decode step matches the model's own forward, per dtype. Float rounding differences are
@@ -89,10 +108,21 @@ class NativeSampler:
             :class:`FastDecoder`; a model it does not support, or whose first fast step
             disagrees with its own forward (tolerance :data:`FAST_DECODE_RTOL`), decodes
             through ``model(...)`` and :attr:`fast_decode_status` says why.
-        cuda_graphs: on a CUDA device, replay the fast decode step as a CUDA graph (see
-            :class:`FastDecoder`; same tokens and log-probs to float rounding, one graph
-            launch per token instead of a few hundred kernel launches). Ignored elsewhere.
+        cuda_graphs: on a CUDA device, decode with the fixed-shape loop and replay its
+            whole step (forward, sampling, log-probs, EOS and stop bookkeeping) as one CUDA
+            graph per token (:class:`~comlrl.algos.rollout.sampling.decode_loop.StaticDecodeLoop`;
+            the same tokens from the same random numbers). Ignored elsewhere.
+        decode_loop: ``"auto"`` (default): the fixed-shape loop on CUDA devices when
+            ``cuda_graphs``, the eager loop elsewhere; ``"static"``: the fixed-shape loop on
+            any device (its step captured only on CUDA with ``cuda_graphs``; this is how the
+            CPU tests run the graph's step); ``"eager"``: the eager loop (a host check per
+            token). :attr:`decode_loop_status` says which loop the last call used and why.
+        check_every: steps between the fixed-shape loop's looks at the rows (see
+            :class:`~comlrl.algos.rollout.sampling.decode_loop.StaticDecodeLoop`).
         name: used in warnings.
+
+    Raises:
+        ValueError: an unknown ``decode_loop``.
     """
 
     def __init__(
@@ -103,16 +133,29 @@ class NativeSampler:
         eos_token_ids: Sequence[int],
         fast_decode: bool = True,
         cuda_graphs: bool = True,
+        decode_loop: str = "auto",
+        check_every: int = CHECK_EVERY,
         name: str = "agent",
     ) -> None:
+        if decode_loop not in DECODE_LOOPS:
+            raise ValueError(
+                f"agent {name!r}: decode_loop must be one of {list(DECODE_LOOPS)}, got {decode_loop!r}"
+            )
         self.model = model
         self.cuda_graphs = bool(cuda_graphs)
+        self.decode_loop = decode_loop
+        self.check_every = int(check_every)
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.fast_decode = bool(fast_decode)
         self.name = name
         #: ``"unchecked"``, ``"on"`` (checked against the model's forward), or why it is off.
         self.fast_decode_status = "unchecked" if self.fast_decode else "off: fast_decode=False"
+        #: the loop of the last call: ``"static (CUDA graph)"``, ``"static"``, or
+        #: ``"eager: <why>"``; ``"unused"`` before the first call.
+        self.decode_loop_status = "unused"
+        #: why the step is no longer captured (a capture failed once), else ``None``.
+        self.graph_off: str | None = None
 
     def _fast_decoder(self, max_length: int) -> FastDecoder | None:
         """The lean decode step for this batch, or ``None`` to use ``model(...)``."""
@@ -147,6 +190,35 @@ class NativeSampler:
         )
         return ref
 
+    def _static_forward(
+        self,
+        cache: Any,
+        attention_mask: torch.Tensor,
+        g: int,
+        next_pos: torch.Tensor,
+        params: SamplingParams,
+    ) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], FastDecoder | None] | str:
+        """The fixed-shape step of this batch and the decoder to release after it, or why
+        the eager loop decodes it."""
+        device = attention_mask.device
+        if self.decode_loop == "eager":
+            return "decode_loop='eager'"
+        if self.decode_loop == "auto" and not (device.type == "cuda" and self.cuda_graphs):
+            return "the fixed-shape loop serves CUDA devices with cuda_graphs (decode_loop='auto')"
+        total = attention_mask.shape[1] + params.max_new_tokens
+        fast = self._fast_decoder(total)
+        if fast is not None:
+            if self.fast_decode_status == "unchecked":
+                return "the fast decode step is checked against the model's forward first"
+            steps = torch.arange(max(params.max_new_tokens - 1, 1), device=device)
+            fast.start(cache, attention_mask, g, next_pos + steps, total, static=True)
+            return fast.static_step, fast
+        reason = static_cache_unsupported(self.model, cache)
+        if reason is not None:
+            return reason
+        stepper = StaticCacheStepper(self.model, cache, attention_mask, g, total, next_pos)
+        return stepper.static_forward, None
+
     @torch.no_grad()
     def sample(
         self,
@@ -169,15 +241,48 @@ class NativeSampler:
             stop: called after every step with that step's tokens ``[B]``; the rows it
                 returns True for (``[B]`` bool) are finished like an EOS row (their token
                 is kept, padding follows). Tool calls pause rows this way
-                (:mod:`comlrl.algos.rollout.tool_calls`).
+                (:mod:`comlrl.algos.rollout.tool_calls`). The fixed-shape loop calls it
+                every ``check_every`` steps with each of those steps' tokens in order.
 
         Returns:
             completion ids ``[B, L]`` (int64, the pad id after EOS) and behaviour
             log-probs ``[B, L]`` (float32) of the tempered full softmax.
         """
+        ids, logp, _ = self._sample(input_ids, attention_mask, params, generator, stop)
+        return ids, logp
+
+    @torch.no_grad()
+    def sample_blocks(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        params: SamplingParams,
+        streams: StreamBlocks,
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`sample` for a batch of ``n`` equal blocks of prompts with their own
+        random streams (agents sampling together, one block each): per block its
+        completion ids ``[B / n, L_i]`` and log-probs, ``L_i`` the steps its rows alone
+        would have taken, and its streams left where sampling it alone would leave them.
+        """
+        ids, logp, ends = self._sample(input_ids, attention_mask, params, streams, None)
+        rows = ids.shape[0] // len(ends)
+        return [
+            (ids[i * rows : (i + 1) * rows, :n], logp[i * rows : (i + 1) * rows, :n])
+            for i, n in enumerate(ends)
+        ]
+
+    def _sample(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        params: SamplingParams,
+        generator: Streams,
+        stop: Callable[[torch.Tensor], torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Prefill, then the fixed-shape or the eager loop; also per block of streams the
+        steps its rows took."""
         g = params.num_generations
         model = self.model
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=input_ids.device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         out = model(
             input_ids=input_ids,
@@ -187,32 +292,72 @@ class NativeSampler:
             logits_to_keep=1,
         )
         cache = output_cache(out)
-        s = input_ids.shape[1]
-        total = s + params.max_new_tokens
         logits = out.logits[:, -1].repeat_interleave(g, dim=0)
-        b = logits.shape[0]
         next_pos = attention_mask.sum(-1, keepdim=True).repeat_interleave(g, dim=0)
+        static = self._static_forward(cache, attention_mask, g, next_pos, params)
+        if isinstance(static, str):
+            self.decode_loop_status = f"eager: {static}"
+            return self._eager(cache, attention_mask, g, next_pos, logits, params, generator, stop)
+        forward, fast = static
+        capture = self.cuda_graphs and input_ids.device.type == "cuda" and self.graph_off is None
+        loop = StaticDecodeLoop(
+            forward,
+            rows=logits.shape[0],
+            params=params,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            device=input_ids.device,
+            capture=capture,
+            check_every=self.check_every,
+            name=self.name,
+        )
+        try:
+            result = loop.run(logits, generator, stop)
+        finally:
+            loop.release()
+            if fast is not None:
+                fast.release()
+        if loop.capture_status.startswith("failed"):
+            self.graph_off = loop.capture_status
+        graph = capture and self.graph_off is None
+        self.decode_loop_status = "static (CUDA graph)" if graph else "static"
+        return result
+
+    def _eager(
+        self,
+        cache: Any,
+        attention_mask: torch.Tensor,
+        g: int,
+        next_pos: torch.Tensor,
+        logits: torch.Tensor,
+        params: SamplingParams,
+        generator: Streams,
+        stop: Callable[[torch.Tensor], torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """The eager loop: one decode step, one draw and one host check per token."""
+        model = self.model
+        device = attention_mask.device
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
+        s = attention_mask.shape[1]
+        total = s + params.max_new_tokens
+        b = logits.shape[0]
         fast = self._fast_decoder(total)
         check = fast is not None and self.fast_decode_status == "unchecked"
         if fast is not None:
-            steps = torch.arange(max(params.max_new_tokens - 1, 1), device=input_ids.device)
-            fast.start(
-                cache,
-                attention_mask,
-                g,
-                next_pos + steps,
-                total,
-                cuda_graph=self.cuda_graphs and input_ids.device.type == "cuda",
-            )
+            steps = torch.arange(max(params.max_new_tokens - 1, 1), device=device)
+            fast.start(cache, attention_mask, g, next_pos + steps, total)
             step_fn = fast.step
             if not check:
                 cache = None  # the fast decoder holds its own copy
         else:
             step_fn = HFDecodeStepper(model, cache, attention_mask, g, total, next_pos).step
-        done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+        done = torch.zeros(b, dtype=torch.bool, device=device)
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
-        native = _native_sampling(input_ids.device)
+        native = _native_sampling(device)
+        blocks = len(generator.blocks) if isinstance(generator, StreamBlocks) else 1
+        states = stream_states(generator, device) if blocks > 1 else []
+        ends = [params.max_new_tokens] * blocks  # per block: steps until its rows finished
         try:
             for step in range(params.max_new_tokens):
                 if native and logits.dtype == torch.float32:
@@ -239,6 +384,10 @@ class NativeSampler:
                 if stop is not None:
                     done |= stop(token) & ~done
                     all_done = step + 1 < params.max_new_tokens and bool(done.all())
+                if blocks > 1:
+                    for i, over in enumerate(done.view(blocks, -1).all(1).tolist()):
+                        if over and ends[i] == params.max_new_tokens:
+                            ends[i] = step + 1
                 if step + 1 == params.max_new_tokens or all_done:
                     break
                 logits = step_fn(token)
@@ -253,7 +402,12 @@ class NativeSampler:
         finally:
             if fast is not None:
                 fast.release()
-        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1).float()
+        n = len(tokens)
+        if blocks > 1:  # each agent's streams as its own rows' loop would leave them
+            rewind_blocks(generator, states, ends, n, b, device)
+        else:
+            ends = [n]
+        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1).float(), ends
 
 
 @torch.no_grad()
@@ -313,73 +467,6 @@ def hf_generate(
         logits.reshape(b * length, -1), completion_ids.reshape(-1), temperature=params.temperature
     ).view(b, length)
     return completion_ids, logp
-
-
-def filtered_scores(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The scores :func:`sample_next` draws from: ``logits [B, V] / T`` in float32 with
-    the tokens top-k and then top-p drop set to ``-inf``.
-
-    ``softmax`` of them is the truncated, renormalised sampling distribution. Behaviour
-    log-probs are *not* taken from it but from the full ``log_softmax(logits / T)`` (the
-    distribution the update computes; see the module docstring). With float32 logits,
-    ``T = 1`` and no filter the result is ``logits`` itself: do not modify it in place.
-    """
-    scores = logits.float()
-    if params.temperature != 1.0:  # x / 1.0 == x: skip the op (it is per decode step)
-        scores = scores / params.temperature
-    if params.top_k > 0 and params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        # drop a token when the mass before it already reaches top_p (keeps at least one)
-        drop = (cum - sorted_scores.softmax(-1)) >= params.top_p
-        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
-    return scores
-
-
-def sample_next(
-    logits: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | Sequence[torch.Generator] | None = None,
-) -> torch.Tensor:
-    """Sample one token per row from ``logits [B, V]`` with temperature, top-k and top-p.
-
-    ``generator`` is one stream, or ``P`` streams of which stream ``p`` draws the uniforms
-    of rows ``[p * B / P, (p + 1) * B / P)`` (one prompt's ``G`` rows).
-
-    Raises:
-        ValueError: ``B`` is not a multiple of the number of streams.
-    """
-    scores = filtered_scores(logits, params)
-    # Inverse-CDF sampling: one uniform per row and a binary search over the cumulative
-    # probabilities (torch.multinomial draws V exponentials per row, ~10x slower on CPU).
-    cdf = scores.softmax(-1).cumsum(-1)
-    u = draw_uniforms(cdf.shape[0], generator, cdf.device, cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
-
-
-def draw_uniforms(
-    rows: int,
-    generator: torch.Generator | Sequence[torch.Generator] | None,
-    device: torch.device,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """The ``[B, 1]`` uniforms of one sampling step (see :func:`sample_next` for how
-    ``generator``'s streams split the rows); both sampling paths draw through this.
-
-    Raises:
-        ValueError: ``rows`` is not a multiple of the number of streams.
-    """
-    if generator is None or isinstance(generator, torch.Generator):
-        return torch.rand(rows, 1, device=device, dtype=dtype, generator=generator)
-    if not generator or rows % len(generator):
-        raise ValueError(f"{rows} rows cannot be split over {len(generator)} generators")
-    per = rows // len(generator)
-    return torch.cat(
-        [torch.rand(per, 1, device=device, dtype=dtype, generator=g) for g in generator]
-    )
 
 
 def _native_sampling(device: torch.device) -> bool:

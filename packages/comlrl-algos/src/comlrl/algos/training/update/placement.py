@@ -1,6 +1,6 @@
 """Where and how the agents train before their first step (:func:`place_agents`): LoRA
 adapters, each agent's device, its sampling seed (:func:`agent_seed`) and its reference
-model."""
+model; and whether they sample and update side by side (:func:`agent_pools`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from comlrl.algos.models.devices import agent_placement
 from comlrl.algos.models.lora import attach_lora, model_key, reference_model
 from comlrl.algos.rollout.tree import derive_seed
 from comlrl.algos.training.config.rl import ConfigError, RLConfig
-from comlrl.algos.training.update.agents import resolve_device
+from comlrl.algos.training.update.agents import AgentPool, resolve_device
 
-__all__ = ["place_agents", "agent_seed"]
+__all__ = ["place_agents", "agent_seed", "agent_pools"]
 
 
 def place_agents(
@@ -83,3 +83,30 @@ def agent_seed(seed: int, agent: int, rank: int, step: int = 0) -> int:
     if rank == 0 and step == 0:
         return seed * 1_000_003 + agent
     return derive_seed(seed, agent, rank, step)
+
+
+def agent_pools(
+    agents: Sequence[Any], devices: Sequence[torch.device], *, parallel: bool, world_size: int
+) -> tuple[AgentPool, AgentPool]:
+    """The pools the agents sample and update in: concurrent where that can help (CPU with
+    an intra-op thread per agent, or one device per agent, and ``parallel``), sampling only
+    with per-agent random streams, updates only for agents on distinct bases (the same
+    model object, or LoRA adapters of one shared base, update one after another) in one
+    process.
+
+    Returns:
+        ``(sample_pool, update_pool)``.
+    """
+    n = len(agents)
+    cpu = all(d.type == "cpu" for d in devices)
+    concurrent = (
+        parallel
+        and n > 1
+        and (torch.get_num_threads() >= n if cpu else len({str(d) for d in devices}) == n)
+    )
+    own_streams = all(getattr(a, "generator", None) is not None for a in agents)
+    distinct = len({model_key(a.model) for a in agents}) == n
+    return (
+        AgentPool(n, concurrent and own_streams, cpu=cpu),
+        AgentPool(n, concurrent and distinct and world_size == 1, cpu=cpu),
+    )

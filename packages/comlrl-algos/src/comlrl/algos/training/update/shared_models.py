@@ -11,6 +11,11 @@ optimizers are never stepped. Every recipe that updates policies from a rollout 
 through :func:`update_sharers` (group baseline, IAC, MAAC), and critics that share a trunk
 group the same way (:func:`~comlrl.algos.recipes.actor_critic.critic_updates.update_critics`).
 
+Agents that are LoRA adapters of one base (``lora.shared_base``, ``lora.batch_agents``) are
+another kind of group (:func:`adapter_groups`): each keeps its own adapter and optimizer,
+and :func:`update_adapter_group` updates them in one forward and backward per micro-batch
+(:func:`~comlrl.algos.training.update.policy.update_adapters`).
+
 Named axes: ``A`` agents, ``T`` turns of the rollout.
 """
 
@@ -21,12 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.records import Rollout
-from comlrl.algos.training.update.policy import UpdateSettings, split_terms, update_policy
+from comlrl.algos.training.update.policy import (
+    UpdateSettings,
+    split_terms,
+    update_adapters,
+    update_policy,
+)
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
 
-__all__ = ["sharing_groups", "update_sharers"]
+__all__ = ["adapter_groups", "sharing_groups", "update_adapter_group", "update_sharers"]
 
 
 def sharing_groups(objects: Sequence[object]) -> list[list[int]]:
@@ -94,3 +104,53 @@ def update_sharers(
         extra_params=extra_params,
     )
     return split_terms(stats, members)
+
+
+def adapter_groups(models: Sequence[Any]) -> list[list[int]]:
+    """Indices of the agents whose models are LoRA adapters of one base that batches its
+    agents (``lora.batch_agents``), two or more per group, in index order; the groups in
+    order of their first index (the group's *leader*, which runs the update)."""
+    groups: dict[int, list[int]] = {}
+    for i, model in enumerate(models):
+        shared = getattr(model, "shared", None)
+        if getattr(type(model), "is_lora_policy", False) and getattr(shared, "batched", False):
+            groups.setdefault(id(shared), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def update_adapter_group(
+    models: Sequence[Any],
+    optimizers: Sequence[torch.optim.Optimizer],
+    ro: Rollout,
+    advantages: Sequence[Sequence[torch.Tensor]],
+    members: Sequence[int],
+    settings: UpdateSettings,
+    *,
+    ref_models: Sequence[Any | None] | None = None,
+) -> dict[int, dict[str, float]]:
+    """The update of the agents ``members`` (a group of :func:`adapter_groups`) on their
+    completions of every turn, in one forward and backward per micro-batch; each agent's
+    own optimizer steps on its own loss.
+
+    Args:
+        models, optimizers: every agent's model and optimizer (indexed by agent).
+        ro: the step's rollout.
+        advantages: per turn ``t``, per agent, ``[N_t * G]`` float advantages.
+        members: the agents of the group.
+        settings: as for :func:`~comlrl.algos.training.update.policy.update_policy`.
+        ref_models: every agent's KL reference (indexed by agent), or ``None``.
+
+    Returns:
+        Per member its metrics, as :func:`update_sharers` returns them for one agent.
+    """
+    turns = range(len(ro.turns))
+    stats = update_adapters(
+        [models[m] for m in members],
+        [optimizers[m] for m in members],
+        [ro.agent_batches(m) for m in members],
+        [[advantages[t][m] for t in turns] for m in members],
+        settings,
+        ref_models=[ref_models[m] for m in members] if ref_models is not None else None,
+        turns=list(turns),
+    )
+    return dict(zip(members, stats, strict=True))

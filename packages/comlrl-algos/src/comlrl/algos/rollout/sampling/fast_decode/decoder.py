@@ -20,14 +20,13 @@ architecture (no adapters, quantized linears, hooks or sliding windows); anythin
 keeps the Hugging Face path. ``HFAgent`` also checks the first decode step of each agent
 against the model's own forward and falls back if they disagree.
 
-On a CUDA device the step can run as one CUDA graph (``start(..., cuda_graph=True)``,
-which :class:`~comlrl.algos.rollout.sampling.native.NativeSampler` asks for by default): the first
-step runs eagerly on a side stream (warm-up), the second is captured and every later step
-replays it, so a step costs one graph launch instead of a few hundred kernel launches. A
-graph needs fixed shapes, so that mode keeps a zero-initialised cache of every future
-position and masks the positions not yet written with ``-inf`` (the same softmax as the
-growing cache: ``exp(-inf) = 0``); ``static=True`` runs that fixed-shape step without a
-graph (any device), which is how the CPU tests check it.
+The fixed-shape step (``start(..., static=True)``, then :meth:`FastDecoder.static_step`)
+keeps a zero-initialised cache of every future position and masks the positions not yet
+written with ``-inf`` (the same softmax as the growing cache: ``exp(-inf) = 0``), and reads
+its completion slot from a device tensor: every step has the same shapes and launches the
+same kernels with no host synchronisation, so the whole decode step (with sampling) can be
+captured once as a CUDA graph and replayed
+(:class:`~comlrl.algos.rollout.sampling.decode_loop.StaticDecodeLoop`).
 
 Maths (per layer, one new token per row, Touvron et al. 2023 / Qwen2 technical report):
 ``h += o(attn(rope(q(n1(h))), rope(k(n1(h))), v(n1(h))))`` and
@@ -50,12 +49,15 @@ from comlrl.algos.rollout.sampling.fast_decode.layers import DecodeLayer, rms_no
 from comlrl.algos.rollout.sampling.fast_decode.linears import (
     FUSE_MAX_ELEMENTS,
     Linear,
+    adapted,
     apply_linear,
     apply_linears,
     as_linear,
     fused,
 )
+from comlrl.algos.rollout.sampling.fast_decode.lora import base_linear, is_lora_layer, lora_delta
 from comlrl.algos.rollout.sampling.fast_decode.support import (
+    adapter_layout,
     unsupported_reason,
 )
 
@@ -114,7 +116,6 @@ class FastDecoder:
         capacity: int,
         *,
         static: bool = False,
-        cuda_graph: bool = False,
         native: bool = True,
     ) -> None:
         """Take the prefill's KV cache and get ready for :meth:`step`.
@@ -130,16 +131,13 @@ class FastDecoder:
                 to :meth:`step`, in order.
             capacity: ``S + T``, the cache length to preallocate.
             static: run every step with the same tensor shapes (attention over all
-                ``capacity`` positions, the unwritten ones masked); same logits to float
-                rounding, a little more arithmetic.
-            cuda_graph: ``static``, and replay the step as a CUDA graph from the second
-                step on (a CUDA device only).
+                ``capacity`` positions, the unwritten ones masked; :meth:`static_step`);
+                same logits to float rounding, a little more arithmetic.
             native: run each (growing-cache) step as one C++ call when the model is float32
                 on CPU and the kernel is built (:attr:`native_status` says whether it does).
 
         Raises:
-            ValueError: the cache does not have one layer per decoder layer, or
-                ``cuda_graph=True`` for a cache that is not on a CUDA device.
+            ValueError: the cache does not have one layer per decoder layer.
         """
         model = self.model
         base = model.model
@@ -149,12 +147,7 @@ class FastDecoder:
             raise ValueError(
                 "FastDecoder.start: the prefill cache does not match the model's layers"
             )
-        if cuda_graph and prompt_mask.device.type != "cuda":
-            raise ValueError(
-                f"FastDecoder.start: cuda_graph=True needs a CUDA device; the prompts are on "
-                f"{prompt_mask.device}. Use cuda_graph=False (or static=True) there."
-            )
-        static = bool(static or cuda_graph)
+        static = bool(static)
         g = int(group_size)
         p, s = prompt_mask.shape
         # The fixed-shape step attends over every completion slot, so the slots not yet
@@ -169,25 +162,32 @@ class FastDecoder:
         # rotate_half(x) * sin == flip_halves(x) * [-sin_1, sin_2]: fold the sign into sin.
         self._cos = cos.to(dtype)
         self._sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(dtype)
-        kernel, self.native_status = choose_native(self, native and not static, cos.shape[-1])
+        layout = adapter_layout(model)
+        with_lora = any(
+            is_lora_layer(m)
+            for layer in layers
+            for m in (*layer.self_attn.children(), *layer.mlp.children())
+        )
+        if with_lora:  # the C++ step reads plain weights only
+            kernel, self.native_status = None, "off: LoRA adapters on the decode path"
+        else:
+            kernel, self.native_status = choose_native(self, native and not static, cos.shape[-1])
+        rows = p * g
+        if layout is not None and rows % len(layout):
+            raise ValueError(
+                f"FastDecoder.start: {rows} rows do not split into {len(layout)} adapter blocks"
+            )
         self.layers = []
         for layer, cl in zip(layers, cache_layers):
             attn, mlp = layer.self_attn, layer.mlp
             projs = [attn.q_proj, attn.k_proj, attn.v_proj]
             gu = [mlp.gate_proj, mlp.up_proj]
-            fuse = sum(m.weight.numel() for m in projs + gu) <= FUSE_MAX_ELEMENTS
-            rows = p * g
+            fuse = sum(base_linear(m).weight.numel() for m in projs + gu) <= FUSE_MAX_ELEMENTS
             qkv: list[Linear] = []  # the C++ step reads the modules' own weights
             gate_up: list[Linear] = []
             if kernel is None:
-                qkv = [
-                    as_linear(w, b, rows)
-                    for w, b in ([fused(projs)] if fuse else [(m.weight, m.bias) for m in projs])
-                ]
-                gate_up = [
-                    as_linear(w, b, rows)
-                    for w, b in ([fused(gu)] if fuse else [(m.weight, m.bias) for m in gu])
-                ]
+                qkv = _linears(projs, fuse, rows, layout)
+                gate_up = _linears(gu, fuse, rows, layout)
             keys, values = cl.keys, cl.values  # [P, Hkv, S, D]
             steps = capacity - s
             self.layers.append(
@@ -195,11 +195,11 @@ class FastDecoder:
                     norm1=layer.input_layernorm.weight,
                     eps1=float(layer.input_layernorm.variance_epsilon),
                     qkv=qkv,
-                    o=as_linear(attn.o_proj.weight, attn.o_proj.bias, rows),
+                    o=_linears([attn.o_proj], False, rows, layout)[0],
                     norm2=layer.post_attention_layernorm.weight,
                     eps2=float(layer.post_attention_layernorm.variance_epsilon),
                     gate_up=gate_up,
-                    down=as_linear(mlp.down_proj.weight, mlp.down_proj.bias, rows),
+                    down=_linears([mlp.down_proj], False, rows, layout)[0],
                     # The prompt part of the cache is kept once per prompt (its G rows attend
                     # to it together); only the completion part is per row.
                     prefix_keys=keys.transpose(-1, -2).contiguous(),
@@ -233,17 +233,8 @@ class FastDecoder:
         self._final_norm = (base.norm.weight, float(base.norm.variance_epsilon))
         self._head = as_linear(model.lm_head.weight, None, p * g)
         self._static = static
-        self._graph: Any = None
-        self._graph_stream: Any = None
-        self._graph_out: torch.Tensor | None = None
-        self._cuda_graph = bool(cuda_graph)
-        if static:
-            b = p * g
-            # Inputs of the fixed-shape step, written in place before each step.
-            self._tokens_in = torch.zeros(b, dtype=torch.long, device=prompt_mask.device)
+        if static:  # the slot of step() on the fixed-shape path, written before each step
             self._index = torch.zeros(1, dtype=torch.long, device=prompt_mask.device)
-        if cuda_graph:
-            self._graph_stream = torch.cuda.Stream(device=prompt_mask.device)
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -253,8 +244,7 @@ class FastDecoder:
             tokens: ``[B]`` int64 token ids (the rows' newest tokens).
 
         Returns:
-            ``[B, V]`` logits in the model's dtype. With ``cuda_graph`` the tensor is the
-            graph's output buffer, overwritten by the next step: use (or copy) it first.
+            ``[B, V]`` logits in the model's dtype.
 
         Raises:
             RuntimeError: more steps than the ``positions`` given to :meth:`start`.
@@ -272,56 +262,26 @@ class FastDecoder:
                 tokens, self._cos[:, t, None, :], self._sin[:, t, None, :], c, c + 1
             )
         else:
-            self._tokens_in.copy_(tokens)
             self._index.fill_(t)
-            self._bias[..., self._prefix + t] = 0.0  # the slot this step writes becomes visible
-            logits = self._graph_step() if self._cuda_graph else self._static_forward()
+            logits = self.static_step(tokens, self._index)
         self._length += 1
         self._step = t + 1
         return logits
 
-    def _static_forward(self) -> torch.Tensor:
-        """The fixed-shape step on ``_tokens_in`` at completion slot ``_index``."""
-        cos = self._cos.index_select(1, self._index)  # [B, 1, D]
-        sin = self._sin.index_select(1, self._index)
-        return self._forward(self._tokens_in, cos, sin, self._index, None)
+    def static_step(self, tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """The fixed-shape step (after ``start(..., static=True)``): feed ``tokens [B]``
+        at completion slot ``slot`` (a ``[1]`` int64 tensor on the decoder's device, ``t``
+        for the ``t``-th token fed) and return the next-token logits ``[B, V]``.
 
-    def _graph_step(self) -> torch.Tensor:
-        """Step 0 eagerly on the side stream, step 1 captured, later steps replayed.
-
-        Everything runs with the decoder's device current (an agent on ``cuda:1`` may be
-        sampled from a thread whose current device is ``cuda:0``): a graph replays on the
-        current stream of the device it was captured on.
+        Device-side only: the slot is read on the device, the slot's attention bias
+        opened in place and the cache written with ``index_copy_``, so a step has fixed
+        shapes and no host synchronisation, and can be captured as a CUDA graph. Unlike
+        :meth:`step` it keeps no count on the host: the caller advances ``slot``.
         """
-        stream = self._graph_stream
-        with torch.cuda.device(stream.device):
-            current = torch.cuda.current_stream()
-            if self._step == 0:
-                # Warm-up outside any graph: library handles and workspaces get created here.
-                stream.wait_stream(current)
-                with torch.cuda.stream(stream):
-                    logits = self._static_forward()
-                current.wait_stream(stream)
-                logits.record_stream(current)
-                return logits
-            if self._graph is None:
-                graph = torch.cuda.CUDAGraph()
-                # capture_begin/end rather than torch.cuda.graph(), which also synchronizes
-                # the device and empties the caching allocator: a stall for the other
-                # agents' work and, for big models, fresh cudaMallocs for every update after
-                # every generate. thread_local: the other agents' threads keep launching
-                # work meanwhile.
-                stream.wait_stream(current)
-                with torch.cuda.stream(stream):
-                    graph.capture_begin(capture_error_mode="thread_local")
-                    try:
-                        self._graph_out = self._static_forward()
-                    finally:
-                        graph.capture_end()
-                self._graph = graph
-            self._graph.replay()
-        assert self._graph_out is not None
-        return self._graph_out
+        self._bias.index_fill_(-1, slot + self._prefix, 0.0)  # the slot becomes visible
+        cos = self._cos.index_select(1, slot)  # [B, 1, D]
+        sin = self._sin.index_select(1, slot)
+        return self._forward(tokens, cos, sin, slot, None)
 
     def _forward(
         self,
@@ -398,5 +358,16 @@ class FastDecoder:
         """Drop the KV cache and weight copies (call when decoding is done)."""
         self.layers = []
         self._native = None
-        self._graph = self._graph_out = self._graph_stream = None
         self._bias = self._cos = self._sin = None  # type: ignore[assignment]
+
+
+def _linears(mods: list[Any], fuse: bool, rows: int, layout: list[str] | None) -> list[Linear]:
+    """The step's linears for ``mods`` applied side by side: one fused or one per module,
+    each with the LoRA delta of the adapter blocks ``layout`` where the modules have one."""
+    if fuse:
+        return [adapted(as_linear(*fused(mods), rows), lora_delta(mods, layout))]
+    out: list[Linear] = []
+    for m in mods:
+        lin = base_linear(m)
+        out.append(adapted(as_linear(lin.weight, lin.bias, rows), lora_delta([m], layout)))
+    return out

@@ -1,15 +1,18 @@
 """Which models the lean decode step (:class:`~comlrl.algos.rollout.sampling.fast_decode.decoder.FastDecoder`)
 can run: a known Llama-family architecture whose every module on the decode path is a plain
-``torch.nn`` building block (no adapters, quantized linears, hooks, FSDP sharding or sliding
-windows longer than the decoded sequence)."""
+``torch.nn`` building block (no quantized linears, hooks, FSDP sharding or sliding windows
+longer than the decoded sequence), or vanilla LoRA layers over plain linears on a model
+that names its adapter layout (:func:`adapter_layout`: a LoRA agent, or agents sharing one
+base)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from comlrl.algos.rollout.sampling.fast_decode.lora import is_lora_layer, lora_reason
 from torch import nn
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "unsupported_reason"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "adapter_layout", "unsupported_reason"]
 
 #: ``config.model_type`` values whose decoder layers ``FastDecoder`` reproduces.
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -21,6 +24,23 @@ _SILU_TYPES = frozenset({"SiLU", "SiLUActivation"})
 
 def _plain_linear(m: Any) -> bool:
     return type(m) is nn.Linear and not _has_hooks(m)
+
+
+def adapter_layout(model: Any) -> list[str] | None:
+    """The LoRA adapters of ``model``'s rows, one per equal contiguous block of rows
+    (``model.adapter_layout``: ``[name]`` for a LoRA agent, one name per agent for agents
+    decoding together on one base), or ``None`` for a model without one."""
+    layout = getattr(model, "adapter_layout", None)
+    return None if layout is None else [str(x) for x in layout]
+
+
+def _linear_reason(m: Any, layout: list[str] | None) -> str | None:
+    """Why the step cannot apply ``m`` (``None``: a plain linear, or a LoRA layer it reads)."""
+    if m is None or _has_hooks(m):
+        return "missing or hooked"
+    if is_lora_layer(m):
+        return lora_reason(m, layout)
+    return None if _plain_linear(m) else f"a {type(m).__name__}, not a plain nn.Linear"
 
 
 def _is_fsdp(model: Any) -> bool:
@@ -79,6 +99,7 @@ def unsupported_reason(model: Any, max_length: int | None = None) -> str | None:
         return "hooks on the model (e.g. accelerate offloading) or no final norm"
     if getattr(base, "rotary_emb", None) is None:
         return "no model.model.rotary_emb"
+    layout = adapter_layout(model)
     for i, layer in enumerate(layers):
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
         if attn is None or mlp is None or _has_hooks(layer) or _has_hooks(attn) or _has_hooks(mlp):
@@ -86,12 +107,11 @@ def unsupported_reason(model: Any, max_length: int | None = None) -> str | None:
         names = {n for n, _ in attn.named_children()}
         if names != {"q_proj", "k_proj", "v_proj", "o_proj"}:
             return f"layer {i} attention has modules {sorted(names)} (expected q/k/v/o_proj only)"
-        if not all(_plain_linear(getattr(attn, n)) for n in names):
-            return f"layer {i} attention projections are not plain nn.Linear (adapters? quantized?)"
-        if not all(
-            _plain_linear(getattr(mlp, n, None)) for n in ("gate_proj", "up_proj", "down_proj")
-        ):
-            return f"layer {i} MLP projections are not plain nn.Linear"
+        for n in (*sorted(names), "gate_proj", "up_proj", "down_proj"):
+            module = getattr(attn if n in names else mlp, n, None)
+            reason = _linear_reason(module, layout)
+            if reason is not None:
+                return f"layer {i} {n}: {reason}"
         if type(getattr(mlp, "act_fn", None)).__name__ not in _SILU_TYPES:
             return f"layer {i} MLP activation is not SiLU"
         window = getattr(attn, "sliding_window", None)
