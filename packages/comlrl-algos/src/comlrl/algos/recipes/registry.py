@@ -151,7 +151,7 @@ def _normalise(key: str, value: Any) -> Any:
 
 
 def _validate(cls: type[Any], data: Mapping[str, Any], name: str) -> Any:
-    from comlrl.algos.training.config.rl import FORMATS_ERRORS, unknown_field_hint
+    from comlrl.algos.training.config.errors import FORMATS_ERRORS, unknown_field_hint
     from pydantic import ValidationError
 
     try:

@@ -1,7 +1,8 @@
 """Validated training configuration (pydantic), YAML loading and ``key=value`` overrides.
 
 Every field is checked before any model is loaded, so a bad config fails in a second with
-an error naming the field, the bad value and what is allowed.
+an error naming the field, the bad value and what is allowed
+(:mod:`comlrl.algos.training.config.errors` words the messages).
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
+from comlrl.algos.training.config.errors import (
+    FORMATS_ERRORS,
+    format_errors,
+    unknown_fields_message,
+)
 from comlrl.algos.training.config.model_defaults import ModelDefaults, choose_defaults
 from comlrl.algos.training.config.sections import (
     AgentsSection,
@@ -24,7 +30,6 @@ from comlrl.algos.training.config.sections import (
     TurnsSection,
 )
 from pydantic import (
-    BaseModel,
     ConfigDict,
     ModelWrapValidatorHandler,
     PrivateAttr,
@@ -40,20 +45,11 @@ __all__ = [
     "load_config",
     "load_config_data",
     "apply_overrides",
-    "unknown_fields_message",
-    "unknown_field_hint",
-    "FORMATS_ERRORS",
 ]
 
 
 class ConfigError(ValueError):
     """The training configuration is invalid; the message lists every bad field."""
-
-
-#: Validation context key: the caller formats unknown fields itself (one line per bad
-#: field, with a did-you-mean: :func:`build_config`, the command line's recipes), so the
-#: config's own unknown-field check steps aside.
-FORMATS_ERRORS = "comlrl_formats_errors"
 
 
 class RLConfig(
@@ -320,91 +316,6 @@ def _has_no_baseline(estimator: str) -> bool:
     return resolve_estimator(estimator).baseline == "none"
 
 
-def _format_errors(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
-        value = err.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        unknown = err["type"] == "extra_forbidden"
-        msg = "unknown field" if unknown else err["msg"]
-        hint = _did_you_mean(err["loc"]) if unknown else ""
-        lines.append(f"  - {loc}: {msg} (got {shown}){hint}")
-    return "\n".join(lines)
-
-
-def unknown_fields_message(model: type[BaseModel], data: dict[str, Any]) -> str | None:
-    """``unknown field 'x' (did you mean 'y'?)`` for every key of ``data``, and of its
-    sections (``task``, ``lora``, ``vllm``: fields typed as a pydantic model), that ``model``
-    does not have; ``None`` when all are known. Dotted names, as ``key=value`` overrides
-    write them (``task.nme``)."""
-    found = _unknown_fields(model, data, ())
-    if not found:
-        return None
-    parts = []
-    for loc in found:
-        hint = _did_you_mean(loc, model)
-        if loc[:-1] and "did you mean" in hint:  # name the section: 'task.name', not 'name'
-            hint = hint.replace("'", f"'{'.'.join(loc[:-1])}.", 1)
-            hint = hint.replace(" or '", f" or '{'.'.join(loc[:-1])}.")
-        parts.append(f"unknown field {'.'.join(loc)!r}{hint}")
-    return "; ".join(parts)
-
-
-def _unknown_fields(
-    model: type[BaseModel], data: dict[str, Any], prefix: tuple[str, ...]
-) -> list[tuple[str, ...]]:
-    import typing
-
-    found: list[tuple[str, ...]] = []
-    for key, value in data.items():
-        field = model.model_fields.get(str(key))
-        if field is None:
-            found.append((*prefix, str(key)))
-            continue
-        if not isinstance(value, dict):
-            continue
-        candidates = [field.annotation, *typing.get_args(field.annotation)]
-        section = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if section is not None and section.model_config.get("extra") == "forbid":
-            found.extend(_unknown_fields(section, value, (*prefix, str(key))))
-    return found
-
-
-def unknown_field_hint(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:
-    """``"; did you mean 'x'?"`` for the unknown field at ``loc`` (pydantic's error location,
-    e.g. ``("task", "nmae")``), from the fields of its section of ``root`` (default
-    :class:`TrainConfig`); else a pointer to ``--print-config``."""
-    return _did_you_mean(loc, root)
-
-
-def _did_you_mean(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:
-    """``"; did you mean 'x'?"`` for an unknown field, from the fields of its section."""
-    import difflib
-    import typing
-
-    model: type[BaseModel] = root if root is not None else TrainConfig
-    foreign = getattr(model, "foreign_fields", {})
-    if len(loc) == 1 and str(loc[0]) in foreign:
-        return f"; {foreign[str(loc[0])]}"
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
-        candidates = [field.annotation, *typing.get_args(field.annotation)] if field else []
-        section = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if section is None:
-            return ""
-        model = section
-    names = list(model.model_fields)
-    close = difflib.get_close_matches(str(loc[-1]), names, n=3, cutoff=0.6)
-    if close:
-        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
-    return "; `comlrl train --print-config` lists the fields"
-
-
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     cur = data
@@ -460,7 +371,7 @@ def build_config(data: dict[str, Any]) -> TrainConfig:
     try:
         return TrainConfig.model_validate(data, context={FORMATS_ERRORS: True})
     except ValidationError as exc:
-        raise ConfigError("invalid training config:\n" + _format_errors(exc)) from None
+        raise ConfigError("invalid training config:\n" + format_errors(exc, TrainConfig)) from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
