@@ -1190,6 +1190,21 @@ def _unittest_runner(client):
         if not (type(case) is type and issubclass(case, unittest.TestCase)):
             raise AssertionError(f"{case!r} is not a unittest.TestCase class of the tests")
         test = case(method)
+        body = getattr(test, method, None)
+        if callable(body):
+            import functools
+
+            # the unit's last call is taken when the test method raises, before tearDown
+            # runs: Python 3.10 reports a failure to the result only after tearDown
+            # (3.11+ at once), and tearDown's calls are not what the unit checked
+            def checked(*args, _body=body, **kwargs):
+                try:
+                    return _body(*args, **kwargs)
+                except BaseException:
+                    client.failure_call = client.failure_call or client.last_call
+                    raise
+
+            setattr(test, method, functools.wraps(body)(checked))
         result = state["result"]()
         client.unittest_mode = True
         try:
