@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from comlrl.algos.recipes.group_baseline import recipe as group_baseline
+from comlrl.algos.recipes.group_baseline.recipe import GroupBaselineRecipe
 from comlrl.trainers import IACConfig, IACTrainer, MAGRPOConfig, MAGRPOTrainer
 
 DATA = [{"prompt": p} for p in ("Once upon a time", "The dog", "Tim had a", "In the park")]
@@ -188,8 +189,10 @@ def test_evaluation_runs_before_the_first_step_as_in_1_4_3(
         ),
     )  # fmt: skip
     steps: list[int] = []
-    real = group_baseline.evaluate
-    monkeypatch.setattr(group_baseline, "evaluate", lambda run: steps.append(run.step) or real(run))
+    real = GroupBaselineRecipe.evaluate
+    monkeypatch.setattr(
+        GroupBaselineRecipe, "evaluate", lambda recipe: steps.append(recipe.global_step) or real(recipe)
+    )
     trainer.train()
     # before step 1 and after each step of 2 examples (1.4.3 evaluates before examples
     # 0 and 2; the evaluation after the last step is the recipe's, listed in docs/compat.md)
