@@ -191,7 +191,9 @@ def test_evaluation_runs_before_the_first_step_as_in_1_4_3(
     steps: list[int] = []
     real = GroupBaselineRecipe.evaluate
     monkeypatch.setattr(
-        GroupBaselineRecipe, "evaluate", lambda recipe: steps.append(recipe.global_step) or real(recipe)
+        GroupBaselineRecipe,
+        "evaluate",
+        lambda recipe: steps.append(recipe.global_step) or real(recipe),
     )
     trainer.train()
     # before step 1 and after each step of 2 examples (1.4.3 evaluates before examples
