@@ -51,7 +51,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from comlrl.algos import HFAgent, load_model_and_tokenizer
     from comlrl.algos.models.loading import STORIES260K
     from comlrl.algos.training.update.agents import build_optimizer
-    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import update_policy
+    from comlrl.algos.training.update.settings import UpdateSettings
     from comlrl.core import SamplingParams
     from torch.overrides import TorchFunctionMode
     from torch.profiler import ProfilerActivity, profile

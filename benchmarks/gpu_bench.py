@@ -323,7 +323,8 @@ def _lora_decode(
 def phase_update(ctx: dict[str, Any]) -> dict[str, Any]:
     from comlrl.algos.rollout.agent import HFAgent
     from comlrl.algos.training.update.agents import build_optimizer
-    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import update_policy
+    from comlrl.algos.training.update.settings import UpdateSettings
     from comlrl.core import SamplingParams
 
     device, tok = ctx["device"], ctx["tokenizer"]

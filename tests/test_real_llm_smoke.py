@@ -139,7 +139,8 @@ def test_smollm2_calls_the_sandboxed_python_tool_through_its_chat_template(
     from comlrl.algos import HFAgent, load_model_and_tokenizer
     from comlrl.algos.rollout.environment import TaskEnvironment
     from comlrl.algos.rollout.tool_calls import sample_with_tools
-    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import update_policy
+    from comlrl.algos.training.update.settings import UpdateSettings
     from comlrl.core import SamplingParams, get_task
 
     task = get_task("tool_math", level="mul", num_train=4, num_eval=4)

@@ -26,7 +26,8 @@ from comlrl.algos.rollout.sampling.fast_decode.decoder import FastDecoder
 from comlrl.algos.rollout.shared_base import sample_together, sampling_units
 from comlrl.algos.rollout.tree import TreeSettings, rollout
 from comlrl.algos.training.update.agents import build_optimizer
-from comlrl.algos.training.update.policy import UpdateSettings, update_adapters, update_policy
+from comlrl.algos.training.update.policy import update_adapters, update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams
 
 pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")

@@ -23,7 +23,8 @@ from comlrl.algos.models.logprobs import (
     fused_logprobs_unsupported,
 )
 from comlrl.algos.records import PolicyBatch
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

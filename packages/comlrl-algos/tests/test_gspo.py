@@ -13,7 +13,7 @@ from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
-from comlrl.algos.training.update.policy import UpdateSettings
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.losses import policy_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st

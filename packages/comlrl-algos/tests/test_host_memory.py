@@ -14,7 +14,8 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training import loop as loop_driver
 from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.algos.training.run import host_memory
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams
 
 

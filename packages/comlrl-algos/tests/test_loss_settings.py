@@ -18,7 +18,7 @@ def test_config_refuses_k1_with_a_positive_kl_coef() -> None:
 
 
 def test_update_settings_with_seq_sum_need_the_budget() -> None:
-    from comlrl.algos.training.update.policy import UpdateSettings
+    from comlrl.algos.training.update.settings import UpdateSettings
 
     with pytest.raises(ValueError, match="pass max_completion_length"):
         UpdateSettings(loss_reduction="seq_sum")

@@ -17,7 +17,7 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.algos.training.update import node_chunks
 from comlrl.algos.training.update.node_chunks import chunk_update_plan, preorder_nodes, select_nodes
-from comlrl.algos.training.update.policy import UpdateSettings
+from comlrl.algos.training.update.settings import UpdateSettings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

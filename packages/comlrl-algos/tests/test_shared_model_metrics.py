@@ -22,7 +22,7 @@ from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
-from comlrl.algos.training.update.policy import split_terms
+from comlrl.algos.training.update.metric_sums import split_terms
 from comlrl.estimators.losses import kl_penalty
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
@@ -166,7 +166,8 @@ def test_split_terms_gives_each_member_its_own_terms_and_the_shared_step() -> No
 
 
 def test_update_policy_refuses_turn_labels_that_do_not_fit_the_batches(tiny_model: Any) -> None:
-    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import update_policy
+    from comlrl.algos.training.update.settings import UpdateSettings
 
     ids = torch.arange(8).reshape(4, 2)
     batch = PolicyBatch(ids, torch.ones_like(ids), torch.ones(4, 1, dtype=torch.bool),

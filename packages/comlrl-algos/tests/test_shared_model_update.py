@@ -11,7 +11,8 @@ from comlrl.algos.models.loading import build_default_model
 from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]

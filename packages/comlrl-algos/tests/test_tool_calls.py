@@ -24,7 +24,8 @@ from comlrl.algos.rollout.metrics import rollout_metrics, sample_rows
 from comlrl.algos.rollout.tool_calls import sample_with_tools
 from comlrl.algos.rollout.toolbox import ToolBox, template_renders_tools
 from comlrl.algos.rollout.tree import rollout
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams, Tool
 
 CODE = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}

@@ -26,7 +26,8 @@ from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.rollout.tool_calls import sample_with_tools
 from comlrl.algos.rollout.toolbox import ToolBox
 from comlrl.algos.training.config.rl import TrainConfig
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams, Tool
 from comlrl.core.tools import TOOL_FORMATS, ToolCall, ToolFormat, ToolResult
 

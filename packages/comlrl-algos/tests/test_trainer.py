@@ -14,7 +14,8 @@ from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import ConfigError, TrainConfig
 from comlrl.algos.training.run.saving import save_agent_checkpoint
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import RewardBatch, RewardFunctionError, SamplingParams, Task
 from comlrl.estimators.losses import policy_loss
 

@@ -11,7 +11,8 @@ from comlrl.algos.models.logprobs import sampling_mode
 from comlrl.algos.recipes.preference.supervised.config import DPOConfig
 from comlrl.algos.recipes.preference.supervised.recipe import DPOTrainer
 from comlrl.algos.rollout.agent import HFAgent
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams
 
 PROMPTS = ["def add(a, b):", "def sub(a, b):", "class Stack:"]

@@ -13,7 +13,8 @@ import torch
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.update.agents import build_optimizer
 from comlrl.algos.training.update.flat_radam import FlatRAdam
-from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.core import SamplingParams
 from torch.overrides import TorchFunctionMode
 

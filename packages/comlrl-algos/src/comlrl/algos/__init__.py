@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "TaskEnvironment": "rollout.environment",
     "CallbackEnvironment": "rollout.environment",
     "TreeSettings": "rollout.tree",
-    "UpdateSettings": "training.update.policy",
+    "UpdateSettings": "training.update.settings",
     "update_policy": "training.update.policy",
     "HFAgent": "rollout.agent",
     "ConfigError": "training.config.rl",
@@ -265,7 +265,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.algos.training.run.data import DataStream
     from comlrl.algos.training.run.outputs import RunOutputs
     from comlrl.algos.training.run.saving import save_agent_checkpoint
-    from comlrl.algos.training.update.policy import UpdateSettings, update_policy
+    from comlrl.algos.training.update.policy import update_policy
+    from comlrl.algos.training.update.settings import UpdateSettings
     from comlrl.estimators.advantages import compute_advantages
     from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
     from comlrl.estimators.joint import credit_completions, joint_action_indices

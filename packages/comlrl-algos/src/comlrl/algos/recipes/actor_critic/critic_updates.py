@@ -15,7 +15,9 @@ from typing import Any
 import torch
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.models.value import Critic
-from comlrl.algos.training.update.policy import UpdateSettings, split_terms, update_policy
+from comlrl.algos.training.update.metric_sums import split_terms
+from comlrl.algos.training.update.policy import update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.gae import value_loss
 
 __all__ = ["update_critic", "update_critics", "value_terms", "update_shared"]

@@ -63,8 +63,7 @@ from comlrl.algos.training.run import checkpoint as ckpt
 from comlrl.algos.training.run.outputs import RunOutputs
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.update.agents import build_optimizer
-from comlrl.algos.training.update.policy import UpdateSettings
-from comlrl.algos.training.update.settings import update_settings
+from comlrl.algos.training.update.settings import UpdateSettings, update_settings
 from comlrl.algos.training.update.shared_models import sharing_groups
 from comlrl.core import Task
 from comlrl.estimators.gae import value_loss

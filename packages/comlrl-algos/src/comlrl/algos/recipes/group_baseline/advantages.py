@@ -10,7 +10,8 @@ from typing import Any, Literal
 import torch
 from comlrl.algos.models.ranks import gather_objects
 from comlrl.algos.records import Rollout
-from comlrl.algos.training.update.policy import UpdateSettings, trainer_logprobs
+from comlrl.algos.training.update.policy import trainer_logprobs
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.advantages import std_from_moments
 from comlrl.estimators.agentwise import Stats, agent_return_moments, agentwise_advantages
 from comlrl.estimators.joint import credit_completions

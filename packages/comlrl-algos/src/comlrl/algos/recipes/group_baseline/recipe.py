@@ -72,10 +72,10 @@ from comlrl.algos.training.run.saving import save_agent_checkpoint
 from comlrl.algos.training.run.summary import summary_line
 from comlrl.algos.training.update.agents import build_optimizer
 from comlrl.algos.training.update.grad_norms import grad_norm_ratio
+from comlrl.algos.training.update.metric_sums import split_terms
 from comlrl.algos.training.update.node_chunks import update_in_node_chunks
 from comlrl.algos.training.update.placement import agent_pools, agent_seed, place_agents
-from comlrl.algos.training.update.policy import UpdateSettings, split_terms
-from comlrl.algos.training.update.settings import update_settings
+from comlrl.algos.training.update.settings import UpdateSettings, update_settings
 from comlrl.algos.training.update.shared_models import (
     adapter_groups,
     sharing_groups,

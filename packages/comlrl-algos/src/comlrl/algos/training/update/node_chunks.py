@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.records import PolicyBatch, Rollout
-from comlrl.algos.training.update.policy import UpdateSettings, trainer_logprobs, update_policy
+from comlrl.algos.training.update.policy import trainer_logprobs, update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
@@ -163,7 +164,7 @@ def update_in_node_chunks(
         The metrics of :func:`update_policy` averaged over the plan's steps that have them
         (per-turn keys ``turn_<t>/...`` named by the rollout turn; with several
         ``members``, per member ``term_<m>/...`` for
-        :func:`~comlrl.algos.training.update.policy.split_terms`), plus ``optimizer_steps``.
+        :func:`~comlrl.algos.training.update.metric_sums.split_terms`), plus ``optimizer_steps``.
 
     Raises:
         ValueError: as :func:`chunk_update_plan` and :func:`update_policy`; a plan of more

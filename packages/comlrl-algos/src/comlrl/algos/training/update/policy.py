@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,130 +29,29 @@ from comlrl.algos.models.devices import model_device
 from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
 from comlrl.algos.records import PolicyBatch, stack_batches
-from comlrl.algos.training.run.diagnostics import gspo_reduction_problem, warn_training
+from comlrl.algos.training.update.metric_sums import (
+    MetricSums,
+    add_tis_metrics,
+    merge_rank_metrics,
+    split_terms,
+)
+from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.importance import (
-    TIS_LEVELS,
     sampler_mismatch,
     truncated_importance_weights,
 )
-from comlrl.estimators.importance import Level as TISLevel
 from comlrl.estimators.losses import (
-    ImportanceLevel,
-    KLEstimator,
-    Reduction,
     policy_loss,
-    seq_sum_message,
 )
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = [
-    "UpdateSettings",
-    "split_terms",
     "trainer_logprobs",
     "update_adapters",
     "update_policy",
 ]
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """How :func:`update_policy` turns advantages into an optimizer step.
-
-    Attributes:
-        temperature: the temperature of the log-probs the loss differentiates (and of the
-            reference model's): the sampling temperature (the tempered policy that
-            sampled), or 1.0 for the untempered softmax (CoMLRL 1.4.3's).
-        sampling_temperature: the temperature the behaviour log-probs were sampled at;
-            None: ``temperature``. When it differs from ``temperature`` the importance
-            ratio (``clip_ratio``, ``importance_ratio``) is taken against the trainer's own
-            log-probs before the update's first optimizer step, the sampler/trainer
-            mismatch is not measured, and ``tis_level`` must be None.
-        loss_reduction: see :func:`comlrl.estimators.losses.policy_loss`.
-        max_completion_length: ``C`` of the ``seq_sum`` reduction (the token budget);
-            required with ``seq_sum`` (a ValueError when the settings are made).
-        clip_ratio: PPO clip against behaviour log-probs; ``None`` = on-policy REINFORCE
-            (unless ``importance_ratio``).
-        importance_ratio: without ``clip_ratio``, still weight each token by its ratio to
-            the behaviour log-probs (``-r * A``): for completions updated after earlier
-            optimizer steps on the same model (:mod:`~comlrl.algos.training.update.node_chunks`).
-        kl_coef: weight of the reference KL (needs a reference model when > 0).
-        kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
-            ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
-            :func:`~comlrl.estimators.losses.kl_penalty`).
-        num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
-        max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
-        micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
-            whole turn at once.
-        shared_prefix: compute each prompt once per micro-batch (same gradient).
-        tis_level: truncated importance sampling from the sampler to the trainer (Yao et
-            al. 2025; :func:`~comlrl.estimators.importance.truncated_importance_weights`):
-            ``"token"`` or ``"sequence"`` weights ``min(pi_trainer / pi_behaviour, C)``
-            on each token's policy-gradient term, the trainer's log-probs taken before any
-            optimizer step of the update (this call's first pass, or ``old_logprobs``);
-            the PPO ratio (``clip_ratio``, ``importance_ratio``) is then taken against
-            those trainer log-probs, so the weight carries the sampler-to-trainer
-            correction and the clip bounds the trainer's own drift (verl's split).
-            ``None``: off, and the ratio is against the behaviour log-probs.
-        tis_cap: ``C`` of ``tis_level`` (>= 1).
-        importance_level: ``"token"`` (PPO's per-token ratio) or ``"sequence"`` (GSPO,
-            Zheng et al. 2025: one length-normalised ratio and clip per completion); see
-            :func:`~comlrl.estimators.losses.policy_loss`. ``"sequence"`` with a reduction
-            other than ``seq_mean_token_mean`` warns (a
-            :class:`~comlrl.algos.training.run.diagnostics.TrainingWarning`: not GSPO's
-            objective, :func:`~comlrl.algos.training.run.diagnostics.gspo_reduction_problem`).
-        fused_logprobs: compute log-probs from the last hidden states and the lm_head
-            weight in chunks of tokens, never materialising the ``[tokens, V]`` logits
-            (same values and gradient; less memory at large vocabularies). Models it cannot
-            handle exactly fall back to the materialised logits with a warning; see
-            :func:`comlrl.algos.models.logprobs.fused_logprobs_unsupported`. Applies to the
-            reference model's log-probs too.
-    """
-
-    temperature: float = 1.0
-    sampling_temperature: float | None = None
-    loss_reduction: Reduction = "seq_mean_token_mean"
-    max_completion_length: int | None = None
-    clip_ratio: float | tuple[float, float] | None = None
-    importance_ratio: bool = False
-    kl_coef: float = 0.0
-    kl_estimator: KLEstimator = "k3"
-    num_iterations: int = 1
-    max_grad_norm: float | None = 1.0
-    micro_batch_size: int | None = None
-    shared_prefix: bool = True
-    fused_logprobs: bool = True
-    tis_level: TISLevel | None = None
-    tis_cap: float = 2.0
-    importance_level: ImportanceLevel = "token"
-
-    def __post_init__(self) -> None:
-        if self.tis_level is not None and self.tis_level not in TIS_LEVELS:
-            raise ValueError(
-                f"unknown tis_level {self.tis_level!r}; use one of {list(TIS_LEVELS)} or None"
-            )
-        if not (math.isfinite(self.tis_cap) and self.tis_cap >= 1.0):
-            raise ValueError(f"tis_cap must be a finite number >= 1, got {self.tis_cap!r}")
-        if self.loss_reduction == "seq_sum" and self.max_completion_length is None:
-            raise ValueError(seq_sum_message())
-        if self.retempered and self.tis_level is not None:
-            raise ValueError(
-                f"tis_level={self.tis_level!r} with temperature={self.temperature} and "
-                f"sampling_temperature={self.sampling_temperature}: the truncated weight "
-                "compares log-probs at one temperature; set tis_level=None"
-            )
-        gspo = gspo_reduction_problem(self.importance_level, self.loss_reduction)
-        if gspo is not None:
-            warn_training(gspo)
-
-    @property
-    def retempered(self) -> bool:
-        """Whether the loss's log-probs are at another temperature than the behaviour
-        log-probs (``sampling_temperature`` set and not ``temperature``)."""
-        return (
-            self.sampling_temperature is not None and self.sampling_temperature != self.temperature
-        )
 
 
 def update_policy(
@@ -399,38 +296,6 @@ class _Step:
     prefix: str
 
 
-class _Sums:
-    """Weighted metric sums kept on the device (no host synchronisation per micro-batch),
-    read once at the end (:meth:`means`)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, Any] = {}
-        self.weights: dict[str, Any] = {}
-
-    def add(self, key: str, value: Any, weight: Any) -> None:
-        _add(self.sums, self.weights, key, value, weight)
-
-    def floats(self) -> tuple[dict[str, float], dict[str, float]]:
-        """The sums and weights as Python floats, fetched in one transfer."""
-        tensors = [
-            v for v in (*self.sums.values(), *self.weights.values()) if isinstance(v, torch.Tensor)
-        ]
-        fetched = iter(
-            torch.stack([t.to(torch.float64).reshape(()) for t in tensors]).tolist()
-            if tensors
-            else []
-        )
-        index = {id(t): next(fetched) for t in tensors}
-
-        def host(v: Any) -> float:
-            return float(index[id(v)]) if isinstance(v, torch.Tensor) else float(v)
-
-        return (
-            {k: host(v) for k, v in self.sums.items()},
-            {k: host(v) for k, v in self.weights.items()},
-        )
-
-
 def _update(
     model: Any,
     steps: list[_Step],
@@ -483,7 +348,7 @@ def _update(
                 else []
                 for ref, b, cs in zip(ref_models, batches, chunks, strict=True)
             ]
-    acc = _Sums()
+    acc = MetricSums()
     passes = 0
     # the trainer's log-probs before any optimizer step (this call's first pass, or given):
     # the mismatch metrics, and with TIS (or a retempered update) the PPO ratio's reference
@@ -537,7 +402,7 @@ def _update(
         st.optimizer.zero_grad(set_to_none=True)
     sums, weights = acc.floats()  # the update's one read of its metrics
     if sync is not None:
-        sums, weights = _merge_ranks(sums, weights)
+        sums, weights = merge_rank_metrics(sums, weights)
     out = {}
     for key, value in sums.items():
         if key.rsplit("/", 1)[-1] in ("loss", "grad_norm"):  # one value per pass
@@ -558,7 +423,7 @@ def _term_loss(
     ref_logp: torch.Tensor | None,
     first: dict[tuple[int, int], torch.Tensor],
     measured: set[tuple[int, int]],
-    acc: _Sums,
+    acc: MetricSums,
     name: tuple[str, int],
     passes: int,
     shared_step: bool,
@@ -589,7 +454,7 @@ def _term_loss(
             first[(i, j)], behaviour, mask, cap=settings.tis_cap, level=settings.tis_level
         )
         if passes == 0:
-            _add_tis_metrics(acc, prefix, turn, tis, mask, settings.tis_cap)
+            add_tis_metrics(acc, prefix, turn, tis, mask, settings.tis_cap)
     old = first[(i, j)] if tis is not None or settings.retempered else behaviour
     loss, metrics = policy_loss(
         logp,
@@ -659,36 +524,6 @@ def _prompt_rows(batch: PolicyBatch, prompts: slice) -> PolicyBatch:
     )
 
 
-_TERM_KEY = re.compile(r"^term_(\d+)/")
-
-
-def split_terms(stats: Mapping[str, float], members: Sequence[int]) -> dict[int, dict[str, float]]:
-    """Each member's metrics of one :func:`update_policy` (or
-    :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`) call on a model they
-    share: ``term_<m>/x`` goes to member ``m`` as ``x`` (its own completions' KL, clip
-    fraction, ratio, per turn and over all turns); every other key (``loss``, the summed
-    loss that was stepped, ``grad_norm``, ``optimizer_steps``, an ``extra_loss``'s
-    metrics) belongs to the one step and goes to every member.
-
-    Raises:
-        ValueError: a ``term_<k>/`` key whose ``k`` is not one of ``members``.
-    """
-    out: dict[int, dict[str, float]] = {m: {} for m in members}
-    for key, value in stats.items():
-        match = _TERM_KEY.match(key)
-        if match is None:
-            for m in members:
-                out[m][key] = value
-            continue
-        m = int(match.group(1))
-        if m not in out:
-            raise ValueError(
-                f"metric {key!r} names term {m}, not one of the members {list(members)}"
-            )
-        out[m][key[match.end() :]] = value
-    return out
-
-
 def trainer_logprobs(model: Any, batch: PolicyBatch, settings: UpdateSettings) -> torch.Tensor:
     """The trainer's log-probs of ``batch``'s completions at ``settings.temperature``, as
     the update computes them (micro-batches of whole groups, eval mode), without
@@ -713,43 +548,3 @@ def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings
         shared_prefix=settings.shared_prefix,
         fused=settings.fused_logprobs,
     )
-
-
-def _merge_ranks(
-    sums: dict[str, float], weights: dict[str, float]
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Sum the metric sums and weights of every rank (keys may differ: a rank may have no
-    completions at a later turn); ``grad_norm`` is already global and kept as is."""
-    from comlrl.algos.models.ranks import gather_objects
-
-    merged_sums: dict[str, float] = {}
-    merged_weights: dict[str, float] = {}
-    for rank_sums, rank_weights in gather_objects((sums, weights)):
-        for key, value in rank_sums.items():
-            if key != "grad_norm":
-                _add(merged_sums, merged_weights, key, value, rank_weights[key])
-    if "grad_norm" in sums:
-        merged_sums["grad_norm"], merged_weights["grad_norm"] = (
-            sums["grad_norm"],
-            weights["grad_norm"],
-        )
-    return merged_sums, merged_weights
-
-
-def _add_tis_metrics(
-    acc: _Sums, prefix: str, turn: int, tis: torch.Tensor, mask: torch.Tensor, cap: float
-) -> None:
-    """Token-weighted ``tis_weight_mean`` and ``tis_truncated_fraction`` (share of valid
-    tokens whose weight hit the cap) of one micro-batch, on the device."""
-    valid = mask.to(torch.bool)
-    tokens = valid.sum().to(torch.float64)
-    mean = torch.where(valid, tis, 0.0).sum().to(torch.float64)
-    truncated = (valid & (tis >= cap)).sum().to(torch.float64)
-    for key, value in (("tis_weight_mean", mean), ("tis_truncated_fraction", truncated)):
-        acc.add(f"{prefix}turn_{turn}/{key}", value, tokens)
-        acc.add(f"{prefix}{key}", value, tokens)
-
-
-def _add(sums: dict[str, Any], weights: dict[str, Any], key: str, value: Any, weight: Any) -> None:
-    sums[key] = sums.get(key, 0.0) + value
-    weights[key] = weights.get(key, 0.0) + weight

@@ -26,12 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.records import Rollout
-from comlrl.algos.training.update.policy import (
-    UpdateSettings,
-    split_terms,
-    update_adapters,
-    update_policy,
-)
+from comlrl.algos.training.update.metric_sums import split_terms
+from comlrl.algos.training.update.policy import update_adapters, update_policy
+from comlrl.algos.training.update.settings import UpdateSettings
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
@@ -80,7 +77,7 @@ def update_sharers(
             ``extra_loss`` that reports a member's own metric names it ``term_<m>/<name>``.
 
     Returns:
-        Per member its metrics (:func:`~comlrl.algos.training.update.policy.split_terms`): the
+        Per member its metrics (:func:`~comlrl.algos.training.update.metric_sums.split_terms`): the
         step's ``loss`` (the summed loss), ``grad_norm`` and an ``extra_loss``'s shared
         metrics, and its own completions' KL, clip fraction and ratio per turn.
 
