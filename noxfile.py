@@ -62,9 +62,13 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # (measured on the 2-core machine with other jobs on it: 128 s -> 83 s wall, 45.1 -> 45.9
 # CPU-s, 482 passed each time); envs' slow tests (sweeps of every reference solution:
 # CPU-bound, each under a sandbox timeout) keep two.
+# The estimators' and compat's tests (hypothesis properties of small tensors, tiny models)
+# are CPU-bound and independent: two workers each.
 PARALLEL = {
     "envs": ["-n", "4", "--dist", "loadfile"],
+    "estimators": ["-n", "2", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
+    "compat": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
 SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
@@ -76,7 +80,7 @@ SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
 #: 9.6 + 0.8. A test that needs threads sets them (torch.set_num_threads); an
 #: OMP_NUM_THREADS in the environment wins. kernels keeps the default: its tests run the
 #: C++ kernels' threaded path, which takes its thread count from torch.
-ONE_THREAD_PER_WORKER = {"algos", "integration"}
+ONE_THREAD_PER_WORKER = {"estimators", "algos", "compat", "integration"}
 #: the environment of the test runs: Python writes the bytecode of what it imports (under
 #: ``.nox/_pycache``, so the checkout stays clean) even where ``PYTHONDONTWRITEBYTECODE`` is
 #: set. pip compiles a venv's bytecode when it installs, uv does not (``--compile-bytecode``
@@ -213,7 +217,7 @@ def _install(session: nox.Session, names: list[str], tested: str | None = None) 
 # (seconds) on all of them.
 PYTHONS_FOR = {"core": ALL_PYTHONS, "envs": ["3.10", "3.13"]}
 #: packages left out of ``nox -s tests`` (comma-separated): ``.ci/run`` runs the README's
-#: ``nox -s tests`` with ``COMLRL_NOX_SKIP_PACKAGES=envs`` and those sessions by name beside
+#: ``nox -s tests`` with ``COMLRL_NOX_SKIP_PACKAGES=core,envs`` and those sessions by name beside
 #: it. Left out of the matrix, not skipped inside the session: nox would first recreate the
 #: skipped session's venv, which the run beside it is using.
 SKIPPED_PACKAGES = [p for p in os.environ.get("COMLRL_NOX_SKIP_PACKAGES", "").split(",") if p]
