@@ -32,12 +32,8 @@ from typing import Any
 from comlrl.core import ChatPrompt, Feedback, JointAction, Prompt, RewardBatch
 from comlrl.envs.math.answer import answer_line, normalize_number
 from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits
-from comlrl.envs.math.tool_math import (
-    MathProblemTask,
-    answer_request,
-    example_messages,
-    value_json,
-)
+from comlrl.envs.math.tool_math import MathProblemTask, answer_request, value_json
+from comlrl.envs.math.worked_examples import example_level, worked_example_messages
 from comlrl.envs.tools.python import python_tool
 
 __all__ = ["DebateMathTask", "REWARD_MODES"]
@@ -73,8 +69,10 @@ class DebateMathTask(MathProblemTask):
         tool_timeout_s: wall-clock seconds one tool call may run in the sandbox.
         max_tool_calls: tool calls one agent may make in one turn.
         max_shown_chars: characters of each other agent's text shown in the feedback.
-        example: open each agent's conversation with the worked exchange of
-            :func:`~comlrl.envs.math.tool_math.example_messages` (as ``tool_math`` does).
+        example: open each agent's conversation with a worked exchange (as ``tool_math``
+            does): ``True`` the ``mul`` one, a level name (``"mul"``, ``"expr"``,
+            ``"word"``) that level's (:mod:`comlrl.envs.math.worked_examples`), ``False``
+            none.
 
     Raises:
         ValueError: an unknown level or reward mode, ``num_agents`` not in 1..3,
@@ -112,7 +110,7 @@ class DebateMathTask(MathProblemTask):
         tool_timeout_s: float = 5.0,
         max_tool_calls: int = 4,
         max_shown_chars: int = 600,
-        example: bool = True,
+        example: bool | str = True,
     ) -> None:
         if level not in ALL_LEVELS:
             raise ValueError(f"unknown level {level!r}; use one of {ALL_LEVELS}")
@@ -144,7 +142,8 @@ class DebateMathTask(MathProblemTask):
         self.use_tool = use_tool
         self.max_tool_calls = max_tool_calls
         self.max_shown_chars = max_shown_chars
-        self.example = bool(example)
+        self.example_level = example_level(example)
+        self.example = self.example_level is not None
         self._tool = python_tool(timeout_s=tool_timeout_s)
 
     # --------------------------------------------------------------- prompts
@@ -181,7 +180,12 @@ class DebateMathTask(MathProblemTask):
         out: list[Prompt] = []
         for agent in range(self.num_agents):
             system, user = self._first(example, agent)
-            shots = example_messages(self.use_tool, self._number()) if self.example else []
+            request = answer_request(self.use_tool, "it", self._number())
+            shots = (
+                worked_example_messages(self.example_level, self.use_tool, request)
+                if self.example_level
+                else []
+            )
             messages = [{"role": "system", "content": system}, *shots]
             messages.append({"role": "user", "content": user})
             raw = "".join(f"{m['content']}\n\n" for m in shots) + user

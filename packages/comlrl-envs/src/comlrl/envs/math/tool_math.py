@@ -40,6 +40,7 @@ from typing import Any
 from comlrl.core import ChatPrompt, Feedback, Prompt, RewardBatch, Task, Tool
 from comlrl.envs.math.answer import answer_line, normalize_number
 from comlrl.envs.math.problem_sets import ALL_LEVELS, check_digits, load_problems
+from comlrl.envs.math.worked_examples import example_level, worked_example_messages
 from comlrl.envs.tools.python import python_tool
 
 __all__ = ["MathProblemTask", "ToolMathTask", "answer_request", "value_json"]
@@ -150,17 +151,20 @@ class ToolMathTask(MathProblemTask):
         max_tool_calls: tool calls one agent may make in one turn.
         partial_credit: the joint reward's weight on parts right when the team's answer is
             wrong (split levels only), in ``[0, 1)``.
-        example: open each prompt with one worked exchange (:func:`example_messages`: a
-            question, then a reply that calls the tool in the fenced ``python`` format,
-            reads the output and writes the answer line). Small chat models follow the
-            format from it (SmolLM2-135M-Instruct, 8 test problems x 4 samples at
+        example: open each prompt with one worked exchange (a question, then a reply that
+            calls the tool in the fenced ``python`` format, reads the output and writes the
+            answer line): ``True`` the ``mul`` exchange (:func:`example_messages`), a level
+            name (``"mul"``, ``"expr"``, ``"word"``) that level's
+            (:mod:`comlrl.envs.math.worked_examples`), ``False`` none. Small chat models
+            follow the format from it (SmolLM2-135M-Instruct, 8 test problems x 4 samples at
             temperature 0.7, agent 1: 0 -> 23 of 32 parts right); turn it off for a model
             whose chat template renders tools (it calls them in JSON, not fenced blocks).
 
     Raises:
         ValueError: for an unknown level, ``num_agents`` not 1 or 2, a negative size,
             bad ``digits``/``ops``, a non-positive ``tool_timeout_s``, a negative
-            ``max_tool_calls`` or ``partial_credit`` outside ``[0, 1)``.
+            ``max_tool_calls``, ``partial_credit`` outside ``[0, 1)`` or an unknown
+            ``example``.
     """
 
     name = "tool_math"
@@ -190,7 +194,7 @@ class ToolMathTask(MathProblemTask):
         tool_timeout_s: float = 5.0,
         max_tool_calls: int = 4,
         partial_credit: float = 0.0,
-        example: bool = True,
+        example: bool | str = True,
     ) -> None:
         if level not in ALL_LEVELS:
             raise ValueError(f"unknown level {level!r}; use one of {ALL_LEVELS}")
@@ -215,7 +219,8 @@ class ToolMathTask(MathProblemTask):
         self.use_tool = use_tool
         self.max_tool_calls = max_tool_calls
         self.partial_credit = float(partial_credit)
-        self.example = bool(example)
+        self.example_level = example_level(example)
+        self.example = self.example_level is not None
         self._tool = python_tool(timeout_s=tool_timeout_s)
 
     @property
@@ -265,7 +270,13 @@ class ToolMathTask(MathProblemTask):
             else:
                 system = f"You solve a math problem.{tool_note}"
                 user = f"{question}\n" + answer_request(self.use_tool, "the answer", number)
-            shots = example_messages(self.use_tool, number) if self.example else []
+            shots = (
+                worked_example_messages(
+                    self.example_level, self.use_tool, answer_request(self.use_tool, "it", number)
+                )
+                if self.example_level
+                else []
+            )
             messages = (
                 {"role": "system", "content": system},
                 *shots,
