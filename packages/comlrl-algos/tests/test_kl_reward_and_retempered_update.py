@@ -17,7 +17,8 @@ from comlrl.algos.recipes.group_baseline import recipe as group_baseline
 from comlrl.algos.recipes.group_baseline.recipe import MultiAgentTrainer
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
-from comlrl.algos.training.update.policy import trainer_logprobs, update_policy
+from comlrl.algos.training.update.logprobs import trainer_logprobs
+from comlrl.algos.training.update.policy import update_policy
 from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.kl_reward import sequence_kl
 

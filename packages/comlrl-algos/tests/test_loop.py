@@ -20,7 +20,7 @@ from comlrl.algos.training import loop as loop_driver
 from comlrl.algos.training.config.rl import ConfigError, TrainConfig
 from comlrl.algos.training.run.diagnostics import TrainingWarning
 from comlrl.algos.training.run.outputs import RunOutputs
-from comlrl.algos.training.update import policy as update_module
+from comlrl.algos.training.update import logprobs as update_module
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 

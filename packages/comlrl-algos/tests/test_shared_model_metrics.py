@@ -23,7 +23,7 @@ from comlrl.algos.records import PolicyBatch, Rollout
 from comlrl.algos.rollout.agent import HFAgent
 from comlrl.algos.training.config.rl import TrainConfig
 from comlrl.algos.training.update.metric_sums import split_terms
-from comlrl.estimators.losses import kl_penalty
+from comlrl.estimators.kl import kl_penalty
 
 DATA = [{"id": i, "text": f"def f{i}(x):\n    return x + {i}"} for i in range(4)]
 TURNS = 3

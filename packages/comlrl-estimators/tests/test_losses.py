@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
+from comlrl.estimators.kl import kl_penalty
+from comlrl.estimators.losses import completion_mask, policy_loss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -18,7 +18,7 @@ _EXPORTS: dict[str, str] = {
     "compute_advantages": "comlrl.estimators.advantages",
     "register_estimator": "comlrl.estimators.registry",
     "completion_mask": "comlrl.estimators.losses",
-    "kl_penalty": "comlrl.estimators.losses",
+    "kl_penalty": "comlrl.estimators.kl",
     "policy_loss": "comlrl.estimators.losses",
     "credit_completions": "comlrl.estimators.joint",
     "joint_action_indices": "comlrl.estimators.joint",
@@ -270,7 +270,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from comlrl.estimators.advantages import compute_advantages
     from comlrl.estimators.gae import discounted_returns, gae, q_advantages, tree_gae, value_loss
     from comlrl.estimators.joint import credit_completions, joint_action_indices
-    from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
+    from comlrl.estimators.kl import kl_penalty
+    from comlrl.estimators.losses import completion_mask, policy_loss
     from comlrl.estimators.preference_losses import (
         bradley_terry_loss,
         dpo_loss,

@@ -14,8 +14,9 @@ on) installed. Modules:
   (an early end's reward held for the turns it skips).
 - :mod:`~comlrl.estimators.gae`: critic-based returns, GAE and the value loss.
 - :mod:`~comlrl.estimators.joint`: joint actions from per-agent completions and credit back.
-- :mod:`~comlrl.estimators.losses`: completion masks, reference KL, clipped surrogate
-  (token-level, or GSPO's sequence-level ratio).
+- :mod:`~comlrl.estimators.losses`: completion masks, the clipped surrogate (token-level,
+  or GSPO's sequence-level ratio) with its reference-KL term.
+- :mod:`~comlrl.estimators.kl`: the per-token KL estimators to a reference (k1/k2/k3).
 - :mod:`~comlrl.estimators.kl_reward`: the reference KL as a penalty on each completion's
   return (KL in the reward, PPO-RLHF's and CoMLRL 1.4.3's).
 - :mod:`~comlrl.estimators.importance`: the sampler/trainer mismatch, truncated
@@ -36,8 +37,9 @@ from comlrl.estimators.importance import (
     truncated_importance_weights,
 )
 from comlrl.estimators.joint import credit_completions, joint_action_indices
+from comlrl.estimators.kl import kl_penalty
 from comlrl.estimators.kl_reward import sequence_kl
-from comlrl.estimators.losses import completion_mask, kl_penalty, policy_loss
+from comlrl.estimators.losses import completion_mask, policy_loss
 from comlrl.estimators.preference_losses import (
     bradley_terry_loss,
     dpo_loss,

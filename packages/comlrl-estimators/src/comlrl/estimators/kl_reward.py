@@ -21,7 +21,7 @@ returns. Named axes: ``B`` completions, ``L`` completion tokens.
 from __future__ import annotations
 
 import torch
-from comlrl.estimators.losses import KL_ESTIMATORS, KLEstimator, kl_penalty
+from comlrl.estimators.kl import KL_ESTIMATORS, KLEstimator, kl_penalty
 from torch import Tensor
 
 __all__ = ["sequence_kl"]
@@ -33,7 +33,7 @@ def sequence_kl(
     """Each completion's summed per-token KL estimate ``sum_t k(t)``, detached: the
     ``KL_hat(y)`` of the reward penalty ``R - beta * KL_hat(y)`` (module docstring).
 
-    ``k(t)`` is :func:`comlrl.estimators.losses.kl_penalty`'s estimator at token ``t``
+    ``k(t)`` is :func:`comlrl.estimators.kl.kl_penalty`'s estimator at token ``t``
     (Schulman 2020, "Approximating KL Divergence"); every estimator is valid here, ``k1``
     included (``log pi - log pi_ref``, the classic penalty; as a reward its expectation is
     the sequence KL). ``k3`` (``exp(d) - d - 1``, ``d = log pi_ref - log pi``; never

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import torch
 from comlrl.algos.models.ranks import gather_objects
 from comlrl.algos.records import Rollout
-from comlrl.algos.training.update.policy import trainer_logprobs
+from comlrl.algos.training.update.logprobs import trainer_logprobs
 from comlrl.algos.training.update.settings import UpdateSettings
 from comlrl.estimators.advantages import std_from_moments
 from comlrl.estimators.agentwise import Stats, agent_return_moments, agentwise_advantages
@@ -118,7 +118,7 @@ def reward_kl(
     per-token KL estimate to its agent's reference model
     (:func:`comlrl.estimators.kl_reward.sequence_kl` with ``estimator``), from the trainer's
     log-probs before the update at the update's temperature (``settings``,
-    :func:`~comlrl.algos.training.update.policy.trainer_logprobs`); ``kl_mode="reward"``
+    :func:`~comlrl.algos.training.update.logprobs.trainer_logprobs`); ``kl_mode="reward"``
     subtracts ``kl_coef`` times it from the return. ``models[a]`` and ``ref_models[a]``
     are agent ``a``'s policy and reference model.
     """

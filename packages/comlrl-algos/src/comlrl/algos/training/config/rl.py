@@ -138,7 +138,7 @@ class RLConfig(
                 "set num_turns > 1 or leave max_branches unset."
             )
         if self.kl_coef > 0 and self.kl_estimator == "k1" and self.kl_mode == "loss":
-            from comlrl.estimators.losses import k1_loss_message
+            from comlrl.estimators.kl import k1_loss_message
 
             raise ValueError(k1_loss_message(self.kl_coef))
         if self.retempered_update and self.tis in ("token", "sequence"):

@@ -21,7 +21,7 @@ defaults and 353 with Adam at 3e-2 were measured), never the on-policy surrogate
 drop it (1.4.3 drops it).
 
 Before the first optimizer step, one forward pass without gradient takes the trainer's
-log-probs of the later chunks' completions (:func:`~comlrl.algos.training.update.policy.trainer_logprobs`):
+log-probs of the later chunks' completions (:func:`~comlrl.algos.training.update.logprobs.trainer_logprobs`):
 the step's *old* log-probs, those of the weights that sampled. They are what the
 sampler/trainer mismatch metrics (``mismatch_abs_logp_diff``, ``mismatch_kl``) compare with
 the behaviour log-probs, so those measure the sampler's gap and not the drift of the earlier
@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.records import PolicyBatch, Rollout
-from comlrl.algos.training.update.policy import trainer_logprobs, update_policy
+from comlrl.algos.training.update.logprobs import trainer_logprobs
+from comlrl.algos.training.update.policy import update_policy
 from comlrl.algos.training.update.settings import UpdateSettings
 
 if TYPE_CHECKING:

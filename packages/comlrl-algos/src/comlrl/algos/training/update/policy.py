@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from comlrl.algos.models.devices import model_device
-from comlrl.algos.models.logprobs import completion_logprobs, prompt_chunks, sampling_mode
+from comlrl.algos.models.logprobs import prompt_chunks, sampling_mode
 from comlrl.algos.models.threads import small_model_threads
-from comlrl.algos.records import PolicyBatch, stack_batches
+from comlrl.algos.records import PolicyBatch
+from comlrl.algos.training.update.logprobs import grouped_logprobs, update_logprobs
 from comlrl.algos.training.update.metric_sums import (
     MetricSums,
     add_tis_metrics,
@@ -40,15 +41,12 @@ from comlrl.estimators.importance import (
     sampler_mismatch,
     truncated_importance_weights,
 )
-from comlrl.estimators.losses import (
-    policy_loss,
-)
+from comlrl.estimators.losses import policy_loss
 
 if TYPE_CHECKING:
     from comlrl.algos.models.gradient_sync import GradientSync
 
 __all__ = [
-    "trainer_logprobs",
     "update_adapters",
     "update_policy",
 ]
@@ -105,7 +103,7 @@ def update_policy(
             value head); gradient clipping takes them into the global norm.
         old_logprobs: per batch, ``[B_t, L_t]`` float32 trainer log-probs of its
             completions taken before an earlier optimizer step on ``model``
-            (:func:`trainer_logprobs`; :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`
+            (:func:`~comlrl.algos.training.update.logprobs.trainer_logprobs`; :func:`~comlrl.algos.training.update.node_chunks.update_in_node_chunks`
             takes them for its later chunks before its first step). They stand for this
             call's first pass: the mismatch metrics, the TIS weights and (with TIS or a
             retempered update) the ratio's reference. None: this call's first pass.
@@ -343,7 +341,7 @@ def _update(
     if any(r is not None for r in ref_models):  # on its own device when placed apart
         with torch.no_grad():
             ref_logp = [
-                [_logp(ref, b.to(model_device(ref)), c, settings).to(device) for c in cs]
+                [update_logprobs(ref, b.to(model_device(ref)), c, settings).to(device) for c in cs]
                 if ref is not None
                 else []
                 for ref, b, cs in zip(ref_models, batches, chunks, strict=True)
@@ -368,7 +366,7 @@ def _update(
                 done += 1
                 last = done == num_backward
                 with sync.accumulate(last) if sync is not None else contextlib.nullcontext():
-                    logps = _group_logp(
+                    logps = grouped_logprobs(
                         forward, [(batches[i], chunks[i][j]) for i in group], settings
                     )
                 total: torch.Tensor | None = None
@@ -489,62 +487,3 @@ def _term_loss(
             acc.add(f"{prefix}turn_{turn}/{key}", value, tokens)
             acc.add(f"{prefix}{key}", value, tokens)
     return loss * scaled
-
-
-def _group_logp(
-    model: Any, items: list[tuple[PolicyBatch, slice]], settings: UpdateSettings
-) -> list[torch.Tensor]:
-    """The log-probs ``[b_k, L_k]`` of each item's micro-batch (a batch and its prompts):
-    one item alone, several stacked into one forward (``model`` then runs block ``k`` of
-    the rows through item ``k``'s adapter; :class:`~comlrl.algos.models.lora_policy.AdapterBatch`)."""
-    if len(items) == 1:
-        batch, chunk = items[0]
-        return [_logp(model, batch, chunk, settings)]
-    parts = [_prompt_rows(batch, chunk) for batch, chunk in items]
-    stacked = stack_batches(parts)
-    logp = _logp(model, stacked, slice(0, stacked.num_prompts), settings)
-    out, r = [], 0
-    for part in parts:
-        b, length = part.completion_mask.shape
-        out.append(logp[r : r + b, :length])
-        r += b
-    return out
-
-
-def _prompt_rows(batch: PolicyBatch, prompts: slice) -> PolicyBatch:
-    """The rows of ``prompts`` (whole groups) as a batch of their own."""
-    g = batch.group_size
-    rows = slice(prompts.start * g, prompts.stop * g)
-    return PolicyBatch(
-        batch.input_ids[rows],
-        batch.attention_mask[rows],
-        batch.completion_mask[rows],
-        batch.behaviour_logprobs[rows],
-        g,
-    )
-
-
-def trainer_logprobs(model: Any, batch: PolicyBatch, settings: UpdateSettings) -> torch.Tensor:
-    """The trainer's log-probs of ``batch``'s completions at ``settings.temperature``, as
-    the update computes them (micro-batches of whole groups, eval mode), without
-    gradient: ``[B, L]`` float32 on the model's device (meaningful under
-    ``batch.completion_mask`` only)."""
-    device = model_device(model)
-    batch = batch.to(device)
-    with torch.no_grad(), sampling_mode(model), small_model_threads(model):
-        parts = [
-            _logp(model, batch, chunk, settings)
-            for chunk in prompt_chunks(batch, settings.micro_batch_size)
-        ]
-    return torch.cat(parts).float()
-
-
-def _logp(model: Any, batch: PolicyBatch, chunk: slice, settings: UpdateSettings) -> torch.Tensor:
-    return completion_logprobs(
-        model,
-        batch,
-        chunk,
-        temperature=settings.temperature,
-        shared_prefix=settings.shared_prefix,
-        fused=settings.fused_logprobs,
-    )

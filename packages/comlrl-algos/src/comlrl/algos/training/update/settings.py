@@ -14,7 +14,8 @@ from comlrl.algos.training.config.rl import RLConfig
 from comlrl.algos.training.run.diagnostics import gspo_reduction_problem, warn_training
 from comlrl.estimators.importance import TIS_LEVELS
 from comlrl.estimators.importance import Level as TISLevel
-from comlrl.estimators.losses import ImportanceLevel, KLEstimator, Reduction, seq_sum_message
+from comlrl.estimators.kl import KLEstimator
+from comlrl.estimators.losses import ImportanceLevel, Reduction, seq_sum_message
 
 __all__ = ["UpdateSettings", "update_settings", "tis_level"]
 
@@ -43,7 +44,7 @@ class UpdateSettings:
         kl_coef: weight of the reference KL (needs a reference model when > 0).
         kl_estimator: ``k3`` (gradient of ``KL(pi_ref || pi)``) or ``k2`` (of
             ``KL(pi || pi_ref)``); ``k1`` only with ``kl_coef = 0`` (see
-            :func:`~comlrl.estimators.losses.kl_penalty`).
+            :func:`~comlrl.estimators.kl.kl_penalty`).
         num_iterations: optimizer steps per batch (> 1 needs ``clip_ratio``).
         max_grad_norm: clip the gradient's global norm; ``None`` = no clipping.
         micro_batch_size: sequences per forward/backward (whole groups); ``None`` = a
