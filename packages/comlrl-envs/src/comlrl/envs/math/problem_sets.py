@@ -34,6 +34,11 @@ ALL_LEVELS = (*LEVELS, "gsm8k")
 #: Split names; ``"eval"`` is read as ``"test"``.
 SPLITS = ("train", "test", "eval")
 _MAX_TRIES_PER_ROW = 200
+#: a run of this many draws in a row that are all repeats means the space of distinct
+#: problems is (nearly) used up: with a fraction f of it left, such a run has probability
+#: (1 - f) ** 2000, under 1e-4 for f >= 0.5 %; the draw stops there with the error instead
+#: of trying 200 times the rows asked for (which took 25 s for 10,000 one-digit problems)
+_MAX_REPEATS_IN_A_ROW = 2000
 
 
 def check_digits(digits: int | Sequence[int]) -> tuple[int, int]:
@@ -60,17 +65,20 @@ def _generated(
     rng = random.Random(f"comlrl.tool_math/{level}/{seed}/{split}")
     rows: list[dict[str, Any]] = []
     seen = set(exclude)
-    tries = 0
+    tries = repeats = 0
     while len(rows) < n:
         tries += 1
-        if tries > _MAX_TRIES_PER_ROW * max(n, 1):
+        if tries > _MAX_TRIES_PER_ROW * max(n, 1) or repeats >= _MAX_REPEATS_IN_A_ROW:
             raise ValueError(
                 f"could not draw {n} distinct {level!r} problems for split {split!r} "
-                f"(digits={digits}, ops={ops}); ask for fewer or use larger digits/ops"
+                f"(digits={digits}, ops={ops}): {len(rows)} drawn, then {repeats} draws in "
+                "a row were all repeats; ask for fewer or use larger digits/ops"
             )
         p = make_problem(level, rng, digits=digits, ops=ops)
         if p.question in seen:
+            repeats += 1
             continue
+        repeats = 0
         seen.add(p.question)
         rows.append(
             {
