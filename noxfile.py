@@ -92,6 +92,12 @@ WRITE_BYTECODE: dict[str, str | None] = {
     "PYTHONDONTWRITEBYTECODE": None,
     "PYTHONPYCACHEPREFIX": str(ROOT / ".nox" / "_pycache"),
 }
+#: the GGUF cache of the test runs (comlrl.algos.models.gguf), one for every session: the
+#: first test that loads SmolLM2's GGUF file converts it (~24 CPU-s), every later load in
+#: any session reads the entry (~3 s); an environment's own COMLRL_GGUF_CACHE wins
+GGUF_CACHE = {
+    "COMLRL_GGUF_CACHE": os.environ.get("COMLRL_GGUF_CACHE", str(ROOT / ".nox" / "_gguf_cache"))
+}
 ALL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH_PYTHON = "3.11"
 TORCH_FREE = ["core", "envs"]
@@ -350,6 +356,7 @@ def _pytest(
         *session.posargs,
         env={
             **WRITE_BYTECODE,
+            **GGUF_CACHE,
             "COMLRL_KERNELS_REQUIRE_EXT": os.environ.get("COMLRL_KERNELS_REQUIRE_EXT", "1"),
             **(
                 {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

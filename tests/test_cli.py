@@ -159,14 +159,28 @@ def test_a_bad_config_fails_before_training_and_names_the_field(
     assert not out.exists(), "a rejected config must not start a run"
 
 
-def test_config_file_and_overrides_combine(tmp_path: Path) -> None:
+def _main_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``comlrl *args`` through ``main`` in this process (as the bad-config cases do): its
+    exit code, stdout and stderr."""
+    from comlrl.algos.cli.main import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_config_file_and_overrides_combine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("num_generations: 8\nlearning_rate: 0.001\ntask:\n  name: coop_humaneval\n")
-    proc = _comlrl(
-        "train", "--config", str(cfg), "num_generations=3", "--print-config", cwd=tmp_path
+    code, out, err = _main_here(
+        capsys, "train", "--config", str(cfg), "num_generations=3", "--print-config"
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "num_generations: 3" in proc.stdout and "learning_rate: 0.001" in proc.stdout
+    assert code == 0, err
+    assert "num_generations: 3" in out and "learning_rate: 0.001" in out
 
 
 def test_invalid_yaml_config_file_is_a_message_not_a_traceback(tmp_path: Path) -> None:
@@ -177,21 +191,21 @@ def test_invalid_yaml_config_file_is_a_message_not_a_traceback(tmp_path: Path) -
     assert "is not valid YAML: line 4" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_tasks_and_print_config_show_the_task_options(tmp_path: Path) -> None:
-    proc = _comlrl("tasks", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+def test_tasks_and_print_config_show_the_task_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _main_here(capsys, "tasks")
+    assert code == 0, err
+    lines = out.splitlines()
     story = lines.index(next(x for x in lines if x.startswith("coop_story ")))
     assert (
         lines[story + 2].strip() == "options: limit=None, min_words=10, max_words=40, weights=None"
     )
-    assert "sandbox_all=False" in proc.stdout  # coop_humaneval's options
-    proc = _comlrl("train", "task.name=coop_humaneval", "--print-config", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert (
-        "# task options of 'coop_humaneval' (set as task.kwargs.<option>=...): path=None"
-        in proc.stdout
-    )
+    assert "sandbox_all=False" in out  # coop_humaneval's options
+    code, out, err = _main_here(capsys, "train", "task.name=coop_humaneval", "--print-config")
+    assert code == 0, err
+    assert "# task options of 'coop_humaneval' (set as task.kwargs.<option>=...): path=None" in out
 
 
 def test_runs_that_cannot_learn_warn_once_and_count_the_long_prompts(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ training step (``../shared/models/smollm2-135m-instruct``; skipped when absent).
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,64 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
-def smollm2_gguf(shared_dir: Path) -> Path:
+def smollm2_gguf(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The GGUF file, with the GGUF cache (``COMLRL_GGUF_CACHE``) where the environment
+    puts it (``nox`` shares one between its sessions) or in a folder of this module's: the
+    first load converts the file, every later one reads the entry."""
     path = shared_dir / "models" / "smollm2-135m-instruct" / GGUF_NAME
     if not path.is_file():
         pytest.skip(f"SmolLM2-135M-Instruct GGUF not found at {path}")
     pytest.importorskip("gguf", reason="loading a GGUF file needs `pip install gguf`")
-    return path
+    from comlrl.algos.models.gguf import GGUF_CACHE_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        if os.environ.get(GGUF_CACHE_ENV, "").strip().lower() in ("", "off", "0", "false", "no"):
+            mp.setenv(GGUF_CACHE_ENV, str(tmp_path_factory.mktemp("gguf_cache")))
+        yield path
+
+
+def test_the_cached_conversion_is_the_gguf_files_model(smollm2_gguf: Path) -> None:
+    """What a load reads from the GGUF cache is what transformers converts from the file:
+    the same float32 weights bit for bit, config, generation config, vocabulary, special
+    tokens, chat template and token ids (the entry is made here if it is not there yet)."""
+    import torch
+    from comlrl.algos.models import gguf
+    from comlrl.algos.models.gguf import GGUF_CACHE_ENV, gguf_cache_entry
+    from comlrl.algos.models.loading import load_model_and_tokenizer
+    from comlrl.core import ChatPrompt
+
+    entry = gguf_cache_entry(smollm2_gguf)
+    assert entry is not None
+    if (entry / "comlrl_gguf.json").is_file():  # made by an earlier run: convert afresh
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(GGUF_CACHE_ENV, "off")
+            model, tok = load_model_and_tokenizer(str(smollm2_gguf))
+    else:  # the first load converts the file, stores the entry and returns the conversion
+        model, tok = load_model_and_tokenizer(str(smollm2_gguf))
+    assert (entry / "comlrl_gguf.json").is_file() and (entry / "model.safetensors").is_file()
+    with pytest.MonkeyPatch.context() as mp:  # the entry is read, the file not converted
+        mp.setattr(gguf, "_convert", lambda *a: pytest.fail("converted the file again"))
+        cached_model, cached_tok = load_model_and_tokenizer(str(smollm2_gguf))
+    want, got = model.state_dict(), cached_model.state_dict()
+    assert want.keys() == got.keys()
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype == torch.float32, name
+        assert torch.equal(got[name], tensor), name
+    skip = {"_name_or_path", "transformers_version"}
+    config = {k: v for k, v in model.config.to_dict().items() if k not in skip}
+    assert {k: v for k, v in cached_model.config.to_dict().items() if k not in skip} == config
+    assert cached_model.generation_config.to_dict() == model.generation_config.to_dict()
+    assert cached_tok.get_vocab() == tok.get_vocab()
+    assert cached_tok.chat_template == tok.chat_template is not None
+    for attr in ("bos_token", "eos_token", "pad_token", "unk_token", "padding_side"):
+        assert getattr(cached_tok, attr) == getattr(tok, attr), attr
+    from comlrl.algos.rollout.agent import HFAgent
+
+    prompt = ChatPrompt([{"role": "user", "content": "Write add(a, b) in Python. Ünïcode ok?"}])
+    texts = HFAgent(model, tok).render([prompt]) + ["def f(x):\n    return x ** 2  # 平方"]
+    assert HFAgent(cached_model, cached_tok).render([prompt]) == texts[:1]
+    for text in texts:
+        assert cached_tok(text)["input_ids"] == tok(text)["input_ids"], text
 
 
 def test_a_gguf_chat_model_trains_one_step_on_chat_prompts(

@@ -1,7 +1,10 @@
 """A training run as researchers live it: killed and resumed, Ctrl-C, reruns, evaluation.
 
-Every run here is a real ``comlrl`` process on the built-in tiny model. The kill and
-interrupt tests pause the run at a chosen place (``tests/_lifecycle_driver.py``: it runs
+The runs that are killed, interrupted or compared with the uninterrupted run are real
+``comlrl`` processes on the built-in tiny model; the refusals, ``--overwrite`` and
+``comlrl eval`` call the command's entry point (``comlrl.algos.cli.main.main``) in the test
+process, which is the same code without a new interpreter importing torch and transformers
+(~5 CPU-s a process). The kill and interrupt tests pause the run at a chosen place (``tests/_lifecycle_driver.py``: it runs
 the real CLI entry point with one function wrapped to wait on stdin), so where the signal
 lands is fixed by the pause, never by a clock.
 
@@ -72,6 +75,26 @@ def _comlrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=GUARD_S,
         check=False,
     )
+
+
+def _comlrl_here(
+    capsys: pytest.CaptureFixture[str], *args: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``comlrl *args`` through its entry point in this process, in ``cwd``: the exit code
+    and what it printed, as :func:`_comlrl` gives them for a child process."""
+    from comlrl.algos.cli.main import main
+
+    capsys.readouterr()  # what was printed before is not this call's
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's refusals
+        code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(here)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["comlrl", *args], code, out, err)
 
 
 def _paused_run(where: str, step: int, out: Path) -> tuple[subprocess.Popen[str], Path]:
@@ -199,9 +222,7 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_130(
     _assert_same_run(out, reference)
 
 
-def test_sigterm_finishes_the_step_checkpoints_and_exits_143(
-    reference: Path, tmp_path: Path
-) -> None:
+def test_sigterm_finishes_the_step_checkpoints_and_exits_143(tmp_path: Path) -> None:
     """What Slurm and Kubernetes send before they kill a job: treated as Ctrl-C is (the step
     in progress finishes, a checkpoint, the resume command), exit code 128 + 15."""
     out = tmp_path / "run"
@@ -218,13 +239,17 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_143(
         f"--resume {out}"
     ) in stderr, stderr[-3000:]
     assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2]
-    resumed = _comlrl("train", "--resume", str(out), cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    _assert_same_run(out, reference)
+    # the checkpoint is the one Ctrl-C writes (the same handler after the signal), whose
+    # resume to the uninterrupted rows the Ctrl-C test checks
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "step-000001",
+        "step-000002",
+    ]
+    assert not (out / "final").exists()
 
 
 def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
-    reference: Path, tmp_path: Path
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """save_every=0: the reward raises in step 4; the run keeps step 3 and says how to
     resume; --resume (the reward works again) ends with the rows of the unbroken run."""
@@ -256,7 +281,7 @@ def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
     ) in proc.stderr, proc.stderr[-3000:]
     assert "ZeroDivisionError" in proc.stderr
     assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3]
-    refused = _comlrl("train", *RUN_ARGS, f"output_dir={out}", cwd=tmp_path)
+    refused = _comlrl_here(capsys, "train", *RUN_ARGS, f"output_dir={out}", cwd=tmp_path)
     assert refused.returncode == 2 and f"({saved}) with: comlrl train --resume" in refused.stderr
     resumed = _comlrl("train", "--resume", str(out), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -265,10 +290,15 @@ def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
 
 
 def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(
-    reference: Path, tmp_path: Path
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    proc = _comlrl(
-        "train", *RUN_ARGS, f"output_dir={reference}", "models=[/no/such/model]", cwd=tmp_path
+    proc = _comlrl_here(
+        capsys,
+        "train",
+        *RUN_ARGS,
+        f"output_dir={reference}",
+        "models=[/no/such/model]",
+        cwd=tmp_path,
     )
     assert proc.returncode == 2
     assert (
@@ -277,17 +307,22 @@ def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(
         and "--overwrite" in proc.stderr
     )
     assert "could not load model" not in proc.stderr, "the refusal must come before models load"
-    unsafe = _comlrl("train", "--resume", str(reference), "learning_rate=0.5", cwd=tmp_path)
+    unsafe = _comlrl_here(
+        capsys, "train", "--resume", str(reference), "learning_rate=0.5", cwd=tmp_path
+    )
     assert unsafe.returncode == 2 and "cannot change learning_rate" in unsafe.stderr, unsafe.stderr
-    done = _comlrl("train", "--resume", str(reference), cwd=tmp_path)
+    done = _comlrl_here(capsys, "train", "--resume", str(reference), cwd=tmp_path)
     assert done.returncode == 0 and f"finished at step {NUM_STEPS}" in done.stdout, done.stderr
 
 
-def test_overwrite_clears_the_earlier_run_and_nothing_else(reference: Path, tmp_path: Path) -> None:
+def test_overwrite_clears_the_earlier_run_and_nothing_else(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     (out / "notes.txt").write_text("mine")
-    proc = _comlrl(
+    proc = _comlrl_here(
+        capsys,
         "train",
         "--overwrite",
         *RUN_ARGS,
@@ -303,9 +338,12 @@ def test_overwrite_clears_the_earlier_run_and_nothing_else(reference: Path, tmp_
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(tmp_path: Path) -> None:
+def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
-    train = _comlrl(
+    train = _comlrl_here(
+        capsys,
         "train",
         f"output_dir={out}",
         "task.name=coop_humaneval",
@@ -324,7 +362,8 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(tmp_path: Path) 
     (during,) = _rows(out / "eval.jsonl")
     assert during["step"] == 1 and during["num_problems"] == 2.0
     assert 0.0 <= during["pass@1"] <= during["pass@1/final"] <= during["solved_rate"] <= 1.0
-    ev = _comlrl(
+    ev = _comlrl_here(
+        capsys,
         "eval",
         "--model",
         str(out / "final" / "agent_0"),

@@ -20,6 +20,7 @@ these walkers to print the three counts.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +78,10 @@ class Module:
         return self.name if self.is_package else self.name.rpartition(".")[0]
 
 
+@functools.lru_cache(maxsize=4)
 def load_modules(roots: tuple[Path, ...] = SOURCE_ROOTS) -> dict[str, Module]:
-    """Every ``.py`` file under ``roots``, by dotted module name."""
+    """Every ``.py`` file under ``roots``, by dotted module name (parsed once per test run:
+    the sources do not change under the tests, and the walkers only read the trees)."""
     modules: dict[str, Module] = {}
     for root in roots:
         for path in sorted(root.rglob("*.py")):

@@ -16,7 +16,8 @@ local GGUF files (``model.gguf``, as llama.cpp and many model hubs ship them; ne
 ``gguf`` package, extra ``comlrl-algos[gguf]``): transformers reads the file's tokenizer,
 chat template and config and dequantizes its weights to the run's ``dtype`` (Q4/Q8 blocks
 become float weights: the model trains as an ordinary float model, and checkpoints are
-written in ``save_pretrained`` format). A name that looks like a path but is neither a
+written in ``save_pretrained`` format). A file is converted once and kept in the GGUF
+cache (:mod:`comlrl.algos.models.gguf`; ``COMLRL_GGUF_CACHE=off`` keeps no copy). A name that looks like a path but is neither a
 directory nor a file fails with "no such directory or file"; a Hub id that is not in the
 local cache fails in seconds, not after the Hub client's retries, when the Hub cannot be
 reached (or at once with ``HF_HUB_OFFLINE=1``).
@@ -231,50 +232,6 @@ def is_gguf_file(name: str) -> bool:
     return path.lower().endswith(".gguf") and os.path.isfile(path)
 
 
-def _load_gguf(path: str, torch_dtype: torch.dtype) -> tuple[Any, Any]:
-    """Load a GGUF file's tokenizer and model, dequantized to ``torch_dtype``.
-
-    The returned model is a plain float model: the ``quantization_config`` transformers
-    attaches to a GGUF-loaded model is dropped (the weights are no longer quantized, and
-    ``save_pretrained`` refuses a model that still carries it), so checkpoints are ordinary
-    ``save_pretrained`` folders.
-
-    Raises:
-        OSError: ``gguf`` is not installed (install the extra), or the file cannot be read.
-    """
-    try:
-        import gguf  # noqa: F401  (transformers' GGUF reader needs it)
-    except ImportError as exc:
-        raise OSError(
-            f"could not load model {path!r}: loading a GGUF file needs the `gguf` package. "
-            "Install it with `pip install 'comlrl-algos[gguf]'` (or `pip install gguf`)."
-        ) from exc
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = os.path.split(os.path.abspath(path))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
-    except (OSError, ValueError, KeyError) as exc:
-        raise OSError(
-            f"could not load GGUF model {path!r}: {exc}. transformers reads GGUF files of "
-            "the architectures it lists in transformers.integrations.ggml (Llama, Qwen2, "
-            "Mistral, ...); convert others to save_pretrained format first."
-        ) from exc
-    for cfg in (model.config, getattr(model, "generation_config", None)):
-        if cfg is not None and getattr(cfg, "quantization_config", None) is not None:
-            delattr(cfg, "quantization_config")
-    for attr in ("hf_quantizer", "quantization_method"):
-        if getattr(model, attr, None) is not None:
-            setattr(model, attr, None)
-    if getattr(model, "is_quantized", False):
-        model.is_quantized = False  # type: ignore[assignment]
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
-
-
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout``."""
     url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -299,7 +256,8 @@ def load_model_and_tokenizer(
     Args:
         name_or_path: a built-in name (:data:`BUILTIN_MODELS`), a Hugging Face model id,
             a local directory (``save_pretrained`` format) or a local ``.gguf`` file
-            (dequantized to ``dtype``; needs ``gguf``).
+            (dequantized to ``dtype``; needs ``gguf``; converted once, then read from the
+            GGUF cache: :mod:`comlrl.algos.models.gguf`).
         seed: weight seed for the built-in model (ignored otherwise).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         trust_remote_code: passed to ``from_pretrained``.
@@ -329,7 +287,9 @@ def load_model_and_tokenizer(
             f"unknown built-in model {name_or_path!r}; choose one of {sorted(BUILTIN_MODELS)}"
         )
     if is_gguf_file(name_or_path):
-        return _load_gguf(os.path.expanduser(name_or_path), torch_dtype)
+        from comlrl.algos.models.gguf import load_gguf
+
+        return load_gguf(os.path.expanduser(name_or_path), torch_dtype)
     local = os.path.isdir(os.path.expanduser(name_or_path))
     if not local and (looks_like_path(name_or_path) or os.path.isfile(name_or_path)):
         what = (
