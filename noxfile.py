@@ -9,8 +9,9 @@ in ``tests/`` with all five packages installed:
   skipped with a message. The tests marked ``slow`` (sweeps over every reference
   solution of a data set, 1000 sandbox timeouts, the learning runs of the pretrained
   model) are left out on every Python: ``nox -s slow`` runs them, once, on
-  :data:`TORCH_PYTHON` (``.ci/run`` runs both sessions; ``slow(integration)`` and
-  ``compat`` reuse ``tests(integration)``'s venv when it holds this checkout);
+  :data:`TORCH_PYTHON` (``slow(integration)`` and ``compat`` reuse ``tests(integration)``'s
+  venv when it holds this checkout). ``.ci/run`` runs envs' slow tests by ``slow(envs)``
+  and the cross-package ones inside ``tests(integration)`` (``COMLRL_NOX_WITH_SLOW``);
 - the torch packages (``kernels``, ``estimators``, ``algos``, ``compat``) and ``integration``
   on :data:`TORCH_PYTHON`, the Python the pinned CPU torch wheel is installed for.
   ``tests(estimators)`` is the proof that the estimators install with torch alone: its venv
@@ -234,6 +235,11 @@ PYTHONS_FOR = {"core": ALL_PYTHONS, "envs": ["3.10", "3.13"]}
 #: it. Left out of the matrix, not skipped inside the session: nox would first recreate the
 #: skipped session's venv, which the run beside it is using.
 SKIPPED_PACKAGES = [p for p in os.environ.get("COMLRL_NOX_SKIP_PACKAGES", "").split(",") if p]
+#: packages whose ``tests`` session also runs their tests marked ``slow`` (comma-separated):
+#: ``.ci/run`` sets ``integration``, so the cross-package tests run in one pytest run
+#: (one start of the workers, one tail where a worker waits for the other) instead of
+#: ``tests(integration)`` and then ``slow(integration)``.
+WITH_SLOW_PACKAGES = [p for p in os.environ.get("COMLRL_NOX_WITH_SLOW", "").split(",") if p]
 MATRIX = [
     (py, pkg)
     for py, pkg in [(py, pkg) for pkg in TORCH_FREE for py in PYTHONS_FOR[pkg]]
@@ -306,7 +312,8 @@ def _list_installed(session: nox.Session) -> None:
 @nox.parametrize(("python", "package"), MATRIX)
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests in a venv with only its declared dependencies
-    (:data:`MATRIX`; ``COMLRL_NOX_SKIP_PACKAGES`` leaves packages out)."""
+    (:data:`MATRIX`; ``COMLRL_NOX_SKIP_PACKAGES`` leaves packages out, and
+    ``COMLRL_NOX_WITH_SLOW`` names those that run their slow tests too)."""
     if package == "integration":
         _install_all(session)
         target = "tests"
@@ -314,7 +321,8 @@ def tests(session: nox.Session, package: str) -> None:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
     _list_installed(session)
-    _pytest(session, package, target, ["-m", "not slow"])
+    marks = [] if package in WITH_SLOW_PACKAGES else ["-m", "not slow"]
+    _pytest(session, package, target, marks, parallel=SLOW_PARALLEL if marks == [] else PARALLEL)
 
 
 @nox.session(python=TORCH_PYTHON)
