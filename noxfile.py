@@ -57,23 +57,21 @@ MYPY_SPEC = "mypy==2.4.1"
 IMPORT_LINTER_SPEC = "import-linter==2.16"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # The long sessions run their test files on two workers (CI has two cores); a file's tests
-# stay on one worker so module-scoped fixtures (reference runs) are built once. envs' tests
-# mostly wait on sandbox timeouts (measured on 2 cores: 93 s -> 53 s, 124 s -> 73 s with
-# the slow tests, three runs each without a failure), so ``tests(envs)`` runs four workers
-# (measured on the 2-core machine with other jobs on it: 128 s -> 83 s wall, 45.1 -> 45.9
-# CPU-s, 482 passed each time); envs' slow tests (sweeps of every reference solution:
-# CPU-bound, each under a sandbox timeout) keep two.
-# The estimators' and compat's tests (hypothesis properties of small tensors, tiny models)
-# are CPU-bound and independent: two workers each.
+# stay on one worker so module-scoped fixtures (reference runs) are built once. Each worker
+# collects (imports) every test file, and CI's two cores are two hyperthreads whose second
+# thread adds far less than a core, so a worker pays only where the tests outweigh that.
+# Measured on the 2-core machine, alone, two workers vs one process (wall s, CPU-s):
+# algos 67 / 124 vs 96 / 96 (two); envs 88 / 79 vs 169 / 81, and four workers 93 / 93
+# (two: its wall is one file's sandbox timeouts); compat 40 / 74 vs 49 / 49 and estimators
+# 19.6 / 33.6 vs 20.9 / 20.9 (one process: in CI they run beside the background sessions,
+# where a second worker adds CPU time and little speed).
 PARALLEL = {
-    "envs": ["-n", "4", "--dist", "loadfile"],
-    "estimators": ["-n", "2", "--dist", "loadfile"],
+    "envs": ["-n", "2", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
-    "compat": ["-n", "2", "--dist", "loadfile"],
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
-SLOW_PARALLEL = {**PARALLEL, "envs": ["-n", "2", "--dist", "loadfile"]}
-#: torch sessions whose pytest workers get one intra-op (OpenMP) thread each. Two workers on
+#: torch sessions whose pytest workers (or one process) get one intra-op (OpenMP) thread
+#: each. Two workers on
 #: two cores with torch's default (a thread per core) put four OpenMP threads on two cores,
 #: and an idle OpenMP thread spins before it sleeps: CPU time spent waiting. Measured on
 #: the 2-core machine (with other jobs on it): test_actor_critic_resume.py 64.6 user + 0.9
@@ -322,7 +320,7 @@ def tests(session: nox.Session, package: str) -> None:
         target = f"packages/comlrl-{package}/tests"
     _list_installed(session)
     marks = [] if package in WITH_SLOW_PACKAGES else ["-m", "not slow"]
-    _pytest(session, package, target, marks, parallel=SLOW_PARALLEL if marks == [] else PARALLEL)
+    _pytest(session, package, target, marks)
 
 
 @nox.session(python=TORCH_PYTHON)
@@ -340,7 +338,7 @@ def slow(session: nox.Session, package: str) -> None:
     else:
         _install(session, [*LOCAL_DEPS[package], package], tested=package)
         target = f"packages/comlrl-{package}/tests"
-    _pytest(session, package, target, ["-m", "slow"], python=python, parallel=SLOW_PARALLEL)
+    _pytest(session, package, target, ["-m", "slow"], python=python)
 
 
 def _pytest(
