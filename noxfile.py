@@ -71,14 +71,14 @@ PARALLEL = {
     "integration": ["-n", "2", "--dist", "loadfile"],
 }
 #: torch sessions whose pytest workers (or one process) get one intra-op (OpenMP) thread
-#: each. Two workers on
-#: two cores with torch's default (a thread per core) put four OpenMP threads on two cores,
-#: and an idle OpenMP thread spins before it sleeps: CPU time spent waiting. Measured on
-#: the 2-core machine (with other jobs on it): test_actor_critic_resume.py 64.6 user + 0.9
-#: sys CPU-s with the default, 11.8 + 0.9 with one thread; test_evaluate.py 15.3 + 0.8 vs
-#: 9.6 + 0.8. A test that needs threads sets them (torch.set_num_threads); an
-#: OMP_NUM_THREADS in the environment wins. kernels keeps the default: its tests run the
-#: C++ kernels' threaded path, which takes its thread count from torch.
+#: each. Two workers on two cores with torch's default (a thread per core) put four OpenMP
+#: threads on two cores, and an idle OpenMP thread spins before it sleeps: CPU time spent
+#: waiting. Measured on the 2-core machine (with other jobs on it):
+#: test_actor_critic_resume.py 64.6 user + 0.9 sys CPU-s with the default, 11.8 + 0.9 with
+#: one thread; test_evaluate.py 15.3 + 0.8 vs 9.6 + 0.8. A test that needs threads sets
+#: them (torch.set_num_threads); an OMP_NUM_THREADS in the environment wins. kernels keeps
+#: the default: its tests run the C++ kernels' threaded path, which takes its thread count
+#: from torch.
 ONE_THREAD_PER_WORKER = {"estimators", "algos", "compat", "integration"}
 #: the environment of the test runs: Python writes the bytecode of what it imports (under
 #: ``.nox/_pycache``, so the checkout stays clean) even where ``PYTHONDONTWRITEBYTECODE`` is
