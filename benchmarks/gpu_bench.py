@@ -174,6 +174,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: timed calls per measurement (best of them): 3, or 1 in a dry run (its numbers say nothing)
+_REPEATS = {"n": 3}
+
+
 def _best(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
     """Best wall seconds of ``repeats`` calls of ``fn`` (synchronised)."""
     best = float("inf")
@@ -234,8 +238,8 @@ def _ours_step_ms(
     with torch.no_grad():
         sampler.sample(ids, mask, full, gen)  # the fast step's check (eager)
         sampler.sample(ids, mask, full, gen)  # warm-up of the fixed-shape loop
-        t_full = _best(lambda: sampler.sample(ids, mask, full, gen), device, 3)
-        t_one = _best(lambda: sampler.sample(ids, mask, one, gen), device, 3)
+        t_full = _best(lambda: sampler.sample(ids, mask, full, gen), device, _REPEATS["n"])
+        t_one = _best(lambda: sampler.sample(ids, mask, one, gen), device, _REPEATS["n"])
     return {
         "ms_per_step": 1000 * (t_full - t_one) / (tokens - 1),
         "s_call": t_full,
@@ -268,8 +272,8 @@ def _generate_step_ms(
     run(1)
     _sync(device)
     warm = time.perf_counter() - t0
-    t_full = _best(lambda: run(tokens), device, 3)
-    t_one = _best(lambda: run(1), device, 3)
+    t_full = _best(lambda: run(tokens), device, _REPEATS["n"])
+    t_one = _best(lambda: run(1), device, _REPEATS["n"])
     return {"ms_per_step": 1000 * (t_full - t_one) / (tokens - 1), "warmup_s": warm}
 
 
@@ -343,7 +347,7 @@ def phase_update(ctx: dict[str, Any]) -> dict[str, Any]:
         return update_policy(model, opt, [batch], [adv], settings)
 
     update()
-    seconds = _best(update, device, 3)
+    seconds = _best(update, device, _REPEATS["n"])
     layers = model.model.layers
     n_lin = sum(
         m.weight.numel()
@@ -579,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if dry:
         torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+        _REPEATS["n"] = 1
     tok = load_tokenizer(args.tokenizer)
     shapes = ["tiny"] if dry else ["qwen2.5-0.5b", "qwen2.5-1.5b"]
     ctx: dict[str, Any] = {

@@ -75,10 +75,12 @@ def test_default_experiment_is_stories260k_on_coop_story_and_ends_with_a_summary
 
 
 def test_coop_humaneval_is_one_flag_away_with_verdicts_and_loadable_checkpoints(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    proc = _comlrl(
+    code, _, err = _main_here(
+        capsys,
         "train",
         "task.name=coop_humaneval",
         "models=[builtin:tiny-qwen2]",
@@ -88,9 +90,8 @@ def test_coop_humaneval_is_one_flag_away_with_verdicts_and_loadable_checkpoints(
         "task.kwargs.limit=4",
         "progress=false",
         "max_new_tokens=32",
-        cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, err[-3000:]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples, "no samples were logged"
     # Every logged joint action carries the sandbox verdict of the real HumanEval tests.
