@@ -347,10 +347,9 @@ def _pytest(
     target: str,
     marks: list[str],
     python: str = "python",
-    parallel: dict[str, list[str]] = PARALLEL,
 ) -> None:
     """pytest over ``target`` with ``python`` (this session's venv, or a path to another's),
-    on the workers ``parallel`` gives ``package`` (none: one process)."""
+    on the workers :data:`PARALLEL` gives ``package`` (none: one process)."""
     session.run(
         python,
         "-m",
@@ -364,7 +363,7 @@ def _pytest(
         # One fixed seed for every property test: CI runs are reproducible and cannot
         # fail on an example that an earlier run did not try (run without it to explore).
         "--hypothesis-seed=0",
-        *parallel.get(package, []),
+        *PARALLEL.get(package, []),
         "--durations=10",  # the slowest tests, to keep CI's time in view
         *session.posargs,
         env={

@@ -200,14 +200,6 @@ def turned_right(before: Path, after: Path, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def moving_mean(ys: list[float], w: int) -> list[float]:
-    """The mean of the last ``w`` values at every index (fewer at the start)."""
-    return [
-        sum(ys[max(0, i - w + 1) : i + 1]) / len(ys[max(0, i - w + 1) : i + 1])
-        for i in range(len(ys))
-    ]
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     """Left: both runs' team accuracy per training step (and an 8-step moving mean).
     Right: held-out team accuracy, greedy and sampled, before / after / control."""
@@ -215,6 +207,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from comlrl.algos.training.run.summary import rolling_mean
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
     for name, color in (("learning", "tab:blue"), ("control", "tab:gray")):
@@ -225,7 +218,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         w = min(8, len(ys))
         ax.plot(
             xs,
-            moving_mean(ys, w),
+            rolling_mean(ys, w),
             color=color,
             linewidth=2,
             label=f"{name} (lr={lr:g}), {w}-step mean",

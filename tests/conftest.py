@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,34 @@ def stories260k() -> Path:
     from comlrl.algos.models.loading import builtin_model_path
 
     return builtin_model_path()
+
+
+@pytest.fixture
+def comlrl_here(
+    capsys: pytest.CaptureFixture[str],
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``comlrl *args`` through its entry point (``comlrl.algos.cli.main.main``) in this
+    process, in ``cwd`` (default: where the test stands): its exit code and what it printed,
+    as ``subprocess.run`` gives them for a child. The same code as the console script
+    without a new interpreter importing torch and transformers (~5 CPU-s a process); runs
+    whose numbers are compared with another process's stay child processes."""
+    from comlrl.algos.cli.main import main
+
+    def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()  # what was printed before is not this call's
+        here = os.getcwd()
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's refusals
+            code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.chdir(here)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["comlrl", *args], code, out, err)
+
+    return run
 
 
 #: The cross-package test files that take longest (each 20-60 CPU-s in CI's run, slow tests

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,12 +76,10 @@ def test_default_experiment_is_stories260k_on_coop_story_and_ends_with_a_summary
 
 
 def test_coop_humaneval_is_one_flag_away_with_verdicts_and_loadable_checkpoints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    code, _, err = _main_here(
-        capsys,
+    proc = comlrl_here(
         "train",
         "task.name=coop_humaneval",
         "models=[builtin:tiny-qwen2]",
@@ -90,8 +89,9 @@ def test_coop_humaneval_is_one_flag_away_with_verdicts_and_loadable_checkpoints(
         "task.kwargs.limit=4",
         "progress=false",
         "max_new_tokens=32",
+        cwd=tmp_path,
     )
-    assert code == 0, err[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples, "no samples were logged"
     # Every logged joint action carries the sandbox verdict of the real HumanEval tests.
@@ -160,28 +160,16 @@ def test_a_bad_config_fails_before_training_and_names_the_field(
     assert not out.exists(), "a rejected config must not start a run"
 
 
-def _main_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``comlrl *args`` through ``main`` in this process (as the bad-config cases do): its
-    exit code, stdout and stderr."""
-    from comlrl.algos.cli.main import main
-
-    capsys.readouterr()
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_config_file_and_overrides_combine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("num_generations: 8\nlearning_rate: 0.001\ntask:\n  name: coop_humaneval\n")
-    code, out, err = _main_here(
-        capsys, "train", "--config", str(cfg), "num_generations=3", "--print-config"
+    proc = comlrl_here(
+        "train", "--config", str(cfg), "num_generations=3", "--print-config", cwd=tmp_path
     )
-    assert code == 0, err
-    assert "num_generations: 3" in out and "learning_rate: 0.001" in out
+    assert proc.returncode == 0, proc.stderr
+    assert "num_generations: 3" in proc.stdout and "learning_rate: 0.001" in proc.stdout
 
 
 def test_invalid_yaml_config_file_is_a_message_not_a_traceback(tmp_path: Path) -> None:
@@ -193,20 +181,22 @@ def test_invalid_yaml_config_file_is_a_message_not_a_traceback(tmp_path: Path) -
 
 
 def test_tasks_and_print_config_show_the_task_options(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    code, out, err = _main_here(capsys, "tasks")
-    assert code == 0, err
-    lines = out.splitlines()
+    proc = comlrl_here("tasks", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
     story = lines.index(next(x for x in lines if x.startswith("coop_story ")))
     assert (
         lines[story + 2].strip() == "options: limit=None, min_words=10, max_words=40, weights=None"
     )
-    assert "sandbox_all=False" in out  # coop_humaneval's options
-    code, out, err = _main_here(capsys, "train", "task.name=coop_humaneval", "--print-config")
-    assert code == 0, err
-    assert "# task options of 'coop_humaneval' (set as task.kwargs.<option>=...): path=None" in out
+    assert "sandbox_all=False" in proc.stdout  # coop_humaneval's options
+    proc = comlrl_here("train", "task.name=coop_humaneval", "--print-config", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "# task options of 'coop_humaneval' (set as task.kwargs.<option>=...): path=None"
+        in proc.stdout
+    )
 
 
 def test_runs_that_cannot_learn_warn_once_and_count_the_long_prompts(tmp_path: Path) -> None:

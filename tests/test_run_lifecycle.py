@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,26 +76,6 @@ def _comlrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=GUARD_S,
         check=False,
     )
-
-
-def _comlrl_here(
-    capsys: pytest.CaptureFixture[str], *args: str, cwd: Path
-) -> subprocess.CompletedProcess[str]:
-    """``comlrl *args`` through its entry point in this process, in ``cwd``: the exit code
-    and what it printed, as :func:`_comlrl` gives them for a child process."""
-    from comlrl.algos.cli.main import main
-
-    capsys.readouterr()  # what was printed before is not this call's
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse's refusals
-        code = exc.code if isinstance(exc.code, int) else 2
-    finally:
-        os.chdir(here)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["comlrl", *args], code, out, err)
 
 
 def _paused_run(where: str, step: int, out: Path) -> tuple[subprocess.Popen[str], Path]:
@@ -249,7 +230,7 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_143(tmp_path: Path) -> 
 
 
 def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
-    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    reference: Path, tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     """save_every=0: the reward raises in step 4; the run keeps step 3 and says how to
     resume; --resume (the reward works again) ends with the rows of the unbroken run."""
@@ -281,7 +262,7 @@ def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
     ) in proc.stderr, proc.stderr[-3000:]
     assert "ZeroDivisionError" in proc.stderr
     assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3]
-    refused = _comlrl_here(capsys, "train", *RUN_ARGS, f"output_dir={out}", cwd=tmp_path)
+    refused = comlrl_here("train", *RUN_ARGS, f"output_dir={out}", cwd=tmp_path)
     assert refused.returncode == 2 and f"({saved}) with: comlrl train --resume" in refused.stderr
     resumed = _comlrl("train", "--resume", str(out), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -290,10 +271,9 @@ def test_an_exception_in_step_4_saves_step_3_and_resume_finishes_the_run(
 
 
 def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(
-    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    reference: Path, tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    proc = _comlrl_here(
-        capsys,
+    proc = comlrl_here(
         "train",
         *RUN_ARGS,
         f"output_dir={reference}",
@@ -307,22 +287,19 @@ def test_training_into_a_used_output_dir_is_refused_before_any_model_loads(
         and "--overwrite" in proc.stderr
     )
     assert "could not load model" not in proc.stderr, "the refusal must come before models load"
-    unsafe = _comlrl_here(
-        capsys, "train", "--resume", str(reference), "learning_rate=0.5", cwd=tmp_path
-    )
+    unsafe = comlrl_here("train", "--resume", str(reference), "learning_rate=0.5", cwd=tmp_path)
     assert unsafe.returncode == 2 and "cannot change learning_rate" in unsafe.stderr, unsafe.stderr
-    done = _comlrl_here(capsys, "train", "--resume", str(reference), cwd=tmp_path)
+    done = comlrl_here("train", "--resume", str(reference), cwd=tmp_path)
     assert done.returncode == 0 and f"finished at step {NUM_STEPS}" in done.stdout, done.stderr
 
 
 def test_overwrite_clears_the_earlier_run_and_nothing_else(
-    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    reference: Path, tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     (out / "notes.txt").write_text("mine")
-    proc = _comlrl_here(
-        capsys,
+    proc = comlrl_here(
         "train",
         "--overwrite",
         *RUN_ARGS,
@@ -339,11 +316,10 @@ def test_overwrite_clears_the_earlier_run_and_nothing_else(
 
 
 def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     out = tmp_path / "run"
-    train = _comlrl_here(
-        capsys,
+    train = comlrl_here(
         "train",
         f"output_dir={out}",
         "task.name=coop_humaneval",
@@ -362,8 +338,7 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
     (during,) = _rows(out / "eval.jsonl")
     assert during["step"] == 1 and during["num_problems"] == 2.0
     assert 0.0 <= during["pass@1"] <= during["pass@1/final"] <= during["solved_rate"] <= 1.0
-    ev = _comlrl_here(
-        capsys,
+    ev = comlrl_here(
         "eval",
         "--model",
         str(out / "final" / "agent_0"),

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def _same(got: list[dict[str, Any]], want: list[dict[str, Any]], what: str) -> N
 
 
 def test_a_mixture_run_reports_each_task_apart_and_resumes_where_it_stood(
-    tmp_path: Path,
+    tmp_path: Path, comlrl_here: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     whole = tmp_path / "whole"
     proc = _comlrl("train", *RUN_ARGS, "num_steps=4", f"output_dir={whole}", cwd=tmp_path)
@@ -80,12 +81,9 @@ def test_a_mixture_run_reports_each_task_apart_and_resumes_where_it_stood(
         assert {"reward/coop_story", "reward/coop_humaneval"} <= set(row), row
     # comlrl eval of the trained team rebuilds the mixture from the run's config.yaml
     final = [whole / "final" / f"agent_{i}" for i in (0, 1)]
-    # (the entry point in this process: nothing here is compared across processes)
-    from comlrl.algos.cli.main import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp_path)
-        assert main(["eval", "--model", str(final[0]), "--model", str(final[1])]) == 0
+    # (in this process: nothing here is compared across processes)
+    ev = comlrl_here("eval", "--model", str(final[0]), "--model", str(final[1]), cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr[-3000:]
     row = _rows(whole / "evals" / "final" / "eval.jsonl")[-1]
     assert {"reward/coop_story", "reward/coop_humaneval"} <= set(row), row
     # stopped after step 2, then resumed: the same examples, rewards and updates

@@ -195,7 +195,7 @@ def _store(entry: Path, model: Any, tokenizer: Any, path: str) -> None:
             f"loads of this file read that ({GGUF_CACHE_ENV}=off keeps no copy)",
             file=sys.stderr,
         )
-    except OSError as exc:
+    except (OSError, RuntimeError, ValueError) as exc:  # the cache only saves time
         shutil.rmtree(tmp, ignore_errors=True)
         print(
             f"comlrl: could not store {path}'s conversion in the GGUF cache ({exc}); it was "
