@@ -325,6 +325,7 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
         "task.name=coop_humaneval",
         "models=[builtin:tiny-qwen2]",
         "task.kwargs.limit=4",
+        "task.kwargs.sandbox_all=false",  # an option coop_story lacks (below)
         "num_steps=1",
         "batch_size=2",
         "num_generations=2",
@@ -359,3 +360,18 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
     samples = _rows(out / "evals" / "final" / "eval_samples.jsonl")
     assert len(samples) == 4 and all("status" in s["info"] for s in samples)
     assert "eval:" in ev.stderr  # the progress bar
+    # on another task: the run's sampling settings stay, its task's options do not follow
+    other = comlrl_here(
+        "eval",
+        "--model",
+        str(out / "final" / "agent_0"),
+        "--model",
+        str(out / "final" / "agent_1"),
+        "task.name=coop_story",
+        "eval_limit=2",
+        cwd=tmp_path,
+    )
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert "the run's task settings {'kwargs': {'limit': 4, 'sandbox_all': False}}" in other.stderr
+    row = _rows(out / "evals" / "final" / "eval.jsonl")[-1]
+    assert row["task"] == "coop_story" and row["num_problems"] == 2.0

@@ -9,7 +9,10 @@ verdict in ``info``) goes to ``DIR/eval_samples.jsonl`` (rewritten by each evalu
 a low score can be read, not just seen; a progress bar counts the problems on stderr.
 Without ``--config`` it reads the run's own ``config.yaml`` when the models sit in a run
 folder (``runs/x/final/agent_0`` or ``runs/x/checkpoints/step-N/agent_0``), so the task
-and sampling settings match training. ``--model`` also takes a ``.gguf`` file.
+and sampling settings match training. An override that names another task
+(``task.name=mbpp``) evaluates the agents there: the run's sampling settings are kept, its
+task settings (``task.kwargs``, ``task.split``, ``task.remote``) are left out, with a note
+on stderr. ``--model`` also takes a ``.gguf`` file.
 """
 
 from __future__ import annotations
@@ -92,6 +95,53 @@ def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path
     return Path("runs") / "eval" / (name or "model")
 
 
+def _task_names(task: Any) -> tuple[Any, ...]:
+    """The tasks a ``task`` section names: its ``mixture`` entries' names, else its name."""
+    if not isinstance(task, dict):
+        return (task,)
+    mixture = task.get("mixture") or []
+    names = tuple(m.get("name") if isinstance(m, dict) else m for m in mixture)
+    return names or (task.get("name", "coop_story"),)
+
+
+def _own_task_options(
+    data: dict[str, Any], run_data: dict[str, Any], overrides: list[str]
+) -> dict[str, Any]:
+    """``data`` (the run's ``config.yaml`` with the overrides applied), with the run's task
+    settings left out when the overrides name another task than the run's.
+
+    The run's ``task.kwargs`` (a data file's ``path``, ``limit``, a suite's options),
+    ``task.remote`` servers and ``task.split`` belong to the task it trained on; given to
+    another task they would load the wrong file or fail on an option that task lacks. The
+    new task then gets only the ``task.*`` keys the overrides set; a note on stderr names the
+    settings left out. Sampling settings (``max_new_tokens``, ``eval_*``, ...) are kept:
+    they belong to the agents."""
+    from comlrl.algos.training.config.rl import apply_overrides
+    from comlrl.algos.training.config.task import TaskConfig
+
+    task_overrides = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "task"]
+    own = apply_overrides({}, task_overrides).get("task", {})
+    run_task = run_data.get("task", {})
+    if not isinstance(own, dict) or not isinstance(run_task, dict):
+        return data  # not a mapping: build_config names the bad value
+    if not {"name", "mixture"} & own.keys() or _task_names(own) == _task_names(run_task):
+        return data  # the run's own task, its settings with the overrides applied
+    defaults = TaskConfig().model_dump()
+    left_out = {
+        k: v
+        for k, v in run_task.items()
+        if k not in ("name", "mixture") and k not in own and v != defaults.get(k)
+    }
+    if left_out:
+        print(
+            f"comlrl: evaluating on {'+'.join(map(str, _task_names(own)))!r}, not the run's "
+            f"task {'+'.join(map(str, _task_names(run_task)))!r}: the run's task settings "
+            f"{left_out!r} are left out (set task.<key>=... to give the new task its own)",
+            file=sys.stderr,
+        )
+    return {**data, "task": own}
+
+
 def _checkpoint_step(model: str | Path) -> int | None:
     meta = Path(model).resolve().parent / "checkpoint.json"
     try:
@@ -118,6 +168,8 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         saved = load_config_data(config_path, overrides)
         saved.pop("algo", None)  # the run's recipe: evaluation samples its agents alone
+        if args.config is None and config_path is not None:
+            saved = _own_task_options(saved, load_config_data(config_path), args.overrides)
         config = build_config(saved)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
