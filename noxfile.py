@@ -68,7 +68,9 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 PARALLEL = {
     "envs": ["-n", "2", "--dist", "loadfile"],
     "algos": ["-n", "2", "--dist", "loadfile"],
-    "integration": ["-n", "2", "--dist", "loadfile"],
+    # the queue in collection order (tests/conftest.py puts the longest files first), not
+    # xdist's default order by number of tests per file
+    "integration": ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"],
 }
 #: torch sessions whose pytest workers (or one process) get one intra-op (OpenMP) thread
 #: each. Two workers on two cores with torch's default (a thread per core) put four OpenMP

@@ -56,27 +56,32 @@ def comlrl_here(
     return run
 
 
-#: The cross-package test files that take longest (each 20-60 CPU-s in CI's run, slow tests
-#: included), longest first. pytest-xdist (``--dist loadfile``) hands whole files to its
-#: workers in collection order, so a long file collected late leaves the other worker idle
-#: until it ends (measured in CI, 2026-11-29: one core idle for the last ~40 s of the run).
-#: Only the order changes: every other file runs after these, in its usual order, and a
-#: name that is no longer a file here changes nothing.
+#: The cross-package test files that take longest (each 10-60 s with the slow tests, on one
+#: core of the 2-core machine: ``-n 2 --dist loadfile`` with a per-test timing plugin,
+#: 2026-11-29), longest first. pytest-xdist (``--dist loadfile``) hands whole files to its
+#: workers in the order of the queue, so a long file handed out late leaves the other worker
+#: idle until it ends. nox passes ``--no-loadscope-reorder``: xdist's default queue order is
+#: by number of tests, which put the 26-s one-test ``test_lora_learn.py`` near the end (one
+#: worker ended 29 s after the other). Only the order changes: every other file runs after
+#: these, in its usual order, and a name that is no longer a file here changes nothing.
 LONGEST_FIRST = [
     "test_defaults_learn.py",
     "test_real_llm_smoke.py",
-    "test_distributed.py",
     "test_run_lifecycle.py",
-    "test_docs_snippets.py",
+    "test_distributed.py",
     "test_actor_critic_learn.py",
+    "test_docs_snippets.py",
     "test_lora_learn.py",
+    "test_task_mixture.py",
     "test_gpu_bench_dry_run.py",
     "test_cli.py",
-    "test_task_mixture.py",
+    "test_preference_learn.py",
     "test_gpu_check_dry_run.py",
     "test_cli_recipes.py",
-    "test_preference_learn.py",
     "test_madpo_defaults_learn.py",
+    "test_cli_iterative_centralized.py",
+    "test_tool_distributed.py",
+    "test_task_serving.py",
 ]
 
 
