@@ -122,6 +122,34 @@ def test_a_mixture_keeps_its_tasks_tools_and_budgets() -> None:
         mix.close()
     with pytest.raises(ConfigError, match="different tools"):
         build_task(task("tool_math", "coop_story"))
+    # one task twice, by label: each entry built with its own options, examples tagged by
+    # label, and the data stream drawing each label by its weight
+    from comlrl.algos.rollout.mixture import task_of
+    from comlrl.algos.training.run.data_mixture import example_stream
+
+    levels = TaskConfig.model_validate(
+        {
+            "mixture": [
+                {"name": "tool_math", "label": "mul", "kwargs": {"level": "mul", "num_train": 4}},
+                {"name": "tool_math", "label": "expr", "weight": 3, "kwargs": {"level": "expr"}},
+            ]
+        }
+    )
+    mix = build_task(levels)
+    try:
+        assert mix.name == "mul+expr" and list(mix.tasks) == ["mul", "expr"]
+        assert [t.level for t in mix.tasks.values()] == ["mul", "expr"]
+        examples = mix.load("train")
+        assert [task_of(e) for e in examples[:4]] == ["mul", "expr", "mul", "expr"]
+        assert sum(task_of(e) == "mul" for e in examples) == 4
+        stream = example_stream(examples, seed=0, task=levels)
+        drawn = [task_of(e) for e in stream.next_batch(400)]
+        assert 0.65 < drawn.count("expr") / 400 < 0.85  # weight 3 of 4: 0.75
+    finally:
+        mix.close()
+    bad = {"mixture": [{"name": "tool_math", "label": "mul", "kwargs": {"limit": 4}}]}
+    with pytest.raises(ConfigError, match="entry 'mul' rejected (?s:.*)\n  kwargs.limit: not an"):
+        build_task(TaskConfig.model_validate(bad))
     gguf = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"  # any non-built-in name: pretrained
     config = TrainConfig(models=[gguf], task=task("coop_story", "debate_math").model_dump())
     assert config.max_new_tokens == 96  # debate_math's 96, not coop_story's 48

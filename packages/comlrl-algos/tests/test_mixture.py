@@ -119,8 +119,23 @@ def test_a_mixture_config_names_the_tasks_and_rejects_what_it_cannot_mean() -> N
         {"mixture": [{"name": "coop_story", "weight": 0.5}, {"name": "mbpp", "weight": 0.5}]}
     )
     assert cfg.name == "coop_story+mbpp"
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(ValueError, match="two entries called 'a'.*its own label"):
         TaskConfig.model_validate({"mixture": [{"name": "a"}, {"name": "a"}]})
+    # one task twice, each entry with its own label (and options)
+    two = TaskConfig.model_validate(
+        {
+            "mixture": [
+                {"name": "tool_math", "label": "add", "kwargs": {"level": "add"}},
+                {"name": "tool_math", "label": "mul", "weight": 3, "kwargs": {"level": "mul"}},
+            ]
+        }
+    )
+    assert two.name == "add+mul" and [m.key for m in two.mixture] == ["add", "mul"]
+    with pytest.raises(ValueError, match="two entries called 'b'"):
+        TaskConfig.model_validate({"mixture": [{"name": "a", "label": "b"}, {"name": "b"}]})
+    for bad in ("", " x", "a+b", "a/b"):
+        with pytest.raises(ValueError, match="label"):
+            TaskConfig.model_validate({"mixture": [{"name": "a", "label": bad}]})
     with pytest.raises(ValueError, match="own entry"):
         TaskConfig.model_validate({"mixture": [{"name": "a"}], "kwargs": {"limit": 2}})
     with pytest.raises(ValueError, match="greater than 0"):

@@ -96,11 +96,12 @@ def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path
 
 
 def _task_names(task: Any) -> tuple[Any, ...]:
-    """The tasks a ``task`` section names: its ``mixture`` entries' names, else its name."""
+    """The tasks a ``task`` section names: its ``mixture`` entries' labels or names, else
+    its name."""
     if not isinstance(task, dict):
         return (task,)
     mixture = task.get("mixture") or []
-    names = tuple(m.get("name") if isinstance(m, dict) else m for m in mixture)
+    names = tuple(m.get("label") or m.get("name") if isinstance(m, dict) else m for m in mixture)
     return names or (task.get("name", "coop_story"),)
 
 

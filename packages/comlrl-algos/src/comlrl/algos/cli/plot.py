@@ -54,7 +54,11 @@ def run_title(run_dir: str | Path) -> str | None:
     if isinstance(task, dict):
         mixture = task.get("mixture")
         if mixture:
-            parts.append(" + ".join(str(m.get("name")) for m in mixture if isinstance(m, dict)))
+            parts.append(
+                " + ".join(
+                    str(m.get("label") or m.get("name")) for m in mixture if isinstance(m, dict)
+                )
+            )
         elif task.get("name"):
             parts.append(str(task["name"]))
     models = data.get("models")

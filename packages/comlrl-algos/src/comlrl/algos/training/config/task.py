@@ -23,6 +23,12 @@ class MixtureEntry(BaseModel):
             prompt of a batch comes from task ``i`` with probability
             ``weight_i / sum(weights)``).
         kwargs: keyword arguments for that task's constructor.
+        label: what the entry is called in the metrics (``reward/<label>``), in the run's
+            task name and in its checkpoints; default its task's ``name``. One task can be
+            listed twice with other options when each entry has its own label, e.g.
+            ``[{name: tool_math, label: add, kwargs: {level: add}}, {name: tool_math,
+            label: mul, kwargs: {level: mul}}]``. No ``+`` or ``/`` (they join and split
+            the names of metrics).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -30,6 +36,23 @@ class MixtureEntry(BaseModel):
     name: str
     weight: float = Field(1.0, gt=0)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+
+    @field_validator("label")
+    @classmethod
+    def _plain_label(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or v != v.strip() or any(c in v for c in "+/")):
+            raise ValueError(
+                f"task.mixture label {v!r} must be a non-empty name without spaces at its "
+                "ends, '+' or '/' (e.g. label: mul)"
+            )
+        return v
+
+    @property
+    def key(self) -> str:
+        """The entry's name in the metrics, the run's task name and checkpoints: its
+        ``label``, else its task's ``name``."""
+        return self.label if self.label is not None else self.name
 
 
 class TaskConfig(BaseModel):
@@ -53,7 +76,8 @@ class TaskConfig(BaseModel):
         mixture: train on several tasks at once (:class:`MixtureEntry` each: name, weight,
             kwargs), e.g. ``task.mixture=[{name: coop_humaneval, weight: 0.5}, {name: mbpp,
             weight: 0.5}]``; ``name`` then becomes their names joined by ``+`` and
-            ``kwargs`` must stay empty (each entry has its own). Every task must be for the
+            ``kwargs`` must stay empty (each entry has its own; an entry's ``label``, when
+            given, stands for its name). Every task must be for the
             same number of agents; ``split`` and ``eval_split`` apply to each. Metrics and
             evaluation rows report each task's reward apart as ``reward/<task>``
             (:mod:`comlrl.algos.rollout.mixture`, :mod:`comlrl.algos.training.run.data_mixture`).
@@ -85,9 +109,14 @@ class TaskConfig(BaseModel):
             return self
         if self.remote:
             raise ValueError("task.remote with task.mixture is not supported; use one of them")
-        names = [m.name for m in self.mixture]
-        if len(set(names)) != len(names):
-            raise ValueError(f"task.mixture names a task twice: {names!r}; list each task once")
+        names = [m.key for m in self.mixture]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"task.mixture has two entries called {twice[0]!r} ({names!r}): give each "
+                "entry of one task its own label, e.g. {name: tool_math, label: mul, "
+                "kwargs: {level: mul}}, or list the task once"
+            )
         if self.kwargs:
             raise ValueError(
                 f"task.kwargs={self.kwargs!r} with task.mixture: give each task its options "

@@ -282,8 +282,8 @@ def build_task(task_config: TaskConfig) -> Any:
     tasks: dict[str, Any] = {}
     try:
         for entry in task_config.mixture:
-            where = f"task.mixture entry {entry.name!r} rejected kwargs"
-            tasks[entry.name] = _one_task(entry.name, entry.kwargs, where)
+            where = f"task.mixture entry {entry.key!r} rejected kwargs"
+            tasks[entry.key] = _one_task(entry.name, entry.kwargs, where, "kwargs.")
         return MixtureTask(tasks)
     except (ConfigError, ValueError) as exc:
         for task in tasks.values():
@@ -291,7 +291,9 @@ def build_task(task_config: TaskConfig) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
+def _one_task(
+    name: str, kwargs: dict[str, Any], where: str = "", key_prefix: str = "task.kwargs."
+) -> Any:
     from comlrl.core import TaskNotFoundError, get_task
 
     try:
@@ -310,12 +312,12 @@ def _one_task(name: str, kwargs: dict[str, Any], where: str = "") -> Any:
                 close = difflib.get_close_matches(str(key), known, n=2, cutoff=0.6)
                 if close:
                     hints.append(
-                        f"task.kwargs.{key}: did you mean "
-                        + " or ".join(f"task.kwargs.{c}" for c in close)
+                        f"{key_prefix}{key}: did you mean "
+                        + " or ".join(f"{key_prefix}{c}" for c in close)
                         + "?"
                     )
                 else:
-                    hints.append(f"task.kwargs.{key}: not an option of {name!r}")
+                    hints.append(f"{key_prefix}{key}: not an option of {name!r}")
         hint = "".join(f"\n  {h}" for h in hints)
         raise ConfigError(
             f"{where or f'task {name!r} rejected task.kwargs'}={kwargs!r}: {exc}{hint}\n"

@@ -119,6 +119,6 @@ def example_stream(
     """
     mixture = getattr(task, "mixture", None)
     if mixture:
-        weights = {entry.name: entry.weight for entry in mixture}
+        weights = {entry.key: entry.weight for entry in mixture}
         return MixtureStream(dataset, weights, task_of, seed=seed, shuffle=shuffle)
     return DataStream(dataset, seed=seed, shuffle=shuffle)
