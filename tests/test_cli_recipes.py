@@ -26,6 +26,22 @@ def _check_final(out: Path, agents: int) -> None:
         assert (out / "final" / f"agent_{i}" / "model.safetensors").is_file()
 
 
+def _eval_and_collect(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``comlrl eval`` and ``comlrl collect`` of the run's final agents read its config.yaml
+    (the recipe's own settings, e.g. critics or preference pairs, left out: they sample)."""
+    models = [a for i in (0, 1) for a in ("--model", str(out / "final" / f"agent_{i}"))]
+    capsys.readouterr()
+    assert main(["eval", *models, "eval_limit=2"]) == 0, capsys.readouterr().err
+    mode = "sampled, k=4" if out.name == "madpo" else "greedy"  # as the run evaluated
+    assert f"eval coop_story:test (2 problems, {mode}" in capsys.readouterr().out
+    (row,) = _rows(out / "evals" / "final" / "eval.jsonl")
+    assert row["task"] == "coop_story" and row["num_problems"] == 2.0
+    rows = out.parent / f"{out.name}_rows.jsonl"
+    argv = ["collect", *models, "-n", "2", "--min-reward=-1e9", "--output", str(rows)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert {r["agent"] for r in _rows(rows)} == {0, 1}
+
+
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Send this process a real SIGINT (a terminal's Ctrl-C) right after the metrics row of
     ``step`` is written: the recipe's handler must finish the step, checkpoint and stop."""
@@ -114,6 +130,7 @@ def test_actor_critic_recipes_run_on_the_default_task_and_resume_exactly(
     critic = out / "final" / ("critic_0" if algo == "iac" else "critic")
     assert critic.is_dir()
     assert (out / "config.yaml").read_text().startswith(f"algo: {algo}\n")
+    _eval_and_collect(out, capsys)
     # Ctrl-C after step 1: the step finishes, a checkpoint is written, exit 130
     run = tmp_path / f"{algo}-interrupted"
     _interrupt_after(monkeypatch, 1)
@@ -170,6 +187,7 @@ def test_madpo_runs_on_the_default_task_and_resumes_exactly(
     _check_final(out, 2)
     saved = (out / "config.yaml").read_text()
     assert saved.startswith("algo: madpo\n") and "num_generations: 4" in saved
+    _eval_and_collect(out, capsys)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "step-000002",
         "step-000003",
@@ -197,6 +215,7 @@ def test_marlhf_resumes_its_rl_phase_exactly(
     assert main([*argv, f"output_dir={out}"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done: 3 steps")
     assert (out / "final" / "reward_model" / "head.safetensors").is_file()
+    _eval_and_collect(out, capsys)
     run = tmp_path / "marlhf-interrupted"
     _interrupted_and_resumed(argv, run, monkeypatch, capsys, 3)
     _assert_same_outputs(run, out)

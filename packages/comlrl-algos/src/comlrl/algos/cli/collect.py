@@ -4,7 +4,7 @@
 [--config FILE] [key=value ...]`` loads the agents as ``comlrl train`` does (a Hub id, a
 local folder, a ``.gguf`` file, or a run's checkpoint such as ``runs/x/final/agent_0``,
 whose run's ``config.yaml`` then supplies the task and sampling settings, as for
-``comlrl eval``), samples ``num_generations`` joint actions on each of the first
+``comlrl eval``: :mod:`comlrl.algos.cli.run_settings`), samples ``num_generations`` joint actions on each of the first
 ``ceil(N / num_generations)`` examples of ``task.split`` (cycling over the split when it
 is shorter) with the training rollout (:func:`comlrl.algos.rollout.evaluate.evaluate`, no
 update: every turn, feedback included, at the run's temperature), and keeps the joint
@@ -134,8 +134,8 @@ def _fail(message: str) -> int:
 def run_collect(args: argparse.Namespace) -> int:
     """Load, sample, filter and write (see the module docstring). Returns an exit code:
     0 (rows written, possibly none), 2 (a bad option, config, task or model)."""
-    from comlrl.algos.cli.eval import find_run_config
-    from comlrl.algos.training.config.rl import ConfigError, load_config
+    from comlrl.algos.cli.run_settings import sampling_config
+    from comlrl.algos.training.config.rl import ConfigError
 
     if args.num_samples < 1:
         return _fail(f"-n must be >= 1, got {args.num_samples}")
@@ -143,12 +143,8 @@ def run_collect(args: argparse.Namespace) -> int:
     if output.exists() and not args.overwrite:
         return _fail(f"{output} exists; pass --overwrite to replace it, or another --output")
     models = list(args.model)
-    config_path = args.config or find_run_config(models[0])
-    overrides = [*args.overrides, "models=" + json.dumps(models)]
-    if len(models) > 1:
-        overrides.append(f"num_agents={len(models)}")
     try:
-        config = load_config(config_path, overrides)
+        _, config = sampling_config(models, args.config, args.overrides)
     except ConfigError as exc:
         return _fail(str(exc))
     g = config.num_generations

@@ -9,10 +9,9 @@ verdict in ``info``) goes to ``DIR/eval_samples.jsonl`` (rewritten by each evalu
 a low score can be read, not just seen; a progress bar counts the problems on stderr.
 Without ``--config`` it reads the run's own ``config.yaml`` when the models sit in a run
 folder (``runs/x/final/agent_0`` or ``runs/x/checkpoints/step-N/agent_0``), so the task
-and sampling settings match training. An override that names another task
-(``task.name=mbpp``) evaluates the agents there: the run's sampling settings are kept, its
-task settings (``task.kwargs``, ``task.split``, ``task.remote``) are left out, with a note
-on stderr. ``--model`` also takes a ``.gguf`` file.
+and sampling settings match training, for a run of any team recipe; an override that names
+another task evaluates the agents there without the run's task settings
+(:mod:`comlrl.algos.cli.run_settings`). ``--model`` also takes a ``.gguf`` file.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_eval_parser", "run_eval", "find_run_config", "default_output_dir"]
+__all__ = ["add_eval_parser", "run_eval", "default_output_dir"]
 
 
 def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
@@ -56,29 +55,6 @@ def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
     return ev
 
 
-#: Recipes that train one model on a data file: their runs' configs name no task or team.
-ONE_MODEL_RECIPES = ("sft", "dpo")
-
-
-def find_run_config(model: str | Path) -> Path | None:
-    """The ``config.yaml`` of the run a checkpoint folder belongs to, looking up to 3 levels up;
-    ``None`` for a run of a one-model recipe (``algo: sft`` / ``dpo``: a model fine-tuned on
-    rows, e.g. the SFT step of SFT-then-RL), whose settings are not a team's."""
-    import yaml
-
-    here = Path(model).resolve()
-    for parent in list(here.parents)[:3]:
-        if (parent / "config.yaml").is_file():
-            try:
-                data = yaml.safe_load((parent / "config.yaml").read_text())
-            except (OSError, yaml.YAMLError):
-                data = None
-            if isinstance(data, dict) and data.get("algo") in ONE_MODEL_RECIPES:
-                return None
-            return parent / "config.yaml"
-    return None
-
-
 def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path:
     """``RUN/evals/<checkpoint>`` for a checkpoint inside a run (e.g. ``runs/x/evals/final``,
     ``runs/x/evals/step-000004``), else ``runs/eval/<model name>`` under the current folder
@@ -93,54 +69,6 @@ def default_output_dir(model: str | Path, run_config: str | Path | None) -> Path
     path = Path(str(model).replace(":", "-"))
     name = path.stem if path.suffix == ".gguf" else path.name
     return Path("runs") / "eval" / (name or "model")
-
-
-def _task_names(task: Any) -> tuple[Any, ...]:
-    """The tasks a ``task`` section names: its ``mixture`` entries' labels or names, else
-    its name."""
-    if not isinstance(task, dict):
-        return (task,)
-    mixture = task.get("mixture") or []
-    names = tuple(m.get("label") or m.get("name") if isinstance(m, dict) else m for m in mixture)
-    return names or (task.get("name", "coop_story"),)
-
-
-def _own_task_options(
-    data: dict[str, Any], run_data: dict[str, Any], overrides: list[str]
-) -> dict[str, Any]:
-    """``data`` (the run's ``config.yaml`` with the overrides applied), with the run's task
-    settings left out when the overrides name another task than the run's.
-
-    The run's ``task.kwargs`` (a data file's ``path``, ``limit``, a suite's options),
-    ``task.remote`` servers and ``task.split`` belong to the task it trained on; given to
-    another task they would load the wrong file or fail on an option that task lacks. The
-    new task then gets only the ``task.*`` keys the overrides set; a note on stderr names the
-    settings left out. Sampling settings (``max_new_tokens``, ``eval_*``, ...) are kept:
-    they belong to the agents."""
-    from comlrl.algos.training.config.rl import apply_overrides
-    from comlrl.algos.training.config.task import TaskConfig
-
-    task_overrides = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "task"]
-    own = apply_overrides({}, task_overrides).get("task", {})
-    run_task = run_data.get("task", {})
-    if not isinstance(own, dict) or not isinstance(run_task, dict):
-        return data  # not a mapping: build_config names the bad value
-    if not {"name", "mixture"} & own.keys() or _task_names(own) == _task_names(run_task):
-        return data  # the run's own task, its settings with the overrides applied
-    defaults = TaskConfig().model_dump()
-    left_out = {
-        k: v
-        for k, v in run_task.items()
-        if k not in ("name", "mixture") and k not in own and v != defaults.get(k)
-    }
-    if left_out:
-        print(
-            f"comlrl: evaluating on {'+'.join(map(str, _task_names(own)))!r}, not the run's "
-            f"task {'+'.join(map(str, _task_names(run_task)))!r}: the run's task settings "
-            f"{left_out!r} are left out (set task.<key>=... to give the new task its own)",
-            file=sys.stderr,
-        )
-    return {**data, "task": own}
 
 
 def _checkpoint_step(model: str | Path) -> int | None:
@@ -159,19 +87,12 @@ def _summary(row: dict[str, Any]) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Load config, task and agents, evaluate, print and write the row. Returns an exit code."""
-    from comlrl.algos.training.config.rl import ConfigError, build_config, load_config_data
+    from comlrl.algos.cli.run_settings import sampling_config
+    from comlrl.algos.training.config.rl import ConfigError
 
     models = list(args.model)
-    config_path = args.config or find_run_config(models[0])
-    overrides = [*args.overrides, "models=" + json.dumps(models)]
-    if len(models) > 1:
-        overrides.append(f"num_agents={len(models)}")
     try:
-        saved = load_config_data(config_path, overrides)
-        saved.pop("algo", None)  # the run's recipe: evaluation samples its agents alone
-        if args.config is None and config_path is not None:
-            saved = _own_task_options(saved, load_config_data(config_path), args.overrides)
-        config = build_config(saved)
+        config_path, config = sampling_config(models, args.config, args.overrides)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
