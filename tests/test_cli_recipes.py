@@ -147,6 +147,19 @@ def test_actor_critic_recipes_run_on_the_default_task_and_resume_exactly(
     assert "cannot change learning_rate" in capsys.readouterr().err
 
 
+def test_a_lora_runs_agents_evaluate_and_collect_from_their_adapter_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")
+    out = tmp_path / "lora"
+    argv = ["train", "lora.r=4", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]
+    assert main(argv) == 0, capsys.readouterr().err
+    for i in (0, 1):  # adapters only, each naming its base
+        assert not (out / "final" / f"agent_{i}" / "config.json").exists()
+        assert (out / "final" / f"agent_{i}" / "comlrl_base.json").is_file()
+    _eval_and_collect(out, capsys)
+
+
 def _interrupted_and_resumed(
     argv: list[str],
     run: Path,

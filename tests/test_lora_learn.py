@@ -99,6 +99,10 @@ def test_two_lora_agents_on_one_base_learn_and_reload(stories260k: Path, tmp_pat
             reloaded = PeftModel.from_pretrained(fresh, str(folder)).eval()(input_ids=ids).logits
             merged = AutoModelForCausalLM.from_pretrained(str(folder / "merged")).eval()
             merged_logits = merged(input_ids=ids).logits
+            # what --model FOLDER loads (comlrl eval): the recorded base, adapter merged in
+            as_model = load_model_and_tokenizer(str(folder))[0].eval()
+            folder_logits = as_model(input_ids=ids).logits
         torch.testing.assert_close(reloaded, want, rtol=0, atol=1e-4)
         torch.testing.assert_close(merged_logits, want, rtol=0, atol=1e-4)
+        torch.testing.assert_close(folder_logits, want, rtol=0, atol=1e-4)
     assert not torch.allclose(policies[0](input_ids=ids).logits, policies[1](input_ids=ids).logits)

@@ -3,6 +3,7 @@ base, memory, checkpoints, config errors. Uses the built-in stories260k (package
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,12 @@ pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[l
 from comlrl.algos.models.lora import (  # noqa: E402
     LoraSettings,
     attach_lora,
+    is_lora_policy,
     model_key,
     reference_model,
     unique_parameter_bytes,
 )
-from comlrl.algos.models.lora_policy import LoraPolicy  # noqa: E402
+from comlrl.algos.models.lora_policy import BASE_RECORD, LoraPolicy  # noqa: E402
 from comlrl.algos.training.run import checkpoint as ckpt  # noqa: E402
 from comlrl.algos.training.run.saving import save_agent_checkpoint
 
@@ -134,6 +136,26 @@ def test_checkpoint_saves_adapter_and_merged_weights_that_reload(tmp_path: Path)
     ckpt.load_agent_weights(other.model, folder)
     other.model.eval()
     torch.testing.assert_close(_logits(other.model), want, rtol=0, atol=0)
+    # --model FOLDER (comlrl eval, a next run): the recorded base with the adapter merged,
+    # a plain model whose every weight trains
+    assert json.loads((folder / BASE_RECORD).read_text())["model"] == STORIES260K
+    model, tokenizer = load_model_and_tokenizer(str(folder))
+    assert not is_lora_policy(model) and all(p.requires_grad for p in model.parameters())
+    torch.testing.assert_close(_logits(model.eval()), want, rtol=0, atol=1e-4)
+    assert model.comlrl_source["model"] == str(folder.resolve())
+
+
+def test_an_adapter_whose_base_is_unknown_fails_naming_what_loads_it(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer = load_model_and_tokenizer(STORIES260K)
+    built = AutoModelForCausalLM.from_config(model.config)  # not loaded by comlrl: no source
+    agent = HFAgent(built, tokenizer, name="a0")
+    attach_lora([agent], LoraSettings(), seed=0)
+    folder = save_agent_checkpoint(agent, tmp_path / "agent_0")
+    assert (folder / "adapter_config.json").is_file() and not (folder / BASE_RECORD).exists()
+    with pytest.raises(OSError, match="LoRA adapter without comlrl_base.json.*PeftModel"):
+        load_model_and_tokenizer(str(folder))
 
 
 def test_loading_an_adapter_of_another_rank_fails_clearly(tmp_path: Path) -> None:

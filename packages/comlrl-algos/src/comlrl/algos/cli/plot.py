@@ -99,5 +99,5 @@ def run_plot(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"comlrl: {metrics}: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({len(rows)} steps)")
+    print(f"wrote {out} ({len(rows)} step{'' if len(rows) == 1 else 's'})")
     return 0

@@ -12,6 +12,9 @@ the sampling settings match training; ``--config FILE`` names another file.
   evaluation always samples (MADPO: ``eval_num_samples`` joint actions per prompt, no
   ``eval_greedy`` key) is evaluated sampled, as its run was, and a setting the recipe may
   leave unset that sampling needs (MADPO's ``eval_split``) takes its default;
+- a LoRA run's ``lora`` section is left out: its agents' folders hold adapters, which load
+  as their base with the adapter merged in
+  (:func:`~comlrl.algos.models.loading.load_adapter_folder`), one model per agent;
 - when the overrides name another task than the run's (``task.name=mbpp``), the run's
   task settings (``task.kwargs``, ``task.split``, ``task.remote``) are left out, and a line
   on stderr names them: given to another task they would load the run's data file, or fail
@@ -101,6 +104,8 @@ def sampling_config(
         }
         if "eval_greedy" not in known and int(data.get("eval_num_samples", 1)) > 1:
             data["eval_greedy"] = False  # its evaluation samples (MADPO): as the run did
+    # a LoRA run's agents load as whole models (base + merged adapter), not new adapters
+    data.pop("lora", None)
     run_task = copy.deepcopy(data.get("task", {}))  # the overrides below edit it in place
     extra = ["models=" + json.dumps(list(models))]
     if len(models) > 1:

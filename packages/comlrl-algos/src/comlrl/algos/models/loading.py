@@ -25,6 +25,7 @@ reached (or at once with ``HF_HUB_OFFLINE=1``).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sysconfig
@@ -47,6 +48,8 @@ __all__ = [
     "build_default_model",
     "tiny_qwen2_config",
     "load_model_and_tokenizer",
+    "is_adapter_folder",
+    "load_adapter_folder",
 ]
 
 #: The pretrained 260K-parameter TinyStories Llama shipped with the package.
@@ -255,15 +258,20 @@ def load_model_and_tokenizer(
 
     Args:
         name_or_path: a built-in name (:data:`BUILTIN_MODELS`), a Hugging Face model id,
-            a local directory (``save_pretrained`` format) or a local ``.gguf`` file
+            a local directory (``save_pretrained`` format), a local ``.gguf`` file
             (dequantized to ``dtype``; needs ``gguf``; converted once, then read from the
-            GGUF cache: :mod:`comlrl.algos.models.gguf`).
+            GGUF cache: :mod:`comlrl.algos.models.gguf`), or an agent checkpoint of a LoRA
+            run (an adapter folder: its base with the adapter merged in,
+            :func:`load_adapter_folder`; needs ``peft``).
         seed: weight seed for the built-in model (ignored otherwise).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         trust_remote_code: passed to ``from_pretrained``.
 
     Returns:
-        ``(model, tokenizer)``; the tokenizer pads on the left and has a pad token.
+        ``(model, tokenizer)``; the tokenizer pads on the left and has a pad token. The
+        model's ``comlrl_source`` attribute says where it came from (``{"model": the name,
+        or a local file's absolute path, "seed": ..., "trust_remote_code": ...}``): a LoRA
+        checkpoint records it as its base (:data:`~comlrl.algos.models.lora_policy.BASE_RECORD`).
 
     Raises:
         ValueError: an unknown ``builtin:`` name.
@@ -271,8 +279,24 @@ def load_model_and_tokenizer(
             directory or file"); a GGUF file without the ``gguf`` package; a Hub id
             that is not in the local cache while the Hub is unreachable or
             ``HF_HUB_OFFLINE=1`` (checked in seconds, before the Hub client's retries); a
-            directory without model or tokenizer files.
+            directory without model or tokenizer files; an adapter folder without its
+            base record.
     """
+    if os.path.isdir(os.path.expanduser(name_or_path)) and is_adapter_folder(name_or_path):
+        return load_adapter_folder(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
+    model, tokenizer = _load(name_or_path, seed, dtype, trust_remote_code)
+    local = os.path.exists(os.path.expanduser(name_or_path))
+    model.comlrl_source = {
+        "model": os.path.abspath(os.path.expanduser(name_or_path)) if local else name_or_path,
+        "seed": seed,
+        "trust_remote_code": trust_remote_code,
+    }
+    return model, tokenizer
+
+
+def _load(name_or_path: str, seed: int, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:
+    """:func:`load_model_and_tokenizer` of a built-in name, Hub id, model folder or
+    ``.gguf`` file."""
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         dtype
     ]
@@ -358,4 +382,58 @@ def _from_pretrained(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a LoRA adapter and no whole model (an agent
+    checkpoint of a LoRA run: ``adapter_config.json`` without ``config.json``)."""
+    p = Path(path).expanduser()
+    return (p / "adapter_config.json").is_file() and not (p / "config.json").is_file()
+
+
+def load_adapter_folder(
+    path: str | Path, *, dtype: str = "float32", trust_remote_code: bool = False
+) -> tuple[Any, Any]:
+    """A LoRA agent's checkpoint folder as one plain model: its base (named in the
+    folder's :data:`~comlrl.algos.models.lora_policy.BASE_RECORD`, loaded with the seed and
+    settings recorded there and ``dtype``) with the adapter merged in
+    (``W + (alpha / r) B A``, peft's ``merge_and_unload``), and the base's tokenizer.
+
+    What ``comlrl eval --model runs/x/final/agent_0`` and ``--model`` of any command load
+    for an agent of a LoRA run. Each call loads its own copy of the base.
+
+    Raises:
+        OSError: the folder has no base record (an adapter saved from a base that was not
+            loaded by :func:`~comlrl.algos.models.loading.load_model_and_tokenizer`), or
+            the base does not load.
+        ImportError: peft is missing.
+    """
+    from comlrl.algos.models.lora_policy import BASE_RECORD, require_peft
+
+    folder = Path(path).expanduser()
+    try:
+        record = json.loads((folder / BASE_RECORD).read_text())
+        base_name, seed = str(record["model"]), int(record["seed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise OSError(
+            f"could not load model {str(path)!r}: it is a LoRA adapter without "
+            f"{BASE_RECORD} naming its base, so the base is unknown. Load it in Python with "
+            "PeftModel.from_pretrained(base, path), or pass its merged weights "
+            "(lora.merge_adapters=true writes them to agent_<i>/merged)."
+        ) from None
+    peft = require_peft()
+    base, tokenizer = load_model_and_tokenizer(
+        base_name,
+        seed=seed,
+        dtype=dtype,
+        trust_remote_code=bool(record.get("trust_remote_code", trust_remote_code)),
+    )
+    model = peft.PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    model.requires_grad_(True)  # peft froze the base: a loaded model trains as any other
+    model.comlrl_source = {
+        "model": str(folder.resolve()),
+        "seed": seed,
+        "trust_remote_code": bool(record.get("trust_remote_code", trust_remote_code)),
+    }
     return model, tokenizer

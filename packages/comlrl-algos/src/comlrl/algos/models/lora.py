@@ -203,14 +203,25 @@ def attach_lora(agents: Sequence[Any], settings: LoraSettings, *, seed: int = 0)
             for name in names[1:]:
                 pm.add_adapter(name, _lora_config(settings))
             shared = SharedBase(pm, batched=settings.batch_agents)
+            source = getattr(base, "comlrl_source", None)
             for (_, agent), name in zip(todo, names, strict=True):
-                agent.replace_model(LoraPolicy(shared, name, merge_on_save=settings.merge_adapters))
+                agent.replace_model(
+                    LoraPolicy(
+                        shared, name, merge_on_save=settings.merge_adapters, base_source=source
+                    )
+                )
         else:
             for i, agent in todo:
                 name = f"agent_{i}"
+                source = getattr(agent.model, "comlrl_source", None)
                 pm = peft.get_peft_model(agent.model, _lora_config(settings), adapter_name=name)
                 agent.replace_model(
-                    LoraPolicy(SharedBase(pm), name, merge_on_save=settings.merge_adapters)
+                    LoraPolicy(
+                        SharedBase(pm),
+                        name,
+                        merge_on_save=settings.merge_adapters,
+                        base_source=source,
+                    )
                 )
 
 

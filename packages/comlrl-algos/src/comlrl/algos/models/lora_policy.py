@@ -25,6 +25,7 @@ from torch import nn
 
 __all__ = [
     "ADAPTER_WEIGHTS",
+    "BASE_RECORD",
     "MERGED_DIR",
     "AdapterBatch",
     "LoraPolicy",
@@ -37,6 +38,10 @@ __all__ = [
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: Sub-folder of an agent checkpoint with the merged weights (``merge_adapters: true``).
 MERGED_DIR = "merged"
+#: File beside an adapter naming the base it was trained on (the model's ``comlrl_source``:
+#: ``{"model": name or absolute path, "seed": int, "trust_remote_code": bool}``), so the
+#: folder loads as a model (:func:`comlrl.algos.models.lora.load_adapter_folder`).
+BASE_RECORD = "comlrl_base.json"
 
 
 def require_peft() -> Any:
@@ -175,6 +180,10 @@ class LoraPolicy(nn.Module):
         shared: the base and its lock (:class:`SharedBase`).
         adapter_name: this agent's adapter on it.
         merge_on_save: :meth:`save_pretrained` also writes the merged weights.
+        base_source: where the base was loaded from (its ``comlrl_source``, set by
+            :func:`~comlrl.algos.models.loading.load_model_and_tokenizer`), written beside
+            the adapter; ``None`` (a base built another way): the folder then loads only
+            with peft (``PeftModel.from_pretrained(base, path)``).
     """
 
     is_lora_policy = True
@@ -182,12 +191,18 @@ class LoraPolicy(nn.Module):
     selects_adapters = True
 
     def __init__(
-        self, shared: SharedBase, adapter_name: str, *, merge_on_save: bool = False
+        self,
+        shared: SharedBase,
+        adapter_name: str,
+        *,
+        merge_on_save: bool = False,
+        base_source: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.peft_model = shared.peft_model  # registered: .to()/.train() reach the base
         self.adapter_name = adapter_name
         self.merge_on_save = merge_on_save
+        self.base_source = base_source
         object.__setattr__(self, "shared", shared)  # not a submodule (no double registration)
         shared.adapter_parameters(adapter_name)  # fails early for an unknown name
 
@@ -281,7 +296,9 @@ class LoraPolicy(nn.Module):
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> None:
         """Write the adapter (``adapter_config.json``, ``adapter_model.safetensors``) to
-        ``path``; with :attr:`merge_on_save` also the merged model to ``path/merged``.
+        ``path``, with :attr:`base_source` (where its base was loaded from) as
+        :data:`BASE_RECORD`; with :attr:`merge_on_save` also the merged model to
+        ``path/merged``.
 
         Load the adapter with ``PeftModel.from_pretrained(base, path)``. Other keyword
         arguments (``state_dict``) are not supported: the adapter is saved whole.
@@ -304,6 +321,8 @@ class LoraPolicy(nn.Module):
             if isinstance(value, set):
                 data[key] = sorted(value)
         (path / "adapter_config.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+        if self.base_source is not None:
+            (path / BASE_RECORD).write_text(json.dumps(self.base_source, indent=2) + "\n")
         if self.merge_on_save:
             self.shared.hf_model.save_pretrained(
                 path / MERGED_DIR, state_dict=self.merged_state_dict()
