@@ -50,6 +50,9 @@ def test_a_madpo_run_is_evaluated_sampled_on_the_default_split(tmp_path: Path) -
     models = _run(tmp_path, {"algo": "madpo", "eval_num_samples": 4, "eval_split": None})
     _, config = sampling_config(models, None, [])
     assert (config.eval_greedy, config.eval_num_samples, config.eval_split) == (False, 4, "test")
+    # a former name of a key still says what it said (MADPO's num_candidates)
+    old = _run(tmp_path / "old", {"algo": "madpo", "num_candidates": 6, "steps_per_round": 2})
+    assert sampling_config(old, None, [])[1].num_generations == 6
 
 
 def test_another_task_gets_none_of_the_runs_task_settings(

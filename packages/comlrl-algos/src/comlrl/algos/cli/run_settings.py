@@ -87,7 +87,11 @@ def sampling_config(
     if "algo" in data:  # a run's config: settings of its recipe that sampling does not read
         recipe, data = resolve_recipe(data)
         sampled = set(TrainConfig.model_fields)
-        known = set(recipe.valid_keys())
+        moved = getattr(recipe.config, "moved_keys", {})  # a former name of a top-level key
+        for old, new in moved.items():
+            if old in data and "." not in new and new not in data:
+                data[new] = data.pop(old)
+        known = set(recipe.valid_keys()) | set(moved)
         unknown = sorted(k for k in data if k not in sampled and k not in known)
         if unknown:
             raise ConfigError(
