@@ -61,13 +61,14 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
 # collects (imports) every test file, and CI's two cores are two hyperthreads whose second
 # thread adds far less than a core, so a worker pays only where the tests outweigh that.
 # Measured on the 2-core machine, alone, two workers vs one process (wall s, CPU-s):
-# algos 67 / 124 vs 96 / 96 (two); envs 88 / 79 vs 169 / 81, and four workers 93 / 93
-# (two: its wall is one file's sandbox timeouts); compat 40 / 74 vs 49 / 49 and estimators
+# envs 88 / 79 vs 169 / 81, and four workers 93 / 93 (two: its wall is one file's sandbox
+# timeouts); algos 48 / 88 vs 74 / 73 (bytecode not yet written, as in CI's fresh clone:
+# each worker compiles what it imports), compat 40 / 74 vs 49 / 49 and estimators
 # 19.6 / 33.6 vs 20.9 / 20.9 (one process: in CI they run beside the background sessions,
-# where a second worker adds CPU time and little speed).
+# which keep the other core busy, so a second worker adds CPU time and little speed).
+# ``integration`` runs last, alone once the background sessions end: two workers.
 PARALLEL = {
     "envs": ["-n", "2", "--dist", "loadfile"],
-    "algos": ["-n", "2", "--dist", "loadfile"],
     # the queue in collection order (tests/conftest.py puts the longest files first), not
     # xdist's default order by number of tests per file
     "integration": ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"],
