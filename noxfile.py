@@ -344,6 +344,44 @@ def slow(session: nox.Session, package: str) -> None:
     _pytest(session, package, target, ["-m", "slow"], python=python)
 
 
+def _seed_bytecode(venv: Path) -> int:
+    """Link into ``venv``'s bytecode (under :data:`WRITE_BYTECODE`'s prefix) what the other
+    venvs of this checkout already compiled for the very same installed files; returns how
+    many files it linked.
+
+    uv installs a package's files as hard links to its cache, so the venvs of one checkout
+    share torch's, transformers' ... files (same inodes), and a ``.pyc`` compiled for one is
+    valid for the others (Python checks a ``.pyc`` against its source's mtime and size and
+    sets the code's file name to the importing path). A file is linked only where both
+    venvs' sources are one file (``os.path.samefile``), so another version of a package, or
+    a copy, is compiled as usual. Without it each venv compiles the ~3,800 modules its tests
+    import (~7 CPU-s), and each of two pytest workers does so at once."""
+    prefix = Path(WRITE_BYTECODE["PYTHONPYCACHEPREFIX"] or "")
+    mine = next(venv.glob("lib/python*/site-packages"), None)
+    if mine is None:
+        return 0
+    linked = 0
+    for site in (prefix / ROOT.relative_to(ROOT.anchor) / ".nox").glob(
+        f"*/lib/{mine.parent.name}/site-packages"
+    ):
+        source_site = Path(ROOT.anchor) / site.relative_to(prefix)
+        if source_site == mine:
+            continue
+        for pyc in site.rglob("*.pyc"):
+            rel = pyc.relative_to(site)
+            dest = prefix / mine.relative_to(mine.anchor) / rel
+            module = rel.parent / (rel.name.split(".", 1)[0] + ".py")
+            try:
+                if dest.exists() or not os.path.samefile(source_site / module, mine / module):
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(pyc, dest)
+                linked += 1
+            except OSError:  # a source that is not there, another file system: compile it
+                continue
+    return linked
+
+
 def _pytest(
     session: nox.Session,
     package: str,
@@ -352,7 +390,10 @@ def _pytest(
     python: str = "python",
 ) -> None:
     """pytest over ``target`` with ``python`` (this session's venv, or a path to another's),
-    on the workers :data:`PARALLEL` gives ``package`` (none: one process)."""
+    on the workers :data:`PARALLEL` gives ``package`` (none: one process), after
+    :func:`_seed_bytecode`."""
+    venv = Path(python).parent.parent if python != "python" else Path(session.virtualenv.location)
+    session.log(f"bytecode of other venvs linked: {_seed_bytecode(venv)} files")
     session.run(
         python,
         "-m",
