@@ -405,9 +405,8 @@ def load_adapter_folder(
 
     Raises:
         OSError: the folder has no base record (an adapter saved from a base that was not
-            loaded by :func:`~comlrl.algos.models.loading.load_model_and_tokenizer`), or
-            the base does not load.
-        ImportError: peft is missing.
+            loaded by :func:`~comlrl.algos.models.loading.load_model_and_tokenizer`), the
+            base does not load, or peft is missing (the message names the extra).
     """
     from comlrl.algos.models.lora_policy import BASE_RECORD, require_peft
 
@@ -422,7 +421,10 @@ def load_adapter_folder(
             "PeftModel.from_pretrained(base, path), or pass its merged weights "
             "(lora.merge_adapters=true writes them to agent_<i>/merged)."
         ) from None
-    peft = require_peft()
+    try:
+        peft = require_peft()
+    except ImportError as exc:
+        raise OSError(f"could not load model {str(path)!r}, a LoRA adapter: {exc}") from None
     base, tokenizer = load_model_and_tokenizer(
         base_name,
         seed=seed,
