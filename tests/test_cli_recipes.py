@@ -152,12 +152,18 @@ def test_a_lora_runs_agents_evaluate_and_collect_from_their_adapter_folders(
 ) -> None:
     pytest.importorskip("peft", reason="LoRA needs peft: pip install 'comlrl-algos[lora]'")
     out = tmp_path / "lora"
-    argv = ["train", "lora.r=4", *TINY, *STORY, "batch_size=2", f"output_dir={out}"]
-    assert main(argv) == 0, capsys.readouterr().err
+    argv = ["train", "lora.r=4", "lora.target_modules=all-linear", *TINY, *STORY]
+    argv += ["batch_size=2", "learning_rate=0.05", "eval_every=2", "eval_limit=2"]
+    assert main([*argv, f"output_dir={out}"]) == 0, capsys.readouterr().err
     for i in (0, 1):  # adapters only, each naming its base
         assert not (out / "final" / f"agent_{i}" / "config.json").exists()
         assert (out / "final" / f"agent_{i}" / "comlrl_base.json").is_file()
     _eval_and_collect(out, capsys)
+    # the adapters loaded into one base again: the greedy evaluation of the last step
+    (trained,) = _rows(out / "eval.jsonl")
+    (again,) = _rows(out / "evals" / "final" / "eval.jsonl")
+    assert trained["step"] == again["step"] == 2
+    assert again["reward_mean"] == pytest.approx(trained["reward_mean"], abs=1e-6)
 
 
 def _interrupted_and_resumed(

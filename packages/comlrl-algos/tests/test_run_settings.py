@@ -4,6 +4,7 @@ model is loaded."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,11 @@ def test_an_actor_critic_run_samples_with_its_settings_less_its_critics(tmp_path
             "task": {"name": "coop_story", "kwargs": {"limit": 4}},
         },
     )
-    path, config = sampling_config(models, None, ["eval_limit=2"])
+    path, config, adapters = sampling_config(models, None, ["eval_limit=2"])
     assert path == tmp_path / "config.yaml"
     assert (config.max_new_tokens, config.eval_limit, config.num_agents) == (24, 2, 2)
     assert config.task.kwargs == {"limit": 4} and config.models == models
-    assert not hasattr(config, "critic_mode")
+    assert not hasattr(config, "critic_mode") and adapters is None
 
 
 def test_a_key_of_no_recipe_still_fails_naming_it(tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_a_key_of_no_recipe_still_fails_naming_it(tmp_path: Path) -> None:
 
 def test_a_madpo_run_is_evaluated_sampled_on_the_default_split(tmp_path: Path) -> None:
     models = _run(tmp_path, {"algo": "madpo", "eval_num_samples": 4, "eval_split": None})
-    _, config = sampling_config(models, None, [])
+    _, config, _ = sampling_config(models, None, [])
     assert (config.eval_greedy, config.eval_num_samples, config.eval_split) == (False, 4, "test")
     # a former name of a key still says what it said (MADPO's num_candidates)
     old = _run(tmp_path / "old", {"algo": "madpo", "num_candidates": 6, "steps_per_round": 2})
@@ -60,12 +61,28 @@ def test_another_task_gets_none_of_the_runs_task_settings(
 ) -> None:
     task = {"name": "coop_humaneval", "split": "train", "kwargs": {"path": "he.jsonl"}}
     models = _run(tmp_path, {"algo": "magrpo", "max_new_tokens": 64, "task": task})
-    _, same = sampling_config(models, None, ["task.kwargs.limit=3"])
+    _, same, _ = sampling_config(models, None, ["task.kwargs.limit=3"])
     assert same.task.kwargs == {"path": "he.jsonl", "limit": 3}  # its own task: merged
     assert capsys.readouterr().err == ""
-    _, other = sampling_config(models, None, ["task.name=mbpp", "task.kwargs.limit=3"])
+    _, other, _ = sampling_config(models, None, ["task.name=mbpp", "task.kwargs.limit=3"])
     assert (other.task.name, other.task.kwargs, other.max_new_tokens) == ("mbpp", {"limit": 3}, 64)
     assert "the run's task settings {'kwargs': {'path': 'he.jsonl'}}" in capsys.readouterr().err
     # a file given with --config is taken as it is
-    _, given = sampling_config(models, str(tmp_path / "config.yaml"), ["task.name=mbpp"])
+    _, given, _ = sampling_config(models, str(tmp_path / "config.yaml"), ["task.name=mbpp"])
     assert given.task.kwargs == {"path": "he.jsonl"}
+
+
+def test_a_lora_runs_adapters_on_one_base_load_into_one_base(tmp_path: Path) -> None:
+    lora = {"r": 4, "shared_base": True}
+    models = _run(tmp_path, {"algo": "magrpo", "seed": 3, "lora": lora})
+    record = {"model": "builtin:tiny-qwen2", "seed": 3, "trust_remote_code": False}
+    for folder in models:
+        (Path(folder) / "adapter_config.json").write_text("{}")
+        (Path(folder) / "comlrl_base.json").write_text(json.dumps(record))
+    _, config, adapters = sampling_config(models, None, [])
+    assert config.models == ["builtin:tiny-qwen2"] and config.num_agents == 2
+    assert config.lora is not None and config.lora.r == 4 and adapters == models
+    # adapters on other bases (another seed: another tiny-qwen2): each its own merged model
+    (Path(models[1]) / "comlrl_base.json").write_text(json.dumps({**record, "seed": 4}))
+    _, config, adapters = sampling_config(models, None, [])
+    assert config.models == models and config.lora is None and adapters is None

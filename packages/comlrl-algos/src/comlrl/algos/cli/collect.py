@@ -134,7 +134,7 @@ def _fail(message: str) -> int:
 def run_collect(args: argparse.Namespace) -> int:
     """Load, sample, filter and write (see the module docstring). Returns an exit code:
     0 (rows written, possibly none), 2 (a bad option, config, task or model)."""
-    from comlrl.algos.cli.run_settings import sampling_config
+    from comlrl.algos.cli.run_settings import load_adapters, sampling_config
     from comlrl.algos.training.config.rl import ConfigError
 
     if args.num_samples < 1:
@@ -144,7 +144,7 @@ def run_collect(args: argparse.Namespace) -> int:
         return _fail(f"{output} exists; pass --overwrite to replace it, or another --output")
     models = list(args.model)
     try:
-        _, config = sampling_config(models, args.config, args.overrides)
+        _, config, adapters = sampling_config(models, args.config, args.overrides)
     except ConfigError as exc:
         return _fail(str(exc))
     g = config.num_generations
@@ -176,6 +176,7 @@ def run_collect(args: argparse.Namespace) -> int:
             trainer = build_recipe(
                 MultiAgentTrainer, agents, config, task=task, examples=data, eval_examples=data
             )
+            load_adapters(trainer.agents, adapters)  # a LoRA run's agents on one base
         except (ConfigError, OSError, ValueError) as exc:
             return _fail(f"cannot collect on {config.task.name}:{config.task.split}: {exc}")
         from tqdm.auto import tqdm

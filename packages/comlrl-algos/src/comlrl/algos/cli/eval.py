@@ -87,12 +87,12 @@ def _summary(row: dict[str, Any]) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Load config, task and agents, evaluate, print and write the row. Returns an exit code."""
-    from comlrl.algos.cli.run_settings import sampling_config
+    from comlrl.algos.cli.run_settings import load_adapters, sampling_config
     from comlrl.algos.training.config.rl import ConfigError
 
     models = list(args.model)
     try:
-        config_path, config = sampling_config(models, args.config, args.overrides)
+        config_path, config, adapters = sampling_config(models, args.config, args.overrides)
     except ConfigError as exc:
         print(f"comlrl: {exc}", file=sys.stderr)
         return 2
@@ -136,6 +136,7 @@ def run_eval(args: argparse.Namespace) -> int:
             trainer = build_recipe(
                 MultiAgentTrainer, agents, config, task=task, examples=data, eval_examples=data
             )
+            load_adapters(trainer.agents, adapters)  # a LoRA run's agents on one base
         except (ConfigError, OSError, ValueError) as exc:
             print(
                 f"comlrl: cannot evaluate on {config.task.name}:{config.eval_split}: {exc}",

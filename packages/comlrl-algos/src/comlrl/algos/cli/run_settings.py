@@ -12,9 +12,12 @@ the sampling settings match training; ``--config FILE`` names another file.
   evaluation always samples (MADPO: ``eval_num_samples`` joint actions per prompt, no
   ``eval_greedy`` key) is evaluated sampled, as its run was, and a setting the recipe may
   leave unset that sampling needs (MADPO's ``eval_split``) takes its default;
-- a LoRA run's ``lora`` section is left out: its agents' folders hold adapters, which load
-  as their base with the adapter merged in
-  (:func:`~comlrl.algos.models.loading.load_adapter_folder`), one model per agent;
+- a LoRA run's agents (adapter folders) on one shared base are sampled as they trained: the
+  base loaded once with the run's ``lora`` section, each agent's adapter loaded into it
+  (:func:`load_adapters`), so memory is one base plus the adapters; otherwise (adapters on
+  their own bases, or ``--model`` naming other models) the ``lora`` section is left out and
+  each folder loads as its base with the adapter merged in
+  (:func:`~comlrl.algos.models.loading.load_adapter_folder`);
 - when the overrides name another task than the run's (``task.name=mbpp``), the run's
   task settings (``task.kwargs``, ``task.split``, ``task.remote``) are left out, and a line
   on stderr names them: given to another task they would load the run's data file, or fail
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ONE_MODEL_RECIPES", "find_run_config", "sampling_config"]
+__all__ = ["ONE_MODEL_RECIPES", "find_run_config", "load_adapters", "sampling_config"]
 
 #: Recipes that train one model on a data file: their runs' configs name no task or team.
 ONE_MODEL_RECIPES = ("sft", "dpo")
@@ -59,9 +62,11 @@ def find_run_config(model: str | Path) -> Path | None:
 
 def sampling_config(
     models: Sequence[str], config_file: str | None, overrides: Sequence[str]
-) -> tuple[Path | None, Any]:
-    """The config file used (``None``: the defaults) and the validated
-    :class:`~comlrl.algos.training.config.rl.TrainConfig` to sample ``models`` with.
+) -> tuple[Path | None, Any, list[str] | None]:
+    """The config file used (``None``: the defaults), the validated
+    :class:`~comlrl.algos.training.config.rl.TrainConfig` to sample ``models`` with, and the
+    adapter folders to load into its agents (:func:`load_adapters`; ``None``: the agents
+    are ``models`` as they load).
 
     Args:
         models: one model per agent (checkpoint folders, Hub ids, ``.gguf`` files); the
@@ -108,16 +113,62 @@ def sampling_config(
         }
         if "eval_greedy" not in known and int(data.get("eval_num_samples", 1)) > 1:
             data["eval_greedy"] = False  # its evaluation samples (MADPO): as the run did
-    # a LoRA run's agents load as whole models (base + merged adapter), not new adapters
-    data.pop("lora", None)
+    base = _shared_base(models, data)
+    if base is None:  # whole models (an adapter folder: its base with the adapter merged)
+        data.pop("lora", None)
     run_task = copy.deepcopy(data.get("task", {}))  # the overrides below edit it in place
-    extra = ["models=" + json.dumps(list(models))]
+    extra = ["models=" + json.dumps([base] if base is not None else list(models))]
     if len(models) > 1:
         extra.append(f"num_agents={len(models)}")
     data = apply_overrides(data, [*overrides, *extra])
     if config_file is None and config_path is not None:
         data = _own_task_settings(data, run_task, overrides)
-    return config_path, build_config(data)
+    return config_path, build_config(data), list(models) if base is not None else None
+
+
+def _shared_base(models: Sequence[str], data: dict[str, Any]) -> str | None:
+    """The one base of ``models`` when they are LoRA adapter folders that a run with
+    ``lora.shared_base`` (the settings ``data``) trained on it: each records that base with
+    the run's seed (agent 0's, which the shared base was). ``None`` otherwise."""
+    from comlrl.algos.models.loading import is_adapter_folder
+    from comlrl.algos.models.lora_policy import BASE_RECORD
+
+    lora = data.get("lora")
+    if not isinstance(lora, dict) or not lora.get("shared_base", True):
+        return None
+    records = []
+    for model in models:
+        if not is_adapter_folder(model):
+            return None
+        try:
+            records.append(json.loads((Path(model).expanduser() / BASE_RECORD).read_text()))
+        except (OSError, ValueError):
+            return None
+    first = records[0]
+    if not isinstance(first, dict) or any(r != first for r in records[1:]):
+        return None
+    if first.get("seed") != data.get("seed", 0) or not isinstance(first.get("model"), str):
+        return None
+    return str(first["model"])
+
+
+def load_adapters(agents: Sequence[Any], adapters: Sequence[str] | None) -> None:
+    """Load agent ``i``'s adapter from ``adapters[i]`` into its LoRA policy, in place (the
+    agents of a :func:`sampling_config` with adapters, once the recipe attached theirs);
+    nothing when ``adapters`` is ``None``.
+
+    Raises:
+        ValueError: an adapter that does not fit its agent (another rank or target
+            modules), or an agent that is not a LoRA policy (the message names the folder).
+    """
+    if adapters is None:
+        return
+    from comlrl.algos.training.run.checkpoint import load_agent_weights
+
+    for agent, folder in zip(agents, adapters, strict=True):
+        if not getattr(type(agent.model), "is_lora_policy", False):
+            raise ValueError(f"{folder} is a LoRA adapter but its agent has no adapter")
+        load_agent_weights(agent.model, folder)
 
 
 def _takes_none(annotation: Any) -> bool:
