@@ -339,16 +339,9 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
     (during,) = _rows(out / "eval.jsonl")
     assert during["step"] == 1 and during["num_problems"] == 2.0
     assert 0.0 <= during["pass@1"] <= during["pass@1/final"] <= during["solved_rate"] <= 1.0
+    final = [a for i in (0, 1) for a in ("--model", str(out / "final" / f"agent_{i}"))]
     ev = comlrl_here(
-        "eval",
-        "--model",
-        str(out / "final" / "agent_0"),
-        "--model",
-        str(out / "final" / "agent_1"),
-        "eval_limit=2",
-        "eval_greedy=false",
-        "eval_num_samples=2",
-        cwd=tmp_path,
+        "eval", *final, "eval_limit=2", "eval_greedy=false", "eval_num_samples=2", cwd=tmp_path
     )
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "eval coop_humaneval:test (2 problems, sampled, k=2" in ev.stdout, ev.stdout
@@ -361,16 +354,7 @@ def test_comlrl_eval_scores_a_trained_checkpoint_with_pass_at_k(
     assert len(samples) == 4 and all("status" in s["info"] for s in samples)
     assert "eval:" in ev.stderr  # the progress bar
     # on another task: the run's sampling settings stay, its task's options do not follow
-    other = comlrl_here(
-        "eval",
-        "--model",
-        str(out / "final" / "agent_0"),
-        "--model",
-        str(out / "final" / "agent_1"),
-        "task.name=coop_story",
-        "eval_limit=2",
-        cwd=tmp_path,
-    )
+    other = comlrl_here("eval", *final, "task.name=coop_story", "eval_limit=2", cwd=tmp_path)
     assert other.returncode == 0, other.stderr[-3000:]
     assert "the run's task settings {'kwargs': {'limit': 4, 'sandbox_all': False}}" in other.stderr
     row = _rows(out / "evals" / "final" / "eval.jsonl")[-1]

@@ -132,6 +132,7 @@ def _shared_base(models: Sequence[str], data: dict[str, Any]) -> str | None:
     the run's seed (agent 0's, which the shared base was). ``None`` otherwise."""
     from comlrl.algos.models.loading import is_adapter_folder
     from comlrl.algos.models.lora_policy import BASE_RECORD
+    from comlrl.algos.training.config.rl import TrainConfig
 
     lora = data.get("lora")
     if not isinstance(lora, dict) or not lora.get("shared_base", True):
@@ -147,7 +148,8 @@ def _shared_base(models: Sequence[str], data: dict[str, Any]) -> str | None:
     first = records[0]
     if not isinstance(first, dict) or any(r != first for r in records[1:]):
         return None
-    if first.get("seed") != data.get("seed", 0) or not isinstance(first.get("model"), str):
+    seed = data.get("seed", TrainConfig.model_fields["seed"].default)
+    if first.get("seed") != seed or not isinstance(first.get("model"), str):
         return None
     return str(first["model"])
 
@@ -163,10 +165,11 @@ def load_adapters(agents: Sequence[Any], adapters: Sequence[str] | None) -> None
     """
     if adapters is None:
         return
+    from comlrl.algos.models.lora import is_lora_policy
     from comlrl.algos.training.run.checkpoint import load_agent_weights
 
     for agent, folder in zip(agents, adapters, strict=True):
-        if not getattr(type(agent.model), "is_lora_policy", False):
+        if not is_lora_policy(agent.model):
             raise ValueError(f"{folder} is a LoRA adapter but its agent has no adapter")
         load_agent_weights(agent.model, folder)
 

@@ -282,7 +282,7 @@ def load_model_and_tokenizer(
             directory without model or tokenizer files; an adapter folder without its
             base record.
     """
-    if os.path.isdir(os.path.expanduser(name_or_path)) and is_adapter_folder(name_or_path):
+    if is_adapter_folder(name_or_path):
         return load_adapter_folder(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
     model, tokenizer = _load(name_or_path, seed, dtype, trust_remote_code)
     local = os.path.exists(os.path.expanduser(name_or_path))
@@ -414,6 +414,7 @@ def load_adapter_folder(
     try:
         record = json.loads((folder / BASE_RECORD).read_text())
         base_name, seed = str(record["model"]), int(record["seed"])
+        remote_code = bool(record.get("trust_remote_code", trust_remote_code))
     except (OSError, ValueError, KeyError, TypeError):
         raise OSError(
             f"could not load model {str(path)!r}: it is a LoRA adapter without "
@@ -429,13 +430,13 @@ def load_adapter_folder(
         base_name,
         seed=seed,
         dtype=dtype,
-        trust_remote_code=bool(record.get("trust_remote_code", trust_remote_code)),
+        trust_remote_code=remote_code,
     )
     model = peft.PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
     model.requires_grad_(True)  # peft froze the base: a loaded model trains as any other
     model.comlrl_source = {
         "model": str(folder.resolve()),
         "seed": seed,
-        "trust_remote_code": bool(record.get("trust_remote_code", trust_remote_code)),
+        "trust_remote_code": remote_code,
     }
     return model, tokenizer

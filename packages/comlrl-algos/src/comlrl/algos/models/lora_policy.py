@@ -40,7 +40,7 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MERGED_DIR = "merged"
 #: File beside an adapter naming the base it was trained on (the model's ``comlrl_source``:
 #: ``{"model": name or absolute path, "seed": int, "trust_remote_code": bool}``), so the
-#: folder loads as a model (:func:`comlrl.algos.models.lora.load_adapter_folder`).
+#: folder loads as a model (:func:`comlrl.algos.models.loading.load_adapter_folder`).
 BASE_RECORD = "comlrl_base.json"
 
 

@@ -26,8 +26,8 @@ class MixtureEntry(BaseModel):
         label: what the entry is called in the metrics (``reward/<label>``), in the run's
             task name and in its checkpoints; default its task's ``name``. One task can be
             listed twice with other options when each entry has its own label, e.g.
-            ``[{name: tool_math, label: add, kwargs: {level: add}}, {name: tool_math,
-            label: mul, kwargs: {level: mul}}]``. No ``+`` or ``/`` (they join and split
+            ``[{name: tool_math, label: mul, kwargs: {level: mul}}, {name: tool_math,
+            label: expr, kwargs: {level: expr}}]``. No ``+`` or ``/`` (they join and split
             the names of metrics).
     """
 
